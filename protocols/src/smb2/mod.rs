@@ -1,0 +1,1 @@
+//! SMB2/3 wire codec (MS-SMB2).

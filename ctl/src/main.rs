@@ -1,1 +1,592 @@
-fn main() {}
+//! duetctl: the admin CLI of duet. It talks to duetd's admin API (HTTP/1.1
+//! + JSON, see the duet-admin-api crate).
+//!
+//! Exit status: 0 success; 1 `fsck` found problems; 2 usage, connection or
+//! API errors.
+
+mod client;
+mod error;
+mod output;
+mod password;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use duet_admin_api::{
+    validate_id, validate_share_name, validate_user_name, AdminRequest, AdminResponse, Credentials,
+    NewUser, Protocol, Share, DEFAULT_ADDR, DEFAULT_DATA_DIR, TOKEN_FILE_NAME,
+};
+
+use client::Client;
+use error::CtlError;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "duetctl",
+    version,
+    about = "Administer a duet NAS appliance",
+    propagate_version = true
+)]
+struct Cli {
+    /// Admin API address of duetd
+    #[arg(long, global = true, help_heading = "Global options", env = "DUET_ADMIN_ADDR", default_value = DEFAULT_ADDR, value_name = "HOST:PORT")]
+    addr: String,
+
+    /// API token (default: read from --token-file)
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "DUET_ADMIN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
+
+    /// File holding the API token [default: <data-dir>/admin.token]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        value_name = "PATH"
+    )]
+    token_file: Option<PathBuf>,
+
+    /// duetd's data directory (where the token file is)
+    #[arg(long, global = true, help_heading = "Global options", env = "DUET_DATA_DIR", default_value = DEFAULT_DATA_DIR, value_name = "DIR")]
+    data_dir: PathBuf,
+
+    /// Authenticate as this admin user (HTTP Basic) instead of with the token
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        value_name = "NAME"
+    )]
+    user: Option<String>,
+
+    /// Password of --user (give it before the command; prompted for if absent on a terminal)
+    #[arg(
+        long = "password",
+        help_heading = "Global options",
+        env = "DUET_ADMIN_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD"
+    )]
+    admin_password: Option<String>,
+
+    /// Print the daemon's raw JSON instead of tables
+    #[arg(long, global = true, help_heading = "Global options")]
+    json: bool,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show the daemon's status
+    Status,
+    /// Manage shares
+    #[command(subcommand)]
+    Share(ShareCmd),
+    /// Manage users
+    #[command(subcommand)]
+    User(UserCmd),
+    /// Show back-end operation counts, in total and per protocol request
+    Stats,
+    /// Check the file system's consistency (exit status 1 if problems are found)
+    Fsck,
+}
+
+#[derive(Subcommand, Debug)]
+enum ShareCmd {
+    /// Add a share
+    Add(ShareAddArgs),
+    /// List shares
+    #[command(visible_alias = "ls")]
+    List,
+    /// Show one share
+    Show { name: String },
+    /// Remove a share (the files stay)
+    #[command(visible_alias = "rm")]
+    Remove { name: String },
+}
+
+#[derive(Args, Debug)]
+struct ShareAddArgs {
+    /// Share name (SMB share and NFS export name)
+    name: String,
+    /// Absolute path in duet's namespace, e.g. /public (created if missing)
+    #[arg(long, value_name = "PATH")]
+    path: String,
+    /// Protocols to serve the share over
+    #[arg(long, default_value = "smb,nfs", value_name = "smb,nfs")]
+    protocols: String,
+    /// Export read-only
+    #[arg(long)]
+    read_only: bool,
+    /// Allow guest (unauthenticated) SMB access
+    #[arg(long)]
+    guest_ok: bool,
+    /// NFS clients allowed to mount: CIDRs, addresses or *
+    #[arg(long, default_value = "*", value_name = "CIDR,...")]
+    nfs_clients: String,
+    /// Do not map NFS root (uid 0) to the anonymous user
+    #[arg(long)]
+    no_root_squash: bool,
+    /// Allow the NFS append extension (WRITE at offset 2^64-1 appends)
+    #[arg(long)]
+    append_extension: bool,
+}
+
+#[derive(Args, Debug)]
+struct PasswordArgs {
+    /// The user's password (visible to other local users; prefer --password-stdin)
+    #[arg(long, value_name = "PASSWORD", conflicts_with = "password_stdin")]
+    password: Option<String>,
+    /// Read the password from one line of stdin
+    #[arg(long)]
+    password_stdin: bool,
+}
+
+impl PasswordArgs {
+    fn source(&self) -> password::Source {
+        match (&self.password, self.password_stdin) {
+            (Some(p), _) => password::Source::Given(p.clone()),
+            (None, true) => password::Source::Stdin,
+            (None, false) => password::Source::Prompt,
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum UserCmd {
+    /// Add a user (prompts for the password if none is given)
+    Add {
+        name: String,
+        #[command(flatten)]
+        password: PasswordArgs,
+        /// POSIX uid [default: chosen by duetd]
+        #[arg(long)]
+        uid: Option<u32>,
+        /// POSIX gid [default: chosen by duetd]
+        #[arg(long)]
+        gid: Option<u32>,
+    },
+    /// List users
+    #[command(visible_alias = "ls")]
+    List,
+    /// Change a user's password
+    Passwd {
+        name: String,
+        #[command(flatten)]
+        password: PasswordArgs,
+    },
+    /// Remove a user
+    #[command(visible_alias = "rm")]
+    Remove { name: String },
+}
+
+/// Splits "a, b,,c" into ["a", "b", "c"].
+fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The request for a command, validated as far as possible without I/O;
+/// `password` is set when a user password still has to be read.
+struct Prepared {
+    request: AdminRequest,
+    password: Option<password::Source>,
+}
+
+fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
+    let ready = |request: AdminRequest| -> Result<Prepared, CtlError> {
+        request.validate().map_err(CtlError::usage)?;
+        Ok(Prepared {
+            request,
+            password: None,
+        })
+    };
+    // A user password not given on the command line is read later, after
+    // everything else has been checked.
+    let with_password =
+        |request: AdminRequest, source: password::Source| -> Result<Prepared, CtlError> {
+            match source {
+                password::Source::Given(p) => ready(fill_password(request, p)),
+                source => Ok(Prepared {
+                    request,
+                    password: Some(source),
+                }),
+            }
+        };
+    match cmd {
+        Command::Status => ready(AdminRequest::Status),
+        Command::Stats => ready(AdminRequest::Stats),
+        Command::Fsck => ready(AdminRequest::Fsck),
+        Command::Share(ShareCmd::List) => ready(AdminRequest::ShareList),
+        Command::Share(ShareCmd::Show { name }) => ready(AdminRequest::ShareShow(name.clone())),
+        Command::Share(ShareCmd::Remove { name }) => ready(AdminRequest::ShareRemove(name.clone())),
+        Command::Share(ShareCmd::Add(a)) => {
+            validate_share_name(&a.name).map_err(CtlError::usage)?;
+            let mut share = Share::new(a.name.clone(), a.path.clone());
+            share.protocols = split_list(&a.protocols)
+                .iter()
+                .map(|p| p.parse::<Protocol>())
+                .collect::<Result<_, _>>()
+                .map_err(CtlError::usage)?;
+            share.read_only = a.read_only;
+            share.guest_ok = a.guest_ok;
+            share.nfs.clients = split_list(&a.nfs_clients);
+            share.nfs.root_squash = !a.no_root_squash;
+            share.nfs.append_extension = a.append_extension;
+            ready(AdminRequest::ShareAdd(share))
+        }
+        Command::User(UserCmd::List) => ready(AdminRequest::UserList),
+        Command::User(UserCmd::Remove { name }) => ready(AdminRequest::UserRemove(name.clone())),
+        Command::User(UserCmd::Add {
+            name,
+            password,
+            uid,
+            gid,
+        }) => {
+            validate_user_name(name).map_err(CtlError::usage)?;
+            if let Some(uid) = uid {
+                validate_id("uid", *uid).map_err(CtlError::usage)?;
+            }
+            if let Some(gid) = gid {
+                validate_id("gid", *gid).map_err(CtlError::usage)?;
+            }
+            let user = NewUser {
+                name: name.clone(),
+                password: String::new(),
+                uid: *uid,
+                gid: *gid,
+            };
+            with_password(AdminRequest::UserAdd(user), password.source())
+        }
+        Command::User(UserCmd::Passwd { name, password }) => {
+            validate_user_name(name).map_err(CtlError::usage)?;
+            let request = AdminRequest::UserPasswd {
+                name: name.clone(),
+                password: String::new(),
+            };
+            with_password(request, password.source())
+        }
+    }
+}
+
+fn fill_password(request: AdminRequest, password: String) -> AdminRequest {
+    match request {
+        AdminRequest::UserAdd(mut u) => {
+            u.password = password;
+            AdminRequest::UserAdd(u)
+        }
+        AdminRequest::UserPasswd { name, .. } => AdminRequest::UserPasswd { name, password },
+        other => other,
+    }
+}
+
+/// How the CLI authenticated, for the hint after a 401.
+enum AuthSource {
+    Token,
+    TokenFile(PathBuf),
+    User(String),
+}
+
+impl Cli {
+    fn token_file(&self) -> PathBuf {
+        self.token_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join(TOKEN_FILE_NAME))
+    }
+
+    fn credentials(&self) -> Result<(Credentials, AuthSource), CtlError> {
+        if let Some(user) = &self.user {
+            let password = match &self.admin_password {
+                Some(p) => p.clone(),
+                None if password::stdin_is_terminal() => password::prompt_hidden(&format!("Password for {user}: "))?,
+                None => {
+                    return Err(CtlError::Credentials(format!(
+                        "--user {user} needs a password: give --password before the command, or set DUET_ADMIN_PASSWORD"
+                    )))
+                }
+            };
+            return Ok((
+                Credentials::Basic {
+                    user: user.clone(),
+                    password,
+                },
+                AuthSource::User(user.clone()),
+            ));
+        }
+        if let Some(token) = &self.token {
+            let token = token.trim();
+            if token.is_empty() {
+                return Err(CtlError::Credentials(
+                    "the API token given by --token or DUET_ADMIN_TOKEN is empty".into(),
+                ));
+            }
+            return Ok((Credentials::Bearer(token.to_string()), AuthSource::Token));
+        }
+        let path = self.token_file();
+        let token = std::fs::read_to_string(&path).map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::PermissionDenied {
+                " (the token file is readable by root only: run as root, or use --token or --user)"
+            } else {
+                " (is --data-dir or DUET_DATA_DIR duetd's data directory? or use --token, --token-file or --user)"
+            };
+            CtlError::Credentials(format!("cannot read the API token from {}: {e}{hint}", path.display()))
+        })?;
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(CtlError::Credentials(format!(
+                "the token file {} is empty",
+                path.display()
+            )));
+        }
+        Ok((
+            Credentials::Bearer(token.to_string()),
+            AuthSource::TokenFile(path),
+        ))
+    }
+}
+
+fn unauthorized_hint(auth: &AuthSource, token_file: &std::path::Path) -> String {
+    match auth {
+        AuthSource::TokenFile(p) => format!(
+            "the token in {} was refused; duetd writes its current token there at startup: check that \
+             --data-dir/--token-file name the running daemon's data directory",
+            p.display()
+        ),
+        AuthSource::Token => format!(
+            "the token from --token/DUET_ADMIN_TOKEN was refused; duetd's current token is in {}",
+            token_file.display()
+        ),
+        AuthSource::User(u) => format!(
+            "user {u} or its password was refused; or use the API token in {}",
+            token_file.display()
+        ),
+    }
+}
+
+/// Writes to stdout, ignoring errors (a closed pipe is not worth a panic).
+fn out(s: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(s.as_bytes());
+    let _ = stdout.flush();
+}
+
+fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
+    let prepared = prepare(&cli.command)?;
+    let (creds, auth) = cli.credentials()?;
+    let request = match &prepared.password {
+        None => prepared.request,
+        Some(source) => {
+            let request = fill_password(prepared.request, password::read_new_password(source)?);
+            request.validate().map_err(CtlError::usage)?;
+            request
+        }
+    };
+    let client = Client::new(&cli.addr, creds);
+    let reply = match client.call(&request) {
+        Ok(r) => r,
+        Err(e) if e.is_unauthorized() => {
+            eprintln!("duetctl: {e}");
+            eprintln!(
+                "duetctl: hint: {}",
+                unauthorized_hint(&auth, &cli.token_file())
+            );
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => return Err(e),
+    };
+    let fsck_failed = matches!(&reply.response, AdminResponse::Fsck(r) if !r.problems.is_empty());
+    if cli.json {
+        if !reply.raw.is_empty() {
+            let mut text = String::from_utf8_lossy(&reply.raw).into_owned();
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            out(&text);
+        }
+    } else {
+        out(&human(&request, &reply.response));
+    }
+    Ok(if fsck_failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn human(request: &AdminRequest, response: &AdminResponse) -> String {
+    match (request, response) {
+        (_, AdminResponse::Status(s)) => output::status(s),
+        (_, AdminResponse::Shares(s)) => output::share_list(s),
+        (_, AdminResponse::Share(s)) => output::share_show(s),
+        (_, AdminResponse::ShareCreated(s)) => format!(
+            "added share {} at {} ({})\n",
+            s.name,
+            s.path,
+            s.protocols
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (_, AdminResponse::Users(u)) => output::user_list(u),
+        (_, AdminResponse::UserCreated(u)) => {
+            format!("added user {} (uid {}, gid {})\n", u.name, u.uid, u.gid)
+        }
+        (_, AdminResponse::Stats(s)) => output::stats(s),
+        (_, AdminResponse::Fsck(r)) => output::fsck(r),
+        (AdminRequest::ShareRemove(n), AdminResponse::NoContent) => format!("removed share {n}\n"),
+        (AdminRequest::UserRemove(n), AdminResponse::NoContent) => format!("removed user {n}\n"),
+        (AdminRequest::UserPasswd { name, .. }, AdminResponse::NoContent) => {
+            format!("changed the password of user {name}\n")
+        }
+        (_, AdminResponse::NoContent) => String::new(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("duetctl: {e}");
+            if let Some(hint) = e.connect_hint() {
+                eprintln!("duetctl: hint: {hint}");
+            }
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn parse(args: &[&str]) -> Cli {
+        Cli::try_parse_from(std::iter::once("duetctl").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn share_add_request() {
+        let cli = parse(&[
+            "share",
+            "add",
+            "media",
+            "--path",
+            "/media",
+            "--protocols",
+            "nfs",
+            "--read-only",
+            "--nfs-clients",
+            "10.0.0.0/8, ::1/128",
+            "--no-root-squash",
+            "--append-extension",
+        ]);
+        let p = prepare(&cli.command).unwrap();
+        let AdminRequest::ShareAdd(s) = p.request else {
+            panic!()
+        };
+        assert_eq!(s.protocols, vec![Protocol::Nfs]);
+        assert!(s.read_only && !s.guest_ok && !s.nfs.root_squash && s.nfs.append_extension);
+        assert_eq!(s.nfs.clients, vec!["10.0.0.0/8", "::1/128"]);
+    }
+
+    #[test]
+    fn client_side_validation() {
+        for args in [
+            &[
+                "share",
+                "add",
+                "m",
+                "--path",
+                "/m",
+                "--nfs-clients",
+                "10.0.0.0/33",
+            ][..],
+            &["share", "add", "m", "--path", "relative"],
+            &["share", "add", ".m", "--path", "/m"],
+            &["share", "add", "m", "--path", "/m", "--protocols", "afp"],
+            &["share", "add", "m", "--path", "/m", "--protocols", ""],
+            &["share", "show", "a b"],
+            &["user", "add", "a b", "--password", "x"],
+            &["user", "add", "a", "--password", ""],
+            &["user", "add", "a", "--password", "x", "--uid", "4294967295"],
+            &["user", "passwd", "a/b"],
+        ] {
+            assert!(
+                matches!(prepare(&parse(args).command), Err(CtlError::Usage(_))),
+                "{args:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn password_sources() {
+        let p = prepare(&parse(&["user", "add", "a"]).command).unwrap();
+        assert_eq!(p.password, Some(password::Source::Prompt));
+        let p = prepare(&parse(&["user", "passwd", "a", "--password-stdin"]).command).unwrap();
+        assert_eq!(p.password, Some(password::Source::Stdin));
+        let p = prepare(&parse(&["user", "passwd", "a", "--password", "pw"]).command).unwrap();
+        assert_eq!(p.password, None);
+        assert_eq!(
+            p.request,
+            AdminRequest::UserPasswd {
+                name: "a".into(),
+                password: "pw".into()
+            }
+        );
+        assert!(Cli::try_parse_from([
+            "duetctl",
+            "user",
+            "add",
+            "a",
+            "--password",
+            "x",
+            "--password-stdin"
+        ])
+        .is_err());
+    }
+
+    #[test]
+    fn admin_password_is_top_level() {
+        let cli = parse(&[
+            "--user",
+            "admin",
+            "--password",
+            "pw",
+            "user",
+            "add",
+            "bob",
+            "--password",
+            "bobpw",
+        ]);
+        assert_eq!(cli.admin_password.as_deref(), Some("pw"));
+        let p = prepare(&cli.command).unwrap();
+        let AdminRequest::UserAdd(u) = p.request else {
+            panic!()
+        };
+        assert_eq!(u.password, "bobpw");
+        // Global options work after the command too.
+        let cli = parse(&["share", "list", "--json", "--addr", "10.0.0.1:1"]);
+        assert!(cli.json);
+        assert_eq!(cli.addr, "10.0.0.1:1");
+    }
+}

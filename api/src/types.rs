@@ -1,0 +1,687 @@
+//! Request and response bodies of the admin API, and their validation.
+//!
+//! Every type here is serialised as JSON with serde. Input types (those a
+//! client sends: [`Share`], [`NewUser`], [`PasswordChange`]) reject unknown
+//! fields, so a misspelt option (`"readonly"`) is an error instead of being
+//! silently ignored.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::net::ClientMatch;
+
+/// Address the daemon's admin listener binds by default.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7445";
+/// Default data directory of duetd.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/duet";
+/// Name of the file, inside the data directory, that holds the admin API
+/// token (written by duetd with mode 0600).
+pub const TOKEN_FILE_NAME: &str = "admin.token";
+/// Prefix of every endpoint.
+pub const API_PREFIX: &str = "/v1";
+
+/// Limits used by validation.
+pub const MAX_SHARE_NAME: usize = 80;
+pub const MAX_USER_NAME: usize = 64;
+pub const MAX_PASSWORD: usize = 256;
+pub const MAX_PATH: usize = 4096;
+pub const MAX_PATH_COMPONENT: usize = 255;
+pub const MAX_NFS_CLIENTS: usize = 256;
+
+/// Stable error codes carried in [`ApiError::code`].
+pub mod codes {
+    pub const INVALID_ARGUMENT: &str = "invalid_argument";
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    pub const NOT_FOUND: &str = "not_found";
+    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    pub const ALREADY_EXISTS: &str = "already_exists";
+    pub const TOO_LARGE: &str = "too_large";
+    pub const INTERNAL: &str = "internal";
+}
+
+/// The error body of every non-2xx response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    /// Stable, machine-readable code (see [`codes`]).
+    pub code: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+    /// 400.
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
+        Self::new(codes::INVALID_ARGUMENT, message)
+    }
+    /// 401.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(codes::UNAUTHORIZED, message)
+    }
+    /// 404.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(codes::NOT_FOUND, message)
+    }
+    /// 405.
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(codes::METHOD_NOT_ALLOWED, message)
+    }
+    /// 409.
+    pub fn already_exists(message: impl Into<String>) -> Self {
+        Self::new(codes::ALREADY_EXISTS, message)
+    }
+    /// 413.
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(codes::TOO_LARGE, message)
+    }
+    /// 500.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(codes::INTERNAL, message)
+    }
+
+    /// The HTTP status code for this error's code (500 for unknown codes).
+    pub fn http_status(&self) -> u16 {
+        match self.code.as_str() {
+            codes::INVALID_ARGUMENT => 400,
+            codes::UNAUTHORIZED => 401,
+            codes::NOT_FOUND => 404,
+            codes::METHOD_NOT_ALLOWED => 405,
+            codes::ALREADY_EXISTS => 409,
+            codes::TOO_LARGE => 413,
+            _ => 500,
+        }
+    }
+
+    /// The error code a client should assume for a status when the body
+    /// carries no [`ApiError`].
+    pub fn code_for_status(status: u16) -> &'static str {
+        match status {
+            400 => codes::INVALID_ARGUMENT,
+            401 | 403 => codes::UNAUTHORIZED,
+            404 => codes::NOT_FOUND,
+            405 => codes::METHOD_NOT_ALLOWED,
+            409 => codes::ALREADY_EXISTS,
+            413 | 431 => codes::TOO_LARGE,
+            _ => codes::INTERNAL,
+        }
+    }
+}
+
+/// A file protocol a share is served over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Smb,
+    Nfs,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 2] = [Protocol::Smb, Protocol::Nfs];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Smb => "smb",
+            Protocol::Nfs => "nfs",
+        }
+    }
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Protocol {
+    type Err = ApiError;
+    /// `smb` or `nfs`, case-insensitive.
+    fn from_str(s: &str) -> Result<Self, ApiError> {
+        if s.eq_ignore_ascii_case("smb") {
+            Ok(Protocol::Smb)
+        } else if s.eq_ignore_ascii_case("nfs") {
+            Ok(Protocol::Nfs)
+        } else {
+            Err(ApiError::invalid_argument(format!(
+                "unknown protocol {s:?} (expected \"smb\" or \"nfs\")"
+            )))
+        }
+    }
+}
+
+fn default_protocols() -> Vec<Protocol> {
+    Protocol::ALL.to_vec()
+}
+fn default_clients() -> Vec<String> {
+    vec!["*".to_string()]
+}
+fn default_true() -> bool {
+    true
+}
+
+/// NFS export options of a share.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NfsExportRules {
+    /// Who may mount: CIDRs (`10.0.0.0/8`, `::1/128`), bare addresses, or
+    /// `*` for everyone. Default `["*"]`.
+    #[serde(default = "default_clients")]
+    pub clients: Vec<String>,
+    /// Map uid 0 to the anonymous user. Default true.
+    #[serde(default = "default_true")]
+    pub root_squash: bool,
+    /// Allow the vNFS append extension (WRITE at offset 2^64-1 appends
+    /// atomically). Default false.
+    #[serde(default)]
+    pub append_extension: bool,
+}
+
+impl Default for NfsExportRules {
+    fn default() -> Self {
+        NfsExportRules {
+            clients: default_clients(),
+            root_squash: true,
+            append_extension: false,
+        }
+    }
+}
+
+impl NfsExportRules {
+    /// Parses [`NfsExportRules::clients`] (for matching many addresses, keep
+    /// the result).
+    pub fn client_matchers(&self) -> Result<Vec<ClientMatch>, ApiError> {
+        self.clients
+            .iter()
+            .map(|c| {
+                c.parse::<ClientMatch>()
+                    .map_err(|e| ApiError::invalid_argument(e.to_string()))
+            })
+            .collect()
+    }
+
+    /// Whether a client at `ip` may mount. Unparsable entries match nothing.
+    pub fn allows(&self, ip: std::net::IpAddr) -> bool {
+        self.clients
+            .iter()
+            .filter_map(|c| c.parse::<ClientMatch>().ok())
+            .any(|m| m.contains(ip))
+    }
+}
+
+/// A share: a directory of duet's namespace exported over SMB and/or NFS.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Share {
+    /// SMB share name and NFS export name.
+    pub name: String,
+    /// Absolute path in duet's namespace, e.g. "/public"; created if missing.
+    pub path: String,
+    /// Default: both.
+    #[serde(default = "default_protocols")]
+    pub protocols: Vec<Protocol>,
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub guest_ok: bool,
+    #[serde(default)]
+    pub nfs: NfsExportRules,
+}
+
+impl Share {
+    /// A share with the default options.
+    pub fn new(name: impl Into<String>, path: impl Into<String>) -> Self {
+        Share {
+            name: name.into(),
+            path: path.into(),
+            protocols: default_protocols(),
+            read_only: false,
+            guest_ok: false,
+            nfs: NfsExportRules::default(),
+        }
+    }
+
+    pub fn has_protocol(&self, p: Protocol) -> bool {
+        self.protocols.contains(&p)
+    }
+
+    /// Checks name, path, protocols and NFS client list.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        validate_share_name(&self.name)?;
+        validate_share_path(&self.path)?;
+        if self.protocols.is_empty() {
+            return Err(ApiError::invalid_argument(
+                "a share needs at least one protocol",
+            ));
+        }
+        for (i, p) in self.protocols.iter().enumerate() {
+            if self.protocols[..i].contains(p) {
+                return Err(ApiError::invalid_argument(format!(
+                    "protocol {p} listed twice"
+                )));
+            }
+        }
+        if self.nfs.clients.len() > MAX_NFS_CLIENTS {
+            return Err(ApiError::invalid_argument(format!(
+                "too many NFS client entries (at most {MAX_NFS_CLIENTS})"
+            )));
+        }
+        self.nfs.client_matchers()?;
+        if self.has_protocol(Protocol::Nfs) && self.nfs.clients.is_empty() {
+            return Err(ApiError::invalid_argument(
+                "the NFS client list is empty; use \"*\" to allow every client",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Share names: 1-80 characters of `[A-Za-z0-9._-]`, not starting with '.'.
+pub fn validate_share_name(name: &str) -> Result<(), ApiError> {
+    if name.is_empty() || name.len() > MAX_SHARE_NAME {
+        return Err(ApiError::invalid_argument(format!(
+            "share name must be 1-{MAX_SHARE_NAME} characters"
+        )));
+    }
+    if !name.bytes().all(is_name_byte) {
+        return Err(ApiError::invalid_argument(format!(
+            "invalid share name {name:?}: only letters, digits, '.', '_' and '-' are allowed"
+        )));
+    }
+    if name.starts_with('.') {
+        return Err(ApiError::invalid_argument(format!(
+            "invalid share name {name:?}: must not start with '.'"
+        )));
+    }
+    Ok(())
+}
+
+/// Share paths: absolute, no "." or ".." or empty components, no NUL, no
+/// trailing slash except for "/" itself.
+pub fn validate_share_path(path: &str) -> Result<(), ApiError> {
+    let bad = |why: &str| {
+        Err(ApiError::invalid_argument(format!(
+            "invalid share path {path:?}: {why}"
+        )))
+    };
+    if !path.starts_with('/') {
+        return bad("must be absolute (start with '/')");
+    }
+    if path.len() > MAX_PATH {
+        return bad("too long");
+    }
+    if path.contains('\0') {
+        return bad("contains NUL");
+    }
+    if path == "/" {
+        return Ok(());
+    }
+    if path.ends_with('/') {
+        return bad("trailing '/'");
+    }
+    for comp in path[1..].split('/') {
+        match comp {
+            "" => return bad("empty component ('//')"),
+            "." | ".." => return bad("'.' and '..' components are not allowed"),
+            c if c.len() > MAX_PATH_COMPONENT => return bad("component longer than 255 bytes"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// User names: 1-64 characters of `[A-Za-z0-9._-]`.
+pub fn validate_user_name(name: &str) -> Result<(), ApiError> {
+    if name.is_empty() || name.len() > MAX_USER_NAME {
+        return Err(ApiError::invalid_argument(format!(
+            "user name must be 1-{MAX_USER_NAME} characters"
+        )));
+    }
+    if !name.bytes().all(is_name_byte) {
+        return Err(ApiError::invalid_argument(format!(
+            "invalid user name {name:?}: only letters, digits, '.', '_' and '-' are allowed"
+        )));
+    }
+    Ok(())
+}
+
+/// Passwords: 1-256 characters.
+pub fn validate_password(password: &str) -> Result<(), ApiError> {
+    let n = password.chars().count();
+    if n == 0 || n > MAX_PASSWORD {
+        return Err(ApiError::invalid_argument(format!(
+            "password must be 1-{MAX_PASSWORD} characters"
+        )));
+    }
+    Ok(())
+}
+
+/// uid/gid: any u32 except 4294967295 (the "no id" value of chown(2)).
+pub fn validate_id(what: &str, id: u32) -> Result<(), ApiError> {
+    if id == u32::MAX {
+        return Err(ApiError::invalid_argument(format!(
+            "{what} {id} is reserved"
+        )));
+    }
+    Ok(())
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'
+}
+
+/// A user as listed by the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub enabled: bool,
+}
+
+/// Body of POST /v1/users. uid/gid are chosen by the daemon when absent.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewUser {
+    pub name: String,
+    pub password: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+}
+
+impl NewUser {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        validate_user_name(&self.name)?;
+        validate_password(&self.password)?;
+        if let Some(uid) = self.uid {
+            validate_id("uid", uid)?;
+        }
+        if let Some(gid) = self.gid {
+            validate_id("gid", gid)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for NewUser {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewUser")
+            .field("name", &self.name)
+            .field("password", &"<redacted>")
+            .field("uid", &self.uid)
+            .field("gid", &self.gid)
+            .finish()
+    }
+}
+
+/// Body of PUT /v1/users/{name}/password.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordChange {
+    pub password: String,
+}
+
+impl fmt::Debug for PasswordChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PasswordChange")
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// A protocol listener of the daemon.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ListenerInfo {
+    /// "smb", "nfs", "admin", ...
+    pub protocol: String,
+    /// Socket address, e.g. "0.0.0.0:445".
+    pub addr: String,
+}
+
+/// State of the (metadata) raft group.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RaftInfo {
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    pub voters: Vec<u64>,
+}
+
+/// Body of GET /v1/status.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StatusInfo {
+    pub version: String,
+    pub node_id: u64,
+    pub uptime_s: u64,
+    pub executors: u32,
+    pub data_dir: String,
+    pub listeners: Vec<ListenerInfo>,
+    pub raft: RaftInfo,
+    pub shares: u32,
+    pub users: u32,
+    pub files: u64,
+}
+
+/// Back-end operation counts for one kind of protocol request.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RequestStats {
+    /// "smb2", "nfs3", "nfs4", ...
+    pub protocol: String,
+    /// "CREATE", "WRITE", "COMPOUND", ...
+    pub request: String,
+    pub count: u64,
+    pub batches: u64,
+    pub proposals: u64,
+    pub fsyncs: u64,
+    pub rocksdb_reads: u64,
+    pub rocksdb_writes: u64,
+    pub chunk_reads: u64,
+    pub chunk_writes: u64,
+}
+
+/// Body of GET /v1/stats: totals since start, and per request kind.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Stats {
+    pub batches: u64,
+    pub proposals: u64,
+    pub fsyncs: u64,
+    pub rocksdb_reads: u64,
+    pub rocksdb_writes: u64,
+    pub chunk_reads: u64,
+    pub chunk_writes: u64,
+    pub log_writes: u64,
+    pub by_request: Vec<RequestStats>,
+}
+
+/// Body of POST /v1/fsck.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct FsckReport {
+    pub nodes: u64,
+    pub edges: u64,
+    pub chunks: u64,
+    /// Empty when the file system is consistent.
+    pub problems: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn share_defaults_from_minimal_json() {
+        let s: Share = serde_json::from_str(r#"{"name":"public","path":"/public"}"#).unwrap();
+        assert_eq!(s, Share::new("public", "/public"));
+        assert_eq!(s.protocols, vec![Protocol::Smb, Protocol::Nfs]);
+        assert!(!s.read_only && !s.guest_ok);
+        assert_eq!(s.nfs.clients, vec!["*"]);
+        assert!(s.nfs.root_squash);
+        assert!(!s.nfs.append_extension);
+        s.validate().unwrap();
+        let s: Share =
+            serde_json::from_str(r#"{"name":"p","path":"/p","nfs":{"root_squash":false}}"#)
+                .unwrap();
+        assert_eq!(s.nfs.clients, vec!["*"]);
+        assert!(!s.nfs.root_squash);
+    }
+
+    #[test]
+    fn share_json_shape() {
+        let mut s = Share::new("a", "/a");
+        s.protocols = vec![Protocol::Nfs];
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"name":"a","path":"/a","protocols":["nfs"],"read_only":false,
+                "guest_ok":false,"nfs":{"clients":["*"],"root_squash":true,"append_extension":false}})
+        );
+        assert_eq!(serde_json::from_value::<Share>(v).unwrap(), s);
+    }
+
+    #[test]
+    fn unknown_fields_rejected() {
+        assert!(
+            serde_json::from_str::<Share>(r#"{"name":"a","path":"/a","readonly":true}"#).is_err()
+        );
+        assert!(
+            serde_json::from_str::<NewUser>(r#"{"name":"a","password":"x","home":"/"}"#).is_err()
+        );
+        assert!(
+            serde_json::from_str::<Share>(r#"{"name":"a","path":"/a","protocols":["afp"]}"#)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn share_names() {
+        for ok in ["a", "public", "A.b_c-9", &"x".repeat(80)] {
+            validate_share_name(ok).unwrap();
+        }
+        for bad in [
+            "",
+            ".hidden",
+            "a b",
+            "a/b",
+            "é",
+            "a\0",
+            &"x".repeat(81),
+            "a:b",
+        ] {
+            assert!(validate_share_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn share_paths() {
+        for ok in ["/", "/public", "/a/b/c", "/a.b/..c/.d"] {
+            validate_share_path(ok).unwrap();
+        }
+        for bad in [
+            "", "public", "/a/", "/a//b", "/a/./b", "/a/..", "/..", "/.", "/a\0b", "//",
+        ] {
+            assert!(validate_share_path(bad).is_err(), "{bad:?}");
+        }
+        assert!(validate_share_path(&format!("/{}", "x".repeat(256))).is_err());
+        assert!(validate_share_path(&"/x".repeat(3000)).is_err());
+    }
+
+    #[test]
+    fn share_validate() {
+        let mut s = Share::new("s", "/s");
+        s.protocols.clear();
+        assert!(s.validate().is_err());
+        s.protocols = vec![Protocol::Smb, Protocol::Smb];
+        assert!(s.validate().is_err());
+        s.protocols = vec![Protocol::Nfs];
+        s.nfs.clients = vec![
+            "10.0.0.0/8".into(),
+            "::1/128".into(),
+            "*".into(),
+            "192.168.1.7".into(),
+        ];
+        s.validate().unwrap();
+        s.nfs.clients = vec!["10.0.0.0/33".into()];
+        let e = s.validate().unwrap_err();
+        assert_eq!(e.code, codes::INVALID_ARGUMENT);
+        assert!(e.message.contains("10.0.0.0/33"), "{e}");
+        s.nfs.clients.clear();
+        assert!(s.validate().is_err());
+        s.protocols = vec![Protocol::Smb];
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn users() {
+        let mut u = NewUser {
+            name: "alice".into(),
+            password: "pw".into(),
+            uid: None,
+            gid: Some(100),
+        };
+        u.validate().unwrap();
+        assert!(!format!("{u:?}").contains("pw\""));
+        u.uid = Some(u32::MAX);
+        assert!(u.validate().is_err());
+        u.uid = Some(0);
+        u.password = String::new();
+        assert!(u.validate().is_err());
+        u.password = "é".repeat(256);
+        u.validate().unwrap();
+        u.password.push('x');
+        assert!(u.validate().is_err());
+        for bad in ["", "a b", &"u".repeat(65), "a@b"] {
+            assert!(validate_user_name(bad).is_err());
+        }
+        validate_user_name(".x").unwrap();
+        let json = serde_json::to_string(&NewUser {
+            name: "b".into(),
+            password: "p".into(),
+            uid: None,
+            gid: None,
+        })
+        .unwrap();
+        assert_eq!(json, r#"{"name":"b","password":"p"}"#);
+    }
+
+    #[test]
+    fn protocol_parse() {
+        assert_eq!("SMB".parse::<Protocol>().unwrap(), Protocol::Smb);
+        assert_eq!("nfs".parse::<Protocol>().unwrap(), Protocol::Nfs);
+        assert!("afp".parse::<Protocol>().is_err());
+        assert_eq!(serde_json::to_string(&Protocol::Smb).unwrap(), "\"smb\"");
+    }
+
+    #[test]
+    fn error_statuses() {
+        assert_eq!(ApiError::invalid_argument("x").http_status(), 400);
+        assert_eq!(ApiError::unauthorized("x").http_status(), 401);
+        assert_eq!(ApiError::not_found("x").http_status(), 404);
+        assert_eq!(ApiError::already_exists("x").http_status(), 409);
+        assert_eq!(ApiError::internal("x").http_status(), 500);
+        assert_eq!(ApiError::new("weird", "x").http_status(), 500);
+        for s in [400, 401, 404, 405, 409, 413] {
+            assert_eq!(
+                ApiError::new(ApiError::code_for_status(s), "").http_status(),
+                s
+            );
+        }
+    }
+
+    #[test]
+    fn nfs_allows() {
+        let rules = NfsExportRules {
+            clients: vec!["10.1.0.0/16".into()],
+            ..Default::default()
+        };
+        assert!(rules.allows("10.1.2.3".parse().unwrap()));
+        assert!(!rules.allows("10.2.2.3".parse().unwrap()));
+        assert!(NfsExportRules::default().allows("::1".parse().unwrap()));
+    }
+}

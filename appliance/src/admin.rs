@@ -1,0 +1,326 @@
+//! The admin API server: HTTP/1.1 on a loopback port, one request per
+//! connection, authenticated by the API token (the file `admin.token` in the
+//! data directory) or the admin user's password.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use duet_admin_api::http::{Parsed, RequestParser};
+use duet_admin_api::{
+    credentials, encode_response, route, AdminRequest, AdminResponse, ApiError, Credentials, FsckReport,
+    ListenerInfo, NewUser, NfsExportRules, Protocol, RaftInfo, RequestStats, Share, Stats, StatusInfo, UserInfo,
+};
+use duet_cluster::records::{Command, ShareRecord, UserRecord};
+use duet_cluster::machine::AdminError;
+use duet_cluster_store::{Query, QueryAnswer};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+
+use crate::engine::Engine;
+use crate::secrets;
+
+/// What `status` reports about the process.
+pub struct NodeInfo {
+    pub node_id: u64,
+    pub executors: u32,
+    pub data_dir: String,
+    pub listeners: Vec<ListenerInfo>,
+    pub started: Instant,
+}
+
+pub struct Admin {
+    pub engine: Rc<Engine>,
+    pub node: NodeInfo,
+}
+
+/// Accepts admin connections until `stop` fires.
+pub async fn serve(admin: Rc<Admin>, listener: TcpListener, stop: flume::Receiver<()>) {
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            let _ = stop.recv_async().await;
+            None
+        })
+        .await;
+        match accepted {
+            None => return,
+            Some(Ok(stream)) => {
+                let a = admin.clone();
+                glommio::spawn_local(async move {
+                    if let Err(e) = a.connection(stream).await {
+                        tracing::debug!("admin connection: {e}");
+                    }
+                })
+                .detach();
+            }
+            Some(Err(e)) => {
+                tracing::warn!("admin accept: {e}");
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| std::io::Error::other(format!("cannot listen on {addr} (admin API): {e}")))
+}
+
+fn admin_err(e: AdminError) -> ApiError {
+    match e {
+        AdminError::Exists(m) => ApiError::already_exists(format!("{m} already exists")),
+        AdminError::NotFound(m) => ApiError::not_found(format!("{m} not found")),
+        AdminError::Invalid(m) => ApiError::invalid_argument(m),
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(e.to_string())
+}
+
+fn share_to_api(s: ShareRecord) -> Share {
+    let mut protocols = Vec::new();
+    if s.smb {
+        protocols.push(Protocol::Smb);
+    }
+    if s.nfs {
+        protocols.push(Protocol::Nfs);
+    }
+    Share {
+        name: s.name,
+        path: s.path,
+        protocols,
+        read_only: s.read_only,
+        guest_ok: s.guest_ok,
+        nfs: NfsExportRules { clients: s.nfs_clients, root_squash: s.root_squash, append_extension: s.append_extension },
+    }
+}
+
+pub fn share_from_api(s: &Share) -> ShareRecord {
+    ShareRecord {
+        name: s.name.clone(),
+        path: s.path.clone(),
+        smb: s.has_protocol(Protocol::Smb),
+        nfs: s.has_protocol(Protocol::Nfs),
+        read_only: s.read_only,
+        guest_ok: s.guest_ok,
+        nfs_clients: s.nfs.clients.clone(),
+        root_squash: s.nfs.root_squash,
+        append_extension: s.nfs.append_extension,
+    }
+}
+
+fn user_info(u: &UserRecord) -> UserInfo {
+    UserInfo { name: u.name.clone(), uid: u.uid, gid: u.gid, enabled: u.enabled }
+}
+
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+impl Admin {
+    async fn connection(&self, mut stream: TcpStream) -> std::io::Result<()> {
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+        let mut parser = RequestParser::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        let req = loop {
+            let n = stream.read(&mut buf).await?;
+            let parsed = if n == 0 { parser.finish() } else { parser.feed(&buf[..n]) };
+            match parsed {
+                Parsed::Incomplete if n == 0 => return Ok(()),
+                Parsed::Incomplete => continue,
+                Parsed::Complete(r) => break Ok(r),
+                Parsed::Error(e) => break Err(ApiError::from(e)),
+            }
+        };
+        let result = match req {
+            Ok(req) => match self.authenticate(credentials(&req)).await {
+                Ok(()) => match route(&req) {
+                    Ok(r) => {
+                        let what = format!("{r:?}");
+                        let out = self.handle(r).await;
+                        if let Err(e) = &out {
+                            tracing::info!("admin: {what}: {}", e.message);
+                        }
+                        out
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => {
+                    tracing::warn!(peer = ?stream.peer_addr().ok(), "admin API: authentication failed");
+                    Err(e)
+                }
+            },
+            Err(e) => Err(e),
+        };
+        stream.write_all(&encode_response(&result)).await?;
+        stream.flush().await?;
+        let _ = stream.shutdown(std::net::Shutdown::Both).await;
+        Ok(())
+    }
+
+    async fn secret(&self, name: &str) -> Option<Vec<u8>> {
+        match self.engine.store.query(Query::AdminSecret(name.into())).await {
+            Ok(QueryAnswer::Secret(s)) => s,
+            _ => None,
+        }
+    }
+
+    async fn authenticate(&self, c: Option<Credentials>) -> Result<(), ApiError> {
+        let ok = match &c {
+            Some(Credentials::Bearer(token)) => match self.secret("token").await {
+                Some(stored) => secrets::verify_secret(token, &stored),
+                None => false,
+            },
+            Some(Credentials::Basic { user, password }) => match self.secret(&format!("user:{user}")).await {
+                Some(stored) => secrets::verify_secret(password, &stored),
+                None => false,
+            },
+            None => {
+                return Err(ApiError::unauthorized(
+                    "credentials required: a bearer token (admin.token in the data directory) or the admin user",
+                ))
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(ApiError::unauthorized("wrong token, user or password"))
+        }
+    }
+
+    async fn command(&self, cmd: Command) -> Result<(), ApiError> {
+        let out = self.engine.store.command(cmd).await.map_err(internal)?;
+        match out.applied.admin {
+            Some(Ok(())) | None => Ok(()),
+            Some(Err(e)) => Err(admin_err(e)),
+        }
+    }
+
+    async fn query(&self, q: Query) -> Result<QueryAnswer, ApiError> {
+        self.engine.store.query(q).await.map_err(internal)
+    }
+
+    pub async fn handle(&self, r: AdminRequest) -> Result<AdminResponse, ApiError> {
+        match r {
+            AdminRequest::Status => {
+                let QueryAnswer::Raft(raft) = self.query(Query::RaftStatus).await? else { return Err(internal("raft")) };
+                let QueryAnswer::Shares(shares) = self.query(Query::Shares).await? else { return Err(internal("shares")) };
+                let QueryAnswer::Users(users) = self.query(Query::Users).await? else { return Err(internal("users")) };
+                let QueryAnswer::Count(files) = self.query(Query::NodeCount).await? else { return Err(internal("nodes")) };
+                Ok(AdminResponse::Status(StatusInfo {
+                    version: env!("CARGO_PKG_VERSION").into(),
+                    node_id: self.node.node_id,
+                    uptime_s: self.node.started.elapsed().as_secs(),
+                    executors: self.node.executors,
+                    data_dir: self.node.data_dir.clone(),
+                    listeners: self.node.listeners.clone(),
+                    raft: RaftInfo {
+                        term: raft.term,
+                        commit_index: raft.commit_index,
+                        applied_index: raft.applied_index,
+                        voters: raft.voters,
+                    },
+                    shares: shares.len() as u32,
+                    users: users.len() as u32,
+                    files,
+                }))
+            }
+            AdminRequest::ShareList => {
+                let QueryAnswer::Shares(s) = self.query(Query::Shares).await? else { return Err(internal("shares")) };
+                Ok(AdminResponse::Shares(s.into_iter().map(share_to_api).collect()))
+            }
+            AdminRequest::ShareShow(name) => match self.query(Query::Share(name.clone())).await? {
+                QueryAnswer::Share(Some(s)) => Ok(AdminResponse::Share(share_to_api(s))),
+                _ => Err(ApiError::not_found(format!("share {name} not found"))),
+            },
+            AdminRequest::ShareAdd(share) => {
+                share.validate()?;
+                self.command(Command::PutShare { share: share_from_api(&share), replace: false, now_ns: now_ns() }).await?;
+                Ok(AdminResponse::ShareCreated(share))
+            }
+            AdminRequest::ShareRemove(name) => {
+                self.command(Command::RemoveShare { name }).await?;
+                Ok(AdminResponse::NoContent)
+            }
+            AdminRequest::UserList => {
+                let QueryAnswer::Users(u) = self.query(Query::Users).await? else { return Err(internal("users")) };
+                Ok(AdminResponse::Users(u.iter().map(user_info).collect()))
+            }
+            AdminRequest::UserAdd(NewUser { name, password, uid, gid }) => {
+                let user = UserRecord {
+                    name: name.clone(),
+                    uid: uid.unwrap_or(u32::MAX),
+                    gid: gid.or(uid).unwrap_or(u32::MAX),
+                    nt_hash: secrets::nt_hash(&password),
+                    enabled: true,
+                };
+                self.command(Command::PutUser { user, replace: false }).await?;
+                match self.query(Query::User(name.clone())).await? {
+                    QueryAnswer::User(Some(u)) => Ok(AdminResponse::UserCreated(user_info(&u))),
+                    _ => Err(internal("user vanished after creation")),
+                }
+            }
+            AdminRequest::UserPasswd { name, password } => {
+                let QueryAnswer::User(Some(mut u)) = self.query(Query::User(name.clone())).await? else {
+                    return Err(ApiError::not_found(format!("user {name} not found")));
+                };
+                u.nt_hash = secrets::nt_hash(&password);
+                self.command(Command::PutUser { user: u, replace: true }).await?;
+                Ok(AdminResponse::NoContent)
+            }
+            AdminRequest::UserRemove(name) => {
+                self.command(Command::RemoveUser { name }).await?;
+                Ok(AdminResponse::NoContent)
+            }
+            AdminRequest::Stats => Ok(AdminResponse::Stats(self.stats())),
+            AdminRequest::Fsck => {
+                // Let the destager settle first so that queued data does not
+                // hide a missing chunk.
+                let chunk_files = self.engine.data.list_chunks();
+                let QueryAnswer::Fsck(r) = self.query(Query::Fsck { chunk_files }).await? else {
+                    return Err(internal("fsck"));
+                };
+                Ok(AdminResponse::Fsck(FsckReport { nodes: r.nodes, edges: r.edges, chunks: r.chunks, problems: r.problems }))
+            }
+        }
+    }
+
+    fn stats(&self) -> Stats {
+        let c = self.engine.store.counters();
+        let d = &self.engine.data.counters;
+        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            batches: ld(&c.batches),
+            proposals: ld(&c.proposals),
+            fsyncs: ld(&c.fsyncs) + ld(&d.log_fsyncs) + ld(&d.chunk_fsyncs),
+            rocksdb_reads: ld(&c.rocksdb_reads),
+            rocksdb_writes: ld(&c.rocksdb_writes),
+            chunk_reads: ld(&d.chunk_reads),
+            chunk_writes: ld(&d.chunk_writes),
+            log_writes: ld(&d.log_writes),
+            by_request: self
+                .engine
+                .stats
+                .snapshot()
+                .into_iter()
+                .map(|(tag, n, cost)| RequestStats {
+                    protocol: tag.protocol,
+                    request: tag.request,
+                    count: n,
+                    batches: n,
+                    proposals: cost.proposals,
+                    fsyncs: cost.fsyncs,
+                    rocksdb_reads: cost.rocksdb_reads,
+                    rocksdb_writes: cost.rocksdb_writes,
+                    chunk_reads: cost.chunk_reads,
+                    chunk_writes: cost.chunk_writes,
+                })
+                .collect(),
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! duetd's configuration: TOML, every key optional, defaults documented in
+//! [`DEFAULT_CONFIG`] (printed by `duetd --print-default-config`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// The default configuration, as a commented TOML file.
+pub const DEFAULT_CONFIG: &str = r#"# duetd configuration. Every key is optional; these are the defaults.
+
+# Where metadata, the write log and chunks live.
+data_dir = "/var/lib/duet"
+# This node's raft id (a single node is a one-voter group).
+node_id = 1
+# Executors (threads, one per core). 0: one per available core.
+executors = 0
+# Memory registered with io_uring per executor, in MiB.
+io_memory_mib = 2
+
+[admin]
+# The admin API. Keep it on loopback unless a firewall guards it.
+listen = "127.0.0.1:7445"
+
+[smb]
+enabled = true
+listen = "0.0.0.0:445"
+
+[nfs]
+enabled = true
+listen = "0.0.0.0:2049"
+
+[cache]
+# Size of one write-log segment file, in MiB.
+log_segment_mib = 64
+# How often the destager looks for data to move into chunks, in ms.
+destage_interval_ms = 20
+
+[log]
+# tracing env-filter syntax; RUST_LOG overrides it.
+filter = "info"
+
+# The share created on first start (both protocols).
+[default_share]
+name = "public"
+path = "/public"
+"#;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub node_id: u64,
+    pub executors: usize,
+    pub io_memory_mib: usize,
+    pub admin: AdminConfig,
+    pub smb: ListenerConfig,
+    pub nfs: ListenerConfig,
+    pub cache: CacheConfig,
+    pub log: LogConfig,
+    pub default_share: DefaultShare,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    pub listen: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    pub listen: String,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    pub log_segment_mib: u64,
+    pub destage_interval_ms: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub filter: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DefaultShare {
+    pub name: String,
+    pub path: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("/var/lib/duet"),
+            node_id: 1,
+            executors: 0,
+            io_memory_mib: 2,
+            admin: AdminConfig::default(),
+            smb: ListenerConfig { enabled: true, listen: "0.0.0.0:445".into() },
+            nfs: ListenerConfig { enabled: true, listen: "0.0.0.0:2049".into() },
+            cache: CacheConfig::default(),
+            log: LogConfig::default(),
+            default_share: DefaultShare::default(),
+        }
+    }
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { listen: "127.0.0.1:7445".into() }
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { log_segment_mib: 64, destage_interval_ms: 20 }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { filter: "info".into() }
+    }
+}
+
+impl Default for DefaultShare {
+    fn default() -> Self {
+        DefaultShare { name: "public".into(), path: "/public".into() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("{key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let c: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: origin.into(), message: e.to_string() })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
+        if self.data_dir.as_os_str().is_empty() {
+            return invalid("data_dir", "must not be empty".into());
+        }
+        if self.node_id == 0 {
+            return invalid("node_id", "must be at least 1 (raft ids start at 1)".into());
+        }
+        if self.executors > 1024 {
+            return invalid("executors", format!("{} is more than 1024", self.executors));
+        }
+        if !(1..=1024).contains(&self.io_memory_mib) {
+            return invalid("io_memory_mib", format!("{} is outside 1..=1024", self.io_memory_mib));
+        }
+        for (key, addr) in [
+            ("admin.listen", &self.admin.listen),
+            ("smb.listen", &self.smb.listen),
+            ("nfs.listen", &self.nfs.listen),
+        ] {
+            if addr.parse::<SocketAddr>().is_err() {
+                return invalid(key, format!("{addr:?} is not an address:port such as 0.0.0.0:445"));
+            }
+        }
+        if !(1..=4096).contains(&self.cache.log_segment_mib) {
+            return invalid("cache.log_segment_mib", format!("{} is outside 1..=4096", self.cache.log_segment_mib));
+        }
+        if !(1..=60_000).contains(&self.cache.destage_interval_ms) {
+            return invalid(
+                "cache.destage_interval_ms",
+                format!("{} is outside 1..=60000", self.cache.destage_interval_ms),
+            );
+        }
+        if let Err(e) = duet_admin_api::validate_share_name(&self.default_share.name) {
+            return invalid("default_share.name", e.message);
+        }
+        if let Err(e) = duet_admin_api::validate_share_path(&self.default_share.path) {
+            return invalid("default_share.path", e.message);
+        }
+        Ok(())
+    }
+
+    pub fn executors(&self) -> usize {
+        if self.executors == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        } else {
+            self.executors
+        }
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        // validate() checked it
+        self.admin.listen.parse().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 7445)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_text_matches_defaults() {
+        let c = Config::parse(DEFAULT_CONFIG, "default").unwrap();
+        let d = Config::default();
+        assert_eq!(c.data_dir, d.data_dir);
+        assert_eq!(c.admin.listen, d.admin.listen);
+        assert_eq!(c.smb.listen, d.smb.listen);
+        assert_eq!(c.cache.log_segment_mib, d.cache.log_segment_mib);
+        assert_eq!(c.default_share.name, "public");
+    }
+
+    #[test]
+    fn empty_config_is_the_default() {
+        let c = Config::parse("", "empty").unwrap();
+        assert_eq!(c.node_id, 1);
+    }
+
+    #[test]
+    fn bad_values_get_clear_errors() {
+        let e = Config::parse("executors = 5000", "t").unwrap_err().to_string();
+        assert!(e.contains("executors"), "{e}");
+        let e = Config::parse("[smb]\nlisten = \"445\"", "t").unwrap_err().to_string();
+        assert!(e.contains("smb.listen"), "{e}");
+        let e = Config::parse("colour = 1", "t").unwrap_err().to_string();
+        assert!(e.contains("unknown field"), "{e}");
+        let e = Config::parse("node_id = \"one\"", "t").unwrap_err().to_string();
+        assert!(e.contains("node_id") || e.contains("invalid type"), "{e}");
+        let e = Config::parse("[default_share]\nname = \"a b\"", "t").unwrap_err().to_string();
+        assert!(e.contains("default_share.name"), "{e}");
+    }
+}

@@ -1,0 +1,560 @@
+//! File data on local storage: the write log and the chunk store, both
+//! O_DIRECT files driven by io_uring (glommio DMA files), and the destager
+//! that moves logged data into chunks.
+//!
+//! Write path: data that will not live inline is appended to the write log
+//! and made durable (one fdatasync shared by every append of the group)
+//! before its metadata commit is proposed. The commit queues a data record
+//! naming the log sequence number; the destager applies queued records in
+//! order to the chunk files, syncs them, and only then commits `Destaged`,
+//! which drops the records. A crash anywhere replays the queue: applying a
+//! record again gives the same bytes.
+//!
+//! Log records that no commit names (the batch failed, or the process died
+//! before committing) are never applied and their segment is deleted.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use duet_cluster::machine::ReadPlan;
+use duet_cluster::records::{Command, DataOp};
+use duet_cluster_store::{Query, QueryAnswer, StoreHandle};
+use duet_fs::{NodeId, CHUNK_SIZE};
+use glommio::io::{DmaFile, OpenOptions};
+
+use duet_cache::{align_up, cut, decode_header, encode_record, patch, record_len, releasable, verify, SegmentSpan, ALIGN, HEADER_LEN as HEADER};
+/// Most data records one destage round takes.
+const DESTAGE_BATCH: usize = 256;
+
+/// Counters of data-path operations.
+#[derive(Debug, Default)]
+pub struct DataCounters {
+    pub log_writes: AtomicU64,
+    pub log_fsyncs: AtomicU64,
+    pub chunk_reads: AtomicU64,
+    pub chunk_writes: AtomicU64,
+    pub chunk_fsyncs: AtomicU64,
+    pub destaged_records: AtomicU64,
+}
+
+fn io_err(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what} {}: {e}", path.display()))
+}
+
+struct Segment {
+    file: Rc<DmaFile>,
+    path: PathBuf,
+    first_lsn: u64,
+    last_lsn: u64,
+    /// Next write position.
+    len: u64,
+}
+
+struct LogState {
+    segments: BTreeMap<u64, Segment>,
+    /// lsn -> (segment, record position, data length)
+    index: HashMap<u64, (u64, u64, u64)>,
+    next_lsn: u64,
+    current: u64,
+}
+
+#[derive(Default)]
+struct SyncState {
+    done_writes: u64,
+    synced_upto: u64,
+    running: bool,
+    dirty: BTreeSet<u64>,
+    waiters: Vec<flume::Sender<()>>,
+}
+
+/// The data path of one node. Lives on one executor (`Rc`, not `Send`).
+pub struct DataPath {
+    dir: PathBuf,
+    segment_max: u64,
+    log: RefCell<LogState>,
+    sync: RefCell<SyncState>,
+    /// Log sequence numbers still needed: appended and not yet destaged.
+    live: RefCell<BTreeSet<u64>>,
+    reserve: glommio::sync::Semaphore,
+    destaged_upto: Cell<u64>,
+    pub counters: Arc<DataCounters>,
+}
+
+impl DataPath {
+    /// Opens the write log and chunk store under `dir`, recovering the log.
+    /// `store` tells which logged records are still queued.
+    pub async fn open(dir: &Path, segment_max: u64, store: &StoreHandle) -> io::Result<Rc<DataPath>> {
+        let wal = dir.join("wal");
+        let chunks = dir.join("chunks");
+        std::fs::create_dir_all(&wal).map_err(|e| io_err("cannot create", &wal, e))?;
+        for i in 0..256 {
+            let d = chunks.join(format!("{i:02x}"));
+            std::fs::create_dir_all(&d).map_err(|e| io_err("cannot create", &d, e))?;
+        }
+        let mut names: Vec<(u64, PathBuf)> = std::fs::read_dir(&wal)
+            .map_err(|e| io_err("cannot list", &wal, e))?
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let p = e.path();
+                let seq = u64::from_str_radix(p.file_stem()?.to_str()?, 16).ok()?;
+                (p.extension()? == "log").then_some((seq, p))
+            })
+            .collect();
+        names.sort();
+        let mut state = LogState { segments: BTreeMap::new(), index: HashMap::new(), next_lsn: 1, current: 0 };
+        for (seq, path) in names {
+            let file = OpenOptions::new().read(true).write(true).dma_open(&path).await
+                .map_err(|e| io_err("cannot open", &path, e))?;
+            let size = file.file_size().await.map_err(|e| io_err("cannot stat", &path, e))?;
+            let mut pos = 0u64;
+            let (mut first, mut last) = (u64::MAX, 0u64);
+            while pos + HEADER <= size {
+                let h = file.read_at(pos, HEADER as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
+                let Some(h) = decode_header(&h, segment_max) else { break };
+                let (lsn, len) = (h.lsn, h.len);
+                if pos + HEADER + len > size {
+                    break; // torn tail
+                }
+                let data = file.read_at(pos + HEADER, len as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
+                if !verify(&h, &data) {
+                    break;
+                }
+                state.index.insert(lsn, (seq, pos, len));
+                first = first.min(lsn);
+                last = last.max(lsn);
+                state.next_lsn = state.next_lsn.max(lsn + 1);
+                pos = align_up(pos + HEADER + len);
+            }
+            state.segments.insert(seq, Segment { file: Rc::new(file), path, first_lsn: first, last_lsn: last, len: pos });
+            state.current = state.current.max(seq);
+        }
+        // Always start a fresh segment: never append after a torn tail.
+        let seq = state.current + 1;
+        let path = wal.join(format!("{seq:016x}.log"));
+        let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
+            .map_err(|e| io_err("cannot create", &path, e))?;
+        state.segments.insert(seq, Segment { file: Rc::new(file), path, first_lsn: u64::MAX, last_lsn: 0, len: 0 });
+        state.current = seq;
+        let dp = Rc::new(DataPath {
+            dir: dir.to_path_buf(),
+            segment_max,
+            log: RefCell::new(state),
+            sync: RefCell::new(SyncState::default()),
+            live: RefCell::new(BTreeSet::new()),
+            reserve: glommio::sync::Semaphore::new(1),
+            destaged_upto: Cell::new(0),
+            counters: Arc::new(DataCounters::default()),
+        });
+        // Records still queued keep their log data alive.
+        let mut after = 0;
+        loop {
+            let QueryAnswer::DataQueue(recs) = store
+                .query(Query::DataQueue { after, limit: 4096 })
+                .await
+                .map_err(io::Error::other)?
+            else {
+                break;
+            };
+            let Some(last) = recs.last().map(|(d, _)| *d) else { break };
+            for (_, r) in &recs {
+                if let DataOp::WriteLogged { lsn, .. } = r.op {
+                    dp.live.borrow_mut().insert(lsn);
+                }
+            }
+            after = last;
+        }
+        dp.release_segments().await;
+        Ok(dp)
+    }
+
+    /// Appends `data` to the write log and waits until it is durable.
+    /// Returns its log sequence number.
+    pub async fn log_append(&self, data: &[u8]) -> io::Result<u64> {
+        let total = record_len(data.len() as u64);
+        let (file, pos, lsn, seq) = {
+            let _permit = self.reserve.acquire_permit(1).await.map_err(io::Error::other)?;
+            let need_new = {
+                let log = self.log.borrow();
+                let cur = &log.segments[&log.current];
+                cur.len > 0 && cur.len + total > self.segment_max
+            };
+            if need_new {
+                let seq = self.log.borrow().current + 1;
+                let path = self.dir.join("wal").join(format!("{seq:016x}.log"));
+                let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
+                    .map_err(|e| io_err("cannot create", &path, e))?;
+                let mut log = self.log.borrow_mut();
+                log.segments.insert(seq, Segment { file: Rc::new(file), path, first_lsn: u64::MAX, last_lsn: 0, len: 0 });
+                log.current = seq;
+            }
+            let mut log = self.log.borrow_mut();
+            let lsn = log.next_lsn;
+            log.next_lsn += 1;
+            let seq = log.current;
+            let seg = log.segments.get_mut(&seq).ok_or_else(|| io::Error::other("no current log segment"))?;
+            let pos = seg.len;
+            seg.len += total;
+            seg.first_lsn = seg.first_lsn.min(lsn);
+            seg.last_lsn = seg.last_lsn.max(lsn);
+            let file = seg.file.clone();
+            log.index.insert(lsn, (seq, pos, data.len() as u64));
+            self.live.borrow_mut().insert(lsn);
+            (file, pos, lsn, seq)
+        };
+        let mut buf = file.alloc_dma_buffer(total as usize);
+        encode_record(buf.as_bytes_mut(), lsn, data);
+        let written = file.write_at(buf, pos).await;
+        if let Err(e) = written {
+            self.forget(&[lsn]);
+            return Err(io::Error::other(format!("write log append: {e}")));
+        }
+        self.counters.log_writes.fetch_add(1, Ordering::Relaxed);
+        self.sync.borrow_mut().dirty.insert(seq);
+        if let Err(e) = self.wait_durable().await {
+            self.forget(&[lsn]);
+            return Err(e);
+        }
+        Ok(lsn)
+    }
+
+    /// Group commit of the log: waits for an fdatasync that started after
+    /// this task's write completed; one sync serves every waiting writer.
+    async fn wait_durable(&self) -> io::Result<()> {
+        let my = {
+            let mut s = self.sync.borrow_mut();
+            s.done_writes += 1;
+            s.done_writes
+        };
+        loop {
+            let (target, files) = {
+                let mut s = self.sync.borrow_mut();
+                if s.synced_upto >= my {
+                    return Ok(());
+                }
+                if s.running {
+                    let (tx, rx) = flume::bounded(1);
+                    s.waiters.push(tx);
+                    drop(s);
+                    let _ = rx.recv_async().await;
+                    continue;
+                }
+                s.running = true;
+                let dirty: Vec<u64> = std::mem::take(&mut s.dirty).into_iter().collect();
+                let log = self.log.borrow();
+                let files: Vec<Rc<DmaFile>> =
+                    dirty.iter().filter_map(|seq| log.segments.get(seq).map(|g| g.file.clone())).collect();
+                (s.done_writes, files)
+            };
+            let mut result = Ok(());
+            for f in files {
+                if let Err(e) = f.fdatasync().await {
+                    result = Err(io::Error::other(format!("write log fdatasync: {e}")));
+                }
+                self.counters.log_fsyncs.fetch_add(1, Ordering::Relaxed);
+            }
+            let waiters = {
+                let mut s = self.sync.borrow_mut();
+                s.running = false;
+                if result.is_ok() {
+                    s.synced_upto = target;
+                }
+                std::mem::take(&mut s.waiters)
+            };
+            for w in waiters {
+                let _ = w.send(());
+            }
+            result?;
+        }
+    }
+
+    /// These log records will never be applied (their batch failed).
+    pub fn forget(&self, lsns: &[u64]) {
+        let mut live = self.live.borrow_mut();
+        for l in lsns {
+            live.remove(l);
+        }
+    }
+
+    /// Reads `n` bytes at `skip` of the data of log record `lsn`.
+    async fn log_read(&self, lsn: u64, skip: u64, n: u64) -> io::Result<Option<Vec<u8>>> {
+        let (file, pos, len) = {
+            let log = self.log.borrow();
+            let Some(&(seq, pos, len)) = log.index.get(&lsn) else { return Ok(None) };
+            let Some(seg) = log.segments.get(&seq) else { return Ok(None) };
+            (seg.file.clone(), pos, len)
+        };
+        let skip = skip.min(len);
+        let n = n.min(len - skip);
+        if n == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let r = file.read_at(pos + HEADER + skip, n as usize).await.map_err(|e| io::Error::other(format!("write log read: {e}")))?;
+        Ok(Some(r.to_vec()))
+    }
+
+    /// Deletes log segments that hold no live record.
+    async fn release_segments(&self) {
+        let doomed: Vec<(u64, PathBuf)> = {
+            let log = self.log.borrow();
+            let spans: Vec<SegmentSpan> = log
+                .segments
+                .iter()
+                .map(|(seq, s)| SegmentSpan { seq: *seq, first_lsn: s.first_lsn, last_lsn: s.last_lsn })
+                .collect();
+            releasable(&spans, log.current, &self.live.borrow())
+                .into_iter()
+                .filter_map(|seq| Some((seq, log.segments.get(&seq)?.path.clone())))
+                .collect()
+        };
+        for (seq, path) in doomed {
+            {
+                let mut log = self.log.borrow_mut();
+                log.segments.remove(&seq);
+                log.index.retain(|_, (s, _, _)| *s != seq);
+            }
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!("cannot delete write-log segment {}: {e}", path.display());
+            }
+        }
+    }
+
+    fn chunk_path(&self, file: NodeId, idx: u64) -> PathBuf {
+        self.dir.join("chunks").join(format!("{:02x}", file % 256)).join(format!("{file}.{idx}"))
+    }
+
+    /// Every chunk file present, as (file id, index), for fsck.
+    pub fn list_chunks(&self) -> Vec<(NodeId, u64)> {
+        let mut out = Vec::new();
+        for i in 0..256 {
+            let d = self.dir.join("chunks").join(format!("{i:02x}"));
+            let Ok(rd) = std::fs::read_dir(&d) else { continue };
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if let Some((f, x)) = name.split_once('.') {
+                    if let (Ok(f), Ok(x)) = (f.parse(), x.parse()) {
+                        out.push((f, x));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Bytes `[offset, offset+len)` of a file as the chunk store has them
+    /// (zeros where there is no chunk).
+    async fn read_chunks(&self, file: NodeId, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+        let mut out = vec![0u8; len as usize];
+        let mut pos = offset;
+        let end = offset + len;
+        while pos < end {
+            let idx = pos / CHUNK_SIZE;
+            let co = pos % CHUNK_SIZE;
+            let n = (CHUNK_SIZE - co).min(end - pos);
+            let path = self.chunk_path(file, idx);
+            match DmaFile::open(&path).await {
+                Ok(f) => {
+                    let r = f.read_at(co, n as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
+                    let at = (pos - offset) as usize;
+                    out[at..at + r.len()].copy_from_slice(&r);
+                    self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
+                    let _ = f.close().await;
+                }
+                Err(glommio::GlommioError::IoError(e)) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("cannot open", &path, e)),
+            }
+            pos += n;
+        }
+        Ok(out)
+    }
+
+    async fn open_chunk(
+        &self,
+        open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>,
+        file: NodeId,
+        idx: u64,
+    ) -> io::Result<Rc<DmaFile>> {
+        if let Some(f) = open.get(&(file, idx)) {
+            return Ok(f.clone());
+        }
+        let path = self.chunk_path(file, idx);
+        let f = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
+            .map_err(|e| io_err("cannot open", &path, e))?;
+        let f = Rc::new(f);
+        open.insert((file, idx), f.clone());
+        Ok(f)
+    }
+
+    /// Writes `data` at `offset` of a file's chunks (read-modify-write of
+    /// partial blocks).
+    async fn write_chunks(
+        &self,
+        open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>,
+        file: NodeId,
+        offset: u64,
+        data: &[u8],
+    ) -> io::Result<()> {
+        let mut pos = offset;
+        let end = offset + data.len() as u64;
+        while pos < end {
+            let idx = pos / CHUNK_SIZE;
+            let co = pos % CHUNK_SIZE;
+            let n = (CHUNK_SIZE - co).min(end - pos);
+            let f = self.open_chunk(open, file, idx).await?;
+            let a0 = co / ALIGN * ALIGN;
+            let a1 = align_up(co + n);
+            let mut buf = f.alloc_dma_buffer((a1 - a0) as usize);
+            {
+                let b = buf.as_bytes_mut();
+                b.fill(0);
+                if a0 != co || a1 != co + n {
+                    // Keep what is around the write in its first and last block.
+                    let size = f.file_size().await.map_err(io::Error::other)?;
+                    if a0 < size {
+                        let old = f.read_at_aligned(a0, (a1 - a0) as usize).await.map_err(io::Error::other)?;
+                        let m = old.len().min(b.len());
+                        b[..m].copy_from_slice(&old[..m]);
+                    }
+                }
+                let src = (pos - offset) as usize;
+                let at = (co - a0) as usize;
+                b[at..at + n as usize].copy_from_slice(&data[src..src + n as usize]);
+            }
+            f.write_at(buf, a0).await.map_err(|e| io::Error::other(format!("chunk write: {e}")))?;
+            self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
+            pos += n;
+        }
+        Ok(())
+    }
+
+    /// Applies a truncation to `size` to a file's chunks.
+    async fn truncate_chunks(&self, open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>, file: NodeId, size: u64) -> io::Result<()> {
+        let keep = size.div_ceil(CHUNK_SIZE);
+        for (f, idx) in self.chunks_of(file) {
+            if idx >= keep {
+                open.remove(&(f, idx));
+                let p = self.chunk_path(f, idx);
+                std::fs::remove_file(&p).map_err(|e| io_err("cannot delete", &p, e))?;
+            }
+        }
+        let co = size % CHUNK_SIZE;
+        if co != 0 {
+            let idx = size / CHUNK_SIZE;
+            if std::fs::metadata(self.chunk_path(file, idx)).is_ok() {
+                let f = self.open_chunk(open, file, idx).await?;
+                let cur = f.file_size().await.map_err(io::Error::other)?;
+                if cur > co {
+                    // Zero the tail of the last block, then cut the file.
+                    let a0 = co / ALIGN * ALIGN;
+                    let mut buf = f.alloc_dma_buffer(ALIGN as usize);
+                    let old = f.read_at_aligned(a0, ALIGN as usize).await.map_err(io::Error::other)?;
+                    let b = buf.as_bytes_mut();
+                    b.fill(0);
+                    let keep_n = (co - a0) as usize;
+                    b[..keep_n.min(old.len())].copy_from_slice(&old[..keep_n.min(old.len())]);
+                    f.write_at(buf, a0).await.map_err(io::Error::other)?;
+                    f.truncate(align_up(co)).await.map_err(io::Error::other)?;
+                    self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn chunks_of(&self, file: NodeId) -> Vec<(NodeId, u64)> {
+        let d = self.dir.join("chunks").join(format!("{:02x}", file % 256));
+        let prefix = format!("{file}.");
+        let Ok(rd) = std::fs::read_dir(&d) else { return Vec::new() };
+        rd.flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let idx = name.strip_prefix(&prefix)?.parse().ok()?;
+                Some((file, idx))
+            })
+            .collect()
+    }
+
+    /// Fills in a read whose data is in chunks: the chunk store's bytes with
+    /// the queued records laid over them in order.
+    pub async fn read(&self, plan: &ReadPlan) -> io::Result<Vec<u8>> {
+        let (offset, len) = (plan.offset, plan.len);
+        let mut buf = self.read_chunks(plan.file, offset, len).await?;
+        let end = offset + len;
+        for (_, rec) in &plan.overlay {
+            match &rec.op {
+                DataOp::WriteInline { offset: o, data } => patch(&mut buf, offset, *o, data),
+                DataOp::WriteLogged { offset: o, lsn, len: l } => {
+                    let from = offset.max(*o);
+                    let to = end.min(o + l);
+                    if from < to {
+                        // Gone from the log means already destaged into the chunk.
+                        if let Some(d) = self.log_read(*lsn, from - o, to - from).await? {
+                            patch(&mut buf, offset, from, &d);
+                        }
+                    }
+                }
+                DataOp::Truncate { size } => cut(&mut buf, offset, *size),
+                DataOp::Reclaim => buf.fill(0),
+            }
+        }
+        Ok(buf)
+    }
+
+    /// One destage round: applies up to [`DESTAGE_BATCH`] queued records to
+    /// the chunk store, syncs the chunks, commits. Returns how many records
+    /// it applied.
+    pub async fn destage_once(&self, store: &StoreHandle) -> io::Result<usize> {
+        let QueryAnswer::DataQueue(recs) = store
+            .query(Query::DataQueue { after: self.destaged_upto.get(), limit: DESTAGE_BATCH })
+            .await
+            .map_err(io::Error::other)?
+        else {
+            return Ok(0);
+        };
+        let Some(upto) = recs.last().map(|(d, _)| *d) else { return Ok(0) };
+        let mut open: HashMap<(NodeId, u64), Rc<DmaFile>> = HashMap::new();
+        let mut reclaimed = Vec::new();
+        let mut lsns = Vec::new();
+        for (dseq, rec) in &recs {
+            match &rec.op {
+                DataOp::WriteInline { offset, data } => self.write_chunks(&mut open, rec.file, *offset, data).await?,
+                DataOp::WriteLogged { offset, lsn, len } => {
+                    match self.log_read(*lsn, 0, *len).await? {
+                        Some(d) => self.write_chunks(&mut open, rec.file, *offset, &d).await?,
+                        None => tracing::error!(dseq, lsn, file = rec.file, "queued write's log record is missing"),
+                    }
+                    lsns.push(*lsn);
+                }
+                DataOp::Truncate { size } => self.truncate_chunks(&mut open, rec.file, *size).await?,
+                DataOp::Reclaim => {
+                    open.retain(|(f, _), _| *f != rec.file);
+                    for (f, idx) in self.chunks_of(rec.file) {
+                        let p = self.chunk_path(f, idx);
+                        std::fs::remove_file(&p).map_err(|e| io_err("cannot delete", &p, e))?;
+                    }
+                    reclaimed.push(rec.file);
+                }
+            }
+        }
+        for (_, f) in open.drain() {
+            f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
+            self.counters.chunk_fsyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        store.command(Command::Destaged { upto, reclaimed }).await.map_err(io::Error::other)?;
+        self.destaged_upto.set(upto);
+        self.counters.destaged_records.fetch_add(recs.len() as u64, Ordering::Relaxed);
+        self.forget(&lsns);
+        self.release_segments().await;
+        Ok(recs.len())
+    }
+
+    /// Log sequence numbers still needed (for tests and status).
+    pub fn live_records(&self) -> usize {
+        self.live.borrow().len()
+    }
+}

@@ -1,0 +1,229 @@
+//! The engine: takes batches from any executor, moves large write data into
+//! the write log, commits the batch through the metadata store (one raft
+//! proposal), fills reads from the chunk store, and counts every back-end
+//! operation per protocol request.
+//!
+//! It runs on the data executor, which owns the [`DataPath`]; other
+//! executors reach it through an [`EngineHandle`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use duet_cluster::records::DataOp;
+use duet_cluster_store::{StoreError, StoreHandle};
+use duet_fs::{Batch, BatchCost, BatchResult, Op, OpOutput, WriteData, INLINE_MAX};
+
+use crate::datapath::{DataCounters, DataPath};
+
+/// Names a protocol request for statistics ("smb", "create-chain").
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestTag {
+    pub protocol: String,
+    pub request: String,
+}
+
+impl RequestTag {
+    pub fn new(protocol: &str, request: &str) -> Self {
+        RequestTag { protocol: protocol.into(), request: request.into() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("metadata: {0}")]
+    Store(#[from] StoreError),
+    #[error("data: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the engine is shutting down")]
+    Closed,
+}
+
+/// Statistics by request type.
+#[derive(Default)]
+pub struct Stats {
+    by_request: Mutex<BTreeMap<RequestTag, (u64, BatchCost)>>,
+}
+
+impl Stats {
+    pub fn record(&self, tag: &RequestTag, cost: &BatchCost) {
+        if let Ok(mut m) = self.by_request.lock() {
+            let e = m.entry(tag.clone()).or_default();
+            e.0 += 1;
+            e.1.add(cost);
+        }
+    }
+
+    pub fn snapshot(&self) -> Vec<(RequestTag, u64, BatchCost)> {
+        self.by_request
+            .lock()
+            .map(|m| m.iter().map(|(t, (n, c))| (t.clone(), *n, *c)).collect())
+            .unwrap_or_default()
+    }
+}
+
+pub(crate) struct EngineRequest {
+    batch: Batch,
+    tag: RequestTag,
+    reply: flume::Sender<Result<BatchResult, EngineError>>,
+}
+
+/// Submits batches to the engine from any thread or executor.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: flume::Sender<EngineRequest>,
+    pub store: StoreHandle,
+    pub stats: Arc<Stats>,
+    pub data_counters: Arc<DataCounters>,
+}
+
+impl EngineHandle {
+    pub async fn submit(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+        let (reply, rx) = flume::bounded(1);
+        self.tx.send_async(EngineRequest { batch, tag, reply }).await.map_err(|_| EngineError::Closed)?;
+        rx.recv_async().await.map_err(|_| EngineError::Closed)?
+    }
+
+    pub fn submit_blocking(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+        let (reply, rx) = flume::bounded(1);
+        self.tx.send(EngineRequest { batch, tag, reply }).map_err(|_| EngineError::Closed)?;
+        rx.recv().map_err(|_| EngineError::Closed)?
+    }
+}
+
+/// The engine's side: lives on the data executor.
+pub struct Engine {
+    pub data: Rc<DataPath>,
+    pub store: StoreHandle,
+    pub stats: Arc<Stats>,
+    wake_destager: flume::Sender<()>,
+}
+
+/// Builds the engine on the current (data) executor. Returns the engine,
+/// the handle other executors use, and the receiver [`serve`] drains.
+pub async fn start(
+    data_dir: &std::path::Path,
+    segment_max: u64,
+    store: StoreHandle,
+    destage_interval: Duration,
+) -> std::io::Result<(Rc<Engine>, EngineHandle, flume::Receiver<EngineRequest>)> {
+    let data = DataPath::open(data_dir, segment_max, &store).await?;
+    let (wake_tx, wake_rx) = flume::bounded(1);
+    let stats = Arc::new(Stats::default());
+    let engine = Rc::new(Engine { data: data.clone(), store: store.clone(), stats: stats.clone(), wake_destager: wake_tx });
+    let (tx, rx) = flume::bounded(4096);
+    let handle = EngineHandle { tx, store: store.clone(), stats, data_counters: data.counters.clone() };
+    // The destager: runs when woken by a commit that queued data, and on a timer.
+    glommio::spawn_local(async move {
+        loop {
+            let _ = futures_lite::future::or(
+                async {
+                    let _ = wake_rx.recv_async().await;
+                },
+                async {
+                    glommio::timer::sleep(destage_interval).await;
+                },
+            )
+            .await;
+            loop {
+                match data.destage_once(&store).await {
+                    Ok(0) => break,
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::error!("destage: {e}");
+                        glommio::timer::sleep(Duration::from_millis(500)).await;
+                        break;
+                    }
+                }
+            }
+        }
+    })
+    .detach();
+    Ok((engine, handle, rx))
+}
+
+/// Serves batches until every [`EngineHandle`] is dropped; each batch runs as
+/// its own task so that group commit can gather them.
+pub async fn serve(engine: Rc<Engine>, rx: flume::Receiver<EngineRequest>) {
+    let inflight = Rc::new(std::cell::Cell::new(0usize));
+    while let Ok(req) = rx.recv_async().await {
+        let e = engine.clone();
+        let n = inflight.clone();
+        n.set(n.get() + 1);
+        glommio::spawn_local(async move {
+            let r = e.run(req.batch, &req.tag).await;
+            let _ = req.reply.send(r);
+            n.set(n.get() - 1);
+        })
+        .detach();
+    }
+    // Drain: let the batches already taken finish.
+    while inflight.get() > 0 {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+impl Engine {
+    /// Runs one batch end to end.
+    pub async fn run(&self, mut batch: Batch, tag: &RequestTag) -> Result<BatchResult, EngineError> {
+        let mut cost = BatchCost::default();
+        let mut logged = Vec::new();
+        // Large write data goes to the write log first (durable before the
+        // commit that names it); small data rides in the raft entry.
+        for op in batch.ops.iter_mut() {
+            if let Op::Write { data, .. } = op {
+                if let WriteData::Bytes(b) = data {
+                    if b.len() as u64 > INLINE_MAX {
+                        let lsn = match self.data.log_append(b).await {
+                            Ok(l) => l,
+                            Err(e) => {
+                                self.data.forget(&logged);
+                                return Err(e.into());
+                            }
+                        };
+                        logged.push(lsn);
+                        cost.log_writes += 1;
+                        cost.fsyncs += 1;
+                        *data = WriteData::Logged { lsn, len: b.len() as u64 };
+                    }
+                }
+            }
+        }
+        let outcome = match self.store.batch(batch).await {
+            Ok(o) => o,
+            Err(e) => {
+                self.data.forget(&logged);
+                return Err(e.into());
+            }
+        };
+        let mut applied = outcome.applied;
+        cost.add(&outcome.cost);
+        if !logged.is_empty() {
+            let queued: HashSet<u64> = applied
+                .queued
+                .iter()
+                .filter_map(|(_, r)| match r.op {
+                    DataOp::WriteLogged { lsn, .. } => Some(lsn),
+                    _ => None,
+                })
+                .collect();
+            let unused: Vec<u64> = logged.iter().copied().filter(|l| !queued.contains(l)).collect();
+            self.data.forget(&unused);
+        }
+        let before = self.data.counters.chunk_reads.load(Ordering::Relaxed);
+        for plan in std::mem::take(&mut applied.reads) {
+            let bytes = self.data.read(&plan).await?;
+            if let Some(Ok(OpOutput::Read { data, .. })) = applied.results.get_mut(plan.op) {
+                *data = bytes;
+            }
+        }
+        cost.chunk_reads += self.data.counters.chunk_reads.load(Ordering::Relaxed) - before;
+        if !applied.queued.is_empty() {
+            let _ = self.wake_destager.try_send(());
+        }
+        self.stats.record(tag, &cost);
+        Ok(BatchResult { results: applied.results, cost })
+    }
+}

@@ -1,0 +1,13 @@
+//! duetd: the appliance. The only crate that imports glommio and touches the
+//! OS: executors, listeners, the write log and chunk files, the admin API.
+//!
+//! Architecture Invariant: protocol, file-system-model, metadata-core and
+//! cache-core logic does not live here; this crate feeds bytes and batches
+//! to those crates and does the I/O they ask for.
+
+pub mod admin;
+pub mod config;
+pub mod datapath;
+pub mod engine;
+pub mod secrets;
+pub mod server;

@@ -1,0 +1,246 @@
+//! Starting and stopping the appliance: memlock, the metadata store, first
+//! start, the data executor (engine, destager, admin API), signals and drain.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use duet_admin_api::ListenerInfo;
+use duet_cluster::records::{Command, ShareRecord};
+use duet_cluster_store::{metadata_dir, Query, QueryAnswer, Store, StoreHandle};
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::admin::{self, Admin, NodeInfo};
+use crate::config::Config;
+use crate::engine::{self, EngineHandle};
+use crate::secrets;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("metadata store: {0}")]
+    Store(#[from] duet_cluster_store::StoreError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Raises RLIMIT_MEMLOCK so that io_uring can register the executors'
+/// buffers; says clearly why when it cannot.
+pub fn raise_memlock(need_bytes: u64) -> Result<(), StartError> {
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) != 0 {
+            return Err(StartError::Other("cannot read the memlock limit".into()));
+        }
+        if lim.rlim_cur == libc::RLIM_INFINITY || lim.rlim_cur >= need_bytes {
+            return Ok(());
+        }
+        let want = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &want) == 0 {
+            return Ok(());
+        }
+        if lim.rlim_max == libc::RLIM_INFINITY || lim.rlim_max >= need_bytes {
+            let want = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &want) == 0 {
+                return Ok(());
+            }
+        }
+        Err(StartError::Other(format!(
+            "the memlock limit is {} KiB and duetd needs {} KiB for io_uring buffers; run it as root, \
+             raise `ulimit -l`, or set LimitMEMLOCK=infinity in its systemd unit",
+            lim.rlim_cur / 1024,
+            need_bytes / 1024
+        )))
+    }
+}
+
+fn token_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(duet_admin_api::TOKEN_FILE_NAME)
+}
+
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()
+}
+
+/// First start: the root, the default share, the admin user and token.
+/// Prints the admin password once. Later starts only recreate a missing
+/// token file.
+pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<(), StartError> {
+    let QueryAnswer::Bool(initialized) = store.query_blocking(Query::Initialized)? else {
+        return Err(StartError::Other("unexpected answer from the store".into()));
+    };
+    let tpath = token_path(&cfg.data_dir);
+    let now = admin::now_ns();
+    if !initialized {
+        let password = secrets::random_password();
+        let token = secrets::random_hex(32);
+        let share = ShareRecord {
+            name: cfg.default_share.name.clone(),
+            path: cfg.default_share.path.clone(),
+            smb: true,
+            nfs: true,
+            read_only: false,
+            guest_ok: false,
+            nfs_clients: vec!["*".into()],
+            root_squash: true,
+            append_extension: false,
+        };
+        let out = store.command_blocking(Command::Init {
+            now_ns: now,
+            admin_secrets: vec![
+                ("user:admin".into(), secrets::hash_secret(&password)),
+                ("token".into(), secrets::hash_secret(&token)),
+            ],
+            shares: vec![share],
+        })?;
+        if let Some(Err(e)) = out.applied.admin {
+            return Err(StartError::Other(format!("first start: {e}")));
+        }
+        write_private(&tpath, &format!("{token}\n"))
+            .map_err(|e| StartError::Other(format!("cannot write {}: {e}", tpath.display())))?;
+        println!("duetd: first start in {}", cfg.data_dir.display());
+        println!("duetd: admin user: admin   password: {password}   (shown once; keep it)");
+        println!("duetd: API token written to {} (duetctl reads it)", tpath.display());
+        println!("duetd: share '{}' at {} (SMB and NFS)", cfg.default_share.name, cfg.default_share.path);
+        let _ = std::io::stdout().flush();
+    } else if !tpath.exists() {
+        let token = secrets::random_hex(32);
+        store.command_blocking(Command::Init {
+            now_ns: now,
+            admin_secrets: vec![("token".into(), secrets::hash_secret(&token))],
+            shares: vec![],
+        })?;
+        write_private(&tpath, &format!("{token}\n"))
+            .map_err(|e| StartError::Other(format!("cannot write {}: {e}", tpath.display())))?;
+        tracing::info!("a new API token was written to {}", tpath.display());
+    }
+    Ok(())
+}
+
+/// A running appliance.
+pub struct Running {
+    engine: Option<EngineHandle>,
+    stop_admin: flume::Sender<()>,
+    data_thread: Option<glommio::ExecutorJoinHandle<()>>,
+    store: Option<Store>,
+    pub admin_addr: std::net::SocketAddr,
+    data_dir: PathBuf,
+}
+
+/// Starts everything. Returns once the admin API listens.
+pub fn start(cfg: &Config) -> Result<Running, StartError> {
+    let executors = cfg.executors();
+    raise_memlock((executors as u64 + 1) * (cfg.io_memory_mib as u64) * (1 << 20) + (8 << 20))?;
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| StartError::Other(format!("cannot create data directory {}: {e}", cfg.data_dir.display())))?;
+    let store = Store::open(&metadata_dir(&cfg.data_dir), cfg.node_id)?;
+    let sh = store.handle();
+    first_start(cfg, &sh)?;
+
+    let (ready_tx, ready_rx) = flume::bounded::<Result<(EngineHandle, std::net::SocketAddr), String>>(1);
+    let (stop_tx, stop_rx) = flume::bounded::<()>(1);
+    let data_dir = cfg.data_dir.clone();
+    let segment = cfg.cache.log_segment_mib << 20;
+    let interval = Duration::from_millis(cfg.cache.destage_interval_ms);
+    let admin_addr = cfg.admin_addr();
+    let node = NodeInfo {
+        node_id: cfg.node_id,
+        executors: executors as u32,
+        data_dir: cfg.data_dir.display().to_string(),
+        listeners: vec![ListenerInfo { protocol: "admin".into(), addr: cfg.admin.listen.clone() }],
+        started: Instant::now(),
+    };
+    let data_thread = LocalExecutorBuilder::new(Placement::Unbound)
+        .name("duet-data")
+        .io_memory(cfg.io_memory_mib << 20)
+        .spawn(move || async move {
+            let started = engine::start(&data_dir, segment, sh, interval).await;
+            let (eng, handle, rx) = match started {
+                Ok(x) => x,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(format!("data path: {e}")));
+                    return;
+                }
+            };
+            let listener = match admin::bind(admin_addr) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            let bound = listener.local_addr().unwrap_or(admin_addr);
+            let admin = std::rc::Rc::new(Admin { engine: eng.clone(), node });
+            glommio::spawn_local(admin::serve(admin, listener, stop_rx)).detach();
+            let _ = ready_tx.send(Ok((handle, bound)));
+            drop(ready_tx);
+            engine::serve(eng, rx).await;
+        })
+        .map_err(|e| StartError::Other(format!("cannot start the data executor: {e}")))?;
+    let (engine, admin_addr) = match ready_rx.recv() {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => return Err(StartError::Other(e)),
+        Err(_) => return Err(StartError::Other("the data executor stopped during start".into())),
+    };
+    tracing::info!(admin = %admin_addr, data_dir = %cfg.data_dir.display(), "duetd is serving");
+    Ok(Running { engine: Some(engine), stop_admin: stop_tx, data_thread: Some(data_thread), store: Some(store), admin_addr, data_dir: cfg.data_dir.clone() })
+}
+
+impl Running {
+    /// The engine, for in-process clients (tests, tools).
+    pub fn engine(&self) -> &EngineHandle {
+        // Only `shutdown`, which consumes self, takes it.
+        self.engine.as_ref().expect("engine handle present until shutdown")
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Stops accepting, lets in-flight batches finish, closes the store.
+    pub fn shutdown(mut self) {
+        let _ = self.stop_admin.send(());
+        // Dropping the last engine handle ends the engine's serve loop once
+        // its in-flight batches are done.
+        self.engine.take();
+        if let Some(t) = self.data_thread.take() {
+            let _ = t.join();
+        }
+        if let Some(s) = self.store.take() {
+            s.shutdown();
+        }
+    }
+}
+
+/// Blocks SIGTERM and SIGINT in this thread (and threads started after), so
+/// that [`wait_for_signal`] can take them.
+pub fn block_signals() {
+    // SAFETY: sigset manipulation on a local set; pthread_sigmask on the
+    // calling thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Waits for SIGTERM or SIGINT; returns the signal number.
+pub fn wait_for_signal() -> i32 {
+    // SAFETY: as above; sigwait writes the signal into a local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        let mut sig: libc::c_int = 0;
+        libc::sigwait(&set, &mut sig);
+        sig
+    }
+}

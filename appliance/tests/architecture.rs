@@ -1,0 +1,59 @@
+//! Architecture Invariant checks over `cargo metadata`: glommio and RocksDB
+//! stay out of the protocol crates, the file-system model, and the cores of
+//! cluster and cache.
+
+use std::collections::{BTreeSet, HashMap};
+
+const SANS_IO: &[&str] = &["duet-protocols", "duet-fs", "duet-cluster", "duet-cache", "duet-admin-api"];
+const FORBIDDEN: &[&str] = &["glommio", "rocksdb", "librocksdb-sys", "tokio", "mio"];
+
+#[test]
+fn sans_io_crates_do_not_reach_runtime_or_storage() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .current_dir(root)
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: HashMap<String, String> = meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["id"].as_str().unwrap().to_string(), p["name"].as_str().unwrap().to_string()))
+        .collect();
+    // Normal (non-dev, non-build) edges of the resolved graph.
+    let mut deps: HashMap<String, Vec<String>> = HashMap::new();
+    for node in meta["resolve"]["nodes"].as_array().unwrap() {
+        let id = node["id"].as_str().unwrap().to_string();
+        let mut v = Vec::new();
+        for d in node["deps"].as_array().unwrap() {
+            let normal = d["dep_kinds"].as_array().unwrap().iter().any(|k| k["kind"].is_null());
+            if normal {
+                v.push(d["pkg"].as_str().unwrap().to_string());
+            }
+        }
+        deps.insert(id, v);
+    }
+    let mut checked = 0;
+    for (id, name) in &names {
+        if !SANS_IO.contains(&name.as_str()) {
+            continue;
+        }
+        checked += 1;
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![id.clone()];
+        while let Some(x) = stack.pop() {
+            for d in deps.get(&x).into_iter().flatten() {
+                if seen.insert(d.clone()) {
+                    stack.push(d.clone());
+                }
+            }
+        }
+        let bad: Vec<&String> = seen.iter().filter_map(|d| names.get(d)).filter(|n| FORBIDDEN.contains(&n.as_str())).collect();
+        assert!(bad.is_empty(), "{name} depends (transitively) on {bad:?}: see ARCHITECTURE.md");
+    }
+    assert_eq!(checked, SANS_IO.len(), "every sans-I/O crate was found in the workspace");
+}

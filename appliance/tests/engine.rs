@@ -1,0 +1,177 @@
+//! The engine end to end (write log, chunk store, destager, metadata) through
+//! the batch API.
+
+use duet_appliance::config::Config;
+use duet_appliance::engine::{EngineHandle, RequestTag};
+use duet_appliance::server;
+use duet_fs::{Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, SetAttrs, WriteData, CHUNK_SIZE, ROOT_ID};
+
+fn cfg(dir: &std::path::Path) -> Config {
+    let mut c = Config::default();
+    c.data_dir = dir.to_path_buf();
+    c.admin.listen = "127.0.0.1:0".into();
+    c.executors = 1;
+    c
+}
+
+fn tag() -> RequestTag {
+    RequestTag::new("test", "batch")
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len).map(|_| { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x as u8 }).collect()
+}
+
+fn run(e: &EngineHandle, ops: Vec<Op>) -> Vec<Result<OpOutput, FsError>> {
+    let mut b = Batch::new(Credentials::root(), 1);
+    b.ops = ops;
+    e.submit_blocking(b, tag()).unwrap().results
+}
+
+fn create(e: &EngineHandle, dir: u64, name: &str, data: &[u8]) -> u64 {
+    let r = run(e, vec![
+        Op::Create { dir: ObjRef::Id(dir), name: name.into(), kind: CreateKind::File, attrs: SetAttrs::default(), if_exists: IfExists::Fail },
+        Op::Write { obj: ObjRef::Result(0), offset: 0, data: WriteData::Bytes(data.to_vec()), append: false },
+        Op::Close { obj: ObjRef::Result(0) },
+    ]);
+    match &r[0] { Ok(OpOutput::Object { attrs, .. }) => attrs.id, o => panic!("{o:?} {r:?}") }
+}
+
+fn read(e: &EngineHandle, id: u64, offset: u64, len: u64) -> Vec<u8> {
+    match run(e, vec![Op::Read { obj: ObjRef::Id(id), offset, len }]).remove(0) {
+        Ok(OpOutput::Read { data, .. }) => data,
+        o => panic!("{o:?}"),
+    }
+}
+
+fn write(e: &EngineHandle, id: u64, offset: u64, data: &[u8]) {
+    let r = run(e, vec![Op::Write { obj: ObjRef::Id(id), offset, data: WriteData::Bytes(data.to_vec()), append: false }]);
+    assert!(r[0].is_ok(), "{r:?}");
+}
+
+fn settle(e: &EngineHandle) {
+    // Wait for the destager to empty the data queue.
+    for _ in 0..500 {
+        if let Ok(duet_cluster_store::QueryAnswer::DataQueue(q)) = e.store.query_blocking(duet_cluster_store::Query::DataQueue { after: 0, limit: 1 }) {
+            if q.is_empty() { return; }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("destager did not settle");
+}
+
+#[test]
+fn large_files_round_trip_through_log_and_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = server::start(&cfg(tmp.path())).unwrap();
+    let e = r.engine().clone();
+    // Spans chunk boundaries; read before and after destaging.
+    let len = (CHUNK_SIZE as usize) * 2 + 12_345;
+    let big = pattern(7, len);
+    let id = create(&e, ROOT_ID, "big", &big);
+    assert_eq!(read(&e, id, 0, len as u64 + 10), big);
+    settle(&e);
+    assert_eq!(read(&e, id, 0, len as u64), big);
+    // Overwrite across a chunk boundary, unaligned; small writes to a large file.
+    let mut want = big.clone();
+    let at = CHUNK_SIZE as usize - 777;
+    let patch = pattern(9, 50_001);
+    want[at..at + patch.len()].copy_from_slice(&patch);
+    write(&e, id, at as u64, &patch);
+    write(&e, id, 3, b"xyz");
+    want[3..6].copy_from_slice(b"xyz");
+    assert_eq!(read(&e, id, 0, len as u64), want);
+    settle(&e);
+    assert_eq!(read(&e, id, 0, len as u64), want);
+    assert_eq!(read(&e, id, at as u64 - 5, 10), want[at - 5..at + 5].to_vec());
+    // Truncate into the middle, then extend: the tail reads as zeros.
+    let cut = CHUNK_SIZE + 100;
+    let r1 = run(&e, vec![Op::SetAttr { obj: ObjRef::Id(id), attrs: SetAttrs { size: Some(cut), ..Default::default() } }]);
+    assert!(r1[0].is_ok());
+    write(&e, id, cut + 5000, b"end");
+    want.truncate(cut as usize);
+    want.resize(cut as usize + 5000, 0);
+    want.extend_from_slice(b"end");
+    assert_eq!(read(&e, id, 0, 1 << 30), want);
+    settle(&e);
+    assert_eq!(read(&e, id, 0, 1 << 30), want);
+    // A small file grows past the inline limit and becomes chunked.
+    let sid = create(&e, ROOT_ID, "grow", b"small start");
+    let more = pattern(3, 9000);
+    write(&e, sid, 11, &more);
+    let mut sw = b"small start".to_vec();
+    sw.extend_from_slice(&more);
+    assert_eq!(read(&e, sid, 0, 1 << 20), sw);
+    settle(&e);
+    assert_eq!(read(&e, sid, 0, 1 << 20), sw);
+    // Remove reclaims the chunks; fsck sees no leak.
+    let r2 = run(&e, vec![Op::Remove { dir: ObjRef::Id(ROOT_ID), name: "big".into(), dir_only: None }]);
+    assert!(r2[0].is_ok());
+    settle(&e);
+    let admin = fsck_via_api(&r);
+    assert!(admin.is_empty(), "{admin:?}");
+    r.shutdown();
+    // Everything is still there after a restart.
+    let r = server::start(&cfg(tmp.path())).unwrap();
+    let e = r.engine().clone();
+    let look = run(&e, vec![Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: "grow".into() }, Op::Read { obj: ObjRef::Result(0), offset: 0, len: 1 << 20 }]);
+    match &look[1] { Ok(OpOutput::Read { data, .. }) => assert_eq!(data, &sw), o => panic!("{o:?}") }
+    assert_eq!(run(&e, vec![Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: "big".into() }])[0], Err(FsError::NotFound));
+    r.shutdown();
+}
+
+fn fsck_via_api(r: &server::Running) -> Vec<String> {
+    match admin_call(r, duet_admin_api::AdminRequest::Fsck) {
+        duet_admin_api::AdminResponse::Fsck(f) => f.problems,
+        o => panic!("{o:?}"),
+    }
+}
+
+fn admin_call(r: &server::Running, req: duet_admin_api::AdminRequest) -> duet_admin_api::AdminResponse {
+    use std::io::{Read, Write};
+    let dir = r.data_dir();
+    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap();
+    let creds = duet_admin_api::Credentials::Bearer(token.trim().into());
+    let http = req.to_http(&r.admin_addr.to_string(), Some(&creds)).encode();
+    let mut s = std::net::TcpStream::connect(r.admin_addr).unwrap();
+    s.write_all(&http).unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).unwrap();
+    let mut p = duet_admin_api::http::ResponseParser::new();
+    let resp = match p.feed(&buf) {
+        duet_admin_api::http::Parsed::Complete(x) => x,
+        _ => match p.finish() { duet_admin_api::http::Parsed::Complete(x) => x, _ => panic!("bad response") },
+    };
+    duet_admin_api::decode_response(&req, &resp).unwrap()
+}
+
+#[test]
+fn concurrent_large_and_small_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = server::start(&cfg(tmp.path())).unwrap();
+    let e = r.engine().clone();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let e = e.clone();
+            s.spawn(move || {
+                for i in 0..20u64 {
+                    let len = if i % 3 == 0 { 70_000 + (i as usize) * 1000 } else { 100 + i as usize };
+                    let data = pattern(t * 100 + i, len);
+                    let id = create(&e, ROOT_ID, &format!("t{t}-{i}"), &data);
+                    assert_eq!(read(&e, id, 0, 1 << 20), data);
+                }
+            });
+        }
+    });
+    settle(&e);
+    for t in 0..8u64 {
+        for i in 0..20u64 {
+            let len = if i % 3 == 0 { 70_000 + (i as usize) * 1000 } else { 100 + i as usize };
+            let res = run(&e, vec![Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: format!("t{t}-{i}") }, Op::Read { obj: ObjRef::Result(0), offset: 0, len: 1 << 20 }]);
+            match &res[1] { Ok(OpOutput::Read { data, .. }) => assert_eq!(data, &pattern(t * 100 + i, len)), o => panic!("{o:?}") }
+        }
+    }
+    assert!(fsck_via_api(&r).is_empty());
+    r.shutdown();
+}

@@ -1,0 +1,156 @@
+//! Checks the metadata invariants: every edge points at a node, link counts
+//! match the edges, directories have their parent, no orphan node, every
+//! attached chunk exists (or has data queued), and no chunk file is leaked.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use duet_fs::{FileType, NodeId, ROOT_ID};
+
+use crate::keys;
+use crate::kv::KvRead;
+use crate::records::{decode, DataRecord, Edge, Node};
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FsckReport {
+    pub nodes: u64,
+    pub edges: u64,
+    pub chunks: u64,
+    pub problems: Vec<String>,
+}
+
+const PAGE: usize = 4096;
+
+fn scan_all<R: KvRead + ?Sized>(kv: &R, prefix: u8, mut f: impl FnMut(&[u8], &[u8])) {
+    let end = [prefix + 1];
+    let mut from = vec![prefix];
+    loop {
+        let page = kv.scan(&from, &end, PAGE);
+        let n = page.len();
+        for (k, v) in &page {
+            f(k, v);
+        }
+        if n < PAGE {
+            return;
+        }
+        from = page.last().map(|(k, _)| k.clone()).unwrap_or_default();
+        from.push(0);
+    }
+}
+
+/// Checks `kv`. `chunk_files` lists the chunk files present in the chunk
+/// store, as (file id, chunk index).
+pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckReport {
+    let mut r = FsckReport::default();
+    let mut nodes: BTreeMap<NodeId, Node> = BTreeMap::new();
+    scan_all(kv, keys::NODE, |k, v| match (keys::u64_at(k, 1), decode::<Node>(v)) {
+        (Some(id), Some(n)) if n.attrs.id == id => {
+            nodes.insert(id, n);
+        }
+        _ => r.problems.push(format!("undecodable node record {}", hex(k))),
+    });
+    r.nodes = nodes.len() as u64;
+    let mut links: BTreeMap<NodeId, u32> = BTreeMap::new();
+    let mut subdirs: BTreeMap<NodeId, u32> = BTreeMap::new();
+    let mut parents: BTreeMap<NodeId, NodeId> = BTreeMap::new();
+    scan_all(kv, keys::EDGE, |k, v| {
+        r.edges += 1;
+        let (Some(parent), Some(e)) = (keys::u64_at(k, 1), decode::<Edge>(v)) else {
+            r.problems.push(format!("undecodable edge record {}", hex(k)));
+            return;
+        };
+        let name = String::from_utf8_lossy(&k[9..]);
+        match nodes.get(&parent) {
+            Some(p) if p.attrs.ftype == FileType::Directory => {}
+            Some(_) => r.problems.push(format!("edge {parent}/{name}: parent is not a directory")),
+            None => r.problems.push(format!("edge {parent}/{name}: parent node missing")),
+        }
+        match nodes.get(&e.child) {
+            None => r.problems.push(format!("edge {parent}/{name} points at missing node {}", e.child)),
+            Some(c) => {
+                if c.attrs.ftype != e.ftype {
+                    r.problems.push(format!("edge {parent}/{name}: type differs from node {}", e.child));
+                }
+                if c.attrs.ftype == FileType::Directory {
+                    *subdirs.entry(parent).or_default() += 1;
+                    if c.parent != parent {
+                        r.problems.push(format!("directory {} lists parent {} but is linked from {parent}", e.child, c.parent));
+                    }
+                    parents.insert(e.child, parent);
+                }
+            }
+        }
+        *links.entry(e.child).or_default() += 1;
+    });
+    for (id, n) in &nodes {
+        let edges = links.get(id).copied().unwrap_or(0);
+        if *id == ROOT_ID {
+            if edges != 0 {
+                r.problems.push("the root is linked from a directory".into());
+            }
+        } else if edges == 0 {
+            r.problems.push(format!("node {id} is an orphan (no edge points at it)"));
+        }
+        let want = if n.attrs.ftype == FileType::Directory {
+            2 + subdirs.get(id).copied().unwrap_or(0)
+        } else {
+            edges
+        };
+        if n.attrs.nlink != want {
+            r.problems.push(format!("node {id}: nlink {} but {want} expected", n.attrs.nlink));
+        }
+        if n.chunked && kv.get(&keys::data(*id)).is_some() {
+            r.problems.push(format!("node {id}: chunked but has inline data"));
+        }
+    }
+    // Data queue: records must name live or detached files.
+    let mut pending: BTreeSet<NodeId> = BTreeSet::new();
+    let mut detached: BTreeSet<NodeId> = BTreeSet::new();
+    scan_all(kv, keys::DETACHED, |k, _| {
+        if let Some(id) = keys::u64_at(k, 1) {
+            if nodes.contains_key(&id) {
+                r.problems.push(format!("node {id} is both live and detached"));
+            }
+            detached.insert(id);
+        }
+    });
+    scan_all(kv, keys::DQ, |k, v| match decode::<DataRecord>(v) {
+        Some(rec) => {
+            if !nodes.contains_key(&rec.file) && !detached.contains(&rec.file) {
+                r.problems.push(format!("queued data {} for file {} that is neither live nor detached", hex(k), rec.file));
+            }
+            pending.insert(rec.file);
+        }
+        None => r.problems.push(format!("undecodable data record {}", hex(k))),
+    });
+    // Attached chunks.
+    let files: BTreeSet<(NodeId, u64)> = chunk_files.iter().copied().collect();
+    let mut attached: BTreeSet<(NodeId, u64)> = BTreeSet::new();
+    scan_all(kv, keys::CHUNK, |k, _| {
+        let (Some(id), Some(idx)) = (keys::u64_at(k, 1), keys::u64_at(k, 9)) else {
+            r.problems.push(format!("bad chunk key {}", hex(k)));
+            return;
+        };
+        r.chunks += 1;
+        attached.insert((id, idx));
+        match nodes.get(&id) {
+            Some(n) if n.chunked => {}
+            _ => r.problems.push(format!("chunk {id}.{idx} attached to a missing or inline file")),
+        }
+        if !files.contains(&(id, idx)) && !pending.contains(&id) {
+            r.problems.push(format!("file {id} points at missing chunk {idx}"));
+        }
+    });
+    for (id, idx) in &files {
+        if !attached.contains(&(*id, *idx)) && !detached.contains(id) && !pending.contains(id) {
+            r.problems.push(format!("chunk file {id}.{idx} is leaked (not attached, not detached)"));
+        }
+    }
+    if !nodes.contains_key(&ROOT_ID) {
+        r.problems.push("the root directory is missing".into());
+    }
+    r
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

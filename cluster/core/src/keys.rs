@@ -1,0 +1,135 @@
+//! The RocksDB key schema. One keyspace, one byte of prefix per record kind;
+//! integers big-endian so that range scans come out in order.
+//!
+//! | key                               | value                        |
+//! |-----------------------------------|------------------------------|
+//! | `n` id                            | [`Node`](crate::Node)        |
+//! | `e` parent name                   | [`Edge`](crate::Edge)        |
+//! | `d` id                            | inline file data             |
+//! | `k` id chunk-index                | () chunk attached to a file  |
+//! | `x` id                            | () file detached, chunks to reclaim |
+//! | `q` dseq                          | [`DataRecord`](crate::DataRecord): data not yet destaged |
+//! | `Q` id dseq                       | () per-file index of `q`     |
+//! | `s` share-name                    | [`ShareRecord`](crate::ShareRecord) |
+//! | `u` user-name                     | [`UserRecord`](crate::UserRecord) |
+//! | `a` name                          | admin secrets (hashes only)  |
+//! | `m` name                          | counters: next id, next dseq, applied index |
+//! | `r` index                         | raft log entry               |
+//! | `h`                               | raft hard state              |
+//!
+//! Architecture Invariant: a path walk reads `e` records only, and a
+//! directory listing is one range scan over `e` parent.
+
+use crate::NodeId;
+
+pub const NODE: u8 = b'n';
+pub const EDGE: u8 = b'e';
+pub const DATA: u8 = b'd';
+pub const CHUNK: u8 = b'k';
+pub const DETACHED: u8 = b'x';
+pub const DQ: u8 = b'q';
+pub const DQ_BY_FILE: u8 = b'Q';
+pub const SHARE: u8 = b's';
+pub const USER: u8 = b'u';
+pub const ADMIN: u8 = b'a';
+pub const META: u8 = b'm';
+pub const RAFT_LOG: u8 = b'r';
+pub const RAFT_HARD_STATE: &[u8] = b"h";
+
+pub fn node(id: NodeId) -> Vec<u8> {
+    with_u64(NODE, id)
+}
+
+pub fn data(id: NodeId) -> Vec<u8> {
+    with_u64(DATA, id)
+}
+
+pub fn detached(id: NodeId) -> Vec<u8> {
+    with_u64(DETACHED, id)
+}
+
+pub fn dq(dseq: u64) -> Vec<u8> {
+    with_u64(DQ, dseq)
+}
+
+pub fn edge(parent: NodeId, name: &str) -> Vec<u8> {
+    let mut k = edge_prefix(parent);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+pub fn edge_prefix(parent: NodeId) -> Vec<u8> {
+    with_u64(EDGE, parent)
+}
+
+pub fn chunk(id: NodeId, index: u64) -> Vec<u8> {
+    let mut k = with_u64(CHUNK, id);
+    k.extend_from_slice(&index.to_be_bytes());
+    k
+}
+
+pub fn chunk_prefix(id: NodeId) -> Vec<u8> {
+    with_u64(CHUNK, id)
+}
+
+pub fn dq_by_file(id: NodeId, dseq: u64) -> Vec<u8> {
+    let mut k = with_u64(DQ_BY_FILE, id);
+    k.extend_from_slice(&dseq.to_be_bytes());
+    k
+}
+
+pub fn dq_by_file_prefix(id: NodeId) -> Vec<u8> {
+    with_u64(DQ_BY_FILE, id)
+}
+
+pub fn share(name: &str) -> Vec<u8> {
+    named(SHARE, name)
+}
+
+pub fn user(name: &str) -> Vec<u8> {
+    named(USER, name)
+}
+
+pub fn admin(name: &str) -> Vec<u8> {
+    named(ADMIN, name)
+}
+
+pub fn meta(name: &str) -> Vec<u8> {
+    named(META, name)
+}
+
+pub fn raft_log(index: u64) -> Vec<u8> {
+    with_u64(RAFT_LOG, index)
+}
+
+/// Reads the big-endian u64 at `at` of a key, if the key is long enough.
+pub fn u64_at(key: &[u8], at: usize) -> Option<u64> {
+    let b: [u8; 8] = key.get(at..at + 8)?.try_into().ok()?;
+    Some(u64::from_be_bytes(b))
+}
+
+fn with_u64(prefix: u8, v: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9);
+    k.push(prefix);
+    k.extend_from_slice(&v.to_be_bytes());
+    k
+}
+
+fn named(prefix: u8, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + name.len());
+    k.push(prefix);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// The smallest key greater than every key starting with `prefix`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0xff; prefix.len() + 1]
+}

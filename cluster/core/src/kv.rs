@@ -1,0 +1,144 @@
+//! The key-value view the state machine runs on, and the transaction overlay
+//! that gathers one commit's writes.
+//!
+//! The store crate implements [`KvRead`] over RocksDB; tests implement it over
+//! a `BTreeMap`. The state machine never sees RocksDB.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+
+/// Reads from committed state.
+pub trait KvRead {
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
+    /// Up to `limit` pairs with `start <= key < end`, in key order.
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)>;
+}
+
+impl KvRead for BTreeMap<Vec<u8>, Vec<u8>> {
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        BTreeMap::get(self, key).cloned()
+    }
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Writes of one transaction over a read view: reads see the transaction's
+/// own writes. Counts the reads and writes it does.
+pub struct Txn<'a, R: KvRead + ?Sized> {
+    base: &'a R,
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    pub reads: u64,
+    pub write_count: u64,
+}
+
+impl<'a, R: KvRead + ?Sized> Txn<'a, R> {
+    pub fn new(base: &'a R) -> Self {
+        Txn { base, writes: BTreeMap::new(), reads: 0, write_count: 0 }
+    }
+
+    pub fn get(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        if let Some(v) = self.writes.get(key) {
+            return v.clone();
+        }
+        self.reads += 1;
+        self.base.get(key)
+    }
+
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.write_count += 1;
+        self.writes.insert(key, Some(value));
+    }
+
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.write_count += 1;
+        self.writes.insert(key, None);
+    }
+
+    /// Up to `limit` live pairs with `start <= key < end`, merging the
+    /// transaction's writes over the base.
+    pub fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.reads += 1;
+        let mut out = Vec::new();
+        let mut from = start.to_vec();
+        // Read the base in pages; overlay deletions may hide base entries.
+        loop {
+            let page = self.base.scan(&from, end, limit.saturating_add(1).max(16));
+            let base_done = page.len() < limit.saturating_add(1).max(16);
+            let page_end: Vec<u8> = if base_done {
+                end.to_vec()
+            } else {
+                let mut k = page.last().map(|(k, _)| k.clone()).unwrap_or_default();
+                k.push(0);
+                k
+            };
+            let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = page.into_iter().collect();
+            for (k, v) in self
+                .writes
+                .range::<[u8], _>((Bound::Included(from.as_slice()), Bound::Excluded(page_end.as_slice())))
+            {
+                match v {
+                    Some(v) => {
+                        merged.insert(k.clone(), v.clone());
+                    }
+                    None => {
+                        merged.remove(k);
+                    }
+                }
+            }
+            for (k, v) in merged {
+                if out.len() == limit {
+                    return out;
+                }
+                out.push((k, v));
+            }
+            if base_done || out.len() == limit {
+                return out;
+            }
+            from = page_end;
+        }
+    }
+
+    /// The writes, in key order: `None` deletes.
+    pub fn into_writes(self) -> BTreeMap<Vec<u8>, Option<Vec<u8>>> {
+        self.writes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_merges_overlay_with_base() {
+        let mut base = BTreeMap::new();
+        for i in 0u8..50 {
+            base.insert(vec![b'e', i], vec![i]);
+        }
+        let mut t = Txn::new(&base);
+        t.delete(vec![b'e', 3]);
+        t.put(vec![b'e', 3, 1], vec![99]);
+        for i in 0u8..40 {
+            if i % 2 == 0 {
+                t.delete(vec![b'e', i]);
+            }
+        }
+        let all = t.scan(&[b'e'], &[b'f'], 1000);
+        let keys: Vec<Vec<u8>> = all.iter().map(|(k, _)| k.clone()).collect();
+        let mut want: Vec<Vec<u8>> = (0u8..50).filter(|i| *i >= 40 || i % 2 == 1).filter(|i| *i != 3).map(|i| vec![b'e', i]).collect();
+        want.push(vec![b'e', 3, 1]);
+        want.sort();
+        assert_eq!(keys, want);
+        let few = t.scan(&[b'e'], &[b'f'], 3);
+        assert_eq!(few.len(), 3);
+        assert_eq!(few[0].0, vec![b'e', 1]);
+        assert_eq!(few[1].0, vec![b'e', 3, 1]);
+    }
+}

@@ -1,0 +1,1023 @@
+//! The deterministic state machine: applies one committed [`Command`] to a
+//! transaction. Every replica applying the same entries in the same order
+//! reaches the same state and computes the same per-operation results.
+//!
+//! Architecture Invariant: `apply` reads nothing but the transaction and the
+//! command: times, ids and data all come in the command or from counters in
+//! the store.
+
+use duet_fs::{
+    check_name, Access, Attrs, Batch, CreateKind, DirEntry, FileType, FsError, IfExists, NodeId,
+    ObjRef, Op, OpOutput, OpResult, SetAttrs, SetTime, TimeNs, WriteData, CHUNK_SIZE,
+    FILE_SIZE_MAX, INLINE_MAX, ROOT_ID,
+};
+
+use crate::keys;
+use crate::kv::{KvRead, Txn};
+use crate::records::{decode, encode, Command, DataOp, DataRecord, Edge, Node, ShareRecord, UserRecord};
+
+/// Most links one node may have.
+pub const LINK_MAX: u32 = 65_000;
+/// First uid handed to users created without one.
+pub const FIRST_AUTO_UID: u32 = 2000;
+
+/// What applying a command produced.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub results: Vec<OpResult>,
+    /// Reads whose bytes are in the chunk store: the engine fills them in.
+    pub reads: Vec<ReadPlan>,
+    /// Data records this command queued, for the destager.
+    pub queued: Vec<(u64, DataRecord)>,
+    /// Admin commands: their outcome.
+    pub admin: Option<Result<(), AdminError>>,
+}
+
+/// A read of a chunked file: the range, and the data records not yet in the
+/// chunk store that lie over it, oldest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadPlan {
+    pub op: usize,
+    pub file: NodeId,
+    pub offset: u64,
+    pub len: u64,
+    pub overlay: Vec<(u64, DataRecord)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdminError {
+    #[error("{0} already exists")]
+    Exists(String),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Applies `cmd`. `index` is the raft index (for nothing but assertions today).
+pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied {
+    match cmd {
+        Command::Init { now_ns, admin_secrets, shares } => {
+            let mut out = Applied::default();
+            if txn.get(&keys::node(ROOT_ID)).is_none() {
+                let root = new_attrs(ROOT_ID, FileType::Directory, 0o755, 0, 0, *now_ns);
+                put_node(txn, &Node { attrs: root, parent: ROOT_ID, target: None, chunked: false });
+                put_counter(txn, "next_id", ROOT_ID + 1);
+            }
+            for (name, secret) in admin_secrets {
+                txn.put(keys::admin(name), secret.clone());
+            }
+            for s in shares {
+                if let Err(e) = put_share(txn, s, false, *now_ns) {
+                    out.admin = Some(Err(e));
+                    return out;
+                }
+            }
+            out.admin = Some(Ok(()));
+            out
+        }
+        Command::Batch(batch) => execute(txn, batch),
+        Command::PutShare { share, replace, now_ns } => {
+            Applied { admin: Some(put_share(txn, share, *replace, *now_ns)), ..Default::default() }
+        }
+        Command::RemoveShare { name } => {
+            let key = keys::share(name);
+            let r = if txn.get(&key).is_some() {
+                txn.delete(key);
+                Ok(())
+            } else {
+                Err(AdminError::NotFound(format!("share {name}")))
+            };
+            Applied { admin: Some(r), ..Default::default() }
+        }
+        Command::PutUser { user, replace } => {
+            let key = keys::user(&user.name);
+            let exists = txn.get(&key).is_some();
+            let r = if exists && !replace {
+                Err(AdminError::Exists(format!("user {}", user.name)))
+            } else if !exists && *replace {
+                Err(AdminError::NotFound(format!("user {}", user.name)))
+            } else {
+                let mut u = user.clone();
+                if u.uid == u32::MAX {
+                    let uid = counter(txn, "next_uid").max(FIRST_AUTO_UID as u64) as u32;
+                    put_counter(txn, "next_uid", uid as u64 + 1);
+                    u.uid = uid;
+                    if u.gid == u32::MAX {
+                        u.gid = uid;
+                    }
+                }
+                txn.put(key, encode(&u));
+                Ok(())
+            };
+            Applied { admin: Some(r), ..Default::default() }
+        }
+        Command::RemoveUser { name } => {
+            let key = keys::user(name);
+            let r = if txn.get(&key).is_some() {
+                txn.delete(key);
+                Ok(())
+            } else {
+                Err(AdminError::NotFound(format!("user {name}")))
+            };
+            Applied { admin: Some(r), ..Default::default() }
+        }
+        Command::Destaged { upto, reclaimed } => {
+            let recs = txn.scan(&keys::dq(0), &keys::dq(upto.saturating_add(1)), usize::MAX);
+            for (k, v) in recs {
+                if let (Some(dseq), Some(rec)) = (keys::u64_at(&k, 1), decode::<DataRecord>(&v)) {
+                    txn.delete(keys::dq_by_file(rec.file, dseq));
+                }
+                txn.delete(k);
+            }
+            for f in reclaimed {
+                txn.delete(keys::detached(*f));
+            }
+            Applied { admin: Some(Ok(())), ..Default::default() }
+        }
+    }
+}
+
+/// Runs a batch that changes nothing (reads only) against committed state.
+pub fn execute_read_only<R: KvRead + ?Sized>(base: &R, batch: &Batch) -> (Applied, u64) {
+    let mut txn = Txn::new(base);
+    let out = execute(&mut txn, batch);
+    debug_assert!(txn.is_empty() || !out.results.is_empty());
+    (out, txn.reads)
+}
+
+fn put_share<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    share: &ShareRecord,
+    replace: bool,
+    now_ns: TimeNs,
+) -> Result<(), AdminError> {
+    let key = keys::share(&share.name);
+    if txn.get(&key).is_some() && !replace {
+        return Err(AdminError::Exists(format!("share {}", share.name)));
+    }
+    // Create the share's directory (mkdir -p, mode 0777 for the leaf).
+    let mut dir = ROOT_ID;
+    let comps: Vec<&str> = share.path.split('/').filter(|c| !c.is_empty()).collect();
+    for (i, comp) in comps.iter().enumerate() {
+        check_name(comp).map_err(|_| AdminError::Invalid(format!("bad path component {comp:?}")))?;
+        match get_edge(txn, dir, comp) {
+            Some(e) if e.ftype == FileType::Directory => dir = e.child,
+            Some(_) => return Err(AdminError::Invalid(format!("{} is not a directory", share.path))),
+            None => {
+                let mode = if i + 1 == comps.len() { 0o777 } else { 0o755 };
+                let mut b = Batch::new(duet_fs::Credentials::root(), now_ns);
+                b.push(Op::Create {
+                    dir: ObjRef::Id(dir),
+                    name: comp.to_string(),
+                    kind: CreateKind::Directory,
+                    attrs: SetAttrs { mode: Some(mode), ..Default::default() },
+                    if_exists: IfExists::Open,
+                });
+                let out = execute(txn, &b);
+                match out.results.into_iter().next() {
+                    Some(Ok(OpOutput::Object { attrs, .. })) => dir = attrs.id,
+                    _ => return Err(AdminError::Invalid(format!("cannot create {}", share.path))),
+                }
+            }
+        }
+    }
+    txn.put(key, encode(share));
+    Ok(())
+}
+
+fn counter<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, name: &str) -> u64 {
+    txn.get(&keys::meta(name))
+        .and_then(|v| v.as_slice().try_into().ok().map(u64::from_be_bytes))
+        .unwrap_or(0)
+}
+
+fn put_counter<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, name: &str, v: u64) {
+    txn.put(keys::meta(name), v.to_be_bytes().to_vec());
+}
+
+fn new_attrs(id: NodeId, ftype: FileType, mode: u32, uid: u32, gid: u32, now: TimeNs) -> Attrs {
+    Attrs {
+        id,
+        ftype,
+        mode: mode & 0o7777,
+        uid,
+        gid,
+        nlink: if ftype == FileType::Directory { 2 } else { 1 },
+        rdev: 0,
+        size: 0,
+        alloc_size: 0,
+        dos_attrs: 0,
+        btime: now,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        change: 1,
+    }
+}
+
+fn get_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Result<Node, FsError> {
+    let v = txn.get(&keys::node(id)).ok_or(FsError::Stale)?;
+    decode(&v).ok_or(FsError::Io)
+}
+
+fn put_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) {
+    txn.put(keys::node(n.attrs.id), encode(n));
+}
+
+fn get_edge<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &str) -> Option<Edge> {
+    txn.get(&keys::edge(dir, name)).and_then(|v| decode(&v))
+}
+
+fn edge_for(n: &Node) -> Edge {
+    let a = &n.attrs;
+    Edge {
+        child: a.id,
+        ftype: a.ftype,
+        dir_perm: (a.ftype == FileType::Directory).then_some((a.mode, a.uid, a.gid)),
+    }
+}
+
+/// Permission bits wanted: 4 read, 2 write, 1 execute/search.
+fn may(cred: &duet_fs::Credentials, a: &Attrs, want: u32) -> bool {
+    if cred.uid == 0 {
+        // root: everything but executing a file nobody may execute.
+        return want & 1 == 0 || a.ftype == FileType::Directory || a.mode & 0o111 != 0;
+    }
+    let bits = if cred.uid == a.uid {
+        a.mode >> 6
+    } else if cred.in_group(a.gid) {
+        a.mode >> 3
+    } else {
+        a.mode
+    } & 7;
+    bits & want == want
+}
+
+fn touch(a: &mut Attrs, now: TimeNs, mtime: bool) {
+    if mtime {
+        a.mtime = now;
+    }
+    a.ctime = now;
+    a.change += 1;
+}
+
+/// Per-batch execution state.
+struct Exec<'b> {
+    batch: &'b Batch,
+    produced: Vec<Option<NodeId>>,
+    out: Applied,
+}
+
+/// Executes a batch: each operation in order, each atomic, all in one
+/// transaction.
+pub fn execute<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, batch: &Batch) -> Applied {
+    let mut ex = Exec { batch, produced: Vec::with_capacity(batch.ops.len()), out: Applied::default() };
+    let mut failed = false;
+    for (i, op) in batch.ops.iter().enumerate() {
+        let r = if failed && batch.stop_on_error {
+            Err(FsError::Skipped)
+        } else if batch.read_only && op.mutates() {
+            Err(FsError::ReadOnly)
+        } else {
+            run_op(txn, &mut ex, i, op)
+        };
+        let produced = match (&r, op) {
+            (Ok(OpOutput::Object { attrs, .. }), _) => Some(attrs.id),
+            (Ok(_), Op::Open { .. }) => None,
+            _ => None,
+        };
+        failed |= r.is_err();
+        ex.produced.push(produced);
+        ex.out.results.push(r);
+    }
+    ex.out
+}
+
+fn resolve(ex: &Exec<'_>, r: ObjRef) -> Result<NodeId, FsError> {
+    match r {
+        ObjRef::Id(id) => Ok(id),
+        ObjRef::Result(i) => ex.produced.get(i).copied().flatten().ok_or(FsError::BadRef),
+    }
+}
+
+fn load_dir<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &Exec<'_>, r: ObjRef) -> Result<Node, FsError> {
+    let n = get_node(txn, resolve(ex, r)?)?;
+    if n.attrs.ftype != FileType::Directory {
+        return Err(FsError::NotDir);
+    }
+    Ok(n)
+}
+
+fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize, op: &Op) -> OpResult {
+    let cred = &ex.batch.cred;
+    let now = ex.batch.now_ns;
+    match op {
+        Op::Lookup { dir, name } => {
+            let d = load_dir(txn, ex, *dir)?;
+            if !may(cred, &d.attrs, 1) {
+                return Err(FsError::Access);
+            }
+            let child = if name == ".." {
+                d.parent
+            } else if name == "." {
+                d.attrs.id
+            } else {
+                check_name(name)?;
+                get_edge(txn, d.attrs.id, name).ok_or(FsError::NotFound)?.child
+            };
+            let n = get_node(txn, child)?;
+            Ok(OpOutput::Object { attrs: n.attrs, created: false, dir_before: None, dir_after: None })
+        }
+        Op::Create { dir, name, kind, attrs, if_exists } => create(txn, ex, *dir, name, kind, attrs, *if_exists),
+        Op::Open { obj, access, truncate } => {
+            let mut n = get_node(txn, resolve(ex, *obj)?)?;
+            check_access(cred, &n.attrs, *access)?;
+            if *truncate {
+                if n.attrs.ftype != FileType::Regular {
+                    return Err(FsError::IsDir);
+                }
+                if !may(cred, &n.attrs, 2) {
+                    return Err(FsError::Access);
+                }
+                set_size(txn, ex, &mut n, 0)?;
+                touch(&mut n.attrs, now, true);
+                put_node(txn, &n);
+            }
+            Ok(OpOutput::Object { attrs: n.attrs, created: false, dir_before: None, dir_after: None })
+        }
+        Op::GetAttr { obj } | Op::Close { obj } => {
+            let n = get_node(txn, resolve(ex, *obj)?)?;
+            Ok(OpOutput::Attrs { before: None, attrs: n.attrs })
+        }
+        Op::SetAttr { obj, attrs } => setattr(txn, ex, *obj, attrs),
+        Op::Write { obj, offset, data, append } => write(txn, ex, *obj, *offset, data, *append),
+        Op::Read { obj, offset, len } => {
+            let n = get_node(txn, resolve(ex, *obj)?)?;
+            match n.attrs.ftype {
+                FileType::Regular => {}
+                FileType::Directory => return Err(FsError::IsDir),
+                _ => return Err(FsError::Invalid),
+            }
+            if !may(cred, &n.attrs, 4) && cred.uid != n.attrs.uid {
+                return Err(FsError::Access);
+            }
+            let size = n.attrs.size;
+            let start = (*offset).min(size);
+            let len = (*len).min(size - start);
+            let eof = start + len >= size;
+            if !n.chunked {
+                let data = txn.get(&keys::data(n.attrs.id)).unwrap_or_default();
+                let mut buf = vec![0u8; len as usize];
+                let s = start as usize;
+                if s < data.len() {
+                    let e = (s + len as usize).min(data.len());
+                    buf[..e - s].copy_from_slice(&data[s..e]);
+                }
+                return Ok(OpOutput::Read { data: buf, eof, attrs: n.attrs });
+            }
+            let overlay = overlay(txn, n.attrs.id);
+            ex.out.reads.push(ReadPlan { op: i, file: n.attrs.id, offset: start, len, overlay });
+            Ok(OpOutput::Read { data: Vec::new(), eof, attrs: n.attrs })
+        }
+        Op::Remove { dir, name, dir_only } => remove(txn, ex, *dir, name, *dir_only),
+        Op::Rename { src_dir, src_name, dst_dir, dst_name, replace } => {
+            rename(txn, ex, *src_dir, src_name, *dst_dir, dst_name, *replace)
+        }
+        Op::Link { obj, dir, name } => {
+            let mut n = get_node(txn, resolve(ex, *obj)?)?;
+            let mut d = load_dir(txn, ex, *dir)?;
+            check_name(name)?;
+            if n.attrs.ftype == FileType::Directory {
+                return Err(FsError::IsDir);
+            }
+            if !may(cred, &d.attrs, 3) {
+                return Err(FsError::Access);
+            }
+            if n.attrs.nlink >= LINK_MAX {
+                return Err(FsError::TooManyLinks);
+            }
+            if get_edge(txn, d.attrs.id, name).is_some() {
+                return Err(FsError::Exists);
+            }
+            let before = d.attrs.clone();
+            n.attrs.nlink += 1;
+            touch(&mut n.attrs, now, false);
+            put_node(txn, &n);
+            txn.put(keys::edge(d.attrs.id, name), encode(&edge_for(&n)));
+            touch(&mut d.attrs, now, true);
+            put_node(txn, &d);
+            Ok(OpOutput::Dirs { changed: vec![(before, d.attrs)], target: Some(n.attrs) })
+        }
+        Op::ReadLink { obj } => {
+            let n = get_node(txn, resolve(ex, *obj)?)?;
+            match n.target {
+                Some(t) => Ok(OpOutput::Link { target: t, attrs: n.attrs }),
+                None => Err(FsError::NotSymlink),
+            }
+        }
+        Op::ReadDir { dir, after, max_entries, with_attrs } => {
+            let d = load_dir(txn, ex, *dir)?;
+            if !may(cred, &d.attrs, 4) {
+                return Err(FsError::Access);
+            }
+            let prefix = keys::edge_prefix(d.attrs.id);
+            let start = match after {
+                Some(name) => {
+                    let mut k = keys::edge(d.attrs.id, name);
+                    k.push(0);
+                    k
+                }
+                None => prefix.clone(),
+            };
+            let max = (*max_entries).clamp(1, 1 << 20) as usize;
+            let rows = txn.scan(&start, &keys::prefix_end(&prefix), max + 1);
+            let eof = rows.len() <= max;
+            let mut entries = Vec::with_capacity(rows.len().min(max));
+            for (k, v) in rows.into_iter().take(max) {
+                let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+                let e: Edge = decode(&v).ok_or(FsError::Io)?;
+                let attrs = if *with_attrs { Some(get_node(txn, e.child)?.attrs) } else { None };
+                entries.push(DirEntry { name, id: e.child, ftype: e.ftype, attrs });
+            }
+            Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
+        }
+        Op::Copy { src, src_offset, dst, dst_offset, len } => {
+            let s = get_node(txn, resolve(ex, *src)?)?;
+            if s.attrs.ftype != FileType::Regular {
+                return Err(FsError::Invalid);
+            }
+            if !may(cred, &s.attrs, 4) && cred.uid != s.attrs.uid {
+                return Err(FsError::Access);
+            }
+            if s.chunked {
+                // The engine resolves copies from chunked files into writes
+                // before proposing; a copy reaching here has inline data only.
+                return Err(FsError::NotSupported);
+            }
+            let data = txn.get(&keys::data(s.attrs.id)).unwrap_or_default();
+            let from = (*src_offset).min(s.attrs.size) as usize;
+            let to = (s.attrs.size.min(src_offset.saturating_add(*len))) as usize;
+            let mut bytes = vec![0u8; to.saturating_sub(from)];
+            if from < data.len() {
+                let e = to.min(data.len());
+                bytes[..e - from].copy_from_slice(&data[from..e]);
+            }
+            let r = write(txn, ex, *dst, *dst_offset, &WriteData::Bytes(bytes), false)?;
+            match r {
+                OpOutput::Written { count, attrs, .. } => Ok(OpOutput::Copied { count, attrs }),
+                other => Ok(other),
+            }
+        }
+    }
+}
+
+fn check_access(cred: &duet_fs::Credentials, a: &Attrs, access: Access) -> Result<(), FsError> {
+    let want = (access.read as u32) * 4 + (access.write as u32) * 2 + (access.execute as u32);
+    if access.write && a.ftype == FileType::Directory {
+        return Err(FsError::IsDir);
+    }
+    if want != 0 && !may(cred, a, want) {
+        return Err(FsError::Access);
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    ex: &mut Exec<'_>,
+    dir: ObjRef,
+    name: &str,
+    kind: &CreateKind,
+    set: &SetAttrs,
+    if_exists: IfExists,
+) -> OpResult {
+    let cred = &ex.batch.cred;
+    let now = ex.batch.now_ns;
+    let mut d = load_dir(txn, ex, dir)?;
+    check_name(name)?;
+    if let Some(e) = get_edge(txn, d.attrs.id, name) {
+        if !may(cred, &d.attrs, 1) {
+            return Err(FsError::Access);
+        }
+        let mut n = get_node(txn, e.child)?;
+        match if_exists {
+            IfExists::Fail => return Err(FsError::Exists),
+            IfExists::Open => {}
+            IfExists::Truncate => {
+                if n.attrs.ftype == FileType::Regular {
+                    if !may(cred, &n.attrs, 2) {
+                        return Err(FsError::Access);
+                    }
+                    set_size(txn, ex, &mut n, 0)?;
+                    touch(&mut n.attrs, now, true);
+                    put_node(txn, &n);
+                }
+            }
+        }
+        return Ok(OpOutput::Object { attrs: n.attrs, created: false, dir_before: None, dir_after: None });
+    }
+    if !may(cred, &d.attrs, 3) {
+        return Err(FsError::Access);
+    }
+    let ftype = kind.file_type();
+    if ftype == FileType::Directory && d.attrs.nlink >= LINK_MAX {
+        return Err(FsError::TooManyLinks);
+    }
+    let id = counter(txn, "next_id").max(ROOT_ID + 1);
+    put_counter(txn, "next_id", id + 1);
+    let default_mode = match ftype {
+        FileType::Directory => 0o755,
+        FileType::Symlink => 0o777,
+        _ => 0o644,
+    };
+    // A non-root creator owns what it creates; root may give it away.
+    let uid = if cred.uid == 0 { set.uid.unwrap_or(0) } else { cred.uid };
+    let gid = if cred.uid == 0 { set.gid.unwrap_or(cred.gid) } else { cred.gid };
+    let mut attrs = new_attrs(id, ftype, set.mode.unwrap_or(default_mode), uid, gid, now);
+    let mut target = None;
+    match kind {
+        CreateKind::Symlink { target: t } => {
+            if t.is_empty() || t.len() > 4096 || t.contains('\0') {
+                return Err(FsError::Invalid);
+            }
+            attrs.size = t.len() as u64;
+            target = Some(t.clone());
+        }
+        CreateKind::CharDevice { rdev } | CreateKind::BlockDevice { rdev } => attrs.rdev = *rdev,
+        _ => {}
+    }
+    if let Some(a) = set.dos_attrs {
+        attrs.dos_attrs = a & duet_fs::dos::SETTABLE;
+    }
+    if let Some(t) = set.btime {
+        attrs.btime = t;
+    }
+    if let Some(SetTime::At(t)) = set.atime {
+        attrs.atime = t;
+    }
+    if let Some(SetTime::At(t)) = set.mtime {
+        attrs.mtime = t;
+    }
+    if let Some(a) = set.alloc_size {
+        attrs.alloc_size = a;
+    }
+    let mut n = Node { attrs, parent: d.attrs.id, target, chunked: false };
+    if let (Some(size), FileType::Regular) = (set.size, ftype) {
+        if size > 0 {
+            set_size(txn, ex, &mut n, size)?;
+        }
+    }
+    put_node(txn, &n);
+    txn.put(keys::edge(d.attrs.id, name), encode(&edge_for(&n)));
+    let before = d.attrs.clone();
+    if ftype == FileType::Directory {
+        d.attrs.nlink += 1;
+    }
+    touch(&mut d.attrs, now, true);
+    put_node(txn, &d);
+    Ok(OpOutput::Object { attrs: n.attrs, created: true, dir_before: Some(before), dir_after: Some(d.attrs) })
+}
+
+fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: ObjRef, s: &SetAttrs) -> OpResult {
+    let cred = ex.batch.cred.clone();
+    let now = ex.batch.now_ns;
+    let mut n = get_node(txn, resolve(ex, obj)?)?;
+    let before = n.attrs.clone();
+    if s.is_empty() {
+        return Ok(OpOutput::Attrs { before: Some(before), attrs: n.attrs });
+    }
+    let owner = cred.uid == 0 || cred.uid == n.attrs.uid;
+    let writable = may(&cred, &n.attrs, 2);
+    if let Some(uid) = s.uid {
+        if cred.uid != 0 && uid != n.attrs.uid {
+            return Err(FsError::Perm);
+        }
+    }
+    if let Some(gid) = s.gid {
+        if cred.uid != 0 && gid != n.attrs.gid && !(owner && cred.in_group(gid)) {
+            return Err(FsError::Perm);
+        }
+    }
+    if (s.mode.is_some() || s.btime.is_some() || s.ctime.is_some()) && !owner {
+        return Err(FsError::Perm);
+    }
+    for t in [s.atime, s.mtime].into_iter().flatten() {
+        match t {
+            SetTime::ServerNow if !owner && !writable => return Err(FsError::Access),
+            SetTime::At(_) if !owner => return Err(FsError::Perm),
+            _ => {}
+        }
+    }
+    if (s.dos_attrs.is_some() || s.alloc_size.is_some()) && !owner && !writable {
+        return Err(FsError::Access);
+    }
+    if let Some(size) = s.size {
+        match n.attrs.ftype {
+            FileType::Regular => {}
+            FileType::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid),
+        }
+        if !writable && !owner {
+            return Err(FsError::Access);
+        }
+        if size > FILE_SIZE_MAX {
+            return Err(FsError::FileTooBig);
+        }
+        if size != n.attrs.size {
+            set_size(txn, ex, &mut n, size)?;
+            n.attrs.mtime = now;
+        }
+    }
+    if let Some(m) = s.mode {
+        n.attrs.mode = m & 0o7777;
+    }
+    if let Some(u) = s.uid {
+        if u != n.attrs.uid {
+            n.attrs.mode &= !0o4000;
+        }
+        n.attrs.uid = u;
+    }
+    if let Some(g) = s.gid {
+        n.attrs.gid = g;
+    }
+    if let Some(a) = s.dos_attrs {
+        n.attrs.dos_attrs = a & duet_fs::dos::SETTABLE;
+    }
+    if let Some(a) = s.alloc_size {
+        n.attrs.alloc_size = a.max(n.attrs.size);
+    }
+    if let Some(t) = s.btime {
+        n.attrs.btime = t;
+    }
+    match s.atime {
+        Some(SetTime::At(t)) => n.attrs.atime = t,
+        Some(SetTime::ServerNow) => n.attrs.atime = now,
+        None => {}
+    }
+    match s.mtime {
+        Some(SetTime::At(t)) => n.attrs.mtime = t,
+        Some(SetTime::ServerNow) => n.attrs.mtime = now,
+        None => {}
+    }
+    n.attrs.ctime = s.ctime.unwrap_or(now);
+    n.attrs.change += 1;
+    put_node(txn, &n);
+    if n.attrs.ftype == FileType::Directory && (s.mode.is_some() || s.uid.is_some() || s.gid.is_some()) {
+        // Keep the directory's edge in step for path-walk permission checks.
+        let name = find_name(txn, n.parent, n.attrs.id);
+        if let Some(name) = name {
+            txn.put(keys::edge(n.parent, &name), encode(&edge_for(&n)));
+        }
+    }
+    Ok(OpOutput::Attrs { before: Some(before), attrs: n.attrs })
+}
+
+/// The name under which `parent` links `child` (directories have one).
+fn find_name<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, parent: NodeId, child: NodeId) -> Option<String> {
+    if parent == child {
+        return None;
+    }
+    let prefix = keys::edge_prefix(parent);
+    for (k, v) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
+        if decode::<Edge>(&v).map(|e| e.child) == Some(child) {
+            return Some(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
+        }
+    }
+    None
+}
+
+/// Queues a data record for a chunked file.
+fn queue<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, file: NodeId, op: DataOp) {
+    let dseq = counter(txn, "next_dseq").max(1);
+    put_counter(txn, "next_dseq", dseq + 1);
+    let rec = DataRecord { file, op };
+    txn.put(keys::dq(dseq), encode(&rec));
+    txn.put(keys::dq_by_file(file, dseq), Vec::new());
+    ex.out.queued.push((dseq, rec));
+}
+
+/// Marks the chunks covering `[offset, offset+len)` attached.
+fn attach_chunks<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, file: NodeId, offset: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    let first = offset / CHUNK_SIZE;
+    let last = (offset + len - 1) / CHUNK_SIZE;
+    for idx in first..=last {
+        let k = keys::chunk(file, idx);
+        if txn.get(&k).is_none() {
+            txn.put(k, Vec::new());
+        }
+    }
+}
+
+/// Moves an inline file's data to the chunk path.
+fn make_chunked<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, n: &mut Node) {
+    if n.chunked {
+        return;
+    }
+    let id = n.attrs.id;
+    let data = txn.get(&keys::data(id)).unwrap_or_default();
+    txn.delete(keys::data(id));
+    n.chunked = true;
+    if !data.is_empty() {
+        attach_chunks(txn, id, 0, data.len() as u64);
+        queue(txn, ex, id, DataOp::WriteInline { offset: 0, data });
+    }
+}
+
+fn set_size<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, n: &mut Node, size: u64) -> Result<(), FsError> {
+    if size > FILE_SIZE_MAX {
+        return Err(FsError::FileTooBig);
+    }
+    let id = n.attrs.id;
+    let old = n.attrs.size;
+    if !n.chunked && size <= INLINE_MAX {
+        let mut data = txn.get(&keys::data(id)).unwrap_or_default();
+        data.resize(size as usize, 0);
+        if data.is_empty() {
+            txn.delete(keys::data(id));
+        } else {
+            txn.put(keys::data(id), data);
+        }
+    } else {
+        make_chunked(txn, ex, n);
+        if size < old {
+            queue(txn, ex, id, DataOp::Truncate { size });
+            let first_gone = size.div_ceil(CHUNK_SIZE);
+            let prefix = keys::chunk_prefix(id);
+            let from = keys::chunk(id, first_gone);
+            for (k, _) in txn.scan(&from, &keys::prefix_end(&prefix), usize::MAX) {
+                txn.delete(k);
+            }
+        }
+    }
+    n.attrs.size = size;
+    n.attrs.alloc_size = alloc_for(size).max(if size >= old { n.attrs.alloc_size } else { 0 });
+    Ok(())
+}
+
+fn alloc_for(size: u64) -> u64 {
+    size.div_ceil(4096) * 4096
+}
+
+fn write<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    ex: &mut Exec<'_>,
+    obj: ObjRef,
+    offset: u64,
+    data: &WriteData,
+    append: bool,
+) -> OpResult {
+    let cred = ex.batch.cred.clone();
+    let now = ex.batch.now_ns;
+    let mut n = get_node(txn, resolve(ex, obj)?)?;
+    match n.attrs.ftype {
+        FileType::Regular => {}
+        FileType::Directory => return Err(FsError::IsDir),
+        _ => return Err(FsError::Invalid),
+    }
+    if !may(&cred, &n.attrs, 2) && cred.uid != n.attrs.uid {
+        return Err(FsError::Access);
+    }
+    let before = n.attrs.clone();
+    let offset = if append { n.attrs.size } else { offset };
+    let len = data.len();
+    let end = offset.checked_add(len).ok_or(FsError::FileTooBig)?;
+    if end > FILE_SIZE_MAX {
+        return Err(FsError::FileTooBig);
+    }
+    let id = n.attrs.id;
+    match data {
+        WriteData::Bytes(bytes) if !n.chunked && end <= INLINE_MAX => {
+            let mut cur = txn.get(&keys::data(id)).unwrap_or_default();
+            cur.resize((n.attrs.size as usize).max(end as usize), 0);
+            cur[offset as usize..end as usize].copy_from_slice(bytes);
+            txn.put(keys::data(id), cur);
+        }
+        _ => {
+            make_chunked(txn, ex, &mut n);
+            if len > 0 {
+                attach_chunks(txn, id, offset, len);
+                let op = match data {
+                    WriteData::Bytes(b) => DataOp::WriteInline { offset, data: b.clone() },
+                    WriteData::Logged { lsn, len } => DataOp::WriteLogged { offset, lsn: *lsn, len: *len },
+                };
+                queue(txn, ex, id, op);
+            }
+        }
+    }
+    if end > n.attrs.size {
+        n.attrs.size = end;
+    }
+    n.attrs.alloc_size = n.attrs.alloc_size.max(alloc_for(n.attrs.size));
+    if cred.uid != 0 && n.attrs.mode & 0o6000 != 0 {
+        n.attrs.mode &= !0o6000;
+    }
+    touch(&mut n.attrs, now, true);
+    put_node(txn, &n);
+    Ok(OpOutput::Written { count: len, offset, before, attrs: n.attrs })
+}
+
+/// Drops one link to `n` (already unlinked from its directory).
+fn unlink_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, mut n: Node) -> Option<Attrs> {
+    let now = ex.batch.now_ns;
+    let is_dir = n.attrs.ftype == FileType::Directory;
+    n.attrs.nlink = if is_dir { 0 } else { n.attrs.nlink.saturating_sub(1) };
+    if n.attrs.nlink > 0 {
+        touch(&mut n.attrs, now, false);
+        put_node(txn, &n);
+        return Some(n.attrs);
+    }
+    let id = n.attrs.id;
+    txn.delete(keys::node(id));
+    txn.delete(keys::data(id));
+    if n.chunked {
+        let prefix = keys::chunk_prefix(id);
+        for (k, _) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
+            txn.delete(k);
+        }
+        // RUFS-style: the chunks are detached in the same transaction that
+        // unlinks the file; the destager reclaims them in data order.
+        txn.put(keys::detached(id), Vec::new());
+        queue(txn, ex, id, DataOp::Reclaim);
+    }
+    None
+}
+
+fn remove<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    ex: &mut Exec<'_>,
+    dir: ObjRef,
+    name: &str,
+    dir_only: Option<bool>,
+) -> OpResult {
+    let cred = ex.batch.cred.clone();
+    let now = ex.batch.now_ns;
+    let mut d = load_dir(txn, ex, dir)?;
+    check_name(name)?;
+    if !may(&cred, &d.attrs, 3) {
+        return Err(FsError::Access);
+    }
+    let e = get_edge(txn, d.attrs.id, name).ok_or(FsError::NotFound)?;
+    let n = get_node(txn, e.child)?;
+    let is_dir = n.attrs.ftype == FileType::Directory;
+    match dir_only {
+        Some(true) if !is_dir => return Err(FsError::NotDir),
+        Some(false) if is_dir => return Err(FsError::IsDir),
+        _ => {}
+    }
+    if sticky_denies(&cred, &d.attrs, &n.attrs) {
+        return Err(FsError::Perm);
+    }
+    if is_dir && !dir_is_empty(txn, n.attrs.id) {
+        return Err(FsError::NotEmpty);
+    }
+    let before = d.attrs.clone();
+    txn.delete(keys::edge(d.attrs.id, name));
+    let target = unlink_node(txn, ex, n);
+    if is_dir {
+        d.attrs.nlink = d.attrs.nlink.saturating_sub(1);
+    }
+    touch(&mut d.attrs, now, true);
+    put_node(txn, &d);
+    Ok(OpOutput::Dirs { changed: vec![(before, d.attrs)], target })
+}
+
+fn sticky_denies(cred: &duet_fs::Credentials, dir: &Attrs, child: &Attrs) -> bool {
+    dir.mode & 0o1000 != 0 && cred.uid != 0 && cred.uid != dir.uid && cred.uid != child.uid
+}
+
+fn dir_is_empty<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> bool {
+    let prefix = keys::edge_prefix(id);
+    txn.scan(&prefix, &keys::prefix_end(&prefix), 1).is_empty()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rename<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    ex: &mut Exec<'_>,
+    src_dir: ObjRef,
+    src_name: &str,
+    dst_dir: ObjRef,
+    dst_name: &str,
+    replace: bool,
+) -> OpResult {
+    let cred = ex.batch.cred.clone();
+    let now = ex.batch.now_ns;
+    check_name(src_name)?;
+    check_name(dst_name)?;
+    let sd = load_dir(txn, ex, src_dir)?;
+    let dd = load_dir(txn, ex, dst_dir)?;
+    if !may(&cred, &sd.attrs, 3) || !may(&cred, &dd.attrs, 3) {
+        return Err(FsError::Access);
+    }
+    let se = get_edge(txn, sd.attrs.id, src_name).ok_or(FsError::NotFound)?;
+    let mut moving = get_node(txn, se.child)?;
+    if sticky_denies(&cred, &sd.attrs, &moving.attrs) {
+        return Err(FsError::Perm);
+    }
+    let is_dir = moving.attrs.ftype == FileType::Directory;
+    if let Some(de) = get_edge(txn, dd.attrs.id, dst_name) {
+        if de.child == se.child {
+            // Both names are links to the same object: nothing to do.
+            return Ok(OpOutput::Dirs { changed: Vec::new(), target: Some(moving.attrs) });
+        }
+        if !replace {
+            return Err(FsError::Exists);
+        }
+        let victim = get_node(txn, de.child)?;
+        let victim_dir = victim.attrs.ftype == FileType::Directory;
+        if is_dir && !victim_dir {
+            return Err(FsError::NotDir);
+        }
+        if !is_dir && victim_dir {
+            return Err(FsError::IsDir);
+        }
+        if victim_dir && !dir_is_empty(txn, victim.attrs.id) {
+            return Err(FsError::NotEmpty);
+        }
+        if sticky_denies(&cred, &dd.attrs, &victim.attrs) {
+            return Err(FsError::Perm);
+        }
+    }
+    if is_dir {
+        // A directory may not move below itself.
+        let mut cur = dd.attrs.id;
+        let mut hops = 0;
+        while cur != ROOT_ID && hops < 100_000 {
+            if cur == moving.attrs.id {
+                return Err(FsError::RenameIntoSelf);
+            }
+            cur = get_node(txn, cur)?.parent;
+            hops += 1;
+        }
+        if dd.attrs.id == moving.attrs.id {
+            return Err(FsError::RenameIntoSelf);
+        }
+    }
+    // Now apply: everything below is infallible.
+    let mut changed = Vec::new();
+    if let Some(de) = get_edge(txn, dd.attrs.id, dst_name) {
+        let victim = get_node(txn, de.child)?;
+        let victim_dir = victim.attrs.ftype == FileType::Directory;
+        unlink_node(txn, ex, victim);
+        if victim_dir {
+            let mut d = get_node(txn, dd.attrs.id)?;
+            d.attrs.nlink = d.attrs.nlink.saturating_sub(1);
+            put_node(txn, &d);
+        }
+    }
+    txn.delete(keys::edge(sd.attrs.id, src_name));
+    if is_dir {
+        moving.parent = dd.attrs.id;
+    }
+    touch(&mut moving.attrs, now, false);
+    put_node(txn, &moving);
+    txn.put(keys::edge(dd.attrs.id, dst_name), encode(&edge_for(&moving)));
+    let same = sd.attrs.id == dd.attrs.id;
+    let mut s = get_node(txn, sd.attrs.id)?;
+    let s_before = sd.attrs.clone();
+    if is_dir && !same {
+        s.attrs.nlink = s.attrs.nlink.saturating_sub(1);
+    }
+    touch(&mut s.attrs, now, true);
+    put_node(txn, &s);
+    changed.push((s_before, s.attrs.clone()));
+    if !same {
+        let mut d = get_node(txn, dd.attrs.id)?;
+        if is_dir {
+            d.attrs.nlink += 1;
+        }
+        touch(&mut d.attrs, now, true);
+        put_node(txn, &d);
+        changed.push((dd.attrs.clone(), d.attrs));
+    }
+    Ok(OpOutput::Dirs { changed, target: Some(moving.attrs) })
+}
+
+/// The data records of `file` not yet destaged, oldest first.
+pub fn overlay<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, file: NodeId) -> Vec<(u64, DataRecord)> {
+    let prefix = keys::dq_by_file_prefix(file);
+    let mut out = Vec::new();
+    for (k, _) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
+        if let Some(dseq) = keys::u64_at(&k, 9) {
+            if let Some(rec) = txn.get(&keys::dq(dseq)).and_then(|v| decode::<DataRecord>(&v)) {
+                out.push((dseq, rec));
+            }
+        }
+    }
+    out
+}
+
+/// Looks up a share record.
+pub fn get_share<R: KvRead + ?Sized>(kv: &R, name: &str) -> Option<ShareRecord> {
+    kv.get(&keys::share(name)).and_then(|v| decode(&v))
+}
+
+/// Looks up a user record.
+pub fn get_user<R: KvRead + ?Sized>(kv: &R, name: &str) -> Option<UserRecord> {
+    kv.get(&keys::user(name)).and_then(|v| decode(&v))
+}

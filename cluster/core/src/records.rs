@@ -1,0 +1,98 @@
+//! What the schema stores, and the commands a raft entry carries.
+
+use duet_fs::{Attrs, Batch, FileType, NodeId, TimeNs};
+use serde::{Deserialize, Serialize};
+
+/// A node record (`n` id).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub attrs: Attrs,
+    /// Directories: the one parent (`..`, LOOKUPP). Others: the parent of
+    /// the first link.
+    pub parent: NodeId,
+    /// Symbolic links: the target.
+    pub target: Option<String>,
+    /// Data lives in chunks (and the data queue) rather than inline.
+    pub chunked: bool,
+}
+
+/// An edge record (`e` parent name): the child and what a path walk's
+/// permission check needs without reading the child node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edge {
+    pub child: NodeId,
+    pub ftype: FileType,
+    /// For directories: mode, uid and gid, kept equal to the child node's.
+    pub dir_perm: Option<(u32, u32, u32)>,
+}
+
+/// Data of a chunked file that the chunk store does not have yet, in commit
+/// order (`q` dseq). The destager applies them in order and deletes them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataRecord {
+    pub file: NodeId,
+    pub op: DataOp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DataOp {
+    /// Bytes carried by the raft entry itself (small writes to large files).
+    WriteInline { offset: u64, data: Vec<u8> },
+    /// Bytes in the write log at `lsn`.
+    WriteLogged { offset: u64, lsn: u64, len: u64 },
+    /// Everything from `size` on is gone.
+    Truncate { size: u64 },
+    /// The file is gone: delete all its chunks.
+    Reclaim,
+}
+
+/// A share (`s` name).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShareRecord {
+    pub name: String,
+    pub path: String,
+    pub smb: bool,
+    pub nfs: bool,
+    pub read_only: bool,
+    pub guest_ok: bool,
+    pub nfs_clients: Vec<String>,
+    pub root_squash: bool,
+    pub append_extension: bool,
+}
+
+/// A user (`u` name): what NTLMv2 needs (the NT one-way function of the
+/// password, MS-NLMP 3.3.1), never the password.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserRecord {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub nt_hash: [u8; 16],
+    pub enabled: bool,
+}
+
+/// A raft entry's payload: everything that changes metadata.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// First start: the root directory, the default share's directory, admin secrets.
+    Init { now_ns: TimeNs, admin_secrets: Vec<(String, Vec<u8>)>, shares: Vec<ShareRecord> },
+    Batch(Batch),
+    PutShare { share: ShareRecord, replace: bool, now_ns: TimeNs },
+    RemoveShare { name: String },
+    PutUser { user: UserRecord, replace: bool },
+    RemoveUser { name: String },
+    /// The destager has applied every data record up to `upto` (inclusive)
+    /// to the chunk store, and deleted the chunks of `reclaimed` files.
+    Destaged { upto: u64, reclaimed: Vec<NodeId> },
+}
+
+/// Encodes a record or command.
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Serialising these plain types into a Vec cannot fail.
+    bincode::serialize(v).unwrap_or_default()
+}
+
+/// Decodes a record; `None` if the bytes are not one.
+pub fn decode<'a, T: Deserialize<'a>>(b: &'a [u8]) -> Option<T> {
+    bincode::deserialize(b).ok()
+}

@@ -1,0 +1,132 @@
+//! A blocking admin API client: one request per TCP connection.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use duet_admin_api::{
+    decode_response, AdminRequest, AdminResponse, Credentials, Parsed, ResponseParser,
+};
+
+use crate::error::CtlError;
+
+/// Default connect/read/write timeout.
+pub const TIMEOUT: Duration = Duration::from_secs(10);
+/// Read timeout for fsck, which walks the whole file system.
+pub const FSCK_TIMEOUT: Duration = Duration::from_secs(600);
+
+pub struct Client {
+    /// host:port as given (also sent as Host).
+    pub addr: String,
+    pub creds: Credentials,
+}
+
+/// A successful reply: the typed response and the raw body (for --json).
+pub struct Reply {
+    pub response: AdminResponse,
+    pub raw: Vec<u8>,
+}
+
+/// Accepts "host:port", "http://host:port" and a trailing '/'.
+pub fn normalize_addr(addr: &str) -> &str {
+    let a = addr.trim();
+    let a = a.strip_prefix("http://").unwrap_or(a);
+    a.strip_suffix('/').unwrap_or(a)
+}
+
+impl Client {
+    pub fn new(addr: &str, creds: Credentials) -> Client {
+        Client {
+            addr: normalize_addr(addr).to_string(),
+            creds,
+        }
+    }
+
+    fn connect(&self) -> Result<TcpStream, CtlError> {
+        let connect_err = |source| CtlError::Connect {
+            addr: self.addr.clone(),
+            source,
+        };
+        let addrs: Vec<SocketAddr> = self.addr.to_socket_addrs().map_err(connect_err)?.collect();
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "the address resolved to nothing");
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, TIMEOUT) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e,
+            }
+        }
+        Err(connect_err(last))
+    }
+
+    /// Sends `req` and waits for the reply. Non-2xx replies are
+    /// `CtlError::Api`.
+    pub fn call(&self, req: &AdminRequest) -> Result<Reply, CtlError> {
+        let bytes = req.to_http(&self.addr, Some(&self.creds)).encode();
+        let mut stream = self.connect()?;
+        let read_timeout = if matches!(req, AdminRequest::Fsck) {
+            FSCK_TIMEOUT
+        } else {
+            TIMEOUT
+        };
+        let send_err = |e: io::Error| {
+            CtlError::Transport(format!(
+                "sending the request to duetd at {}: {}",
+                self.addr,
+                describe(&e, TIMEOUT)
+            ))
+        };
+        let read_err = |e: io::Error| {
+            CtlError::Transport(format!(
+                "reading the reply from duetd at {}: {}",
+                self.addr,
+                describe(&e, read_timeout)
+            ))
+        };
+        stream.set_write_timeout(Some(TIMEOUT)).map_err(send_err)?;
+        stream
+            .set_read_timeout(Some(read_timeout))
+            .map_err(read_err)?;
+        let _ = stream.set_nodelay(true);
+        stream.write_all(&bytes).map_err(send_err)?;
+        let mut parser = ResponseParser::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        let resp = loop {
+            let n = match stream.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(read_err(e)),
+            };
+            let parsed = if n == 0 {
+                parser.finish()
+            } else {
+                parser.feed(&buf[..n])
+            };
+            match parsed {
+                Parsed::Complete(r) => break r,
+                Parsed::Incomplete => {}
+                Parsed::Error(e) => {
+                    return Err(CtlError::Transport(format!(
+                        "bad reply from duetd at {}: {e}",
+                        self.addr
+                    )))
+                }
+            }
+        };
+        let response = decode_response(req, &resp).map_err(CtlError::Api)?;
+        Ok(Reply {
+            response,
+            raw: resp.body,
+        })
+    }
+}
+
+fn describe(e: &io::Error, timeout: Duration) -> String {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    ) {
+        format!("timed out after {} s", timeout.as_secs())
+    } else {
+        e.to_string()
+    }
+}

@@ -1,0 +1,349 @@
+//! Human-readable output: aligned tables and `key: value` blocks.
+
+use duet_admin_api::{FsckReport, Share, Stats, StatusInfo, UserInfo};
+
+/// Column alignment.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// An aligned table: header row then rows, columns separated by two spaces,
+/// no trailing spaces.
+pub fn table(headers: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|(h, _)| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header_row: Vec<String> = headers.iter().map(|(h, _)| h.to_string()).collect();
+    for row in std::iter::once(&header_row).chain(rows) {
+        let mut line = String::new();
+        for (i, ((_, align), width)) in headers.iter().zip(&widths).enumerate() {
+            let cell = row.get(i).map(String::as_str).unwrap_or("");
+            if i > 0 {
+                line.push_str("  ");
+            }
+            let pad = width.saturating_sub(cell.chars().count());
+            match align {
+                Align::Left => {
+                    line.push_str(cell);
+                    line.push_str(&" ".repeat(pad));
+                }
+                Align::Right => {
+                    line.push_str(&" ".repeat(pad));
+                    line.push_str(cell);
+                }
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `key: value` lines with the values aligned; continuation lines of a
+/// multi-line value are indented to the value column.
+pub fn key_values(pairs: &[(&str, String)]) -> String {
+    let width = pairs
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let mut out = String::new();
+    for (k, v) in pairs {
+        let label = format!("{k}:");
+        let mut lines = v.lines();
+        let first = lines.next().unwrap_or("");
+        out.push_str(format!("{label:<width$} {first}").trim_end());
+        out.push('\n');
+        for more in lines {
+            out.push_str(&" ".repeat(width + 1));
+            out.push_str(more);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn yes_no(b: bool) -> String {
+    if b { "yes" } else { "no" }.to_string()
+}
+
+/// "2d 3h 4m 5s".
+pub fn duration(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 {
+        format!("{d}d {h}h {m}m {s}s")
+    } else if h > 0 {
+        format!("{h}h {m}m {s}s")
+    } else if m > 0 {
+        format!("{m}m {s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
+fn protocols(share: &Share) -> String {
+    share
+        .protocols
+        .iter()
+        .map(|p| p.as_str())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub fn status(s: &StatusInfo) -> String {
+    let listeners = if s.listeners.is_empty() {
+        "none".to_string()
+    } else {
+        s.listeners
+            .iter()
+            .map(|l| format!("{} {}", l.protocol, l.addr))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let voters = s
+        .raft
+        .voters
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    key_values(&[
+        ("version", s.version.clone()),
+        ("node id", s.node_id.to_string()),
+        ("uptime", duration(s.uptime_s)),
+        ("executors", s.executors.to_string()),
+        ("data dir", s.data_dir.clone()),
+        ("listeners", listeners),
+        (
+            "raft",
+            format!(
+                "term {}, commit {}, applied {}, voters [{}]",
+                s.raft.term, s.raft.commit_index, s.raft.applied_index, voters
+            ),
+        ),
+        ("shares", s.shares.to_string()),
+        ("users", s.users.to_string()),
+        ("files", s.files.to_string()),
+    ])
+}
+
+pub fn share_list(shares: &[Share]) -> String {
+    if shares.is_empty() {
+        return "no shares\n".to_string();
+    }
+    let rows: Vec<Vec<String>> = shares
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                s.path.clone(),
+                protocols(s),
+                if s.read_only { "ro" } else { "rw" }.to_string(),
+                yes_no(s.guest_ok),
+                s.nfs.clients.join(","),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("NAME", Align::Left),
+            ("PATH", Align::Left),
+            ("PROTOCOLS", Align::Left),
+            ("ACCESS", Align::Left),
+            ("GUEST", Align::Left),
+            ("NFS CLIENTS", Align::Left),
+        ],
+        &rows,
+    )
+}
+
+pub fn share_show(s: &Share) -> String {
+    key_values(&[
+        ("name", s.name.clone()),
+        ("path", s.path.clone()),
+        ("protocols", protocols(s)),
+        ("read only", yes_no(s.read_only)),
+        ("guest ok", yes_no(s.guest_ok)),
+        ("nfs clients", s.nfs.clients.join(",")),
+        ("nfs root squash", yes_no(s.nfs.root_squash)),
+        ("nfs append extension", yes_no(s.nfs.append_extension)),
+    ])
+}
+
+pub fn user_list(users: &[UserInfo]) -> String {
+    if users.is_empty() {
+        return "no users\n".to_string();
+    }
+    let rows: Vec<Vec<String>> = users
+        .iter()
+        .map(|u| {
+            vec![
+                u.name.clone(),
+                u.uid.to_string(),
+                u.gid.to_string(),
+                yes_no(u.enabled),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("NAME", Align::Left),
+            ("UID", Align::Right),
+            ("GID", Align::Right),
+            ("ENABLED", Align::Left),
+        ],
+        &rows,
+    )
+}
+
+/// `n / batches` with two decimals, "-" when there were no batches.
+pub fn per_batch(n: u64, batches: u64) -> String {
+    if batches == 0 {
+        "-".to_string()
+    } else {
+        format!("{:.2}", n as f64 / batches as f64)
+    }
+}
+
+pub fn stats(s: &Stats) -> String {
+    let total = |name: &str, n: u64, avg: bool| {
+        vec![
+            name.to_string(),
+            n.to_string(),
+            if avg {
+                per_batch(n, s.batches)
+            } else {
+                String::new()
+            },
+        ]
+    };
+    let totals = vec![
+        total("batches", s.batches, false),
+        total("proposals", s.proposals, true),
+        total("fsyncs", s.fsyncs, true),
+        total("rocksdb reads", s.rocksdb_reads, true),
+        total("rocksdb writes", s.rocksdb_writes, true),
+        total("chunk reads", s.chunk_reads, true),
+        total("chunk writes", s.chunk_writes, true),
+        total("log writes", s.log_writes, true),
+    ];
+    let mut out = table(
+        &[
+            ("COUNTER", Align::Left),
+            ("TOTAL", Align::Right),
+            ("PER BATCH", Align::Right),
+        ],
+        &totals,
+    );
+    out.push('\n');
+    if s.by_request.is_empty() {
+        out.push_str("no requests recorded\n");
+        return out;
+    }
+    out.push_str("per request (averages per batch):\n");
+    let rows: Vec<Vec<String>> = s
+        .by_request
+        .iter()
+        .map(|r| {
+            vec![
+                r.protocol.clone(),
+                r.request.clone(),
+                r.count.to_string(),
+                r.batches.to_string(),
+                per_batch(r.proposals, r.batches),
+                per_batch(r.fsyncs, r.batches),
+                per_batch(r.rocksdb_reads, r.batches),
+                per_batch(r.rocksdb_writes, r.batches),
+                per_batch(r.chunk_reads, r.batches),
+                per_batch(r.chunk_writes, r.batches),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &[
+            ("PROTOCOL", Align::Left),
+            ("REQUEST", Align::Left),
+            ("COUNT", Align::Right),
+            ("BATCHES", Align::Right),
+            ("PROPOSALS", Align::Right),
+            ("FSYNCS", Align::Right),
+            ("DB READS", Align::Right),
+            ("DB WRITES", Align::Right),
+            ("CHUNK READS", Align::Right),
+            ("CHUNK WRITES", Align::Right),
+        ],
+        &rows,
+    ));
+    out
+}
+
+pub fn fsck(r: &FsckReport) -> String {
+    let mut out = key_values(&[
+        ("nodes", r.nodes.to_string()),
+        ("edges", r.edges.to_string()),
+        ("chunks", r.chunks.to_string()),
+        ("problems", r.problems.len().to_string()),
+    ]);
+    if r.problems.is_empty() {
+        out.push_str("file system is consistent\n");
+    } else {
+        for p in &r.problems {
+            out.push_str("  - ");
+            out.push_str(p);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_alignment() {
+        let t = table(
+            &[
+                ("NAME", Align::Left),
+                ("N", Align::Right),
+                ("NOTE", Align::Left),
+            ],
+            &[
+                vec!["a".into(), "100".into(), "".into()],
+                vec!["longer".into(), "2".into(), "x".into()],
+            ],
+        );
+        assert_eq!(t, "NAME      N  NOTE\na       100\nlonger    2  x\n");
+    }
+
+    #[test]
+    fn kv_alignment() {
+        let s = key_values(&[
+            ("a", "1".into()),
+            ("long key", "x\ny".into()),
+            ("e", String::new()),
+        ]);
+        assert_eq!(s, "a:        1\nlong key: x\n          y\ne:\n");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration(0), "0s");
+        assert_eq!(duration(61), "1m 1s");
+        assert_eq!(duration(3600), "1h 0m 0s");
+        assert_eq!(duration(93_784), "1d 2h 3m 4s");
+    }
+
+    #[test]
+    fn averages() {
+        assert_eq!(per_batch(3, 2), "1.50");
+        assert_eq!(per_batch(3, 0), "-");
+    }
+}

@@ -1,0 +1,284 @@
+//! The batch: what one client chain (an SMB2 compound, an NFSv4 COMPOUND, an
+//! NFSv3 call) becomes. The engine checks it, executes it as one metadata
+//! commit and returns a result per operation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Attrs, Credentials, FileType, FsError, NodeId, SetAttrs, TimeNs};
+
+/// Refers to an object: by id, or as "the object operation N of this batch
+/// produced" (a Lookup, Create or Open result).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ObjRef {
+    Id(NodeId),
+    Result(usize),
+}
+
+/// What to create.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CreateKind {
+    File,
+    Directory,
+    Symlink { target: String },
+    CharDevice { rdev: u64 },
+    BlockDevice { rdev: u64 },
+    Fifo,
+    Socket,
+}
+
+impl CreateKind {
+    pub fn file_type(&self) -> FileType {
+        match self {
+            CreateKind::File => FileType::Regular,
+            CreateKind::Directory => FileType::Directory,
+            CreateKind::Symlink { .. } => FileType::Symlink,
+            CreateKind::CharDevice { .. } => FileType::CharDevice,
+            CreateKind::BlockDevice { .. } => FileType::BlockDevice,
+            CreateKind::Fifo => FileType::Fifo,
+            CreateKind::Socket => FileType::Socket,
+        }
+    }
+}
+
+/// What to do when the name already exists (SMB create dispositions, NFS
+/// createmode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum IfExists {
+    /// Fail with `Exists` (FILE_CREATE, NFS GUARDED/EXCLUSIVE).
+    Fail,
+    /// Open the existing object (FILE_OPEN_IF, NFS UNCHECKED).
+    Open,
+    /// Open and truncate to zero (FILE_OVERWRITE_IF).
+    Truncate,
+}
+
+/// Access an open asks for; checked against the mode bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Access {
+    pub read: bool,
+    pub write: bool,
+    pub execute: bool,
+}
+
+/// Data of a write. Protocols hand over bytes; the engine moves data that
+/// will not live inline into the write log first and proposes only its
+/// log sequence number.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WriteData {
+    Bytes(#[serde(with = "serde_bytes_compat")] Vec<u8>),
+    /// Made durable in the write log at `lsn`.
+    Logged { lsn: u64, len: u64 },
+}
+
+impl WriteData {
+    pub fn len(&self) -> u64 {
+        match self {
+            WriteData::Bytes(b) => b.len() as u64,
+            WriteData::Logged { len, .. } => *len,
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Serialises byte vectors as one byte string rather than a sequence.
+mod serde_bytes_compat {
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(v)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Vec<u8>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+                Ok(v.to_vec())
+            }
+            fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+                Ok(v)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Vec<u8>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(b) = a.next_element::<u8>()? {
+                    out.push(b);
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_byte_buf(V)
+    }
+}
+
+/// One file-system operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Op {
+    /// Find `name` in `dir`. Produces the child.
+    Lookup { dir: ObjRef, name: String },
+    /// Create `name` in `dir`. Produces the new (or, with `IfExists::Open`,
+    /// the existing) object.
+    Create { dir: ObjRef, name: String, kind: CreateKind, attrs: SetAttrs, if_exists: IfExists },
+    /// Open an object: checks `access`, optionally truncates. Produces it.
+    Open { obj: ObjRef, access: Access, truncate: bool },
+    GetAttr { obj: ObjRef },
+    SetAttr { obj: ObjRef, attrs: SetAttrs },
+    /// Write at `offset`; with `append`, at the end of file (offset ignored).
+    Write { obj: ObjRef, offset: u64, data: WriteData, append: bool },
+    Read { obj: ObjRef, offset: u64, len: u64 },
+    /// Releases an open; returns the final attributes (SMB CLOSE post-query).
+    Close { obj: ObjRef },
+    /// Unlink a non-directory (`dir_only: Some(false)`), remove an empty
+    /// directory (`Some(true)`), or either (`None`).
+    Remove { dir: ObjRef, name: String, dir_only: Option<bool> },
+    Rename { src_dir: ObjRef, src_name: String, dst_dir: ObjRef, dst_name: String, replace: bool },
+    Link { obj: ObjRef, dir: ObjRef, name: String },
+    ReadLink { obj: ObjRef },
+    /// Entries of `dir` whose names sort after `after` (None: from the start),
+    /// at most `max_entries`.
+    ReadDir { dir: ObjRef, after: Option<String>, max_entries: u32, with_attrs: bool },
+    /// Server-side copy of `len` bytes (u64::MAX: to end of source).
+    Copy { src: ObjRef, src_offset: u64, dst: ObjRef, dst_offset: u64, len: u64 },
+}
+
+impl Op {
+    /// Whether this operation can change state (needs a commit).
+    pub fn mutates(&self) -> bool {
+        match self {
+            Op::Lookup { .. } | Op::GetAttr { .. } | Op::Read { .. } | Op::Close { .. } => false,
+            Op::ReadLink { .. } | Op::ReadDir { .. } => false,
+            Op::Open { truncate, .. } => *truncate,
+            Op::SetAttr { attrs, .. } => !attrs.is_empty(),
+            _ => true,
+        }
+    }
+
+    /// A short name for statistics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Lookup { .. } => "lookup",
+            Op::Create { .. } => "create",
+            Op::Open { .. } => "open",
+            Op::GetAttr { .. } => "getattr",
+            Op::SetAttr { .. } => "setattr",
+            Op::Write { .. } => "write",
+            Op::Read { .. } => "read",
+            Op::Close { .. } => "close",
+            Op::Remove { .. } => "remove",
+            Op::Rename { .. } => "rename",
+            Op::Link { .. } => "link",
+            Op::ReadLink { .. } => "readlink",
+            Op::ReadDir { .. } => "readdir",
+            Op::Copy { .. } => "copy",
+        }
+    }
+}
+
+/// A batch of operations run as one commit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch {
+    pub cred: Credentials,
+    pub ops: Vec<Op>,
+    /// Stop at the first failing operation (NFSv4 COMPOUND, SMB related
+    /// compounds); later operations get `FsError::Skipped`.
+    pub stop_on_error: bool,
+    /// Refuse every mutation (read-only share or export).
+    pub read_only: bool,
+    /// The batch's time, from the caller's clock.
+    pub now_ns: TimeNs,
+}
+
+impl Batch {
+    pub fn new(cred: Credentials, now_ns: TimeNs) -> Self {
+        Batch { cred, ops: Vec::new(), stop_on_error: true, read_only: false, now_ns }
+    }
+    pub fn push(&mut self, op: Op) -> ObjRef {
+        self.ops.push(op);
+        ObjRef::Result(self.ops.len() - 1)
+    }
+    pub fn mutates(&self) -> bool {
+        self.ops.iter().any(Op::mutates)
+    }
+}
+
+/// One directory entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub id: NodeId,
+    pub ftype: FileType,
+    pub attrs: Option<Attrs>,
+}
+
+/// The result of one operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpOutput {
+    /// Lookup, Create, Open: the object and its attributes; for Create,
+    /// whether it was created, and the parent's attributes before and after
+    /// (NFSv3 wcc data).
+    Object { attrs: Attrs, created: bool, dir_before: Option<Attrs>, dir_after: Option<Attrs> },
+    /// GetAttr, SetAttr, Close: attributes (SetAttr: before and after).
+    Attrs { before: Option<Attrs>, attrs: Attrs },
+    /// Write: bytes written, the offset written at, attributes before/after.
+    Written { count: u64, offset: u64, before: Attrs, attrs: Attrs },
+    Read { data: Vec<u8>, eof: bool, attrs: Attrs },
+    /// Remove, Rename, Link: the directories' attributes before and after.
+    Dirs { changed: Vec<(Attrs, Attrs)>, target: Option<Attrs> },
+    Link { target: String, attrs: Attrs },
+    Dir { entries: Vec<DirEntry>, eof: bool, attrs: Attrs },
+    Copied { count: u64, attrs: Attrs },
+}
+
+impl OpOutput {
+    /// The attributes of the operation's own object, if it has one.
+    pub fn attrs(&self) -> Option<&Attrs> {
+        match self {
+            OpOutput::Object { attrs, .. }
+            | OpOutput::Attrs { attrs, .. }
+            | OpOutput::Written { attrs, .. }
+            | OpOutput::Read { attrs, .. }
+            | OpOutput::Link { attrs, .. }
+            | OpOutput::Dir { attrs, .. }
+            | OpOutput::Copied { attrs, .. } => Some(attrs),
+            OpOutput::Dirs { target, .. } => target.as_ref(),
+        }
+    }
+}
+
+pub type OpResult = Result<OpOutput, FsError>;
+
+/// Back-end operations one batch cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchCost {
+    pub proposals: u64,
+    /// fsyncs the batch waited for (shared with the other batches of its group).
+    pub fsyncs: u64,
+    pub rocksdb_reads: u64,
+    pub rocksdb_writes: u64,
+    pub chunk_reads: u64,
+    pub chunk_writes: u64,
+    pub log_writes: u64,
+}
+
+impl BatchCost {
+    pub fn add(&mut self, o: &BatchCost) {
+        self.proposals += o.proposals;
+        self.fsyncs += o.fsyncs;
+        self.rocksdb_reads += o.rocksdb_reads;
+        self.rocksdb_writes += o.rocksdb_writes;
+        self.chunk_reads += o.chunk_reads;
+        self.chunk_writes += o.chunk_writes;
+        self.log_writes += o.log_writes;
+    }
+}
+
+/// What the engine answers for a batch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchResult {
+    pub results: Vec<OpResult>,
+    pub cost: BatchCost,
+}

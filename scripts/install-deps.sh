@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what building and testing duet needs on Debian 12, if missing.
+set -euo pipefail
+need=()
+command -v clang >/dev/null 2>&1 || need+=(clang)
+dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v make >/dev/null 2>&1 || need+=(make)
+for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "install-deps: installing ${need[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2
+  exit 1
+fi

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ulimit -l unlimited 2>/dev/null || true
 # One build of everything (RocksDB is compiled once), then every test.
-cargo build --workspace --all-targets
+cargo test --workspace --no-run
 cargo test --workspace --no-fail-fast 2>&1 | tee target/test-output.txt
 status=${PIPESTATUS[0]}
 # One closing line for the whole run.

@@ -348,8 +348,9 @@ impl DataPath {
 
     /// Bytes `[offset, offset+len)` of a file as the chunk store has them
     /// (zeros where there is no chunk).
-    async fn read_chunks(&self, file: NodeId, offset: u64, len: u64) -> io::Result<Vec<u8>> {
+    async fn read_chunks(&self, file: NodeId, offset: u64, len: u64) -> io::Result<(Vec<u8>, u64)> {
         let mut out = vec![0u8; len as usize];
+        let mut reads = 0;
         let mut pos = offset;
         let end = offset + len;
         while pos < end {
@@ -363,6 +364,7 @@ impl DataPath {
                     let at = (pos - offset) as usize;
                     out[at..at + r.len()].copy_from_slice(&r);
                     self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
+                    reads += 1;
                     let _ = f.close().await;
                 }
                 Err(glommio::GlommioError::IoError(e)) if e.kind() == io::ErrorKind::NotFound => {}
@@ -370,7 +372,7 @@ impl DataPath {
             }
             pos += n;
         }
-        Ok(out)
+        Ok((out, reads))
     }
 
     async fn open_chunk(
@@ -481,9 +483,10 @@ impl DataPath {
 
     /// Fills in a read whose data is in chunks: the chunk store's bytes with
     /// the queued records laid over them in order.
-    pub async fn read(&self, plan: &ReadPlan) -> io::Result<Vec<u8>> {
+    /// Returns the bytes and the number of chunk reads it took.
+    pub async fn read(&self, plan: &ReadPlan) -> io::Result<(Vec<u8>, u64)> {
         let (offset, len) = (plan.offset, plan.len);
-        let mut buf = self.read_chunks(plan.file, offset, len).await?;
+        let (mut buf, mut reads) = self.read_chunks(plan.file, offset, len).await?;
         let end = offset + len;
         for (_, rec) in &plan.overlay {
             match &rec.op {
@@ -494,6 +497,7 @@ impl DataPath {
                     if from < to {
                         // Gone from the log means already destaged into the chunk.
                         if let Some(d) = self.log_read(*lsn, from - o, to - from).await? {
+                            reads += 1;
                             patch(&mut buf, offset, from, &d);
                         }
                     }
@@ -502,7 +506,7 @@ impl DataPath {
                 DataOp::Reclaim => buf.fill(0),
             }
         }
-        Ok(buf)
+        Ok((buf, reads))
     }
 
     /// One destage round: applies up to [`DESTAGE_BATCH`] queued records to

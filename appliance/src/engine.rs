@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -144,11 +143,18 @@ pub async fn start(
     Ok((engine, handle, rx))
 }
 
-/// Serves batches until every [`EngineHandle`] is dropped; each batch runs as
-/// its own task so that group commit can gather them.
-pub async fn serve(engine: Rc<Engine>, rx: flume::Receiver<EngineRequest>) {
+/// Serves batches until `stop` fires or every [`EngineHandle`] is dropped;
+/// each batch runs as its own task so that group commit can gather them.
+/// Batches already taken finish before it returns.
+pub async fn serve(engine: Rc<Engine>, rx: flume::Receiver<EngineRequest>, stop: flume::Receiver<()>) {
     let inflight = Rc::new(std::cell::Cell::new(0usize));
-    while let Ok(req) = rx.recv_async().await {
+    loop {
+        let next = futures_lite::future::or(async { rx.recv_async().await.ok() }, async {
+            let _ = stop.recv_async().await;
+            None
+        })
+        .await;
+        let Some(req) = next else { break };
         let e = engine.clone();
         let n = inflight.clone();
         n.set(n.get() + 1);
@@ -212,14 +218,13 @@ impl Engine {
             let unused: Vec<u64> = logged.iter().copied().filter(|l| !queued.contains(l)).collect();
             self.data.forget(&unused);
         }
-        let before = self.data.counters.chunk_reads.load(Ordering::Relaxed);
         for plan in std::mem::take(&mut applied.reads) {
-            let bytes = self.data.read(&plan).await?;
+            let (bytes, reads) = self.data.read(&plan).await?;
+            cost.chunk_reads += reads;
             if let Some(Ok(OpOutput::Read { data, .. })) = applied.results.get_mut(plan.op) {
                 *data = bytes;
             }
         }
-        cost.chunk_reads += self.data.counters.chunk_reads.load(Ordering::Relaxed) - before;
         if !applied.queued.is_empty() {
             let _ = self.wake_destager.try_send(());
         }

@@ -126,6 +126,7 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<(), StartError> 
 pub struct Running {
     engine: Option<EngineHandle>,
     stop_admin: flume::Sender<()>,
+    stop_engine: flume::Sender<()>,
     data_thread: Option<glommio::ExecutorJoinHandle<()>>,
     store: Option<Store>,
     pub admin_addr: std::net::SocketAddr,
@@ -144,6 +145,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
 
     let (ready_tx, ready_rx) = flume::bounded::<Result<(EngineHandle, std::net::SocketAddr), String>>(1);
     let (stop_tx, stop_rx) = flume::bounded::<()>(1);
+    let (stop_engine_tx, stop_engine_rx) = flume::bounded::<()>(1);
     let data_dir = cfg.data_dir.clone();
     let segment = cfg.cache.log_segment_mib << 20;
     let interval = Duration::from_millis(cfg.cache.destage_interval_ms);
@@ -179,7 +181,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             glommio::spawn_local(admin::serve(admin, listener, stop_rx)).detach();
             let _ = ready_tx.send(Ok((handle, bound)));
             drop(ready_tx);
-            engine::serve(eng, rx).await;
+            engine::serve(eng, rx, stop_engine_rx).await;
         })
         .map_err(|e| StartError::Other(format!("cannot start the data executor: {e}")))?;
     let (engine, admin_addr) = match ready_rx.recv() {
@@ -188,7 +190,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         Err(_) => return Err(StartError::Other("the data executor stopped during start".into())),
     };
     tracing::info!(admin = %admin_addr, data_dir = %cfg.data_dir.display(), "duetd is serving");
-    Ok(Running { engine: Some(engine), stop_admin: stop_tx, data_thread: Some(data_thread), store: Some(store), admin_addr, data_dir: cfg.data_dir.clone() })
+    Ok(Running { engine: Some(engine), stop_admin: stop_tx, stop_engine: stop_engine_tx, data_thread: Some(data_thread), store: Some(store), admin_addr, data_dir: cfg.data_dir.clone() })
 }
 
 impl Running {
@@ -205,8 +207,7 @@ impl Running {
     /// Stops accepting, lets in-flight batches finish, closes the store.
     pub fn shutdown(mut self) {
         let _ = self.stop_admin.send(());
-        // Dropping the last engine handle ends the engine's serve loop once
-        // its in-flight batches are done.
+        let _ = self.stop_engine.send(());
         self.engine.take();
         if let Some(t) = self.data_thread.take() {
             let _ = t.join();

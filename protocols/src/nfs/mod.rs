@@ -15,5 +15,6 @@ pub mod nfs3;
 pub mod nfs4;
 pub mod portmap;
 pub mod rpc;
+pub mod server;
 
 pub use xdr::{XdrDecode, XdrEncode, XdrError, XdrReader, XdrWriter};

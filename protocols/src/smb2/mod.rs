@@ -54,6 +54,7 @@ pub mod oplock_break;
 pub mod query_directory;
 pub mod query_info;
 pub mod read;
+pub mod server;
 pub mod session_setup;
 pub mod set_info;
 pub mod status;

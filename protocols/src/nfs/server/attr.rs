@@ -1,0 +1,398 @@
+//! Attribute conversions between duet's [`Attrs`] and the wire: fattr3,
+//! wcc_attr, sattr3, fattr4 (encode, and decode into [`SetAttrs`]), and
+//! the ACCESS computation both versions share.
+
+use duet_fs::{Attrs, Credentials, FileType, SetAttrs, SetTime, TimeNs};
+
+use crate::nfs::nfs3::{self, Fattr3, Ftype3, NfsTime3, Sattr3, SpecData3, WccAttr};
+use crate::nfs::nfs4::attrs::{fattr4 as fa, fh4, Attrs as A4, Fsid4, ModeUmask4, SetTime4};
+use crate::nfs::nfs4::{Bitmap4, Fattr4, NfsFtype4, NfsTime4, Nfsstat4, SpecData4};
+use crate::nfs::xdr::{Opaque, XdrWriter};
+
+const NS: i64 = 1_000_000_000;
+
+pub fn time3(ns: TimeNs) -> NfsTime3 {
+    let secs = ns.div_euclid(NS).clamp(0, u32::MAX as i64);
+    NfsTime3 {
+        seconds: secs as u32,
+        nseconds: ns.rem_euclid(NS) as u32,
+    }
+}
+
+pub fn time4(ns: TimeNs) -> NfsTime4 {
+    NfsTime4 {
+        seconds: ns.div_euclid(NS),
+        nseconds: ns.rem_euclid(NS) as u32,
+    }
+}
+
+pub fn ns3(t: NfsTime3) -> TimeNs {
+    i64::from(t.seconds) * NS + i64::from(t.nseconds.min(999_999_999))
+}
+
+/// nfstime4 to ns; None when out of duet's range or nseconds invalid.
+pub fn ns4(t: NfsTime4) -> Option<TimeNs> {
+    if t.nseconds >= 1_000_000_000 {
+        return None;
+    }
+    t.seconds
+        .checked_mul(NS)?
+        .checked_add(i64::from(t.nseconds))
+}
+
+/// rdev as NFS major/minor: high and low 32 bits.
+pub fn spec3(rdev: u64) -> SpecData3 {
+    SpecData3 {
+        specdata1: (rdev >> 32) as u32,
+        specdata2: rdev as u32,
+    }
+}
+
+pub fn rdev_of(major: u32, minor: u32) -> u64 {
+    (u64::from(major) << 32) | u64::from(minor)
+}
+
+pub fn ftype3(t: FileType) -> Ftype3 {
+    match t {
+        FileType::Regular => Ftype3::Reg,
+        FileType::Directory => Ftype3::Dir,
+        FileType::Symlink => Ftype3::Lnk,
+        FileType::CharDevice => Ftype3::Chr,
+        FileType::BlockDevice => Ftype3::Blk,
+        FileType::Fifo => Ftype3::Fifo,
+        FileType::Socket => Ftype3::Sock,
+    }
+}
+
+pub fn ftype4(t: FileType) -> NfsFtype4 {
+    match t {
+        FileType::Regular => NfsFtype4::Reg,
+        FileType::Directory => NfsFtype4::Dir,
+        FileType::Symlink => NfsFtype4::Lnk,
+        FileType::CharDevice => NfsFtype4::Chr,
+        FileType::BlockDevice => NfsFtype4::Blk,
+        FileType::Fifo => NfsFtype4::Fifo,
+        FileType::Socket => NfsFtype4::Sock,
+    }
+}
+
+/// RFC 1813 2.6 fattr3.
+pub fn fattr3(a: &Attrs, fsid: u64) -> Fattr3 {
+    Fattr3 {
+        type_: ftype3(a.ftype),
+        mode: a.mode & 0o7777,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        size: a.size,
+        used: a.alloc_size,
+        rdev: spec3(a.rdev),
+        fsid,
+        fileid: a.id,
+        atime: time3(a.atime),
+        mtime: time3(a.mtime),
+        ctime: time3(a.ctime),
+    }
+}
+
+pub fn wcc_attr(a: &Attrs) -> WccAttr {
+    WccAttr {
+        size: a.size,
+        mtime: time3(a.mtime),
+        ctime: time3(a.ctime),
+    }
+}
+
+/// RFC 1813 sattr3 to duet's SetAttrs.
+pub fn sattr3(s: &Sattr3) -> SetAttrs {
+    let t = |t: nfs3::SetTime| match t {
+        nfs3::SetTime::DontChange => None,
+        nfs3::SetTime::SetToServerTime => Some(SetTime::ServerNow),
+        nfs3::SetTime::SetToClientTime(t) => Some(SetTime::At(ns3(t))),
+    };
+    SetAttrs {
+        mode: s.mode.map(|m| m & 0o7777),
+        uid: s.uid,
+        gid: s.gid,
+        size: s.size,
+        atime: t(s.atime),
+        mtime: t(s.mtime),
+        ..Default::default()
+    }
+}
+
+/// Permission bits a credential has on an object (4 r, 2 w, 1 x), as the
+/// engine computes them.
+pub fn perm_bits(cred: &Credentials, a: &Attrs) -> u32 {
+    if cred.uid == 0 {
+        let x = a.ftype == FileType::Directory || a.mode & 0o111 != 0;
+        return 6 | u32::from(x);
+    }
+    (if cred.uid == a.uid {
+        a.mode >> 6
+    } else if cred.in_group(a.gid) {
+        a.mode >> 3
+    } else {
+        a.mode
+    }) & 7
+}
+
+/// ACCESS (RFC 1813 3.3.4, RFC 8881 18.1): the requested bits granted.
+/// The bit values are the same in both versions.
+pub fn access_bits(cred: &Credentials, a: &Attrs, requested: u32, read_only: bool) -> u32 {
+    use crate::nfs::nfs3::access3 as b;
+    let p = perm_bits(cred, a);
+    let dir = a.ftype == FileType::Directory;
+    let mut g = 0;
+    if p & 4 != 0 {
+        g |= b::READ;
+    }
+    if p & 2 != 0 && !read_only {
+        g |= b::MODIFY | b::EXTEND;
+        if dir {
+            g |= b::DELETE;
+        }
+    }
+    if p & 1 != 0 {
+        g |= if dir { b::LOOKUP } else { b::EXECUTE };
+    }
+    g & requested
+}
+
+/// Server-wide values some fattr4 attributes report.
+#[derive(Clone, Debug)]
+pub struct FsInfo {
+    pub lease_time: u32,
+    pub max_read: u32,
+    pub max_write: u32,
+    pub space_total: u64,
+    pub space_free: u64,
+    pub files_total: u64,
+    pub files_free: u64,
+}
+
+/// The attributes duet answers in GETATTR / READDIR (RFC 8881 5.6-5.8).
+pub const GETTABLE: &[u32] = &[
+    fa::SUPPORTED_ATTRS,
+    fa::TYPE,
+    fa::FH_EXPIRE_TYPE,
+    fa::CHANGE,
+    fa::SIZE,
+    fa::LINK_SUPPORT,
+    fa::SYMLINK_SUPPORT,
+    fa::NAMED_ATTR,
+    fa::FSID,
+    fa::UNIQUE_HANDLES,
+    fa::LEASE_TIME,
+    fa::RDATTR_ERROR,
+    fa::ACLSUPPORT,
+    fa::ARCHIVE,
+    fa::CANSETTIME,
+    fa::CASE_INSENSITIVE,
+    fa::CASE_PRESERVING,
+    fa::CHOWN_RESTRICTED,
+    fa::FILEHANDLE,
+    fa::FILEID,
+    fa::FILES_AVAIL,
+    fa::FILES_FREE,
+    fa::FILES_TOTAL,
+    fa::HIDDEN,
+    fa::HOMOGENEOUS,
+    fa::MAXFILESIZE,
+    fa::MAXLINK,
+    fa::MAXNAME,
+    fa::MAXREAD,
+    fa::MAXWRITE,
+    fa::MODE,
+    fa::NO_TRUNC,
+    fa::NUMLINKS,
+    fa::OWNER,
+    fa::OWNER_GROUP,
+    fa::RAWDEV,
+    fa::SPACE_AVAIL,
+    fa::SPACE_FREE,
+    fa::SPACE_TOTAL,
+    fa::SPACE_USED,
+    fa::SYSTEM,
+    fa::TIME_ACCESS,
+    fa::TIME_CREATE,
+    fa::TIME_DELTA,
+    fa::TIME_METADATA,
+    fa::TIME_MODIFY,
+    fa::MOUNTED_ON_FILEID,
+    fa::SUPPATTR_EXCLCREAT,
+];
+
+/// Attributes SETATTR / CREATE / OPEN may set.
+pub const SETTABLE: &[u32] = &[
+    fa::SIZE,
+    fa::MODE,
+    fa::OWNER,
+    fa::OWNER_GROUP,
+    fa::TIME_ACCESS_SET,
+    fa::TIME_CREATE,
+    fa::TIME_MODIFY_SET,
+    fa::MODE_UMASK,
+];
+
+/// Attributes EXCLUSIVE4_1 may carry (the times hold the verifier).
+pub const EXCLCREAT: &[u32] = &[
+    fa::SIZE,
+    fa::MODE,
+    fa::OWNER,
+    fa::OWNER_GROUP,
+    fa::MODE_UMASK,
+];
+
+pub fn supported_bitmap() -> Bitmap4 {
+    let mut b = Bitmap4::from_bits(GETTABLE);
+    for s in SETTABLE {
+        b.set(*s);
+    }
+    b
+}
+
+/// The object context of one fattr4: what is not in duet's Attrs.
+pub struct ObjCtx<'a> {
+    pub fsid: Fsid4,
+    pub fh: &'a [u8],
+    pub mounted_on: u64,
+}
+
+/// Encodes the requested attributes of `a`: (bitmap, attr_vals).
+pub fn fattr4_vals(
+    a: &Attrs,
+    ctx: &ObjCtx<'_>,
+    info: &FsInfo,
+    req: &Bitmap4,
+) -> (Bitmap4, Vec<u8>) {
+    let owner = a.uid.to_string();
+    let group = a.gid.to_string();
+    let dos = a.dos_attrs;
+    let v = A4 {
+        supported_attrs: Some(supported_bitmap()),
+        type_: Some(ftype4(a.ftype)),
+        fh_expire_type: Some(fh4::PERSISTENT),
+        change: Some(a.change),
+        size: Some(a.size),
+        link_support: Some(true),
+        symlink_support: Some(true),
+        named_attr: Some(false),
+        fsid: Some(ctx.fsid),
+        unique_handles: Some(true),
+        lease_time: Some(info.lease_time),
+        rdattr_error: Some(Nfsstat4::OK),
+        aclsupport: Some(0),
+        archive: Some(dos & duet_fs::dos::ARCHIVE != 0),
+        cansettime: Some(true),
+        case_insensitive: Some(false),
+        case_preserving: Some(true),
+        chown_restricted: Some(true),
+        filehandle: Some(Opaque(ctx.fh)),
+        fileid: Some(a.id),
+        files_avail: Some(info.files_free),
+        files_free: Some(info.files_free),
+        files_total: Some(info.files_total),
+        hidden: Some(dos & duet_fs::dos::HIDDEN != 0),
+        homogeneous: Some(true),
+        maxfilesize: Some(duet_fs::FILE_SIZE_MAX),
+        maxlink: Some(65_000),
+        maxname: Some(duet_fs::NAME_MAX as u32),
+        maxread: Some(u64::from(info.max_read)),
+        maxwrite: Some(u64::from(info.max_write)),
+        mode: Some(a.mode & 0o7777),
+        no_trunc: Some(true),
+        numlinks: Some(a.nlink),
+        owner: Some(Opaque(owner.as_bytes())),
+        owner_group: Some(Opaque(group.as_bytes())),
+        rawdev: Some(SpecData4 {
+            specdata1: (a.rdev >> 32) as u32,
+            specdata2: a.rdev as u32,
+        }),
+        space_avail: Some(info.space_free),
+        space_free: Some(info.space_free),
+        space_total: Some(info.space_total),
+        space_used: Some(a.alloc_size),
+        system: Some(dos & duet_fs::dos::SYSTEM != 0),
+        time_access: Some(time4(a.atime)),
+        time_create: Some(time4(a.btime)),
+        time_delta: Some(NfsTime4 {
+            seconds: 0,
+            nseconds: 1,
+        }),
+        time_metadata: Some(time4(a.ctime)),
+        time_modify: Some(time4(a.mtime)),
+        mounted_on_fileid: Some(ctx.mounted_on),
+        suppattr_exclcreat: Some(Bitmap4::from_bits(EXCLCREAT)),
+        ..Default::default()
+    };
+    let mut w = XdrWriter::new();
+    let mask = v.encode_vals(Some(req), &mut w);
+    (mask, w.into_inner())
+}
+
+/// Parses an owner or owner_group string: a number, optionally followed by
+/// `@domain` (AUTH_SYS clients send numeric ids); "nobody" is 65534.
+pub fn parse_id(s: &[u8]) -> Option<u32> {
+    let s = std::str::from_utf8(s).ok()?;
+    let s = s.split('@').next()?;
+    if s == "nobody" {
+        return Some(super::exports::NOBODY);
+    }
+    if s == "root" {
+        return Some(0);
+    }
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Decodes a client fattr4 into SetAttrs; also returns the attributes set
+/// (attrsset). `allowed` bounds which attributes are accepted.
+pub fn fattr4_to_set(f: &Fattr4<'_>, allowed: &[u32]) -> Result<(SetAttrs, Bitmap4), Nfsstat4> {
+    let a = A4::from_fattr4(f).map_err(|e| e.nfs4_status())?;
+    for bit in f.attrmask.iter() {
+        if !allowed.contains(&bit) {
+            // A supported attribute that may not be set is INVAL
+            // (RFC 8881 18.30.4); an unknown one ATTRNOTSUPP.
+            return Err(if GETTABLE.contains(&bit) || SETTABLE.contains(&bit) {
+                Nfsstat4::INVAL
+            } else {
+                Nfsstat4::ATTRNOTSUPP
+            });
+        }
+    }
+    let mut s = SetAttrs {
+        size: a.size,
+        ..Default::default()
+    };
+    if let Some(m) = a.mode {
+        s.mode = Some(m & 0o7777);
+    }
+    if let Some(ModeUmask4 { mode, umask }) = a.mode_umask {
+        s.mode = Some(mode & !umask & 0o7777);
+    }
+    if let Some(o) = a.owner {
+        s.uid = Some(parse_id(o.0).ok_or(Nfsstat4::BADOWNER)?);
+    }
+    if let Some(g) = a.owner_group {
+        s.gid = Some(parse_id(g.0).ok_or(Nfsstat4::BADOWNER)?);
+    }
+    let t = |t: SetTime4| -> Result<SetTime, Nfsstat4> {
+        match t {
+            SetTime4::ServerTime => Ok(SetTime::ServerNow),
+            SetTime4::ClientTime(t) => ns4(t).map(SetTime::At).ok_or(Nfsstat4::INVAL),
+        }
+    };
+    if let Some(x) = a.time_access_set {
+        s.atime = Some(t(x)?);
+    }
+    if let Some(x) = a.time_modify_set {
+        s.mtime = Some(t(x)?);
+    }
+    if let Some(x) = a.time_create {
+        s.btime = Some(ns4(x).ok_or(Nfsstat4::INVAL)?);
+    }
+    Ok((s, f.attrmask))
+}

@@ -1,0 +1,757 @@
+//! NFSv4.1 server state: clients, sessions with their slot tables and
+//! reply caches, open and lock stateids, byte-range locks, leases.
+//! Every table is bounded by [`super::NfsServerConfig`].
+//!
+//! Stateid `other` (12 bytes): the boot epoch (4), a kind byte (1 open,
+//! 2 lock), and a 7-byte counter; a stateid of another boot or unknown
+//! here is NFS4ERR_BAD_STATEID, one with an older seqid
+//! NFS4ERR_OLD_STATEID.
+
+use std::collections::HashMap;
+
+use duet_fs::NodeId;
+
+use super::{ConnId, NfsServerConfig};
+use crate::nfs::nfs4::{Nfsstat4, SessionId4, Stateid4};
+
+pub const KIND_OPEN: u8 = 1;
+pub const KIND_LOCK: u8 = 2;
+/// Sessions one client may hold.
+pub const MAX_SESSIONS_PER_CLIENT: usize = 16;
+/// Connections remembered per session.
+pub const MAX_CONNS_PER_SESSION: usize = 64;
+/// Byte-range locks on one file.
+pub const MAX_LOCKS_PER_FILE: usize = 1024;
+
+pub type Other = [u8; 12];
+
+/// Table sizes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub clients: usize,
+    pub sessions: usize,
+    pub opens: usize,
+    pub lock_states: usize,
+    pub byte_locks: usize,
+}
+
+#[derive(Debug)]
+pub struct Client {
+    pub id: u64,
+    pub owner: Vec<u8>,
+    pub verifier: [u8; 8],
+    pub confirmed: bool,
+    /// The CREATE_SESSION sequence id expected next.
+    pub cs_seq: u32,
+    /// The last CREATE_SESSION result (encoded), for its replay.
+    pub cs_cache: Option<Vec<u8>>,
+    pub last_renew: i64,
+    pub reclaim_done: bool,
+    pub sessions: Vec<SessionId4>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotCache {
+    Empty,
+    /// The reply was not kept (cachethis false, or too big).
+    Uncached,
+    /// The COMPOUND4res bytes (no RPC header).
+    Reply(Vec<u8>),
+}
+
+#[derive(Debug)]
+pub struct Slot {
+    pub seq: u32,
+    pub in_progress: bool,
+    pub cache: SlotCache,
+}
+
+#[derive(Debug)]
+pub struct Session {
+    pub id: SessionId4,
+    pub client: u64,
+    pub slots: Vec<Slot>,
+    pub max_ops: u32,
+    pub max_request: u32,
+    pub max_response: u32,
+    pub max_cached: u32,
+    pub conns: Vec<ConnId>,
+}
+
+#[derive(Debug, Clone)]
+pub struct OpenState {
+    pub seqid: u32,
+    pub client: u64,
+    pub owner: Vec<u8>,
+    pub node: NodeId,
+    pub fsid: u64,
+    pub access: u32,
+    pub deny: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct LockState {
+    pub seqid: u32,
+    pub client: u64,
+    pub owner: Vec<u8>,
+    pub node: NodeId,
+    pub open: Other,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ByteLock {
+    pub lock: Other,
+    pub start: u64,
+    /// Exclusive; u64::MAX: to end of file and beyond.
+    pub end: u64,
+    pub write: bool,
+}
+
+/// The conflicting lock of a DENIED answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    pub offset: u64,
+    pub length: u64,
+    pub write: bool,
+    pub clientid: u64,
+    pub owner: Vec<u8>,
+}
+
+/// What a stateid names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateRef {
+    Open(Other),
+    Lock(Other),
+}
+
+pub struct State {
+    epoch: u32,
+    seed: u64,
+    counter: u64,
+    pub lease_ns: i64,
+    max_clients: usize,
+    max_sessions: usize,
+    max_opens: usize,
+    max_lock_states: usize,
+    max_byte_locks: usize,
+    pub clients: HashMap<u64, Client>,
+    by_owner: HashMap<Vec<u8>, u64>,
+    pub sessions: HashMap<SessionId4, Session>,
+    pub opens: HashMap<Other, OpenState>,
+    open_by_key: HashMap<(u64, Vec<u8>, NodeId), Other>,
+    pub locks: HashMap<Other, LockState>,
+    lock_by_key: HashMap<(u64, Vec<u8>, NodeId), Other>,
+    byte_locks: HashMap<NodeId, Vec<ByteLock>>,
+    n_byte_locks: usize,
+    /// Opens holding deny bits: while there are any, OPEN's share check
+    /// ends its batch (see v4).
+    pub deny_opens: usize,
+}
+
+/// The exclusive end of a lock range (RFC 8881 18.10.4): length
+/// all-ones means to the end; overflow and zero length are invalid.
+pub fn range_end(offset: u64, length: u64) -> Result<u64, Nfsstat4> {
+    if length == 0 {
+        return Err(Nfsstat4::INVAL);
+    }
+    if length == u64::MAX {
+        return Ok(u64::MAX);
+    }
+    offset.checked_add(length).ok_or(Nfsstat4::INVAL)
+}
+
+fn overlaps(s1: u64, e1: u64, s2: u64, e2: u64) -> bool {
+    s1 < e2 && s2 < e1
+}
+
+impl State {
+    pub fn new(cfg: &NfsServerConfig) -> Self {
+        State {
+            epoch: (cfg.boot_seed ^ (cfg.boot_seed >> 32)) as u32,
+            seed: cfg.boot_seed,
+            counter: 0,
+            lease_ns: i64::from(cfg.lease_time_s.max(1)) * 1_000_000_000,
+            max_clients: cfg.max_clients.max(1),
+            max_sessions: cfg.max_sessions.max(1),
+            max_opens: cfg.max_opens.max(1),
+            max_lock_states: cfg.max_lock_states.max(1),
+            max_byte_locks: cfg.max_byte_locks.max(1),
+            clients: HashMap::new(),
+            by_owner: HashMap::new(),
+            sessions: HashMap::new(),
+            opens: HashMap::new(),
+            open_by_key: HashMap::new(),
+            locks: HashMap::new(),
+            lock_by_key: HashMap::new(),
+            byte_locks: HashMap::new(),
+            n_byte_locks: 0,
+            deny_opens: 0,
+        }
+    }
+
+    pub fn counts(&self) -> Counts {
+        Counts {
+            clients: self.clients.len(),
+            sessions: self.sessions.len(),
+            opens: self.opens.len(),
+            lock_states: self.locks.len(),
+            byte_locks: self.n_byte_locks,
+        }
+    }
+
+    fn next(&mut self) -> u64 {
+        self.counter += 1;
+        self.counter
+    }
+
+    /// A fresh stateid `other` of `kind`.
+    pub fn new_other(&mut self, kind: u8) -> Other {
+        let n = self.next();
+        let mut o = [0u8; 12];
+        o[..4].copy_from_slice(&self.epoch.to_be_bytes());
+        o[4] = kind;
+        o[5..].copy_from_slice(&n.to_be_bytes()[1..]);
+        o
+    }
+
+    fn new_clientid(&mut self) -> u64 {
+        (u64::from(self.epoch) << 32) | (self.next() & 0xffff_ffff)
+    }
+
+    fn new_sessionid(&mut self) -> SessionId4 {
+        let n = self.next();
+        let mut s = [0u8; 16];
+        s[..4].copy_from_slice(&self.epoch.to_be_bytes());
+        s[4..12].copy_from_slice(&n.to_be_bytes());
+        let h = super::fh::siphash24(self.seed, n, b"session");
+        s[12..].copy_from_slice(&h.to_be_bytes()[..4]);
+        s
+    }
+
+    /// RFC 8881 18.35.4, simplified: a known owner with the same verifier
+    /// keeps its client id; a new verifier (the client rebooted) or a new
+    /// owner gets a fresh, unconfirmed client id. Returns (clientid,
+    /// sequenceid, confirmed).
+    pub fn exchange_id(
+        &mut self,
+        owner: &[u8],
+        verifier: [u8; 8],
+        now: i64,
+    ) -> Result<(u64, u32, bool), Nfsstat4> {
+        if let Some(&id) = self.by_owner.get(owner) {
+            if let Some(c) = self.clients.get_mut(&id) {
+                if c.verifier == verifier {
+                    c.last_renew = now;
+                    return Ok((c.id, c.cs_seq, c.confirmed));
+                }
+            }
+            self.purge_client(id);
+        }
+        if self.clients.len() >= self.max_clients {
+            self.expire(now);
+            // Drop an unconfirmed client first.
+            if self.clients.len() >= self.max_clients {
+                let victim = self
+                    .clients
+                    .values()
+                    .filter(|c| !c.confirmed)
+                    .map(|c| c.id)
+                    .next();
+                match victim {
+                    Some(v) => self.purge_client(v),
+                    None => return Err(Nfsstat4::DELAY),
+                }
+            }
+        }
+        let id = self.new_clientid();
+        self.clients.insert(
+            id,
+            Client {
+                id,
+                owner: owner.to_vec(),
+                verifier,
+                confirmed: false,
+                cs_seq: 1,
+                cs_cache: None,
+                last_renew: now,
+                reclaim_done: false,
+                sessions: Vec::new(),
+            },
+        );
+        self.by_owner.insert(owner.to_vec(), id);
+        Ok((id, 1, false))
+    }
+
+    /// Creates a session for a client whose CREATE_SESSION sequence was
+    /// checked by the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_session(
+        &mut self,
+        client: u64,
+        slots: u32,
+        max_ops: u32,
+        max_request: u32,
+        max_response: u32,
+        max_cached: u32,
+        conn: ConnId,
+    ) -> Result<SessionId4, Nfsstat4> {
+        let per_client = self.clients.get(&client).map_or(0, |c| c.sessions.len());
+        if per_client >= MAX_SESSIONS_PER_CLIENT || self.sessions.len() >= self.max_sessions {
+            return Err(Nfsstat4::DELAY);
+        }
+        let id = self.new_sessionid();
+        let slots = (0..slots.max(1))
+            .map(|_| Slot {
+                seq: 0,
+                in_progress: false,
+                cache: SlotCache::Empty,
+            })
+            .collect();
+        self.sessions.insert(
+            id,
+            Session {
+                id,
+                client,
+                slots,
+                max_ops,
+                max_request,
+                max_response,
+                max_cached,
+                conns: vec![conn],
+            },
+        );
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.sessions.push(id);
+            c.confirmed = true;
+        }
+        Ok(id)
+    }
+
+    pub fn destroy_session(&mut self, id: &SessionId4) -> bool {
+        match self.sessions.remove(id) {
+            Some(s) => {
+                if let Some(c) = self.clients.get_mut(&s.client) {
+                    c.sessions.retain(|x| x != id);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes a client and everything it holds.
+    pub fn purge_client(&mut self, id: u64) {
+        if let Some(c) = self.clients.remove(&id) {
+            if self.by_owner.get(&c.owner) == Some(&id) {
+                self.by_owner.remove(&c.owner);
+            }
+            for s in &c.sessions {
+                self.sessions.remove(s);
+            }
+        }
+        let locks: Vec<Other> = self
+            .locks
+            .iter()
+            .filter(|(_, l)| l.client == id)
+            .map(|(o, _)| *o)
+            .collect();
+        for o in locks {
+            self.drop_lock_state(&o);
+        }
+        let opens: Vec<Other> = self
+            .opens
+            .iter()
+            .filter(|(_, s)| s.client == id)
+            .map(|(o, _)| *o)
+            .collect();
+        for o in opens {
+            self.remove_open(&o);
+        }
+    }
+
+    /// Drops clients whose lease ran out (two lease periods without a
+    /// SEQUENCE), unless a request of theirs is in progress.
+    pub fn expire(&mut self, now: i64) {
+        let limit = self.lease_ns.saturating_mul(2);
+        let dead: Vec<u64> = self
+            .clients
+            .values()
+            .filter(|c| now.saturating_sub(c.last_renew) > limit)
+            .filter(|c| {
+                !c.sessions.iter().any(|s| {
+                    self.sessions
+                        .get(s)
+                        .is_some_and(|s| s.slots.iter().any(|sl| sl.in_progress))
+                })
+            })
+            .map(|c| c.id)
+            .collect();
+        for id in dead {
+            self.purge_client(id);
+        }
+    }
+
+    pub fn unbind_conn(&mut self, conn: ConnId) {
+        for s in self.sessions.values_mut() {
+            s.conns.retain(|c| *c != conn);
+        }
+    }
+
+    pub fn bind_conn(&mut self, id: &SessionId4, conn: ConnId) -> bool {
+        match self.sessions.get_mut(id) {
+            Some(s) => {
+                if !s.conns.contains(&conn) {
+                    if s.conns.len() >= MAX_CONNS_PER_SESSION {
+                        s.conns.remove(0);
+                    }
+                    s.conns.push(conn);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Resolves a (non-special) stateid of `client`.
+    pub fn check_stateid(&self, sid: &Stateid4, client: Option<u64>) -> Result<StateRef, Nfsstat4> {
+        let check = |seqid: u32, owner: u64| {
+            if client.is_some_and(|c| c != owner) {
+                return Err(Nfsstat4::BAD_STATEID);
+            }
+            if sid.seqid == 0 || sid.seqid == seqid {
+                Ok(())
+            } else if sid.seqid < seqid {
+                Err(Nfsstat4::OLD_STATEID)
+            } else {
+                Err(Nfsstat4::BAD_STATEID)
+            }
+        };
+        if let Some(o) = self.opens.get(&sid.other) {
+            check(o.seqid, o.client)?;
+            return Ok(StateRef::Open(sid.other));
+        }
+        if let Some(l) = self.locks.get(&sid.other) {
+            check(l.seqid, l.client)?;
+            return Ok(StateRef::Lock(sid.other));
+        }
+        Err(Nfsstat4::BAD_STATEID)
+    }
+
+    /// Share reservation check (RFC 8881 9.7) of a new open against the
+    /// other owners' opens of `node`.
+    pub fn share_conflict(
+        &self,
+        client: u64,
+        owner: &[u8],
+        node: NodeId,
+        access: u32,
+        deny: u32,
+    ) -> bool {
+        self.opens.values().any(|o| {
+            o.node == node
+                && !(o.client == client && o.owner == owner)
+                && (o.deny & access != 0 || deny & o.access != 0)
+        })
+    }
+
+    /// Records an open (or upgrades the owner's existing open of the
+    /// file). Returns the stateid to hand out.
+    #[allow(clippy::too_many_arguments)]
+    pub fn upsert_open(
+        &mut self,
+        reserved: Other,
+        client: u64,
+        owner: &[u8],
+        node: NodeId,
+        fsid: u64,
+        access: u32,
+        deny: u32,
+    ) -> Result<Stateid4, Nfsstat4> {
+        let key = (client, owner.to_vec(), node);
+        if let Some(other) = self.open_by_key.get(&key).copied() {
+            if let Some(o) = self.opens.get_mut(&other) {
+                let had_deny = o.deny != 0;
+                o.access |= access;
+                o.deny |= deny;
+                o.seqid = o.seqid.wrapping_add(1).max(1);
+                let sid = Stateid4 {
+                    seqid: o.seqid,
+                    other,
+                };
+                if !had_deny && o.deny != 0 {
+                    self.deny_opens += 1;
+                }
+                return Ok(sid);
+            }
+        }
+        if self.opens.len() >= self.max_opens {
+            return Err(Nfsstat4::DELAY);
+        }
+        self.opens.insert(
+            reserved,
+            OpenState {
+                seqid: 1,
+                client,
+                owner: owner.to_vec(),
+                node,
+                fsid,
+                access,
+                deny,
+            },
+        );
+        if deny != 0 {
+            self.deny_opens += 1;
+        }
+        self.open_by_key.insert(key, reserved);
+        Ok(Stateid4 {
+            seqid: 1,
+            other: reserved,
+        })
+    }
+
+    /// Whether an open's lock owners still hold byte ranges.
+    pub fn open_has_locks(&self, open: &Other) -> bool {
+        self.locks.iter().any(|(lo, l)| {
+            &l.open == open
+                && self
+                    .byte_locks
+                    .get(&l.node)
+                    .is_some_and(|v| v.iter().any(|b| &b.lock == lo))
+        })
+    }
+
+    /// Removes an open and its (lock-free) lock states.
+    pub fn remove_open(&mut self, other: &Other) {
+        if let Some(o) = self.opens.remove(other) {
+            if o.deny != 0 {
+                self.deny_opens = self.deny_opens.saturating_sub(1);
+            }
+            self.open_by_key.remove(&(o.client, o.owner, o.node));
+            let locks: Vec<Other> = self
+                .locks
+                .iter()
+                .filter(|(_, l)| &l.open == other)
+                .map(|(k, _)| *k)
+                .collect();
+            for l in locks {
+                self.drop_lock_state(&l);
+            }
+        }
+    }
+
+    /// OPEN_DOWNGRADE (RFC 8881 18.18): the new modes must be a subset.
+    pub fn downgrade(
+        &mut self,
+        other: &Other,
+        access: u32,
+        deny: u32,
+    ) -> Result<Stateid4, Nfsstat4> {
+        let o = self.opens.get_mut(other).ok_or(Nfsstat4::BAD_STATEID)?;
+        if access & !o.access != 0 || deny & !o.deny != 0 || access & 3 == 0 {
+            return Err(Nfsstat4::INVAL);
+        }
+        let had_deny = o.deny != 0;
+        o.access = access;
+        o.deny = deny;
+        o.seqid = o.seqid.wrapping_add(1).max(1);
+        let sid = Stateid4 {
+            seqid: o.seqid,
+            other: *other,
+        };
+        if had_deny && deny == 0 {
+            self.deny_opens = self.deny_opens.saturating_sub(1);
+        }
+        Ok(sid)
+    }
+
+    fn drop_lock_state(&mut self, other: &Other) {
+        if let Some(l) = self.locks.remove(other) {
+            self.lock_by_key.remove(&(l.client, l.owner, l.node));
+            if let Some(v) = self.byte_locks.get_mut(&l.node) {
+                let before = v.len();
+                v.retain(|b| &b.lock != other);
+                self.n_byte_locks -= before - v.len();
+                if v.is_empty() {
+                    self.byte_locks.remove(&l.node);
+                }
+            }
+        }
+    }
+
+    fn conflict_of(&self, b: &ByteLock) -> Conflict {
+        let (clientid, owner) = self
+            .locks
+            .get(&b.lock)
+            .map(|l| (l.client, l.owner.clone()))
+            .unwrap_or_default();
+        Conflict {
+            offset: b.start,
+            length: if b.end == u64::MAX {
+                u64::MAX
+            } else {
+                b.end - b.start
+            },
+            write: b.write,
+            clientid,
+            owner,
+        }
+    }
+
+    /// LOCKT: the first lock of another owner that conflicts.
+    pub fn test_lock(
+        &self,
+        node: NodeId,
+        client: u64,
+        owner: &[u8],
+        start: u64,
+        end: u64,
+        write: bool,
+    ) -> Option<Conflict> {
+        let v = self.byte_locks.get(&node)?;
+        v.iter()
+            .find(|b| {
+                let mine = self
+                    .locks
+                    .get(&b.lock)
+                    .is_some_and(|l| l.client == client && l.owner == owner);
+                !mine && overlaps(b.start, b.end, start, end) && (write || b.write)
+            })
+            .map(|b| self.conflict_of(b))
+    }
+
+    /// The lock state for (client, owner, file) under `open`, made if new.
+    pub fn lock_state_for(&mut self, open: &Other, owner: &[u8]) -> Result<Other, Nfsstat4> {
+        let o = self.opens.get(open).ok_or(Nfsstat4::BAD_STATEID)?.clone();
+        let key = (o.client, owner.to_vec(), o.node);
+        if let Some(l) = self.lock_by_key.get(&key) {
+            return Ok(*l);
+        }
+        if self.locks.len() >= self.max_lock_states {
+            return Err(Nfsstat4::DELAY);
+        }
+        let other = self.new_other(KIND_LOCK);
+        self.locks.insert(
+            other,
+            LockState {
+                seqid: 0,
+                client: o.client,
+                owner: owner.to_vec(),
+                node: o.node,
+                open: *open,
+            },
+        );
+        self.lock_by_key.insert(key, other);
+        Ok(other)
+    }
+
+    /// LOCK: grants [start, end) to the lock state or says who holds it.
+    /// A new lock replaces the owner's overlapping ranges (POSIX).
+    pub fn lock(
+        &mut self,
+        lock: &Other,
+        start: u64,
+        end: u64,
+        write: bool,
+    ) -> Result<Stateid4, Result<Conflict, Nfsstat4>> {
+        let l = self
+            .locks
+            .get(lock)
+            .ok_or(Err(Nfsstat4::BAD_STATEID))?
+            .clone();
+        if let Some(v) = self.byte_locks.get(&l.node) {
+            if let Some(b) = v.iter().find(|b| {
+                &b.lock != lock && overlaps(b.start, b.end, start, end) && (write || b.write)
+            }) {
+                return Err(Ok(self.conflict_of(b)));
+            }
+        }
+        let count = self.byte_locks.get(&l.node).map_or(0, |v| v.len());
+        if count >= MAX_LOCKS_PER_FILE || self.n_byte_locks >= self.max_byte_locks {
+            return Err(Err(Nfsstat4::DELAY));
+        }
+        self.unlock_range(l.node, lock, start, end);
+        self.byte_locks.entry(l.node).or_default().push(ByteLock {
+            lock: *lock,
+            start,
+            end,
+            write,
+        });
+        self.n_byte_locks += 1;
+        Ok(self.bump_lock(lock))
+    }
+
+    fn bump_lock(&mut self, lock: &Other) -> Stateid4 {
+        match self.locks.get_mut(lock) {
+            Some(l) => {
+                l.seqid = l.seqid.wrapping_add(1).max(1);
+                Stateid4 {
+                    seqid: l.seqid,
+                    other: *lock,
+                }
+            }
+            None => Stateid4 {
+                seqid: 0,
+                other: *lock,
+            },
+        }
+    }
+
+    fn unlock_range(&mut self, node: NodeId, lock: &Other, start: u64, end: u64) {
+        let Some(v) = self.byte_locks.get_mut(&node) else {
+            return;
+        };
+        let mut out = Vec::with_capacity(v.len() + 1);
+        for b in v.drain(..) {
+            if &b.lock != lock || !overlaps(b.start, b.end, start, end) {
+                out.push(b);
+                continue;
+            }
+            if b.start < start {
+                out.push(ByteLock { end: start, ..b });
+            }
+            if end < b.end {
+                out.push(ByteLock { start: end, ..b });
+            }
+        }
+        *v = out;
+        self.n_byte_locks = self.byte_locks.values().map(Vec::len).sum();
+        if self.byte_locks.get(&node).is_some_and(Vec::is_empty) {
+            self.byte_locks.remove(&node);
+        }
+    }
+
+    /// LOCKU.
+    pub fn unlock(&mut self, lock: &Other, start: u64, end: u64) -> Result<Stateid4, Nfsstat4> {
+        let node = self.locks.get(lock).ok_or(Nfsstat4::BAD_STATEID)?.node;
+        self.unlock_range(node, lock, start, end);
+        Ok(self.bump_lock(lock))
+    }
+
+    /// FREE_STATEID (RFC 8881 18.38).
+    pub fn free_stateid(&mut self, other: &Other) -> Nfsstat4 {
+        if self.opens.contains_key(other) {
+            return Nfsstat4::LOCKS_HELD;
+        }
+        match self.locks.get(other) {
+            Some(l) => {
+                if self
+                    .byte_locks
+                    .get(&l.node)
+                    .is_some_and(|v| v.iter().any(|b| &b.lock == other))
+                {
+                    Nfsstat4::LOCKS_HELD
+                } else {
+                    self.drop_lock_state(other);
+                    Nfsstat4::OK
+                }
+            }
+            None => Nfsstat4::BAD_STATEID,
+        }
+    }
+
+    pub fn renew(&mut self, client: u64, now: i64) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.last_renew = now;
+        }
+    }
+}

@@ -1,0 +1,945 @@
+//! NFSv3 (RFC 1813): every call is one batch. Post-op attributes and wcc
+//! data come from the same batch's results (`OpOutput` carries attributes
+//! before and after), never from an extra batch. The batch does not stop
+//! on error, so a failed operation still gets the directory attributes
+//! its reply carries.
+//!
+//! WRITE answers FILE_SYNC whatever `stable` asked: a duet reply means
+//! durable. The write verifier changes per boot only.
+
+use duet_fs::{
+    Batch, CreateKind, Credentials, FileType, IfExists, NodeId, ObjRef, Op, OpOutput, OpResult,
+    SetAttrs, SetTime, WriteData,
+};
+
+use super::attr::{access_bits, fattr3, rdev_of, sattr3, time3, wcc_attr};
+use super::cookies::{make_cookie, Resume, MAX_POSITION};
+use super::errors::nfs3_status;
+use super::{
+    accepted, reply_with, squash, CallCtx, Event, ExportEntry, Exports, FileHandle, NfsServer,
+    Pending,
+};
+use crate::nfs::nfs3::*;
+use crate::nfs::rpc::AcceptedReplyData;
+use crate::nfs::xdr::{LinkedList, Name, Opaque, XdrEncode, XdrReader, XdrWriter};
+
+pub(crate) struct V3Pending {
+    conn: super::ConnId,
+    xid: u32,
+    fsid: u64,
+    cred: Credentials,
+    read_only: bool,
+    kind: Kind,
+}
+
+enum Kind {
+    GetAttr,
+    SetAttrGuard {
+        guard: NfsTime3,
+        batch: Batch,
+    },
+    SetAttr,
+    Lookup,
+    Access(u32),
+    ReadLink,
+    Read,
+    Write,
+    Create {
+        excl: Option<[u8; 8]>,
+    },
+    Remove,
+    Rename,
+    Link,
+    ReadDir {
+        plus: bool,
+        skip: u64,
+        base: u64,
+        dir: NodeId,
+        budget: usize,
+        dirbudget: usize,
+    },
+    FsStat,
+    FsInfo,
+    PathConf,
+    Commit,
+}
+
+fn tag(proc_: u32) -> &'static str {
+    const TAGS: [&str; 22] = [
+        "nfs3.null",
+        "nfs3.getattr",
+        "nfs3.setattr",
+        "nfs3.lookup",
+        "nfs3.access",
+        "nfs3.readlink",
+        "nfs3.read",
+        "nfs3.write",
+        "nfs3.create",
+        "nfs3.mkdir",
+        "nfs3.symlink",
+        "nfs3.mknod",
+        "nfs3.remove",
+        "nfs3.rmdir",
+        "nfs3.rename",
+        "nfs3.link",
+        "nfs3.readdir",
+        "nfs3.readdirplus",
+        "nfs3.fsstat",
+        "nfs3.fsinfo",
+        "nfs3.pathconf",
+        "nfs3.commit",
+    ];
+    TAGS.get(proc_ as usize).copied().unwrap_or("nfs3")
+}
+
+/// How many zero words the resfail of `proc_` takes when nothing is known
+/// (post_op_attr: 1, wcc_data: 2).
+fn fail_words(proc_: u32) -> usize {
+    match proc_ {
+        proc3::GETATTR => 0,
+        proc3::SETATTR
+        | proc3::WRITE
+        | proc3::CREATE
+        | proc3::MKDIR
+        | proc3::SYMLINK
+        | proc3::MKNOD => 2,
+        proc3::REMOVE | proc3::RMDIR | proc3::COMMIT => 2,
+        proc3::RENAME => 4,
+        proc3::LINK => 3,
+        _ => 1,
+    }
+}
+
+fn fail(ctx: &CallCtx, proc_: u32, status: Nfsstat3) -> Event {
+    reply_with(ctx.conn, ctx.xid, |w| {
+        status.encode(w);
+        for _ in 0..fail_words(proc_) {
+            w.put_u32(0);
+        }
+    })
+}
+
+fn name_of(n: &Name<'_, NFS3_MAX_NAME>) -> Result<String, Nfsstat3> {
+    let s = std::str::from_utf8(n.0).map_err(|_| Nfsstat3::INVAL)?;
+    if s.is_empty() {
+        return Err(Nfsstat3::ACCES);
+    }
+    Ok(s.to_string())
+}
+
+/// A client handle to (export, node).
+fn resolve(
+    srv: &NfsServer,
+    list: &[ExportEntry],
+    ctx: &CallCtx,
+    fh: &[u8],
+) -> Result<(ExportEntry, NodeId), Nfsstat3> {
+    match FileHandle::decode(srv.cfg.handle_key, fh) {
+        Err(_) | Ok(FileHandle::Pseudo) => Err(Nfsstat3::BADHANDLE),
+        Ok(FileHandle::Object { fsid, id }) => {
+            let e = list
+                .iter()
+                .find(|e| e.fsid == fsid)
+                .ok_or(Nfsstat3::STALE)?;
+            if !e.allows(ctx.peer) {
+                return Err(Nfsstat3::ACCES);
+            }
+            Ok((e.clone(), id))
+        }
+    }
+}
+
+pub(super) fn call(
+    srv: &mut NfsServer,
+    ctx: &CallCtx,
+    proc_: u32,
+    mut r: XdrReader<'_>,
+    exports: &dyn Exports,
+) -> Vec<Event> {
+    let args = match Nfs3Args::decode(proc_, &mut r) {
+        Ok(a) => a,
+        Err(Nfs3ArgsError::ProcUnavail(_)) => {
+            return vec![accepted(ctx.conn, ctx.xid, AcceptedReplyData::ProcUnavail)]
+        }
+        Err(Nfs3ArgsError::Garbage(e)) => {
+            if e.nfs3_status() == Nfsstat3::NAMETOOLONG {
+                return vec![fail(ctx, proc_, Nfsstat3::NAMETOOLONG)];
+            }
+            return vec![accepted(ctx.conn, ctx.xid, AcceptedReplyData::GarbageArgs)];
+        }
+    };
+    if let Nfs3Args::Null = args {
+        return vec![reply_with(ctx.conn, ctx.xid, |_| {})];
+    }
+    let list = exports.exports();
+    match build(srv, ctx, &list, &args) {
+        Ok((batch, p)) => vec![srv.submit(batch, tag(proc_), Pending::V3(p))],
+        Err(status) => vec![fail(ctx, proc_, status)],
+    }
+}
+
+fn build(
+    srv: &mut NfsServer,
+    ctx: &CallCtx,
+    list: &[ExportEntry],
+    args: &Nfs3Args<'_>,
+) -> Result<(Batch, V3Pending), Nfsstat3> {
+    use Nfs3Args as A;
+    let fh: &[u8] = match args {
+        A::Null => return Err(Nfsstat3::SERVERFAULT),
+        A::GetAttr(a) => a.object.0,
+        A::SetAttr(a) => a.object.0,
+        A::Lookup(a) => a.what.dir.0,
+        A::Access(a) => a.object.0,
+        A::ReadLink(a) => a.symlink.0,
+        A::Read(a) => a.file.0,
+        A::Write(a) => a.file.0,
+        A::Create(a) => a.where_.dir.0,
+        A::Mkdir(a) => a.where_.dir.0,
+        A::Symlink(a) => a.where_.dir.0,
+        A::Mknod(a) => a.where_.dir.0,
+        A::Remove(a) | A::Rmdir(a) => a.object.dir.0,
+        A::Rename(a) => a.from.dir.0,
+        A::Link(a) => a.file.0,
+        A::ReadDir(a) => a.dir.0,
+        A::ReadDirPlus(a) => a.dir.0,
+        A::FsStat(a) | A::FsInfo(a) | A::PathConf(a) => a.fsroot.0,
+        A::Commit(a) => a.file.0,
+    };
+    let (export, id) = resolve(srv, list, ctx, fh)?;
+    let cred = squash(&ctx.cred, &export);
+    let mut b = Batch::new(cred.clone(), ctx.now_ns);
+    b.stop_on_error = false;
+    b.read_only = export.read_only;
+    let obj = ObjRef::Id(id);
+    let kind = match args {
+        A::Null => return Err(Nfsstat3::SERVERFAULT),
+        A::GetAttr(_) => {
+            b.push(Op::GetAttr { obj });
+            Kind::GetAttr
+        }
+        A::SetAttr(a) => {
+            let set = sattr3(&a.new_attributes);
+            match a.guard {
+                Some(guard) => {
+                    // The guard needs the ctime before the change: a first
+                    // batch reads it, the second sets (RFC 1813 3.3.2).
+                    let mut second = b.clone();
+                    second.push(Op::SetAttr { obj, attrs: set });
+                    b.push(Op::GetAttr { obj });
+                    Kind::SetAttrGuard {
+                        guard,
+                        batch: second,
+                    }
+                }
+                None => {
+                    b.push(Op::SetAttr { obj, attrs: set });
+                    Kind::SetAttr
+                }
+            }
+        }
+        A::Lookup(a) => {
+            let mut name = name_of(&a.what.name)?;
+            if name == ".." && id == export.root {
+                name = ".".into();
+            }
+            b.push(Op::Lookup { dir: obj, name });
+            b.push(Op::GetAttr { obj });
+            Kind::Lookup
+        }
+        A::Access(a) => {
+            b.push(Op::GetAttr { obj });
+            Kind::Access(a.access)
+        }
+        A::ReadLink(_) => {
+            b.push(Op::ReadLink { obj });
+            Kind::ReadLink
+        }
+        A::Read(a) => {
+            b.push(Op::Read {
+                obj,
+                offset: a.offset,
+                len: u64::from(a.count.min(srv.cfg.max_io)),
+            });
+            Kind::Read
+        }
+        A::Write(a) => {
+            let n = (a.count as usize).min(a.data.0.len());
+            if n > srv.cfg.max_io as usize {
+                return Err(Nfsstat3::FBIG);
+            }
+            let append = a.offset == u64::MAX && export.append_extension;
+            b.push(Op::Write {
+                obj,
+                offset: a.offset,
+                data: WriteData::Bytes(a.data.0[..n].to_vec()),
+                append,
+            });
+            Kind::Write
+        }
+        A::Create(a) => {
+            let name = name_of(&a.where_.name)?;
+            let (attrs, if_exists, excl) = match &a.how {
+                CreateHow3::Unchecked(s) => {
+                    let s = sattr3(s);
+                    let ie = if s.size == Some(0) {
+                        IfExists::Truncate
+                    } else {
+                        IfExists::Open
+                    };
+                    (s, ie, None)
+                }
+                CreateHow3::Guarded(s) => (sattr3(s), IfExists::Fail, None),
+                CreateHow3::Exclusive(v) => (verf_attrs(v), IfExists::Open, Some(*v)),
+            };
+            b.push(Op::Create {
+                dir: obj,
+                name,
+                kind: CreateKind::File,
+                attrs,
+                if_exists,
+            });
+            b.push(Op::GetAttr { obj });
+            Kind::Create { excl }
+        }
+        A::Mkdir(a) => {
+            let name = name_of(&a.where_.name)?;
+            b.push(Op::Create {
+                dir: obj,
+                name,
+                kind: CreateKind::Directory,
+                attrs: sattr3(&a.attributes),
+                if_exists: IfExists::Fail,
+            });
+            b.push(Op::GetAttr { obj });
+            Kind::Create { excl: None }
+        }
+        A::Symlink(a) => {
+            let name = name_of(&a.where_.name)?;
+            let target = String::from_utf8(a.symlink.symlink_data.0.to_vec())
+                .map_err(|_| Nfsstat3::INVAL)?;
+            let kind = CreateKind::Symlink { target };
+            b.push(Op::Create {
+                dir: obj,
+                name,
+                kind,
+                attrs: sattr3(&a.symlink.symlink_attributes),
+                if_exists: IfExists::Fail,
+            });
+            b.push(Op::GetAttr { obj });
+            Kind::Create { excl: None }
+        }
+        A::Mknod(a) => {
+            let name = name_of(&a.where_.name)?;
+            let (kind, s) = match &a.what {
+                MknodData3::Chr(d) => (
+                    CreateKind::CharDevice {
+                        rdev: rdev_of(d.spec.specdata1, d.spec.specdata2),
+                    },
+                    &d.dev_attributes,
+                ),
+                MknodData3::Blk(d) => (
+                    CreateKind::BlockDevice {
+                        rdev: rdev_of(d.spec.specdata1, d.spec.specdata2),
+                    },
+                    &d.dev_attributes,
+                ),
+                MknodData3::Sock(s) => (CreateKind::Socket, s),
+                MknodData3::Fifo(s) => (CreateKind::Fifo, s),
+                MknodData3::Other(_) => return Err(Nfsstat3::BADTYPE),
+            };
+            b.push(Op::Create {
+                dir: obj,
+                name,
+                kind,
+                attrs: sattr3(s),
+                if_exists: IfExists::Fail,
+            });
+            b.push(Op::GetAttr { obj });
+            Kind::Create { excl: None }
+        }
+        A::Remove(a) | A::Rmdir(a) => {
+            let name = name_of(&a.object.name)?;
+            let dir_only = Some(matches!(args, A::Rmdir(_)));
+            b.push(Op::Remove {
+                dir: obj,
+                name,
+                dir_only,
+            });
+            b.push(Op::GetAttr { obj });
+            Kind::Remove
+        }
+        A::Rename(a) => {
+            let (to_export, to_id) = resolve(srv, list, ctx, a.to.dir.0)?;
+            if to_export.fsid != export.fsid {
+                return Err(Nfsstat3::XDEV);
+            }
+            let src_name = name_of(&a.from.name)?;
+            let dst_name = name_of(&a.to.name)?;
+            b.push(Op::Rename {
+                src_dir: obj,
+                src_name,
+                dst_dir: ObjRef::Id(to_id),
+                dst_name,
+                replace: true,
+            });
+            b.push(Op::GetAttr { obj });
+            b.push(Op::GetAttr {
+                obj: ObjRef::Id(to_id),
+            });
+            Kind::Rename
+        }
+        A::Link(a) => {
+            let (dir_export, dir_id) = resolve(srv, list, ctx, a.link.dir.0)?;
+            if dir_export.fsid != export.fsid {
+                return Err(Nfsstat3::XDEV);
+            }
+            let name = name_of(&a.link.name)?;
+            b.push(Op::Link {
+                obj,
+                dir: ObjRef::Id(dir_id),
+                name,
+            });
+            b.push(Op::GetAttr { obj });
+            b.push(Op::GetAttr {
+                obj: ObjRef::Id(dir_id),
+            });
+            Kind::Link
+        }
+        A::ReadDir(a) => readdir(
+            srv,
+            &mut b,
+            id,
+            a.cookie,
+            &a.cookieverf,
+            a.count as usize,
+            a.count as usize,
+            false,
+        )?,
+        A::ReadDirPlus(a) => readdir(
+            srv,
+            &mut b,
+            id,
+            a.cookie,
+            &a.cookieverf,
+            a.maxcount as usize,
+            a.dircount as usize,
+            true,
+        )?,
+        A::FsStat(_) => {
+            b.push(Op::GetAttr { obj });
+            Kind::FsStat
+        }
+        A::FsInfo(_) => {
+            b.push(Op::GetAttr { obj });
+            Kind::FsInfo
+        }
+        A::PathConf(_) => {
+            b.push(Op::GetAttr { obj });
+            Kind::PathConf
+        }
+        A::Commit(_) => {
+            b.push(Op::GetAttr { obj });
+            Kind::Commit
+        }
+    };
+    let p = V3Pending {
+        conn: ctx.conn,
+        xid: ctx.xid,
+        fsid: export.fsid,
+        cred,
+        read_only: export.read_only,
+        kind,
+    };
+    Ok((b, p))
+}
+
+/// EXCLUSIVE create keeps the verifier in atime and mtime (as knfsd
+/// does); the client sets the real times with a SETATTR afterwards.
+pub(crate) fn verf_attrs(v: &[u8; 8]) -> SetAttrs {
+    let hi = u32::from_be_bytes([v[0], v[1], v[2], v[3]]);
+    let lo = u32::from_be_bytes([v[4], v[5], v[6], v[7]]);
+    SetAttrs {
+        atime: Some(SetTime::At(i64::from(hi))),
+        mtime: Some(SetTime::At(i64::from(lo))),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn verf_matches(a: &duet_fs::Attrs, v: &[u8; 8]) -> bool {
+    let s = verf_attrs(v);
+    s.atime == Some(SetTime::At(a.atime)) && s.mtime == Some(SetTime::At(a.mtime))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn readdir(
+    srv: &NfsServer,
+    b: &mut Batch,
+    dir: NodeId,
+    cookie: u64,
+    verf: &[u8; 8],
+    budget: usize,
+    dirbudget: usize,
+    plus: bool,
+) -> Result<Kind, Nfsstat3> {
+    if cookie != 0 && *verf != [0; 8] && *verf != srv.cookieverf {
+        return Err(Nfsstat3::BAD_COOKIE);
+    }
+    let per = if plus { 160 } else { 32 };
+    let n = (budget / per).min(dirbudget / 24).clamp(1, 4096) as u64;
+    let resume = srv
+        .cookies
+        .resume(Some(dir), cookie)
+        .ok_or(Nfsstat3::BAD_COOKIE)?;
+    let (after, max, skip, base) = match resume {
+        Resume::Start => (None, n, 0, 0),
+        Resume::After { name, pos } => (Some(name), n, 0, pos),
+        Resume::Skip(pos) => (None, (pos + n).min(MAX_POSITION), pos, pos),
+    };
+    b.push(Op::ReadDir {
+        dir: ObjRef::Id(dir),
+        after,
+        max_entries: max as u32,
+        with_attrs: plus,
+    });
+    Ok(Kind::ReadDir {
+        plus,
+        skip,
+        base,
+        dir,
+        budget,
+        dirbudget,
+    })
+}
+
+fn post(r: Option<&OpResult>, fsid: u64) -> PostOpAttr {
+    r.and_then(|r| r.as_ref().ok())
+        .and_then(|o| o.attrs())
+        .map(|a| fattr3(a, fsid))
+}
+
+fn attrs_of(r: Option<&OpResult>) -> Option<&duet_fs::Attrs> {
+    r.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs())
+}
+
+fn err_of(r: Option<&OpResult>) -> Option<Nfsstat3> {
+    match r {
+        Some(Ok(_)) => None,
+        Some(Err(e)) => Some(nfs3_status(*e)),
+        None => Some(Nfsstat3::SERVERFAULT),
+    }
+}
+
+fn wcc(before: Option<&duet_fs::Attrs>, after: Option<&duet_fs::Attrs>, fsid: u64) -> WccData {
+    WccData {
+        before: before.map(wcc_attr),
+        after: after.map(|a| fattr3(a, fsid)),
+    }
+}
+
+/// Builds the reply from the batch result (or, for a guarded SETATTR,
+/// the second batch).
+pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>) -> Event {
+    let fsid = p.fsid;
+    let (conn, xid) = (p.conn, p.xid);
+    let r0 = res.first();
+    let r1 = res.get(1);
+    let r2 = res.get(2);
+    let out = |body: &dyn Fn(&mut XdrWriter)| reply_with(conn, xid, body);
+    match p.kind {
+        Kind::GetAttr => {
+            let v: GetAttr3Res = match attrs_of(r0) {
+                Some(a) => Nfs3Res::Ok(fattr3(a, fsid)),
+                None => Nfs3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), ()),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::SetAttrGuard { guard, batch } => match r0 {
+            Some(Ok(o)) => {
+                let Some(a) = o.attrs() else {
+                    return out(&|w| {
+                        Nfs3Res::<(), WccData>::Fail(Nfsstat3::SERVERFAULT, WccData::default())
+                            .encode(w)
+                    });
+                };
+                if time3(a.ctime) != guard {
+                    let w0 = wcc(Some(a), Some(a), fsid);
+                    return out(&|w| SetAttr3Res::Fail(Nfsstat3::NOT_SYNC, w0).encode(w));
+                }
+                let p2 = V3Pending {
+                    kind: Kind::SetAttr,
+                    ..p
+                };
+                srv.submit(batch, "nfs3.setattr", Pending::V3(p2))
+            }
+            _ => {
+                let s = err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT);
+                out(&|w| SetAttr3Res::Fail(s, WccData::default()).encode(w))
+            }
+        },
+        Kind::SetAttr => {
+            let v: SetAttr3Res = match r0 {
+                Some(Ok(OpOutput::Attrs { before, attrs })) => {
+                    Nfs3Res::Ok(wcc(before.as_ref(), Some(attrs), fsid))
+                }
+                _ => Nfs3Res::Fail(
+                    err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT),
+                    WccData::default(),
+                ),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::Lookup => {
+            let dir = post(r1, fsid);
+            match attrs_of(r0) {
+                Some(a) => {
+                    let fh = srv.handle(FileHandle::Object { fsid, id: a.id });
+                    let v: Lookup3Res<'_> = Nfs3Res::Ok(Lookup3ResOk {
+                        object: Opaque(&fh),
+                        obj_attributes: Some(fattr3(a, fsid)),
+                        dir_attributes: dir,
+                    });
+                    out(&|w| v.encode(w))
+                }
+                _ => {
+                    let v: Lookup3Res<'_> =
+                        Nfs3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), dir);
+                    out(&|w| v.encode(w))
+                }
+            }
+        }
+        Kind::Access(req) => {
+            let v: Access3Res = match r0.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs()) {
+                Some(a) => Nfs3Res::Ok(Access3ResOk {
+                    obj_attributes: Some(fattr3(a, fsid)),
+                    access: access_bits(&p.cred, a, req, p.read_only),
+                }),
+                None => Nfs3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), None),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::ReadLink => match r0 {
+            Some(Ok(OpOutput::Link { target, attrs })) => {
+                let v: ReadLink3Res<'_> = Nfs3Res::Ok(ReadLink3ResOk {
+                    symlink_attributes: Some(fattr3(attrs, fsid)),
+                    data: Opaque(target.as_bytes()),
+                });
+                out(&|w| v.encode(w))
+            }
+            _ => {
+                let v: ReadLink3Res<'_> =
+                    Nfs3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), None);
+                out(&|w| v.encode(w))
+            }
+        },
+        Kind::Read => match r0 {
+            Some(Ok(OpOutput::Read { data, eof, attrs })) => {
+                let v: Read3Res<'_> = Nfs3Res::Ok(Read3ResOk {
+                    file_attributes: Some(fattr3(attrs, fsid)),
+                    count: data.len() as u32,
+                    eof: *eof,
+                    data: Opaque(data),
+                });
+                out(&|w| v.encode(w))
+            }
+            _ => {
+                let v: Read3Res<'_> =
+                    Nfs3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), None);
+                out(&|w| v.encode(w))
+            }
+        },
+        Kind::Write => {
+            let v: Write3Res = match r0 {
+                Some(Ok(OpOutput::Written {
+                    count,
+                    before,
+                    attrs,
+                    ..
+                })) => Nfs3Res::Ok(Write3ResOk {
+                    file_wcc: wcc(Some(before), Some(attrs), fsid),
+                    count: *count as u32,
+                    committed: StableHow::FileSync,
+                    verf: srv.write_verf,
+                }),
+                _ => Nfs3Res::Fail(
+                    err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT),
+                    WccData::default(),
+                ),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::Create { excl } => {
+            let dir_after = r1.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs());
+            match r0 {
+                Some(Ok(OpOutput::Object {
+                    attrs,
+                    created,
+                    dir_before,
+                    dir_after: da,
+                })) => {
+                    if let Some(v) = &excl {
+                        if !created && !verf_matches(attrs, v) {
+                            let w0 = wcc(None, dir_after, fsid);
+                            return out(&|w| Create3Res::Fail(Nfsstat3::EXIST, w0).encode(w));
+                        }
+                    }
+                    let fh = srv.handle(FileHandle::Object { fsid, id: attrs.id });
+                    let dw = wcc(dir_before.as_ref(), da.as_ref().or(dir_after), fsid);
+                    let v: Create3Res<'_> = Nfs3Res::Ok(Create3ResOk {
+                        obj: Some(Opaque(&fh)),
+                        obj_attributes: Some(fattr3(attrs, fsid)),
+                        dir_wcc: dw,
+                    });
+                    out(&|w| v.encode(w))
+                }
+                _ => {
+                    let v: Create3Res<'_> = Nfs3Res::Fail(
+                        err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT),
+                        wcc(None, dir_after, fsid),
+                    );
+                    out(&|w| v.encode(w))
+                }
+            }
+        }
+        Kind::Remove => {
+            let dir_after = r1.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs());
+            let v: Remove3Res = match r0 {
+                Some(Ok(OpOutput::Dirs { changed, .. })) => {
+                    let (b, a) = changed
+                        .first()
+                        .map(|(b, a)| (Some(b), Some(a)))
+                        .unwrap_or((None, dir_after));
+                    Nfs3Res::Ok(wcc(b, a, fsid))
+                }
+                _ => Nfs3Res::Fail(
+                    err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT),
+                    wcc(None, dir_after, fsid),
+                ),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::Rename => {
+            let from_after = r1.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs());
+            let to_after = r2.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs());
+            let v: Rename3Res = match r0 {
+                Some(Ok(OpOutput::Dirs { changed, .. })) => {
+                    let from = changed
+                        .first()
+                        .map(|(b, a)| wcc(Some(b), Some(a), fsid))
+                        .unwrap_or_else(|| wcc(None, from_after, fsid));
+                    let to = match changed.get(1) {
+                        Some((b, a)) => wcc(Some(b), Some(a), fsid),
+                        None if changed.len() == 1 => from,
+                        None => wcc(None, to_after, fsid),
+                    };
+                    Nfs3Res::Ok(Rename3Wcc {
+                        fromdir_wcc: from,
+                        todir_wcc: to,
+                    })
+                }
+                _ => Nfs3Res::Fail(
+                    err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT),
+                    Rename3Wcc {
+                        fromdir_wcc: wcc(None, from_after, fsid),
+                        todir_wcc: wcc(None, to_after, fsid),
+                    },
+                ),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::Link => {
+            let file_after = post(r1, fsid);
+            let dir_after = r2.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs());
+            let v: Link3Res = match r0 {
+                Some(Ok(OpOutput::Dirs { changed, target })) => {
+                    let dw = changed
+                        .first()
+                        .map(|(b, a)| wcc(Some(b), Some(a), fsid))
+                        .unwrap_or_else(|| wcc(None, dir_after, fsid));
+                    Nfs3Res::Ok(Link3Wcc {
+                        file_attributes: target.as_ref().map(|a| fattr3(a, fsid)).or(file_after),
+                        linkdir_wcc: dw,
+                    })
+                }
+                _ => Nfs3Res::Fail(
+                    err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT),
+                    Link3Wcc {
+                        file_attributes: file_after,
+                        linkdir_wcc: wcc(None, dir_after, fsid),
+                    },
+                ),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::ReadDir {
+            plus,
+            skip,
+            base,
+            dir,
+            budget,
+            dirbudget,
+        } => match r0 {
+            Some(Ok(OpOutput::Dir {
+                entries,
+                eof,
+                attrs,
+            })) => {
+                let list: Vec<&duet_fs::DirEntry> = entries
+                    .iter()
+                    .skip(skip.min(usize::MAX as u64) as usize)
+                    .collect();
+                let mut used = 200usize;
+                let mut dirused = 0usize;
+                let mut n = 0;
+                for e in &list {
+                    let name_len = e.name.len().div_ceil(4) * 4;
+                    let cost = 24 + name_len + if plus { 88 + 36 } else { 0 };
+                    if used + cost > budget
+                        || (plus && dirused + 24 + name_len > dirbudget && n > 0)
+                    {
+                        break;
+                    }
+                    used += cost;
+                    dirused += 24 + name_len;
+                    n += 1;
+                }
+                if n == 0 && !list.is_empty() {
+                    return out(&|w| {
+                        ReadDir3Res::Fail(Nfsstat3::TOOSMALL, Some(fattr3(attrs, fsid))).encode(w)
+                    });
+                }
+                let all = n == list.len() && *eof;
+                let cookies: Vec<u64> = list[..n]
+                    .iter()
+                    .enumerate()
+                    .map(|(k, e)| make_cookie(base + k as u64 + 1, &e.name))
+                    .collect();
+                if let (Some(last), Some(c)) = (list[..n].last(), cookies.last()) {
+                    srv.cookies.remember(dir, *c, &last.name);
+                }
+                let verf = srv.cookieverf;
+                if plus {
+                    let fhs: Vec<[u8; super::fh::FH_LEN]> = list[..n]
+                        .iter()
+                        .map(|e| FileHandle::Object { fsid, id: e.id }.encode(srv.cfg.handle_key))
+                        .collect();
+                    let entries = list[..n]
+                        .iter()
+                        .zip(&cookies)
+                        .zip(&fhs)
+                        .map(|((e, c), fh)| EntryPlus3 {
+                            fileid: e.id,
+                            name: Name(e.name.as_bytes()),
+                            cookie: *c,
+                            name_attributes: e.attrs.as_ref().map(|a| fattr3(a, fsid)),
+                            name_handle: Some(Opaque(fh)),
+                        })
+                        .collect();
+                    let v: ReadDirPlus3Res<'_> = Nfs3Res::Ok(ReadDirPlus3ResOk {
+                        dir_attributes: Some(fattr3(attrs, fsid)),
+                        cookieverf: verf,
+                        reply: DirListPlus3 {
+                            entries: LinkedList(entries),
+                            eof: all,
+                        },
+                    });
+                    out(&|w| v.encode(w))
+                } else {
+                    let entries = list[..n]
+                        .iter()
+                        .zip(&cookies)
+                        .map(|(e, c)| Entry3 {
+                            fileid: e.id,
+                            name: Name(e.name.as_bytes()),
+                            cookie: *c,
+                        })
+                        .collect();
+                    let v: ReadDir3Res<'_> = Nfs3Res::Ok(ReadDir3ResOk {
+                        dir_attributes: Some(fattr3(attrs, fsid)),
+                        cookieverf: verf,
+                        reply: DirList3 {
+                            entries: LinkedList(entries),
+                            eof: all,
+                        },
+                    });
+                    out(&|w| v.encode(w))
+                }
+            }
+            _ => out(&|w| {
+                ReadDir3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), None).encode(w)
+            }),
+        },
+        Kind::FsStat => {
+            let c = &srv.cfg;
+            let v: FsStat3Res = match post(r0, fsid) {
+                Some(a) => Nfs3Res::Ok(FsStat3ResOk {
+                    obj_attributes: Some(a),
+                    tbytes: c.space_total,
+                    fbytes: c.space_free,
+                    abytes: c.space_free,
+                    tfiles: c.files_total,
+                    ffiles: c.files_free,
+                    afiles: c.files_free,
+                    invarsec: 0,
+                }),
+                None => Nfs3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), None),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::FsInfo => {
+            let io = srv.cfg.max_io;
+            let v: FsInfo3Res = match post(r0, fsid) {
+                Some(a) => Nfs3Res::Ok(FsInfo3ResOk {
+                    obj_attributes: Some(a),
+                    rtmax: io,
+                    rtpref: io,
+                    rtmult: 4096,
+                    wtmax: io,
+                    wtpref: io,
+                    wtmult: 4096,
+                    dtpref: 64 << 10,
+                    maxfilesize: duet_fs::FILE_SIZE_MAX,
+                    time_delta: NfsTime3 {
+                        seconds: 0,
+                        nseconds: 1,
+                    },
+                    properties: fsf3::LINK | fsf3::SYMLINK | fsf3::HOMOGENEOUS | fsf3::CANSETTIME,
+                }),
+                None => Nfs3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), None),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::PathConf => {
+            let v: PathConf3Res = match post(r0, fsid) {
+                Some(a) => Nfs3Res::Ok(PathConf3ResOk {
+                    obj_attributes: Some(a),
+                    linkmax: 65_000,
+                    name_max: duet_fs::NAME_MAX as u32,
+                    no_trunc: true,
+                    chown_restricted: true,
+                    case_insensitive: false,
+                    case_preserving: true,
+                }),
+                None => Nfs3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), None),
+            };
+            out(&|w| v.encode(w))
+        }
+        Kind::Commit => {
+            let a = r0.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs());
+            let v: Commit3Res = match a {
+                Some(a) if a.ftype == FileType::Directory => {
+                    Nfs3Res::Fail(Nfsstat3::ISDIR, wcc(None, Some(a), fsid))
+                }
+                Some(a) => Nfs3Res::Ok(Commit3ResOk {
+                    file_wcc: wcc(Some(a), Some(a), fsid),
+                    verf: srv.write_verf,
+                }),
+                None => Nfs3Res::Fail(
+                    err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT),
+                    WccData::default(),
+                ),
+            };
+            out(&|w| v.encode(w))
+        }
+    }
+}

@@ -1,0 +1,2407 @@
+//! NFSv4.1 / 4.2 COMPOUND (RFC 8881, RFC 7862): one COMPOUND, one batch.
+//!
+//! The translator walks the operations in order, tracking the current and
+//! saved filehandle as [`ObjRef`]s (an export object's id, or "the object
+//! batch operation N produced") and the current stateid. File-system
+//! operations become batch [`Op`]s (`stop_on_error`), each with a *step*
+//! that turns its `OpResult` into the operation's result after the batch.
+//! Operations that need no file system (SEQUENCE, PUTFH, SAVEFH, GETFH of
+//! a known id, COMMIT, SECINFO_NO_NAME...) are answered from server state
+//! on the spot. The reply stops at the first failing result (RFC 8881
+//! 16.2.3), whichever kind of step produced it.
+//!
+//! State changes that depend on the batch are made when its result comes
+//! back, in operation order: OPEN creates (or upgrades) its open stateid
+//! then, CLOSE removes it then. A stateid an OPEN earlier in the same
+//! COMPOUND will create is reserved at translation, so a later WRITE or
+//! CLOSE using the current stateid is checked and batched with it: the
+//! Linux and vNFS shape SEQUENCE PUTFH OPEN GETFH GETATTR WRITE CLOSE is
+//! one batch.
+//!
+//! A few shapes take more than one batch, in order, still within one
+//! COMPOUND reply:
+//! - lock-state and session operations (LOCK, LOCKT, LOCKU,
+//!   OPEN_DOWNGRADE, TEST_STATEID, FREE_STATEID, DELEGRETURN,
+//!   RECLAIM_COMPLETE and the client/session operations) run against
+//!   server state with every earlier result known: one that follows
+//!   file-system operations ends the batch before it;
+//! - an operation whose outcome is decided after the batch but which
+//!   must gate what follows (VERIFY, NVERIFY, an EXCLUSIVE4_1 OPEN, an
+//!   OPEN while share-deny modes are in play) ends its batch when more
+//!   operations follow.
+//!
+//! The engine then continues from there with the filehandles resolved to
+//! ids. Linux and vNFS compounds never hit these cases in their common
+//! paths.
+
+use std::net::IpAddr;
+
+use duet_fs::{
+    Access, Attrs, Batch, CreateKind, Credentials, FileType, IfExists, NodeId, ObjRef, Op,
+    OpOutput, OpResult, SetAttrs, WriteData,
+};
+
+use super::attr::{
+    self, fattr4_to_set, fattr4_vals, FsInfo, ObjCtx, EXCLCREAT, GETTABLE, SETTABLE,
+};
+use super::cookies::{make_cookie, Resume, MAX_POSITION};
+use super::errors::nfs4_status;
+use super::state::{range_end, Other, SlotCache, StateRef, KIND_OPEN};
+use super::v3::{verf_attrs, verf_matches};
+use super::{
+    accepted, nobody, reply_with, CallCtx, ConnId, Event, ExportEntry, Exports, FileHandle,
+    NfsServer, Pending,
+};
+use crate::nfs::nfs4::attrs::{fattr4 as fa, Fsid4};
+use crate::nfs::nfs4::*;
+use crate::nfs::rpc::{AcceptedReplyData, AUTH_SYS};
+use crate::nfs::xdr::{LinkedList, List, Name, Opaque, XdrDecode, XdrEncode, XdrReader, XdrWriter};
+
+/// The fileid of the pseudo-root (NodeIds count up from 1; this one is
+/// never reached).
+pub const PSEUDO_FILEID: u64 = u64::MAX - 1;
+/// The pseudo-root's fsid major ("duet").
+pub const PSEUDO_FSID: u64 = 0x6475_6574;
+
+/// The CLOSE result stateid of NFSv4.1 (as knfsd: seqid all ones).
+const CLOSED: Stateid4 = Stateid4 {
+    seqid: u32::MAX,
+    other: [0; 12],
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fh {
+    None,
+    Pseudo,
+    Obj { fsid: u64, obj: ObjRef },
+}
+
+enum Step {
+    /// Encoded at translation: opnum and result.
+    Ready {
+        status: Nfsstat4,
+        bytes: Vec<u8>,
+    },
+    GetFh {
+        fsid: u64,
+        op: usize,
+    },
+    GetAttr {
+        fsid: u64,
+        op: usize,
+        req: Bitmap4,
+    },
+    Status {
+        opnum: u32,
+        op: usize,
+    },
+    SecInfo {
+        op: usize,
+    },
+    Access {
+        op: usize,
+        req: u32,
+        ro: bool,
+    },
+    Open(Box<OpenStep>),
+    Close {
+        op: usize,
+        other: Other,
+    },
+    Read {
+        op: usize,
+        plus: bool,
+        offset: u64,
+    },
+    Write {
+        op: usize,
+    },
+    Create {
+        op: usize,
+        attrset: Bitmap4,
+    },
+    Remove {
+        op: usize,
+    },
+    Rename {
+        op: usize,
+    },
+    Link {
+        op: usize,
+    },
+    ReadLink {
+        op: usize,
+    },
+    ReadDir {
+        op: usize,
+        fsid: u64,
+        req: Bitmap4,
+        skip: u64,
+        base: u64,
+        maxcount: u32,
+        dircount: u32,
+    },
+    PseudoReadDir {
+        roots: Vec<(String, u64, usize)>,
+        req: Bitmap4,
+        start: usize,
+        maxcount: u32,
+    },
+    SetAttr {
+        op: usize,
+        attrset: Bitmap4,
+    },
+    Verify {
+        op: usize,
+        fsid: u64,
+        mask: Bitmap4,
+        vals: Vec<u8>,
+        negate: bool,
+    },
+    Copy {
+        op: usize,
+    },
+    Seek {
+        op: usize,
+        offset: u64,
+        data: bool,
+    },
+}
+
+struct OpenStep {
+    create: Option<usize>,
+    open: usize,
+    reserved: Other,
+    owner: Vec<u8>,
+    client: u64,
+    access: u32,
+    deny: u32,
+    excl: Option<[u8; 8]>,
+    attrset: Bitmap4,
+    fsid: u64,
+}
+
+/// A COMPOUND in progress (waiting for its batch).
+pub(crate) struct Compound {
+    conn: ConnId,
+    xid: u32,
+    peer: IpAddr,
+    cred: Credentials,
+    tag: Vec<u8>,
+    record: Option<Vec<u8>>,
+    record_len: usize,
+    exports: Vec<ExportEntry>,
+    next_op: usize,
+    n_ops: usize,
+    stop: Option<CompoundStop>,
+    halted: bool,
+    results: XdrWriter,
+    count: u32,
+    last: Nfsstat4,
+    cfh: Fh,
+    sfh: Fh,
+    cur_sid: Option<Stateid4>,
+    saved_sid: Option<Stateid4>,
+    session: Option<(SessionId4, usize, bool)>,
+    clientid: Option<u64>,
+    sessionless: bool,
+    steps: Vec<Step>,
+    reserved: Vec<(Other, Option<Stateid4>)>,
+    squash: bool,
+    read_only: bool,
+}
+
+enum Flow {
+    Next,
+    Halt,
+    Barrier,
+}
+
+fn limits(srv: &NfsServer) -> CompoundLimits {
+    CompoundLimits {
+        max_ops: srv.cfg.max_ops,
+        min_minor_version: 1,
+        max_minor_version: 2,
+    }
+}
+
+fn fs_info(srv: &NfsServer) -> FsInfo {
+    let c = &srv.cfg;
+    FsInfo {
+        lease_time: c.lease_time_s,
+        max_read: c.max_io,
+        max_write: c.max_io,
+        space_total: c.space_total,
+        space_free: c.space_free,
+        files_total: c.files_total,
+        files_free: c.files_free,
+    }
+}
+
+fn encode_res(res: &ResOp4<'_>) -> (Nfsstat4, Vec<u8>) {
+    let mut w = XdrWriter::new();
+    w.put_u32(res.opnum());
+    res.encode_result(&mut w);
+    (res.status(), w.into_inner())
+}
+
+fn err_bytes(opnum: u32, status: Nfsstat4) -> Vec<u8> {
+    let mut w = XdrWriter::new();
+    w.put_u32(opnum);
+    status.encode(&mut w);
+    if opnum == opnum::SETATTR {
+        Bitmap4::new().encode(&mut w);
+    }
+    w.into_inner()
+}
+
+fn needs_empty_batch(op: &ArgOp4<'_>) -> bool {
+    matches!(
+        op,
+        ArgOp4::Lock(_)
+            | ArgOp4::LockT(_)
+            | ArgOp4::LockU(_)
+            | ArgOp4::OpenDowngrade(_)
+            | ArgOp4::TestStateid(_)
+            | ArgOp4::FreeStateid(_)
+            | ArgOp4::DelegReturn(_)
+            | ArgOp4::ReclaimComplete(_)
+            | ArgOp4::ExchangeId(_)
+            | ArgOp4::CreateSession(_)
+            | ArgOp4::DestroySession(_)
+            | ArgOp4::DestroyClientId(_)
+            | ArgOp4::BindConnToSession(_)
+    )
+}
+
+fn is_sessionless(op: &ArgOp4<'_>) -> bool {
+    matches!(
+        op,
+        ArgOp4::ExchangeId(_)
+            | ArgOp4::CreateSession(_)
+            | ArgOp4::DestroySession(_)
+            | ArgOp4::DestroyClientId(_)
+            | ArgOp4::BindConnToSession(_)
+    )
+}
+
+fn utf8_name(n: &[u8]) -> Result<String, Nfsstat4> {
+    let s = std::str::from_utf8(n).map_err(|_| Nfsstat4::INVAL)?;
+    if s.is_empty() {
+        return Err(Nfsstat4::INVAL);
+    }
+    if s == "." || s == ".." {
+        return Err(Nfsstat4::BADNAME);
+    }
+    if s.contains('/') || s.contains('\0') {
+        return Err(Nfsstat4::BADCHAR);
+    }
+    Ok(s.to_string())
+}
+
+fn pseudo_attrs(exports: &[ExportEntry]) -> Attrs {
+    let mut change = 1u64;
+    for e in exports {
+        change = change
+            .wrapping_mul(31)
+            .wrapping_add(super::cookies::fnv32(e.name.as_bytes()) as u64);
+    }
+    Attrs {
+        id: PSEUDO_FILEID,
+        ftype: FileType::Directory,
+        mode: 0o555,
+        uid: 0,
+        gid: 0,
+        nlink: 2,
+        rdev: 0,
+        size: 4096,
+        alloc_size: 4096,
+        dos_attrs: 0,
+        btime: 0,
+        atime: 0,
+        mtime: 0,
+        ctime: 0,
+        change,
+    }
+}
+
+pub(super) fn call(
+    srv: &mut NfsServer,
+    ctx: &CallCtx,
+    proc_: u32,
+    mut r: XdrReader<'_>,
+    record: &[u8],
+    exports: &dyn Exports,
+) -> Vec<Event> {
+    match proc_ {
+        NFSPROC4_NULL => return vec![reply_with(ctx.conn, ctx.xid, |_| {})],
+        NFSPROC4_COMPOUND => {}
+        _ => return vec![accepted(ctx.conn, ctx.xid, AcceptedReplyData::ProcUnavail)],
+    }
+    let args = match Compound4Args::decode(&mut r, &limits(srv)) {
+        Ok(a) => a,
+        Err(_) => return vec![accepted(ctx.conn, ctx.xid, AcceptedReplyData::GarbageArgs)],
+    };
+    if let Some(stop) = &args.stop {
+        if stop.rejects_whole_compound() {
+            let res = Compound4Res {
+                status: stop.status(),
+                tag: args.tag,
+                results: Vec::new(),
+            };
+            return vec![reply_with(ctx.conn, ctx.xid, |w| res.encode(w))];
+        }
+    }
+    let mut c = Box::new(Compound {
+        conn: ctx.conn,
+        xid: ctx.xid,
+        peer: ctx.peer,
+        cred: ctx.cred.clone(),
+        tag: args.tag.0.to_vec(),
+        record: None,
+        record_len: ctx.record_len,
+        exports: exports.exports(),
+        next_op: 0,
+        n_ops: args.ops.len(),
+        stop: args.stop.clone(),
+        halted: false,
+        results: XdrWriter::new(),
+        count: 0,
+        last: Nfsstat4::OK,
+        cfh: Fh::None,
+        sfh: Fh::None,
+        cur_sid: None,
+        saved_sid: None,
+        session: None,
+        clientid: None,
+        sessionless: false,
+        steps: Vec::new(),
+        reserved: Vec::new(),
+        squash: false,
+        read_only: false,
+    });
+    // RFC 8881 2.10.6: SEQUENCE first, or one of the operations that may
+    // come without a session.
+    match args.ops.first() {
+        None => {}
+        Some(ArgOp4::Sequence(s)) => {
+            c.next_op = 1;
+            match sequence(srv, &mut c, s, args.ops.len(), ctx.now_ns) {
+                Ok(bytes) => c.steps.push(Step::Ready {
+                    status: Nfsstat4::OK,
+                    bytes,
+                }),
+                Err(Some(cached)) => {
+                    // A retry: the cached reply, under the new xid.
+                    return vec![reply_with(ctx.conn, ctx.xid, |w| w.put_raw(&cached))];
+                }
+                Err(None) => {}
+            }
+        }
+        Some(op) if is_sessionless(op) => c.sessionless = true,
+        Some(op) => {
+            let bytes = err_bytes(op.opnum(), Nfsstat4::OP_NOT_IN_SESSION);
+            c.steps.push(Step::Ready {
+                status: Nfsstat4::OP_NOT_IN_SESSION,
+                bytes,
+            });
+            c.halted = true;
+        }
+    }
+    let batch = if c.halted {
+        None
+    } else {
+        Some(translate(srv, &mut c, &args.ops, ctx.now_ns))
+    };
+    if c.next_op < c.n_ops && !c.halted {
+        c.record = Some(record.to_vec());
+    }
+    match batch {
+        Some(b) if !b.ops.is_empty() => vec![srv.submit(b, "nfs4.compound", Pending::V4(c))],
+        _ => drive(srv, c, Vec::new(), ctx.now_ns),
+    }
+}
+
+/// SEQUENCE (RFC 8881 18.46). Ok: the result bytes; Err(Some): the
+/// cached reply of a retry; Err(None): an error result was pushed.
+fn sequence(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Sequence4Args,
+    nops: usize,
+    now: i64,
+) -> Result<Vec<u8>, Option<Vec<u8>>> {
+    let fail = |c: &mut Compound, st: Nfsstat4| {
+        c.steps.push(Step::Ready {
+            status: st,
+            bytes: err_bytes(opnum::SEQUENCE, st),
+        });
+        c.halted = true;
+        Err(None)
+    };
+    let Some(sess) = srv.state.sessions.get_mut(&a.sessionid) else {
+        return fail(c, Nfsstat4::BADSESSION);
+    };
+    let nslots = sess.slots.len() as u32;
+    let (max_ops, max_req, client) = (sess.max_ops, sess.max_request, sess.client);
+    let Some(slot) = sess.slots.get_mut(a.slotid as usize) else {
+        return fail(c, Nfsstat4::BADSLOT);
+    };
+    if a.sequenceid == slot.seq && slot.seq != 0 {
+        if slot.in_progress {
+            return fail(c, Nfsstat4::DELAY);
+        }
+        return match &slot.cache {
+            SlotCache::Reply(b) => Err(Some(b.clone())),
+            _ => fail(c, Nfsstat4::RETRY_UNCACHED_REP),
+        };
+    }
+    if a.sequenceid != slot.seq.wrapping_add(1) {
+        return fail(c, Nfsstat4::SEQ_MISORDERED);
+    }
+    if nops as u64 > u64::from(max_ops) {
+        return fail(c, Nfsstat4::TOO_MANY_OPS);
+    }
+    if c.record_len as u64 > u64::from(max_req) {
+        return fail(c, Nfsstat4::REQ_TOO_BIG);
+    }
+    slot.seq = a.sequenceid;
+    slot.in_progress = true;
+    slot.cache = SlotCache::Empty;
+    srv.state.renew(client, now);
+    c.session = Some((a.sessionid, a.slotid as usize, a.cachethis));
+    c.clientid = Some(client);
+    let res = ResOp4::Sequence(Nfs4Res::Ok(Sequence4ResOk {
+        sessionid: a.sessionid,
+        sequenceid: a.sequenceid,
+        slotid: a.slotid,
+        highest_slotid: nslots.saturating_sub(1),
+        target_highest_slotid: nslots.saturating_sub(1),
+        status_flags: 0,
+    }));
+    Ok(encode_res(&res).1)
+}
+
+/// Translates operations from `c.next_op` into one batch.
+fn translate(srv: &mut NfsServer, c: &mut Compound, ops: &[ArgOp4<'_>], now: i64) -> Batch {
+    let mut b = Batch::new(c.cred.clone(), now);
+    b.stop_on_error = true;
+    c.squash = false;
+    c.read_only = false;
+    while c.next_op < ops.len() {
+        let Some(op) = ops.get(c.next_op) else { break };
+        if needs_empty_batch(op) && !b.ops.is_empty() {
+            break;
+        }
+        let flow = translate_op(srv, c, op, &mut b, now);
+        c.next_op += 1;
+        match flow {
+            Flow::Next => {}
+            Flow::Halt => {
+                c.halted = true;
+                break;
+            }
+            Flow::Barrier => {
+                if c.next_op < ops.len() {
+                    break;
+                }
+            }
+        }
+    }
+    if c.squash && c.cred.uid == 0 {
+        b.cred = nobody();
+    }
+    b.read_only = c.read_only;
+    b
+}
+
+fn ready(c: &mut Compound, res: ResOp4<'_>) -> Flow {
+    let (status, bytes) = encode_res(&res);
+    c.steps.push(Step::Ready { status, bytes });
+    if status == Nfsstat4::OK {
+        Flow::Next
+    } else {
+        Flow::Halt
+    }
+}
+
+fn fail(c: &mut Compound, opnum: u32, status: Nfsstat4) -> Flow {
+    c.steps.push(Step::Ready {
+        status,
+        bytes: err_bytes(opnum, status),
+    });
+    Flow::Halt
+}
+
+fn ok_status(c: &mut Compound, opnum: u32) -> Flow {
+    c.steps.push(Step::Ready {
+        status: Nfsstat4::OK,
+        bytes: err_bytes(opnum, Nfsstat4::OK),
+    });
+    Flow::Next
+}
+
+impl Compound {
+    fn export(&self, fsid: u64) -> Option<&ExportEntry> {
+        self.exports.iter().find(|e| e.fsid == fsid)
+    }
+
+    /// Marks an export as used by this batch (credentials, read-only).
+    fn touch(&mut self, fsid: u64) {
+        if let Some(e) = self.exports.iter().find(|e| e.fsid == fsid) {
+            self.squash |= e.root_squash;
+            self.read_only |= e.read_only;
+        }
+    }
+
+    /// The current filehandle as an export object.
+    fn obj(&mut self) -> Result<(u64, ObjRef), Nfsstat4> {
+        match self.cfh {
+            Fh::None => Err(Nfsstat4::NOFILEHANDLE),
+            Fh::Pseudo => Err(Nfsstat4::ISDIR),
+            Fh::Obj { fsid, obj } => {
+                self.touch(fsid);
+                Ok((fsid, obj))
+            }
+        }
+    }
+
+    fn saved_obj(&mut self) -> Result<(u64, ObjRef), Nfsstat4> {
+        match self.sfh {
+            Fh::None => Err(Nfsstat4::NOFILEHANDLE),
+            Fh::Pseudo => Err(Nfsstat4::ROFS),
+            Fh::Obj { fsid, obj } => {
+                self.touch(fsid);
+                Ok((fsid, obj))
+            }
+        }
+    }
+
+    /// A known node id of the current filehandle (state operations run
+    /// with every earlier result resolved).
+    fn node(&self) -> Result<(u64, NodeId), Nfsstat4> {
+        match self.cfh {
+            Fh::None => Err(Nfsstat4::NOFILEHANDLE),
+            Fh::Pseudo => Err(Nfsstat4::ISDIR),
+            Fh::Obj {
+                fsid,
+                obj: ObjRef::Id(id),
+            } => Ok((fsid, id)),
+            Fh::Obj { .. } => Err(Nfsstat4::SERVERFAULT),
+        }
+    }
+
+    fn actual(&self, other: &Other) -> Option<Option<Stateid4>> {
+        self.reserved
+            .iter()
+            .find(|(r, _)| r == other)
+            .map(|(_, a)| *a)
+    }
+}
+
+/// Resolves a stateid argument: Ok(None) for the anonymous and bypass
+/// stateids, Ok(Some(other)) for an open or lock stateid (possibly one
+/// this COMPOUND reserved).
+fn resolve_sid(srv: &NfsServer, c: &Compound, sid: &Stateid4) -> Result<Option<Other>, Nfsstat4> {
+    let mut sid = *sid;
+    if sid == Stateid4::CURRENT {
+        sid = c.cur_sid.ok_or(Nfsstat4::BAD_STATEID)?;
+    }
+    if sid == Stateid4::ANONYMOUS || sid == Stateid4::BYPASS {
+        return Ok(None);
+    }
+    if let Some(actual) = c.actual(&sid.other) {
+        return Ok(Some(actual.map_or(sid.other, |a| a.other)));
+    }
+    match srv.state.check_stateid(&sid, c.clientid)? {
+        StateRef::Open(o) | StateRef::Lock(o) => Ok(Some(o)),
+    }
+}
+
+fn is_open_sid(srv: &NfsServer, c: &Compound, other: &Other) -> bool {
+    srv.state.opens.contains_key(other) || c.actual(other).is_some()
+}
+
+fn translate_op(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    op: &ArgOp4<'_>,
+    b: &mut Batch,
+    now: i64,
+) -> Flow {
+    let opnum = op.opnum();
+    if c.sessionless && c.next_op > 0 {
+        return fail(c, opnum, Nfsstat4::NOT_ONLY_OP);
+    }
+    match translate_inner(srv, c, op, b, now) {
+        Ok(f) => f,
+        Err(st) => fail(c, opnum, st),
+    }
+}
+
+fn need_session(c: &Compound) -> Result<u64, Nfsstat4> {
+    c.clientid.ok_or(Nfsstat4::OP_NOT_IN_SESSION)
+}
+
+#[allow(clippy::cognitive_complexity)]
+fn translate_inner(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    op: &ArgOp4<'_>,
+    b: &mut Batch,
+    now: i64,
+) -> Result<Flow, Nfsstat4> {
+    let key = srv.cfg.handle_key;
+    Ok(match op {
+        ArgOp4::Sequence(_) => return Err(Nfsstat4::SEQUENCE_POS),
+        ArgOp4::PutFh(a) => {
+            c.cfh = match FileHandle::decode(key, a.object.0).map_err(|_| Nfsstat4::BADHANDLE)? {
+                FileHandle::Pseudo => Fh::Pseudo,
+                FileHandle::Object { fsid, id } => {
+                    let e = c.export(fsid).ok_or(Nfsstat4::STALE)?;
+                    if !e.allows(c.peer) {
+                        return Err(Nfsstat4::ACCESS);
+                    }
+                    Fh::Obj {
+                        fsid,
+                        obj: ObjRef::Id(id),
+                    }
+                }
+            };
+            ok_status(c, opnum::PUTFH)
+        }
+        ArgOp4::PutRootFh(()) => {
+            c.cfh = Fh::Pseudo;
+            ok_status(c, opnum::PUTROOTFH)
+        }
+        ArgOp4::PutPubFh(()) => {
+            c.cfh = Fh::Pseudo;
+            ok_status(c, opnum::PUTPUBFH)
+        }
+        ArgOp4::SaveFh(()) => {
+            if c.cfh == Fh::None {
+                return Err(Nfsstat4::NOFILEHANDLE);
+            }
+            c.sfh = c.cfh;
+            c.saved_sid = c.cur_sid;
+            ok_status(c, opnum::SAVEFH)
+        }
+        ArgOp4::RestoreFh(()) => {
+            if c.sfh == Fh::None {
+                return Err(Nfsstat4::RESTOREFH);
+            }
+            c.cfh = c.sfh;
+            c.cur_sid = c.saved_sid;
+            ok_status(c, opnum::RESTOREFH)
+        }
+        ArgOp4::GetFh(()) => match c.cfh {
+            Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+            Fh::Pseudo => {
+                let fh = FileHandle::Pseudo.encode(key);
+                ready(
+                    c,
+                    ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
+                        object: Opaque(&fh),
+                    })),
+                )
+            }
+            Fh::Obj {
+                fsid,
+                obj: ObjRef::Id(id),
+            } => {
+                let fh = FileHandle::Object { fsid, id }.encode(key);
+                ready(
+                    c,
+                    ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
+                        object: Opaque(&fh),
+                    })),
+                )
+            }
+            Fh::Obj {
+                fsid,
+                obj: ObjRef::Result(op),
+            } => {
+                c.steps.push(Step::GetFh { fsid, op });
+                Flow::Next
+            }
+        },
+        ArgOp4::Lookup(a) => {
+            let name = utf8_name(a.objname.0)?;
+            match c.cfh {
+                Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+                Fh::Pseudo => {
+                    let e = c
+                        .exports
+                        .iter()
+                        .find(|e| e.name == name && e.allows(c.peer))
+                        .ok_or(Nfsstat4::NOENT)?;
+                    c.cfh = Fh::Obj {
+                        fsid: e.fsid,
+                        obj: ObjRef::Id(e.root),
+                    };
+                    ok_status(c, opnum::LOOKUP)
+                }
+                Fh::Obj { .. } => {
+                    let (fsid, dir) = c.obj()?;
+                    let r = b.push(Op::Lookup { dir, name });
+                    c.steps.push(Step::Status {
+                        opnum: opnum::LOOKUP,
+                        op: b.ops.len() - 1,
+                    });
+                    c.cfh = Fh::Obj { fsid, obj: r };
+                    Flow::Next
+                }
+            }
+        }
+        ArgOp4::LookupP(()) => match c.cfh {
+            Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+            Fh::Pseudo => return Err(Nfsstat4::NOENT),
+            Fh::Obj { fsid, obj } => {
+                let root = c.export(fsid).map(|e| e.root);
+                if obj == ObjRef::Id(root.unwrap_or(0)) {
+                    c.cfh = Fh::Pseudo;
+                    ok_status(c, opnum::LOOKUPP)
+                } else {
+                    let (fsid, dir) = c.obj()?;
+                    let r = b.push(Op::Lookup {
+                        dir,
+                        name: "..".into(),
+                    });
+                    c.steps.push(Step::Status {
+                        opnum: opnum::LOOKUPP,
+                        op: b.ops.len() - 1,
+                    });
+                    c.cfh = Fh::Obj { fsid, obj: r };
+                    Flow::Next
+                }
+            }
+        },
+        ArgOp4::GetAttr(a) => match c.cfh {
+            Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+            Fh::Pseudo => {
+                let attrs = pseudo_attrs(&c.exports);
+                let fh = FileHandle::Pseudo.encode(key);
+                let ctx = ObjCtx {
+                    fsid: Fsid4 {
+                        major: PSEUDO_FSID,
+                        minor: 0,
+                    },
+                    fh: &fh,
+                    mounted_on: PSEUDO_FILEID,
+                };
+                let (mask, vals) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &a.attr_request);
+                ready(
+                    c,
+                    ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
+                        obj_attributes: Fattr4 {
+                            attrmask: mask,
+                            attr_vals: Opaque(&vals),
+                        },
+                    })),
+                )
+            }
+            Fh::Obj { .. } => {
+                let (fsid, obj) = c.obj()?;
+                b.push(Op::GetAttr { obj });
+                c.steps.push(Step::GetAttr {
+                    fsid,
+                    op: b.ops.len() - 1,
+                    req: a.attr_request,
+                });
+                Flow::Next
+            }
+        },
+        ArgOp4::Access(a) => match c.cfh {
+            Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+            Fh::Pseudo => {
+                let ok = a.access & (access4::READ | access4::LOOKUP);
+                ready(
+                    c,
+                    ResOp4::Access(Nfs4Res::Ok(Access4ResOk {
+                        supported: a.access & 0x3f,
+                        access: ok,
+                    })),
+                )
+            }
+            Fh::Obj { fsid, .. } => {
+                let ro = c.export(fsid).is_some_and(|e| e.read_only);
+                let (_, obj) = c.obj()?;
+                b.push(Op::GetAttr { obj });
+                c.steps.push(Step::Access {
+                    op: b.ops.len() - 1,
+                    req: a.access,
+                    ro,
+                });
+                Flow::Next
+            }
+        },
+        ArgOp4::SecInfo(a) => {
+            let name = utf8_name(a.name.0)?;
+            match c.cfh {
+                Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+                Fh::Pseudo => {
+                    c.exports
+                        .iter()
+                        .find(|e| e.name == name)
+                        .ok_or(Nfsstat4::NOENT)?;
+                    c.cfh = Fh::None;
+                    ready(
+                        c,
+                        ResOp4::SecInfo(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
+                    )
+                }
+                Fh::Obj { .. } => {
+                    let (_, dir) = c.obj()?;
+                    b.push(Op::Lookup { dir, name });
+                    c.steps.push(Step::SecInfo {
+                        op: b.ops.len() - 1,
+                    });
+                    c.cfh = Fh::None;
+                    Flow::Next
+                }
+            }
+        }
+        ArgOp4::SecInfoNoName(_) => {
+            if c.cfh == Fh::None {
+                return Err(Nfsstat4::NOFILEHANDLE);
+            }
+            c.cfh = Fh::None;
+            ready(
+                c,
+                ResOp4::SecInfoNoName(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
+            )
+        }
+        ArgOp4::Open(a) => return open(srv, c, a, b),
+        ArgOp4::Close(a) => {
+            need_session(c)?;
+            let (_, obj) = c.obj()?;
+            let other = resolve_sid(srv, c, &a.open_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+            if !is_open_sid(srv, c, &other) {
+                return Err(Nfsstat4::BAD_STATEID);
+            }
+            if srv.state.open_has_locks(&other) {
+                return Err(Nfsstat4::LOCKS_HELD);
+            }
+            b.push(Op::Close { obj });
+            c.steps.push(Step::Close {
+                op: b.ops.len() - 1,
+                other,
+            });
+            Flow::Next
+        }
+        ArgOp4::Read(a) => {
+            let (_, obj) = c.obj()?;
+            resolve_sid(srv, c, &a.stateid)?;
+            b.push(Op::Read {
+                obj,
+                offset: a.offset,
+                len: u64::from(a.count.min(srv.cfg.max_io)),
+            });
+            c.steps.push(Step::Read {
+                op: b.ops.len() - 1,
+                plus: false,
+                offset: a.offset,
+            });
+            Flow::Next
+        }
+        ArgOp4::ReadPlus(a) => {
+            let (_, obj) = c.obj()?;
+            resolve_sid(srv, c, &a.stateid)?;
+            b.push(Op::Read {
+                obj,
+                offset: a.offset,
+                len: u64::from(a.count.min(srv.cfg.max_io)),
+            });
+            c.steps.push(Step::Read {
+                op: b.ops.len() - 1,
+                plus: true,
+                offset: a.offset,
+            });
+            Flow::Next
+        }
+        ArgOp4::Write(a) => {
+            let (fsid, obj) = c.obj()?;
+            resolve_sid(srv, c, &a.stateid)?;
+            if a.data.0.len() > srv.cfg.max_io as usize {
+                return Err(Nfsstat4::INVAL);
+            }
+            let append = a.offset == u64::MAX && c.export(fsid).is_some_and(|e| e.append_extension);
+            b.push(Op::Write {
+                obj,
+                offset: a.offset,
+                data: WriteData::Bytes(a.data.0.to_vec()),
+                append,
+            });
+            c.steps.push(Step::Write {
+                op: b.ops.len() - 1,
+            });
+            Flow::Next
+        }
+        ArgOp4::Commit(_) => {
+            c.obj()?;
+            let verf = srv.write_verf;
+            ready(
+                c,
+                ResOp4::Commit(Nfs4Res::Ok(Commit4ResOk { writeverf: verf })),
+            )
+        }
+        ArgOp4::Create(a) => {
+            if c.cfh == Fh::Pseudo {
+                return Err(Nfsstat4::ROFS);
+            }
+            let (fsid, dir) = c.obj()?;
+            let name = utf8_name(a.objname.0)?;
+            let kind = match &a.objtype {
+                CreateType4::Lnk(t) => CreateKind::Symlink {
+                    target: String::from_utf8(t.0.to_vec()).map_err(|_| Nfsstat4::INVAL)?,
+                },
+                CreateType4::Blk(d) => CreateKind::BlockDevice {
+                    rdev: attr::rdev_of(d.specdata1, d.specdata2),
+                },
+                CreateType4::Chr(d) => CreateKind::CharDevice {
+                    rdev: attr::rdev_of(d.specdata1, d.specdata2),
+                },
+                CreateType4::Other(NfsFtype4::Dir) => CreateKind::Directory,
+                CreateType4::Other(NfsFtype4::Sock) => CreateKind::Socket,
+                CreateType4::Other(NfsFtype4::Fifo) => CreateKind::Fifo,
+                CreateType4::Other(_) => return Err(Nfsstat4::BADTYPE),
+            };
+            let (attrs, attrset) = fattr4_to_set(&a.createattrs, SETTABLE)?;
+            let r = b.push(Op::Create {
+                dir,
+                name,
+                kind,
+                attrs,
+                if_exists: IfExists::Fail,
+            });
+            c.steps.push(Step::Create {
+                op: b.ops.len() - 1,
+                attrset,
+            });
+            c.cfh = Fh::Obj { fsid, obj: r };
+            Flow::Next
+        }
+        ArgOp4::Remove(a) => {
+            if c.cfh == Fh::Pseudo {
+                return Err(Nfsstat4::ROFS);
+            }
+            let (_, dir) = c.obj()?;
+            let name = utf8_name(a.target.0)?;
+            b.push(Op::Remove {
+                dir,
+                name,
+                dir_only: None,
+            });
+            c.steps.push(Step::Remove {
+                op: b.ops.len() - 1,
+            });
+            Flow::Next
+        }
+        ArgOp4::Rename(a) => {
+            if c.cfh == Fh::Pseudo || c.sfh == Fh::Pseudo {
+                return Err(Nfsstat4::ROFS);
+            }
+            let (sfs, src_dir) = c.saved_obj()?;
+            let (dfs, dst_dir) = c.obj()?;
+            if sfs != dfs {
+                return Err(Nfsstat4::XDEV);
+            }
+            let src_name = utf8_name(a.oldname.0)?;
+            let dst_name = utf8_name(a.newname.0)?;
+            b.push(Op::Rename {
+                src_dir,
+                src_name,
+                dst_dir,
+                dst_name,
+                replace: true,
+            });
+            c.steps.push(Step::Rename {
+                op: b.ops.len() - 1,
+            });
+            Flow::Next
+        }
+        ArgOp4::Link(a) => {
+            if c.cfh == Fh::Pseudo {
+                return Err(Nfsstat4::ROFS);
+            }
+            let (sfs, src) = c.saved_obj()?;
+            let (dfs, dir) = c.obj()?;
+            if sfs != dfs {
+                return Err(Nfsstat4::XDEV);
+            }
+            let name = utf8_name(a.newname.0)?;
+            b.push(Op::Link {
+                obj: src,
+                dir,
+                name,
+            });
+            c.steps.push(Step::Link {
+                op: b.ops.len() - 1,
+            });
+            Flow::Next
+        }
+        ArgOp4::ReadLink(()) => {
+            let (_, obj) = c.obj().map_err(|e| {
+                if e == Nfsstat4::ISDIR {
+                    Nfsstat4::INVAL
+                } else {
+                    e
+                }
+            })?;
+            b.push(Op::ReadLink { obj });
+            c.steps.push(Step::ReadLink {
+                op: b.ops.len() - 1,
+            });
+            Flow::Next
+        }
+        ArgOp4::ReadDir(a) => {
+            if a.cookie != 0 && a.cookieverf != [0; 8] && a.cookieverf != srv.cookieverf {
+                return Err(Nfsstat4::NOT_SAME);
+            }
+            match c.cfh {
+                Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+                Fh::Pseudo => {
+                    let start = match a.cookie {
+                        0 => 0,
+                        1 | 2 => return Err(Nfsstat4::BAD_COOKIE),
+                        n if n - 3 < 1 << 20 => (n - 2) as usize,
+                        _ => return Err(Nfsstat4::BAD_COOKIE),
+                    };
+                    let peer = c.peer;
+                    let list: Vec<(String, u64, NodeId)> = c
+                        .exports
+                        .iter()
+                        .filter(|e| e.allows(peer))
+                        .skip(start)
+                        .take(256)
+                        .map(|e| (e.name.clone(), e.fsid, e.root))
+                        .collect();
+                    let mut roots = Vec::with_capacity(list.len());
+                    for (name, fsid, root) in list {
+                        c.touch(fsid);
+                        b.push(Op::GetAttr {
+                            obj: ObjRef::Id(root),
+                        });
+                        roots.push((name, fsid, b.ops.len() - 1));
+                    }
+                    c.steps.push(Step::PseudoReadDir {
+                        roots,
+                        req: a.attr_request,
+                        start,
+                        maxcount: a.maxcount,
+                    });
+                    Flow::Next
+                }
+                Fh::Obj { .. } => {
+                    let (fsid, dir) = c.obj()?;
+                    let known = match dir {
+                        ObjRef::Id(id) => Some(id),
+                        ObjRef::Result(_) => None,
+                    };
+                    let resume = srv
+                        .cookies
+                        .resume(known, a.cookie)
+                        .ok_or(Nfsstat4::BAD_COOKIE)?;
+                    let n = (u64::from(a.dircount.max(a.maxcount / 4)) / 16).clamp(1, 1024);
+                    let (after, max, skip, base) = match resume {
+                        Resume::Start => (None, n, 0, 0),
+                        Resume::After { name, pos } => (Some(name), n, 0, pos),
+                        Resume::Skip(pos) => (None, (pos + n).min(MAX_POSITION), pos, pos),
+                    };
+                    b.push(Op::ReadDir {
+                        dir,
+                        after,
+                        max_entries: max as u32,
+                        with_attrs: true,
+                    });
+                    c.steps.push(Step::ReadDir {
+                        op: b.ops.len() - 1,
+                        fsid,
+                        req: a.attr_request,
+                        skip,
+                        base,
+                        maxcount: a.maxcount,
+                        dircount: a.dircount,
+                    });
+                    Flow::Next
+                }
+            }
+        }
+        ArgOp4::SetAttr(a) => {
+            if c.cfh == Fh::Pseudo {
+                return Err(Nfsstat4::ROFS);
+            }
+            let (_, obj) = c.obj()?;
+            resolve_sid(srv, c, &a.stateid)?;
+            let (attrs, attrset) = fattr4_to_set(&a.obj_attributes, SETTABLE)?;
+            b.push(Op::SetAttr { obj, attrs });
+            c.steps.push(Step::SetAttr {
+                op: b.ops.len() - 1,
+                attrset,
+            });
+            Flow::Next
+        }
+        ArgOp4::Verify(a) | ArgOp4::NVerify(a) => {
+            let negate = matches!(op, ArgOp4::NVerify(_));
+            let mask = a.obj_attributes.attrmask;
+            for bit in mask.iter() {
+                if bit == fa::RDATTR_ERROR {
+                    return Err(Nfsstat4::INVAL);
+                }
+                if !GETTABLE.contains(&bit) {
+                    return Err(Nfsstat4::ATTRNOTSUPP);
+                }
+            }
+            let vals = a.obj_attributes.attr_vals.0.to_vec();
+            match c.cfh {
+                Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+                Fh::Pseudo => {
+                    let attrs = pseudo_attrs(&c.exports);
+                    let fh = FileHandle::Pseudo.encode(key);
+                    let ctx = ObjCtx {
+                        fsid: Fsid4 {
+                            major: PSEUDO_FSID,
+                            minor: 0,
+                        },
+                        fh: &fh,
+                        mounted_on: PSEUDO_FILEID,
+                    };
+                    let (m, v) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &mask);
+                    let same = m == mask && v == vals;
+                    return Ok(verify_result(c, negate, same));
+                }
+                Fh::Obj { .. } => {
+                    let (fsid, obj) = c.obj()?;
+                    b.push(Op::GetAttr { obj });
+                    c.steps.push(Step::Verify {
+                        op: b.ops.len() - 1,
+                        fsid,
+                        mask,
+                        vals,
+                        negate,
+                    });
+                    Flow::Barrier
+                }
+            }
+        }
+        ArgOp4::Copy(a) => {
+            let (_, src) = c.saved_obj()?;
+            let (_, dst) = c.obj()?;
+            resolve_sid(srv, c, &a.src_stateid)?;
+            resolve_sid(srv, c, &a.dst_stateid)?;
+            if !a.source_server.0.is_empty() {
+                return Err(Nfsstat4::NOTSUPP);
+            }
+            let len = if a.count == 0 { u64::MAX } else { a.count };
+            b.push(Op::Copy {
+                src,
+                src_offset: a.src_offset,
+                dst,
+                dst_offset: a.dst_offset,
+                len,
+            });
+            c.steps.push(Step::Copy {
+                op: b.ops.len() - 1,
+            });
+            Flow::Next
+        }
+        ArgOp4::Clone(a) => {
+            let (_, src) = c.saved_obj()?;
+            let (_, dst) = c.obj()?;
+            resolve_sid(srv, c, &a.src_stateid)?;
+            resolve_sid(srv, c, &a.dst_stateid)?;
+            let len = if a.count == 0 { u64::MAX } else { a.count };
+            b.push(Op::Copy {
+                src,
+                src_offset: a.src_offset,
+                dst,
+                dst_offset: a.dst_offset,
+                len,
+            });
+            c.steps.push(Step::Status {
+                opnum: opnum::CLONE,
+                op: b.ops.len() - 1,
+            });
+            Flow::Next
+        }
+        ArgOp4::Seek(a) => {
+            let (_, obj) = c.obj()?;
+            resolve_sid(srv, c, &a.stateid)?;
+            b.push(Op::GetAttr { obj });
+            c.steps.push(Step::Seek {
+                op: b.ops.len() - 1,
+                offset: a.offset,
+                data: a.what == DataContent4::Data,
+            });
+            Flow::Next
+        }
+        ArgOp4::Allocate(a) => {
+            let (_, obj) = c.obj()?;
+            resolve_sid(srv, c, &a.stateid)?;
+            let end = a.offset.checked_add(a.length).ok_or(Nfsstat4::INVAL)?;
+            b.push(Op::SetAttr {
+                obj,
+                attrs: SetAttrs {
+                    alloc_size: Some(end),
+                    ..Default::default()
+                },
+            });
+            c.steps.push(Step::Status {
+                opnum: opnum::ALLOCATE,
+                op: b.ops.len() - 1,
+            });
+            Flow::Next
+        }
+        ArgOp4::Deallocate(_) => return Err(Nfsstat4::NOTSUPP),
+        ArgOp4::DelegReturn(_) => return Err(Nfsstat4::BAD_STATEID),
+        ArgOp4::OpenDowngrade(a) => {
+            need_session(c)?;
+            let other = resolve_sid(srv, c, &a.open_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+            let sid =
+                srv.state
+                    .downgrade(&other, a.share_access & share::ACCESS_BOTH, a.share_deny)?;
+            c.cur_sid = Some(sid);
+            ready(c, ResOp4::OpenDowngrade(Nfs4Res::Ok(sid)))
+        }
+        ArgOp4::Lock(a) => return lock(srv, c, a),
+        ArgOp4::LockT(a) => {
+            need_session(c)?;
+            let (_, node) = c.node()?;
+            let end = range_end(a.offset, a.length)?;
+            let write = matches!(a.locktype, NfsLockType4::Write | NfsLockType4::WriteW);
+            match srv.state.test_lock(
+                node,
+                a.owner.clientid,
+                a.owner.owner.0,
+                a.offset,
+                end,
+                write,
+            ) {
+                None => ready(c, ResOp4::LockT(LockT4Res::Ok)),
+                Some(k) => ready(
+                    c,
+                    ResOp4::LockT(LockT4Res::Denied(Lock4Denied {
+                        offset: k.offset,
+                        length: k.length,
+                        locktype: if k.write {
+                            NfsLockType4::Write
+                        } else {
+                            NfsLockType4::Read
+                        },
+                        owner: StateOwner4 {
+                            clientid: k.clientid,
+                            owner: Opaque(&k.owner),
+                        },
+                    })),
+                ),
+            }
+        }
+        ArgOp4::LockU(a) => {
+            need_session(c)?;
+            let other = resolve_sid(srv, c, &a.lock_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+            if !srv.state.locks.contains_key(&other) {
+                return Err(Nfsstat4::BAD_STATEID);
+            }
+            let end = range_end(a.offset, a.length)?;
+            let sid = srv.state.unlock(&other, a.offset, end)?;
+            c.cur_sid = Some(sid);
+            ready(c, ResOp4::LockU(Nfs4Res::Ok(sid)))
+        }
+        ArgOp4::TestStateid(a) => {
+            need_session(c)?;
+            let codes = a
+                .stateids
+                .0
+                .iter()
+                .map(|s| match srv.state.check_stateid(s, c.clientid) {
+                    Ok(_) => Nfsstat4::OK,
+                    Err(e) => e,
+                })
+                .collect();
+            ready(
+                c,
+                ResOp4::TestStateid(Nfs4Res::Ok(TestStateid4ResOk {
+                    status_codes: List(codes),
+                })),
+            )
+        }
+        ArgOp4::FreeStateid(a) => {
+            need_session(c)?;
+            let other = resolve_sid(srv, c, &a.stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+            let st = srv.state.free_stateid(&other);
+            if st != Nfsstat4::OK {
+                return Err(st);
+            }
+            ok_status(c, opnum::FREE_STATEID)
+        }
+        ArgOp4::ReclaimComplete(a) => {
+            let client = need_session(c)?;
+            let Some(cl) = srv.state.clients.get_mut(&client) else {
+                return Err(Nfsstat4::BADSESSION);
+            };
+            if !a.one_fs {
+                if cl.reclaim_done {
+                    return Err(Nfsstat4::COMPLETE_ALREADY);
+                }
+                cl.reclaim_done = true;
+            }
+            ok_status(c, opnum::RECLAIM_COMPLETE)
+        }
+        ArgOp4::ExchangeId(a) => {
+            if !matches!(a.state_protect, StateProtect4A::None) {
+                return Err(Nfsstat4::NOTSUPP);
+            }
+            let (id, seq, confirmed) =
+                srv.state
+                    .exchange_id(a.clientowner.ownerid.0, a.clientowner.verifier, now)?;
+            let mut flags = exchgid4_flag::USE_NON_PNFS;
+            if confirmed {
+                flags |= exchgid4_flag::CONFIRMED_R;
+            }
+            let owner = srv.cfg.server_owner.clone();
+            ready(
+                c,
+                ResOp4::ExchangeId(Nfs4Res::Ok(ExchangeId4ResOk {
+                    clientid: id,
+                    sequenceid: seq,
+                    flags,
+                    state_protect: StateProtect4R::None,
+                    server_owner: ServerOwner4 {
+                        minor_id: 0,
+                        major_id: Opaque(&owner),
+                    },
+                    server_scope: Opaque(&owner),
+                    server_impl_id: List(vec![NfsImplId4 {
+                        domain: Opaque(b"duet"),
+                        name: Opaque(b"duet nfs"),
+                        date: NfsTime4 {
+                            seconds: 0,
+                            nseconds: 0,
+                        },
+                    }]),
+                })),
+            )
+        }
+        ArgOp4::CreateSession(a) => return create_session(srv, c, a),
+        ArgOp4::DestroySession(a) => {
+            if !srv.state.destroy_session(&a.sessionid) {
+                return Err(Nfsstat4::BADSESSION);
+            }
+            ok_status(c, opnum::DESTROY_SESSION)
+        }
+        ArgOp4::BindConnToSession(a) => {
+            if !srv.state.bind_conn(&a.sessid, c.conn) {
+                return Err(Nfsstat4::BADSESSION);
+            }
+            let dir = match a.dir {
+                ChannelDirFromClient4::Fore => ChannelDirFromServer4::Fore,
+                ChannelDirFromClient4::Back => ChannelDirFromServer4::Back,
+                _ => ChannelDirFromServer4::Both,
+            };
+            ready(
+                c,
+                ResOp4::BindConnToSession(Nfs4Res::Ok(BindConnToSession4ResOk {
+                    sessid: a.sessid,
+                    dir,
+                    use_conn_in_rdma_mode: false,
+                })),
+            )
+        }
+        ArgOp4::DestroyClientId(a) => {
+            let cl = srv
+                .state
+                .clients
+                .get(&a.clientid)
+                .ok_or(Nfsstat4::STALE_CLIENTID)?;
+            if !cl.sessions.is_empty() {
+                return Err(Nfsstat4::CLIENTID_BUSY);
+            }
+            srv.state.purge_client(a.clientid);
+            ok_status(c, opnum::DESTROY_CLIENTID)
+        }
+    })
+}
+
+fn verify_result(c: &mut Compound, negate: bool, same: bool) -> Flow {
+    let (opnum, status) = match (negate, same) {
+        (false, true) => (opnum::VERIFY, Nfsstat4::OK),
+        (false, false) => (opnum::VERIFY, Nfsstat4::NOT_SAME),
+        (true, false) => (opnum::NVERIFY, Nfsstat4::OK),
+        (true, true) => (opnum::NVERIFY, Nfsstat4::SAME),
+    };
+    c.steps.push(Step::Ready {
+        status,
+        bytes: err_bytes(opnum, status),
+    });
+    if status == Nfsstat4::OK {
+        Flow::Next
+    } else {
+        Flow::Halt
+    }
+}
+
+fn create_session(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &CreateSession4Args<'_>,
+) -> Result<Flow, Nfsstat4> {
+    let cfg = srv.cfg.clone();
+    {
+        let cl = srv
+            .state
+            .clients
+            .get(&a.clientid)
+            .ok_or(Nfsstat4::STALE_CLIENTID)?;
+        if a.sequence == cl.cs_seq.wrapping_sub(1) {
+            if let Some(bytes) = &cl.cs_cache {
+                c.steps.push(Step::Ready {
+                    status: Nfsstat4::OK,
+                    bytes: bytes.clone(),
+                });
+                return Ok(Flow::Next);
+            }
+        }
+        if a.sequence != cl.cs_seq {
+            return Err(Nfsstat4::SEQ_MISORDERED);
+        }
+    }
+    let f = &a.fore_chan_attrs;
+    let slots = f.maxrequests.min(cfg.max_slots).max(1);
+    let max_req = f.maxrequestsize.min(cfg.max_request);
+    let max_resp = f.maxresponsesize.min(cfg.max_response);
+    let max_cached = f.maxresponsesize_cached.min(cfg.max_response_cached);
+    let max_ops = cfg.max_ops;
+    let id = srv.state.add_session(
+        a.clientid, slots, max_ops, max_req, max_resp, max_cached, c.conn,
+    )?;
+    let res = ResOp4::CreateSession(Nfs4Res::Ok(CreateSession4ResOk {
+        sessionid: id,
+        sequence: a.sequence,
+        flags: a.flags & create_session4_flag::CONN_BACK_CHAN,
+        fore_chan_attrs: ChannelAttrs4 {
+            headerpadsize: 0,
+            maxrequestsize: max_req,
+            maxresponsesize: max_resp,
+            maxresponsesize_cached: max_cached,
+            maxoperations: max_ops,
+            maxrequests: slots,
+            rdma_ird: List(Vec::new()),
+        },
+        back_chan_attrs: ChannelAttrs4 {
+            rdma_ird: List(Vec::new()),
+            ..a.back_chan_attrs.clone()
+        },
+    }));
+    let (_, bytes) = encode_res(&res);
+    if let Some(cl) = srv.state.clients.get_mut(&a.clientid) {
+        cl.cs_seq = cl.cs_seq.wrapping_add(1);
+        cl.cs_cache = Some(bytes.clone());
+    }
+    c.steps.push(Step::Ready {
+        status: Nfsstat4::OK,
+        bytes,
+    });
+    Ok(Flow::Next)
+}
+
+fn open(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Open4Args<'_>,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    let client = need_session(c)?;
+    let access_bits = a.share_access & share::ACCESS_BOTH;
+    if access_bits == 0 || a.share_deny & !share::DENY_BOTH != 0 {
+        return Err(Nfsstat4::INVAL);
+    }
+    let access = Access {
+        read: access_bits & share::ACCESS_READ != 0,
+        write: access_bits & share::ACCESS_WRITE != 0,
+        execute: false,
+    };
+    if c.cfh == Fh::Pseudo {
+        return Err(match (&a.claim, &a.openhow) {
+            (OpenClaim4::Null(n), OpenFlag4::NoCreate)
+                if c.exports.iter().any(|e| e.name.as_bytes() == n.0) =>
+            {
+                Nfsstat4::ISDIR
+            }
+            (_, OpenFlag4::Create(_)) => Nfsstat4::ROFS,
+            _ => Nfsstat4::NOENT,
+        });
+    }
+    let (fsid, cur) = c.obj()?;
+    let mut excl = None;
+    let mut attrset = Bitmap4::new();
+    let mut create_op = None;
+    let obj = match &a.claim {
+        OpenClaim4::Null(name) => {
+            let name = utf8_name(name.0)?;
+            match &a.openhow {
+                OpenFlag4::NoCreate => b.push(Op::Lookup { dir: cur, name }),
+                OpenFlag4::Create(how) => {
+                    let (attrs, if_exists) = match how {
+                        CreateHow4::Unchecked(f) | CreateHow4::Guarded(f) => {
+                            let (s, set) = fattr4_to_set(f, SETTABLE)?;
+                            attrset = set;
+                            let ie = match how {
+                                CreateHow4::Guarded(_) => IfExists::Fail,
+                                _ if s.size == Some(0) => IfExists::Truncate,
+                                _ => IfExists::Open,
+                            };
+                            (s, ie)
+                        }
+                        CreateHow4::Exclusive(v) => {
+                            excl = Some(*v);
+                            (verf_attrs(v), IfExists::Open)
+                        }
+                        CreateHow4::Exclusive41(cv) => {
+                            let (mut s, set) = fattr4_to_set(&cv.cva_attrs, EXCLCREAT)?;
+                            attrset = set;
+                            let t = verf_attrs(&cv.cva_verf);
+                            s.atime = t.atime;
+                            s.mtime = t.mtime;
+                            excl = Some(cv.cva_verf);
+                            (s, IfExists::Open)
+                        }
+                    };
+                    let r = b.push(Op::Create {
+                        dir: cur,
+                        name,
+                        kind: CreateKind::File,
+                        attrs,
+                        if_exists,
+                    });
+                    create_op = Some(b.ops.len() - 1);
+                    r
+                }
+            }
+        }
+        OpenClaim4::Fh => {
+            if matches!(a.openhow, OpenFlag4::Create(_)) {
+                return Err(Nfsstat4::INVAL);
+            }
+            cur
+        }
+        OpenClaim4::Previous(_) | OpenClaim4::DelegPrevFh | OpenClaim4::DelegatePrev(_) => {
+            return Err(Nfsstat4::NO_GRACE)
+        }
+        OpenClaim4::DelegateCur(_) | OpenClaim4::DelegCurFh(_) => {
+            return Err(Nfsstat4::BAD_STATEID)
+        }
+    };
+    let r = b.push(Op::Open {
+        obj,
+        access,
+        truncate: false,
+    });
+    let open_op = b.ops.len() - 1;
+    let reserved = srv.state.new_other(KIND_OPEN);
+    c.reserved.push((reserved, None));
+    if c.reserved.len() > 4096 {
+        c.reserved.remove(0);
+    }
+    c.cur_sid = Some(Stateid4 {
+        seqid: 1,
+        other: reserved,
+    });
+    c.cfh = Fh::Obj { fsid, obj: r };
+    let barrier = excl.is_some() || a.share_deny != 0 || srv.state.deny_opens > 0;
+    c.steps.push(Step::Open(Box::new(OpenStep {
+        create: create_op,
+        open: open_op,
+        reserved,
+        owner: a.owner.owner.0.to_vec(),
+        client,
+        access: access_bits,
+        deny: a.share_deny,
+        excl,
+        attrset,
+        fsid,
+    })));
+    Ok(if barrier { Flow::Barrier } else { Flow::Next })
+}
+
+fn lock(srv: &mut NfsServer, c: &mut Compound, a: &Lock4Args<'_>) -> Result<Flow, Nfsstat4> {
+    need_session(c)?;
+    if a.reclaim {
+        return Err(Nfsstat4::NO_GRACE);
+    }
+    let end = range_end(a.offset, a.length)?;
+    let write = matches!(a.locktype, NfsLockType4::Write | NfsLockType4::WriteW);
+    let (lock_other, fresh) = match &a.locker {
+        Locker4::New(o) => {
+            let open = resolve_sid(srv, c, &o.open_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+            if !srv.state.opens.contains_key(&open) {
+                return Err(Nfsstat4::BAD_STATEID);
+            }
+            let before = srv.state.locks.len();
+            let l = srv.state.lock_state_for(&open, o.lock_owner.owner.0)?;
+            (l, srv.state.locks.len() > before)
+        }
+        Locker4::Existing(e) => {
+            let l = resolve_sid(srv, c, &e.lock_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+            if !srv.state.locks.contains_key(&l) {
+                return Err(Nfsstat4::BAD_STATEID);
+            }
+            (l, false)
+        }
+    };
+    match srv.state.lock(&lock_other, a.offset, end, write) {
+        Ok(sid) => {
+            c.cur_sid = Some(sid);
+            Ok(ready(c, ResOp4::Lock(Lock4Res::Ok(sid))))
+        }
+        Err(e) => {
+            if fresh {
+                srv.state.free_stateid(&lock_other);
+            }
+            match e {
+                Ok(k) => Ok(ready(
+                    c,
+                    ResOp4::Lock(Lock4Res::Denied(Lock4Denied {
+                        offset: k.offset,
+                        length: k.length,
+                        locktype: if k.write {
+                            NfsLockType4::Write
+                        } else {
+                            NfsLockType4::Read
+                        },
+                        owner: StateOwner4 {
+                            clientid: k.clientid,
+                            owner: Opaque(&k.owner),
+                        },
+                    })),
+                )),
+                Err(st) => Err(st),
+            }
+        }
+    }
+}
+
+// ---- after the batch ----
+
+fn out_of(results: &[OpResult], i: usize) -> Result<&OpOutput, Nfsstat4> {
+    match results.get(i) {
+        Some(Ok(o)) => Ok(o),
+        Some(Err(e)) => Err(nfs4_status(*e)),
+        None => Err(Nfsstat4::SERVERFAULT),
+    }
+}
+
+fn attrs_of(results: &[OpResult], i: usize) -> Result<&Attrs, Nfsstat4> {
+    out_of(results, i)?.attrs().ok_or(Nfsstat4::SERVERFAULT)
+}
+
+fn cinfo(before: Option<&Attrs>, after: Option<&Attrs>) -> ChangeInfo4 {
+    match (before, after) {
+        (Some(b), Some(a)) => ChangeInfo4 {
+            atomic: true,
+            before: b.change,
+            after: a.change,
+        },
+        _ => ChangeInfo4 {
+            atomic: false,
+            before: 0,
+            after: 0,
+        },
+    }
+}
+
+/// Writes one step's result into the reply; returns its status.
+fn finish_step(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    step: Step,
+    results: &[OpResult],
+) -> Nfsstat4 {
+    let key = srv.cfg.handle_key;
+    let info = fs_info(srv);
+    let (opnum, r): (u32, Result<Nfsstat4, Nfsstat4>) = match step {
+        Step::Ready { status, bytes } => {
+            c.results.put_raw(&bytes);
+            return status;
+        }
+        Step::GetFh { fsid, op } => (
+            opnum::GETFH,
+            attrs_of(results, op).map(|a| {
+                let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+                put(
+                    c,
+                    ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
+                        object: Opaque(&fh),
+                    })),
+                )
+            }),
+        ),
+        Step::GetAttr { fsid, op, req } => (
+            opnum::GETATTR,
+            attrs_of(results, op).map(|a| {
+                let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+                let ctx = ObjCtx {
+                    fsid: Fsid4 {
+                        major: fsid,
+                        minor: 0,
+                    },
+                    fh: &fh,
+                    mounted_on: a.id,
+                };
+                let (mask, vals) = fattr4_vals(a, &ctx, &info, &req);
+                put(
+                    c,
+                    ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
+                        obj_attributes: Fattr4 {
+                            attrmask: mask,
+                            attr_vals: Opaque(&vals),
+                        },
+                    })),
+                )
+            }),
+        ),
+        Step::Status { opnum, op } => (opnum, out_of(results, op).map(|_| put_ok(c, opnum))),
+        Step::SecInfo { op } => (
+            opnum::SECINFO,
+            out_of(results, op).map(|_| {
+                put(
+                    c,
+                    ResOp4::SecInfo(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
+                )
+            }),
+        ),
+        Step::Access { op, req, ro } => (
+            opnum::ACCESS,
+            attrs_of(results, op).map(|a| {
+                let cred = c.cred.clone();
+                let granted = attr::access_bits(&cred, a, req, ro);
+                put(
+                    c,
+                    ResOp4::Access(Nfs4Res::Ok(Access4ResOk {
+                        supported: req & 0x3f,
+                        access: granted,
+                    })),
+                )
+            }),
+        ),
+        Step::Open(o) => (opnum::OPEN, finish_open(srv, c, &o, results)),
+        Step::Close { op, other } => (
+            opnum::CLOSE,
+            out_of(results, op).map(|_| {
+                let actual = c.actual(&other).flatten().map_or(other, |s| s.other);
+                srv.state.remove_open(&actual);
+                c.cur_sid = Some(CLOSED);
+                put(c, ResOp4::Close(Nfs4Res::Ok(CLOSED)))
+            }),
+        ),
+        Step::Read { op, plus, offset } => (
+            if plus { opnum::READ_PLUS } else { opnum::READ },
+            match out_of(results, op) {
+                Ok(OpOutput::Read { data, eof, .. }) => Ok(if plus {
+                    let contents = if data.is_empty() {
+                        Vec::new()
+                    } else {
+                        vec![ReadPlusContent::Data(Data4 {
+                            offset,
+                            data: Opaque(data),
+                        })]
+                    };
+                    put(
+                        c,
+                        ResOp4::ReadPlus(Nfs4Res::Ok(ReadPlus4ResOk {
+                            eof: *eof,
+                            contents: List(contents),
+                        })),
+                    )
+                } else {
+                    put(
+                        c,
+                        ResOp4::Read(Nfs4Res::Ok(Read4ResOk {
+                            eof: *eof,
+                            data: Opaque(data),
+                        })),
+                    )
+                }),
+                Ok(_) => Err(Nfsstat4::SERVERFAULT),
+                Err(e) => Err(e),
+            },
+        ),
+        Step::Write { op } => (
+            opnum::WRITE,
+            match out_of(results, op) {
+                Ok(OpOutput::Written { count, .. }) => {
+                    let verf = srv.write_verf;
+                    Ok(put(
+                        c,
+                        ResOp4::Write(Nfs4Res::Ok(Write4ResOk {
+                            count: *count as u32,
+                            committed: StableHow4::FileSync,
+                            writeverf: verf,
+                        })),
+                    ))
+                }
+                Ok(_) => Err(Nfsstat4::SERVERFAULT),
+                Err(e) => Err(e),
+            },
+        ),
+        Step::Create { op, attrset } => (
+            opnum::CREATE,
+            match out_of(results, op) {
+                Ok(OpOutput::Object {
+                    dir_before,
+                    dir_after,
+                    ..
+                }) => {
+                    let ci = cinfo(dir_before.as_ref(), dir_after.as_ref());
+                    Ok(put(
+                        c,
+                        ResOp4::Create(Nfs4Res::Ok(Create4ResOk { cinfo: ci, attrset })),
+                    ))
+                }
+                Ok(_) => Err(Nfsstat4::SERVERFAULT),
+                Err(e) => Err(e),
+            },
+        ),
+        Step::Remove { op } => (
+            opnum::REMOVE,
+            match out_of(results, op) {
+                Ok(OpOutput::Dirs { changed, .. }) => {
+                    let ci = changed
+                        .first()
+                        .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
+                    Ok(put(
+                        c,
+                        ResOp4::Remove(Nfs4Res::Ok(Remove4ResOk { cinfo: ci })),
+                    ))
+                }
+                Ok(_) => Err(Nfsstat4::SERVERFAULT),
+                Err(e) => Err(e),
+            },
+        ),
+        Step::Rename { op } => (
+            opnum::RENAME,
+            match out_of(results, op) {
+                Ok(OpOutput::Dirs { changed, .. }) => {
+                    let s = changed
+                        .first()
+                        .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
+                    let t = changed
+                        .get(1)
+                        .map_or(s.clone(), |(b, a)| cinfo(Some(b), Some(a)));
+                    Ok(put(
+                        c,
+                        ResOp4::Rename(Nfs4Res::Ok(Rename4ResOk {
+                            source_cinfo: s,
+                            target_cinfo: t,
+                        })),
+                    ))
+                }
+                Ok(_) => Err(Nfsstat4::SERVERFAULT),
+                Err(e) => Err(e),
+            },
+        ),
+        Step::Link { op } => (
+            opnum::LINK,
+            match out_of(results, op) {
+                Ok(OpOutput::Dirs { changed, .. }) => {
+                    let ci = changed
+                        .first()
+                        .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
+                    Ok(put(c, ResOp4::Link(Nfs4Res::Ok(Link4ResOk { cinfo: ci }))))
+                }
+                Ok(_) => Err(Nfsstat4::SERVERFAULT),
+                Err(e) => Err(e),
+            },
+        ),
+        Step::ReadLink { op } => (
+            opnum::READLINK,
+            match out_of(results, op) {
+                Ok(OpOutput::Link { target, .. }) => Ok(put(
+                    c,
+                    ResOp4::ReadLink(Nfs4Res::Ok(ReadLink4ResOk {
+                        link: Opaque(target.as_bytes()),
+                    })),
+                )),
+                Ok(_) => Err(Nfsstat4::SERVERFAULT),
+                Err(e) => Err(e),
+            },
+        ),
+        Step::ReadDir {
+            op,
+            fsid,
+            req,
+            skip,
+            base,
+            maxcount,
+            dircount,
+        } => (
+            opnum::READDIR,
+            match out_of(results, op) {
+                Ok(OpOutput::Dir {
+                    entries,
+                    eof,
+                    attrs,
+                }) => {
+                    let list: Vec<(&str, NodeId, Option<&Attrs>)> = entries
+                        .iter()
+                        .skip(skip.min(usize::MAX as u64) as usize)
+                        .map(|e| (e.name.as_str(), e.id, e.attrs.as_ref()))
+                        .collect();
+                    readdir_reply(
+                        srv, c, fsid, attrs.id, &list, *eof, &req, base, maxcount, dircount, true,
+                    )
+                }
+                Ok(_) => Err(Nfsstat4::SERVERFAULT),
+                Err(e) => Err(e),
+            },
+        ),
+        Step::PseudoReadDir {
+            roots,
+            req,
+            start,
+            maxcount,
+        } => {
+            let mut list: Vec<(String, u64, Attrs)> = Vec::new();
+            for (name, fsid, op) in &roots {
+                if let Ok(a) = attrs_of(results, *op) {
+                    list.push((name.clone(), *fsid, a.clone()));
+                }
+            }
+            (
+                opnum::READDIR,
+                pseudo_readdir_reply(srv, c, &list, &req, start, maxcount),
+            )
+        }
+        Step::SetAttr { op, attrset } => {
+            let st = match out_of(results, op) {
+                Ok(_) => SetAttr4Res {
+                    status: Nfsstat4::OK,
+                    attrsset: attrset,
+                },
+                Err(e) => SetAttr4Res {
+                    status: e,
+                    attrsset: Bitmap4::new(),
+                },
+            };
+            let status = st.status;
+            put(c, ResOp4::SetAttr(st));
+            return status;
+        }
+        Step::Verify {
+            op,
+            fsid,
+            mask,
+            vals,
+            negate,
+        } => (
+            if negate {
+                opnum::NVERIFY
+            } else {
+                opnum::VERIFY
+            },
+            attrs_of(results, op).map(|a| {
+                let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+                let ctx = ObjCtx {
+                    fsid: Fsid4 {
+                        major: fsid,
+                        minor: 0,
+                    },
+                    fh: &fh,
+                    mounted_on: a.id,
+                };
+                let (m, v) = fattr4_vals(a, &ctx, &info, &mask);
+                let same = m == mask && v == vals;
+                let status = match (negate, same) {
+                    (false, true) | (true, false) => Nfsstat4::OK,
+                    (false, false) => Nfsstat4::NOT_SAME,
+                    (true, true) => Nfsstat4::SAME,
+                };
+                let opn = if negate {
+                    opnum::NVERIFY
+                } else {
+                    opnum::VERIFY
+                };
+                c.results.put_raw(&err_bytes(opn, status));
+                status
+            }),
+        ),
+        Step::Copy { op } => (
+            opnum::COPY,
+            match out_of(results, op) {
+                Ok(OpOutput::Copied { count, .. }) => {
+                    let verf = srv.write_verf;
+                    Ok(put(
+                        c,
+                        ResOp4::Copy(Copy4Res::Ok(Copy4ResOk {
+                            response: WriteResponse4 {
+                                callback_id: List(Vec::new()),
+                                count: *count,
+                                committed: StableHow4::FileSync,
+                                writeverf: verf,
+                            },
+                            requirements: CopyRequirements4 {
+                                consecutive: true,
+                                synchronous: true,
+                            },
+                        })),
+                    ))
+                }
+                Ok(_) => Err(Nfsstat4::SERVERFAULT),
+                Err(e) => Err(e),
+            },
+        ),
+        Step::Seek { op, offset, data } => (
+            opnum::SEEK,
+            attrs_of(results, op).and_then(|a| {
+                if a.ftype == FileType::Directory {
+                    return Err(Nfsstat4::ISDIR);
+                }
+                if offset >= a.size {
+                    return Err(Nfsstat4::NXIO);
+                }
+                // No holes are tracked: data runs to EOF, the hole is EOF.
+                let res = if data {
+                    Seek4ResOk { eof: false, offset }
+                } else {
+                    Seek4ResOk {
+                        eof: true,
+                        offset: a.size,
+                    }
+                };
+                Ok(put(c, ResOp4::Seek(Nfs4Res::Ok(res))))
+            }),
+        ),
+    };
+    match r {
+        Ok(s) => s,
+        Err(st) => {
+            c.results.put_raw(&err_bytes(opnum, st));
+            st
+        }
+    }
+}
+
+fn put(c: &mut Compound, res: ResOp4<'_>) -> Nfsstat4 {
+    c.results.put_u32(res.opnum());
+    res.encode_result(&mut c.results);
+    res.status()
+}
+
+fn put_ok(c: &mut Compound, opnum: u32) -> Nfsstat4 {
+    c.results.put_raw(&err_bytes(opnum, Nfsstat4::OK));
+    Nfsstat4::OK
+}
+
+fn finish_open(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    o: &OpenStep,
+    results: &[OpResult],
+) -> Result<Nfsstat4, Nfsstat4> {
+    let mut ci = cinfo(None, None);
+    let mut created = false;
+    if let Some(ci_op) = o.create {
+        if let OpOutput::Object {
+            attrs,
+            created: cr,
+            dir_before,
+            dir_after,
+        } = out_of(results, ci_op)?
+        {
+            created = *cr;
+            ci = cinfo(dir_before.as_ref(), dir_after.as_ref());
+            if let Some(v) = &o.excl {
+                if !created && !verf_matches(attrs, v) {
+                    return Err(Nfsstat4::EXIST);
+                }
+            }
+        }
+    }
+    let a = attrs_of(results, o.open)?;
+    match a.ftype {
+        FileType::Regular => {}
+        FileType::Directory => return Err(Nfsstat4::ISDIR),
+        FileType::Symlink => return Err(Nfsstat4::SYMLINK),
+        _ => return Err(Nfsstat4::WRONG_TYPE),
+    }
+    if srv
+        .state
+        .share_conflict(o.client, &o.owner, a.id, o.access, o.deny)
+    {
+        return Err(Nfsstat4::SHARE_DENIED);
+    }
+    let sid = srv.state.upsert_open(
+        o.reserved, o.client, &o.owner, a.id, o.fsid, o.access, o.deny,
+    )?;
+    if let Some(e) = c.reserved.iter_mut().find(|(r, _)| *r == o.reserved) {
+        e.1 = Some(sid);
+    }
+    c.cur_sid = Some(sid);
+    let attrset = if created { o.attrset } else { Bitmap4::new() };
+    Ok(put(
+        c,
+        ResOp4::Open(Nfs4Res::Ok(Open4ResOk {
+            stateid: sid,
+            cinfo: ci,
+            rflags: open4_result::LOCKTYPE_POSIX,
+            attrset,
+            delegation: OpenDelegation4::None,
+        })),
+    ))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn readdir_reply(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    fsid: u64,
+    dir: NodeId,
+    list: &[(&str, NodeId, Option<&Attrs>)],
+    eof: bool,
+    req: &Bitmap4,
+    base: u64,
+    maxcount: u32,
+    dircount: u32,
+    remember: bool,
+) -> Result<Nfsstat4, Nfsstat4> {
+    let key = srv.cfg.handle_key;
+    let info = fs_info(srv);
+    let mut used = 32usize;
+    let mut dirused = 0usize;
+    let mut encoded: Vec<(u64, Bitmap4, Vec<u8>)> = Vec::new();
+    for (k, (name, id, attrs)) in list.iter().enumerate() {
+        let (mask, vals) = match attrs {
+            Some(a) => {
+                let fh = FileHandle::Object { fsid, id: *id }.encode(key);
+                let ctx = ObjCtx {
+                    fsid: Fsid4 {
+                        major: fsid,
+                        minor: 0,
+                    },
+                    fh: &fh,
+                    mounted_on: *id,
+                };
+                fattr4_vals(a, &ctx, &info, req)
+            }
+            None => (Bitmap4::new(), Vec::new()),
+        };
+        let name_len = name.len().div_ceil(4) * 4;
+        let cost = 4 + 8 + 4 + name_len + 4 + 4 * mask.words().len() + 4 + vals.len();
+        if used + cost > maxcount as usize
+            || (k > 0 && dircount > 0 && dirused + 16 + name_len > dircount as usize)
+        {
+            break;
+        }
+        used += cost;
+        dirused += 16 + name_len;
+        encoded.push((make_cookie(base + k as u64 + 1, name), mask, vals));
+    }
+    if encoded.is_empty() && !list.is_empty() {
+        return Err(Nfsstat4::TOOSMALL);
+    }
+    let all = encoded.len() == list.len() && eof;
+    if remember {
+        if let (Some((cookie, _, _)), Some((name, _, _))) =
+            (encoded.last(), list.get(encoded.len().wrapping_sub(1)))
+        {
+            srv.cookies.remember(dir, *cookie, name);
+        }
+    }
+    let entries = encoded
+        .iter()
+        .zip(list)
+        .map(|((cookie, mask, vals), (name, _, _))| Entry4 {
+            cookie: *cookie,
+            name: Name(name.as_bytes()),
+            attrs: Fattr4 {
+                attrmask: *mask,
+                attr_vals: Opaque(vals),
+            },
+        })
+        .collect();
+    let verf = srv.cookieverf;
+    Ok(put(
+        c,
+        ResOp4::ReadDir(Nfs4Res::Ok(ReadDir4ResOk {
+            cookieverf: verf,
+            reply: DirList4 {
+                entries: LinkedList(entries),
+                eof: all,
+            },
+        })),
+    ))
+}
+
+fn pseudo_readdir_reply(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    list: &[(String, u64, Attrs)],
+    req: &Bitmap4,
+    start: usize,
+    maxcount: u32,
+) -> Result<Nfsstat4, Nfsstat4> {
+    let key = srv.cfg.handle_key;
+    let info = fs_info(srv);
+    let mut used = 32usize;
+    let mut encoded: Vec<(u64, Bitmap4, Vec<u8>)> = Vec::new();
+    for (k, (name, fsid, a)) in list.iter().enumerate() {
+        let fh = FileHandle::Object {
+            fsid: *fsid,
+            id: a.id,
+        }
+        .encode(key);
+        let ctx = ObjCtx {
+            fsid: Fsid4 {
+                major: *fsid,
+                minor: 0,
+            },
+            fh: &fh,
+            mounted_on: a.id,
+        };
+        let (mask, vals) = fattr4_vals(a, &ctx, &info, req);
+        let cost =
+            4 + 8 + 4 + name.len().div_ceil(4) * 4 + 4 + 4 * mask.words().len() + 4 + vals.len();
+        if used + cost > maxcount as usize {
+            break;
+        }
+        used += cost;
+        encoded.push(((start + k + 3) as u64, mask, vals));
+    }
+    if encoded.is_empty() && !list.is_empty() {
+        return Err(Nfsstat4::TOOSMALL);
+    }
+    let all = encoded.len() == list.len();
+    let entries = encoded
+        .iter()
+        .zip(list)
+        .map(|((cookie, mask, vals), (name, _, _))| Entry4 {
+            cookie: *cookie,
+            name: Name(name.as_bytes()),
+            attrs: Fattr4 {
+                attrmask: *mask,
+                attr_vals: Opaque(vals),
+            },
+        })
+        .collect();
+    let verf = srv.cookieverf;
+    Ok(put(
+        c,
+        ResOp4::ReadDir(Nfs4Res::Ok(ReadDir4ResOk {
+            cookieverf: verf,
+            reply: DirList4 {
+                entries: LinkedList(entries),
+                eof: all,
+            },
+        })),
+    ))
+}
+
+/// Processes a batch result and continues the COMPOUND.
+pub(super) fn batch_done(
+    srv: &mut NfsServer,
+    c: Box<Compound>,
+    results: Vec<OpResult>,
+    now: i64,
+) -> Vec<Event> {
+    drive(srv, c, results, now)
+}
+
+fn drive(
+    srv: &mut NfsServer,
+    mut c: Box<Compound>,
+    mut results: Vec<OpResult>,
+    now: i64,
+) -> Vec<Event> {
+    loop {
+        let steps = std::mem::take(&mut c.steps);
+        let mut ok = true;
+        for step in steps {
+            let st = finish_step(srv, &mut c, step, &results);
+            c.count += 1;
+            c.last = st;
+            if st != Nfsstat4::OK {
+                ok = false;
+                break;
+            }
+        }
+        if !ok || c.halted || c.next_op >= c.n_ops {
+            return vec![finalize(srv, c, ok)];
+        }
+        // Continue with the filehandles resolved to ids.
+        let resolve = |fh: Fh| match fh {
+            Fh::Obj {
+                fsid,
+                obj: ObjRef::Result(i),
+            } => match results
+                .get(i)
+                .and_then(|r| r.as_ref().ok())
+                .and_then(|o| o.attrs())
+            {
+                Some(a) => Fh::Obj {
+                    fsid,
+                    obj: ObjRef::Id(a.id),
+                },
+                None => Fh::None,
+            },
+            other => other,
+        };
+        c.cfh = resolve(c.cfh);
+        c.sfh = resolve(c.sfh);
+        let Some(record) = c.record.take() else {
+            return vec![finalize(srv, c, false)];
+        };
+        let batch = {
+            let mut r = XdrReader::new(&record);
+            let args = match crate::nfs::rpc::CallBody::decode(&mut r)
+                .and_then(|_| Compound4Args::decode(&mut r, &limits(srv)))
+            {
+                Ok(a) => a,
+                Err(_) => return vec![finalize(srv, c, false)],
+            };
+            translate(srv, &mut c, &args.ops, now)
+        };
+        if c.next_op < c.n_ops && !c.halted {
+            c.record = Some(record);
+        }
+        if !batch.ops.is_empty() {
+            return vec![srv.submit(batch, "nfs4.compound", Pending::V4(c))];
+        }
+        results = Vec::new();
+    }
+}
+
+/// Builds the reply, caches it in the SEQUENCE slot, and frees the slot.
+fn finalize(srv: &mut NfsServer, c: Box<Compound>, all_ok: bool) -> Event {
+    let mut results = c.results;
+    let mut count = c.count;
+    let mut last = c.last;
+    if all_ok && !c.halted && c.next_op >= c.n_ops {
+        if let Some(res) = c.stop.as_ref().and_then(|s| s.result()) {
+            let (_, bytes) = encode_res(&res);
+            results.put_raw(&bytes);
+            count += 1;
+            last = res.status();
+        }
+    }
+    // The COMPOUND status is the last result's status.
+    let body = results.into_inner();
+    let mut w = XdrWriter::new();
+    last.encode(&mut w);
+    w.put_opaque(&c.tag);
+    w.put_u32(count);
+    w.put_raw(&body);
+    let bytes = w.into_inner();
+    if let Some((sid, slot, cachethis)) = c.session {
+        if let Some(s) = srv.state.sessions.get_mut(&sid) {
+            let max_cached = s.max_cached as usize;
+            if let Some(sl) = s.slots.get_mut(slot) {
+                sl.in_progress = false;
+                sl.cache = if cachethis && bytes.len() <= max_cached {
+                    SlotCache::Reply(bytes.clone())
+                } else {
+                    SlotCache::Uncached
+                };
+            }
+        }
+    }
+    reply_with(c.conn, c.xid, |w| w.put_raw(&bytes))
+}

@@ -1,0 +1,1657 @@
+//! The connection: framing, credits, NEGOTIATE, SESSION_SETUP, signing,
+//! encryption, trees, LOCK, IOCTL, ECHO, and the assembly of compound
+//! responses. File-system commands are planned into the frame's batch by
+//! `fsops`.
+
+use std::collections::{BTreeSet, HashMap};
+
+use duet_fs::{Batch, BatchResult, Credentials, NodeId, ObjRef, Op, OpResult};
+
+use super::crypto::{derive_keys, preauth_update, CipherKey, Rng, SessionKeys, SigningKey};
+use super::fsops::{DirState, FsPlan, PendingOpen};
+use super::info::{access, extra_status, to_filetime};
+use super::{Directory, Event, ServerConfig, ShareEntry};
+use crate::auth::ntlm::{self, NtlmError, ServerContext};
+use crate::auth::spnego::{self, ClientToken, NegState};
+use crate::smb2::compound::Compound;
+use crate::smb2::cursor::Utf16;
+use crate::smb2::error::ErrorResponse;
+use crate::smb2::header::{Command, Header, HeaderFlags, HeaderIds, HEADER_SIZE};
+use crate::smb2::ioctl::{
+    ctl_code, IoctlRequest, IoctlResponse, NetworkInterfaceInfo, ValidateNegotiateInfoRequest,
+    ValidateNegotiateInfoResponse,
+};
+use crate::smb2::lock::{LockElement, LockRequest, LockResponse};
+use crate::smb2::message::{Request, Response};
+use crate::smb2::negotiate::{
+    algorithm, capabilities, dialect, security_mode, NegotiateContext, NegotiateRequest,
+    NegotiateResponse,
+};
+use crate::smb2::session_setup::{SessionSetupRequest, SessionSetupResponse};
+use crate::smb2::status::NtStatus;
+use crate::smb2::transform::{FrameKind, TransformHeader};
+use crate::smb2::tree_connect::{TreeConnectRequest, TreeConnectResponse};
+use crate::smb2::FileId;
+
+/// The credit window (MS-SMB2 3.3.1.1 / 3.3.1.2): ids below `low` are used;
+/// ids in `[low, high)` are granted, those in `used` already consumed.
+#[derive(Debug)]
+struct Credits {
+    low: u64,
+    high: u64,
+    used: BTreeSet<u64>,
+}
+
+impl Credits {
+    fn consume(&mut self, id: u64, charge: u16) -> bool {
+        let charge = u64::from(charge.max(1));
+        let Some(end) = id.checked_add(charge) else {
+            return false;
+        };
+        if id < self.low || end > self.high {
+            return false;
+        }
+        if self.used.range(id..end).next().is_some() {
+            return false;
+        }
+        for m in id..end {
+            self.used.insert(m);
+        }
+        while self.used.remove(&self.low) {
+            self.low += 1;
+        }
+        true
+    }
+
+    fn outstanding(&self) -> u64 {
+        (self.high - self.low).saturating_sub(self.used.len() as u64)
+    }
+
+    fn grant(&mut self, requested: u16, max: u16) -> u16 {
+        let outstanding = self.outstanding();
+        let room = u64::from(max).saturating_sub(outstanding);
+        let mut g = u64::from(requested).min(room);
+        if outstanding == 0 && g == 0 {
+            g = 1;
+        }
+        self.high += g;
+        g as u16
+    }
+}
+
+/// What NEGOTIATE settled.
+#[derive(Debug, Clone)]
+pub(super) struct Negotiated {
+    pub dialect: u16,
+    pub client_guid: [u8; 16],
+    pub client_caps: u32,
+    pub client_security_mode: u16,
+    pub server_caps: u32,
+    pub server_security_mode: u16,
+    /// The cipher for encryption (3.x), if the client can encrypt.
+    pub cipher: Option<u16>,
+    /// 3.1.1 signs with AES-CMAC (else HMAC-SHA256 when negotiated).
+    pub cmac: bool,
+}
+
+/// One tree connect.
+#[derive(Debug, Clone)]
+pub(super) struct Tree {
+    pub share: ShareEntry,
+    pub ipc: bool,
+}
+
+#[derive(Debug)]
+enum AuthState {
+    None,
+    Ntlm {
+        ctx: ServerContext,
+        spnego: bool,
+        mech_list: Vec<u8>,
+    },
+}
+
+/// One session.
+#[derive(Debug)]
+pub(super) struct Session {
+    pub valid: bool,
+    auth: AuthState,
+    preauth: [u8; 64],
+    pub cred: Credentials,
+    pub guest: bool,
+    pub keys: Option<SessionKeys>,
+    pub signing_required: bool,
+    pub encrypt: bool,
+    pub trees: HashMap<u32, Tree>,
+}
+
+/// One open (MS-SMB2 3.3.1.10), keyed by its volatile FileId.
+#[derive(Debug, Clone)]
+pub(super) struct Open {
+    pub session_id: u64,
+    pub tree_id: u32,
+    pub node: NodeId,
+    pub parent: NodeId,
+    /// The last path component ("" for the share root).
+    pub name: String,
+    /// The path from the share root, components joined by '\'.
+    pub path: String,
+    pub is_dir: bool,
+    pub granted: u32,
+    pub options: u32,
+    pub delete_on_close: bool,
+    pub position: u64,
+    pub dir: Option<DirState>,
+}
+
+/// A byte-range lock (per connection for now).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ByteLock {
+    pub file: u64,
+    pub node: NodeId,
+    pub offset: u64,
+    pub length: u64,
+    pub exclusive: bool,
+}
+
+impl ByteLock {
+    fn overlaps(&self, offset: u64, length: u64) -> bool {
+        if self.length == 0 || length == 0 {
+            return false;
+        }
+        let a_end = self.offset.saturating_add(self.length);
+        let b_end = offset.saturating_add(length);
+        self.offset < b_end && offset < a_end
+    }
+}
+
+/// Which file a command acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Target {
+    /// An open of the table (volatile id).
+    Table(u64),
+    /// The open a CREATE earlier in this frame makes (its slot).
+    Pending(usize),
+}
+
+/// What a message of the frame will answer.
+pub(super) enum Plan {
+    Done { status: NtStatus, body: Vec<u8> },
+    Fs(FsPlan),
+}
+
+pub(super) struct Slot {
+    /// The request header with the session and tree ids resolved; the
+    /// response header is made from it.
+    pub hdr: Header,
+    pub credits: u16,
+    pub sign: Option<SigningKey>,
+    pub plan: Plan,
+}
+
+/// The related-chain context while planning (3.3.5.2.7.2).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Chain {
+    pub file: Option<Target>,
+    pub error: Option<NtStatus>,
+}
+
+/// A frame being planned or waiting for its batch.
+pub(super) struct FramePlan {
+    pub slots: Vec<Slot>,
+    pub batch: Option<Batch>,
+    pub batch_session: u64,
+    pub all_read_only: bool,
+    pub pending_opens: HashMap<usize, PendingOpen>,
+    pub encrypt: Option<(u64, CipherKey)>,
+    pub now_ns: i64,
+    pub tag: &'static str,
+}
+
+impl FramePlan {
+    /// The batch for a message of `session_id` (None when the frame already
+    /// batches for another session).
+    pub fn batch_for(
+        &mut self,
+        session_id: u64,
+        cred: &Credentials,
+        read_only: bool,
+    ) -> Option<&mut Batch> {
+        match &self.batch {
+            Some(_) if self.batch_session != session_id => return None,
+            Some(_) => {}
+            None => {
+                let mut b = Batch::new(cred.clone(), self.now_ns);
+                b.stop_on_error = false;
+                self.batch = Some(b);
+                self.batch_session = session_id;
+            }
+        }
+        self.all_read_only &= read_only;
+        self.batch.as_mut()
+    }
+
+    pub fn push(&mut self, op: Op) -> usize {
+        let b = self.batch.as_mut().expect("batch_for before push");
+        b.ops.push(op);
+        b.ops.len() - 1
+    }
+}
+
+/// One response of a frame: request header, credits, signing key, status, body.
+type Answered = (Header, u16, Option<SigningKey>, NtStatus, Vec<u8>);
+
+/// An SMB2/3 server connection, sans-I/O.
+pub struct Connection {
+    pub(super) cfg: ServerConfig,
+    rng: Rng,
+    pub(super) negotiated: Option<Negotiated>,
+    credits: Credits,
+    preauth: [u8; 64],
+    pub(super) sessions: HashMap<u64, Session>,
+    pub(super) opens: HashMap<u64, Open>,
+    next_file_id: u64,
+    next_tree_id: u32,
+    pub(super) locks: Vec<ByteLock>,
+    pending: HashMap<u64, FramePlan>,
+    next_token: u64,
+    nonce_prefix: [u8; 4],
+    nonce_counter: u64,
+    closed: bool,
+    /// The session a SESSION_SETUP just created, for its response header.
+    last_new_session: u64,
+    /// The tree a TREE_CONNECT just made, for its response header.
+    last_new_tree: u32,
+}
+
+/// Wraps one message or compound in the 4-byte Direct TCP header.
+fn transport(frame: Vec<u8>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(frame.len() + 4);
+    out.extend_from_slice(&(frame.len() as u32 & 0x00FF_FFFF).to_be_bytes());
+    out.extend_from_slice(&frame);
+    out
+}
+
+pub(super) fn error_body() -> Vec<u8> {
+    let mut b = Vec::with_capacity(9);
+    ErrorResponse::EMPTY.encode(&mut b);
+    b
+}
+
+pub(super) fn done(status: NtStatus) -> Plan {
+    Plan::Done {
+        status,
+        body: error_body(),
+    }
+}
+
+fn body_of(r: &Response<'_>) -> Vec<u8> {
+    // Response encoders compute offsets as 64 + body position: encode after
+    // a dummy header, then drop it.
+    let mut out = vec![0u8; HEADER_SIZE];
+    r.encode(&mut out);
+    out.split_off(HEADER_SIZE)
+}
+
+pub(super) fn ok(r: Response<'_>) -> Plan {
+    Plan::Done {
+        status: NtStatus::SUCCESS,
+        body: body_of(&r),
+    }
+}
+
+/// The bytes of one response message: header and body.
+fn message_bytes(hdr: &Header, status: NtStatus, credits: u16, body: &[u8]) -> Vec<u8> {
+    let mut h = hdr.response(status, credits);
+    if hdr.flags.is_related() {
+        h.flags.0 |= HeaderFlags::RELATED_OPERATIONS;
+    }
+    let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
+    h.encode(&mut out);
+    out.extend_from_slice(body);
+    out
+}
+
+impl Connection {
+    /// A new connection. `seed` must be fresh randomness (32 bytes or more).
+    pub fn new(cfg: ServerConfig, now_ns: i64, seed: &[u8]) -> Connection {
+        let _ = now_ns;
+        let mut rng = Rng::new(seed);
+        let nonce_prefix = rng.bytes();
+        Connection {
+            cfg,
+            rng,
+            negotiated: None,
+            credits: Credits {
+                low: 0,
+                high: 1,
+                used: BTreeSet::new(),
+            },
+            preauth: [0; 64],
+            sessions: HashMap::new(),
+            opens: HashMap::new(),
+            next_file_id: 1,
+            next_tree_id: 1,
+            locks: Vec::new(),
+            pending: HashMap::new(),
+            next_token: 1,
+            nonce_prefix,
+            nonce_counter: 0,
+            closed: false,
+            last_new_session: 0,
+            last_new_tree: 0,
+        }
+    }
+
+    /// The negotiated dialect, once NEGOTIATE is done.
+    pub fn dialect(&self) -> Option<u16> {
+        self.negotiated.as_ref().map(|n| n.dialect)
+    }
+
+    /// Open files on this connection.
+    pub fn open_count(&self) -> usize {
+        self.opens.len()
+    }
+
+    /// Whether the connection was closed (after an [`Event::Close`]).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    fn close(&mut self) -> Vec<Event> {
+        self.closed = true;
+        self.pending.clear();
+        vec![Event::Close]
+    }
+
+    /// One transport frame (without its 4-byte length prefix).
+    pub fn on_frame(&mut self, frame: &[u8], now_ns: i64, dir: &dyn Directory) -> Vec<Event> {
+        if self.closed {
+            return Vec::new();
+        }
+        match FrameKind::of(frame) {
+            Ok(FrameKind::Plain) => self.process(frame, None, now_ns, dir),
+            Ok(FrameKind::Smb1) => self.smb1_negotiate(frame, now_ns),
+            Ok(FrameKind::Encrypted) => {
+                let Ok((th, _)) = TransformHeader::decode(frame) else {
+                    return self.close();
+                };
+                let key = self
+                    .sessions
+                    .get(&th.session_id)
+                    .and_then(|s| s.keys.as_ref())
+                    .and_then(|k| k.decrypt.clone());
+                let Some(key) = key else { return self.close() };
+                match key.decrypt(frame) {
+                    Some(plain) if FrameKind::of(&plain) == Ok(FrameKind::Plain) => {
+                        self.process(&plain, Some(th.session_id), now_ns, dir)
+                    }
+                    _ => self.close(),
+                }
+            }
+            _ => self.close(),
+        }
+    }
+
+    /// The result of the batch of an [`Event::Run`].
+    pub fn on_batch_done(&mut self, token: u64, result: BatchResult, now_ns: i64) -> Vec<Event> {
+        let _ = now_ns;
+        let Some(fp) = self.pending.remove(&token) else {
+            return Vec::new();
+        };
+        self.finish(fp, result.results)
+    }
+
+    // ---- framing -------------------------------------------------------
+
+    /// A multi-protocol SMB1 NEGOTIATE (MS-SMB2 3.3.5.3.1).
+    fn smb1_negotiate(&mut self, frame: &[u8], now_ns: i64) -> Vec<Event> {
+        if self.negotiated.is_some() || frame.len() < 35 || frame[4] != 0x72 {
+            return self.close();
+        }
+        let byte_count = usize::from(u16::from_le_bytes([frame[33], frame[34]]));
+        let names = frame
+            .get(35..35 + byte_count)
+            .unwrap_or(&frame[frame.len().min(35)..]);
+        let dialects: Vec<&[u8]> = names
+            .split(|b| *b == 0)
+            .map(|s| s.strip_prefix(&[2]).unwrap_or(s))
+            .collect();
+        let wildcard = dialects.iter().any(|d| *d == b"SMB 2.???");
+        let smb202 = dialects.iter().any(|d| *d == b"SMB 2.002");
+        let chosen = if wildcard && self.cfg.dialects.iter().any(|d| *d > dialect::SMB2_0_2) {
+            dialect::SMB2_WILDCARD
+        } else if (smb202 || wildcard) && self.cfg.dialects.contains(&dialect::SMB2_0_2) {
+            dialect::SMB2_0_2
+        } else {
+            return self.close();
+        };
+        if !self.credits.consume(0, 1) {
+            return self.close();
+        }
+        let credits = self.credits.grant(1, self.cfg.max_credits);
+        let hint = spnego::server_hint();
+        let resp = self.negotiate_response(chosen, &hint, Vec::new(), now_ns);
+        if chosen == dialect::SMB2_0_2 {
+            self.negotiated = Some(Negotiated {
+                dialect: chosen,
+                client_guid: [0; 16],
+                client_caps: 0,
+                client_security_mode: 0,
+                server_caps: 0,
+                server_security_mode: resp.security_mode,
+                cipher: None,
+                cmac: false,
+            });
+        }
+        let hdr = Header {
+            credit_charge: 0,
+            status: NtStatus::SUCCESS,
+            command: Command::NEGOTIATE,
+            credit: 1,
+            flags: HeaderFlags(0),
+            next_command: 0,
+            message_id: 0,
+            ids: HeaderIds::Sync {
+                process_id: 0,
+                tree_id: 0,
+            },
+            session_id: 0,
+            signature: [0; 16],
+        };
+        let msg = message_bytes(
+            &hdr,
+            NtStatus::SUCCESS,
+            credits,
+            &body_of(&Response::Negotiate(resp)),
+        );
+        vec![Event::Send(transport(msg))]
+    }
+
+    fn process(
+        &mut self,
+        frame: &[u8],
+        encrypted_by: Option<u64>,
+        now_ns: i64,
+        dir: &dyn Directory,
+    ) -> Vec<Event> {
+        let mut fp = FramePlan {
+            slots: Vec::new(),
+            batch: None,
+            batch_session: 0,
+            all_read_only: true,
+            pending_opens: HashMap::new(),
+            encrypt: None,
+            now_ns,
+            tag: "",
+        };
+        let mut chain = Chain::default();
+        let mut prev: Option<Header> = None;
+        for (i, m) in Compound::new(frame).enumerate() {
+            let m = match m {
+                Ok(m) => m,
+                Err(_) if i == 0 => return self.close(),
+                Err(_) => break,
+            };
+            let mut hdr = m.header;
+            if hdr.flags.is_response() {
+                return self.close();
+            }
+            if hdr.command == Command::CANCEL {
+                // No response, no credit (3.3.5.16); duet runs nothing
+                // asynchronously, so there is nothing to cancel.
+                continue;
+            }
+            let charge = if self.dialect().unwrap_or(0) == dialect::SMB2_0_2 {
+                1
+            } else {
+                hdr.credit_charge
+            };
+            if !self.credits.consume(hdr.message_id, charge) {
+                return self.close();
+            }
+            let credits = self.credits.grant(hdr.credit, self.cfg.max_credits);
+            let related = i > 0 && hdr.flags.is_related();
+            if !related {
+                chain = Chain::default();
+            }
+            if let (true, Some(p)) = (related, prev) {
+                if hdr.session_id == u64::MAX {
+                    hdr.session_id = p.session_id;
+                }
+                if let (
+                    HeaderIds::Sync {
+                        process_id,
+                        tree_id: u32::MAX,
+                    },
+                    Some(t),
+                ) = (hdr.ids, p.tree_id())
+                {
+                    hdr.ids = HeaderIds::Sync {
+                        process_id,
+                        tree_id: t,
+                    };
+                }
+            }
+            if fp.tag.is_empty() {
+                fp.tag = hdr.command.name().unwrap_or("UNKNOWN");
+            }
+            let slot_index = fp.slots.len();
+            let (plan, sign) = self.dispatch(
+                &mut fp,
+                &mut chain,
+                slot_index,
+                &hdr,
+                m.bytes,
+                related,
+                encrypted_by,
+                dir,
+            );
+            prev = Some(hdr);
+            if self.closed {
+                return vec![Event::Close];
+            }
+            // A session setup may have assigned the session id.
+            let hdr = match &plan {
+                Plan::Done { .. } if hdr.command == Command::SESSION_SETUP => {
+                    let mut h = hdr;
+                    if h.session_id == 0 {
+                        h.session_id = self.last_new_session;
+                    }
+                    h
+                }
+                _ => hdr,
+            };
+            let mut hdr = hdr;
+            if hdr.command == Command::TREE_CONNECT {
+                if let HeaderIds::Sync { process_id, .. } = hdr.ids {
+                    if self.last_new_tree != 0 {
+                        hdr.ids = HeaderIds::Sync {
+                            process_id,
+                            tree_id: self.last_new_tree,
+                        };
+                        self.last_new_tree = 0;
+                    }
+                }
+            }
+            fp.slots.push(Slot {
+                hdr,
+                credits,
+                sign,
+                plan,
+            });
+            if hdr.command == Command::SESSION_SETUP || hdr.command == Command::NEGOTIATE {
+                self.hash_response(fp.slots.last());
+            }
+        }
+        if fp.slots.is_empty() {
+            return Vec::new();
+        }
+        match fp.batch.take() {
+            Some(mut batch) if !batch.ops.is_empty() => {
+                if self.pending.len() >= self.cfg.max_pending {
+                    // Fail what needed the engine; answer the rest.
+                    let n = batch.ops.len();
+                    let results = vec![Err(duet_fs::FsError::Skipped); n];
+                    for s in fp.slots.iter_mut() {
+                        if matches!(s.plan, Plan::Fs(_)) {
+                            s.plan = done(NtStatus::INSUFFICIENT_RESOURCES);
+                        }
+                    }
+                    return self.finish(fp, results);
+                }
+                batch.read_only = fp.all_read_only;
+                let token = self.next_token;
+                self.next_token += 1;
+                let tag = fp.tag;
+                self.pending.insert(token, fp);
+                vec![Event::Run { token, batch, tag }]
+            }
+            _ => self.finish(fp, Vec::new()),
+        }
+    }
+
+    /// Builds every response of the frame and the one frame to send.
+    fn finish(&mut self, mut fp: FramePlan, results: Vec<OpResult>) -> Vec<Event> {
+        let mut created: HashMap<usize, Result<u64, NtStatus>> = HashMap::new();
+        let slots = std::mem::take(&mut fp.slots);
+        let mut answered: Vec<Answered> = Vec::with_capacity(slots.len());
+        for (i, s) in slots.into_iter().enumerate() {
+            let (status, body) = match s.plan {
+                Plan::Done { status, body } => (status, body),
+                Plan::Fs(p) => self.complete(&mut fp, i, p, &results, &mut created),
+            };
+            answered.push((s.hdr, s.credits, s.sign, status, body));
+        }
+        // Assemble: pad every message but the last to 8, chain NextCommand,
+        // then sign each message over its bytes (padding included).
+        let mut out = Vec::new();
+        let mut spans = Vec::with_capacity(answered.len());
+        let n = answered.len();
+        for (i, (hdr, credits, _, status, body)) in answered.iter().enumerate() {
+            let start = out.len();
+            let body = if Response::has_command_body(hdr.command, *status) || !body.is_empty() {
+                body.clone()
+            } else {
+                error_body()
+            };
+            out.extend_from_slice(&message_bytes(hdr, *status, *credits, &body));
+            if i + 1 < n {
+                while (out.len() - start) % 8 != 0 {
+                    out.push(0);
+                }
+                let next = (out.len() - start) as u32;
+                out[start + 20..start + 24].copy_from_slice(&next.to_le_bytes());
+            }
+            spans.push(start..out.len());
+        }
+        if fp.encrypt.is_none() {
+            for ((_, _, sign, _, _), span) in answered.iter().zip(&spans) {
+                if let Some(k) = sign {
+                    k.sign_in_place(&mut out[span.clone()]);
+                }
+            }
+        }
+        if let Some((sid, key)) = fp.encrypt.take() {
+            let mut nonce = [0u8; 16];
+            nonce[..4].copy_from_slice(&self.nonce_prefix);
+            nonce[4..12].copy_from_slice(&self.nonce_counter.to_le_bytes());
+            self.nonce_counter += 1;
+            match key.encrypt(sid, nonce, &out) {
+                Some(f) => out = f,
+                None => return self.close(),
+            }
+        }
+        vec![Event::Send(transport(out))]
+    }
+
+    fn hash_response(&mut self, slot: Option<&Slot>) {
+        let Some(slot) = slot else { return };
+        if self.dialect() != Some(dialect::SMB3_1_1) {
+            return;
+        }
+        let Plan::Done { status, body } = &slot.plan else {
+            return;
+        };
+        let msg = message_bytes(&slot.hdr, *status, slot.credits, body);
+        if slot.hdr.command == Command::NEGOTIATE {
+            if *status == NtStatus::SUCCESS {
+                self.preauth = preauth_update(&self.preauth, &msg);
+            }
+        } else if *status == NtStatus::MORE_PROCESSING_REQUIRED {
+            if let Some(s) = self.sessions.get_mut(&slot.hdr.session_id) {
+                s.preauth = preauth_update(&s.preauth, &msg);
+            }
+        }
+    }
+
+    // ---- dispatch ------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch(
+        &mut self,
+        fp: &mut FramePlan,
+        chain: &mut Chain,
+        slot: usize,
+        hdr: &Header,
+        msg: &[u8],
+        related: bool,
+        encrypted_by: Option<u64>,
+        dir: &dyn Directory,
+    ) -> (Plan, Option<SigningKey>) {
+        let cmd = hdr.command;
+        if cmd == Command::NEGOTIATE {
+            return (self.negotiate(msg, fp.now_ns), None);
+        }
+        if self.negotiated.is_none() {
+            // 3.3.5.2: anything before NEGOTIATE ends the connection.
+            self.closed = true;
+            return (done(NtStatus::INVALID_PARAMETER), None);
+        }
+        // The session and the signature are checked before the body is
+        // decoded (3.3.5.2.9): a tampered request is ACCESS_DENIED.
+        let pre_session =
+            cmd == Command::SESSION_SETUP || (cmd == Command::ECHO && hdr.session_id == 0);
+        let sign = if pre_session {
+            None
+        } else {
+            match self.response_key(hdr, msg, encrypted_by) {
+                Ok(k) => k,
+                Err(status) => {
+                    if related {
+                        chain.error.get_or_insert(status);
+                        chain.file = None;
+                    }
+                    return (done(status), None);
+                }
+            }
+        };
+        let req = match Request::decode(cmd, msg) {
+            Ok(r) => r,
+            Err(e) => {
+                let status = if cmd.name().is_none() {
+                    NtStatus::INVALID_PARAMETER
+                } else {
+                    e.status()
+                };
+                if related {
+                    chain.error.get_or_insert(status);
+                    chain.file = None;
+                }
+                return (done(status), sign);
+            }
+        };
+        if let Request::SessionSetup(ss) = &req {
+            return self.session_setup(hdr, msg, ss, dir);
+        }
+        if let Some(s) = self.sessions.get(&hdr.session_id) {
+            if s.encrypt {
+                if let Some(k) = s.keys.as_ref().and_then(|k| k.encrypt.clone()) {
+                    fp.encrypt.get_or_insert((hdr.session_id, k));
+                }
+            }
+        }
+        if let Some(sid) = encrypted_by {
+            if let Some(k) = self
+                .sessions
+                .get(&sid)
+                .and_then(|s| s.keys.as_ref())
+                .and_then(|k| k.encrypt.clone())
+            {
+                fp.encrypt.get_or_insert((sid, k));
+            }
+        }
+        let plan = match req {
+            Request::Logoff(_) => self.logoff(fp, hdr.session_id),
+            Request::TreeConnect(tc) => self.tree_connect(hdr.session_id, &tc, dir),
+            Request::TreeDisconnect(_) => self.tree_disconnect(fp, hdr),
+            Request::Create(c) => self.plan_create(fp, chain, slot, hdr, &c),
+            Request::Close(c) => {
+                self.with_target(fp, chain, hdr, related, c.file_id, |me, fp, t| {
+                    me.plan_close(fp, hdr, t, c.flags)
+                })
+            }
+            Request::Flush(f) => {
+                self.with_target(fp, chain, hdr, related, f.file_id, |me, fp, t| {
+                    me.plan_flush(fp, t)
+                })
+            }
+            Request::Read(r) => {
+                self.with_target(fp, chain, hdr, related, r.file_id, |me, fp, t| {
+                    me.plan_read(fp, hdr, t, &r)
+                })
+            }
+            Request::Write(w) => {
+                self.with_target(fp, chain, hdr, related, w.file_id, |me, fp, t| {
+                    me.plan_write(fp, hdr, t, &w)
+                })
+            }
+            Request::QueryDirectory(q) => {
+                self.with_target(fp, chain, hdr, related, q.file_id, |me, fp, t| {
+                    me.plan_query_directory(fp, hdr, t, &q)
+                })
+            }
+            Request::QueryInfo(q) => {
+                self.with_target(fp, chain, hdr, related, q.file_id, |me, fp, t| {
+                    me.plan_query_info(fp, hdr, t, &q)
+                })
+            }
+            Request::SetInfo(s) => {
+                self.with_target(fp, chain, hdr, related, s.file_id, |me, fp, t| {
+                    me.plan_set_info(fp, hdr, t, &s)
+                })
+            }
+            Request::Lock(l) => {
+                self.with_target(fp, chain, hdr, related, l.file_id, |me, fp, t| {
+                    me.plan_lock(fp, t, &l)
+                })
+            }
+            Request::Ioctl(io) => self.ioctl(hdr, &io),
+            Request::ChangeNotify(_) => done(NtStatus::NOT_SUPPORTED),
+            Request::OplockBreak(_) => done(NtStatus::INVALID_OPLOCK_PROTOCOL),
+            Request::Echo(_) => ok(Response::Echo(Default::default())),
+            Request::Negotiate(_) | Request::SessionSetup(_) | Request::Cancel(_) => {
+                done(NtStatus::INVALID_PARAMETER)
+            }
+        };
+        (plan, sign)
+    }
+
+    /// Checks the session, signature and encryption of a request; returns
+    /// the key to sign its response with.
+    fn response_key(
+        &self,
+        hdr: &Header,
+        msg: &[u8],
+        encrypted_by: Option<u64>,
+    ) -> Result<Option<SigningKey>, NtStatus> {
+        let Some(s) = self.sessions.get(&hdr.session_id) else {
+            if hdr.command == Command::ECHO && hdr.session_id == 0 {
+                return Ok(None);
+            }
+            return Err(NtStatus::USER_SESSION_DELETED);
+        };
+        if !s.valid {
+            return Err(NtStatus::USER_SESSION_DELETED);
+        }
+        let signed = hdr.flags.is_signed();
+        let key = s.keys.as_ref().map(|k| k.signing.clone());
+        if encrypted_by.is_some() {
+            if encrypted_by != Some(hdr.session_id) {
+                return Err(NtStatus::ACCESS_DENIED);
+            }
+            return Ok(None);
+        }
+        if s.encrypt {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        match (&key, signed) {
+            (Some(k), true) => {
+                if !k.verify(msg) {
+                    return Err(NtStatus::ACCESS_DENIED);
+                }
+                Ok(key)
+            }
+            (Some(_), false) if s.signing_required => Err(NtStatus::ACCESS_DENIED),
+            (Some(_), false) => Ok(None),
+            (None, _) => Ok(None),
+        }
+    }
+
+    /// Resolves the FileId of a command (3.3.5.2.7.2 for related ones) and
+    /// plans it; in a related chain whose CREATE failed, the command gets
+    /// the same error.
+    fn with_target(
+        &mut self,
+        fp: &mut FramePlan,
+        chain: &mut Chain,
+        hdr: &Header,
+        related: bool,
+        file_id: FileId,
+        f: impl FnOnce(&mut Self, &mut FramePlan, Target) -> Plan,
+    ) -> Plan {
+        let target = if file_id == FileId::RELATED {
+            if !related {
+                return done(NtStatus::INVALID_PARAMETER);
+            }
+            match (chain.file, chain.error) {
+                (_, Some(e)) => return done(e),
+                (Some(t), None) => t,
+                (None, None) => return done(NtStatus::INVALID_PARAMETER),
+            }
+        } else {
+            match self.opens.get(&file_id.volatile) {
+                Some(o)
+                    if file_id.persistent == file_id.volatile
+                        && o.session_id == hdr.session_id
+                        && Some(o.tree_id) == hdr.tree_id() =>
+                {
+                    Target::Table(file_id.volatile)
+                }
+                _ => {
+                    if related {
+                        chain.error.get_or_insert(NtStatus::FILE_CLOSED);
+                    }
+                    return done(NtStatus::FILE_CLOSED);
+                }
+            }
+        };
+        if related || chain.file.is_none() {
+            chain.file = Some(target);
+        }
+        f(self, fp, target)
+    }
+
+    /// The session, tree and credentials of a file-system command.
+    pub(super) fn tree_of(&self, hdr: &Header) -> Result<(&Session, &Tree), NtStatus> {
+        let s = self
+            .sessions
+            .get(&hdr.session_id)
+            .ok_or(NtStatus::USER_SESSION_DELETED)?;
+        let t = hdr
+            .tree_id()
+            .and_then(|t| s.trees.get(&t))
+            .ok_or(NtStatus::NETWORK_NAME_DELETED)?;
+        Ok((s, t))
+    }
+
+    pub(super) fn new_file_id(&mut self) -> u64 {
+        let id = self.next_file_id;
+        self.next_file_id += 1;
+        id
+    }
+
+    // ---- NEGOTIATE -----------------------------------------------------
+
+    fn negotiate_response<'a>(
+        &mut self,
+        chosen: u16,
+        hint: &'a [u8],
+        contexts: Vec<NegotiateContext<'a>>,
+        now_ns: i64,
+    ) -> NegotiateResponse<'a> {
+        let mut caps = 0;
+        if chosen != dialect::SMB2_0_2 {
+            caps |= capabilities::LARGE_MTU;
+        }
+        let small = chosen == dialect::SMB2_0_2;
+        let cap = |v: u32| if small { v.min(65536) } else { v };
+        NegotiateResponse {
+            security_mode: security_mode::SIGNING_ENABLED
+                | if self.cfg.require_signing {
+                    security_mode::SIGNING_REQUIRED
+                } else {
+                    0
+                },
+            dialect_revision: chosen,
+            server_guid: self.cfg.server_guid,
+            capabilities: caps,
+            max_transact_size: cap(self.cfg.max_transact_size),
+            max_read_size: cap(self.cfg.max_read_size),
+            max_write_size: cap(self.cfg.max_write_size),
+            system_time: to_filetime(now_ns),
+            server_start_time: 0,
+            security_buffer: hint,
+            negotiate_contexts: contexts,
+        }
+    }
+
+    fn negotiate(&mut self, msg: &[u8], now_ns: i64) -> Plan {
+        if self.negotiated.is_some() {
+            // 3.3.5.3: a second NEGOTIATE ends the connection.
+            self.closed = true;
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let req = match NegotiateRequest::decode(msg) {
+            Ok(r) => r,
+            Err(e) => return done(e.status()),
+        };
+        let Some(&chosen) = req
+            .dialects
+            .iter()
+            .filter(|d| self.cfg.dialects.contains(d) && **d != dialect::SMB2_WILDCARD)
+            .max()
+        else {
+            return done(NtStatus::NOT_SUPPORTED);
+        };
+        let salt: [u8; 32] = self.rng.bytes();
+        let mut contexts = Vec::new();
+        let mut cipher = None;
+        let mut cmac = true;
+        if chosen == dialect::SMB3_1_1 {
+            let mut preauth_ok = false;
+            let mut signing_offer: Option<Vec<u16>> = None;
+            for c in &req.negotiate_contexts {
+                match c {
+                    NegotiateContext::PreauthIntegrity {
+                        hash_algorithms, ..
+                    } => {
+                        preauth_ok = hash_algorithms.contains(&algorithm::SHA_512);
+                        if !preauth_ok {
+                            return done(extra_status::NO_PREAUTH_INTEGRITY_HASH_OVERLAP);
+                        }
+                    }
+                    NegotiateContext::Encryption { ciphers } => {
+                        cipher = [
+                            algorithm::AES_128_GCM,
+                            algorithm::AES_128_CCM,
+                            algorithm::AES_256_GCM,
+                            algorithm::AES_256_CCM,
+                        ]
+                        .into_iter()
+                        .find(|c| ciphers.contains(c));
+                    }
+                    NegotiateContext::Signing { algorithms } => {
+                        signing_offer = Some(algorithms.clone())
+                    }
+                    _ => {}
+                }
+            }
+            if !preauth_ok {
+                return done(NtStatus::INVALID_PARAMETER);
+            }
+            contexts.push(NegotiateContext::PreauthIntegrity {
+                hash_algorithms: vec![algorithm::SHA_512],
+                salt: &[],
+            });
+            if req
+                .negotiate_contexts
+                .iter()
+                .any(|c| matches!(c, NegotiateContext::Encryption { .. }))
+            {
+                contexts.push(NegotiateContext::Encryption {
+                    ciphers: vec![cipher.unwrap_or(0)],
+                });
+            }
+            if let Some(algs) = signing_offer {
+                let pick = if algs.contains(&algorithm::AES_CMAC) {
+                    algorithm::AES_CMAC
+                } else {
+                    cmac = false;
+                    algorithm::HMAC_SHA256
+                };
+                contexts.push(NegotiateContext::Signing {
+                    algorithms: vec![pick],
+                });
+            }
+        } else if chosen >= dialect::SMB3_0 && req.capabilities & capabilities::ENCRYPTION != 0 {
+            cipher = Some(algorithm::AES_128_CCM);
+        }
+        let hint = spnego::server_hint();
+        // The salt must live as long as the response: encode right here.
+        let mut resp = self.negotiate_response(chosen, &hint, Vec::new(), now_ns);
+        let salted: Vec<NegotiateContext<'_>> = contexts
+            .into_iter()
+            .map(|c| match c {
+                NegotiateContext::PreauthIntegrity {
+                    hash_algorithms, ..
+                } => NegotiateContext::PreauthIntegrity {
+                    hash_algorithms,
+                    salt: &salt,
+                },
+                c => c,
+            })
+            .collect();
+        resp.negotiate_contexts = salted;
+        if chosen >= dialect::SMB3_0 && chosen != dialect::SMB3_1_1 && cipher.is_some() {
+            resp.capabilities |= capabilities::ENCRYPTION;
+        }
+        let body = body_of(&Response::Negotiate(resp.clone()));
+        self.negotiated = Some(Negotiated {
+            dialect: chosen,
+            client_guid: req.client_guid,
+            client_caps: req.capabilities,
+            client_security_mode: req.security_mode,
+            server_caps: resp.capabilities,
+            server_security_mode: resp.security_mode,
+            cipher,
+            cmac,
+        });
+        if chosen == dialect::SMB3_1_1 {
+            self.preauth = preauth_update(&[0; 64], msg);
+        }
+        Plan::Done {
+            status: NtStatus::SUCCESS,
+            body,
+        }
+    }
+
+    // ---- SESSION_SETUP -------------------------------------------------
+
+    fn session_setup(
+        &mut self,
+        hdr: &Header,
+        msg: &[u8],
+        req: &SessionSetupRequest<'_>,
+        dir: &dyn Directory,
+    ) -> (Plan, Option<SigningKey>) {
+        self.last_new_session = 0;
+        if req.flags & SessionSetupRequest::BINDING != 0 {
+            return (done(NtStatus::REQUEST_NOT_ACCEPTED), None);
+        }
+        let Some(neg) = self.negotiated.clone() else {
+            return (done(NtStatus::INVALID_PARAMETER), None);
+        };
+        let sid = if hdr.session_id == 0 {
+            if self.sessions.len() >= self.cfg.max_sessions {
+                return (done(NtStatus::REQUEST_NOT_ACCEPTED), None);
+            }
+            let mut id = self.rng.u64() & 0x0000_FFFF_FFFF_FFFF;
+            while id == 0 || self.sessions.contains_key(&id) {
+                id = self.rng.u64() & 0x0000_FFFF_FFFF_FFFF;
+            }
+            self.sessions.insert(
+                id,
+                Session {
+                    valid: false,
+                    auth: AuthState::None,
+                    preauth: self.preauth,
+                    cred: Credentials::user(self.cfg.guest_uid, self.cfg.guest_gid),
+                    guest: false,
+                    keys: None,
+                    signing_required: false,
+                    encrypt: false,
+                    trees: HashMap::new(),
+                },
+            );
+            self.last_new_session = id;
+            id
+        } else {
+            match self.sessions.get_mut(&hdr.session_id) {
+                Some(s) => {
+                    if s.valid && matches!(s.auth, AuthState::None) {
+                        // Re-authentication starts a fresh preauth chain.
+                        s.preauth = self.preauth;
+                    }
+                    hdr.session_id
+                }
+                None => return (done(NtStatus::USER_SESSION_DELETED), None),
+            }
+        };
+        let is_311 = neg.dialect == dialect::SMB3_1_1;
+        let fail = |me: &mut Self, status: NtStatus| {
+            if me.sessions.get(&sid).is_some_and(|s| !s.valid) {
+                me.sessions.remove(&sid);
+            }
+            (done(status), None)
+        };
+        let token = match spnego::parse_client_token(req.security_buffer) {
+            Ok(t) => t,
+            Err(_) => return fail(self, NtStatus::LOGON_FAILURE),
+        };
+        let (ntlm_msg, spnego_used, mech_list, client_mic) = match token {
+            ClientToken::Raw(m) => (m, false, Vec::new(), None),
+            ClientToken::Init {
+                mech_list,
+                ntlm_offered: true,
+                mech_token: Some(m),
+            } => (m, true, mech_list.to_vec(), None),
+            ClientToken::Init { .. } => return fail(self, NtStatus::NOT_SUPPORTED),
+            ClientToken::Resp {
+                response_token: Some(m),
+                mech_list_mic,
+            } => (m, true, Vec::new(), mech_list_mic),
+            ClientToken::Resp {
+                response_token: None,
+                ..
+            } => return fail(self, NtStatus::LOGON_FAILURE),
+        };
+        if is_311 {
+            if let Some(s) = self.sessions.get_mut(&sid) {
+                s.preauth = preauth_update(&s.preauth, msg);
+            }
+        }
+        let kind = ntlm_msg
+            .get(8..12)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        match kind {
+            Some(1) => {
+                let mut ctx = ServerContext::new(self.rng.bytes());
+                let chal =
+                    match ctx.challenge(ntlm_msg, &self.cfg.domain, &self.cfg.server_name, None) {
+                        Ok(c) => c,
+                        Err(_) => return fail(self, NtStatus::INVALID_PARAMETER),
+                    };
+                let Some(s) = self.sessions.get_mut(&sid) else {
+                    return fail(self, NtStatus::USER_SESSION_DELETED);
+                };
+                s.auth = AuthState::Ntlm {
+                    ctx,
+                    spnego: spnego_used,
+                    mech_list,
+                };
+                let out = if spnego_used {
+                    spnego::server_response(NegState::AcceptIncomplete, true, Some(&chal), None)
+                } else {
+                    chal
+                };
+                let body = body_of(&Response::SessionSetup(SessionSetupResponse {
+                    session_flags: 0,
+                    security_buffer: &out,
+                }));
+                (
+                    Plan::Done {
+                        status: NtStatus::MORE_PROCESSING_REQUIRED,
+                        body,
+                    },
+                    None,
+                )
+            }
+            Some(3) => {
+                let Some(s) = self.sessions.get_mut(&sid) else {
+                    return fail(self, NtStatus::USER_SESSION_DELETED);
+                };
+                let AuthState::Ntlm {
+                    mut ctx,
+                    spnego: sp,
+                    mech_list,
+                } = std::mem::replace(&mut s.auth, AuthState::None)
+                else {
+                    return fail(self, NtStatus::INVALID_PARAMETER);
+                };
+                let lookup = |u: &str| dir.user(u).filter(|e| e.enabled).map(|e| e.nt_hash);
+                let who = match ctx.authenticate(ntlm_msg, &lookup) {
+                    Ok(w) => w,
+                    Err(NtlmError::Malformed(_)) => return fail(self, NtStatus::INVALID_PARAMETER),
+                    Err(_) => return fail(self, NtStatus::LOGON_FAILURE),
+                };
+                let mut flags = 0u16;
+                let (cred, guest, keys) = if who.anonymous {
+                    if !dir.shares().iter().any(|s| s.guest_ok) {
+                        return fail(self, NtStatus::LOGON_FAILURE);
+                    }
+                    flags |= SessionSetupResponse::IS_NULL;
+                    (
+                        Credentials::user(self.cfg.guest_uid, self.cfg.guest_gid),
+                        true,
+                        None,
+                    )
+                } else {
+                    let Some(u) = dir.user(&who.user).filter(|u| u.enabled) else {
+                        return fail(self, NtStatus::LOGON_FAILURE);
+                    };
+                    let preauth = s.preauth;
+                    let keys = derive_keys(
+                        neg.dialect,
+                        &who.session_key,
+                        neg.cipher,
+                        &preauth,
+                        neg.cmac,
+                    );
+                    (Credentials::user(u.uid, u.gid), false, Some(keys))
+                };
+                let signing_required = keys.is_some()
+                    && (self.cfg.require_signing
+                        || req.security_mode & security_mode::SIGNING_REQUIRED as u8 != 0);
+                let encrypt =
+                    keys.as_ref().is_some_and(|k| k.encrypt.is_some()) && self.cfg.encrypt;
+                if encrypt {
+                    flags |= SessionSetupResponse::ENCRYPT_DATA;
+                }
+                let mic = match (sp, client_mic, &keys) {
+                    (true, Some(_), Some(_)) if !mech_list.is_empty() => Some(ntlm::sign(
+                        &who.session_key,
+                        who.flags,
+                        ntlm::Direction::ServerToClient,
+                        0,
+                        &mech_list,
+                    )),
+                    _ => None,
+                };
+                let out = if sp {
+                    spnego::server_response(
+                        NegState::AcceptCompleted,
+                        false,
+                        None,
+                        mic.as_ref().map(|m| &m[..]),
+                    )
+                } else {
+                    Vec::new()
+                };
+                let Some(s) = self.sessions.get_mut(&sid) else {
+                    return fail(self, NtStatus::USER_SESSION_DELETED);
+                };
+                s.valid = true;
+                s.cred = cred;
+                s.guest = guest;
+                s.signing_required = signing_required;
+                s.encrypt = encrypt;
+                let sign = keys.as_ref().and_then(|k| {
+                    (neg.dialect >= dialect::SMB3_0 || signing_required).then(|| k.signing.clone())
+                });
+                s.keys = keys;
+                let body = body_of(&Response::SessionSetup(SessionSetupResponse {
+                    session_flags: flags,
+                    security_buffer: &out,
+                }));
+                (
+                    Plan::Done {
+                        status: NtStatus::SUCCESS,
+                        body,
+                    },
+                    sign,
+                )
+            }
+            _ => fail(self, NtStatus::INVALID_PARAMETER),
+        }
+    }
+
+    // ---- LOGOFF, TREE_CONNECT, TREE_DISCONNECT -------------------------
+
+    /// Drops the opens of a session (or of one of its trees), removing the
+    /// delete-on-close ones in the frame's batch.
+    fn drop_opens(&mut self, fp: &mut FramePlan, session_id: u64, tree: Option<u32>) {
+        let ids: Vec<u64> = self
+            .opens
+            .iter()
+            .filter(|(_, o)| o.session_id == session_id && tree.iter().all(|t| o.tree_id == *t))
+            .map(|(id, _)| *id)
+            .collect();
+        let cred = self.sessions.get(&session_id).map(|s| s.cred.clone());
+        for id in ids {
+            let Some(o) = self.opens.remove(&id) else {
+                continue;
+            };
+            self.locks.retain(|l| l.file != id);
+            if o.delete_on_close
+                && !o.name.is_empty()
+                && !self.opens.values().any(|x| x.node == o.node)
+            {
+                if let Some(c) = &cred {
+                    if fp.batch_for(session_id, c, false).is_some() {
+                        fp.push(Op::Remove {
+                            dir: ObjRef::Id(o.parent),
+                            name: o.name.clone(),
+                            dir_only: Some(o.is_dir),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn logoff(&mut self, fp: &mut FramePlan, session_id: u64) -> Plan {
+        self.drop_opens(fp, session_id, None);
+        self.sessions.remove(&session_id);
+        ok(Response::Logoff(Default::default()))
+    }
+
+    fn tree_connect(
+        &mut self,
+        session_id: u64,
+        req: &TreeConnectRequest<'_>,
+        dir: &dyn Directory,
+    ) -> Plan {
+        self.last_new_tree = 0;
+        let path = req.path.to_string_lossy();
+        let name = path
+            .trim_start_matches('\\')
+            .split('\\')
+            .nth(1)
+            .unwrap_or("")
+            .to_string();
+        let Some(neg) = self.negotiated.clone() else {
+            return done(NtStatus::INVALID_PARAMETER);
+        };
+        let Some(s) = self.sessions.get(&session_id) else {
+            return done(NtStatus::USER_SESSION_DELETED);
+        };
+        if s.trees.len() >= self.cfg.max_trees_per_session {
+            return done(NtStatus::INSUFFICIENT_RESOURCES);
+        }
+        let ipc = name.eq_ignore_ascii_case("IPC$");
+        let share = if ipc {
+            ShareEntry {
+                name: "IPC$".into(),
+                root: 0,
+                read_only: true,
+                guest_ok: true,
+                encrypt: false,
+            }
+        } else {
+            match dir.share(&name) {
+                Some(sh) => sh,
+                None => return done(NtStatus::BAD_NETWORK_NAME),
+            }
+        };
+        if s.guest && !share.guest_ok {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        let mut share_flags = 0u32;
+        if share.encrypt && !ipc {
+            let can = neg.dialect >= dialect::SMB3_0
+                && s.keys.as_ref().is_some_and(|k| k.encrypt.is_some());
+            if !can {
+                return done(NtStatus::ACCESS_DENIED);
+            }
+            share_flags |= 0x0000_8000; // SMB2_SHAREFLAG_ENCRYPT_DATA
+        }
+        let maximal_access = if share.read_only {
+            access::FILE_GENERIC_READ | access::FILE_GENERIC_EXECUTE
+        } else {
+            access::FILE_ALL_ACCESS
+        };
+        let tid = self.next_tree_id;
+        self.next_tree_id = self.next_tree_id.wrapping_add(1).max(1);
+        let encrypt_share = share.encrypt && !ipc;
+        let Some(s) = self.sessions.get_mut(&session_id) else {
+            return done(NtStatus::USER_SESSION_DELETED);
+        };
+        if encrypt_share {
+            s.encrypt = true;
+        }
+        s.trees.insert(tid, Tree { share, ipc });
+        self.last_new_tree = tid;
+        ok(Response::TreeConnect(TreeConnectResponse {
+            share_type: if ipc {
+                TreeConnectResponse::SHARE_TYPE_PIPE
+            } else {
+                TreeConnectResponse::SHARE_TYPE_DISK
+            },
+            share_flags,
+            capabilities: 0,
+            maximal_access,
+        }))
+    }
+
+    fn tree_disconnect(&mut self, fp: &mut FramePlan, hdr: &Header) -> Plan {
+        let Some(tid) = hdr.tree_id() else {
+            return done(NtStatus::INVALID_PARAMETER);
+        };
+        if !self
+            .sessions
+            .get(&hdr.session_id)
+            .is_some_and(|s| s.trees.contains_key(&tid))
+        {
+            return done(NtStatus::NETWORK_NAME_DELETED);
+        }
+        self.drop_opens(fp, hdr.session_id, Some(tid));
+        if let Some(s) = self.sessions.get_mut(&hdr.session_id) {
+            s.trees.remove(&tid);
+        }
+        ok(Response::TreeDisconnect(Default::default()))
+    }
+
+    // ---- LOCK ----------------------------------------------------------
+
+    /// Applies the elements of a LOCK request to the table (all or none).
+    pub(super) fn apply_locks(&mut self, file: u64, elements: &[LockElement]) -> NtStatus {
+        let Some(node) = self.opens.get(&file).map(|o| o.node) else {
+            return NtStatus::FILE_CLOSED;
+        };
+        let unlock = elements[0].flags == LockElement::UNLOCK;
+        if unlock {
+            let mut keep = self.locks.clone();
+            for e in elements {
+                if e.flags != LockElement::UNLOCK {
+                    return NtStatus::INVALID_PARAMETER;
+                }
+                match keep
+                    .iter()
+                    .position(|l| l.file == file && l.offset == e.offset && l.length == e.length)
+                {
+                    Some(i) => {
+                        keep.remove(i);
+                    }
+                    None => return NtStatus::RANGE_NOT_LOCKED,
+                }
+            }
+            self.locks = keep;
+            return NtStatus::SUCCESS;
+        }
+        let mut added = Vec::new();
+        for e in elements {
+            let exclusive = match e.flags & !LockElement::FAIL_IMMEDIATELY {
+                LockElement::SHARED_LOCK => false,
+                LockElement::EXCLUSIVE_LOCK => true,
+                _ => return NtStatus::INVALID_PARAMETER,
+            };
+            if e.length > 0 && e.offset.checked_add(e.length - 1).is_none() {
+                return NtStatus::INVALID_LOCK_SEQUENCE;
+            }
+            let conflict = self.locks.iter().chain(added.iter()).any(|l: &ByteLock| {
+                l.node == node && l.overlaps(e.offset, e.length) && (l.exclusive || exclusive)
+            });
+            if conflict {
+                return NtStatus::LOCK_NOT_GRANTED;
+            }
+            added.push(ByteLock {
+                file,
+                node,
+                offset: e.offset,
+                length: e.length,
+                exclusive,
+            });
+        }
+        if self.locks.len() + added.len() > self.cfg.max_locks {
+            return NtStatus::INSUFFICIENT_RESOURCES;
+        }
+        self.locks.extend(added);
+        NtStatus::SUCCESS
+    }
+
+    /// Whether another open's lock forbids this access.
+    pub(super) fn lock_conflict(
+        &self,
+        file: u64,
+        node: NodeId,
+        offset: u64,
+        length: u64,
+        write: bool,
+    ) -> bool {
+        self.locks.iter().any(|l| {
+            l.node == node && l.file != file && l.overlaps(offset, length) && (l.exclusive || write)
+        })
+    }
+
+    fn plan_lock(&mut self, _fp: &mut FramePlan, t: Target, req: &LockRequest<'_>) -> Plan {
+        let elements: Vec<LockElement> = req.locks().collect();
+        if elements.is_empty() {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        match t {
+            Target::Table(id) => match self.apply_locks(id, &elements) {
+                NtStatus::SUCCESS => ok(Response::Lock(LockResponse)),
+                s => done(s),
+            },
+            Target::Pending(_) => Plan::Fs(FsPlan::Lock {
+                target: t,
+                elements,
+            }),
+        }
+    }
+
+    // ---- IOCTL ---------------------------------------------------------
+
+    fn ioctl(&mut self, hdr: &Header, req: &IoctlRequest<'_>) -> Plan {
+        if req.flags & IoctlRequest::IS_FSCTL == 0 {
+            return done(NtStatus::NOT_SUPPORTED);
+        }
+        if req.max_output_response > self.cfg.max_transact_size {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let reply = |output: &[u8]| {
+            ok(Response::Ioctl(IoctlResponse {
+                ctl_code: req.ctl_code,
+                file_id: req.file_id,
+                input: &[],
+                output,
+                flags: 0,
+            }))
+        };
+        match req.ctl_code {
+            ctl_code::FSCTL_VALIDATE_NEGOTIATE_INFO => {
+                let Some(n) = self.negotiated.clone() else {
+                    return done(NtStatus::INVALID_PARAMETER);
+                };
+                if n.dialect == dialect::SMB3_1_1 {
+                    // 3.1.1 protects the negotiation with the preauth hash;
+                    // a client must not send this (3.3.5.15.12).
+                    self.closed = true;
+                    return done(NtStatus::ACCESS_DENIED);
+                }
+                let Ok(v) = ValidateNegotiateInfoRequest::decode(req.input) else {
+                    return done(NtStatus::INVALID_PARAMETER);
+                };
+                let chosen_ok = v
+                    .dialects
+                    .iter()
+                    .filter(|d| self.cfg.dialects.contains(d))
+                    .max()
+                    == Some(&n.dialect);
+                if v.guid != n.client_guid
+                    || v.security_mode != n.client_security_mode
+                    || v.capabilities != n.client_caps
+                    || !chosen_ok
+                {
+                    self.closed = true;
+                    return done(NtStatus::ACCESS_DENIED);
+                }
+                if (req.max_output_response as usize) < ValidateNegotiateInfoResponse::SIZE {
+                    return done(NtStatus::INVALID_PARAMETER);
+                }
+                let mut out = Vec::new();
+                ValidateNegotiateInfoResponse {
+                    capabilities: n.server_caps,
+                    guid: self.cfg.server_guid,
+                    security_mode: n.server_security_mode,
+                    dialect: n.dialect,
+                }
+                .encode(&mut out);
+                reply(&out)
+            }
+            ctl_code::FSCTL_QUERY_NETWORK_INTERFACE_INFO => match self.cfg.interface {
+                Some(address) => {
+                    let mut out = Vec::new();
+                    NetworkInterfaceInfo::encode_list(
+                        &[NetworkInterfaceInfo {
+                            if_index: 1,
+                            capability: NetworkInterfaceInfo::RSS_CAPABLE,
+                            link_speed: self.cfg.link_speed,
+                            address,
+                        }],
+                        &mut out,
+                    );
+                    if out.len() > req.max_output_response as usize {
+                        return done(NtStatus::BUFFER_TOO_SMALL);
+                    }
+                    reply(&out)
+                }
+                None => done(NtStatus::NOT_SUPPORTED),
+            },
+            ctl_code::FSCTL_DFS_GET_REFERRALS | ctl_code::FSCTL_DFS_GET_REFERRALS_EX => {
+                done(extra_status::FS_DRIVER_REQUIRED)
+            }
+            ctl_code::FSCTL_PIPE_TRANSCEIVE
+            | ctl_code::FSCTL_PIPE_PEEK
+            | ctl_code::FSCTL_PIPE_WAIT => {
+                let _ = hdr;
+                done(NtStatus::NOT_SUPPORTED)
+            }
+            _ => done(NtStatus::INVALID_DEVICE_REQUEST),
+        }
+    }
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("dialect", &self.dialect())
+            .field("sessions", &self.sessions.len())
+            .field("opens", &self.opens.len())
+            .field("pending", &self.pending.len())
+            .finish()
+    }
+}
+
+/// A UTF-16 string of the wire as Rust text (lossy).
+pub(super) fn text(u: &Utf16<'_>) -> String {
+    u.to_string_lossy()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credits_track_the_window() {
+        let mut c = Credits {
+            low: 0,
+            high: 1,
+            used: BTreeSet::new(),
+        };
+        assert!(c.consume(0, 1));
+        assert!(!c.consume(0, 1), "reuse");
+        assert!(!c.consume(1, 1), "not granted yet");
+        assert_eq!(c.grant(10, 8), 8);
+        assert!(c.consume(5, 2));
+        assert!(c.consume(1, 1));
+        assert!(!c.consume(6, 1));
+        assert!(!c.consume(9, 1), "beyond the window");
+        assert_eq!(c.low, 2);
+        assert!(c.outstanding() <= 8);
+        let before = c.outstanding() as u16;
+        assert_eq!(c.grant(100, 8), 8 - before);
+        assert!(!c.consume(u64::MAX, 2));
+    }
+}

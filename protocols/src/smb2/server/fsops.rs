@@ -1,0 +1,1792 @@
+//! File-system commands: each is *planned* into the frame's one batch (its
+//! operations appended, referring to the objects of earlier ones with
+//! `ObjRef::Result`), and *completed* from the batch's per-operation
+//! results into its response.
+
+use std::collections::HashMap;
+
+use duet_fs::{
+    check_name, dos, Attrs, CreateKind, FileType, FsError, IfExists, NodeId, ObjRef, Op, OpOutput,
+    OpResult, SetAttrs, SetTime, WriteData,
+};
+
+use super::conn::{done, error_body, ok, text, Connection, FramePlan, Open, Plan, Target};
+use super::info::{
+    access, extra_status, from_filetime, fs_status, has_wildcards, maximal_access, pattern_match,
+    security_descriptor, to_filetime,
+};
+use crate::smb2::close::{CloseRequest, CloseResponse};
+use crate::smb2::create::{
+    create_action, create_disposition as disp, create_options as opt, CreateRequest, CreateResponse,
+};
+use crate::smb2::create_context::CreateContextRequest;
+use crate::smb2::create_context::CreateContextResponse;
+use crate::smb2::cursor::Utf16;
+use crate::smb2::fscc::{
+    self, fs_info_class, info_class, ChainWriter, DirectoryEntry, DirectoryInfoClass,
+};
+use crate::smb2::header::Header;
+use crate::smb2::lock::{LockElement, LockResponse};
+use crate::smb2::message::Response;
+use crate::smb2::query_directory::{OutputBufferResponse, QueryDirectoryRequest};
+use crate::smb2::query_info::{info_type, QueryInfoRequest};
+use crate::smb2::read::{ReadRequest, ReadResponse};
+use crate::smb2::set_info::{SetInfoRequest, SetInfoResponse};
+use crate::smb2::status::NtStatus;
+use crate::smb2::write::{WriteRequest, WriteResponse};
+use crate::smb2::FileId;
+
+/// duet's limit on path components in one name (Invariant 5).
+pub const MAX_PATH_COMPONENTS: usize = 64;
+
+/// Enumeration state of a directory open (MS-SMB2 3.3.1.10
+/// EnumerationLocation / SearchPattern).
+#[derive(Debug, Clone, Default)]
+pub struct DirState {
+    pub pattern: String,
+    /// The last name returned (or skipped): the next ReadDir starts after it.
+    pub last: Option<String>,
+    /// How many of "." and ".." were returned (or skipped).
+    pub dots: u8,
+    pub started: bool,
+    pub eof: bool,
+}
+
+/// The open a CREATE of this frame will make, as later commands of the
+/// same related chain see it while planning.
+#[derive(Debug, Clone)]
+pub struct PendingOpen {
+    pub obj: ObjRef,
+    pub parent: ObjRef,
+    pub name: String,
+    pub granted: u32,
+    pub is_dir: Option<bool>,
+    pub delete_on_close: bool,
+}
+
+/// A CREATE waiting for its operations.
+#[derive(Debug)]
+pub struct CreatePlan {
+    first_op: usize,
+    final_op: usize,
+    open_op: Option<usize>,
+    disposition: u32,
+    options: u32,
+    desired: u32,
+    mxac: bool,
+    qfid: bool,
+    root: NodeId,
+    read_only: bool,
+    session_id: u64,
+    tree_id: u32,
+    name: String,
+    path: String,
+}
+
+#[derive(Debug)]
+pub enum SetKind {
+    /// One SetAttr (or nothing).
+    Plain,
+    Disposition {
+        check_op: Option<usize>,
+    },
+    Rename {
+        first_lookup: usize,
+        dst_op: usize,
+        name: String,
+        path: String,
+        root: NodeId,
+    },
+    Link {
+        first_lookup: usize,
+        link_op: usize,
+    },
+    Position(u64),
+}
+
+/// A file-system command waiting for the batch.
+#[derive(Debug)]
+pub enum FsPlan {
+    Create(Box<CreatePlan>),
+    Close {
+        target: Target,
+        closed: Option<Box<Open>>,
+        close_op: Option<usize>,
+        postquery: bool,
+    },
+    Flush {
+        target: Target,
+    },
+    Read {
+        target: Target,
+        op: usize,
+        min_count: u32,
+        len: u32,
+    },
+    Write {
+        target: Target,
+        op: usize,
+    },
+    QueryInfo {
+        target: Target,
+        op: Option<usize>,
+        info_type: u8,
+        class: u8,
+        out_len: u32,
+        addl: u32,
+        root: NodeId,
+        share: String,
+    },
+    SetInfo {
+        target: Target,
+        op: Option<usize>,
+        kind: SetKind,
+    },
+    QueryDir {
+        target: Target,
+        op: usize,
+        class: DirectoryInfoClass,
+        out_len: u32,
+        single: bool,
+        state: DirState,
+        dots: bool,
+        exact: bool,
+    },
+    Lock {
+        target: Target,
+        elements: Vec<LockElement>,
+    },
+}
+
+/// What planning needs to know of the target open.
+struct View {
+    obj: ObjRef,
+    parent: ObjRef,
+    name: String,
+    file: Option<u64>,
+    node: Option<NodeId>,
+    is_dir: Option<bool>,
+    granted: u32,
+    delete_on_close: bool,
+}
+
+fn first_error(results: &[OpResult], range: std::ops::Range<usize>) -> Option<(usize, FsError)> {
+    range.into_iter().find_map(|i| match results.get(i) {
+        Some(Ok(_)) => None,
+        Some(Err(e)) => Some((i, *e)),
+        None => Some((i, FsError::Io)),
+    })
+}
+
+fn result_attrs(results: &[OpResult], i: usize) -> Result<&Attrs, FsError> {
+    match results.get(i) {
+        Some(Ok(o)) => o.attrs().ok_or(FsError::Io),
+        Some(Err(e)) => Err(*e),
+        None => Err(FsError::Io),
+    }
+}
+
+/// Splits a share-relative path into checked components.
+fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
+    let mut name = name.trim_start_matches('\\');
+    if let Some(s) = name.strip_suffix("::$DATA") {
+        name = s;
+    }
+    let name = name.strip_suffix('\\').unwrap_or(name);
+    if name.is_empty() {
+        return Ok(Vec::new());
+    }
+    let comps: Vec<String> = name.split('\\').map(str::to_string).collect();
+    if comps.len() > MAX_PATH_COMPONENTS {
+        return Err(NtStatus::OBJECT_NAME_INVALID);
+    }
+    for c in &comps {
+        if c.contains([':', '*', '?', '<', '>', '"', '|']) || check_name(c).is_err() {
+            return Err(NtStatus::OBJECT_NAME_INVALID);
+        }
+    }
+    Ok(comps)
+}
+
+fn file_entry(attrs: &Attrs) -> DirectoryEntry<'static> {
+    DirectoryEntry {
+        file_index: 0,
+        creation_time: to_filetime(attrs.btime),
+        last_access_time: to_filetime(attrs.atime),
+        last_write_time: to_filetime(attrs.mtime),
+        change_time: to_filetime(attrs.ctime),
+        end_of_file: attrs.size,
+        allocation_size: attrs.alloc_size,
+        file_attributes: attrs.smb_attributes(),
+        ea_size: 0,
+        short_name: Utf16::EMPTY,
+        file_id: attrs.id,
+        file_name: Utf16::EMPTY,
+    }
+}
+
+/// A SET_INFO time: 0 leaves it alone, -1 and -2 (stop / resume automatic
+/// updates) too.
+fn set_time(ft: u64) -> Option<i64> {
+    match ft {
+        0 | u64::MAX | 0xFFFF_FFFF_FFFF_FFFE => None,
+        t => Some(from_filetime(t)),
+    }
+}
+
+impl Connection {
+    fn view(&self, fp: &FramePlan, t: Target) -> Option<View> {
+        match t {
+            Target::Table(id) => self.opens.get(&id).map(|o| View {
+                obj: ObjRef::Id(o.node),
+                parent: ObjRef::Id(o.parent),
+                name: o.name.clone(),
+                file: Some(id),
+                node: Some(o.node),
+                is_dir: Some(o.is_dir),
+                granted: o.granted,
+                delete_on_close: o.delete_on_close,
+            }),
+            Target::Pending(slot) => fp.pending_opens.get(&slot).map(|p| View {
+                obj: p.obj,
+                parent: p.parent,
+                name: p.name.clone(),
+                file: None,
+                node: None,
+                is_dir: p.is_dir,
+                granted: p.granted,
+                delete_on_close: p.delete_on_close,
+            }),
+        }
+    }
+
+    /// Starts the batch for a command of `hdr`'s session and tree.
+    fn begin(&self, fp: &mut FramePlan, hdr: &Header) -> Result<(NodeId, bool, String), NtStatus> {
+        let (s, t) = self.tree_of(hdr)?;
+        if t.ipc {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        let (root, ro, name) = (t.share.root, t.share.read_only, t.share.name.clone());
+        let cred = s.cred.clone();
+        fp.batch_for(hdr.session_id, &cred, ro)
+            .ok_or(NtStatus::INVALID_PARAMETER)?;
+        Ok((root, ro, name))
+    }
+
+    /// Resolves a target at completion time to its open's volatile id.
+    fn resolve(
+        &self,
+        t: Target,
+        created: &HashMap<usize, Result<u64, NtStatus>>,
+    ) -> Result<u64, NtStatus> {
+        match t {
+            Target::Table(id) => {
+                if self.opens.contains_key(&id) {
+                    Ok(id)
+                } else {
+                    Err(NtStatus::FILE_CLOSED)
+                }
+            }
+            Target::Pending(slot) => match created.get(&slot) {
+                Some(Ok(id)) if self.opens.contains_key(id) => Ok(*id),
+                Some(Ok(_)) => Err(NtStatus::FILE_CLOSED),
+                Some(Err(e)) => Err(*e),
+                None => Err(NtStatus::INVALID_PARAMETER),
+            },
+        }
+    }
+
+    // ---- CREATE --------------------------------------------------------
+
+    pub(super) fn plan_create(
+        &mut self,
+        fp: &mut FramePlan,
+        chain: &mut super::conn::Chain,
+        slot: usize,
+        hdr: &Header,
+        req: &CreateRequest<'_>,
+    ) -> Plan {
+        let plan = match self.plan_create_inner(fp, slot, hdr, req) {
+            Ok(p) => p,
+            Err(status) => done(status),
+        };
+        match &plan {
+            Plan::Fs(_) => {
+                chain.file = Some(Target::Pending(slot));
+                chain.error = None;
+            }
+            Plan::Done { status, .. } => {
+                chain.file = None;
+                chain.error = Some(*status);
+            }
+        }
+        plan
+    }
+
+    fn plan_create_inner(
+        &mut self,
+        fp: &mut FramePlan,
+        slot: usize,
+        hdr: &Header,
+        req: &CreateRequest<'_>,
+    ) -> Result<Plan, NtStatus> {
+        let (s, t) = self.tree_of(hdr)?;
+        if t.ipc {
+            // No named pipes (srvsvc, wkssvc, lsarpc) yet.
+            return Err(NtStatus::OBJECT_NAME_NOT_FOUND);
+        }
+        let (root, ro) = (t.share.root, t.share.read_only);
+        let cred = s.cred.clone();
+        if self.opens.len() + fp.pending_opens.len() >= self.cfg.max_opens {
+            return Err(NtStatus::TOO_MANY_OPENED_FILES);
+        }
+        let o = req.create_options;
+        let d = req.create_disposition;
+        let desired = access::expand(req.desired_access);
+        if o & opt::DIRECTORY_FILE != 0 && o & opt::NON_DIRECTORY_FILE != 0 {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        if d > disp::OVERWRITE_IF {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        if o & opt::DIRECTORY_FILE != 0 && !matches!(d, disp::CREATE | disp::OPEN | disp::OPEN_IF) {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        if o & opt::DELETE_ON_CLOSE != 0
+            && desired & (access::DELETE | access::MAXIMUM_ALLOWED) == 0
+        {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        if o & opt::OPEN_BY_FILE_ID != 0 {
+            return Err(NtStatus::NOT_SUPPORTED);
+        }
+        if req.impersonation_level > 3 {
+            return Err(NtStatus::BAD_IMPERSONATION_LEVEL);
+        }
+        if desired & access::ACCESS_SYSTEM_SECURITY != 0 {
+            return Err(extra_status::PRIVILEGE_NOT_HELD);
+        }
+        let mut mxac = false;
+        let mut qfid = false;
+        let mut alloc = None;
+        for c in &req.create_contexts {
+            match c {
+                CreateContextRequest::QueryMaximalAccess { .. } => mxac = true,
+                CreateContextRequest::QueryOnDiskId => qfid = true,
+                CreateContextRequest::AllocationSize(n) => alloc = Some(*n),
+                CreateContextRequest::TimewarpToken(_) => {
+                    return Err(NtStatus::OBJECT_NAME_NOT_FOUND)
+                }
+                CreateContextRequest::DurableHandleReconnect { .. }
+                | CreateContextRequest::DurableHandleReconnectV2 { .. } => {
+                    return Err(NtStatus::OBJECT_NAME_NOT_FOUND)
+                }
+                CreateContextRequest::ExtendedAttributes(d) if !d.is_empty() => {
+                    return Err(NtStatus::EAS_NOT_SUPPORTED)
+                }
+                // Leases, durable handles, security descriptors, AAPL and
+                // the rest: not granted, so not answered.
+                _ => {}
+            }
+        }
+        let name = req
+            .name
+            .to_string_checked()
+            .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
+        let comps = split_path(&name)?;
+        let creates = matches!(
+            d,
+            disp::CREATE | disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF
+        );
+        if ro && (creates || o & opt::DELETE_ON_CLOSE != 0) {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        fp.batch_for(hdr.session_id, &cred, ro)
+            .ok_or(NtStatus::INVALID_PARAMETER)?;
+        let first_op = fp.batch.as_ref().map_or(0, |b| b.ops.len());
+        let mut dir = ObjRef::Id(root);
+        let (final_op, open_op, parent, leaf) = if comps.is_empty() {
+            match d {
+                disp::CREATE => return Err(NtStatus::OBJECT_NAME_COLLISION),
+                disp::OPEN | disp::OPEN_IF => {}
+                _ => return Err(NtStatus::ACCESS_DENIED),
+            }
+            let f = fp.push(Op::Lookup {
+                dir,
+                name: ".".into(),
+            });
+            (f, None, ObjRef::Id(root), String::new())
+        } else {
+            for c in &comps[..comps.len() - 1] {
+                dir = ObjRef::Result(fp.push(Op::Lookup {
+                    dir,
+                    name: c.clone(),
+                }));
+            }
+            let leaf = comps[comps.len() - 1].clone();
+            let settable = req.file_attributes & dos::SETTABLE;
+            let attrs = SetAttrs {
+                dos_attrs: (settable != 0).then_some(settable),
+                alloc_size: alloc,
+                ..Default::default()
+            };
+            let kind = if o & opt::DIRECTORY_FILE != 0 {
+                CreateKind::Directory
+            } else {
+                CreateKind::File
+            };
+            let create = |fp: &mut FramePlan, if_exists| {
+                fp.push(Op::Create {
+                    dir,
+                    name: leaf.clone(),
+                    kind: kind.clone(),
+                    attrs: attrs.clone(),
+                    if_exists,
+                })
+            };
+            let (f, open) = match d {
+                disp::OPEN => (
+                    fp.push(Op::Lookup {
+                        dir,
+                        name: leaf.clone(),
+                    }),
+                    None,
+                ),
+                disp::OPEN_IF if ro => (
+                    fp.push(Op::Lookup {
+                        dir,
+                        name: leaf.clone(),
+                    }),
+                    None,
+                ),
+                disp::CREATE => (create(fp, IfExists::Fail), None),
+                disp::OPEN_IF => (create(fp, IfExists::Open), None),
+                disp::OVERWRITE => {
+                    let f = fp.push(Op::Lookup {
+                        dir,
+                        name: leaf.clone(),
+                    });
+                    let open = fp.push(Op::Open {
+                        obj: ObjRef::Result(f),
+                        access: Default::default(),
+                        truncate: true,
+                    });
+                    (f, Some(open))
+                }
+                _ => (create(fp, IfExists::Truncate), None),
+            };
+            (f, open, dir, leaf)
+        };
+        let obj = ObjRef::Result(open_op.unwrap_or(final_op));
+        let granted = if desired & access::MAXIMUM_ALLOWED != 0 {
+            access::FILE_ALL_ACCESS
+        } else {
+            desired
+        };
+        let is_dir = if o & opt::DIRECTORY_FILE != 0 {
+            Some(true)
+        } else if o & opt::NON_DIRECTORY_FILE != 0 {
+            Some(false)
+        } else {
+            None
+        };
+        fp.pending_opens.insert(
+            slot,
+            PendingOpen {
+                obj,
+                parent,
+                name: leaf.clone(),
+                granted,
+                is_dir,
+                delete_on_close: o & opt::DELETE_ON_CLOSE != 0,
+            },
+        );
+        Ok(Plan::Fs(FsPlan::Create(Box::new(CreatePlan {
+            first_op,
+            final_op,
+            open_op,
+            disposition: d,
+            options: o,
+            desired: req.desired_access,
+            mxac,
+            qfid,
+            root,
+            read_only: ro,
+            session_id: hdr.session_id,
+            tree_id: hdr.tree_id().unwrap_or(0),
+            name: leaf,
+            path: comps.join("\\"),
+        }))))
+    }
+
+    fn complete_create(
+        &mut self,
+        fp: &FramePlan,
+        slot: usize,
+        cp: &CreatePlan,
+        results: &[OpResult],
+    ) -> Result<(NtStatus, Vec<u8>, u64), NtStatus> {
+        let last = cp.open_op.unwrap_or(cp.final_op);
+        if let Some((i, e)) = first_error(results, cp.first_op..last + 1) {
+            return Err(
+                if i < cp.final_op && matches!(e, FsError::NotFound | FsError::NotDir) {
+                    NtStatus::OBJECT_PATH_NOT_FOUND
+                } else {
+                    fs_status(e)
+                },
+            );
+        }
+        let (attrs, created) = match results.get(last) {
+            Some(Ok(OpOutput::Object { attrs, created, .. })) => (attrs.clone(), *created),
+            _ => return Err(NtStatus::INVALID_PARAMETER),
+        };
+        let is_dir = attrs.ftype == FileType::Directory;
+        if cp.options & opt::DIRECTORY_FILE != 0 && !is_dir {
+            return Err(NtStatus::NOT_A_DIRECTORY);
+        }
+        if cp.options & opt::NON_DIRECTORY_FILE != 0 && is_dir {
+            return Err(NtStatus::FILE_IS_A_DIRECTORY);
+        }
+        let cred = self
+            .sessions
+            .get(&cp.session_id)
+            .map(|s| s.cred.clone())
+            .ok_or(NtStatus::USER_SESSION_DELETED)?;
+        let maximal = if created {
+            access::FILE_ALL_ACCESS
+        } else {
+            maximal_access(&cred, &attrs, cp.read_only)
+        };
+        let desired = access::expand(cp.desired);
+        let wanted = desired & !access::MAXIMUM_ALLOWED;
+        if wanted & !maximal != 0 {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        let granted = if desired & access::MAXIMUM_ALLOWED != 0 {
+            maximal
+        } else {
+            wanted
+        };
+        let doc = fp
+            .pending_opens
+            .get(&slot)
+            .is_some_and(|p| p.delete_on_close);
+        if doc && attrs.dos_attrs & dos::READONLY != 0 {
+            return Err(NtStatus::CANNOT_DELETE);
+        }
+        if self.opens.len() >= self.cfg.max_opens {
+            return Err(NtStatus::TOO_MANY_OPENED_FILES);
+        }
+        let parent = if cp.name.is_empty() {
+            cp.root
+        } else if cp.final_op > cp.first_op {
+            result_attrs(results, cp.final_op - 1)
+                .map(|a| a.id)
+                .unwrap_or(cp.root)
+        } else {
+            cp.root
+        };
+        let id = self.new_file_id();
+        self.opens.insert(
+            id,
+            Open {
+                session_id: cp.session_id,
+                tree_id: cp.tree_id,
+                node: attrs.id,
+                parent,
+                name: cp.name.clone(),
+                path: cp.path.clone(),
+                is_dir,
+                granted,
+                options: cp.options,
+                delete_on_close: doc,
+                position: 0,
+                dir: None,
+            },
+        );
+        let action = if created {
+            create_action::CREATED
+        } else {
+            match cp.disposition {
+                disp::OVERWRITE | disp::OVERWRITE_IF => create_action::OVERWRITTEN,
+                disp::SUPERSEDE => create_action::SUPERSEDED,
+                _ => create_action::OPENED,
+            }
+        };
+        let mut contexts = Vec::new();
+        if cp.mxac {
+            contexts.push(CreateContextResponse::MaximalAccess {
+                query_status: 0,
+                maximal_access: maximal,
+            });
+        }
+        if cp.qfid {
+            contexts.push(CreateContextResponse::OnDiskId {
+                disk_file_id: attrs.id,
+                volume_id: cp.root,
+            });
+        }
+        let resp = CreateResponse {
+            oplock_level: 0,
+            flags: 0,
+            create_action: action,
+            creation_time: to_filetime(attrs.btime),
+            last_access_time: to_filetime(attrs.atime),
+            last_write_time: to_filetime(attrs.mtime),
+            change_time: to_filetime(attrs.ctime),
+            allocation_size: attrs.alloc_size,
+            end_of_file: attrs.size,
+            file_attributes: attrs.smb_attributes(),
+            file_id: FileId {
+                persistent: id,
+                volatile: id,
+            },
+            create_contexts: contexts,
+        };
+        Ok((NtStatus::SUCCESS, body(&Response::Create(resp)), id))
+    }
+
+    // ---- CLOSE, FLUSH, READ, WRITE -------------------------------------
+
+    pub(super) fn plan_close(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        flags: u16,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        let postquery = flags & CloseRequest::POSTQUERY_ATTRIB != 0;
+        if let Err(s) = self.begin(fp, hdr) {
+            return done(s);
+        }
+        // Only a post-query needs the engine; a plain CLOSE of a table open
+        // costs no back-end operation.
+        let close_op = postquery.then(|| fp.push(Op::Close { obj: v.obj }));
+        let mut closed = None;
+        let mut remove = v.delete_on_close && !v.name.is_empty();
+        if let Target::Table(id) = t {
+            let o = self.opens.remove(&id);
+            self.locks.retain(|l| l.file != id);
+            if let Some(o) = &o {
+                // Another open of the same file keeps it; the last one deletes.
+                if let Some(other) = self.opens.values_mut().find(|x| x.node == o.node) {
+                    other.delete_on_close |= remove;
+                    remove = false;
+                }
+            }
+            closed = o.map(Box::new);
+        }
+        if remove {
+            fp.push(Op::Remove {
+                dir: v.parent,
+                name: v.name.clone(),
+                dir_only: v.is_dir,
+            });
+        }
+        Plan::Fs(FsPlan::Close {
+            target: t,
+            closed,
+            close_op,
+            postquery,
+        })
+    }
+
+    pub(super) fn plan_flush(&mut self, fp: &mut FramePlan, t: Target) -> Plan {
+        match t {
+            Target::Table(id) => {
+                let granted = self.opens.get(&id).map_or(0, |o| o.granted);
+                if granted & (access::FILE_WRITE_DATA | access::FILE_APPEND_DATA) == 0 {
+                    return done(NtStatus::ACCESS_DENIED);
+                }
+                // Every reply already means durable: nothing to flush.
+                ok(Response::Flush(Default::default()))
+            }
+            Target::Pending(_) => {
+                let _ = fp;
+                Plan::Fs(FsPlan::Flush { target: t })
+            }
+        }
+    }
+
+    pub(super) fn plan_read(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        r: &ReadRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if r.length > self.cfg.max_read_size {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if self.dialect().unwrap_or(0) > crate::smb2::negotiate::dialect::SMB2_0_2
+            && u64::from(hdr.credit_charge.max(1)) * 65536 < u64::from(r.length)
+        {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if v.granted & (access::FILE_READ_DATA | access::FILE_EXECUTE) == 0 {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        if v.is_dir == Some(true) {
+            return done(NtStatus::INVALID_DEVICE_REQUEST);
+        }
+        if let (Some(file), Some(node)) = (v.file, v.node) {
+            if self.lock_conflict(file, node, r.offset, u64::from(r.length), false) {
+                return done(NtStatus::FILE_LOCK_CONFLICT);
+            }
+        }
+        if let Err(s) = self.begin(fp, hdr) {
+            return done(s);
+        }
+        let op = fp.push(Op::Read {
+            obj: v.obj,
+            offset: r.offset,
+            len: u64::from(r.length),
+        });
+        Plan::Fs(FsPlan::Read {
+            target: t,
+            op,
+            min_count: r.minimum_count,
+            len: r.length,
+        })
+    }
+
+    pub(super) fn plan_write(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        w: &WriteRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if w.data.len() > self.cfg.max_write_size as usize {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if self.dialect().unwrap_or(0) > crate::smb2::negotiate::dialect::SMB2_0_2
+            && u64::from(hdr.credit_charge.max(1)) * 65536 < w.data.len() as u64
+        {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let append = w.offset == u64::MAX;
+        let need = if append {
+            access::FILE_APPEND_DATA | access::FILE_WRITE_DATA
+        } else {
+            access::FILE_WRITE_DATA
+        };
+        if v.granted & need == 0 {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        if v.is_dir == Some(true) {
+            return done(NtStatus::INVALID_DEVICE_REQUEST);
+        }
+        if let (Some(file), Some(node), false) = (v.file, v.node, append) {
+            if self.lock_conflict(file, node, w.offset, w.data.len() as u64, true) {
+                return done(NtStatus::FILE_LOCK_CONFLICT);
+            }
+        }
+        match self.begin(fp, hdr) {
+            Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
+            Ok(_) => {}
+            Err(s) => return done(s),
+        }
+        let op = fp.push(Op::Write {
+            obj: v.obj,
+            offset: if append { 0 } else { w.offset },
+            data: WriteData::Bytes(w.data.to_vec()),
+            append,
+        });
+        Plan::Fs(FsPlan::Write { target: t, op })
+    }
+
+    // ---- QUERY_DIRECTORY -----------------------------------------------
+
+    pub(super) fn plan_query_directory(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        q: &QueryDirectoryRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if v.is_dir == Some(false) {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let Some(class) = DirectoryInfoClass::from_class(q.file_information_class) else {
+            return done(NtStatus::INVALID_INFO_CLASS);
+        };
+        if q.output_buffer_length > self.cfg.max_transact_size {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if (q.output_buffer_length as usize) < class.fixed_size() {
+            return done(NtStatus::INFO_LENGTH_MISMATCH);
+        }
+        if v.granted & access::FILE_READ_DATA == 0 {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        let pattern = match text(&q.file_name) {
+            p if p.is_empty() => "*".to_string(),
+            p => p,
+        };
+        let restart =
+            q.flags & (QueryDirectoryRequest::RESTART_SCANS | QueryDirectoryRequest::REOPEN) != 0;
+        let old = v
+            .file
+            .and_then(|id| self.opens.get(&id))
+            .and_then(|o| o.dir.clone());
+        let state = match old {
+            Some(s) if !restart => s,
+            _ => DirState {
+                pattern,
+                ..Default::default()
+            },
+        };
+        if state.eof {
+            return done(NtStatus::NO_MORE_FILES);
+        }
+        if let Err(s) = self.begin(fp, hdr) {
+            return done(s);
+        }
+        let single = q.flags & QueryDirectoryRequest::RETURN_SINGLE_ENTRY != 0;
+        let exact = !has_wildcards(&state.pattern);
+        let op = if exact {
+            if state.started {
+                return done(NtStatus::NO_MORE_FILES);
+            }
+            if check_name(&state.pattern).is_err() {
+                // "." and ".." and invalid names: list the directory and filter.
+                fp.push(Op::ReadDir {
+                    dir: v.obj,
+                    after: None,
+                    max_entries: 1,
+                    with_attrs: true,
+                })
+            } else {
+                fp.push(Op::Lookup {
+                    dir: v.obj,
+                    name: state.pattern.clone(),
+                })
+            }
+        } else {
+            let per_entry = class.fixed_size() + 24;
+            let mut max = (q.output_buffer_length as usize / per_entry).clamp(1, 4096) as u32;
+            if single {
+                max = 1;
+            }
+            if state.pattern != "*" {
+                max = 4096;
+            }
+            fp.push(Op::ReadDir {
+                dir: v.obj,
+                after: state.last.clone(),
+                max_entries: max,
+                with_attrs: true,
+            })
+        };
+        let dots = state.dots < 2 && state.last.is_none();
+        Plan::Fs(FsPlan::QueryDir {
+            target: t,
+            op,
+            class,
+            out_len: q.output_buffer_length,
+            single,
+            state,
+            dots,
+            exact,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn complete_query_dir(
+        &mut self,
+        id: u64,
+        op: usize,
+        class: DirectoryInfoClass,
+        out_len: u32,
+        single: bool,
+        mut state: DirState,
+        dots: bool,
+        exact: bool,
+        results: &[OpResult],
+    ) -> (NtStatus, Vec<u8>) {
+        let first_call = !state.started;
+        state.started = true;
+        let (dir_attrs, entries, eof): (Option<Attrs>, Vec<(String, Attrs)>, bool) =
+            match results.get(op) {
+                Some(Ok(OpOutput::Dir {
+                    entries,
+                    eof,
+                    attrs,
+                })) => (
+                    Some(attrs.clone()),
+                    entries
+                        .iter()
+                        .filter_map(|e| e.attrs.clone().map(|a| (e.name.clone(), a)))
+                        .collect(),
+                    *eof,
+                ),
+                Some(Ok(OpOutput::Object { attrs, .. })) => {
+                    (None, vec![(state.pattern.clone(), attrs.clone())], true)
+                }
+                Some(Err(FsError::NotFound)) if exact => (None, Vec::new(), true),
+                Some(Err(FsError::NotDir)) => return (NtStatus::INVALID_PARAMETER, error_body()),
+                Some(Err(e)) => return (fs_status(*e), error_body()),
+                _ => return (NtStatus::INVALID_PARAMETER, error_body()),
+            };
+        let mut out = vec![0u8; 64 + 8];
+        let mut w = ChainWriter::new(&out, out_len as usize);
+        let mut emitted = 0usize;
+        let mut full = false;
+        if dots {
+            if let Some(a) = &dir_attrs {
+                while state.dots < 2 {
+                    if single && emitted == 1 {
+                        break;
+                    }
+                    let d = if state.dots == 0 { "." } else { ".." };
+                    if pattern_match(&state.pattern, d) {
+                        let mut e = file_entry(a);
+                        e.file_name = Utf16::Str(d);
+                        if !w.push(&mut out, |o| e.encode(class, o)) {
+                            full = true;
+                            break;
+                        }
+                        emitted += 1;
+                    }
+                    state.dots += 1;
+                }
+            } else {
+                state.dots = 2;
+            }
+        }
+        let mut consumed_all = !full;
+        if !full {
+            for (name, attrs) in &entries {
+                if single && emitted == 1 {
+                    consumed_all = false;
+                    break;
+                }
+                if !pattern_match(&state.pattern, name) {
+                    state.last = Some(name.clone());
+                    continue;
+                }
+                let mut e = file_entry(attrs);
+                e.file_name = Utf16::Str(name);
+                if w.push(&mut out, |o| e.encode(class, o)) {
+                    emitted += 1;
+                    state.last = Some(name.clone());
+                } else {
+                    consumed_all = false;
+                    break;
+                }
+            }
+        }
+        if consumed_all && eof {
+            state.eof = true;
+        }
+        if let Some(o) = self.opens.get_mut(&id) {
+            o.dir = Some(state);
+        }
+        if emitted == 0 {
+            if full || !consumed_all {
+                return (NtStatus::BUFFER_TOO_SMALL, error_body());
+            }
+            let status = if first_call {
+                NtStatus::NO_SUCH_FILE
+            } else {
+                NtStatus::NO_MORE_FILES
+            };
+            return (status, error_body());
+        }
+        let data = out.split_off(72);
+        let mut b = Vec::with_capacity(8 + data.len());
+        OutputBufferResponse::encode_fixed(data.len(), &mut b);
+        b.extend_from_slice(&data);
+        (NtStatus::SUCCESS, b)
+    }
+
+    // ---- QUERY_INFO ----------------------------------------------------
+
+    pub(super) fn plan_query_info(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        q: &QueryInfoRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if q.output_buffer_length > self.cfg.max_transact_size {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let (root, _, share) = match self.begin(fp, hdr) {
+            Ok(x) => x,
+            Err(s) => return done(s),
+        };
+        let op = match q.info_type {
+            info_type::FILE => {
+                if v.granted & access::FILE_READ_ATTRIBUTES == 0 {
+                    return done(NtStatus::ACCESS_DENIED);
+                }
+                Some(fp.push(Op::GetAttr { obj: v.obj }))
+            }
+            info_type::SECURITY => {
+                if v.granted & access::READ_CONTROL == 0 {
+                    return done(NtStatus::ACCESS_DENIED);
+                }
+                Some(fp.push(Op::GetAttr { obj: v.obj }))
+            }
+            info_type::FILESYSTEM => Some(fp.push(Op::GetAttr {
+                obj: ObjRef::Id(root),
+            })),
+            info_type::QUOTA => return done(NtStatus::NOT_SUPPORTED),
+            _ => return done(NtStatus::INVALID_PARAMETER),
+        };
+        Plan::Fs(FsPlan::QueryInfo {
+            target: t,
+            op,
+            info_type: q.info_type,
+            class: q.file_info_class,
+            out_len: q.output_buffer_length,
+            addl: q.additional_information,
+            root,
+            share,
+        })
+    }
+
+    /// The information structure of a file class; `min` is the least
+    /// output buffer length the class needs.
+    fn file_info(&self, o: &Open, a: &Attrs, class: u8) -> Result<(Vec<u8>, usize), NtStatus> {
+        let mut out = Vec::new();
+        let basic = fscc::FileBasicInformation {
+            creation_time: to_filetime(a.btime),
+            last_access_time: to_filetime(a.atime),
+            last_write_time: to_filetime(a.mtime),
+            change_time: to_filetime(a.ctime),
+            file_attributes: a.smb_attributes(),
+        };
+        let standard = fscc::FileStandardInformation {
+            allocation_size: a.alloc_size,
+            end_of_file: a.size,
+            number_of_links: a.nlink,
+            delete_pending: o.delete_on_close,
+            directory: a.ftype == FileType::Directory,
+        };
+        let mode = fscc::FileModeInformation {
+            mode: o.options
+                & (opt::WRITE_THROUGH
+                    | opt::SEQUENTIAL_ONLY
+                    | opt::NO_INTERMEDIATE_BUFFERING
+                    | opt::SYNCHRONOUS_IO_ALERT
+                    | opt::SYNCHRONOUS_IO_NONALERT
+                    | opt::DELETE_ON_CLOSE),
+        };
+        let min = match class {
+            info_class::BASIC => {
+                basic.encode(&mut out);
+                40
+            }
+            info_class::STANDARD => {
+                standard.encode(&mut out);
+                24
+            }
+            info_class::INTERNAL => {
+                fscc::FileInternalInformation { index_number: a.id }.encode(&mut out);
+                8
+            }
+            info_class::EA => {
+                fscc::FileEaInformation { ea_size: 0 }.encode(&mut out);
+                4
+            }
+            info_class::ACCESS => {
+                fscc::FileAccessInformation {
+                    access_flags: o.granted,
+                }
+                .encode(&mut out);
+                4
+            }
+            info_class::POSITION => {
+                fscc::FilePositionInformation {
+                    current_byte_offset: o.position,
+                }
+                .encode(&mut out);
+                8
+            }
+            info_class::MODE => {
+                mode.encode(&mut out);
+                4
+            }
+            info_class::ALIGNMENT => {
+                fscc::FileAlignmentInformation {
+                    alignment_requirement: 0,
+                }
+                .encode(&mut out);
+                4
+            }
+            info_class::ALL => {
+                let path = format!("\\{}", o.path);
+                fscc::FileAllInformation {
+                    basic,
+                    standard,
+                    internal: fscc::FileInternalInformation { index_number: a.id },
+                    ea: fscc::FileEaInformation { ea_size: 0 },
+                    access: fscc::FileAccessInformation {
+                        access_flags: o.granted,
+                    },
+                    position: fscc::FilePositionInformation {
+                        current_byte_offset: o.position,
+                    },
+                    mode,
+                    alignment: fscc::FileAlignmentInformation {
+                        alignment_requirement: 0,
+                    },
+                    name: fscc::FileNameInformation {
+                        file_name: Utf16::Str(&path),
+                    },
+                }
+                .encode(&mut out);
+                fscc::FileAllInformation::FIXED_SIZE
+            }
+            info_class::NORMALIZED_NAME => {
+                fscc::FileNameInformation {
+                    file_name: Utf16::Str(&o.path),
+                }
+                .encode(&mut out);
+                4
+            }
+            info_class::STREAM => {
+                if a.ftype == FileType::Regular {
+                    fscc::FileStreamInformation {
+                        stream_size: a.size,
+                        stream_allocation_size: a.alloc_size,
+                        stream_name: Utf16::Str("::$DATA"),
+                    }
+                    .encode(&mut out);
+                }
+                24.min(out.len())
+            }
+            info_class::NETWORK_OPEN => {
+                fscc::FileNetworkOpenInformation {
+                    creation_time: basic.creation_time,
+                    last_access_time: basic.last_access_time,
+                    last_write_time: basic.last_write_time,
+                    change_time: basic.change_time,
+                    allocation_size: a.alloc_size,
+                    end_of_file: a.size,
+                    file_attributes: basic.file_attributes,
+                }
+                .encode(&mut out);
+                56
+            }
+            info_class::ATTRIBUTE_TAG => {
+                fscc::FileAttributeTagInformation {
+                    file_attributes: basic.file_attributes,
+                    reparse_tag: 0,
+                }
+                .encode(&mut out);
+                8
+            }
+            info_class::ALTERNATE_NAME => return Err(NtStatus::OBJECT_NAME_NOT_FOUND),
+            info_class::COMPRESSION | info_class::NAME | info_class::ID_INFORMATION => {
+                return Err(NtStatus::NOT_SUPPORTED)
+            }
+            _ => return Err(NtStatus::INVALID_INFO_CLASS),
+        };
+        Ok((out, min))
+    }
+
+    fn fs_info(&self, root: &Attrs, share: &str, class: u8) -> Result<(Vec<u8>, usize), NtStatus> {
+        let mut out = Vec::new();
+        let unit = 4096u64;
+        let min = match class {
+            fs_info_class::VOLUME => {
+                let serial = share.bytes().fold(0x811c_9dc5u32, |h, b| {
+                    (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+                });
+                fscc::FileFsVolumeInformation {
+                    volume_creation_time: to_filetime(root.btime),
+                    volume_serial_number: serial,
+                    supports_objects: false,
+                    volume_label: Utf16::Str(share),
+                }
+                .encode(&mut out);
+                18
+            }
+            fs_info_class::SIZE => {
+                fscc::FileFsSizeInformation {
+                    total_allocation_units: self.cfg.total_bytes / unit,
+                    available_allocation_units: self.cfg.free_bytes / unit,
+                    sectors_per_allocation_unit: 8,
+                    bytes_per_sector: 512,
+                }
+                .encode(&mut out);
+                24
+            }
+            fs_info_class::FULL_SIZE => {
+                fscc::FileFsFullSizeInformation {
+                    total_allocation_units: self.cfg.total_bytes / unit,
+                    caller_available_allocation_units: self.cfg.free_bytes / unit,
+                    actual_available_allocation_units: self.cfg.free_bytes / unit,
+                    sectors_per_allocation_unit: 8,
+                    bytes_per_sector: 512,
+                }
+                .encode(&mut out);
+                32
+            }
+            fs_info_class::DEVICE => {
+                // FILE_DEVICE_DISK, FILE_DEVICE_IS_MOUNTED.
+                fscc::FileFsDeviceInformation {
+                    device_type: 7,
+                    characteristics: 0x20,
+                }
+                .encode(&mut out);
+                8
+            }
+            fs_info_class::ATTRIBUTE => {
+                // CASE_SENSITIVE_SEARCH | CASE_PRESERVED_NAMES | UNICODE_ON_DISK.
+                fscc::FileFsAttributeInformation {
+                    file_system_attributes: 0x1 | 0x2 | 0x4,
+                    maximum_component_name_length: 255,
+                    file_system_name: Utf16::Str("NTFS"),
+                }
+                .encode(&mut out);
+                12
+            }
+            fs_info_class::SECTOR_SIZE => {
+                fscc::FileFsSectorSizeInformation {
+                    logical_bytes_per_sector: 512,
+                    physical_bytes_per_sector_for_atomicity: 4096,
+                    physical_bytes_per_sector_for_performance: 4096,
+                    file_system_effective_physical_bytes_per_sector_for_atomicity: 4096,
+                    flags: 0x3,
+                    byte_offset_for_sector_alignment: 0,
+                    byte_offset_for_partition_alignment: 0,
+                }
+                .encode(&mut out);
+                28
+            }
+            fs_info_class::LABEL | fs_info_class::CONTROL | fs_info_class::OBJECT_ID => {
+                return Err(NtStatus::NOT_SUPPORTED)
+            }
+            _ => return Err(NtStatus::INVALID_INFO_CLASS),
+        };
+        Ok((out, min))
+    }
+
+    // ---- SET_INFO ------------------------------------------------------
+
+    pub(super) fn plan_set_info(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        s: &SetInfoRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if s.info_type != info_type::FILE {
+            return done(NtStatus::NOT_SUPPORTED);
+        }
+        let (root, ro, _) = match self.begin(fp, hdr) {
+            Ok(x) => x,
+            Err(st) => return done(st),
+        };
+        let need = |bit: u32| -> Result<(), NtStatus> {
+            if v.granted & bit == 0 || (ro && bit & access::WRITE_BITS != 0) {
+                Err(NtStatus::ACCESS_DENIED)
+            } else {
+                Ok(())
+            }
+        };
+        let buf = s.buffer;
+        let r: Result<Plan, NtStatus> = (|| match s.file_info_class {
+            info_class::BASIC => {
+                need(access::FILE_WRITE_ATTRIBUTES)?;
+                if buf.len() < fscc::FileBasicInformation::SIZE {
+                    return Err(NtStatus::INFO_LENGTH_MISMATCH);
+                }
+                let b = fscc::FileBasicInformation::decode(buf).map_err(|e| e.status())?;
+                let mut a = SetAttrs {
+                    btime: set_time(b.creation_time),
+                    atime: set_time(b.last_access_time).map(SetTime::At),
+                    mtime: set_time(b.last_write_time).map(SetTime::At),
+                    ctime: set_time(b.change_time),
+                    ..Default::default()
+                };
+                if b.file_attributes != 0 {
+                    if b.file_attributes & fscc::file_attributes::DIRECTORY != 0
+                        && v.is_dir == Some(false)
+                    {
+                        return Err(NtStatus::INVALID_PARAMETER);
+                    }
+                    a.dos_attrs = Some(b.file_attributes & dos::SETTABLE);
+                }
+                let op = (!a.is_empty()).then(|| {
+                    fp.push(Op::SetAttr {
+                        obj: v.obj,
+                        attrs: a,
+                    })
+                });
+                Ok(Plan::Fs(FsPlan::SetInfo {
+                    target: t,
+                    op,
+                    kind: SetKind::Plain,
+                }))
+            }
+            info_class::END_OF_FILE => {
+                need(access::FILE_WRITE_DATA)?;
+                let e = fscc::FileEndOfFileInformation::decode(buf)
+                    .map_err(|_| NtStatus::INFO_LENGTH_MISMATCH)?;
+                let op = fp.push(Op::SetAttr {
+                    obj: v.obj,
+                    attrs: SetAttrs {
+                        size: Some(e.end_of_file),
+                        ..Default::default()
+                    },
+                });
+                Ok(Plan::Fs(FsPlan::SetInfo {
+                    target: t,
+                    op: Some(op),
+                    kind: SetKind::Plain,
+                }))
+            }
+            info_class::ALLOCATION => {
+                need(access::FILE_WRITE_DATA)?;
+                let e = fscc::FileAllocationInformation::decode(buf)
+                    .map_err(|_| NtStatus::INFO_LENGTH_MISMATCH)?;
+                let op = fp.push(Op::SetAttr {
+                    obj: v.obj,
+                    attrs: SetAttrs {
+                        alloc_size: Some(e.allocation_size),
+                        ..Default::default()
+                    },
+                });
+                Ok(Plan::Fs(FsPlan::SetInfo {
+                    target: t,
+                    op: Some(op),
+                    kind: SetKind::Plain,
+                }))
+            }
+            info_class::DISPOSITION | info_class::DISPOSITION_EX => {
+                let delete = if s.file_info_class == info_class::DISPOSITION {
+                    fscc::FileDispositionInformation::decode(buf)
+                        .map_err(|_| NtStatus::INFO_LENGTH_MISMATCH)?
+                        .delete_pending
+                } else {
+                    fscc::FileDispositionInformationEx::decode(buf)
+                        .map_err(|_| NtStatus::INFO_LENGTH_MISMATCH)?
+                        .flags
+                        & 1
+                        != 0
+                };
+                if delete {
+                    need(access::DELETE)?;
+                    if v.name.is_empty() {
+                        return Err(NtStatus::CANNOT_DELETE);
+                    }
+                }
+                // Set now: a CLOSE later in this frame must see it.
+                match t {
+                    Target::Table(id) => {
+                        if let Some(o) = self.opens.get_mut(&id) {
+                            o.delete_on_close = delete;
+                        }
+                    }
+                    Target::Pending(slot) => {
+                        if let Some(p) = fp.pending_opens.get_mut(&slot) {
+                            p.delete_on_close = delete;
+                        }
+                    }
+                }
+                let check_op = (delete && v.is_dir != Some(false)).then(|| {
+                    fp.push(Op::ReadDir {
+                        dir: v.obj,
+                        after: None,
+                        max_entries: 1,
+                        with_attrs: false,
+                    })
+                });
+                Ok(Plan::Fs(FsPlan::SetInfo {
+                    target: t,
+                    op: None,
+                    kind: SetKind::Disposition { check_op },
+                }))
+            }
+            info_class::RENAME | info_class::LINK => {
+                let info = fscc::FileRenameInformation::decode(buf).map_err(|e| e.status())?;
+                let target = info
+                    .file_name
+                    .to_string_checked()
+                    .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
+                let comps = split_path(&target)?;
+                let Some(leaf) = comps.last().cloned() else {
+                    return Err(NtStatus::OBJECT_NAME_INVALID);
+                };
+                if s.file_info_class == info_class::RENAME {
+                    need(access::DELETE)?;
+                    if v.name.is_empty() {
+                        return Err(NtStatus::ACCESS_DENIED);
+                    }
+                }
+                if ro {
+                    return Err(NtStatus::ACCESS_DENIED);
+                }
+                let first_lookup = fp.batch.as_ref().map_or(0, |b| b.ops.len());
+                let mut dir = ObjRef::Id(root);
+                for c in &comps[..comps.len() - 1] {
+                    dir = ObjRef::Result(fp.push(Op::Lookup {
+                        dir,
+                        name: c.clone(),
+                    }));
+                }
+                if s.file_info_class == info_class::RENAME {
+                    let dst_op = fp.push(Op::Rename {
+                        src_dir: v.parent,
+                        src_name: v.name.clone(),
+                        dst_dir: dir,
+                        dst_name: leaf.clone(),
+                        replace: info.replace_if_exists,
+                    });
+                    Ok(Plan::Fs(FsPlan::SetInfo {
+                        target: t,
+                        op: None,
+                        kind: SetKind::Rename {
+                            first_lookup,
+                            dst_op,
+                            name: leaf,
+                            path: comps.join("\\"),
+                            root,
+                        },
+                    }))
+                } else {
+                    if info.replace_if_exists {
+                        fp.push(Op::Remove {
+                            dir,
+                            name: leaf.clone(),
+                            dir_only: Some(false),
+                        });
+                    }
+                    let link_op = fp.push(Op::Link {
+                        obj: v.obj,
+                        dir,
+                        name: leaf,
+                    });
+                    Ok(Plan::Fs(FsPlan::SetInfo {
+                        target: t,
+                        op: None,
+                        kind: SetKind::Link {
+                            first_lookup,
+                            link_op,
+                        },
+                    }))
+                }
+            }
+            info_class::POSITION => {
+                let p = fscc::FilePositionInformation::decode(buf)
+                    .map_err(|_| NtStatus::INFO_LENGTH_MISMATCH)?;
+                Ok(Plan::Fs(FsPlan::SetInfo {
+                    target: t,
+                    op: None,
+                    kind: SetKind::Position(p.current_byte_offset),
+                }))
+            }
+            info_class::MODE | info_class::VALID_DATA_LENGTH => Ok(Plan::Fs(FsPlan::SetInfo {
+                target: t,
+                op: None,
+                kind: SetKind::Plain,
+            })),
+            info_class::FULL_EA => Err(NtStatus::EAS_NOT_SUPPORTED),
+            info_class::SHORT_NAME | info_class::RENAME_EX => Err(NtStatus::NOT_SUPPORTED),
+            _ => Err(NtStatus::INVALID_INFO_CLASS),
+        })();
+        r.unwrap_or_else(done)
+    }
+
+    // ---- completion ----------------------------------------------------
+
+    /// The response of one planned command, from the batch's results.
+    pub(super) fn complete(
+        &mut self,
+        fp: &mut FramePlan,
+        slot: usize,
+        plan: FsPlan,
+        results: &[OpResult],
+        created: &mut HashMap<usize, Result<u64, NtStatus>>,
+    ) -> (NtStatus, Vec<u8>) {
+        let r = self.complete_inner(fp, slot, plan, results, created);
+        match r {
+            Ok(x) => x,
+            Err(s) => (s, error_body()),
+        }
+    }
+
+    fn complete_inner(
+        &mut self,
+        fp: &mut FramePlan,
+        slot: usize,
+        plan: FsPlan,
+        results: &[OpResult],
+        created: &mut HashMap<usize, Result<u64, NtStatus>>,
+    ) -> Result<(NtStatus, Vec<u8>), NtStatus> {
+        match plan {
+            FsPlan::Create(cp) => match self.complete_create(fp, slot, &cp, results) {
+                Ok((status, body, id)) => {
+                    created.insert(slot, Ok(id));
+                    Ok((status, body))
+                }
+                Err(e) => {
+                    created.insert(slot, Err(e));
+                    Err(e)
+                }
+            },
+            FsPlan::Close {
+                target,
+                closed,
+                close_op,
+                postquery,
+            } => {
+                let closed = match (target, closed) {
+                    (Target::Table(_), Some(o)) => Some(*o),
+                    (Target::Table(_), None) => None,
+                    (Target::Pending(_), _) => {
+                        let id = self.resolve(target, created)?;
+                        self.locks.retain(|l| l.file != id);
+                        self.opens.remove(&id)
+                    }
+                };
+                if closed.is_none() {
+                    return Err(NtStatus::FILE_CLOSED);
+                }
+                let mut resp = CloseResponse::default();
+                if postquery {
+                    if let Some(Ok(OpOutput::Attrs { attrs: a, .. })) =
+                        close_op.and_then(|i| results.get(i))
+                    {
+                        resp = CloseResponse {
+                            flags: CloseRequest::POSTQUERY_ATTRIB,
+                            creation_time: to_filetime(a.btime),
+                            last_access_time: to_filetime(a.atime),
+                            last_write_time: to_filetime(a.mtime),
+                            change_time: to_filetime(a.ctime),
+                            allocation_size: a.alloc_size,
+                            end_of_file: a.size,
+                            file_attributes: a.smb_attributes(),
+                        };
+                    }
+                }
+                Ok((NtStatus::SUCCESS, body(&Response::Close(resp))))
+            }
+            FsPlan::Flush { target } => {
+                let id = self.resolve(target, created)?;
+                let granted = self.opens.get(&id).map_or(0, |o| o.granted);
+                if granted & (access::FILE_WRITE_DATA | access::FILE_APPEND_DATA) == 0 {
+                    return Err(NtStatus::ACCESS_DENIED);
+                }
+                Ok((
+                    NtStatus::SUCCESS,
+                    body(&Response::Flush(Default::default())),
+                ))
+            }
+            FsPlan::Lock { target, elements } => {
+                let id = self.resolve(target, created)?;
+                match self.apply_locks(id, &elements) {
+                    NtStatus::SUCCESS => {
+                        Ok((NtStatus::SUCCESS, body(&Response::Lock(LockResponse))))
+                    }
+                    s => Err(s),
+                }
+            }
+            FsPlan::Read {
+                target,
+                op,
+                min_count,
+                len,
+            } => {
+                self.resolve(target, created)?;
+                match results.get(op) {
+                    Some(Ok(OpOutput::Read { data, .. })) => {
+                        if (data.is_empty() && len > 0)
+                            || (data.len() as u64) < u64::from(min_count)
+                        {
+                            return Err(NtStatus::END_OF_FILE);
+                        }
+                        let mut b = Vec::with_capacity(16 + data.len());
+                        ReadResponse::encode_fixed(data.len(), 0, 0, &mut b);
+                        b.extend_from_slice(data);
+                        Ok((NtStatus::SUCCESS, b))
+                    }
+                    Some(Err(FsError::IsDir)) => Err(NtStatus::INVALID_DEVICE_REQUEST),
+                    Some(Err(e)) => Err(fs_status(*e)),
+                    _ => Err(NtStatus::INVALID_PARAMETER),
+                }
+            }
+            FsPlan::Write { target, op } => {
+                self.resolve(target, created)?;
+                match results.get(op) {
+                    Some(Ok(OpOutput::Written { count, .. })) => Ok((
+                        NtStatus::SUCCESS,
+                        body(&Response::Write(WriteResponse {
+                            count: *count as u32,
+                            remaining: 0,
+                        })),
+                    )),
+                    Some(Err(FsError::IsDir)) => Err(NtStatus::INVALID_DEVICE_REQUEST),
+                    Some(Err(e)) => Err(fs_status(*e)),
+                    _ => Err(NtStatus::INVALID_PARAMETER),
+                }
+            }
+            FsPlan::QueryDir {
+                target,
+                op,
+                class,
+                out_len,
+                single,
+                state,
+                dots,
+                exact,
+            } => {
+                let id = self.resolve(target, created)?;
+                Ok(self.complete_query_dir(
+                    id, op, class, out_len, single, state, dots, exact, results,
+                ))
+            }
+            FsPlan::QueryInfo {
+                target,
+                op,
+                info_type: it,
+                class,
+                out_len,
+                addl,
+                root,
+                share,
+            } => {
+                let id = self.resolve(target, created)?;
+                let attrs = match op {
+                    Some(i) => result_attrs(results, i).map_err(fs_status)?.clone(),
+                    None => return Err(NtStatus::INVALID_PARAMETER),
+                };
+                let _ = root;
+                let open = self.opens.get(&id).cloned().ok_or(NtStatus::FILE_CLOSED)?;
+                let (data, min) = match it {
+                    info_type::FILE => self.file_info(&open, &attrs, class)?,
+                    info_type::FILESYSTEM => self.fs_info(&attrs, &share, class)?,
+                    info_type::SECURITY => {
+                        let sd = security_descriptor(&attrs, addl);
+                        if sd.len() > out_len as usize {
+                            let need = (sd.len() as u32).to_le_bytes();
+                            let mut b = Vec::new();
+                            crate::smb2::error::ErrorResponse {
+                                error_context_count: 0,
+                                error_data: &need,
+                            }
+                            .encode(&mut b);
+                            return Ok((NtStatus::BUFFER_TOO_SMALL, b));
+                        }
+                        (sd, 0)
+                    }
+                    _ => return Err(NtStatus::INVALID_PARAMETER),
+                };
+                if (out_len as usize) < min {
+                    return Err(NtStatus::INFO_LENGTH_MISMATCH);
+                }
+                let (data, status) = if data.len() > out_len as usize {
+                    (&data[..out_len as usize], NtStatus::BUFFER_OVERFLOW)
+                } else {
+                    (&data[..], NtStatus::SUCCESS)
+                };
+                let mut b = Vec::with_capacity(8 + data.len());
+                OutputBufferResponse::encode_fixed(data.len(), &mut b);
+                b.extend_from_slice(data);
+                Ok((status, b))
+            }
+            FsPlan::SetInfo { target, op, kind } => {
+                let id = self.resolve(target, created)?;
+                if let Some(i) = op {
+                    if let Some((_, e)) = first_error(results, i..i + 1) {
+                        return Err(fs_status(e));
+                    }
+                }
+                match kind {
+                    SetKind::Plain => {}
+                    SetKind::Position(p) => {
+                        if let Some(o) = self.opens.get_mut(&id) {
+                            o.position = p;
+                        }
+                    }
+                    SetKind::Disposition { check_op } => {
+                        if let Some(Ok(OpOutput::Dir { entries, .. })) =
+                            check_op.and_then(|i| results.get(i))
+                        {
+                            if !entries.is_empty() {
+                                if let Some(o) = self.opens.get_mut(&id) {
+                                    o.delete_on_close = false;
+                                }
+                                return Err(NtStatus::DIRECTORY_NOT_EMPTY);
+                            }
+                        }
+                    }
+                    SetKind::Rename {
+                        first_lookup,
+                        dst_op,
+                        name,
+                        path,
+                        root,
+                    } => {
+                        if let Some((i, e)) = first_error(results, first_lookup..dst_op + 1) {
+                            return Err(
+                                if i < dst_op && matches!(e, FsError::NotFound | FsError::NotDir) {
+                                    NtStatus::OBJECT_PATH_NOT_FOUND
+                                } else {
+                                    fs_status(e)
+                                },
+                            );
+                        }
+                        let parent = if dst_op > first_lookup {
+                            result_attrs(results, dst_op - 1)
+                                .map(|a| a.id)
+                                .unwrap_or(root)
+                        } else {
+                            root
+                        };
+                        if let Some(o) = self.opens.get_mut(&id) {
+                            o.parent = parent;
+                            o.name = name;
+                            o.path = path;
+                        }
+                    }
+                    SetKind::Link {
+                        first_lookup,
+                        link_op,
+                    } => {
+                        let _ = first_lookup;
+                        if let Some((_, e)) = first_error(results, link_op..link_op + 1) {
+                            // BadRef: a directory of the target path was missing.
+                            return Err(if e == FsError::BadRef {
+                                NtStatus::OBJECT_PATH_NOT_FOUND
+                            } else {
+                                fs_status(e)
+                            });
+                        }
+                    }
+                }
+                Ok((NtStatus::SUCCESS, body(&Response::SetInfo(SetInfoResponse))))
+            }
+        }
+    }
+}
+
+fn body(r: &Response<'_>) -> Vec<u8> {
+    let mut out = vec![0u8; 64];
+    r.encode(&mut out);
+    out.split_off(64)
+}

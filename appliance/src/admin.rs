@@ -26,7 +26,7 @@ pub struct NodeInfo {
     pub node_id: u64,
     pub executors: u32,
     pub data_dir: String,
-    pub listeners: Vec<ListenerInfo>,
+    pub listeners: std::sync::Arc<std::sync::Mutex<Vec<ListenerInfo>>>,
     pub started: Instant,
 }
 
@@ -218,7 +218,7 @@ impl Admin {
                     uptime_s: self.node.started.elapsed().as_secs(),
                     executors: self.node.executors,
                     data_dir: self.node.data_dir.clone(),
-                    listeners: self.node.listeners.clone(),
+                    listeners: self.node.listeners.lock().map(|l| l.clone()).unwrap_or_default(),
                     raft: RaftInfo {
                         term: raft.term,
                         commit_index: raft.commit_index,

@@ -16,7 +16,7 @@ node_id = 1
 # Executors (threads, one per core). 0: one per available core.
 executors = 0
 # Memory registered with io_uring per executor, in MiB.
-io_memory_mib = 2
+io_memory_mib = 1
 
 [admin]
 # The admin API. Keep it on loopback unless a firewall guards it.
@@ -28,7 +28,10 @@ listen = "0.0.0.0:445"
 
 [nfs]
 enabled = true
+# NFS, MOUNT and portmap are all served on this one port.
 listen = "0.0.0.0:2049"
+# Also serve portmap/rpcbind on port 111 when it is free.
+portmap = true
 
 [cache]
 # Size of one write-log segment file, in MiB.
@@ -73,6 +76,9 @@ pub struct ListenerConfig {
     #[serde(default = "yes")]
     pub enabled: bool,
     pub listen: String,
+    /// NFS only: also serve portmap/rpcbind on port 111 when it is free.
+    #[serde(default = "yes")]
+    pub portmap: bool,
 }
 
 fn yes() -> bool {
@@ -105,10 +111,10 @@ impl Default for Config {
             data_dir: PathBuf::from("/var/lib/duet"),
             node_id: 1,
             executors: 0,
-            io_memory_mib: 2,
+            io_memory_mib: 1,
             admin: AdminConfig::default(),
-            smb: ListenerConfig { enabled: true, listen: "0.0.0.0:445".into() },
-            nfs: ListenerConfig { enabled: true, listen: "0.0.0.0:2049".into() },
+            smb: ListenerConfig { enabled: true, listen: "0.0.0.0:445".into(), portmap: false },
+            nfs: ListenerConfig { enabled: true, listen: "0.0.0.0:2049".into(), portmap: true },
             cache: CacheConfig::default(),
             log: LogConfig::default(),
             default_share: DefaultShare::default(),

@@ -89,6 +89,7 @@ impl DataPath {
     /// Opens the write log and chunk store under `dir`, recovering the log.
     /// `store` tells which logged records are still queued.
     pub async fn open(dir: &Path, segment_max: u64, store: &StoreHandle) -> io::Result<Rc<DataPath>> {
+        probe_iopoll(dir).await?;
         let wal = dir.join("wal");
         let chunks = dir.join("chunks");
         std::fs::create_dir_all(&wal).map_err(|e| io_err("cannot create", &wal, e))?;
@@ -156,7 +157,7 @@ impl DataPath {
             let QueryAnswer::DataQueue(recs) = store
                 .query(Query::DataQueue { after, limit: 4096 })
                 .await
-                .map_err(io::Error::other)?
+                .map_err(ge)?
             else {
                 break;
             };
@@ -177,7 +178,7 @@ impl DataPath {
     pub async fn log_append(&self, data: &[u8]) -> io::Result<u64> {
         let total = record_len(data.len() as u64);
         let (file, pos, lsn, seq) = {
-            let _permit = self.reserve.acquire_permit(1).await.map_err(io::Error::other)?;
+            let _permit = self.reserve.acquire_permit(1).await.map_err(ge)?;
             let need_new = {
                 let log = self.log.borrow();
                 let cur = &log.segments[&log.current];
@@ -358,17 +359,15 @@ impl DataPath {
             let co = pos % CHUNK_SIZE;
             let n = (CHUNK_SIZE - co).min(end - pos);
             let path = self.chunk_path(file, idx);
-            match DmaFile::open(&path).await {
-                Ok(f) => {
-                    let r = f.read_at(co, n as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
-                    let at = (pos - offset) as usize;
-                    out[at..at + r.len()].copy_from_slice(&r);
-                    self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
-                    reads += 1;
-                    let _ = f.close().await;
-                }
-                Err(glommio::GlommioError::IoError(e)) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_err("cannot open", &path, e)),
+            // A missing chunk reads as zeros (a hole, or data not destaged yet).
+            if path.exists() {
+                let f = DmaFile::open(&path).await.map_err(|e| io_err("cannot open", &path, e))?;
+                let r = f.read_at(co, n as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
+                let at = (pos - offset) as usize;
+                out[at..at + r.len()].copy_from_slice(&r);
+                self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
+                reads += 1;
+                let _ = f.close().await;
             }
             pos += n;
         }
@@ -416,9 +415,9 @@ impl DataPath {
                 b.fill(0);
                 if a0 != co || a1 != co + n {
                     // Keep what is around the write in its first and last block.
-                    let size = f.file_size().await.map_err(io::Error::other)?;
+                    let size = f.file_size().await.map_err(ge)?;
                     if a0 < size {
-                        let old = f.read_at_aligned(a0, (a1 - a0) as usize).await.map_err(io::Error::other)?;
+                        let old = f.read_at_aligned(a0, (a1 - a0) as usize).await.map_err(ge)?;
                         let m = old.len().min(b.len());
                         b[..m].copy_from_slice(&old[..m]);
                     }
@@ -449,18 +448,18 @@ impl DataPath {
             let idx = size / CHUNK_SIZE;
             if std::fs::metadata(self.chunk_path(file, idx)).is_ok() {
                 let f = self.open_chunk(open, file, idx).await?;
-                let cur = f.file_size().await.map_err(io::Error::other)?;
+                let cur = f.file_size().await.map_err(ge)?;
                 if cur > co {
                     // Zero the tail of the last block, then cut the file.
                     let a0 = co / ALIGN * ALIGN;
                     let mut buf = f.alloc_dma_buffer(ALIGN as usize);
-                    let old = f.read_at_aligned(a0, ALIGN as usize).await.map_err(io::Error::other)?;
+                    let old = f.read_at_aligned(a0, ALIGN as usize).await.map_err(ge)?;
                     let b = buf.as_bytes_mut();
                     b.fill(0);
                     let keep_n = (co - a0) as usize;
                     b[..keep_n.min(old.len())].copy_from_slice(&old[..keep_n.min(old.len())]);
-                    f.write_at(buf, a0).await.map_err(io::Error::other)?;
-                    f.truncate(align_up(co)).await.map_err(io::Error::other)?;
+                    f.write_at(buf, a0).await.map_err(ge)?;
+                    f.truncate(align_up(co)).await.map_err(ge)?;
                     self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -516,7 +515,7 @@ impl DataPath {
         let QueryAnswer::DataQueue(recs) = store
             .query(Query::DataQueue { after: self.destaged_upto.get(), limit: DESTAGE_BATCH })
             .await
-            .map_err(io::Error::other)?
+            .map_err(ge)?
         else {
             return Ok(0);
         };
@@ -549,7 +548,7 @@ impl DataPath {
             f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
             self.counters.chunk_fsyncs.fetch_add(1, Ordering::Relaxed);
         }
-        store.command(Command::Destaged { upto, reclaimed }).await.map_err(io::Error::other)?;
+        store.command(Command::Destaged { upto, reclaimed }).await.map_err(ge)?;
         self.destaged_upto.set(upto);
         self.counters.destaged_records.fetch_add(recs.len() as u64, Ordering::Relaxed);
         self.forget(&lsns);
@@ -561,4 +560,25 @@ impl DataPath {
     pub fn live_records(&self) -> usize {
         self.live.borrow().len()
     }
+}
+
+/// glommio decides once per device whether reads may use the io_uring poll
+/// ring, by reading the first DMA file it opens there; an empty file reads
+/// "successfully" and wrongly enables polling, after which every read fails
+/// with EOPNOTSUPP on devices without poll queues. Opening a file that has
+/// data first makes the probe honest.
+async fn probe_iopoll(dir: &Path) -> io::Result<()> {
+    let p = dir.join(".io-probe");
+    std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create", dir, e))?;
+    std::fs::write(&p, vec![0u8; 64 << 10]).map_err(|e| io_err("cannot write", &p, e))?;
+    let f = DmaFile::open(&p).await.map_err(|e| io_err("cannot open", &p, e))?;
+    let r = f.read_at(0, 4096).await;
+    let _ = f.close().await;
+    r.map_err(|e| io_err("cannot read", &p, e))?;
+    Ok(())
+}
+
+/// An I/O error from any displayable error (glommio's are not `Sync`).
+fn ge(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
 }

@@ -63,7 +63,8 @@ impl Stats {
     }
 }
 
-pub(crate) struct EngineRequest {
+/// A batch on its way to the engine.
+pub struct EngineRequest {
     batch: Batch,
     tag: RequestTag,
     reply: flume::Sender<Result<BatchResult, EngineError>>,

@@ -9,5 +9,6 @@ pub mod admin;
 pub mod config;
 pub mod datapath;
 pub mod engine;
+pub mod frontend;
 pub mod secrets;
 pub mod server;

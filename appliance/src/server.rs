@@ -11,6 +11,7 @@ use duet_cluster_store::{metadata_dir, Query, QueryAnswer, Store, StoreHandle};
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::admin::{self, Admin, NodeInfo};
+use crate::frontend::{self, FrontendPlan};
 use crate::config::Config;
 use crate::engine::{self, EngineHandle};
 use crate::secrets;
@@ -70,7 +71,7 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 /// First start: the root, the default share, the admin user and token.
 /// Prints the admin password once. Later starts only recreate a missing
 /// token file.
-pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<(), StartError> {
+pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<u64, StartError> {
     let QueryAnswer::Bool(initialized) = store.query_blocking(Query::Initialized)? else {
         return Err(StartError::Other("unexpected answer from the store".into()));
     };
@@ -95,6 +96,7 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<(), StartError> 
             admin_secrets: vec![
                 ("user:admin".into(), secrets::hash_secret(&password)),
                 ("token".into(), secrets::hash_secret(&token)),
+                ("nfs_handle_key".into(), secrets::random_hex(8).into_bytes()),
             ],
             shares: vec![share],
         })?;
@@ -119,11 +121,28 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<(), StartError> 
             .map_err(|e| StartError::Other(format!("cannot write {}: {e}", tpath.display())))?;
         tracing::info!("a new API token was written to {}", tpath.display());
     }
-    Ok(())
+    // The key that makes NFS file handles unforgeable; stable across restarts.
+    let key = match store.query_blocking(Query::AdminSecret("nfs_handle_key".into()))? {
+        QueryAnswer::Secret(Some(k)) => k,
+        _ => {
+            let k = secrets::random_hex(8).into_bytes();
+            store.command_blocking(Command::Init {
+                now_ns: now,
+                admin_secrets: vec![("nfs_handle_key".into(), k.clone())],
+                shares: vec![],
+            })?;
+            k
+        }
+    };
+    let key = std::str::from_utf8(&key).ok().and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0x6475_6574);
+    Ok(key)
 }
 
 /// A running appliance.
 pub struct Running {
+    fronts: Vec<(flume::Sender<()>, glommio::ExecutorJoinHandle<()>)>,
+    /// What it listens on (protocol, address), ports resolved.
+    pub listeners: Vec<ListenerInfo>,
     engine: Option<EngineHandle>,
     stop_admin: flume::Sender<()>,
     stop_engine: flume::Sender<()>,
@@ -136,12 +155,15 @@ pub struct Running {
 /// Starts everything. Returns once the admin API listens.
 pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let executors = cfg.executors();
-    raise_memlock((executors as u64 + 1) * (cfg.io_memory_mib as u64) * (1 << 20) + (8 << 20))?;
+    if let Err(e) = raise_memlock((executors as u64 + 1) * (cfg.io_memory_mib as u64) * (1 << 20) + (1 << 20)) {
+        // glommio then runs without registered buffers: correct, a little slower.
+        tracing::warn!("{e}; continuing without registered io_uring buffers");
+    }
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| StartError::Other(format!("cannot create data directory {}: {e}", cfg.data_dir.display())))?;
     let store = Store::open(&metadata_dir(&cfg.data_dir), cfg.node_id)?;
     let sh = store.handle();
-    first_start(cfg, &sh)?;
+    let handle_key = first_start(cfg, &sh)?;
 
     let (ready_tx, ready_rx) = flume::bounded::<Result<(EngineHandle, std::net::SocketAddr), String>>(1);
     let (stop_tx, stop_rx) = flume::bounded::<()>(1);
@@ -150,11 +172,12 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let segment = cfg.cache.log_segment_mib << 20;
     let interval = Duration::from_millis(cfg.cache.destage_interval_ms);
     let admin_addr = cfg.admin_addr();
+    let listeners = std::sync::Arc::new(std::sync::Mutex::new(Vec::<ListenerInfo>::new()));
     let node = NodeInfo {
         node_id: cfg.node_id,
         executors: executors as u32,
         data_dir: cfg.data_dir.display().to_string(),
-        listeners: vec![ListenerInfo { protocol: "admin".into(), addr: cfg.admin.listen.clone() }],
+        listeners: listeners.clone(),
         started: Instant::now(),
     };
     let data_thread = LocalExecutorBuilder::new(Placement::Unbound)
@@ -189,11 +212,62 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         Ok(Err(e)) => return Err(StartError::Other(e)),
         Err(_) => return Err(StartError::Other("the data executor stopped during start".into())),
     };
-    tracing::info!(admin = %admin_addr, data_dir = %cfg.data_dir.display(), "duetd is serving");
-    Ok(Running { engine: Some(engine), stop_admin: stop_tx, stop_engine: stop_engine_tx, data_thread: Some(data_thread), store: Some(store), admin_addr, data_dir: cfg.data_dir.clone() })
+    if let Ok(mut l) = listeners.lock() {
+        l.push(ListenerInfo { protocol: "admin".into(), addr: admin_addr.to_string() });
+    }
+    // Protocol executors, one per core. The first binds the configured
+    // addresses (port 0 picks one) and the others join it on the same port.
+    let mut fronts = Vec::new();
+    let mut smb_addr = if cfg.smb.enabled { cfg.smb.listen.parse().ok() } else { None };
+    let nfs_addr = if cfg.nfs.enabled { cfg.nfs.listen.parse().ok() } else { None };
+    let mut guid = [0u8; 16];
+    guid[..8].copy_from_slice(&handle_key.to_le_bytes());
+    guid[8..].copy_from_slice(&cfg.node_id.to_le_bytes());
+    for i in 0..executors {
+        let plan = FrontendPlan {
+            index: i,
+            smb: smb_addr,
+            nfs: if i == 0 { nfs_addr } else { None },
+            portmap: i == 0 && cfg.nfs.portmap,
+            handle_key,
+            server_guid: guid,
+        };
+        let (bound_tx, bound_rx) = flume::bounded(1);
+        let (stop_tx, stop_rx) = flume::bounded::<()>(1);
+        let eng = engine.clone();
+        let infos = listeners.clone();
+        let t = LocalExecutorBuilder::new(Placement::Unbound)
+            .name(&format!("duet-exec-{i}"))
+            .io_memory(cfg.io_memory_mib << 20)
+            .spawn(move || frontend::run(plan, eng, bound_tx, stop_rx, infos))
+            .map_err(|e| StartError::Other(format!("cannot start executor {i}: {e}")))?;
+        match bound_rx.recv() {
+            Ok(Ok(infos)) => {
+                if i == 0 {
+                    if let Some(a) = infos.iter().find(|l| l.protocol == "smb") {
+                        smb_addr = a.addr.parse().ok();
+                    }
+                }
+            }
+            Ok(Err(e)) => return Err(StartError::Other(e)),
+            Err(_) => return Err(StartError::Other(format!("executor {i} stopped during start"))),
+        }
+        fronts.push((stop_tx, t));
+    }
+    let listening: Vec<ListenerInfo> = listeners.lock().map(|l| l.clone()).unwrap_or_default();
+    for l in &listening {
+        tracing::info!(protocol = %l.protocol, addr = %l.addr, "listening");
+    }
+    tracing::info!(executors, data_dir = %cfg.data_dir.display(), "duetd is serving");
+    Ok(Running { fronts, listeners: listening, engine: Some(engine), stop_admin: stop_tx, stop_engine: stop_engine_tx, data_thread: Some(data_thread), store: Some(store), admin_addr, data_dir: cfg.data_dir.clone() })
 }
 
 impl Running {
+    /// The address a protocol listens on ("smb", "nfs", "admin").
+    pub fn listener(&self, protocol: &str) -> Option<std::net::SocketAddr> {
+        self.listeners.iter().find(|l| l.protocol == protocol).and_then(|l| l.addr.parse().ok())
+    }
+
     /// The engine, for in-process clients (tests, tools).
     pub fn engine(&self) -> &EngineHandle {
         // Only `shutdown`, which consumes self, takes it.
@@ -206,6 +280,13 @@ impl Running {
 
     /// Stops accepting, lets in-flight batches finish, closes the store.
     pub fn shutdown(mut self) {
+        // Protocol executors first: no new requests, in-flight ones finish.
+        for (stop, _) in &self.fronts {
+            let _ = stop.send(());
+        }
+        for (_, t) in self.fronts.drain(..) {
+            let _ = t.join();
+        }
         let _ = self.stop_admin.send(());
         let _ = self.stop_engine.send(());
         self.engine.take();

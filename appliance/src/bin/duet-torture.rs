@@ -42,6 +42,9 @@ fn config(dir: &std::path::Path) -> Config {
     let mut c = Config::default();
     c.data_dir = dir.to_path_buf();
     c.admin.listen = "127.0.0.1:0".into();
+    c.smb.listen = "127.0.0.1:0".into();
+    c.nfs.listen = "127.0.0.1:0".into();
+    c.nfs.portmap = false;
     c.executors = 1;
     c
 }

@@ -1,0 +1,408 @@
+//! The protocol executors: one glommio executor per core, each accepting
+//! SMB connections on the same port (SO_REUSEPORT spreads them), and the
+//! NFS listener (with MOUNT and portmap on the same port, and portmap on
+//! 111 when it is free) on the first executor, which owns the NFSv4 client
+//! and session state. Each connection task feeds bytes to the sans-I/O
+//! protocol state machine and runs the batches it asks for on the engine.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use duet_admin_api::ListenerInfo;
+use duet_cluster::records::{ShareRecord, UserRecord};
+use duet_cluster_store::{Query, QueryAnswer};
+use duet_fs::{Batch, BatchResult, Credentials, FsError, NodeId, ObjRef, Op, OpOutput, ROOT_ID};
+use duet_protocols::nfs::server::{ExportEntry, NfsServer, NfsServerConfig, PortMapping};
+use duet_protocols::smb2::server as smb;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use rand::RngCore;
+
+use crate::admin::now_ns;
+use crate::engine::{EngineHandle, RequestTag};
+
+/// Largest SMB2 frame accepted (a maximal WRITE plus headers).
+pub const SMB_FRAME_MAX: usize = (8 << 20) + (64 << 10);
+/// Largest ONC RPC record accepted (1 MiB COMPOUNDs plus headroom).
+pub const RPC_RECORD_MAX: usize = (1 << 20) + (128 << 10);
+/// Connections one executor serves at once.
+pub const CONNECTIONS_MAX: usize = 4096;
+
+/// Shares, users and share roots, as the protocol state machines see them.
+#[derive(Default, Clone)]
+pub struct Catalog {
+    shares: Vec<(ShareRecord, NodeId)>,
+    users: HashMap<String, UserRecord>,
+    exports: Vec<ExportEntry>,
+}
+
+fn fsid(name: &str) -> u64 {
+    // FNV-1a: stable across restarts and nodes.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    h | 1
+}
+
+impl Catalog {
+    /// Reads shares and users from the store and resolves each share's root.
+    pub async fn load(engine: &EngineHandle) -> Catalog {
+        let shares = match engine.store.query(Query::Shares).await {
+            Ok(QueryAnswer::Shares(s)) => s,
+            _ => Vec::new(),
+        };
+        let users = match engine.store.query(Query::Users).await {
+            Ok(QueryAnswer::Users(u)) => u.into_iter().map(|u| (u.name.to_lowercase(), u)).collect(),
+            _ => HashMap::new(),
+        };
+        let mut resolved = Vec::new();
+        for s in shares {
+            if let Some(root) = resolve(engine, &s.path).await {
+                resolved.push((s, root));
+            } else {
+                tracing::warn!(share = %s.name, path = %s.path, "share path does not resolve to a directory");
+            }
+        }
+        let exports = resolved
+            .iter()
+            .filter(|(s, _)| s.nfs)
+            .map(|(s, root)| ExportEntry {
+                name: s.name.clone(),
+                path: s.path.clone(),
+                root: *root,
+                read_only: s.read_only,
+                root_squash: s.root_squash,
+                clients: s.nfs_clients.clone(),
+                append_extension: s.append_extension,
+                fsid: fsid(&s.name),
+            })
+            .collect();
+        Catalog { shares: resolved, users, exports }
+    }
+}
+
+async fn resolve(engine: &EngineHandle, path: &str) -> Option<NodeId> {
+    let mut b = Batch::new(Credentials::root(), now_ns());
+    let mut cur = ObjRef::Id(ROOT_ID);
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
+        cur = b.push(Op::Lookup { dir: cur, name: comp.to_string() });
+    }
+    if b.ops.is_empty() {
+        return Some(ROOT_ID);
+    }
+    let r = engine.submit(b, RequestTag::new("internal", "resolve-share")).await.ok()?;
+    match r.results.last()? {
+        Ok(OpOutput::Object { attrs, .. }) if attrs.ftype == duet_fs::FileType::Directory => Some(attrs.id),
+        _ => None,
+    }
+}
+
+impl smb::Directory for Catalog {
+    fn user(&self, name: &str) -> Option<smb::UserEntry> {
+        self.users.get(&name.to_lowercase()).map(|u| smb::UserEntry {
+            nt_hash: u.nt_hash,
+            uid: u.uid,
+            gid: u.gid,
+            enabled: u.enabled,
+        })
+    }
+
+    fn share(&self, name: &str) -> Option<smb::ShareEntry> {
+        self.shares()
+            .into_iter()
+            .find(|s| s.name.eq_ignore_ascii_case(name))
+    }
+
+    fn shares(&self) -> Vec<smb::ShareEntry> {
+        self.shares
+            .iter()
+            .filter(|(s, _)| s.smb)
+            .map(|(s, root)| smb::ShareEntry {
+                name: s.name.clone(),
+                root: *root,
+                read_only: s.read_only,
+                guest_ok: s.guest_ok,
+                encrypt: false,
+            })
+            .collect()
+    }
+}
+
+/// What every connection task of one executor shares.
+struct Ctx {
+    engine: EngineHandle,
+    catalog: RefCell<Catalog>,
+    smb_cfg: smb::ServerConfig,
+    nfs: Option<Rc<RefCell<NfsServer>>>,
+    connections: std::cell::Cell<usize>,
+    next_conn: std::cell::Cell<u64>,
+}
+
+/// Which listeners an executor opens.
+#[derive(Clone)]
+pub struct FrontendPlan {
+    pub index: usize,
+    pub smb: Option<SocketAddr>,
+    pub nfs: Option<SocketAddr>,
+    pub portmap: bool,
+    pub handle_key: u64,
+    pub server_guid: [u8; 16],
+}
+
+/// Runs one protocol executor until `stop` fires. Reports the addresses
+/// it bound through `bound` (once).
+pub async fn run(
+    plan: FrontendPlan,
+    engine: EngineHandle,
+    bound: flume::Sender<Result<Vec<ListenerInfo>, String>>,
+    stop: flume::Receiver<()>,
+    listeners_info: Arc<Mutex<Vec<ListenerInfo>>>,
+) {
+    let mut infos = Vec::new();
+    let mut listeners: Vec<(TcpListener, &'static str)> = Vec::new();
+    let mut nfs_port = 0;
+    if let Some(addr) = plan.smb {
+        match TcpListener::bind(addr) {
+            Ok(l) => {
+                infos.push(ListenerInfo { protocol: "smb".into(), addr: l.local_addr().map(|a| a.to_string()).unwrap_or_default() });
+                listeners.push((l, "smb"));
+            }
+            Err(e) => {
+                let _ = bound.send(Err(format!("cannot listen on {addr} (SMB): {e}")));
+                return;
+            }
+        }
+    }
+    if let Some(addr) = plan.nfs {
+        match TcpListener::bind(addr) {
+            Ok(l) => {
+                let a = l.local_addr().ok();
+                nfs_port = a.map(|a| a.port()).unwrap_or(0);
+                infos.push(ListenerInfo { protocol: "nfs".into(), addr: a.map(|a| a.to_string()).unwrap_or_default() });
+                listeners.push((l, "nfs"));
+            }
+            Err(e) => {
+                let _ = bound.send(Err(format!("cannot listen on {addr} (NFS): {e}")));
+                return;
+            }
+        }
+        if plan.portmap {
+            let pm = SocketAddr::new(addr.ip(), duet_protocols::nfs::portmap::PMAP_PORT);
+            match std::net::TcpListener::bind(pm) {
+                // Only when nothing else serves portmap: probe with a plain bind first.
+                Ok(probe) => {
+                    drop(probe);
+                    match TcpListener::bind(pm) {
+                        Ok(l) => {
+                            infos.push(ListenerInfo { protocol: "portmap".into(), addr: pm.to_string() });
+                            listeners.push((l, "nfs"));
+                        }
+                        Err(e) => tracing::info!("portmap on {pm} not served: {e}"),
+                    }
+                }
+                Err(e) => tracing::info!("portmap on {pm} not served ({e}); NFS clients need ports in their mount options"),
+            }
+        }
+    }
+    let nfs = plan.nfs.map(|_| {
+        let mut seed = [0u8; 8];
+        rand::thread_rng().fill_bytes(&mut seed);
+        let tcp = 6;
+        let cfg = NfsServerConfig {
+            boot_seed: u64::from_le_bytes(seed),
+            handle_key: plan.handle_key,
+            portmap: vec![
+                PortMapping { prog: 100003, vers: 3, prot: tcp, port: nfs_port },
+                PortMapping { prog: 100003, vers: 4, prot: tcp, port: nfs_port },
+                PortMapping { prog: 100005, vers: 3, prot: tcp, port: nfs_port },
+                PortMapping { prog: 100005, vers: 1, prot: tcp, port: nfs_port },
+            ],
+            ..NfsServerConfig::default()
+        };
+        Rc::new(RefCell::new(NfsServer::new(cfg)))
+    });
+    let smb_cfg = smb::ServerConfig { server_guid: plan.server_guid, ..smb::ServerConfig::default() };
+    let ctx = Rc::new(Ctx {
+        catalog: RefCell::new(Catalog::load(&engine).await),
+        engine,
+        smb_cfg,
+        nfs: nfs.clone(),
+        connections: std::cell::Cell::new(0),
+        next_conn: std::cell::Cell::new(plan.index as u64 * (1 << 40) + 1),
+    });
+    if let Ok(mut l) = listeners_info.lock() {
+        l.extend(infos.iter().cloned());
+    }
+    let _ = bound.send(Ok(infos));
+    // Refresh shares and users; tick NFS leases.
+    {
+        let ctx = ctx.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_secs(1)).await;
+                let c = Catalog::load(&ctx.engine).await;
+                *ctx.catalog.borrow_mut() = c;
+                if let Some(n) = &ctx.nfs {
+                    let _ = n.borrow_mut().on_tick(now_ns());
+                }
+            }
+        })
+        .detach();
+    }
+    let mut accepts = Vec::new();
+    for (l, proto) in listeners {
+        let ctx = ctx.clone();
+        accepts.push(glommio::spawn_local(accept_loop(l, proto, ctx)));
+    }
+    let _ = stop.recv_async().await;
+    drop(accepts); // cancels the accept loops: no new connections
+    // Let the connections finish what they are doing.
+    for _ in 0..500 {
+        if ctx.connections.get() == 0 {
+            break;
+        }
+        glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>) {
+    loop {
+        match l.accept().await {
+            Ok(stream) => {
+                if ctx.connections.get() >= CONNECTIONS_MAX {
+                    tracing::warn!("connection limit ({CONNECTIONS_MAX}) reached; refusing a {proto} connection");
+                    drop(stream);
+                    continue;
+                }
+                let c = ctx.clone();
+                c.connections.set(c.connections.get() + 1);
+                glommio::spawn_local(async move {
+                    let r = if proto == "smb" { smb_conn(stream, &c).await } else { nfs_conn(stream, &c).await };
+                    if let Err(e) = r {
+                        tracing::debug!("{proto} connection: {e}");
+                    }
+                    c.connections.set(c.connections.get() - 1);
+                })
+                .detach();
+            }
+            Err(e) => {
+                tracing::warn!("{proto} accept: {e}");
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+fn failed(batch_len: usize) -> BatchResult {
+    BatchResult { results: vec![Err(FsError::Io); batch_len], cost: Default::default() }
+}
+
+async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
+    let _ = stream.set_nodelay(true);
+    let mut cfg = ctx.smb_cfg.clone();
+    cfg.interface = stream.local_addr().ok();
+    let mut seed = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut seed);
+    let mut conn = smb::Connection::new(cfg, now_ns(), &seed);
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
+    let mut tmp = vec![0u8; 1 << 18];
+    loop {
+        while buf.len() >= 4 {
+            let len = u32::from_be_bytes([0, buf[1], buf[2], buf[3]]) as usize;
+            if buf[0] != 0 || len > SMB_FRAME_MAX {
+                return Ok(()); // not direct TCP, or over the limit: drop
+            }
+            if buf.len() < 4 + len {
+                break;
+            }
+            let frame: Vec<u8> = buf[4..4 + len].to_vec();
+            buf.drain(..4 + len);
+            let events = conn.on_frame(&frame, now_ns(), &*ctx.catalog.borrow());
+            let mut queue: VecDeque<smb::Event> = events.into();
+            while let Some(ev) = queue.pop_front() {
+                match ev {
+                    smb::Event::Send(bytes) => stream.write_all(&bytes).await?,
+                    smb::Event::Run { token, batch, tag } => {
+                        let n = batch.ops.len();
+                        let r = ctx.engine.submit(batch, RequestTag::new("smb", tag)).await.unwrap_or_else(|e| {
+                            tracing::error!("smb batch: {e}");
+                            failed(n)
+                        });
+                        queue.extend(conn.on_batch_done(token, r, now_ns()));
+                    }
+                    smb::Event::Close => return Ok(()),
+                }
+            }
+        }
+        let n = stream.read(&mut tmp).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
+    let Some(server) = ctx.nfs.clone() else { return Ok(()) };
+    let _ = stream.set_nodelay(true);
+    let peer: IpAddr = stream.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let id = ctx.next_conn.get();
+    ctx.next_conn.set(id + 1);
+    let mut asm = duet_protocols::nfs::rpc::RecordAssembler::new(RPC_RECORD_MAX, 1024);
+    let mut tmp = vec![0u8; 1 << 18];
+    let result = async {
+        loop {
+            let n = stream.read(&mut tmp).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            let mut off = 0;
+            while off < n {
+                let used = match asm.push(&tmp[off..n]) {
+                    Ok(u) => u,
+                    Err(e) => {
+                        tracing::info!(%peer, "closing NFS connection: {e:?}");
+                        return Ok(());
+                    }
+                };
+                off += used;
+                let Some(record) = asm.take_record() else {
+                    if used == 0 {
+                        break;
+                    }
+                    continue;
+                };
+                let exports = ctx.catalog.borrow().exports.clone();
+                let events = server.borrow_mut().on_call(id, peer, &record, now_ns(), &exports);
+                let mut queue: VecDeque<_> = events.into();
+                while let Some(ev) = queue.pop_front() {
+                    use duet_protocols::nfs::server::Event;
+                    match ev {
+                        Event::Reply { conn, bytes } if conn == id => stream.write_all(&bytes).await?,
+                        Event::Reply { .. } => {}
+                        Event::Run { token, batch, tag } => {
+                            let n = batch.ops.len();
+                            let r = ctx.engine.submit(batch, RequestTag::new("nfs", tag)).await.unwrap_or_else(|e| {
+                                tracing::error!("nfs batch: {e}");
+                                failed(n)
+                            });
+                            let more = server.borrow_mut().on_batch_done(token, r, now_ns());
+                            queue.extend(more);
+                        }
+                        Event::Close(conn) if conn == id => return Ok(()),
+                        Event::Close(_) => {}
+                    }
+                }
+            }
+        }
+    }
+    .await;
+    server.borrow_mut().on_conn_closed(id);
+    result
+}

@@ -1,0 +1,188 @@
+//! duetctl against a real duetd process: every command, bad input, the
+//! admin password printed on first start, a bad configuration value, and
+//! SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn duetctl() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bin = root.join("target/debug/duetctl");
+    if !bin.exists() {
+        let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "-p", "duet-ctl"])
+            .current_dir(&root)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    bin
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Daemon {
+    child: Child,
+    addr: String,
+    data: PathBuf,
+    password: String,
+}
+
+impl Daemon {
+    fn start(dir: &Path) -> Daemon {
+        let port = free_port();
+        let data = dir.join("data");
+        let config = dir.join("duetd.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "data_dir = {data:?}\nexecutors = 1\n[admin]\nlisten = \"127.0.0.1:{port}\"\n\
+                 [smb]\nlisten = \"127.0.0.1:0\"\n[nfs]\nlisten = \"127.0.0.1:0\"\nportmap = false\n"
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_duetd"))
+            .args(["--config", config.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let mut password = String::new();
+        for line in BufReader::new(out).lines() {
+            let line = line.unwrap();
+            if let Some(rest) = line.split("password: ").nth(1) {
+                password = rest.split_whitespace().next().unwrap().to_string();
+            }
+            if line.contains("share 'public'") {
+                break;
+            }
+        }
+        assert!(!password.is_empty(), "first start printed the admin password");
+        let addr = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&addr).is_err() {
+            assert!(Instant::now() < deadline, "duetd did not listen on {addr}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Daemon { child, addr, data, password }
+    }
+
+    fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(duetctl())
+            .args(["--addr", &self.addr, "--data-dir", self.data.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.ctl(args);
+        assert!(o.status.success(), "duetctl {args:?}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn fails(&self, args: &[&str], code: i32, says: &str) {
+        let o = self.ctl(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "duetctl {args:?}: {err}");
+        assert!(err.contains(says), "duetctl {args:?}: expected {says:?} in {err:?}");
+    }
+}
+
+#[test]
+fn duetctl_drives_every_command_against_duetd() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(tmp.path());
+
+    let status = d.ok(&["status"]);
+    assert!(status.contains("smb") && status.contains("nfs"), "{status}");
+    let json: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "status"])).unwrap();
+    assert_eq!(json["raft"]["voters"], serde_json::json!([1]));
+    assert_eq!(json["shares"], 1);
+
+    // Shares.
+    assert!(d.ok(&["share", "list"]).contains("public"));
+    d.ok(&["share", "add", "projects", "--path", "/data/projects", "--nfs-clients", "10.0.0.0/8,::1", "--read-only"]);
+    let show = d.ok(&["--json", "share", "show", "projects"]);
+    let share: serde_json::Value = serde_json::from_str(&show).unwrap();
+    assert_eq!(share["read_only"], true);
+    assert_eq!(share["nfs"]["clients"], serde_json::json!(["10.0.0.0/8", "::1"]));
+    d.fails(&["share", "add", "projects", "--path", "/elsewhere"], 2, "already exists");
+    d.fails(&["share", "show", "nope"], 2, "not found");
+    d.fails(&["share", "remove", "nope"], 2, "not found");
+    d.fails(&["share", "add", "bad", "--path", "/x", "--nfs-clients", "10.0.0.0/99"], 2, "");
+    d.fails(&["share", "add", "bad", "--path", "relative"], 2, "");
+    d.ok(&["share", "remove", "projects"]);
+    assert!(!d.ok(&["share", "list"]).contains("projects"));
+
+    // Users.
+    d.ok(&["user", "add", "alice", "--password", "s3cret", "--uid", "1500"]);
+    d.fails(&["user", "add", "alice", "--password", "other"], 2, "already exists");
+    let users = d.ok(&["user", "list"]);
+    assert!(users.contains("alice") && users.contains("1500"), "{users}");
+    d.ok(&["user", "add", "bob", "--password", "pw"]);
+    let users: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "user", "list"])).unwrap();
+    let bob = users.as_array().unwrap().iter().find(|u| u["name"] == "bob").unwrap();
+    assert!(bob["uid"].as_u64().unwrap() >= 2000, "an automatic uid: {bob}");
+    d.ok(&["user", "passwd", "alice", "--password", "n3w"]);
+    d.fails(&["user", "passwd", "carol", "--password", "x"], 2, "not found");
+    d.ok(&["user", "remove", "alice"]);
+    d.fails(&["user", "remove", "alice"], 2, "not found");
+
+    // Stats and fsck.
+    let stats: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "stats"])).unwrap();
+    assert!(stats["proposals"].as_u64().unwrap() >= 4, "{stats}");
+    d.ok(&["stats"]);
+    assert!(d.ok(&["fsck"]).to_lowercase().contains("no problem"));
+
+    // The admin user's password, printed once on first start, works; a wrong one does not.
+    let o = Command::new(duetctl())
+        .args(["--addr", &d.addr, "--user", "admin", "--password", &d.password, "--token-file", "/nonexistent", "status"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(duetctl())
+        .args(["--addr", &d.addr, "--user", "admin", "--password", "wrong", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+
+    // SIGTERM drains and exits cleanly; a restart keeps everything.
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(d.child.id() as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = d.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "duetd did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn bad_configuration_is_refused_with_the_key_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("bad.toml");
+    std::fs::write(&config, "executors = 100000\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_duetd")).args(["--config", config.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("executors"));
+    std::fs::write(&config, "[smb]\nlisten = \"nowhere\"\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_duetd")).args(["--config", config.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("smb.listen"));
+    let o = Command::new(env!("CARGO_BIN_EXE_duetd")).args(["--print-default-config"]).output().unwrap();
+    assert!(o.status.success());
+    std::fs::write(&config, &o.stdout).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_duetd")).args(["--config", config.to_str().unwrap(), "--check-config"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}

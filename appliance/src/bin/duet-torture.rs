@@ -286,16 +286,16 @@ fn verify(dir: PathBuf, log: PathBuf) -> ExitCode {
             if let Some((w, s)) = Step::parse(rest) {
                 pending.insert(w, s);
             }
-        } else if let Some(rest) = line.strip_prefix("ACK ") {
+        } else if let Some(rest) = line.strip_prefix("ACK ").or_else(|| line.strip_prefix("APPLIED ")) {
             if let Some((w, s)) = Step::parse(rest) {
                 apply(state.entry(w).or_default(), &s);
                 pending.remove(&w);
                 acks += 1;
             }
         } else if line.starts_with("RUN ") {
-            // A new run: an unacknowledged step of the last one may or may
-            // not have landed; the file system tells which, and it becomes
-            // the truth from here on.
+            // A new run. The last run's unacknowledged steps were resolved
+            // by its verification (an `APPLIED` line for each that landed).
+            pending.clear();
         }
     }
     let running = match server::start(&config(&dir)) {
@@ -307,6 +307,7 @@ fn verify(dir: PathBuf, log: PathBuf) -> ExitCode {
     };
     let e = running.engine().clone();
     let mut bad = Vec::new();
+    let mut applied_lines = Vec::new();
     for w in 0..WORKERS {
         let Some(did) = dir_id(&e, &format!("w{w}"), false) else {
             if state.get(&w).is_some_and(|s| !s.is_empty()) {
@@ -326,6 +327,11 @@ fn verify(dir: PathBuf, log: PathBuf) -> ExitCode {
                     actual.insert(name, d);
                 }
                 None => bad.push(format!("worker {w}: {name} listed but unreadable")),
+            }
+        }
+        if actual != before && actual == after {
+            if let Some(p) = pending.get(&w) {
+                applied_lines.push(format!("APPLIED {}", p.line(w)));
             }
         }
         if actual != before && actual != after {
@@ -352,7 +358,10 @@ fn verify(dir: PathBuf, log: PathBuf) -> ExitCode {
         Err(e) => bad.push(format!("fsck: {e}")),
     }
     if bad.is_empty() {
-        println!("verify: {acks} acknowledged batches present, fsck clean");
+        for l in &applied_lines {
+            println!("{l}");
+        }
+        println!("verify: {acks} acknowledged batches present, {} in-flight batches found applied whole, fsck clean", applied_lines.len());
         ExitCode::SUCCESS
     } else {
         for b in &bad {

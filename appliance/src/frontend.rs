@@ -236,8 +236,11 @@ pub async fn run(
         connections: std::cell::Cell::new(0),
         next_conn: std::cell::Cell::new(plan.index as u64 * (1 << 40) + 1),
     });
-    if let Ok(mut l) = listeners_info.lock() {
-        l.extend(infos.iter().cloned());
+    // The other executors share executor 0's ports: list them once.
+    if plan.index == 0 {
+        if let Ok(mut l) = listeners_info.lock() {
+            l.extend(infos.iter().cloned());
+        }
     }
     let _ = bound.send(Ok(infos));
     // Refresh shares and users; tick NFS leases.

@@ -622,6 +622,23 @@ fn is_open_sid(srv: &NfsServer, c: &Compound, other: &Other) -> bool {
     srv.state.opens.contains_key(other) || c.actual(other).is_some()
 }
 
+/// READ and READ_PLUS (RFC 8881 18.22, RFC 7862 15.10): one Op::Read each.
+fn push_read(
+    srv: &NfsServer,
+    c: &mut Compound,
+    b: &mut Batch,
+    stateid: &Stateid4,
+    offset: u64,
+    count: u32,
+    plus: bool,
+) -> Result<Flow, Nfsstat4> {
+    let (_, obj) = c.obj()?;
+    resolve_sid(srv, c, stateid)?;
+    b.push(Op::Read { obj, offset, len: u64::from(count.min(srv.cfg.max_io)) });
+    c.steps.push(Step::Read { op: b.ops.len() - 1, plus, offset });
+    Ok(Flow::Next)
+}
+
 fn translate_op(
     srv: &mut NfsServer,
     c: &mut Compound,
@@ -889,36 +906,8 @@ fn translate_inner(
             });
             Flow::Next
         }
-        ArgOp4::Read(a) => {
-            let (_, obj) = c.obj()?;
-            resolve_sid(srv, c, &a.stateid)?;
-            b.push(Op::Read {
-                obj,
-                offset: a.offset,
-                len: u64::from(a.count.min(srv.cfg.max_io)),
-            });
-            c.steps.push(Step::Read {
-                op: b.ops.len() - 1,
-                plus: false,
-                offset: a.offset,
-            });
-            Flow::Next
-        }
-        ArgOp4::ReadPlus(a) => {
-            let (_, obj) = c.obj()?;
-            resolve_sid(srv, c, &a.stateid)?;
-            b.push(Op::Read {
-                obj,
-                offset: a.offset,
-                len: u64::from(a.count.min(srv.cfg.max_io)),
-            });
-            c.steps.push(Step::Read {
-                op: b.ops.len() - 1,
-                plus: true,
-                offset: a.offset,
-            });
-            Flow::Next
-        }
+        ArgOp4::Read(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, false)?,
+        ArgOp4::ReadPlus(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, true)?,
         ArgOp4::Write(a) => {
             let (fsid, obj) = c.obj()?;
             resolve_sid(srv, c, &a.stateid)?;

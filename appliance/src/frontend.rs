@@ -153,6 +153,8 @@ pub struct FrontendPlan {
     pub portmap: bool,
     pub handle_key: u64,
     pub server_guid: [u8; 16],
+    /// One share-mode table for the SMB connections of every executor.
+    pub share_modes: std::sync::Arc<smb::ShareModes>,
 }
 
 /// Runs one protocol executor until `stop` fires. Reports the addresses
@@ -227,7 +229,11 @@ pub async fn run(
         };
         Rc::new(RefCell::new(NfsServer::new(cfg)))
     });
-    let smb_cfg = smb::ServerConfig { server_guid: plan.server_guid, ..smb::ServerConfig::default() };
+    let smb_cfg = smb::ServerConfig {
+        server_guid: plan.server_guid,
+        share_modes: plan.share_modes.clone(),
+        ..smb::ServerConfig::default()
+    };
     let ctx = Rc::new(Ctx {
         catalog: RefCell::new(Catalog::load(&engine).await),
         engine,

@@ -223,6 +223,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let mut guid = [0u8; 16];
     guid[..8].copy_from_slice(&handle_key.to_le_bytes());
     guid[8..].copy_from_slice(&cfg.node_id.to_le_bytes());
+    let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::new());
     for i in 0..executors {
         let plan = FrontendPlan {
             index: i,
@@ -231,6 +232,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             portmap: i == 0 && cfg.nfs.portmap,
             handle_key,
             server_guid: guid,
+            share_modes: share_modes.clone(),
         };
         let (bound_tx, bound_rx) = flume::bounded(1);
         let (stop_tx, stop_rx) = flume::bounded::<()>(1);

@@ -511,6 +511,14 @@ fn create<R: KvRead + ?Sized>(
                         return Err(FsError::Access);
                     }
                     set_size(txn, ex, &mut n, 0)?;
+                    // Overwrite (MS-FSA 2.1.5.1.2.2) also takes the new
+                    // attributes and allocation the creator asked for.
+                    if let Some(a) = set.dos_attrs {
+                        n.attrs.dos_attrs = a & duet_fs::dos::SETTABLE;
+                    }
+                    if let Some(a) = set.alloc_size {
+                        n.attrs.alloc_size = a;
+                    }
                     touch(&mut n.attrs, now, true);
                     put_node(txn, &n);
                 }

@@ -75,7 +75,7 @@ pub fn decode_list(buf: &[u8]) -> Result<Vec<CreateContext<'_>>, DecodeError> {
             })?
         };
         let this = buf.get(start..end).ok_or(DecodeError::BadBuffer { field: "CreateContext" })?;
-        if name_length == 0 {
+        if name_length < 4 {
             return Err(DecodeError::InvalidValue { field: "CreateContext.NameLength" });
         }
         let name = super::cursor::buffer_at(this, name_offset, name_length, 16, "CreateContext.Name")?;

@@ -244,6 +244,8 @@ type Answered = (Header, u16, Option<SigningKey>, NtStatus, Vec<u8>);
 /// An SMB2/3 server connection, sans-I/O.
 pub struct Connection {
     pub(super) cfg: ServerConfig,
+    /// This connection's key in the daemon-wide share-mode table.
+    pub(super) conn_key: u64,
     rng: Rng,
     pub(super) negotiated: Option<Negotiated>,
     credits: Credits,
@@ -318,8 +320,10 @@ impl Connection {
         let _ = now_ns;
         let mut rng = Rng::new(seed);
         let nonce_prefix = rng.bytes();
+        let conn_key = rng.u64();
         Connection {
             cfg,
+            conn_key,
             rng,
             negotiated: None,
             credits: Credits {
@@ -1309,10 +1313,9 @@ impl Connection {
             .collect();
         let cred = self.sessions.get(&session_id).map(|s| s.cred.clone());
         for id in ids {
-            let Some(o) = self.opens.remove(&id) else {
+            let Some(o) = self.forget_open(id) else {
                 continue;
             };
-            self.locks.retain(|l| l.file != id);
             if o.delete_on_close
                 && !o.name.is_empty()
                 && !self.opens.values().any(|x| x.node == o.node)

@@ -11,9 +11,10 @@ use duet_fs::{
 };
 
 use super::conn::{done, error_body, ok, text, Connection, FramePlan, Open, Plan, Target};
+use super::sharemode::path_key;
 use super::info::{
     access, extra_status, from_filetime, fs_status, has_wildcards, maximal_access, pattern_match,
-    security_descriptor, to_filetime,
+    security_descriptor, short_name, to_filetime,
 };
 use crate::smb2::close::{CloseRequest, CloseResponse};
 use crate::smb2::create::{
@@ -81,6 +82,7 @@ pub struct CreatePlan {
     tree_id: u32,
     name: String,
     path: String,
+    share_access: u32,
 }
 
 #[derive(Debug)]
@@ -120,6 +122,7 @@ pub enum FsPlan {
     Read {
         target: Target,
         op: usize,
+        offset: u64,
         min_count: u32,
         len: u32,
     },
@@ -188,7 +191,11 @@ fn result_attrs(results: &[OpResult], i: usize) -> Result<&Attrs, FsError> {
 
 /// Splits a share-relative path into checked components.
 fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
-    let mut name = name.trim_start_matches('\\');
+    // MS-SMB2 3.3.5.9: a name that starts with a separator is invalid.
+    if name.starts_with('\\') {
+        return Err(NtStatus::INVALID_PARAMETER);
+    }
+    let mut name = name;
     if let Some(s) = name.strip_suffix("::$DATA") {
         name = s;
     }
@@ -208,15 +215,26 @@ fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
     Ok(comps)
 }
 
+/// The sizes SMB reports: a directory has neither end of file nor
+/// allocation (as NTFS reports them).
+pub(super) fn smb_sizes(a: &Attrs) -> (u64, u64) {
+    if a.ftype == FileType::Directory {
+        (0, 0)
+    } else {
+        (a.size, a.alloc_size)
+    }
+}
+
 fn file_entry(attrs: &Attrs) -> DirectoryEntry<'static> {
+    let (eof, alloc) = smb_sizes(attrs);
     DirectoryEntry {
         file_index: 0,
         creation_time: to_filetime(attrs.btime),
         last_access_time: to_filetime(attrs.atime),
         last_write_time: to_filetime(attrs.mtime),
         change_time: to_filetime(attrs.ctime),
-        end_of_file: attrs.size,
-        allocation_size: attrs.alloc_size,
+        end_of_file: eof,
+        allocation_size: alloc,
         file_attributes: attrs.smb_attributes(),
         ea_size: 0,
         short_name: Utf16::EMPTY,
@@ -235,6 +253,14 @@ fn set_time(ft: u64) -> Option<i64> {
 }
 
 impl Connection {
+    /// Forgets an open: its byte-range locks and its share mode go too.
+    pub(super) fn forget_open(&mut self, id: u64) -> Option<Open> {
+        let o = self.opens.remove(&id)?;
+        self.locks.retain(|l| l.file != id);
+        self.cfg.share_modes.release(o.node, (self.conn_key, id));
+        Some(o)
+    }
+
     fn view(&self, fp: &FramePlan, t: Target) -> Option<View> {
         match t {
             Target::Table(id) => self.opens.get(&id).map(|o| View {
@@ -394,6 +420,17 @@ impl Connection {
             .to_string_checked()
             .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
         let comps = split_path(&name)?;
+        // Truncation happens in the batch: check the share modes of the
+        // file's current opens first (MS-FSA 2.1.5.1.2.2).
+        if matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF)
+            && self.cfg.share_modes.conflicts_at(
+                &path_key(root, &comps.join("\\")),
+                desired | access::FILE_WRITE_DATA,
+                req.share_access,
+            )
+        {
+            return Err(NtStatus::SHARING_VIOLATION);
+        }
         let creates = matches!(
             d,
             disp::CREATE | disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF
@@ -425,15 +462,21 @@ impl Connection {
             }
             let leaf = comps[comps.len() - 1].clone();
             let settable = req.file_attributes & dos::SETTABLE;
-            let attrs = SetAttrs {
-                dos_attrs: (settable != 0).then_some(settable),
-                alloc_size: alloc,
-                ..Default::default()
-            };
             let kind = if o & opt::DIRECTORY_FILE != 0 {
                 CreateKind::Directory
             } else {
                 CreateKind::File
+            };
+            // MS-FSA 2.1.5.1.2.1: a new or overwritten file gets the
+            // requested attributes plus ARCHIVE.
+            let dos_attrs = match kind {
+                CreateKind::Directory => (settable != 0).then_some(settable),
+                _ => Some(settable | dos::ARCHIVE),
+            };
+            let attrs = SetAttrs {
+                dos_attrs,
+                alloc_size: alloc,
+                ..Default::default()
             };
             let create = |fp: &mut FramePlan, if_exists| {
                 fp.push(Op::Create {
@@ -516,6 +559,7 @@ impl Connection {
             tree_id: hdr.tree_id().unwrap_or(0),
             name: leaf,
             path: comps.join("\\"),
+            share_access: req.share_access,
         }))))
     }
 
@@ -587,6 +631,15 @@ impl Connection {
             cp.root
         };
         let id = self.new_file_id();
+        if !self.cfg.share_modes.acquire(
+            attrs.id,
+            (self.conn_key, id),
+            granted,
+            cp.share_access,
+            path_key(cp.root, &cp.path),
+        ) {
+            return Err(NtStatus::SHARING_VIOLATION);
+        }
         self.opens.insert(
             id,
             Open {
@@ -634,8 +687,8 @@ impl Connection {
             last_access_time: to_filetime(attrs.atime),
             last_write_time: to_filetime(attrs.mtime),
             change_time: to_filetime(attrs.ctime),
-            allocation_size: attrs.alloc_size,
-            end_of_file: attrs.size,
+            allocation_size: smb_sizes(&attrs).1,
+            end_of_file: smb_sizes(&attrs).0,
             file_attributes: attrs.smb_attributes(),
             file_id: FileId {
                 persistent: id,
@@ -668,8 +721,7 @@ impl Connection {
         let mut closed = None;
         let mut remove = v.delete_on_close && !v.name.is_empty();
         if let Target::Table(id) = t {
-            let o = self.opens.remove(&id);
-            self.locks.retain(|l| l.file != id);
+            let o = self.forget_open(id);
             if let Some(o) = &o {
                 // Another open of the same file keeps it; the last one deletes.
                 if let Some(other) = self.opens.values_mut().find(|x| x.node == o.node) {
@@ -751,6 +803,7 @@ impl Connection {
         Plan::Fs(FsPlan::Read {
             target: t,
             op,
+            offset: r.offset,
             min_count: r.minimum_count,
             len: r.length,
         })
@@ -980,6 +1033,8 @@ impl Connection {
                 }
                 let mut e = file_entry(attrs);
                 e.file_name = Utf16::Str(name);
+                let short = short_name(name);
+                e.short_name = Utf16::Str(&short);
                 if w.push(&mut out, |o| e.encode(class, o)) {
                     emitted += 1;
                     state.last = Some(name.clone());
@@ -1034,7 +1089,17 @@ impl Connection {
         };
         let op = match q.info_type {
             info_type::FILE => {
-                if v.granted & access::FILE_READ_ATTRIBUTES == 0 {
+                // MS-FSA 2.1.5.11: only these classes need
+                // FILE_READ_ATTRIBUTES; the full EA list needs FILE_READ_EA.
+                let need = match q.file_info_class {
+                    info_class::BASIC
+                    | info_class::ALL
+                    | info_class::NETWORK_OPEN
+                    | info_class::ATTRIBUTE_TAG => access::FILE_READ_ATTRIBUTES,
+                    15 => access::FILE_READ_EA,
+                    _ => 0,
+                };
+                if v.granted & need != need {
                     return done(NtStatus::ACCESS_DENIED);
                 }
                 Some(fp.push(Op::GetAttr { obj: v.obj }))
@@ -1075,8 +1140,8 @@ impl Connection {
             file_attributes: a.smb_attributes(),
         };
         let standard = fscc::FileStandardInformation {
-            allocation_size: a.alloc_size,
-            end_of_file: a.size,
+            allocation_size: smb_sizes(a).1,
+            end_of_file: smb_sizes(a).0,
             number_of_links: a.nlink,
             delete_pending: o.delete_on_close,
             directory: a.ftype == FileType::Directory,
@@ -1172,7 +1237,7 @@ impl Connection {
                     }
                     .encode(&mut out);
                 }
-                24.min(out.len())
+                32.min(out.len())
             }
             info_class::NETWORK_OPEN => {
                 fscc::FileNetworkOpenInformation {
@@ -1180,8 +1245,8 @@ impl Connection {
                     last_access_time: basic.last_access_time,
                     last_write_time: basic.last_write_time,
                     change_time: basic.change_time,
-                    allocation_size: a.alloc_size,
-                    end_of_file: a.size,
+                    allocation_size: smb_sizes(a).1,
+                    end_of_file: smb_sizes(a).0,
                     file_attributes: basic.file_attributes,
                 }
                 .encode(&mut out);
@@ -1195,8 +1260,22 @@ impl Connection {
                 .encode(&mut out);
                 8
             }
-            info_class::ALTERNATE_NAME => return Err(NtStatus::OBJECT_NAME_NOT_FOUND),
-            info_class::COMPRESSION | info_class::NAME | info_class::ID_INFORMATION => {
+            info_class::ALTERNATE_NAME => {
+                // The 8.3 name QUERY_DIRECTORY also reports (MS-FSCC 2.4.5).
+                let short = if o.name.is_empty() { String::new() } else { short_name(&o.name) };
+                fscc::FileNameInformation {
+                    file_name: Utf16::Str(&short),
+                }
+                .encode(&mut out);
+                8
+            }
+            info_class::COMPRESSION => {
+                // MS-FSCC 2.4.9: not compressed.
+                out.extend_from_slice(&smb_sizes(a).0.to_le_bytes());
+                out.extend_from_slice(&[0u8; 8]);
+                16
+            }
+            info_class::NAME | info_class::ID_INFORMATION => {
                 return Err(NtStatus::NOT_SUPPORTED)
             }
             _ => return Err(NtStatus::INVALID_INFO_CLASS),
@@ -1219,7 +1298,7 @@ impl Connection {
                     volume_label: Utf16::Str(share),
                 }
                 .encode(&mut out);
-                18
+                24
             }
             fs_info_class::SIZE => {
                 fscc::FileFsSizeInformation {
@@ -1259,7 +1338,7 @@ impl Connection {
                     file_system_name: Utf16::Str("NTFS"),
                 }
                 .encode(&mut out);
-                12
+                16
             }
             fs_info_class::SECTOR_SIZE => {
                 fscc::FileFsSectorSizeInformation {
@@ -1274,9 +1353,30 @@ impl Connection {
                 .encode(&mut out);
                 28
             }
-            fs_info_class::LABEL | fs_info_class::CONTROL | fs_info_class::OBJECT_ID => {
-                return Err(NtStatus::NOT_SUPPORTED)
+            fs_info_class::CONTROL => {
+                // MS-FSCC 2.5.2 FileFsControlInformation: no quotas are
+                // tracked or enforced; the limits read "none" (all ones).
+                for _ in 0..3 {
+                    out.extend_from_slice(&0u64.to_le_bytes());
+                }
+                out.extend_from_slice(&u64::MAX.to_le_bytes());
+                out.extend_from_slice(&u64::MAX.to_le_bytes());
+                out.extend_from_slice(&0u32.to_le_bytes());
+                out.extend_from_slice(&0u32.to_le_bytes());
+                48
             }
+            fs_info_class::OBJECT_ID => {
+                // MS-FSCC 2.5.6 FileFsObjectIdInformation: the volume's
+                // GUID (derived from the share name) and no extended info.
+                let mut guid = [0u8; 16];
+                for (i, b) in share.bytes().enumerate() {
+                    guid[i % 16] = guid[i % 16].wrapping_mul(31).wrapping_add(b);
+                }
+                out.extend_from_slice(&guid);
+                out.extend_from_slice(&[0u8; 48]);
+                64
+            }
+            fs_info_class::LABEL => return Err(NtStatus::NOT_SUPPORTED),
             _ => return Err(NtStatus::INVALID_INFO_CLASS),
         };
         Ok((out, min))
@@ -1437,6 +1537,15 @@ impl Connection {
                     if v.name.is_empty() {
                         return Err(NtStatus::ACCESS_DENIED);
                     }
+                    // A directory with open files below it stays put
+                    // (MS-FSA 2.1.5.14.11).
+                    if let Some(o) = v.file.and_then(|f| self.opens.get(&f)) {
+                        if o.is_dir
+                            && self.cfg.share_modes.open_below(&path_key(root, &o.path))
+                        {
+                            return Err(NtStatus::ACCESS_DENIED);
+                        }
+                    }
                 }
                 if ro {
                     return Err(NtStatus::ACCESS_DENIED);
@@ -1560,8 +1669,7 @@ impl Connection {
                     (Target::Table(_), None) => None,
                     (Target::Pending(_), _) => {
                         let id = self.resolve(target, created)?;
-                        self.locks.retain(|l| l.file != id);
-                        self.opens.remove(&id)
+                        self.forget_open(id)
                     }
                 };
                 if closed.is_none() {
@@ -1578,8 +1686,8 @@ impl Connection {
                             last_access_time: to_filetime(a.atime),
                             last_write_time: to_filetime(a.mtime),
                             change_time: to_filetime(a.ctime),
-                            allocation_size: a.alloc_size,
-                            end_of_file: a.size,
+                            allocation_size: smb_sizes(a).1,
+                            end_of_file: smb_sizes(a).0,
                             file_attributes: a.smb_attributes(),
                         };
                     }
@@ -1609,16 +1717,22 @@ impl Connection {
             FsPlan::Read {
                 target,
                 op,
+                offset,
                 min_count,
                 len,
             } => {
-                self.resolve(target, created)?;
+                let id = self.resolve(target, created)?;
                 match results.get(op) {
                     Some(Ok(OpOutput::Read { data, .. })) => {
                         if (data.is_empty() && len > 0)
                             || (data.len() as u64) < u64::from(min_count)
                         {
                             return Err(NtStatus::END_OF_FILE);
+                        }
+                        // FilePositionInformation follows synchronous I/O
+                        // (MS-FSCC 2.4.35).
+                        if let Some(o) = self.opens.get_mut(&id) {
+                            o.position = offset + data.len() as u64;
                         }
                         let mut b = Vec::with_capacity(16 + data.len());
                         ReadResponse::encode_fixed(data.len(), 0, 0, &mut b);
@@ -1761,6 +1875,7 @@ impl Connection {
                         if let Some(o) = self.opens.get_mut(&id) {
                             o.parent = parent;
                             o.name = name;
+                            self.cfg.share_modes.renamed(o.node, path_key(root, &path));
                             o.path = path;
                         }
                     }
@@ -1789,4 +1904,10 @@ fn body(r: &Response<'_>) -> Vec<u8> {
     let mut out = vec![0u8; 64];
     r.encode(&mut out);
     out.split_off(64)
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.cfg.share_modes.release_connection(self.conn_key);
+    }
 }

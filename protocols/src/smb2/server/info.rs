@@ -151,8 +151,20 @@ pub fn maximal_access(cred: &Credentials, a: &Attrs, read_only_share: bool) -> u
     if bits & 1 != 0 {
         m |= FILE_EXECUTE;
     }
+    // A server cannot stop a client from running bytes it may read: on
+    // regular files FILE_EXECUTE follows read (directories keep the x bit
+    // as traverse).
+    if a.ftype != FileType::Directory && bits & 4 != 0 {
+        m |= FILE_EXECUTE;
+    }
     if owner {
         m |= FILE_WRITE_ATTRIBUTES | FILE_WRITE_EA | WRITE_DAC | WRITE_OWNER;
+        // An owner who may write holds full control, as the owner's ACE of
+        // a default Windows ACL gives (FILE_DELETE_CHILD is meaningless on
+        // a file; on a directory write permission already implies it).
+        if bits & 2 != 0 {
+            m |= FILE_DELETE_CHILD;
+        }
     }
     // Whether the name may be removed depends on the parent directory; the
     // engine checks that when the removal happens.
@@ -164,6 +176,56 @@ pub fn maximal_access(cred: &Credentials, a: &Attrs, read_only_share: bool) -> u
         m &= !WRITE_BITS;
     }
     m
+}
+
+/// The 8.3 alternate name of `name` (MS-FSCC 2.1.5.2.1): the name itself,
+/// upper-cased, when it already is a valid 8.3 name; otherwise up to six
+/// characters of the base, `~`, a digit and a letter derived from a hash of
+/// the whole name, and up to three characters of the extension.
+pub fn short_name(name: &str) -> String {
+    fn legal(c: char) -> bool {
+        c.is_ascii_alphanumeric() || "$%'-_@~`!(){}^#&".contains(c)
+    }
+    if name == "." || name == ".." {
+        return name.to_string();
+    }
+    let (base, ext) = match name.rfind('.') {
+        Some(i) if i > 0 => (&name[..i], &name[i + 1..]),
+        _ => (name, ""),
+    };
+    let valid = !base.is_empty()
+        && base.len() <= 8
+        && ext.len() <= 3
+        && base.chars().all(legal)
+        && ext.chars().all(legal)
+        && !base.contains('.');
+    if valid {
+        return name.to_ascii_uppercase();
+    }
+    let hash = name
+        .bytes()
+        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    let clean = |s: &str, n: usize| -> String {
+        s.chars()
+            .filter(|c| legal(*c))
+            .map(|c| c.to_ascii_uppercase())
+            .take(n)
+            .collect()
+    };
+    let mut b = clean(base, 5);
+    if b.is_empty() {
+        b.push('_');
+    }
+    let digits = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    b.push('~');
+    b.push(digits[(hash % 36) as usize] as char);
+    b.push(digits[((hash / 36) % 36) as usize] as char);
+    let e = clean(ext, 3);
+    if e.is_empty() {
+        b
+    } else {
+        format!("{b}.{e}")
+    }
 }
 
 /// Wildcard match of an SMB search pattern (MS-FSCC 2.1.4.4): `*`, `?`,

@@ -25,14 +25,17 @@ mod conn;
 pub mod crypto;
 mod fsops;
 pub mod info;
+pub mod sharemode;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use duet_fs::{Batch, NodeId};
 
 use crate::smb2::negotiate::dialect;
 
 pub use conn::Connection;
+pub use sharemode::ShareModes;
 pub use info::fs_status;
 
 /// What the server offers and enforces.
@@ -70,6 +73,9 @@ pub struct ServerConfig {
     /// FSCTL_QUERY_NETWORK_INTERFACE_INFO; None answers NOT_SUPPORTED.
     pub interface: Option<SocketAddr>,
     pub link_speed: u64,
+    /// The daemon-wide share-mode table: give every connection the same
+    /// one (the default makes a private table).
+    pub share_modes: Arc<ShareModes>,
 }
 
 impl Default for ServerConfig {
@@ -102,6 +108,7 @@ impl Default for ServerConfig {
             free_bytes: 1 << 39,
             interface: None,
             link_speed: 10_000_000_000,
+            share_modes: Arc::new(ShareModes::new()),
         }
     }
 }

@@ -11,7 +11,7 @@ use duet_fs::{
 };
 
 use super::conn::{done, error_body, ok, text, Connection, FramePlan, Open, Plan, Target};
-use super::sharemode::path_key;
+use super::sharemode::{path_key, share};
 use super::info::{
     access, extra_status, from_filetime, fs_status, has_wildcards, maximal_access, pattern_match,
     security_descriptor, short_name, to_filetime,
@@ -1544,6 +1544,16 @@ impl Connection {
                             && self.cfg.share_modes.open_below(&path_key(root, &o.path))
                         {
                             return Err(NtStatus::ACCESS_DENIED);
+                        }
+                        // Renaming changes the parent directory as a delete
+                        // would: an open of the parent that holds DELETE or
+                        // does not share it stops it (as Windows does).
+                        if self.cfg.share_modes.conflicts(
+                            o.parent,
+                            access::DELETE,
+                            share::READ | share::WRITE,
+                        ) {
+                            return Err(NtStatus::SHARING_VIOLATION);
                         }
                     }
                 }

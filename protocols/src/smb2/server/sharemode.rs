@@ -110,6 +110,14 @@ impl ShareModes {
             .any(|h| h.path == path && !compatible(h, access, share_access))
     }
 
+    /// Whether an open of `node` with `access`/`share` would conflict with
+    /// the opens of it now.
+    pub fn conflicts(&self, node: NodeId, access: u32, share_access: u32) -> bool {
+        self.lock()
+            .get(&node)
+            .is_some_and(|l| l.iter().any(|h| !compatible(h, access, share_access)))
+    }
+
     /// Whether a file below the directory at `path` is open by anyone.
     pub fn open_below(&self, path: &str) -> bool {
         let prefix = format!("{path}\\");

@@ -14,7 +14,7 @@ use super::conn::{done, error_body, ok, text, Connection, FramePlan, Open, Plan,
 use super::sharemode::{path_key, share};
 use super::info::{
     access, extra_status, from_filetime, fs_status, has_wildcards, maximal_access, pattern_match,
-    security_descriptor, short_name, to_filetime,
+    posix_from_security_descriptor, security_descriptor, short_name, to_filetime,
 };
 use crate::smb2::close::{CloseRequest, CloseResponse};
 use crate::smb2::create::{
@@ -91,6 +91,8 @@ pub enum SetKind {
     Plain,
     Disposition {
         check_op: Option<usize>,
+        /// A file's attributes, to refuse READONLY (MS-FSA 2.1.5.14.3).
+        attr_op: Option<usize>,
     },
     Rename {
         first_lookup: usize,
@@ -382,6 +384,14 @@ impl Connection {
             && desired & (access::DELETE | access::MAXIMUM_ALLOWED) == 0
         {
             return Err(NtStatus::INVALID_PARAMETER);
+        }
+        // MS-FSA 2.1.5.1.2.1: a new read-only file cannot be delete-on-close;
+        // refuse before the batch would create it.
+        if o & opt::DELETE_ON_CLOSE != 0
+            && req.file_attributes & dos::READONLY != 0
+            && d != disp::OPEN
+        {
+            return Err(NtStatus::CANNOT_DELETE);
         }
         if o & opt::OPEN_BY_FILE_ID != 0 {
             return Err(NtStatus::NOT_SUPPORTED);
@@ -1384,6 +1394,61 @@ impl Connection {
 
     // ---- SET_INFO ------------------------------------------------------
 
+    /// SET_INFO of a security descriptor (MS-SMB2 3.3.5.21.3), kept as the
+    /// POSIX owner, group and mode it maps to.
+    fn plan_set_security(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        v: &View,
+        s: &SetInfoRequest<'_>,
+        ro: bool,
+    ) -> Plan {
+        use super::info::secinfo;
+        let addl = s.additional_information;
+        let mut need = 0;
+        if addl & secinfo::DACL != 0 {
+            need |= access::WRITE_DAC;
+        }
+        if addl & (secinfo::OWNER | secinfo::GROUP) != 0 {
+            need |= access::WRITE_OWNER;
+        }
+        if v.granted & need != need || ro {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        let Some(cred) = self.sessions.get(&hdr.session_id).map(|x| x.cred.clone()) else {
+            return done(NtStatus::USER_SESSION_DELETED);
+        };
+        let p = match posix_from_security_descriptor(s.buffer, addl, cred.uid, cred.gid) {
+            Ok(p) => p,
+            Err(st) => return done(st),
+        };
+        // Only root gives a file away; naming oneself owner changes nothing.
+        let uid = p.uid.filter(|u| cred.uid == 0 || *u != cred.uid);
+        if uid.is_some() && cred.uid != 0 {
+            return done(extra_status::INVALID_OWNER);
+        }
+        let gid = p.gid.filter(|_| cred.uid == 0);
+        let attrs = SetAttrs {
+            mode: p.mode,
+            uid,
+            gid,
+            ..Default::default()
+        };
+        let op = (!attrs.is_empty()).then(|| {
+            fp.push(Op::SetAttr {
+                obj: v.obj,
+                attrs,
+            })
+        });
+        Plan::Fs(FsPlan::SetInfo {
+            target: t,
+            op,
+            kind: SetKind::Plain,
+        })
+    }
+
     pub(super) fn plan_set_info(
         &mut self,
         fp: &mut FramePlan,
@@ -1394,13 +1459,16 @@ impl Connection {
         let Some(v) = self.view(fp, t) else {
             return done(NtStatus::FILE_CLOSED);
         };
-        if s.info_type != info_type::FILE {
+        if s.info_type != info_type::FILE && s.info_type != info_type::SECURITY {
             return done(NtStatus::NOT_SUPPORTED);
         }
         let (root, ro, _) = match self.begin(fp, hdr) {
             Ok(x) => x,
             Err(st) => return done(st),
         };
+        if s.info_type == info_type::SECURITY {
+            return self.plan_set_security(fp, hdr, t, &v, s, ro);
+        }
         let need = |bit: u32| -> Result<(), NtStatus> {
             if v.granted & bit == 0 || (ro && bit & access::WRITE_BITS != 0) {
                 Err(NtStatus::ACCESS_DENIED)
@@ -1516,10 +1584,12 @@ impl Connection {
                         with_attrs: false,
                     })
                 });
+                let attr_op =
+                    (delete && v.is_dir != Some(true)).then(|| fp.push(Op::GetAttr { obj: v.obj }));
                 Ok(Plan::Fs(FsPlan::SetInfo {
                     target: t,
                     op: None,
-                    kind: SetKind::Disposition { check_op },
+                    kind: SetKind::Disposition { check_op, attr_op },
                 }))
             }
             info_class::RENAME | info_class::LINK => {
@@ -1847,7 +1917,15 @@ impl Connection {
                             o.position = p;
                         }
                     }
-                    SetKind::Disposition { check_op } => {
+                    SetKind::Disposition { check_op, attr_op } => {
+                        if let Some(Ok(a)) = attr_op.map(|i| result_attrs(results, i)) {
+                            if a.ftype != FileType::Directory && a.dos_attrs & dos::READONLY != 0 {
+                                if let Some(o) = self.opens.get_mut(&id) {
+                                    o.delete_on_close = false;
+                                }
+                                return Err(NtStatus::CANNOT_DELETE);
+                            }
+                        }
                         if let Some(Ok(OpOutput::Dir { entries, .. })) =
                             check_op.and_then(|i| results.get(i))
                         {

@@ -26,6 +26,8 @@ pub fn from_filetime(ft: FileTime) -> TimeNs {
 /// Extra NTSTATUS values the codec's table does not name.
 pub mod extra_status {
     use crate::smb2::status::NtStatus;
+    /// MS-ERREF 2.3: the owner SID cannot be the owner of this object.
+    pub const INVALID_OWNER: NtStatus = NtStatus(0xC000_005A);
     pub const FILE_DELETED: NtStatus = NtStatus(0xC000_0123);
     pub const TOO_MANY_LINKS: NtStatus = NtStatus(0xC000_0265);
     pub const FILE_TOO_LARGE: NtStatus = NtStatus(0xC000_0904);
@@ -292,6 +294,112 @@ fn put_sid(out: &mut Vec<u8>, authority: u8, subs: &[u32]) {
 
 fn sid_len(subs: usize) -> usize {
     8 + 4 * subs
+}
+
+/// A SID read from a descriptor: its authority and sub-authorities.
+fn read_sid(sd: &[u8], at: usize) -> Option<(u64, Vec<u32>)> {
+    let head = sd.get(at..at + 8)?;
+    if head[0] != 1 || head[1] > 15 {
+        return None;
+    }
+    let n = usize::from(head[1]);
+    let auth = head[2..8].iter().fold(0u64, |a, b| a << 8 | u64::from(*b));
+    let subs = sd
+        .get(at + 8..at + 8 + 4 * n)?
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    Some((auth, subs))
+}
+
+/// What a SET_INFO security descriptor means for a POSIX file: the owner
+/// and group when they are Unix SIDs (S-1-22-1-uid, S-1-22-2-gid), and the
+/// mode from the DACL's allow ACEs for the owner, the group and Everyone
+/// (or Authenticated Users / Users, both read as "others"). A NULL DACL
+/// gives everyone everything. Other ACEs cannot be kept on a POSIX mode
+/// and are dropped. `MS-DTYP 2.4.6` (SECURITY_DESCRIPTOR), `2.4.5` (ACL),
+/// `2.4.4.2` (ACCESS_ALLOWED_ACE).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PosixSecurity {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub mode: Option<u32>,
+}
+
+pub fn posix_from_security_descriptor(
+    sd: &[u8],
+    info: u32,
+    a_uid: u32,
+    a_gid: u32,
+) -> Result<PosixSecurity, NtStatus> {
+    let bad = NtStatus::INVALID_PARAMETER;
+    if sd.len() < 20 || sd[0] != 1 {
+        return Err(bad);
+    }
+    let word = |at: usize| u32::from_le_bytes([sd[at], sd[at + 1], sd[at + 2], sd[at + 3]]) as usize;
+    let control = u16::from_le_bytes([sd[2], sd[3]]);
+    let mut out = PosixSecurity::default();
+    let (owner_at, group_at, dacl_at) = (word(4), word(8), word(16));
+    if info & secinfo::OWNER != 0 && owner_at != 0 {
+        match read_sid(sd, owner_at).ok_or(bad)? {
+            (22, s) if s.len() == 2 && s[0] == 1 => out.uid = Some(s[1]),
+            _ => {}
+        }
+    }
+    if info & secinfo::GROUP != 0 && group_at != 0 {
+        match read_sid(sd, group_at).ok_or(bad)? {
+            (22, s) if s.len() == 2 && s[0] == 2 => out.gid = Some(s[1]),
+            _ => {}
+        }
+    }
+    if info & secinfo::DACL != 0 && control & 0x0004 != 0 {
+        if dacl_at == 0 {
+            out.mode = Some(0o777);
+            return Ok(out);
+        }
+        let acl = sd.get(dacl_at..dacl_at + 8).ok_or(bad)?;
+        let count = usize::from(u16::from_le_bytes([acl[4], acl[5]]));
+        let owner = out.uid.unwrap_or(a_uid);
+        let group = out.gid.unwrap_or(a_gid);
+        let bits = |mask: u32| -> u32 {
+            let mask = access::expand(mask);
+            let mut b = 0;
+            if mask & access::FILE_READ_DATA != 0 {
+                b |= 4;
+            }
+            if mask & (access::FILE_WRITE_DATA | access::FILE_APPEND_DATA) != 0 {
+                b |= 2;
+            }
+            if mask & access::FILE_EXECUTE != 0 {
+                b |= 1;
+            }
+            b
+        };
+        let (mut u, mut g, mut o) = (0u32, 0u32, 0u32);
+        let mut at = dacl_at + 8;
+        for _ in 0..count.min(1024) {
+            let head = sd.get(at..at + 8).ok_or(bad)?;
+            let size = usize::from(u16::from_le_bytes([head[2], head[3]]));
+            if size < 16 {
+                return Err(bad);
+            }
+            let mask = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+            // Allow ACEs that apply to the object itself (not inherit-only).
+            if head[0] == 0 && head[1] & 0x08 == 0 {
+                let (auth, subs) = read_sid(sd, at + 8).ok_or(bad)?;
+                match (auth, subs.as_slice()) {
+                    (22, [1, id]) if *id == owner => u |= bits(mask),
+                    (22, [2, id]) if *id == group => g |= bits(mask),
+                    (3, [0]) => u |= bits(mask), // CREATOR OWNER
+                    (1, [0]) | (5, [11]) | (5, [32, 545]) => o |= bits(mask),
+                    _ => {}
+                }
+            }
+            at += size;
+        }
+        out.mode = Some(u << 6 | g << 3 | o);
+    }
+    Ok(out)
 }
 
 /// A self-relative SECURITY_DESCRIPTOR (MS-DTYP 2.4.6) for `a`: owner

@@ -669,7 +669,11 @@ fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: Obj
         Some(SetTime::ServerNow) => n.attrs.mtime = now,
         None => {}
     }
-    n.attrs.ctime = s.ctime.unwrap_or(now);
+    n.attrs.ctime = match s.ctime {
+        Some(duet_fs::CTIME_KEEP) => n.attrs.ctime,
+        Some(t) => t,
+        None => now,
+    };
     n.attrs.change += 1;
     put_node(txn, &n);
     if n.attrs.ftype == FileType::Directory && (s.mode.is_some() || s.uid.is_some() || s.gid.is_some()) {

@@ -217,6 +217,9 @@ fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
     Ok(comps)
 }
 
+/// The largest file SMB may write (NTFS's 16 TiB less 64 KiB).
+const MAX_FILE_SIZE: u64 = 0xfff_ffff_0000;
+
 /// The sizes SMB reports: a directory has neither end of file nor
 /// allocation (as NTFS reports them).
 pub(super) fn smb_sizes(a: &Attrs) -> (u64, u64) {
@@ -786,6 +789,10 @@ impl Connection {
         if r.length > self.cfg.max_read_size {
             return done(NtStatus::INVALID_PARAMETER);
         }
+        // MS-FSA 2.1.5.2: offsets past 2^63-1 are invalid.
+        if r.offset.checked_add(u64::from(r.length)).is_none_or(|e| e > i64::MAX as u64) {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
         if self.dialect().unwrap_or(0) > crate::smb2::negotiate::dialect::SMB2_0_2
             && u64::from(hdr.credit_charge.max(1)) * 65536 < u64::from(r.length)
         {
@@ -830,6 +837,14 @@ impl Connection {
             return done(NtStatus::FILE_CLOSED);
         };
         if w.data.len() > self.cfg.max_write_size as usize {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        // MS-FSA 2.1.5.3: no offset past 2^63-1, and no byte past the
+        // largest file size (16 TiB - 64 KiB, as NTFS).
+        let end = w.offset.checked_add(w.data.len() as u64);
+        if w.offset > i64::MAX as u64
+            || end.is_none_or(|e| e > MAX_FILE_SIZE && !w.data.is_empty())
+        {
             return done(NtStatus::INVALID_PARAMETER);
         }
         if self.dialect().unwrap_or(0) > crate::smb2::negotiate::dialect::SMB2_0_2
@@ -1106,7 +1121,7 @@ impl Connection {
                     | info_class::ALL
                     | info_class::NETWORK_OPEN
                     | info_class::ATTRIBUTE_TAG => access::FILE_READ_ATTRIBUTES,
-                    15 => access::FILE_READ_EA,
+                    info_class::FULL_EA => access::FILE_READ_EA,
                     _ => 0,
                 };
                 if v.granted & need != need {
@@ -1261,6 +1276,11 @@ impl Connection {
                 }
                 .encode(&mut out);
                 56
+            }
+            info_class::FULL_EA => {
+                // duet stores no extended attributes (CREATE refuses them
+                // with EAS_NOT_SUPPORTED): the list is empty.
+                0
             }
             info_class::ATTRIBUTE_TAG => {
                 fscc::FileAttributeTagInformation {
@@ -1491,6 +1511,7 @@ impl Connection {
                     ctime: set_time(b.change_time),
                     ..Default::default()
                 };
+                let keep_ctime = a.ctime.is_none();
                 if b.file_attributes != 0 {
                     if b.file_attributes & fscc::file_attributes::DIRECTORY != 0
                         && v.is_dir == Some(false)
@@ -1498,6 +1519,9 @@ impl Connection {
                         return Err(NtStatus::INVALID_PARAMETER);
                     }
                     a.dos_attrs = Some(b.file_attributes & dos::SETTABLE);
+                }
+                if keep_ctime && !a.is_empty() {
+                    a.ctime = Some(duet_fs::CTIME_KEEP);
                 }
                 let op = (!a.is_empty()).then(|| {
                     fp.push(Op::SetAttr {

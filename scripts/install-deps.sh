@@ -6,7 +6,12 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
-for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+# Real clients the test suite drives: smbtorture and smbclient (SMB),
+# libnfs-utils (NFS), and qemu with a Debian kernel for the kernel-client
+# tests (../shared/vmclient/linux-client).
+for p in samba-testsuite smbclient libnfs-utils qemu-system-x86 linux-image-amd64 busybox-static cpio kmod "$@"; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -13,11 +13,18 @@
 
 use std::collections::VecDeque;
 
-use super::bind::{feature, reason, reject, result, Bind, BindAck, BindNak, ContextResult};
+use super::bind::{reason, reject, result, Bind, BindAck, BindNak, ContextResult};
 use super::fault::{status, Fault};
 use super::header::{pfc, CommonHeader, PacketType};
 use super::request::{Request, Response};
 use super::{SyntaxId, BIND_TIME_FEATURE_PREFIX, NDR32};
+
+/// The bind time features duet supports (MS-RPCE 3.3.1.5.3): neither
+/// security context multiplexing (no RPC-level security at all) nor
+/// keeping the connection on an orphaned call
+/// ([`super::bind::feature::KEEP_CONNECTION_ON_ORPHAN`]; an orphaned call here simply
+/// abandons the request being reassembled).
+pub const SUPPORTED_FEATURES: u16 = 0;
 
 /// An RPC interface served on a pipe.
 pub trait Service {
@@ -234,11 +241,10 @@ impl Endpoint {
                 // MS-RPCE 3.3.1.5.3: answer with negotiate_ack and the
                 // features both sides support, here none.
                 features_answered = true;
-                let _offered = btfn.map(|t| u16::from_le_bytes([t.uuid.0[8], t.uuid.0[9]]));
+                let offered = btfn.map_or(0, |t| u16::from_le_bytes([t.uuid.0[8], t.uuid.0[9]]));
                 ContextResult {
                     result: result::NEGOTIATE_ACK,
-                    reason: 0 & (feature::SECURITY_CONTEXT_MULTIPLEXING
-                        | feature::KEEP_CONNECTION_ON_ORPHAN),
+                    reason: offered & SUPPORTED_FEATURES,
                     transfer_syntax: SyntaxId::default(),
                 }
             } else if c.abstract_syntax.uuid != iface.uuid
@@ -476,7 +482,10 @@ mod tests {
             head.extend_from_slice(&tail);
             assert!(head.len() <= 4280);
             let r = Response::decode(&head).unwrap();
-            assert_eq!(r.stub.len() % 8 == 0, r.pfc_flags & pfc::LAST_FRAG == 0 || r.stub.len() % 8 == 0);
+            assert_eq!(
+                r.stub.len() % 8 == 0,
+                r.pfc_flags & pfc::LAST_FRAG == 0 || r.stub.len() % 8 == 0
+            );
             stub.extend_from_slice(r.stub);
             frags += 1;
             if r.pfc_flags & pfc::LAST_FRAG != 0 {
@@ -590,8 +599,8 @@ mod tests {
         let parts = [&r.stub[..10], &r.stub[10..40], &r.stub[40..]];
         for (i, p) in parts.iter().enumerate() {
             let mut h = r.header;
-            h.pfc_flags = if i == 0 { pfc::FIRST_FRAG } else { 0 }
-                | if i == 2 { pfc::LAST_FRAG } else { 0 };
+            h.pfc_flags =
+                if i == 0 { pfc::FIRST_FRAG } else { 0 } | if i == 2 { pfc::LAST_FRAG } else { 0 };
             let mut out = Vec::new();
             Request {
                 header: h,
@@ -615,7 +624,10 @@ mod tests {
         let f = Fault::decode(&e.read(9999).unwrap().0).unwrap();
         assert_eq!(f.status, status::PROTO_ERROR);
         // frag_length below the header: the stream is dropped, one fault.
-        e.write(&[5, 0, 0, 3, 0x10, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 9, 9], &s);
+        e.write(
+            &[5, 0, 0, 3, 0x10, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0, 9, 9],
+            &s,
+        );
         assert_eq!(e.read(9999).unwrap().0[2], PacketType::FAULT);
         assert!(!e.has_output());
         // Version 4 BIND: BIND_NAK.

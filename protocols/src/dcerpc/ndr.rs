@@ -63,7 +63,10 @@ impl<'a> Reader<'a> {
     /// An aligned u16 (C706 14.2.2).
     pub fn u16(&mut self, what: &'static str) -> Result<u16, DecodeError> {
         self.align(2)?;
-        let b: [u8; 2] = self.bytes(2, what)?.try_into().map_err(|_| DecodeError(what))?;
+        let b: [u8; 2] = self
+            .bytes(2, what)?
+            .try_into()
+            .map_err(|_| DecodeError(what))?;
         Ok(if self.le {
             u16::from_le_bytes(b)
         } else {
@@ -74,7 +77,10 @@ impl<'a> Reader<'a> {
     /// An aligned u32 (C706 14.2.2).
     pub fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
         self.align(4)?;
-        let b: [u8; 4] = self.bytes(4, what)?.try_into().map_err(|_| DecodeError(what))?;
+        let b: [u8; 4] = self
+            .bytes(4, what)?
+            .try_into()
+            .map_err(|_| DecodeError(what))?;
         Ok(if self.le {
             u32::from_le_bytes(b)
         } else {
@@ -84,7 +90,10 @@ impl<'a> Reader<'a> {
 
     /// A UUID (C706 appendix A), normalised to the little-endian image.
     pub fn uuid(&mut self, what: &'static str) -> Result<Uuid, DecodeError> {
-        let b: [u8; 16] = self.bytes(16, what)?.try_into().map_err(|_| DecodeError(what))?;
+        let b: [u8; 16] = self
+            .bytes(16, what)?
+            .try_into()
+            .map_err(|_| DecodeError(what))?;
         let u = Uuid(b);
         Ok(if self.le { u } else { u.swapped() })
     }

@@ -2,7 +2,9 @@
 //! v3.0), the calls a share browser makes: NetrShareEnum (opnum 15,
 //! 3.1.4.8) at levels 0, 1 and 2, NetrShareGetInfo (opnum 16, 3.1.4.10)
 //! at levels 0, 1, 2 and 1005, and NetrServerGetInfo (opnum 21, 3.1.4.17)
-//! at levels 100 and 101. Every other opnum faults with nca_op_rng_error.
+//! at levels 100 and 101, and NetrShareEnumSticky (opnum 36, 3.1.4.9: the
+//! same call over the permanent, non-special shares). Every other opnum
+//! faults with nca_op_rng_error.
 //!
 //! The IDL shapes (MS-SRVS 2.2.4.x / 6, as NDR lays them out):
 //! - `SHARE_ENUM_STRUCT { DWORD Level; [switch_is(Level)]
@@ -28,6 +30,7 @@ pub mod opnum {
     pub const NETR_SHARE_ENUM: u16 = 15;
     pub const NETR_SHARE_GET_INFO: u16 = 16;
     pub const NETR_SERVER_GET_INFO: u16 = 21;
+    pub const NETR_SHARE_ENUM_STICKY: u16 = 36;
 }
 
 /// Share types (MS-SRVS 2.2.2.4).
@@ -66,7 +69,10 @@ fn enum_arm_known(level: u32) -> bool {
 }
 
 fn info_arm_known(level: u32) -> bool {
-    matches!(level, 0 | 1 | 2 | 501 | 502 | 503 | 1004 | 1005 | 1006 | 1501)
+    matches!(
+        level,
+        0 | 1 | 2 | 501 | 502 | 503 | 1004 | 1005 | 1006 | 1501
+    )
 }
 
 /// The [in] part of NetrShareEnum (opnum 15).
@@ -377,6 +383,16 @@ impl Service for Srvsvc {
                 let req = ShareEnumRequest::decode(stub, little_endian)?;
                 share_enum_response(&req, &self.shares, &mut w);
             }
+            opnum::NETR_SHARE_ENUM_STICKY => {
+                let req = ShareEnumRequest::decode(stub, little_endian)?;
+                let sticky: Vec<ShareInfo> = self
+                    .shares
+                    .iter()
+                    .filter(|s| s.share_type & stype::SPECIAL == 0)
+                    .cloned()
+                    .collect();
+                share_enum_response(&req, &sticky, &mut w);
+            }
             opnum::NETR_SHARE_GET_INFO => {
                 let req = ShareGetInfoRequest::decode(stub, little_endian)?;
                 share_get_info_response(&req, &self.shares, &mut w);
@@ -429,8 +445,16 @@ impl ShareEnumReply {
                     fixed.push((name, t, remark));
                 }
                 for (name, t, remark) in fixed {
-                    let n = if name { r.wstring("netname")? } else { String::new() };
-                    let m = if remark { r.wstring("remark")? } else { String::new() };
+                    let n = if name {
+                        r.wstring("netname")?
+                    } else {
+                        String::new()
+                    };
+                    let m = if remark {
+                        r.wstring("remark")?
+                    } else {
+                        String::new()
+                    };
                     entries.push((n, t, m));
                 }
             }
@@ -592,6 +616,20 @@ mod tests {
         bad[8..12].copy_from_slice(&7u32.to_le_bytes());
         assert_eq!(svc.call(15, &bad, true), Err(fault::INVALID_TAG));
         assert_eq!(svc.call(99, &[], true), Err(fault::OP_RNG_ERROR));
+        let req = ShareEnumRequest {
+            server_name: None,
+            level: 1,
+            prefered_maximum_length: u32::MAX,
+            resume_handle: None,
+        };
+        let sticky = svc.call(36, &req.encode(), true).unwrap();
+        let names: Vec<String> = ShareEnumReply::decode(&sticky)
+            .unwrap()
+            .entries
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        assert_eq!(names, ["share"]);
         assert_eq!(svc.call(15, &[1, 2, 3], true), Err(fault::FAULT_NDR));
     }
 

@@ -6,6 +6,8 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
+# The appliance tests run smbclient -L against a real duetd (IPC$ / srvsvc).
+command -v smbclient >/dev/null 2>&1 || need+=(smbclient)
 for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"

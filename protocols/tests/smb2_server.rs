@@ -13,12 +13,18 @@ use duet_cluster::machine::{apply, execute};
 use duet_cluster::records::{Command as ClusterCommand, ShareRecord};
 use duet_fs::{Batch, BatchResult, Credentials, ObjRef, Op, OpOutput, ROOT_ID};
 use duet_protocols::auth::{ntlm, spnego};
+use duet_protocols::dcerpc::bind::BindAck;
+use duet_protocols::dcerpc::fault::{status as fault_status, Fault};
+use duet_protocols::dcerpc::request::Response as RpcResponse;
+use duet_protocols::dcerpc::srvsvc::ShareEnumReply;
+use duet_protocols::dcerpc::NDR32;
 use duet_protocols::smb2::close::{CloseRequest, CloseResponse};
 use duet_protocols::smb2::compound::{Compound, CompoundWriter};
 use duet_protocols::smb2::create::{create_disposition, create_options, CreateRequest};
 use duet_protocols::smb2::create_context::{CreateContextRequest, CreateContextResponse};
 use duet_protocols::smb2::cursor::Utf16;
 use duet_protocols::smb2::fscc::{self, DirectoryEntry, DirectoryInfoClass};
+use duet_protocols::smb2::ioctl::{ctl_code, IoctlRequest};
 use duet_protocols::smb2::message::{Request, Response};
 use duet_protocols::smb2::negotiate::{algorithm, dialect, NegotiateContext, NegotiateRequest};
 use duet_protocols::smb2::query_directory::QueryDirectoryRequest;
@@ -1362,6 +1368,276 @@ fn logoff_and_tree_disconnect_drop_state() {
         c.one(Request::Echo(Default::default())).status(),
         NtStatus::USER_SESSION_DELETED
     );
+}
+
+// ---- IPC$ and the srvsvc pipe -------------------------------------------
+
+/// smbclient 4.17's BIND to srvsvc and its NetrShareEnum level 1 call
+/// (smbclient-vs-samba.pcapng frames 17 and 23, the FSCTL_PIPE_TRANSCEIVE
+/// inputs).
+const SMBCLIENT_BIND: &str = "05000b03100000004800000001000000b810b810000000000100000000000100c84f324b7016d30112785a47bf6ee18803000000045d888aeb1cc9119fe808002b10486002000000";
+const SMBCLIENT_SHARE_ENUM: &str = "05000003100000005c000000020000004400000000000f00000002000a000000000000000a0000003100320037002e0030002e0030002e00310000000100000001000000040002000000000000000000ffffffff0800020000000000";
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn transceive(file_id: FileId, input: &[u8], max_out: u32) -> Request<'_> {
+    Request::Ioctl(IoctlRequest {
+        ctl_code: ctl_code::FSCTL_PIPE_TRANSCEIVE,
+        file_id,
+        input,
+        max_input_response: 0,
+        output: &[],
+        max_output_response: max_out,
+        flags: IoctlRequest::IS_FSCTL,
+    })
+}
+
+fn ioctl_output(r: &Reply) -> Vec<u8> {
+    match r.body() {
+        Response::Ioctl(io) => io.output.to_vec(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An IPC$ tree connect and an open of `name`; returns the open's FileId.
+fn open_pipe(c: &mut Client, name: &str) -> Result<FileId, NtStatus> {
+    let r = c.one(Request::Create(create(
+        name,
+        create_disposition::OPEN,
+        0,
+        RW,
+    )));
+    match r.body() {
+        Response::Create(cr) if r.status() == NtStatus::SUCCESS => Ok(cr.file_id),
+        _ => Err(r.status()),
+    }
+}
+
+#[test]
+fn ipc_srvsvc_bind_and_share_enum() {
+    let mut c = Client::connected();
+    let r = c.one(Request::TreeConnect(TreeConnectRequest {
+        flags: 0,
+        path: Utf16::Str("\\\\duet\\IPC$"),
+    }));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    c.tree_id = r.header.tree_id().unwrap();
+    match r.body() {
+        Response::TreeConnect(t) => assert_eq!(t.share_type, 2, "SMB2_SHARE_TYPE_PIPE"),
+        other => panic!("{other:?}"),
+    }
+    for other in ["lsarpc", "\\wkssvc", "nosuch"] {
+        assert_eq!(
+            open_pipe(&mut c, other),
+            Err(NtStatus::OBJECT_NAME_NOT_FOUND)
+        );
+    }
+    let fid = open_pipe(&mut c, "srvsvc").expect("srvsvc opens");
+    let runs = c.runs;
+    // BIND -> BIND_ACK accepting NDR32 on context 0.
+    let bind = unhex(SMBCLIENT_BIND);
+    let r = c.one(transceive(fid, &bind, 4280));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let ack = BindAck::decode(&ioctl_output(&r)).unwrap();
+    assert_eq!(ack.call_id, 1);
+    assert_eq!(ack.sec_addr, "\\PIPE\\srvsvc");
+    assert_eq!(ack.results.len(), 1);
+    assert_eq!(
+        (ack.results[0].result, ack.results[0].transfer_syntax),
+        (0, NDR32)
+    );
+    // NetrShareEnum level 1 -> the shares of the Directory and IPC$.
+    let req = unhex(SMBCLIENT_SHARE_ENUM);
+    let r = c.one(transceive(fid, &req, 4280));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let out = ioctl_output(&r);
+    let resp = RpcResponse::decode(&out).unwrap();
+    assert_eq!(resp.call_id, 2);
+    let reply = ShareEnumReply::decode(resp.stub).unwrap();
+    let got: Vec<(&str, u32)> = reply.entries.iter().map(|e| (e.0.as_str(), e.1)).collect();
+    assert_eq!(got, [("data", 0), ("ro", 0), ("IPC$", 0x8000_0003)]);
+    assert_eq!((reply.total, reply.status), (3, 0));
+    // An opnum srvsvc does not have: a FAULT with nca_op_rng_error.
+    let mut bad = req.clone();
+    bad[22] = 200;
+    let r = c.one(transceive(fid, &bad, 4280));
+    let f = Fault::decode(&ioctl_output(&r)).unwrap();
+    assert_eq!(f.status, fault_status::OP_RNG_ERROR);
+    // QUERY_INFO FileStandardInformation and FilePipeInformation.
+    for (class, len) in [(5u8, 24usize), (23, 8)] {
+        let r = c.one(Request::QueryInfo(QueryInfoRequest {
+            info_type: info_type::FILE,
+            file_info_class: class,
+            output_buffer_length: 1024,
+            input_buffer: &[],
+            additional_information: 0,
+            flags: 0,
+            file_id: fid,
+        }));
+        assert_eq!(r.status(), NtStatus::SUCCESS, "class {class}");
+        match r.body() {
+            Response::QueryInfo(q) => assert_eq!(q.output_buffer.len(), len),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(c.runs, runs, "pipe traffic never reaches the engine");
+    let r = c.one(Request::Close(CloseRequest {
+        flags: 0,
+        file_id: fid,
+    }));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let r = c.one(transceive(fid, &req, 4280));
+    assert_eq!(r.status(), NtStatus::FILE_CLOSED);
+    // FSCTL_PIPE_WAIT names a pipe (MS-FSCC 2.3.49).
+    for (name, want) in [
+        ("srvsvc", NtStatus::SUCCESS),
+        ("nope", NtStatus::OBJECT_NAME_NOT_FOUND),
+    ] {
+        let units: Vec<u8> = name.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        let mut input = vec![0u8; 14];
+        input[8..12].copy_from_slice(&(units.len() as u32).to_le_bytes());
+        input.extend_from_slice(&units);
+        let r = c.one(Request::Ioctl(IoctlRequest {
+            ctl_code: ctl_code::FSCTL_PIPE_WAIT,
+            file_id: FileId {
+                persistent: u64::MAX,
+                volatile: u64::MAX,
+            },
+            input: &input,
+            max_input_response: 0,
+            output: &[],
+            max_output_response: 0,
+            flags: IoctlRequest::IS_FSCTL,
+        }));
+        assert_eq!(r.status(), want, "{name}");
+    }
+}
+
+#[test]
+fn ipc_pipe_write_read_overflow_and_compound() {
+    let mut c = Client::connected();
+    assert_eq!(c.tree("IPC$"), NtStatus::SUCCESS);
+    // CREATE + WRITE(bind) + READ in one related compound.
+    let bind = unhex(SMBCLIENT_BIND);
+    let write = |data| {
+        Request::Write(WriteRequest {
+            offset: 0,
+            file_id: FileId::RELATED,
+            channel: 0,
+            remaining_bytes: 0,
+            flags: 0,
+            write_channel_info: &[],
+            data,
+        })
+    };
+    let read = |file_id, length| {
+        Request::Read(ReadRequest {
+            padding: 0x50,
+            flags: 0,
+            length,
+            offset: 0,
+            file_id,
+            minimum_count: 0,
+            channel: 0,
+            remaining_bytes: 0,
+            read_channel_info: &[],
+        })
+    };
+    let r = c.call(vec![
+        msg(
+            Request::Create(create("\\srvsvc", create_disposition::OPEN, 0, RW)),
+            false,
+        ),
+        msg(write(&bind), true),
+        msg(read(FileId::RELATED, 1024), true),
+    ]);
+    let st: Vec<NtStatus> = r.iter().map(Reply::status).collect();
+    assert_eq!(st, [NtStatus::SUCCESS; 3]);
+    let fid = match r[0].body() {
+        Response::Create(cr) => cr.file_id,
+        other => panic!("{other:?}"),
+    };
+    match r[2].body() {
+        Response::Read(rr) => assert_eq!(rr.data[2], 12, "BIND_ACK"),
+        other => panic!("{other:?}"),
+    }
+    // Nothing left to read.
+    assert_eq!(c.one(read(fid, 1024)).status(), NtStatus(0xC000_00D9));
+    // A response read with a small READ: BUFFER_OVERFLOW, then the rest.
+    let req = unhex(SMBCLIENT_SHARE_ENUM);
+    let r = c.one(Request::Write(WriteRequest {
+        offset: 0,
+        file_id: fid,
+        channel: 0,
+        remaining_bytes: 0,
+        flags: 0,
+        write_channel_info: &[],
+        data: &req,
+    }));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let r = c.one(read(fid, 40));
+    assert_eq!(r.status(), NtStatus::BUFFER_OVERFLOW);
+    let mut pdu = match r.body() {
+        Response::Read(rr) => rr.data.to_vec(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(pdu.len(), 40);
+    let r = c.one(read(fid, 4096));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    if let Response::Read(rr) = r.body() {
+        pdu.extend_from_slice(rr.data);
+    }
+    let resp = RpcResponse::decode(&pdu).unwrap();
+    assert_eq!(ShareEnumReply::decode(resp.stub).unwrap().entries.len(), 3);
+    // Pipe handles are gone after TREE_DISCONNECT.
+    assert_eq!(
+        c.one(Request::TreeDisconnect(Default::default())).status(),
+        NtStatus::SUCCESS
+    );
+    assert_eq!(c.tree("IPC$"), NtStatus::SUCCESS);
+    assert_eq!(c.one(read(fid, 10)).status(), NtStatus::FILE_CLOSED);
+}
+
+#[test]
+fn ipc_hostile_pipe_input_is_answered_without_panics() {
+    let mut c = Client::connected();
+    assert_eq!(c.tree("IPC$"), NtStatus::SUCCESS);
+    let fid = open_pipe(&mut c, "srvsvc").unwrap();
+    let bind = unhex(SMBCLIENT_BIND);
+    let req = unhex(SMBCLIENT_SHARE_ENUM);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..400 {
+        let mut m = if i % 2 == 0 {
+            bind.clone()
+        } else {
+            req.clone()
+        };
+        for _ in 0..(i % 5 + 1) {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let at = (seed as usize) % m.len();
+            m[at] = (seed >> 32) as u8;
+        }
+        if i % 7 == 0 {
+            m.truncate((seed as usize) % m.len());
+        }
+        let r = c.one(transceive(fid, &m, 4280));
+        assert!(
+            [NtStatus::SUCCESS, NtStatus::BUFFER_OVERFLOW].contains(&r.status()),
+            "{:?}",
+            r.status()
+        );
+    }
+    // The pipe still answers a fresh open's BIND.
+    let fid = open_pipe(&mut c, "srvsvc").unwrap();
+    let r = c.one(transceive(fid, &bind, 4280));
+    assert_eq!(ioctl_output(&r)[2], 12);
 }
 
 // ---- captured client bytes ----------------------------------------------

@@ -10,6 +10,7 @@ use duet_fs::{Batch, BatchResult, Credentials, NodeId, ObjRef, Op, OpResult};
 use super::crypto::{derive_keys, preauth_update, CipherKey, Rng, SessionKeys, SigningKey};
 use super::fsops::{DirState, FsPlan, PendingOpen};
 use super::info::{access, extra_status, to_filetime};
+use super::pipe::PipeOpen;
 use super::{Directory, Event, ServerConfig, ShareEntry};
 use crate::auth::ntlm::{self, NtlmError, ServerContext};
 use crate::auth::spnego::{self, ClientToken, NegState};
@@ -194,6 +195,8 @@ pub(super) struct Slot {
 pub(super) struct Chain {
     pub file: Option<Target>,
     pub error: Option<NtStatus>,
+    /// The named pipe open of the chain (`pipe.rs`), instead of `file`.
+    pub pipe: Option<u64>,
 }
 
 /// A frame being planned or waiting for its batch.
@@ -252,6 +255,8 @@ pub struct Connection {
     preauth: [u8; 64],
     pub(super) sessions: HashMap<u64, Session>,
     pub(super) opens: HashMap<u64, Open>,
+    /// Named pipe opens on IPC$ (`pipe.rs`), keyed like `opens`.
+    pub(super) pipes: HashMap<u64, PipeOpen>,
     next_file_id: u64,
     next_tree_id: u32,
     pub(super) locks: Vec<ByteLock>,
@@ -334,6 +339,7 @@ impl Connection {
             preauth: [0; 64],
             sessions: HashMap::new(),
             opens: HashMap::new(),
+            pipes: HashMap::new(),
             next_file_id: 1,
             next_tree_id: 1,
             locks: Vec::new(),
@@ -764,6 +770,9 @@ impl Connection {
             {
                 fp.encrypt.get_or_insert((sid, k));
             }
+        }
+        if let Some(plan) = self.pipe_dispatch(chain, hdr, &req, related, dir) {
+            return (plan, sign);
         }
         let plan = match req {
             Request::Logoff(_) => self.logoff(fp, hdr.session_id),
@@ -1311,6 +1320,8 @@ impl Connection {
             .filter(|(_, o)| o.session_id == session_id && tree.iter().all(|t| o.tree_id == *t))
             .map(|(id, _)| *id)
             .collect();
+        self.pipes
+            .retain(|_, p| p.session_id != session_id || tree.iter().any(|t| p.tree_id != *t));
         let cred = self.sessions.get(&session_id).map(|s| s.cred.clone());
         for id in ids {
             let Some(o) = self.forget_open(id) else {
@@ -1605,12 +1616,17 @@ impl Connection {
             ctl_code::FSCTL_DFS_GET_REFERRALS | ctl_code::FSCTL_DFS_GET_REFERRALS_EX => {
                 done(extra_status::FS_DRIVER_REQUIRED)
             }
-            ctl_code::FSCTL_PIPE_TRANSCEIVE
-            | ctl_code::FSCTL_PIPE_PEEK
-            | ctl_code::FSCTL_PIPE_WAIT => {
+            // Pipe opens are answered by `pipe.rs` before this: here the
+            // handle is a file or no open at all.
+            ctl_code::FSCTL_PIPE_TRANSCEIVE | ctl_code::FSCTL_PIPE_PEEK => {
                 let _ = hdr;
-                done(NtStatus::NOT_SUPPORTED)
+                if self.opens.contains_key(&req.file_id.volatile) {
+                    done(NtStatus::INVALID_DEVICE_REQUEST)
+                } else {
+                    done(NtStatus::FILE_CLOSED)
+                }
             }
+            ctl_code::FSCTL_PIPE_WAIT => super::pipe::pipe_wait(req.input),
             _ => done(NtStatus::INVALID_DEVICE_REQUEST),
         }
     }

@@ -16,7 +16,8 @@
 //! QUERY_INFO, SET_INFO, FLUSH: planning into the batch and answering from
 //! its results), `info` (FILETIME, NTSTATUS of FsError, access masks,
 //! security descriptors, patterns), `crypto` (PRNG, KDF, signing,
-//! encryption, preauth hash).
+//! encryption, preauth hash), `pipe` (named pipes on IPC$: the srvsvc
+//! pipe carrying DCE/RPC to `crate::dcerpc`).
 //!
 //! Architecture Invariant: no I/O, no clock, no OS randomness: time comes
 //! as `now_ns`, randomness from the seed given to [`Connection::new`].
@@ -25,6 +26,7 @@ mod conn;
 pub mod crypto;
 mod fsops;
 pub mod info;
+mod pipe;
 pub mod sharemode;
 
 use std::net::SocketAddr;

@@ -6,6 +6,11 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
+# appliance/tests/vmclient.rs: the Linux kernel as an NFS/SMB client under
+# qemu (../shared/vmclient/linux-client), and libnfs' command-line tools.
+for p in qemu-system-x86 linux-image-amd64 busybox-static cpio kmod libnfs-utils; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
 for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"

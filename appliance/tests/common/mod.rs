@@ -1,0 +1,119 @@
+//! A real duetd for integration tests: free ports, its own data directory,
+//! the log in `<dir>/duetd.log`, killed when dropped.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+pub fn duetctl() -> PathBuf {
+    let bin = repo_root().join("target/debug/duetctl");
+    assert!(
+        bin.exists(),
+        "{} is missing: build the workspace first (cargo build --workspace)",
+        bin.display()
+    );
+    bin
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub struct Daemon {
+    pub child: Child,
+    pub admin: String,
+    pub smb_port: u16,
+    pub nfs_port: u16,
+    pub data: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts duetd with admin, SMB and NFS on free ports of 127.0.0.1 and
+    /// waits until all three accept connections.
+    pub fn start(dir: &Path) -> Daemon {
+        let (admin_port, smb_port, nfs_port) = (free_port(), free_port(), free_port());
+        let data = dir.join("data");
+        let config = dir.join("duetd.toml");
+        let log = dir.join("duetd.log");
+        std::fs::write(
+            &config,
+            format!(
+                "data_dir = {data:?}\nexecutors = 1\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+                 [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\nportmap = false\n"
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_duetd"))
+            .args(["--config", config.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            line.clear();
+            if out.read_line(&mut line).unwrap_or(0) == 0 || line.contains("share 'public'") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "duetd did not start");
+        }
+        // Keep draining stdout so that the daemon never blocks on it.
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = out.read_to_end(&mut sink);
+        });
+        let d = Daemon { child, admin: format!("127.0.0.1:{admin_port}"), smb_port, nfs_port, data, log };
+        for port in [admin_port, smb_port, nfs_port] {
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "duetd did not listen on {port}; log:\n{}", d.log_text());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        d
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn ctl(&self, args: &[&str]) -> Output {
+        Command::new(duetctl())
+            .args(["--addr", &self.admin, "--data-dir", self.data.to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.ctl(args);
+        assert!(
+            o.status.success(),
+            "duetctl {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

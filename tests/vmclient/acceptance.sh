@@ -1,0 +1,48 @@
+#!/bin/sh
+# acceptance.sh: the guest side of appliance/tests/vmclient.rs, run by
+# ../shared/vmclient/linux-client with fs-workload.sh and cross-protocol.sh
+# given as --bin. The test prepends the settings:
+#   NFS_PORT SMB_PORT SMB_USER SMB_PASS SMB_UID  ports on the host (10.0.2.2)
+#   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2"  (mount:big-file MiB)
+# Each run prints "RESULT <name> PASS" or "RESULT <name> FAIL <status>".
+H=10.0.2.2
+mount_nfs() { # VERS DIR
+  mkdir -p "$2"
+  case $1 in
+    3) mount -t nfs $H:/public "$2" -o addr=$H,vers=3,nolock,port=$NFS_PORT,mountport=$NFS_PORT,tcp,mountproto=tcp ;;
+    *) mount -t nfs4 $H:/public "$2" -o addr=$H,vers=$1,port=$NFS_PORT ;;
+  esac
+}
+mount_smb() { # DIR
+  mkdir -p "$1"
+  mount -t cifs //$H/public "$1" -o ip=$H,port=$SMB_PORT,username=$SMB_USER,password=$SMB_PASS,vers=3.1.1,uid=$SMB_UID,gid=$SMB_UID
+}
+echo "$SMB_USER:x:$SMB_UID:$SMB_UID::/tmp:/bin/sh" >> /etc/passwd
+echo "$SMB_USER:x:$SMB_UID:" >> /etc/group
+for run in $RUNS; do
+  name=${run%%:*}; arg=${run#*:}
+  echo "=== run $name $arg"
+  rc=0
+  case $name in
+    v3|v4.1|v4.2)
+      v=${name#v}; mnt=/mnt/$name
+      if mount_nfs "$v" $mnt; then
+        grep " $mnt " /proc/mounts
+        sh -e /bin/fs-workload.sh $mnt "$arg" || rc=$?
+        umount $mnt || { echo "umount $mnt failed"; rc=${rc:-1}; [ $rc -ne 0 ] || rc=1; }
+      else
+        rc=32
+      fi ;;
+    cross)
+      v=${arg#v}
+      if mount_nfs "$v" /mnt/xn && mount_smb /mnt/xs; then
+        sh -e /bin/cross-protocol.sh /mnt/xn /mnt/xs "$SMB_USER" || rc=$?
+        umount /mnt/xn; umount /mnt/xs
+      else
+        rc=32
+      fi ;;
+    *) echo "unknown run $name"; rc=2 ;;
+  esac
+  if [ $rc -eq 0 ]; then echo "RESULT $name PASS"; else echo "RESULT $name FAIL $rc"; fi
+done
+echo "=== acceptance done"

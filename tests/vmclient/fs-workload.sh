@@ -1,0 +1,128 @@
+#!/bin/sh
+# fs-workload.sh DIR BIG_MB: a file-system workload for a mounted share, run
+# inside ../shared/vmclient/linux-client (busybox sh). Every step checks its
+# result (contents by md5sum) and the script stops at the first failure
+# (sh -e). Prints "step NAME ok <centiseconds>" per step and
+# "WORKLOAD OK" at the end.
+set -eu
+MNT=$1; BIG_MB=${2:-16}; N=${N:-300}
+D=$MNT/wl-$(cat /proc/sys/kernel/random/uuid | cut -c1-8)
+now() { cut -d' ' -f1 /proc/uptime | tr -d .; }
+T0=$(now)
+step() { t=$(now); echo "step $1 ok $((t - T0))"; T0=$t; }
+fail() { echo "WORKLOAD FAIL: $*"; exit 1; }
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+size() { stat -c %s "$1"; }
+
+mkdir "$D"; cd "$D"
+[ -d "$D" ] || fail "mkdir $D"
+
+# Many small files: write, read back after dropping the cache, checksum.
+L=/tmp/wl-src; rm -rf $L; mkdir $L
+i=0; while [ $i -lt $N ]; do head -c 4096 /dev/urandom > $L/f$i; i=$((i+1)); done
+(cd $L && md5sum f* > /tmp/wl-small.md5)
+i=0; while [ $i -lt $N ]; do cp $L/f$i f$i; i=$((i+1)); done
+step small-write
+drop
+md5sum -c /tmp/wl-small.md5 > /tmp/wl-check.out 2>&1 || { grep -v ': OK$' /tmp/wl-check.out | head; fail "small files differ"; }
+step small-read
+[ "$(ls | wc -l)" -eq "$N" ] || fail "ls counts $(ls | wc -l), not $N"
+ls -l > /tmp/wl-ls.out
+[ "$(grep -c ' 4096 ' /tmp/wl-ls.out)" -eq "$N" ] || { head -5 /tmp/wl-ls.out; fail "ls -l sizes"; }
+[ "$(ls -a | grep -c '^\.\.\?$')" -eq 2 ] || echo "note: ls -a shows no . and .."
+step ls
+
+# A big file: streamed from /dev/urandom, checksummed on the way.
+dd if=/dev/urandom bs=1M count=$BIG_MB 2>/dev/null | tee big | md5sum | cut -d' ' -f1 > /tmp/wl-big.md5
+sync
+[ "$(size big)" -eq $((BIG_MB * 1048576)) ] || fail "big file size $(size big)"
+step big-write
+drop
+[ "$(md5sum < big | cut -d' ' -f1)" = "$(cat /tmp/wl-big.md5)" ] || fail "big file differs"
+step big-read
+# Overwrite in the middle of the big file (crosses a 4 MiB chunk boundary).
+head -c 8192 /dev/urandom > /tmp/wl-patch
+dd if=/tmp/wl-patch of=big bs=4096 seek=1023 conv=notrunc 2>/dev/null
+drop
+[ "$(size big)" -eq $((BIG_MB * 1048576)) ] || fail "big size after patch"
+[ "$(dd if=big bs=4096 skip=1023 count=2 2>/dev/null | md5sum)" = "$(md5sum < /tmp/wl-patch)" ] || fail "big patch differs"
+rm big
+step big-patch
+
+# Overwrite in the middle, truncate down and up: compared with a local copy.
+head -c 1048576 /dev/urandom > /tmp/wl-m; cp /tmp/wl-m m
+head -c 3000 /dev/urandom > /tmp/wl-p
+dd if=/tmp/wl-p of=m bs=1 seek=5000 conv=notrunc 2>/dev/null
+dd if=/tmp/wl-p of=/tmp/wl-m bs=1 seek=5000 conv=notrunc 2>/dev/null
+dd if=/tmp/wl-p of=f7 bs=1 seek=1000 conv=notrunc 2>/dev/null
+dd if=/tmp/wl-p of=$L/f7 bs=1 seek=1000 conv=notrunc 2>/dev/null
+drop
+[ "$(md5sum < m)" = "$(md5sum < /tmp/wl-m)" ] || fail "overwrite in the middle (1 MiB)"
+[ "$(md5sum < f7)" = "$(md5sum < $L/f7)" ] || fail "overwrite in the middle (small)"
+step overwrite
+truncate -s 70000 m; truncate -s 70000 /tmp/wl-m
+truncate -s 1000 f8; truncate -s 1000 $L/f8
+drop
+[ "$(size m)" -eq 70000 ] && [ "$(md5sum < m)" = "$(md5sum < /tmp/wl-m)" ] || fail "truncate down (big)"
+[ "$(size f8)" -eq 1000 ] && [ "$(md5sum < f8)" = "$(md5sum < $L/f8)" ] || fail "truncate down (small)"
+truncate -s 200000 m; truncate -s 200000 /tmp/wl-m
+truncate -s 9000 f8; truncate -s 9000 $L/f8
+drop
+[ "$(size m)" -eq 200000 ] && [ "$(md5sum < m)" = "$(md5sum < /tmp/wl-m)" ] || fail "truncate up (big)"
+[ "$(size f8)" -eq 9000 ] && [ "$(md5sum < f8)" = "$(md5sum < $L/f8)" ] || fail "truncate up (small)"
+: > f9; [ "$(size f9)" -eq 0 ] || fail "truncate to zero"
+echo appended >> f9; [ "$(cat f9)" = appended ] || fail "append"
+step truncate
+
+# Directories.
+mkdir -p a/b/c
+[ -d a/b/c ] || fail "mkdir -p"
+rmdir a/b/c; rmdir a/b
+[ ! -e a/b ] || fail "rmdir"
+if rmdir a 2>/dev/null; then mkdir a; else fail "rmdir of an empty directory"; fi
+mkdir a/x; echo in > a/x/file
+if rmdir a/x 2>/dev/null; then fail "rmdir of a non-empty directory succeeded"; fi
+step dirs
+
+# Rename: a file, over an existing file, a directory, across directories.
+mv f1 g1
+[ ! -e f1 ] && [ "$(md5sum < g1)" = "$(md5sum < $L/f1)" ] || fail "rename"
+mv f2 g1
+[ ! -e f2 ] && [ "$(md5sum < g1)" = "$(md5sum < $L/f2)" ] || fail "rename over a file"
+mv a/x a/y; mv a/y/file g2; mv a/y y
+[ "$(cat g2)" = in ] && [ -d y ] && [ ! -e a/y ] || fail "rename across directories"
+drop
+[ "$(ls | grep -c '^f')" -eq $((N - 2)) ] || fail "listing after renames"
+step rename
+
+# Hard links.
+ln f3 h3
+[ "$(stat -c %h f3)" -eq 2 ] && [ "$(stat -c %h h3)" -eq 2 ] || fail "link count $(stat -c %h f3)"
+[ "$(stat -c %i f3)" = "$(stat -c %i h3)" ] || fail "hard link inode"
+echo more >> h3; drop
+[ "$(md5sum < f3)" = "$(md5sum < h3)" ] || fail "hard link contents"
+rm f3
+[ "$(stat -c %h h3)" -eq 1 ] && [ "$(size h3)" -eq 4101 ] || fail "link after unlink"
+step hardlink
+
+# Symbolic links.
+ln -s f4 s4; ln -s ../nowhere dangling; ln -s "$D/y" sdir
+[ "$(readlink s4)" = f4 ] && [ "$(readlink dangling)" = ../nowhere ] || fail "readlink"
+[ -L s4 ] && [ "$(md5sum < s4)" = "$(md5sum < $L/f4)" ] || fail "read through a symlink"
+[ -d sdir ] && [ ! -e dangling ] || fail "symlink targets"
+rm s4 dangling sdir
+[ -e f4 ] || fail "rm of a symlink removed its target"
+step symlink
+
+# chmod and timestamps.
+chmod 600 f5; [ "$(stat -c %a f5)" = 600 ] || fail "chmod"
+touch -d '2001-02-03 04:05:06' f5; [ "$(stat -c %Y f5)" = "$(date -d '2001-02-03 04:05:06' +%s)" ] || fail "utimes"
+step attrs
+
+# rm -r of the whole tree.
+cd /; rm -r "$D"
+[ ! -e "$D" ] || fail "rm -r"
+drop
+ls "$MNT" | grep -q "^$(basename $D)\$" && fail "rm -r left the directory"
+step rm-r
+echo "WORKLOAD OK"

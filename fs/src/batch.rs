@@ -143,6 +143,12 @@ pub enum Op {
     ReadDir { dir: ObjRef, after: Option<String>, max_entries: u32, with_attrs: bool },
     /// Server-side copy of `len` bytes (u64::MAX: to end of source).
     Copy { src: ObjRef, src_offset: u64, dst: ObjRef, dst_offset: u64, len: u64 },
+    /// Find `name` in `dir`, and when no entry has exactly that name, the
+    /// first (in name order) that equals it ignoring case (SMB clients
+    /// expect case-insensitive names). Produces `OpOutput::Found` with the
+    /// entry's real name. (Appended last: stored raft entries keep
+    /// decoding.)
+    LookupCaseless { dir: ObjRef, name: String },
 }
 
 impl Op {
@@ -150,6 +156,7 @@ impl Op {
     pub fn mutates(&self) -> bool {
         match self {
             Op::Lookup { .. } | Op::GetAttr { .. } | Op::Read { .. } | Op::Close { .. } => false,
+            Op::LookupCaseless { .. } => false,
             Op::ReadLink { .. } | Op::ReadDir { .. } => false,
             Op::Open { truncate, .. } => *truncate,
             Op::SetAttr { attrs, .. } => !attrs.is_empty(),
@@ -160,7 +167,7 @@ impl Op {
     /// A short name for statistics.
     pub fn name(&self) -> &'static str {
         match self {
-            Op::Lookup { .. } => "lookup",
+            Op::Lookup { .. } | Op::LookupCaseless { .. } => "lookup",
             Op::Create { .. } => "create",
             Op::Open { .. } => "open",
             Op::GetAttr { .. } => "getattr",
@@ -231,6 +238,8 @@ pub enum OpOutput {
     Link { target: String, attrs: Attrs },
     Dir { entries: Vec<DirEntry>, eof: bool, attrs: Attrs },
     Copied { count: u64, attrs: Attrs },
+    /// LookupCaseless: the entry's real name and its attributes.
+    Found { name: String, attrs: Attrs },
 }
 
 impl OpOutput {
@@ -243,7 +252,8 @@ impl OpOutput {
             | OpOutput::Read { attrs, .. }
             | OpOutput::Link { attrs, .. }
             | OpOutput::Dir { attrs, .. }
-            | OpOutput::Copied { attrs, .. } => Some(attrs),
+            | OpOutput::Copied { attrs, .. }
+            | OpOutput::Found { attrs, .. } => Some(attrs),
             OpOutput::Dirs { target, .. } => target.as_ref(),
         }
     }

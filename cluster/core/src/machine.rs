@@ -283,7 +283,7 @@ pub fn execute<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, batch: &Batch) -> Appli
             run_op(txn, &mut ex, i, op)
         };
         let produced = match (&r, op) {
-            (Ok(OpOutput::Object { attrs, .. }), _) => Some(attrs.id),
+            (Ok(OpOutput::Object { attrs, .. }), _) | (Ok(OpOutput::Found { attrs, .. }), _) => Some(attrs.id),
             (Ok(_), Op::Open { .. }) => None,
             _ => None,
         };
@@ -328,6 +328,24 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             };
             let n = get_node(txn, child)?;
             Ok(OpOutput::Object { attrs: n.attrs, created: false, dir_before: None, dir_after: None })
+        }
+        Op::LookupCaseless { dir, name } => {
+            let d = load_dir(txn, ex, *dir)?;
+            if !may(cred, &d.attrs, 1) {
+                return Err(FsError::Access);
+            }
+            if name == "." || name == ".." {
+                let child = if name == ".." { d.parent } else { d.attrs.id };
+                let n = get_node(txn, child)?;
+                return Ok(OpOutput::Found { name: name.clone(), attrs: n.attrs });
+            }
+            check_name(name)?;
+            let (real, e) = match get_edge(txn, d.attrs.id, name) {
+                Some(e) => (name.clone(), e),
+                None => find_caseless(txn, d.attrs.id, name).ok_or(FsError::NotFound)?,
+            };
+            let n = get_node(txn, e.child)?;
+            Ok(OpOutput::Found { name: real, attrs: n.attrs })
         }
         Op::Create { dir, name, kind, attrs, if_exists } => create(txn, ex, *dir, name, kind, attrs, *if_exists),
         Op::Open { obj, access, truncate } => {
@@ -902,6 +920,31 @@ fn sticky_denies(cred: &duet_fs::Credentials, dir: &Attrs, child: &Attrs) -> boo
     dir.mode & 0o1000 != 0 && cred.uid != 0 && cred.uid != dir.uid && cred.uid != child.uid
 }
 
+/// The first entry of `dir` (in name order) whose name equals `name`
+/// ignoring case, scanning the directory a page at a time.
+fn find_caseless<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &str) -> Option<(String, Edge)> {
+    let want = name.to_lowercase();
+    let prefix = keys::edge_prefix(dir);
+    let end = keys::prefix_end(&prefix);
+    let mut start = prefix.clone();
+    loop {
+        let rows = txn.scan(&start, &end, 1024);
+        let full = rows.len() == 1024;
+        for (k, v) in &rows {
+            let entry = String::from_utf8_lossy(&k[prefix.len()..]);
+            if entry.to_lowercase() == want {
+                return Some((entry.into_owned(), decode(v)?));
+            }
+        }
+        if !full {
+            return None;
+        }
+        let (last, _) = rows.last()?;
+        start = last.clone();
+        start.push(0);
+    }
+}
+
 fn dir_is_empty<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> bool {
     let prefix = keys::edge_prefix(id);
     txn.scan(&prefix, &keys::prefix_end(&prefix), 1).is_empty()
@@ -1032,4 +1075,29 @@ pub fn get_share<R: KvRead + ?Sized>(kv: &R, name: &str) -> Option<ShareRecord> 
 /// Looks up a user record.
 pub fn get_user<R: KvRead + ?Sized>(kv: &R, name: &str) -> Option<UserRecord> {
     kv.get(&keys::user(name)).and_then(|v| decode(&v))
+}
+
+#[cfg(test)]
+mod caseless_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn caseless_lookup_in_memory() {
+        let db: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut txn = Txn::new(&db);
+        apply(&mut txn, &Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] });
+        let mut b = Batch::new(duet_fs::Credentials::root(), 5);
+        b.push(Op::Create {
+            dir: ObjRef::Id(ROOT_ID),
+            name: "Docs".into(),
+            kind: CreateKind::Directory,
+            attrs: Default::default(),
+            if_exists: IfExists::Fail,
+        });
+        b.push(Op::LookupCaseless { dir: ObjRef::Id(ROOT_ID), name: "DOCS".into() });
+        b.push(Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: "Docs".into() });
+        let out = execute(&mut txn, &b);
+        assert!(matches!(&out.results[1], Ok(OpOutput::Found { name, .. }) if name == "Docs"), "{:?}", out.results);
+    }
 }

@@ -303,3 +303,40 @@ fn state_survives_reopen() {
     let QueryAnswer::Fsck(r) = h.query_blocking(Query::Fsck { chunk_files: vec![] }).unwrap() else { panic!() };
     assert!(r.problems.is_empty(), "{:?}", r.problems);
 }
+
+/// SMB's caseless lookup: an exact name wins; otherwise the first entry
+/// that matches ignoring case, with its real name; a later op can use it;
+/// nothing matching is NotFound. Exact Lookup stays case-sensitive.
+#[test]
+fn caseless_lookup_finds_the_stored_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let h = s.handle();
+    let d = mkdir(&h, ROOT_ID, "Docs", 0o777);
+    for (name, data) in [("Report.TXT", &b"q3"[..]), ("report.txt", b"other")] {
+        let out = h.batch_blocking(small_file_chain(d, name, data)).unwrap();
+        assert!(out.applied.results.iter().all(|r| r.is_ok()), "{:?}", out.applied.results);
+    }
+    let out = h
+        .batch_blocking(batch(vec![
+            Op::LookupCaseless { dir: ObjRef::Id(ROOT_ID), name: "DOCS".into() },
+            Op::LookupCaseless { dir: ObjRef::Result(0), name: "REPORT.txt".into() },
+            Op::LookupCaseless { dir: ObjRef::Result(0), name: "report.txt".into() },
+            Op::Read { obj: ObjRef::Result(1), offset: 0, len: 10 },
+        ]))
+        .unwrap();
+    let r = &out.applied.results;
+    assert!(matches!(&r[0], Ok(OpOutput::Found { name, .. }) if name == "Docs"), "{:?}", r[0]);
+    // No exact "REPORT.txt": the first caseless match in name order.
+    assert!(matches!(&r[1], Ok(OpOutput::Found { name, .. }) if name == "Report.TXT"), "{:?}", r[1]);
+    assert!(matches!(&r[2], Ok(OpOutput::Found { name, .. }) if name == "report.txt"), "{:?}", r[2]);
+    assert!(matches!(&r[3], Ok(OpOutput::Read { data, .. }) if data == b"q3"), "{:?}", r[3]);
+    let out = h
+        .batch_blocking(batch(vec![
+            Op::LookupCaseless { dir: ObjRef::Id(d), name: "missing.txt".into() },
+        ]))
+        .unwrap();
+    assert_eq!(out.applied.results[0], Err(FsError::NotFound));
+    let out = h.batch_blocking(batch(vec![Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: "docs".into() }])).unwrap();
+    assert_eq!(out.applied.results[0], Err(FsError::NotFound));
+}

@@ -468,7 +468,7 @@ impl Connection {
             (f, None, ObjRef::Id(root), String::new())
         } else {
             for c in &comps[..comps.len() - 1] {
-                dir = ObjRef::Result(fp.push(Op::Lookup {
+                dir = ObjRef::Result(fp.push(Op::LookupCaseless {
                     dir,
                     name: c.clone(),
                 }));
@@ -502,14 +502,14 @@ impl Connection {
             };
             let (f, open) = match d {
                 disp::OPEN => (
-                    fp.push(Op::Lookup {
+                    fp.push(Op::LookupCaseless {
                         dir,
                         name: leaf.clone(),
                     }),
                     None,
                 ),
                 disp::OPEN_IF if ro => (
-                    fp.push(Op::Lookup {
+                    fp.push(Op::LookupCaseless {
                         dir,
                         name: leaf.clone(),
                     }),
@@ -518,7 +518,7 @@ impl Connection {
                 disp::CREATE => (create(fp, IfExists::Fail), None),
                 disp::OPEN_IF => (create(fp, IfExists::Open), None),
                 disp::OVERWRITE => {
-                    let f = fp.push(Op::Lookup {
+                    let f = fp.push(Op::LookupCaseless {
                         dir,
                         name: leaf.clone(),
                     });
@@ -595,8 +595,22 @@ impl Connection {
         }
         let (attrs, created) = match results.get(last) {
             Some(Ok(OpOutput::Object { attrs, created, .. })) => (attrs.clone(), *created),
+            Some(Ok(OpOutput::Found { attrs, .. })) => (attrs.clone(), false),
             _ => return Err(NtStatus::INVALID_PARAMETER),
         };
+        // The names as stored: a caseless lookup may have matched another
+        // case (MS-FSCC 2.1.5 names are case-insensitive for SMB clients).
+        let real = |i: usize, asked: &str| match results.get(i) {
+            Some(Ok(OpOutput::Found { name, .. })) => name.clone(),
+            _ => asked.to_string(),
+        };
+        let asked: Vec<&str> = if cp.path.is_empty() { Vec::new() } else { cp.path.split('\\').collect() };
+        let mut real_path: Vec<String> = Vec::with_capacity(asked.len());
+        for (k, c) in asked.iter().enumerate() {
+            real_path.push(real(cp.first_op + k, c));
+        }
+        let leaf_name = real_path.last().cloned().unwrap_or_default();
+        let real_path = real_path.join("\\");
         let is_dir = attrs.ftype == FileType::Directory;
         if cp.options & opt::DIRECTORY_FILE != 0 && !is_dir {
             return Err(NtStatus::NOT_A_DIRECTORY);
@@ -660,8 +674,8 @@ impl Connection {
                 tree_id: cp.tree_id,
                 node: attrs.id,
                 parent,
-                name: cp.name.clone(),
-                path: cp.path.clone(),
+                name: if cp.name.is_empty() { String::new() } else { leaf_name },
+                path: real_path,
                 is_dir,
                 granted,
                 options: cp.options,
@@ -864,6 +878,17 @@ impl Connection {
         if v.is_dir == Some(true) {
             return done(NtStatus::INVALID_DEVICE_REQUEST);
         }
+        // A zero-length write changes nothing (MS-FSA 2.1.5.3), wherever it
+        // points.
+        if w.data.is_empty() {
+            if let Err(s) = self.begin(fp, hdr) {
+                return done(s);
+            }
+            return ok(Response::Write(WriteResponse {
+                count: 0,
+                remaining: 0,
+            }));
+        }
         if let (Some(file), Some(node), false) = (v.file, v.node, append) {
             if self.lock_conflict(file, node, w.offset, w.data.len() as u64, true) {
                 return done(NtStatus::FILE_LOCK_CONFLICT);
@@ -948,7 +973,7 @@ impl Connection {
                     with_attrs: true,
                 })
             } else {
-                fp.push(Op::Lookup {
+                fp.push(Op::LookupCaseless {
                     dir: v.obj,
                     name: state.pattern.clone(),
                 })
@@ -1013,6 +1038,9 @@ impl Connection {
                 ),
                 Some(Ok(OpOutput::Object { attrs, .. })) => {
                     (None, vec![(state.pattern.clone(), attrs.clone())], true)
+                }
+                Some(Ok(OpOutput::Found { name, attrs })) => {
+                    (None, vec![(name.clone(), attrs.clone())], true)
                 }
                 Some(Err(FsError::NotFound)) if exact => (None, Vec::new(), true),
                 Some(Err(FsError::NotDir)) => return (NtStatus::INVALID_PARAMETER, error_body()),
@@ -1167,7 +1195,9 @@ impl Connection {
         let standard = fscc::FileStandardInformation {
             allocation_size: smb_sizes(a).1,
             end_of_file: smb_sizes(a).0,
-            number_of_links: a.nlink,
+            // A link whose delete is pending no longer counts (MS-FSA
+            // 2.1.5.11.27).
+            number_of_links: if o.delete_on_close { a.nlink.saturating_sub(1) } else { a.nlink },
             delete_pending: o.delete_on_close,
             directory: a.ftype == FileType::Directory,
         };
@@ -1657,7 +1687,7 @@ impl Connection {
                 let first_lookup = fp.batch.as_ref().map_or(0, |b| b.ops.len());
                 let mut dir = ObjRef::Id(root);
                 for c in &comps[..comps.len() - 1] {
-                    dir = ObjRef::Result(fp.push(Op::Lookup {
+                    dir = ObjRef::Result(fp.push(Op::LookupCaseless {
                         dir,
                         name: c.clone(),
                     }));

@@ -25,6 +25,11 @@ listen = "127.0.0.1:7445"
 [smb]
 enabled = true
 listen = "0.0.0.0:445"
+# Refuse unsigned requests once a session is authenticated.
+require_signing = false
+# Encrypt every session of clients that can (SMB 3.x); SMB 2.x sessions
+# stay unencrypted (signed when require_signing is on).
+encrypt = false
 
 [nfs]
 enabled = true
@@ -79,6 +84,12 @@ pub struct ListenerConfig {
     /// NFS only: also serve portmap/rpcbind on port 111 when it is free.
     #[serde(default = "yes")]
     pub portmap: bool,
+    /// SMB only: refuse unsigned requests on authenticated sessions.
+    #[serde(default)]
+    pub require_signing: bool,
+    /// SMB only: encrypt every session of a client that can (SMB 3.x).
+    #[serde(default)]
+    pub encrypt: bool,
 }
 
 fn yes() -> bool {
@@ -113,8 +124,20 @@ impl Default for Config {
             executors: 0,
             io_memory_mib: 1,
             admin: AdminConfig::default(),
-            smb: ListenerConfig { enabled: true, listen: "0.0.0.0:445".into(), portmap: false },
-            nfs: ListenerConfig { enabled: true, listen: "0.0.0.0:2049".into(), portmap: true },
+            smb: ListenerConfig {
+                enabled: true,
+                listen: "0.0.0.0:445".into(),
+                portmap: false,
+                require_signing: false,
+                encrypt: false,
+            },
+            nfs: ListenerConfig {
+                enabled: true,
+                listen: "0.0.0.0:2049".into(),
+                portmap: true,
+                require_signing: false,
+                encrypt: false,
+            },
             cache: CacheConfig::default(),
             log: LogConfig::default(),
             default_share: DefaultShare::default(),
@@ -193,6 +216,12 @@ impl Config {
             if addr.parse::<SocketAddr>().is_err() {
                 return invalid(key, format!("{addr:?} is not an address:port such as 0.0.0.0:445"));
             }
+        }
+        if self.nfs.require_signing || self.nfs.encrypt {
+            return invalid(
+                "nfs.require_signing",
+                "require_signing and encrypt are SMB settings ([smb]); NFS has none".into(),
+            );
         }
         if !(1..=4096).contains(&self.cache.log_segment_mib) {
             return invalid("cache.log_segment_mib", format!("{} is outside 1..=4096", self.cache.log_segment_mib));

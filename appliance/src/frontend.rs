@@ -155,6 +155,8 @@ pub struct FrontendPlan {
     pub server_guid: [u8; 16],
     /// One share-mode table for the SMB connections of every executor.
     pub share_modes: std::sync::Arc<smb::ShareModes>,
+    pub smb_require_signing: bool,
+    pub smb_encrypt: bool,
 }
 
 /// Runs one protocol executor until `stop` fires. Reports the addresses
@@ -232,6 +234,8 @@ pub async fn run(
     let smb_cfg = smb::ServerConfig {
         server_guid: plan.server_guid,
         share_modes: plan.share_modes.clone(),
+        require_signing: plan.smb_require_signing,
+        encrypt: plan.smb_encrypt,
         ..smb::ServerConfig::default()
     };
     let ctx = Rc::new(Ctx {

@@ -233,6 +233,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             handle_key,
             server_guid: guid,
             share_modes: share_modes.clone(),
+            smb_require_signing: cfg.smb.require_signing,
+            smb_encrypt: cfg.smb.encrypt,
         };
         let (bound_tx, bound_rx) = flume::bounded(1);
         let (stop_tx, stop_rx) = flume::bounded::<()>(1);

@@ -61,18 +61,11 @@ fn require_vm_tools() {
     );
 }
 
-#[test]
-fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
-    require_vm_tools();
+/// Boots the guest on `d` with `runs` (see tests/vmclient/acceptance.sh)
+/// and checks that every run passed. Returns the guest's output.
+fn run_guest(d: &mut Daemon, runs: &str, big: u32) -> String {
     let client = linux_client();
     let tmp = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(tmp.path());
-    d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
-    // The protocol executors reload users every second.
-    std::thread::sleep(std::time::Duration::from_millis(2500));
-
-    let big: u32 = std::env::var("DUET_VM_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    let runs = format!("v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3");
     let scripts = repo_root().join("tests/vmclient");
     let guest = tmp.path().join("guest.sh");
     std::fs::write(
@@ -107,11 +100,50 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
         let expected = runs.split(' ').filter(|r| r.starts_with(&format!("{name}:"))).count();
         assert_eq!(n, expected, "{run} did not pass (see the guest output above); duetd log tail:\n{}", log());
     }
-    assert_eq!(text.matches("WORKLOAD OK").count(), 3);
-    assert_eq!(text.matches("CROSS OK").count(), 2);
     assert!(!text.contains("FAIL"));
     assert!(d.alive(), "duetd died");
     assert!(d.ok(&["fsck"]).contains("file system is consistent"));
+    text
+}
+
+fn big_mb() -> u32 {
+    std::env::var("DUET_VM_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
+}
+
+#[test]
+fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
+    require_vm_tools();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(tmp.path());
+    d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
+    // The protocol executors reload users every second.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let big = big_mb();
+    let text = run_guest(&mut d, &format!("v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3"), big);
+    assert_eq!(text.matches("WORKLOAD OK").count(), 3);
+    assert_eq!(text.matches("CROSS OK").count(), 2);
+}
+
+/// The kernel's cifs client with SMB 3.1.1, 3.0 and 2.1, and 3.1.1 with
+/// `seal` (encryption), against a duetd that requires signing: the same
+/// workload as NFS but for symlinks and chmod (cifs without POSIX
+/// extensions fakes both on the client).
+#[test]
+fn linux_kernel_cifs_dialects_signed_and_sealed() {
+    require_vm_tools();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_with(tmp.path(), "require_signing = true");
+    d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let big = big_mb();
+    let small = big.min(16);
+    let text = run_guest(&mut d, &format!("smb3.1.1:{big} smb3.0:{small} smb2.1:{small} smbseal:{small}"), big);
+    assert_eq!(text.matches("WORKLOAD OK").count(), 4);
+    // Every mount really used the dialect asked for, and seal encrypted.
+    for v in ["vers=3.1.1", "vers=3.0", "vers=2.1"] {
+        assert!(text.contains(v), "no mount with {v}");
+    }
+    assert!(text.contains("seal"), "the sealed mount is not in /proc/mounts");
 }
 
 #[test]

@@ -3,7 +3,9 @@
 # ../shared/vmclient/linux-client with fs-workload.sh and cross-protocol.sh
 # given as --bin. The test prepends the settings:
 #   NFS_PORT SMB_PORT SMB_USER SMB_PASS SMB_UID  ports on the host (10.0.2.2)
-#   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2"  (mount:big-file MiB)
+#   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2 smb3.1.1:64 smbseal:16"
+#         (mount:big-file MiB; smb* mount cifs with that dialect, smbseal
+#         with encryption)
 # Each run prints "RESULT <name> PASS" or "RESULT <name> FAIL <status>".
 H=10.0.2.2
 mount_nfs() { # VERS DIR
@@ -13,9 +15,9 @@ mount_nfs() { # VERS DIR
     *) mount -t nfs4 $H:/public "$2" -o addr=$H,vers=$1,port=$NFS_PORT ;;
   esac
 }
-mount_smb() { # DIR
+mount_smb() { # DIR [VERS] [EXTRA_OPTIONS]
   mkdir -p "$1"
-  mount -t cifs //$H/public "$1" -o ip=$H,port=$SMB_PORT,username=$SMB_USER,password=$SMB_PASS,vers=3.1.1,uid=$SMB_UID,gid=$SMB_UID
+  mount -t cifs //$H/public "$1" -o ip=$H,port=$SMB_PORT,username=$SMB_USER,password=$SMB_PASS,vers=${2:-3.1.1},uid=$SMB_UID,gid=$SMB_UID${3:+,$3}
 }
 echo "$SMB_USER:x:$SMB_UID:$SMB_UID::/tmp:/bin/sh" >> /etc/passwd
 echo "$SMB_USER:x:$SMB_UID:" >> /etc/group
@@ -30,6 +32,19 @@ for run in $RUNS; do
         grep " $mnt " /proc/mounts
         sh -e /bin/fs-workload.sh $mnt "$arg" || rc=$?
         umount $mnt || { echo "umount $mnt failed"; rc=${rc:-1}; [ $rc -ne 0 ] || rc=1; }
+      else
+        rc=32
+      fi ;;
+    smb3.1.1|smb3.0|smb2.1|smbseal)
+      mnt=/mnt/$name
+      case $name in
+        smbseal) ok=$(mount_smb $mnt 3.1.1 seal && echo y) ;;
+        *) ok=$(mount_smb $mnt ${name#smb} && echo y) ;;
+      esac
+      if [ "$ok" = y ]; then
+        grep " $mnt " /proc/mounts
+        SKIP="symlink attrs" sh -e /bin/fs-workload.sh $mnt "$arg" || rc=$?
+        umount $mnt || rc=1
       else
         rc=32
       fi ;;

@@ -6,6 +6,10 @@
 # "WORKLOAD OK" at the end.
 set -eu
 MNT=$1; BIG_MB=${2:-16}; N=${N:-300}
+# SKIP: steps a protocol cannot do (e.g. "symlink attrs" for cifs without
+# POSIX extensions, whose modes and symlinks are client-side fictions).
+SKIP=${SKIP:-}
+skip() { case " $SKIP " in *" $1 "*) echo "step $1 skipped"; return 0;; esac; return 1; }
 D=$MNT/wl-$(cat /proc/sys/kernel/random/uuid | cut -c1-8)
 now() { cut -d' ' -f1 /proc/uptime | tr -d .; }
 T0=$(now)
@@ -96,6 +100,7 @@ drop
 step rename
 
 # Hard links.
+if ! skip hardlink; then
 ln f3 h3
 [ "$(stat -c %h f3)" -eq 2 ] && [ "$(stat -c %h h3)" -eq 2 ] || fail "link count $(stat -c %h f3)"
 [ "$(stat -c %i f3)" = "$(stat -c %i h3)" ] || fail "hard link inode"
@@ -104,8 +109,10 @@ echo more >> h3; drop
 rm f3
 [ "$(stat -c %h h3)" -eq 1 ] && [ "$(size h3)" -eq 4101 ] || fail "link after unlink"
 step hardlink
+fi
 
 # Symbolic links.
+if ! skip symlink; then
 ln -s f4 s4; ln -s ../nowhere dangling; ln -s "$D/y" sdir
 [ "$(readlink s4)" = f4 ] && [ "$(readlink dangling)" = ../nowhere ] || fail "readlink"
 [ -L s4 ] && [ "$(md5sum < s4)" = "$(md5sum < $L/f4)" ] || fail "read through a symlink"
@@ -113,11 +120,14 @@ ln -s f4 s4; ln -s ../nowhere dangling; ln -s "$D/y" sdir
 rm s4 dangling sdir
 [ -e f4 ] || fail "rm of a symlink removed its target"
 step symlink
+fi
 
 # chmod and timestamps.
+if ! skip attrs; then
 chmod 600 f5; [ "$(stat -c %a f5)" = 600 ] || fail "chmod"
 touch -d '2001-02-03 04:05:06' f5; [ "$(stat -c %Y f5)" = "$(date -d '2001-02-03 04:05:06' +%s)" ] || fail "utimes"
 step attrs
+fi
 
 # rm -r of the whole tree.
 cd /; rm -r "$D"

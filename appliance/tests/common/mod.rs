@@ -39,6 +39,12 @@ impl Daemon {
     /// Starts duetd with admin, SMB and NFS on free ports of 127.0.0.1 and
     /// waits until all three accept connections.
     pub fn start(dir: &Path) -> Daemon {
+        Daemon::start_with(dir, "")
+    }
+
+    /// As [`Daemon::start`], with extra keys for the `[smb]` table (such
+    /// as `require_signing = true`).
+    pub fn start_with(dir: &Path, smb_extra: &str) -> Daemon {
         let (admin_port, smb_port, nfs_port) = (free_port(), free_port(), free_port());
         let data = dir.join("data");
         let config = dir.join("duetd.toml");
@@ -47,7 +53,7 @@ impl Daemon {
             &config,
             format!(
                 "data_dir = {data:?}\nexecutors = 1\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
-                 [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\nportmap = false\n"
+                 [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n{smb_extra}\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\nportmap = false\n"
             ),
         )
         .unwrap();

@@ -672,6 +672,15 @@ fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: Obj
         n.attrs.dos_attrs = a & duet_fs::dos::SETTABLE;
     }
     if let Some(a) = s.alloc_size {
+        // An allocation below the end of file cuts the file there
+        // (MS-FSA 2.1.5.14.1, FileAllocationInformation).
+        if a < n.attrs.size && n.attrs.ftype == FileType::Regular && s.size.is_none() {
+            if !writable && !owner {
+                return Err(FsError::Access);
+            }
+            set_size(txn, ex, &mut n, a)?;
+            n.attrs.mtime = now;
+        }
         n.attrs.alloc_size = a.max(n.attrs.size);
     }
     if let Some(t) = s.btime {

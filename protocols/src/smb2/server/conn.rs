@@ -1109,9 +1109,12 @@ impl Connection {
             if self.sessions.len() >= self.cfg.max_sessions {
                 return (done(NtStatus::REQUEST_NOT_ACCEPTED), None);
             }
-            let mut id = self.rng.u64() & 0x0000_FFFF_FFFF_FFFF;
+            // 32 random bits: clients (smbtorture among them) keep session
+            // ids in 32-bit variables, and Samba and Windows hand out ids
+            // that fit.
+            let mut id = self.rng.u64() & 0xFFFF_FFFF;
             while id == 0 || self.sessions.contains_key(&id) {
-                id = self.rng.u64() & 0x0000_FFFF_FFFF_FFFF;
+                id = self.rng.u64() & 0xFFFF_FFFF;
             }
             self.sessions.insert(
                 id,

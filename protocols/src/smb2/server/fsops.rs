@@ -106,6 +106,8 @@ pub enum SetKind {
         link_op: usize,
     },
     Position(u64),
+    /// FileModeInformation (MS-FSCC 2.4.26): the open's mode bits.
+    Mode(u32),
 }
 
 /// A file-system command waiting for the batch.
@@ -1743,7 +1745,27 @@ impl Connection {
                     kind: SetKind::Position(p.current_byte_offset),
                 }))
             }
-            info_class::MODE | info_class::VALID_DATA_LENGTH => Ok(Plan::Fs(FsPlan::SetInfo {
+            info_class::MODE => {
+                let m = fscc::FileModeInformation::decode(buf)
+                    .map_err(|_| NtStatus::INFO_LENGTH_MISMATCH)?
+                    .mode;
+                // MS-FSA 2.1.5.14.6: only these four may be set, and not
+                // both synchronous modes.
+                let settable = opt::WRITE_THROUGH
+                    | opt::SEQUENTIAL_ONLY
+                    | opt::SYNCHRONOUS_IO_ALERT
+                    | opt::SYNCHRONOUS_IO_NONALERT;
+                let both = opt::SYNCHRONOUS_IO_ALERT | opt::SYNCHRONOUS_IO_NONALERT;
+                if m & !settable != 0 || m & both == both {
+                    return Err(NtStatus::INVALID_PARAMETER);
+                }
+                Ok(Plan::Fs(FsPlan::SetInfo {
+                    target: t,
+                    op: None,
+                    kind: SetKind::Mode(m),
+                }))
+            }
+            info_class::VALID_DATA_LENGTH => Ok(Plan::Fs(FsPlan::SetInfo {
                 target: t,
                 op: None,
                 kind: SetKind::Plain,
@@ -1969,6 +1991,16 @@ impl Connection {
                     SetKind::Position(p) => {
                         if let Some(o) = self.opens.get_mut(&id) {
                             o.position = p;
+                        }
+                    }
+                    SetKind::Mode(m) => {
+                        if let Some(o) = self.opens.get_mut(&id) {
+                            o.options = o.options
+                                & !(opt::WRITE_THROUGH
+                                    | opt::SEQUENTIAL_ONLY
+                                    | opt::SYNCHRONOUS_IO_ALERT
+                                    | opt::SYNCHRONOUS_IO_NONALERT)
+                                | m;
                         }
                     }
                     SetKind::Disposition { check_op, attr_op } => {

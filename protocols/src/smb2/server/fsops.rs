@@ -39,6 +39,10 @@ use crate::smb2::FileId;
 /// duet's limit on path components in one name (Invariant 5).
 pub const MAX_PATH_COMPONENTS: usize = 64;
 
+/// The largest file size NTFS allows (MAXFILESIZE, 16 TiB - 64 KiB):
+/// writes ending past it are refused.
+const MAX_FILE_SIZE: u64 = 0xfff_ffff_0000;
+
 /// Enumeration state of a directory open (MS-SMB2 3.3.1.10
 /// EnumerationLocation / SearchPattern).
 #[derive(Debug, Clone, Default)]
@@ -151,6 +155,9 @@ pub enum FsPlan {
         state: DirState,
         dots: bool,
         exact: bool,
+        /// An earlier QUERY_DIRECTORY of the same frame enumerates the same
+        /// open: this one continues where that one stops.
+        chained: bool,
     },
     Lock {
         target: Target,
@@ -724,6 +731,11 @@ impl Connection {
         if r.length > self.cfg.max_read_size {
             return done(NtStatus::INVALID_PARAMETER);
         }
+        // Offsets are signed 64-bit in the file system (smbtorture
+        // smb2.rw.invalid): a range past INT64_MAX is invalid.
+        if r.offset.saturating_add(u64::from(r.length)) > i64::MAX as u64 {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
         if self.dialect().unwrap_or(0) > crate::smb2::negotiate::dialect::SMB2_0_2
             && u64::from(hdr.credit_charge.max(1)) * 65536 < u64::from(r.length)
         {
@@ -774,7 +786,17 @@ impl Connection {
         {
             return done(NtStatus::INVALID_PARAMETER);
         }
-        let append = w.offset == u64::MAX;
+        // Offset -1 appends only on an append-only open; otherwise a range
+        // past INT64_MAX, or one ending beyond the largest file NTFS allows
+        // (MAXFILESIZE 0xfffffff0000), is invalid (smbtorture
+        // smb2.rw.invalid).
+        let append = w.offset == u64::MAX
+            && v.granted & access::FILE_APPEND_DATA != 0
+            && v.granted & access::FILE_WRITE_DATA == 0;
+        let end = w.offset.saturating_add(w.data.len() as u64);
+        if !append && (end > i64::MAX as u64 || (end > MAX_FILE_SIZE && !w.data.is_empty())) {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
         let need = if append {
             access::FILE_APPEND_DATA | access::FILE_WRITE_DATA
         } else {
@@ -892,6 +914,10 @@ impl Connection {
             })
         };
         let dots = state.dots < 2 && state.last.is_none();
+        let chained = !restart
+            && fp.slots.iter().any(
+                |s| matches!(&s.plan, Plan::Fs(FsPlan::QueryDir { target, .. }) if *target == t),
+            );
         Plan::Fs(FsPlan::QueryDir {
             target: t,
             op,
@@ -901,6 +927,7 @@ impl Connection {
             state,
             dots,
             exact,
+            chained,
         })
     }
 
@@ -915,6 +942,7 @@ impl Connection {
         mut state: DirState,
         dots: bool,
         exact: bool,
+        skip_through: Option<String>,
         results: &[OpResult],
     ) -> (NtStatus, Vec<u8>) {
         let first_call = !state.started;
@@ -968,8 +996,12 @@ impl Connection {
             }
         }
         let mut consumed_all = !full;
+        // Entries an earlier QUERY_DIRECTORY of the frame returned.
+        let skip = skip_through
+            .and_then(|last| entries.iter().position(|(n, _)| *n == last))
+            .map_or(0, |p| p + 1);
         if !full {
-            for (name, attrs) in &entries {
+            for (name, attrs) in &entries[skip..] {
                 if single && emitted == 1 {
                     consumed_all = false;
                     break;
@@ -1654,10 +1686,33 @@ impl Connection {
                 state,
                 dots,
                 exact,
+                chained,
             } => {
                 let id = self.resolve(target, created)?;
+                let (mut state, mut dots, mut skip_through) = (state, dots, None);
+                if chained {
+                    // Continue from the state the earlier QUERY_DIRECTORY of
+                    // this frame left; its entries are skipped.
+                    if let Some(cur) = self.opens.get(&id).and_then(|o| o.dir.clone()) {
+                        if cur.eof {
+                            return Ok((NtStatus::NO_MORE_FILES, error_body()));
+                        }
+                        skip_through = cur.last.clone();
+                        dots = cur.dots < 2 && cur.last.is_none();
+                        state = cur;
+                    }
+                }
                 Ok(self.complete_query_dir(
-                    id, op, class, out_len, single, state, dots, exact, results,
+                    id,
+                    op,
+                    class,
+                    out_len,
+                    single,
+                    state,
+                    dots,
+                    exact,
+                    skip_through,
+                    results,
                 ))
             }
             FsPlan::QueryInfo {

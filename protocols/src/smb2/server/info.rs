@@ -152,7 +152,10 @@ pub fn maximal_access(cred: &Credentials, a: &Attrs, read_only_share: bool) -> u
         m |= FILE_EXECUTE;
     }
     if owner {
-        m |= FILE_WRITE_ATTRIBUTES | FILE_WRITE_EA | WRITE_DAC | WRITE_OWNER;
+        // The owner may chmod itself any right, so it is granted execute
+        // too: SMB clients ask for FILE_ALL (execute included) on the
+        // 0644 files they create (smbtorture smb2.connect).
+        m |= FILE_WRITE_ATTRIBUTES | FILE_WRITE_EA | WRITE_DAC | WRITE_OWNER | FILE_EXECUTE;
     }
     // Whether the name may be removed depends on the parent directory; the
     // engine checks that when the removal happens.

@@ -818,6 +818,14 @@ impl Connection {
             Ok(_) => {}
             Err(s) => return done(s),
         }
+        if w.data.is_empty() {
+            // Nothing to write, at any valid offset (smbtorture
+            // smb2.rw.invalid writes nothing at INT64_MAX).
+            return ok(Response::Write(WriteResponse {
+                count: 0,
+                remaining: 0,
+            }));
+        }
         let op = fp.push(Op::Write {
             obj: v.obj,
             offset: if append { 0 } else { w.offset },

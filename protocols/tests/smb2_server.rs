@@ -18,6 +18,7 @@ use duet_protocols::dcerpc::fault::{status as fault_status, Fault};
 use duet_protocols::dcerpc::request::Response as RpcResponse;
 use duet_protocols::dcerpc::srvsvc::ShareEnumReply;
 use duet_protocols::dcerpc::NDR32;
+use duet_protocols::smb2::change_notify::ChangeNotifyRequest;
 use duet_protocols::smb2::close::{CloseRequest, CloseResponse};
 use duet_protocols::smb2::compound::{Compound, CompoundWriter};
 use duet_protocols::smb2::create::{create_disposition, create_options, CreateRequest};
@@ -1916,6 +1917,63 @@ fn two_query_directories_in_one_compound_continue_the_enumeration() {
             ]
         );
     }
+}
+
+#[test]
+fn failed_chains_fail_every_related_message() {
+    let mut c = Client::connected();
+    // A CREATE that fails in the engine: the related CHANGE_NOTIFY, CLOSE
+    // and security SET_INFO (refused while planning) get its error.
+    let notify = |file_id, related| {
+        msg(
+            Request::ChangeNotify(ChangeNotifyRequest {
+                flags: 1,
+                output_buffer_length: 0x1000,
+                file_id,
+                completion_filter: 1,
+            }),
+            related,
+        )
+    };
+    let set_sd = |file_id| {
+        msg(
+            Request::SetInfo(SetInfoRequest {
+                info_type: info_type::SECURITY,
+                file_info_class: 0,
+                buffer: &[
+                    1, 0, 4, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                ],
+                additional_information: 4,
+                file_id,
+            }),
+            true,
+        )
+    };
+    let r = c.call(vec![
+        msg(
+            Request::Create(create("no-such-file", create_disposition::OPEN, 0, RW)),
+            false,
+        ),
+        notify(FileId::RELATED, true),
+        close_any(FileId::RELATED, true),
+        set_sd(FileId::RELATED),
+    ]);
+    assert_eq!(statuses(&r), [NtStatus::OBJECT_NAME_NOT_FOUND; 4]);
+    // A first message marked related fails, and so does every related one
+    // after it, even one naming a real open (which stays open).
+    let r = c.one(Request::Create(create(
+        "real",
+        create_disposition::OPEN_IF,
+        0,
+        RW,
+    )));
+    let fid = match r.body() {
+        Response::Create(cr) => cr.file_id,
+        other => panic!("{other:?}"),
+    };
+    let r = c.call(vec![notify(fid, true), close_any(fid, true), set_sd(fid)]);
+    assert_eq!(statuses(&r), [NtStatus::INVALID_PARAMETER; 3]);
+    assert_eq!(c.conn.open_count(), 1);
 }
 
 // ---- captured client bytes ----------------------------------------------

@@ -213,6 +213,13 @@ pub(super) enum Deferred {
     /// FSCTL_CREATE_OR_GET_OBJECT_ID on an open a CREATE of this frame
     /// makes: the object id is derived from the node.
     ObjectId { target: Target, ctl_code: u32 },
+    /// A command refused while planning, on an open a CREATE of this frame
+    /// makes: the CREATE's error if it fails (3.3.5.2.7.2), else `status`.
+    Status {
+        target: Target,
+        status: NtStatus,
+        body: Vec<u8>,
+    },
 }
 
 /// A frame being planned or waiting for its batch.
@@ -861,13 +868,17 @@ impl Connection {
                     me.plan_lock(fp, t, &l)
                 })
             }
-            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_CREATE_OR_GET_OBJECT_ID => {
-                self.with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
+            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_CREATE_OR_GET_OBJECT_ID => self
+                .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
                     me.plan_object_id(fp, slot, t, &io)
+                }),
+            Request::Ioctl(io) => self.ioctl(hdr, &io),
+            // No CHANGE_NOTIFY yet; in a failed chain it fails like the rest.
+            Request::ChangeNotify(n) => {
+                self.with_target(fp, chain, hdr, related, n.file_id, |_, _, _| {
+                    done(NtStatus::NOT_SUPPORTED)
                 })
             }
-            Request::Ioctl(io) => self.ioctl(hdr, &io),
-            Request::ChangeNotify(_) => done(NtStatus::NOT_SUPPORTED),
             Request::OplockBreak(_) => done(NtStatus::INVALID_OPLOCK_PROTOCOL),
             Request::Echo(_) => ok(Response::Echo(Default::default())),
             Request::Negotiate(_) | Request::SessionSetup(_) | Request::Cancel(_) => {
@@ -930,6 +941,11 @@ impl Connection {
         file_id: FileId,
         f: impl FnOnce(&mut Self, &mut FramePlan, Target) -> Plan,
     ) -> Plan {
+        if let (true, Some(e)) = (related, chain.error) {
+            // A failed chain fails every related message after it, whatever
+            // FileId it names (smbtorture smb2.compound.related9).
+            return done(e);
+        }
         let target = if file_id == FileId::RELATED && related {
             match (chain.file, chain.error) {
                 (_, Some(e)) => return done(e),
@@ -957,7 +973,21 @@ impl Connection {
         if related || chain.file.is_none() {
             chain.file = Some(target);
         }
-        f(self, fp, target)
+        let slot = fp.slots.len();
+        let plan = f(self, fp, target);
+        if let (Target::Pending(_), Plan::Done { status, body }) = (target, &plan) {
+            if status.0 >= 0xC000_0000 && !fp.deferred.contains_key(&slot) {
+                fp.deferred.insert(
+                    slot,
+                    Deferred::Status {
+                        target,
+                        status: *status,
+                        body: body.clone(),
+                    },
+                );
+            }
+        }
+        plan
     }
 
     /// The session, tree and credentials of a file-system command.
@@ -1621,6 +1651,17 @@ impl Connection {
         created: &HashMap<usize, Result<u64, NtStatus>>,
     ) -> (NtStatus, Vec<u8>) {
         match d {
+            Deferred::Status {
+                target,
+                status,
+                body,
+            } => match target {
+                Target::Pending(slot) => match created.get(&slot) {
+                    Some(Err(e)) => (*e, error_body()),
+                    _ => (status, body),
+                },
+                Target::Table(_) => (status, body),
+            },
             Deferred::ObjectId { target, ctl_code } => {
                 let id = match target {
                     Target::Table(id) => Ok(id),

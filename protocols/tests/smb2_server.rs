@@ -18,6 +18,7 @@ use duet_protocols::dcerpc::fault::{status as fault_status, Fault};
 use duet_protocols::dcerpc::request::Response as RpcResponse;
 use duet_protocols::dcerpc::srvsvc::ShareEnumReply;
 use duet_protocols::dcerpc::NDR32;
+use duet_protocols::smb2::change_notify::ChangeNotifyRequest;
 use duet_protocols::smb2::close::{CloseRequest, CloseResponse};
 use duet_protocols::smb2::compound::{Compound, CompoundWriter};
 use duet_protocols::smb2::create::{create_disposition, create_options, CreateRequest};
@@ -216,6 +217,8 @@ struct Msg {
     command: Command,
     body: Vec<u8>,
     related: bool,
+    /// Session and tree ids other than the client's (compound tests).
+    ids: Option<(u64, u32)>,
 }
 
 fn msg(req: Request<'_>, related: bool) -> Msg {
@@ -226,6 +229,7 @@ fn msg(req: Request<'_>, related: bool) -> Msg {
         command,
         body: out.split_off(64),
         related,
+        ids: None,
     }
 }
 
@@ -307,9 +311,9 @@ impl Client {
                 message_id: self.next_id,
                 ids: HeaderIds::Sync {
                     process_id: 0xfeff,
-                    tree_id: self.tree_id,
+                    tree_id: m.ids.map_or(self.tree_id, |i| i.1),
                 },
-                session_id: self.session_id,
+                session_id: m.ids.map_or(self.session_id, |i| i.0),
                 signature: [0; 16],
             };
             self.next_id += 1;
@@ -1638,6 +1642,338 @@ fn ipc_hostile_pipe_input_is_answered_without_panics() {
     let fid = open_pipe(&mut c, "srvsvc").unwrap();
     let r = c.one(transceive(fid, &bind, 4280));
     assert_eq!(ioctl_output(&r)[2], 12);
+}
+
+// ---- compound rules (MS-SMB2 3.3.5.2.7, as Windows and Samba apply them) --
+
+fn close_any(file_id: FileId, related: bool) -> Msg {
+    msg(Request::Close(CloseRequest { flags: 0, file_id }), related)
+}
+
+fn statuses(r: &[Reply]) -> Vec<NtStatus> {
+    r.iter().map(Reply::status).collect()
+}
+
+#[test]
+fn compound_chain_errors_follow_windows() {
+    let mut c = Client::connected();
+    assert!(c.session_id < 1 << 32, "session ids fit in 32 bits");
+    let open = || {
+        msg(
+            Request::Create(create("chain", create_disposition::OPEN_IF, 0, RW)),
+            false,
+        )
+    };
+    // A first message marked related is invalid, and so are the related
+    // ones after it; an unrelated FileId of all ones is just closed.
+    let mut first = open();
+    first.related = true;
+    let r = c.call(vec![
+        first,
+        close_any(FileId::RELATED, true),
+        close_any(FileId::RELATED, false),
+    ]);
+    assert_eq!(
+        statuses(&r),
+        [
+            NtStatus::INVALID_PARAMETER,
+            NtStatus::INVALID_PARAMETER,
+            NtStatus::FILE_CLOSED
+        ]
+    );
+    // Related messages inherit session and tree; after an unrelated one
+    // with no session, a related one is INVALID_PARAMETER.
+    let mut related_close = close_any(FileId::RELATED, true);
+    related_close.ids = Some((u64::MAX, u32::MAX));
+    let mut lost = close_any(FileId::RELATED, false);
+    lost.ids = Some((u64::MAX, u32::MAX));
+    let mut lost2 = close_any(FileId::RELATED, false);
+    lost2.ids = Some((u64::MAX, u32::MAX));
+    let mut last = close_any(FileId::RELATED, true);
+    last.ids = Some((u64::MAX, u32::MAX));
+    let r = c.call(vec![open(), related_close, lost, lost2, last]);
+    assert_eq!(
+        statuses(&r),
+        [
+            NtStatus::SUCCESS,
+            NtStatus::SUCCESS,
+            NtStatus::USER_SESSION_DELETED,
+            NtStatus::USER_SESSION_DELETED,
+            NtStatus::INVALID_PARAMETER
+        ]
+    );
+    assert_eq!(
+        c.conn.open_count(),
+        0,
+        "the related CLOSE closed the CREATE's open"
+    );
+    // Unrelated CLOSEs of FileId -1 fail FILE_CLOSED, and related ones
+    // after them fail the same way.
+    let r = c.call(vec![
+        open(),
+        close_any(FileId::RELATED, false),
+        close_any(FileId::RELATED, false),
+        close_any(FileId::RELATED, true),
+        close_any(FileId::RELATED, true),
+    ]);
+    assert_eq!(
+        statuses(&r),
+        [
+            NtStatus::SUCCESS,
+            NtStatus::FILE_CLOSED,
+            NtStatus::FILE_CLOSED,
+            NtStatus::FILE_CLOSED,
+            NtStatus::FILE_CLOSED
+        ]
+    );
+}
+
+#[test]
+fn compound_responses_are_all_padded_and_object_ids_are_stable() {
+    let mut c = Client::connected();
+    write_file(&mut c, "three", b"123");
+    let read = |file_id| {
+        Request::Read(ReadRequest {
+            padding: 0x50,
+            flags: 0,
+            length: 3,
+            offset: 0,
+            file_id,
+            minimum_count: 1,
+            channel: 0,
+            remaining_bytes: 0,
+            read_channel_info: &[],
+        })
+    };
+    let f = c.frame(
+        vec![
+            msg(
+                Request::Create(create("three", create_disposition::OPEN, 0, READ)),
+                false,
+            ),
+            msg(read(FileId::RELATED), true),
+            msg(read(FileId::RELATED), true),
+        ],
+        true,
+    );
+    let resp = c.exchange(&f).unwrap();
+    let msgs: Vec<_> = Compound::new(&resp).collect::<Result<_, _>>().unwrap();
+    assert_eq!(msgs.len(), 3);
+    for m in &msgs {
+        assert_eq!(m.header.status, NtStatus::SUCCESS);
+        assert_eq!(m.bytes.len() % 8, 0, "{:?} padded to 8", m.header.command);
+    }
+    // The READ bodies: 16 bytes of header, 3 of data, 5 of padding.
+    assert_eq!(msgs[2].bytes.len() - 64, 24);
+    // A lone READ is not padded.
+    let fid = match Response::decode(&msgs[0].header, msgs[0].bytes).unwrap() {
+        Response::Create(cr) => cr.file_id,
+        other => panic!("{other:?}"),
+    };
+    let r = c.one(read(fid));
+    assert_eq!(r.bytes.len() - 64, 19);
+    // FSCTL_CREATE_OR_GET_OBJECT_ID on the CREATE of the same compound,
+    // then on the open: the same 64-byte FILE_OBJECTID_BUFFER.
+    let ioctl = |file_id| {
+        Request::Ioctl(IoctlRequest {
+            ctl_code: ctl_code::FSCTL_CREATE_OR_GET_OBJECT_ID,
+            file_id,
+            input: &[],
+            max_input_response: 0,
+            output: &[],
+            max_output_response: 64,
+            flags: IoctlRequest::IS_FSCTL,
+        })
+    };
+    let r = c.call(vec![
+        msg(
+            Request::Create(create("three", create_disposition::OPEN, 0, READ)),
+            false,
+        ),
+        msg(ioctl(FileId::RELATED), true),
+        close_related(),
+    ]);
+    assert_eq!(statuses(&r), [NtStatus::SUCCESS; 3]);
+    let oid = ioctl_output(&r[1]);
+    assert_eq!(oid.len(), 64);
+    let again = ioctl_output(&c.one(ioctl(fid)));
+    assert_eq!(oid, again);
+    let r = c.call(vec![msg(ioctl(FileId::RELATED), false), close_related()]);
+    assert_eq!(statuses(&r), [NtStatus::FILE_CLOSED, NtStatus::FILE_CLOSED]);
+}
+
+#[test]
+fn read_write_offsets_past_int64_max_are_invalid() {
+    let mut c = Client::connected();
+    write_file(&mut c, "rw", b"0123456789");
+    let r = c.one(Request::Create(create(
+        "rw",
+        create_disposition::OPEN,
+        0,
+        RW,
+    )));
+    let fid = match r.body() {
+        Response::Create(cr) => cr.file_id,
+        other => panic!("{other:?}"),
+    };
+    let read = |offset: u64, length: u32| {
+        Request::Read(ReadRequest {
+            padding: 0x50,
+            flags: 0,
+            length,
+            offset,
+            file_id: fid,
+            minimum_count: 0,
+            channel: 0,
+            remaining_bytes: 0,
+            read_channel_info: &[],
+        })
+    };
+    let max = i64::MAX as u64;
+    for (offset, len, want) in [
+        (max - 1, 1, NtStatus::END_OF_FILE),
+        (max, 0, NtStatus::SUCCESS),
+        (max, 1, NtStatus::INVALID_PARAMETER),
+        (max + 1, 0, NtStatus::INVALID_PARAMETER),
+        (u64::MAX, 0, NtStatus::INVALID_PARAMETER),
+    ] {
+        assert_eq!(
+            c.one(read(offset, len)).status(),
+            want,
+            "read {offset:#x}+{len}"
+        );
+    }
+    let write = |offset: u64, data: &'static [u8]| {
+        Request::Write(WriteRequest {
+            offset,
+            file_id: fid,
+            channel: 0,
+            remaining_bytes: 0,
+            flags: 0,
+            write_channel_info: &[],
+            data,
+        })
+    };
+    for (offset, data, want) in [
+        (u64::MAX, &b"x"[..], NtStatus::INVALID_PARAMETER),
+        (1 << 63, &b""[..], NtStatus::INVALID_PARAMETER),
+        (max, &b""[..], NtStatus::SUCCESS),
+        (max, &b"x"[..], NtStatus::INVALID_PARAMETER),
+        (0xfff_ffff_0000, &b"x"[..], NtStatus::INVALID_PARAMETER),
+        (0xfff_ffff_0000, &b""[..], NtStatus::SUCCESS),
+    ] {
+        assert_eq!(
+            c.one(write(offset, data)).status(),
+            want,
+            "write {offset:#x}+{}",
+            data.len()
+        );
+    }
+}
+
+#[test]
+fn two_query_directories_in_one_compound_continue_the_enumeration() {
+    let mut c = Client::connected();
+    // "." and ".." fit in the first; the second finds nothing more
+    // (smbtorture smb2.compound_find), related or not; a RESTART_SCANS
+    // one starts over.
+    for (name, related) in [("emptydir1", true), ("emptydir2", false)] {
+        let r = c.one(Request::Create(create(
+            name,
+            create_disposition::CREATE,
+            create_options::DIRECTORY_FILE,
+            READ,
+        )));
+        let fid = match r.body() {
+            Response::Create(cr) => cr.file_id,
+            other => panic!("{other:?}"),
+        };
+        let find = |related: bool, flags: u8| {
+            msg(
+                Request::QueryDirectory(QueryDirectoryRequest {
+                    file_information_class: fscc::info_class::BOTH_DIRECTORY,
+                    flags,
+                    file_index: 0,
+                    file_id: fid,
+                    file_name: Utf16::Str("*"),
+                    output_buffer_length: 0x100,
+                }),
+                related,
+            )
+        };
+        let r = c.call(vec![find(false, 0), find(related, 0)]);
+        assert_eq!(statuses(&r), [NtStatus::SUCCESS, NtStatus::NO_MORE_FILES]);
+        let r = c.call(vec![
+            find(false, QueryDirectoryRequest::RESTART_SCANS),
+            find(related, 0),
+            find(related, QueryDirectoryRequest::RESTART_SCANS),
+        ]);
+        assert_eq!(
+            statuses(&r),
+            [
+                NtStatus::SUCCESS,
+                NtStatus::NO_MORE_FILES,
+                NtStatus::SUCCESS
+            ]
+        );
+    }
+}
+
+#[test]
+fn failed_chains_fail_every_related_message() {
+    let mut c = Client::connected();
+    // A CREATE that fails in the engine: the related CHANGE_NOTIFY, CLOSE
+    // and security SET_INFO (refused while planning) get its error.
+    let notify = |file_id, related| {
+        msg(
+            Request::ChangeNotify(ChangeNotifyRequest {
+                flags: 1,
+                output_buffer_length: 0x1000,
+                file_id,
+                completion_filter: 1,
+            }),
+            related,
+        )
+    };
+    let set_sd = |file_id| {
+        msg(
+            Request::SetInfo(SetInfoRequest {
+                info_type: info_type::SECURITY,
+                file_info_class: 0,
+                buffer: &[
+                    1, 0, 4, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                ],
+                additional_information: 4,
+                file_id,
+            }),
+            true,
+        )
+    };
+    let r = c.call(vec![
+        msg(
+            Request::Create(create("no-such-file", create_disposition::OPEN, 0, RW)),
+            false,
+        ),
+        notify(FileId::RELATED, true),
+        close_any(FileId::RELATED, true),
+        set_sd(FileId::RELATED),
+    ]);
+    assert_eq!(statuses(&r), [NtStatus::OBJECT_NAME_NOT_FOUND; 4]);
+    // A first message marked related fails, and so does every related one
+    // after it, even one naming a real open (which stays open).
+    let r = c.one(Request::Create(create(
+        "real",
+        create_disposition::OPEN_IF,
+        0,
+        RW,
+    )));
+    let fid = match r.body() {
+        Response::Create(cr) => cr.file_id,
+        other => panic!("{other:?}"),
+    };
+    let r = c.call(vec![notify(fid, true), close_any(fid, true), set_sd(fid)]);
+    assert_eq!(statuses(&r), [NtStatus::INVALID_PARAMETER; 3]);
+    assert_eq!(c.conn.open_count(), 1);
 }
 
 // ---- captured client bytes ----------------------------------------------

@@ -108,7 +108,9 @@ impl Endpoint {
         }
         self.inbound.extend_from_slice(data);
         loop {
-            if self.inbound.len() < CommonHeader::SIZE {
+            // Output is bounded: past the limit the rest of the input waits
+            // (unparsed) for the next write after the client has read.
+            if self.inbound.len() < CommonHeader::SIZE || self.outbound_bytes > Self::MAX_OUTBOUND {
                 break;
             }
             let h = match CommonHeader::decode(&self.inbound) {
@@ -614,6 +616,30 @@ mod tests {
         let pdu = e.read(9999).unwrap().0;
         let resp = Response::decode(&pdu).unwrap();
         assert_eq!(ShareEnumReply::decode(resp.stub).unwrap().entries.len(), 3);
+    }
+
+    #[test]
+    fn output_is_bounded_when_the_client_does_not_read() {
+        let s = svc(2);
+        let mut e = bound(&s);
+        let req = hex(SMBCLIENT_SHARE_ENUM);
+        let many: Vec<u8> = req
+            .iter()
+            .copied()
+            .cycle()
+            .take(req.len() * 40_000)
+            .collect();
+        assert!(e.write(&many, &s));
+        assert!(e.outbound_bytes <= Endpoint::MAX_OUTBOUND + 4280);
+        assert!(!e.write(&req, &s), "refused until the output is read");
+        let mut n = 0;
+        while e.read(1 << 20).is_some() {
+            n += 1;
+        }
+        assert!(n > 1000);
+        // The rest of the first write is answered after the reads.
+        assert!(e.write(&[], &s));
+        assert!(e.has_output());
     }
 
     #[test]

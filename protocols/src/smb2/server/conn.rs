@@ -68,10 +68,15 @@ impl Credits {
         (self.high - self.low).saturating_sub(self.used.len() as u64)
     }
 
+    /// Grants up to `requested` credits, keeping at most `max` outstanding
+    /// and the window (the lowest unused id to the highest granted one) at
+    /// most `4 * max` wide, which bounds `used` when a client skips an id
+    /// (MS-SMB2 3.3.1.1 lets the server limit the window).
     fn grant(&mut self, requested: u16, max: u16) -> u16 {
         let outstanding = self.outstanding();
         let room = u64::from(max).saturating_sub(outstanding);
-        let mut g = u64::from(requested).min(room);
+        let window_room = (4 * u64::from(max)).saturating_sub(self.high - self.low);
+        let mut g = u64::from(requested).min(room).min(window_room);
         if outstanding == 0 && g == 0 {
             g = 1;
         }
@@ -197,6 +202,24 @@ pub(super) struct Chain {
     pub error: Option<NtStatus>,
     /// The named pipe open of the chain (`pipe.rs`), instead of `file`.
     pub pipe: Option<u64>,
+    /// The frame's first message carries SMB2_FLAGS_RELATED_OPERATIONS,
+    /// which is invalid (3.3.5.2.7.2).
+    pub first_related: bool,
+}
+
+/// An answer that needs the results of the frame's batch but no operation
+/// of its own (it is completed in `finish`, in slot order).
+pub(super) enum Deferred {
+    /// FSCTL_CREATE_OR_GET_OBJECT_ID on an open a CREATE of this frame
+    /// makes: the object id is derived from the node.
+    ObjectId { target: Target, ctl_code: u32 },
+    /// A command refused while planning, on an open a CREATE of this frame
+    /// makes: the CREATE's error if it fails (3.3.5.2.7.2), else `status`.
+    Status {
+        target: Target,
+        status: NtStatus,
+        body: Vec<u8>,
+    },
 }
 
 /// A frame being planned or waiting for its batch.
@@ -209,6 +232,8 @@ pub(super) struct FramePlan {
     pub encrypt: Option<(u64, CipherKey)>,
     pub now_ns: i64,
     pub tag: &'static str,
+    /// Slots answered by `finish` from the batch results (see [`Deferred`]).
+    pub deferred: HashMap<usize, Deferred>,
 }
 
 impl FramePlan {
@@ -240,6 +265,9 @@ impl FramePlan {
         b.ops.len() - 1
     }
 }
+
+/// FILE_OBJECTID_BUFFER (MS-FSCC 2.1.3): four 16-byte ids.
+const OBJECT_ID_BUFFER_SIZE: usize = 64;
 
 /// One response of a frame: request header, credits, signing key, status, body.
 type Answered = (Header, u16, Option<SigningKey>, NtStatus, Vec<u8>);
@@ -494,6 +522,7 @@ impl Connection {
             encrypt: None,
             now_ns,
             tag: "",
+            deferred: HashMap::new(),
         };
         let mut chain = Chain::default();
         let mut prev: Option<Header> = None;
@@ -525,6 +554,7 @@ impl Connection {
             if !related {
                 chain = Chain::default();
             }
+            chain.first_related = i == 0 && hdr.flags.is_related();
             if let (true, Some(p)) = (related, prev) {
                 if hdr.session_id == u64::MAX {
                     hdr.session_id = p.session_id;
@@ -628,13 +658,17 @@ impl Connection {
         let mut answered: Vec<Answered> = Vec::with_capacity(slots.len());
         for (i, s) in slots.into_iter().enumerate() {
             let (status, body) = match s.plan {
-                Plan::Done { status, body } => (status, body),
+                Plan::Done { status, body } => match fp.deferred.remove(&i) {
+                    Some(d) => self.complete_deferred(d, &created),
+                    None => (status, body),
+                },
                 Plan::Fs(p) => self.complete(&mut fp, i, p, &results, &mut created),
             };
             answered.push((s.hdr, s.credits, s.sign, status, body));
         }
-        // Assemble: pad every message but the last to 8, chain NextCommand,
-        // then sign each message over its bytes (padding included).
+        // Assemble: pad every message of a compound to 8 (the last one
+        // too, as Windows and Samba do), chain NextCommand, then sign each
+        // message over its bytes (padding included).
         let mut out = Vec::new();
         let mut spans = Vec::with_capacity(answered.len());
         let n = answered.len();
@@ -646,10 +680,12 @@ impl Connection {
                 error_body()
             };
             out.extend_from_slice(&message_bytes(hdr, *status, *credits, &body));
-            if i + 1 < n {
+            if n > 1 {
                 while (out.len() - start) % 8 != 0 {
                     out.push(0);
                 }
+            }
+            if i + 1 < n {
                 let next = (out.len() - start) as u32;
                 out[start + 20..start + 24].copy_from_slice(&next.to_le_bytes());
             }
@@ -728,6 +764,15 @@ impl Connection {
             match self.response_key(hdr, msg, encrypted_by) {
                 Ok(k) => k,
                 Err(status) => {
+                    // A related message runs in the session of the one
+                    // before; when that one had none, the chain is broken:
+                    // INVALID_PARAMETER, as Windows and Samba answer
+                    // (smbtorture smb2.compound.invalid2).
+                    let status = if related && !matches!(status, NtStatus::ACCESS_DENIED) {
+                        NtStatus::INVALID_PARAMETER
+                    } else {
+                        status
+                    };
                     if related {
                         chain.error.get_or_insert(status);
                         chain.file = None;
@@ -736,6 +781,14 @@ impl Connection {
                 }
             }
         };
+        if chain.first_related {
+            // 3.3.5.2.7.2: the first message of a frame must not be
+            // related; it and the related ones after it fail.
+            chain.error = Some(NtStatus::INVALID_PARAMETER);
+            chain.file = None;
+            chain.pipe = None;
+            return (done(NtStatus::INVALID_PARAMETER), sign);
+        }
         let req = match Request::decode(cmd, msg) {
             Ok(r) => r,
             Err(e) => {
@@ -819,8 +872,17 @@ impl Connection {
                     me.plan_lock(fp, t, &l)
                 })
             }
+            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_CREATE_OR_GET_OBJECT_ID => self
+                .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
+                    me.plan_object_id(fp, slot, t, &io)
+                }),
             Request::Ioctl(io) => self.ioctl(hdr, &io),
-            Request::ChangeNotify(_) => done(NtStatus::NOT_SUPPORTED),
+            // No CHANGE_NOTIFY yet; in a failed chain it fails like the rest.
+            Request::ChangeNotify(n) => {
+                self.with_target(fp, chain, hdr, related, n.file_id, |_, _, _| {
+                    done(NtStatus::NOT_SUPPORTED)
+                })
+            }
             Request::OplockBreak(_) => done(NtStatus::INVALID_OPLOCK_PROTOCOL),
             Request::Echo(_) => ok(Response::Echo(Default::default())),
             Request::Negotiate(_) | Request::SessionSetup(_) | Request::Cancel(_) => {
@@ -883,10 +945,12 @@ impl Connection {
         file_id: FileId,
         f: impl FnOnce(&mut Self, &mut FramePlan, Target) -> Plan,
     ) -> Plan {
-        let target = if file_id == FileId::RELATED {
-            if !related {
-                return done(NtStatus::INVALID_PARAMETER);
-            }
+        if let (true, Some(e)) = (related, chain.error) {
+            // A failed chain fails every related message after it, whatever
+            // FileId it names (smbtorture smb2.compound.related9).
+            return done(e);
+        }
+        let target = if file_id == FileId::RELATED && related {
             match (chain.file, chain.error) {
                 (_, Some(e)) => return done(e),
                 (Some(t), None) => t,
@@ -902,9 +966,10 @@ impl Connection {
                     Target::Table(file_id.volatile)
                 }
                 _ => {
-                    if related {
-                        chain.error.get_or_insert(NtStatus::FILE_CLOSED);
-                    }
+                    // Related messages after this one fail the same way
+                    // (smbtorture smb2.compound.invalid3).
+                    chain.error.get_or_insert(NtStatus::FILE_CLOSED);
+                    chain.file = None;
                     return done(NtStatus::FILE_CLOSED);
                 }
             }
@@ -912,7 +977,21 @@ impl Connection {
         if related || chain.file.is_none() {
             chain.file = Some(target);
         }
-        f(self, fp, target)
+        let slot = fp.slots.len();
+        let plan = f(self, fp, target);
+        if let (Target::Pending(_), Plan::Done { status, body }) = (target, &plan) {
+            if status.0 >= 0xC000_0000 && !fp.deferred.contains_key(&slot) {
+                fp.deferred.insert(
+                    slot,
+                    Deferred::Status {
+                        target,
+                        status: *status,
+                        body: body.clone(),
+                    },
+                );
+            }
+        }
+        plan
     }
 
     /// The session, tree and credentials of a file-system command.
@@ -1539,6 +1618,92 @@ impl Connection {
     }
 
     // ---- IOCTL ---------------------------------------------------------
+
+    /// FSCTL_CREATE_OR_GET_OBJECT_ID (MS-FSCC 2.3.7): duet derives a
+    /// stable object id from the node instead of storing one.
+    fn plan_object_id(
+        &mut self,
+        fp: &mut FramePlan,
+        slot: usize,
+        t: Target,
+        io: &IoctlRequest<'_>,
+    ) -> Plan {
+        if io.flags & IoctlRequest::IS_FSCTL == 0 {
+            return done(NtStatus::NOT_SUPPORTED);
+        }
+        if (io.max_output_response as usize) < OBJECT_ID_BUFFER_SIZE {
+            return done(NtStatus::BUFFER_TOO_SMALL);
+        }
+        let d = Deferred::ObjectId {
+            target: t,
+            ctl_code: io.ctl_code,
+        };
+        if let Target::Table(_) = t {
+            let (status, body) = self.complete_deferred(d, &HashMap::new());
+            return Plan::Done { status, body };
+        }
+        fp.deferred.insert(slot, d);
+        // A placeholder: `finish` answers the slot.
+        done(NtStatus::UNSUCCESSFUL)
+    }
+
+    /// Answers a [`Deferred`] slot; `created` maps the CREATE slots of the
+    /// frame to their opens.
+    fn complete_deferred(
+        &mut self,
+        d: Deferred,
+        created: &HashMap<usize, Result<u64, NtStatus>>,
+    ) -> (NtStatus, Vec<u8>) {
+        match d {
+            Deferred::Status {
+                target,
+                status,
+                body,
+            } => match target {
+                Target::Pending(slot) => match created.get(&slot) {
+                    Some(Err(e)) => (*e, error_body()),
+                    _ => (status, body),
+                },
+                Target::Table(_) => (status, body),
+            },
+            Deferred::ObjectId { target, ctl_code } => {
+                let id = match target {
+                    Target::Table(id) => Ok(id),
+                    Target::Pending(slot) => created
+                        .get(&slot)
+                        .copied()
+                        .unwrap_or(Err(NtStatus::INVALID_PARAMETER)),
+                };
+                let node = match id.map(|id| (id, self.opens.get(&id).map(|o| o.node))) {
+                    Ok((id, Some(node))) => (id, node),
+                    Ok((_, None)) => return (NtStatus::FILE_CLOSED, error_body()),
+                    Err(s) => return (s, error_body()),
+                };
+                let (id, node) = node;
+                // FILE_OBJECTID_BUFFER: ObjectId, BirthVolumeId,
+                // BirthObjectId, DomainId.
+                let mut object_id = [0u8; 16];
+                object_id[..8].copy_from_slice(&node.to_le_bytes());
+                object_id[8..].copy_from_slice(&self.cfg.server_guid[..8]);
+                let mut out = Vec::with_capacity(OBJECT_ID_BUFFER_SIZE);
+                out.extend_from_slice(&object_id);
+                out.extend_from_slice(&self.cfg.server_guid);
+                out.extend_from_slice(&object_id);
+                out.extend_from_slice(&[0; 16]);
+                let body = body_of(&Response::Ioctl(IoctlResponse {
+                    ctl_code,
+                    file_id: FileId {
+                        persistent: id,
+                        volatile: id,
+                    },
+                    input: &[],
+                    output: &out,
+                    flags: 0,
+                }));
+                (NtStatus::SUCCESS, body)
+            }
+        }
+    }
 
     fn ioctl(&mut self, hdr: &Header, req: &IoctlRequest<'_>) -> Plan {
         if req.flags & IoctlRequest::IS_FSCTL == 0 {

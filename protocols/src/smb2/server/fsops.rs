@@ -40,6 +40,10 @@ use crate::smb2::FileId;
 /// duet's limit on path components in one name (Invariant 5).
 pub const MAX_PATH_COMPONENTS: usize = 64;
 
+/// The largest file size NTFS allows (MAXFILESIZE, 16 TiB - 64 KiB):
+/// writes ending past it are refused.
+const MAX_FILE_SIZE: u64 = 0xfff_ffff_0000;
+
 /// Enumeration state of a directory open (MS-SMB2 3.3.1.10
 /// EnumerationLocation / SearchPattern).
 #[derive(Debug, Clone, Default)]
@@ -158,6 +162,9 @@ pub enum FsPlan {
         state: DirState,
         dots: bool,
         exact: bool,
+        /// An earlier QUERY_DIRECTORY of the same frame enumerates the same
+        /// open: this one continues where that one stops.
+        chained: bool,
     },
     Lock {
         target: Target,
@@ -218,9 +225,6 @@ fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
     }
     Ok(comps)
 }
-
-/// The largest file SMB may write (NTFS's 16 TiB less 64 KiB).
-const MAX_FILE_SIZE: u64 = 0xfff_ffff_0000;
 
 /// The sizes SMB reports: a directory has neither end of file nor
 /// allocation (as NTFS reports them).
@@ -855,20 +859,22 @@ impl Connection {
         if w.data.len() > self.cfg.max_write_size as usize {
             return done(NtStatus::INVALID_PARAMETER);
         }
-        // MS-FSA 2.1.5.3: no offset past 2^63-1, and no byte past the
-        // largest file size (16 TiB - 64 KiB, as NTFS).
-        let end = w.offset.checked_add(w.data.len() as u64);
-        if w.offset > i64::MAX as u64
-            || end.is_none_or(|e| e > MAX_FILE_SIZE && !w.data.is_empty())
-        {
-            return done(NtStatus::INVALID_PARAMETER);
-        }
         if self.dialect().unwrap_or(0) > crate::smb2::negotiate::dialect::SMB2_0_2
             && u64::from(hdr.credit_charge.max(1)) * 65536 < w.data.len() as u64
         {
             return done(NtStatus::INVALID_PARAMETER);
         }
-        let append = w.offset == u64::MAX;
+        // Offset -1 appends only on an append-only open; otherwise a range
+        // past INT64_MAX, or one ending beyond the largest file NTFS allows
+        // (MAXFILESIZE 0xfffffff0000), is invalid (smbtorture
+        // smb2.rw.invalid).
+        let append = w.offset == u64::MAX
+            && v.granted & access::FILE_APPEND_DATA != 0
+            && v.granted & access::FILE_WRITE_DATA == 0;
+        let end = w.offset.saturating_add(w.data.len() as u64);
+        if !append && (end > i64::MAX as u64 || (end > MAX_FILE_SIZE && !w.data.is_empty())) {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
         let need = if append {
             access::FILE_APPEND_DATA | access::FILE_WRITE_DATA
         } else {
@@ -880,17 +886,6 @@ impl Connection {
         if v.is_dir == Some(true) {
             return done(NtStatus::INVALID_DEVICE_REQUEST);
         }
-        // A zero-length write changes nothing (MS-FSA 2.1.5.3), wherever it
-        // points.
-        if w.data.is_empty() {
-            if let Err(s) = self.begin(fp, hdr) {
-                return done(s);
-            }
-            return ok(Response::Write(WriteResponse {
-                count: 0,
-                remaining: 0,
-            }));
-        }
         if let (Some(file), Some(node), false) = (v.file, v.node, append) {
             if self.lock_conflict(file, node, w.offset, w.data.len() as u64, true) {
                 return done(NtStatus::FILE_LOCK_CONFLICT);
@@ -900,6 +895,14 @@ impl Connection {
             Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
             Ok(_) => {}
             Err(s) => return done(s),
+        }
+        if w.data.is_empty() {
+            // Nothing to write, at any valid offset (smbtorture
+            // smb2.rw.invalid writes nothing at INT64_MAX).
+            return ok(Response::Write(WriteResponse {
+                count: 0,
+                remaining: 0,
+            }));
         }
         let op = fp.push(Op::Write {
             obj: v.obj,
@@ -997,6 +1000,10 @@ impl Connection {
             })
         };
         let dots = state.dots < 2 && state.last.is_none();
+        let chained = !restart
+            && fp.slots.iter().any(
+                |s| matches!(&s.plan, Plan::Fs(FsPlan::QueryDir { target, .. }) if *target == t),
+            );
         Plan::Fs(FsPlan::QueryDir {
             target: t,
             op,
@@ -1006,6 +1013,7 @@ impl Connection {
             state,
             dots,
             exact,
+            chained,
         })
     }
 
@@ -1020,6 +1028,7 @@ impl Connection {
         mut state: DirState,
         dots: bool,
         exact: bool,
+        skip_through: Option<String>,
         results: &[OpResult],
     ) -> (NtStatus, Vec<u8>) {
         let first_call = !state.started;
@@ -1076,8 +1085,12 @@ impl Connection {
             }
         }
         let mut consumed_all = !full;
+        // Entries an earlier QUERY_DIRECTORY of the frame returned.
+        let skip = skip_through
+            .and_then(|last| entries.iter().position(|(n, _)| *n == last))
+            .map_or(0, |p| p + 1);
         if !full {
-            for (name, attrs) in &entries {
+            for (name, attrs) in &entries[skip..] {
                 if single && emitted == 1 {
                     consumed_all = false;
                     break;
@@ -1924,10 +1937,33 @@ impl Connection {
                 state,
                 dots,
                 exact,
+                chained,
             } => {
                 let id = self.resolve(target, created)?;
+                let (mut state, mut dots, mut skip_through) = (state, dots, None);
+                if chained {
+                    // Continue from the state the earlier QUERY_DIRECTORY of
+                    // this frame left; its entries are skipped.
+                    if let Some(cur) = self.opens.get(&id).and_then(|o| o.dir.clone()) {
+                        if cur.eof {
+                            return Ok((NtStatus::NO_MORE_FILES, error_body()));
+                        }
+                        skip_through = cur.last.clone();
+                        dots = cur.dots < 2 && cur.last.is_none();
+                        state = cur;
+                    }
+                }
                 Ok(self.complete_query_dir(
-                    id, op, class, out_len, single, state, dots, exact, results,
+                    id,
+                    op,
+                    class,
+                    out_len,
+                    single,
+                    state,
+                    dots,
+                    exact,
+                    skip_through,
+                    results,
                 ))
             }
             FsPlan::QueryInfo {

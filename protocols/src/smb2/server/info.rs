@@ -145,10 +145,11 @@ pub fn maximal_access(cred: &Credentials, a: &Attrs, read_only_share: bool) -> u
         m |= FILE_READ_DATA;
     }
     if bits & 2 != 0 {
+        // FILE_DELETE_CHILD means nothing on a file, but Windows grants it
+        // with write access there too: clients ask for FILE_ALL, which
+        // includes it, on files (smbtorture smb2.connect).
         m |= FILE_WRITE_DATA | FILE_APPEND_DATA | FILE_WRITE_EA | FILE_WRITE_ATTRIBUTES;
-        if a.ftype == FileType::Directory {
-            m |= FILE_DELETE_CHILD;
-        }
+        m |= FILE_DELETE_CHILD;
     }
     if bits & 1 != 0 {
         m |= FILE_EXECUTE;

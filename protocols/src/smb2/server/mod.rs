@@ -98,6 +98,7 @@ impl Default for ServerConfig {
             max_read_size: 8 << 20,
             max_write_size: 8 << 20,
             max_transact_size: 8 << 20,
+            // What Windows Server grants (smbtorture smb2.credits).
             max_credits: 8192,
             max_sessions: 64,
             max_trees_per_session: 64,

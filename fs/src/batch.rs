@@ -149,6 +149,11 @@ pub enum Op {
     /// entry's real name. (Appended last: stored raft entries keep
     /// decoding.)
     LookupCaseless { dir: ObjRef, name: String },
+    /// Sets extended attributes of `obj` (SMB EAs): each name (compared
+    /// case-insensitively) gets its value; an empty value removes it.
+    SetEas { obj: ObjRef, eas: Vec<(String, Vec<u8>)> },
+    /// The extended attributes of `obj`, in name order.
+    GetEas { obj: ObjRef },
 }
 
 impl Op {
@@ -156,7 +161,7 @@ impl Op {
     pub fn mutates(&self) -> bool {
         match self {
             Op::Lookup { .. } | Op::GetAttr { .. } | Op::Read { .. } | Op::Close { .. } => false,
-            Op::LookupCaseless { .. } => false,
+            Op::LookupCaseless { .. } | Op::GetEas { .. } => false,
             Op::ReadLink { .. } | Op::ReadDir { .. } => false,
             Op::Open { truncate, .. } => *truncate,
             Op::SetAttr { attrs, .. } => !attrs.is_empty(),
@@ -168,6 +173,8 @@ impl Op {
     pub fn name(&self) -> &'static str {
         match self {
             Op::Lookup { .. } | Op::LookupCaseless { .. } => "lookup",
+            Op::SetEas { .. } => "seteas",
+            Op::GetEas { .. } => "geteas",
             Op::Create { .. } => "create",
             Op::Open { .. } => "open",
             Op::GetAttr { .. } => "getattr",
@@ -219,6 +226,9 @@ pub struct DirEntry {
     pub id: NodeId,
     pub ftype: FileType,
     pub attrs: Option<Attrs>,
+    /// With attributes: the entry's extended attributes (for SMB's EaSize).
+    #[serde(default)]
+    pub eas: Vec<(String, Vec<u8>)>,
 }
 
 /// The result of one operation.
@@ -240,6 +250,8 @@ pub enum OpOutput {
     Copied { count: u64, attrs: Attrs },
     /// LookupCaseless: the entry's real name and its attributes.
     Found { name: String, attrs: Attrs },
+    /// GetEas: the attributes' names and values, in name order.
+    Eas { eas: Vec<(String, Vec<u8>)>, attrs: Attrs },
 }
 
 impl OpOutput {
@@ -253,7 +265,8 @@ impl OpOutput {
             | OpOutput::Link { attrs, .. }
             | OpOutput::Dir { attrs, .. }
             | OpOutput::Copied { attrs, .. }
-            | OpOutput::Found { attrs, .. } => Some(attrs),
+            | OpOutput::Found { attrs, .. }
+            | OpOutput::Eas { attrs, .. } => Some(attrs),
             OpOutput::Dirs { target, .. } => target.as_ref(),
         }
     }

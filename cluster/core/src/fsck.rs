@@ -145,6 +145,12 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
             r.problems.push(format!("chunk file {id}.{idx} is leaked (not attached, not detached)"));
         }
     }
+    // Extended attributes belong to live nodes.
+    scan_all(kv, keys::EA, |k, _| match keys::u64_at(k, 1) {
+        Some(id) if nodes.contains_key(&id) => {}
+        Some(id) => r.problems.push(format!("extended attribute {} of missing node {id}", hex(k))),
+        None => r.problems.push(format!("bad extended attribute key {}", hex(k))),
+    });
     if !nodes.contains_key(&ROOT_ID) {
         r.problems.push("the root directory is missing".into());
     }

@@ -16,6 +16,7 @@
 //! | `m` name                          | counters: next id, next dseq, applied index |
 //! | `r` index                         | raft log entry               |
 //! | `h`                               | raft hard state              |
+//! | `E` id name                       | an extended attribute's value (SMB EAs) |
 //!
 //! Architecture Invariant: a path walk reads `e` records only, and a
 //! directory listing is one range scan over `e` parent.
@@ -35,6 +36,7 @@ pub const ADMIN: u8 = b'a';
 pub const META: u8 = b'm';
 pub const RAFT_LOG: u8 = b'r';
 pub const RAFT_HARD_STATE: &[u8] = b"h";
+pub const EA: u8 = b'E';
 
 pub fn node(id: NodeId) -> Vec<u8> {
     with_u64(NODE, id)
@@ -56,6 +58,18 @@ pub fn edge(parent: NodeId, name: &str) -> Vec<u8> {
     let mut k = edge_prefix(parent);
     k.extend_from_slice(name.as_bytes());
     k
+}
+
+/// One extended attribute of a node (names are stored upper-case: SMB EA
+/// names are case-insensitive, MS-FSCC 2.4.15).
+pub fn ea(id: NodeId, name: &str) -> Vec<u8> {
+    let mut k = ea_prefix(id);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+pub fn ea_prefix(id: NodeId) -> Vec<u8> {
+    with_u64(EA, id)
 }
 
 pub fn edge_prefix(parent: NodeId) -> Vec<u8> {

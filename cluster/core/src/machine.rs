@@ -347,6 +347,49 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             let n = get_node(txn, e.child)?;
             Ok(OpOutput::Found { name: real, attrs: n.attrs })
         }
+        Op::SetEas { obj, eas } => {
+            let mut n = get_node(txn, resolve(ex, *obj)?)?;
+            let owner = cred.uid == 0 || cred.uid == n.attrs.uid;
+            if !owner && !may(cred, &n.attrs, 2) {
+                return Err(FsError::Access);
+            }
+            let id = n.attrs.id;
+            // Work out the new set first: a refused change writes nothing.
+            let mut set: std::collections::BTreeMap<String, Vec<u8>> = list_eas(txn, id).into_iter().collect();
+            let mut gone = Vec::new();
+            for (name, value) in eas {
+                // MS-FSCC 2.4.15: names of 1..255 bytes, values up to 64 KiB.
+                if name.is_empty() || name.len() > 255 || name.contains('\0') || value.len() > 65535 {
+                    return Err(FsError::Invalid);
+                }
+                let upper = name.to_uppercase();
+                if value.is_empty() {
+                    if set.remove(&upper).is_some() {
+                        gone.push(upper);
+                    }
+                } else {
+                    set.insert(upper, value.clone());
+                }
+            }
+            if set.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() > EA_TOTAL_MAX {
+                return Err(FsError::NoSpace);
+            }
+            for name in gone {
+                txn.delete(keys::ea(id, &name));
+            }
+            for (name, value) in &set {
+                txn.put(keys::ea(id, name), value.clone());
+            }
+            n.attrs.ctime = now;
+            n.attrs.change += 1;
+            put_node(txn, &n);
+            Ok(OpOutput::Attrs { before: None, attrs: n.attrs })
+        }
+        Op::GetEas { obj } => {
+            let n = get_node(txn, resolve(ex, *obj)?)?;
+            let eas = list_eas(txn, n.attrs.id);
+            Ok(OpOutput::Eas { eas, attrs: n.attrs })
+        }
         Op::Create { dir, name, kind, attrs, if_exists } => create(txn, ex, *dir, name, kind, attrs, *if_exists),
         Op::Open { obj, access, truncate } => {
             let mut n = get_node(txn, resolve(ex, *obj)?)?;
@@ -456,7 +499,8 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
                 let e: Edge = decode(&v).ok_or(FsError::Io)?;
                 let attrs = if *with_attrs { Some(get_node(txn, e.child)?.attrs) } else { None };
-                entries.push(DirEntry { name, id: e.child, ftype: e.ftype, attrs });
+                let eas = if *with_attrs { list_eas(txn, e.child) } else { Vec::new() };
+                entries.push(DirEntry { name, id: e.child, ftype: e.ftype, attrs, eas });
             }
             Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
         }
@@ -873,6 +917,10 @@ fn unlink_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, mut 
     let id = n.attrs.id;
     txn.delete(keys::node(id));
     txn.delete(keys::data(id));
+    let eas = keys::ea_prefix(id);
+    for (k, _) in txn.scan(&eas, &keys::prefix_end(&eas), usize::MAX) {
+        txn.delete(k);
+    }
     if n.chunked {
         let prefix = keys::chunk_prefix(id);
         for (k, _) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
@@ -928,6 +976,19 @@ fn remove<R: KvRead + ?Sized>(
 fn sticky_denies(cred: &duet_fs::Credentials, dir: &Attrs, child: &Attrs) -> bool {
     dir.mode & 0o1000 != 0 && cred.uid != 0 && cred.uid != dir.uid && cred.uid != child.uid
 }
+
+/// The extended attributes of a node, in name order.
+fn list_eas<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Vec<(String, Vec<u8>)> {
+    let prefix = keys::ea_prefix(id);
+    txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX)
+        .into_iter()
+        .map(|(k, v)| (String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), v))
+        .collect()
+}
+
+/// The most extended-attribute bytes (names and values) one file holds, as
+/// NTFS's 64 KiB.
+const EA_TOTAL_MAX: usize = 65536;
 
 /// The first entry of `dir` (in name order) whose name equals `name`
 /// ignoring case, scanning the directory a page at a time.

@@ -340,3 +340,43 @@ fn caseless_lookup_finds_the_stored_name() {
     let out = h.batch_blocking(batch(vec![Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: "docs".into() }])).unwrap();
     assert_eq!(out.applied.results[0], Err(FsError::NotFound));
 }
+
+/// SMB extended attributes: set (case-insensitive names, stored upper-case),
+/// replace, remove with an empty value, listed in name order, size limit,
+/// and gone with the file (fsck finds nothing left).
+#[test]
+fn extended_attributes_live_and_die_with_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let h = s.handle();
+    let d = mkdir(&h, ROOT_ID, "eas", 0o777);
+    let out = h.batch_blocking(small_file_chain(d, "f", b"x")).unwrap();
+    let f = out.applied.results[0].as_ref().unwrap().attrs().unwrap().id;
+    let set = |eas: Vec<(&str, &[u8])>| {
+        let eas = eas.into_iter().map(|(n, v)| (n.to_string(), v.to_vec())).collect();
+        h.batch_blocking(batch(vec![Op::SetEas { obj: ObjRef::Id(f), eas }])).unwrap().applied.results[0].clone()
+    };
+    let get = || match &h.batch_blocking(batch(vec![Op::GetEas { obj: ObjRef::Id(f) }])).unwrap().applied.results[0] {
+        Ok(OpOutput::Eas { eas, .. }) => eas.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(set(vec![("user.b", b"2"), ("Alpha", b"1")]).is_ok());
+    assert_eq!(get(), vec![("ALPHA".to_string(), b"1".to_vec()), ("USER.B".to_string(), b"2".to_vec())]);
+    assert!(set(vec![("alpha", b"one"), ("USER.B", b"")]).is_ok());
+    assert_eq!(get(), vec![("ALPHA".to_string(), b"one".to_vec())]);
+    let big = vec![7u8; 65535];
+    assert_eq!(set(vec![("a1", &big), ("a2", &big)]), Err(FsError::NoSpace));
+    let names: Vec<String> = get().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, vec!["ALPHA".to_string()], "a refused change writes nothing");
+    let out = h
+        .batch_blocking(batch(vec![Op::Remove { dir: ObjRef::Id(d), name: "f".into(), dir_only: Some(false) }]))
+        .unwrap();
+    assert!(out.applied.results[0].is_ok());
+    let QueryAnswer::Fsck(r) = h.query_blocking(Query::Fsck { chunk_files: vec![] }).unwrap() else { panic!() };
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    // ... and fsck would see EAs left behind (checked on the raw keys).
+    let db: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
+        [(duet_cluster::keys::ea(999_999, "X"), b"v".to_vec())].into_iter().collect();
+    let report = duet_cluster::fsck::check(&db, &[]);
+    assert!(report.problems.iter().any(|p| p.contains("missing node 999999")), "{:?}", report.problems);
+}

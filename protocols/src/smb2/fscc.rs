@@ -842,3 +842,74 @@ mod tests {
         assert_eq!(FileAllInformation::decode(&out), Ok(all));
     }
 }
+
+/// MS-FSCC 2.4.15 FILE_FULL_EA_INFORMATION: a chained list of extended
+/// attributes (NextEntryOffset, Flags, EaNameLength, EaValueLength, the
+/// name with a NUL, the value; entries 4-byte aligned).
+pub mod full_ea {
+    use super::DecodeError;
+
+    /// The (name, value) pairs of a list. Names must be 1..255 bytes of
+    /// ASCII without NUL.
+    pub fn decode(buf: &[u8]) -> Result<Vec<(String, Vec<u8>)>, DecodeError> {
+        let mut out = Vec::new();
+        let mut at = 0usize;
+        loop {
+            let head = buf.get(at..at + 8).ok_or(DecodeError::Truncated { field: "FILE_FULL_EA_INFORMATION" })?;
+            let next = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+            let name_len = usize::from(head[5]);
+            let value_len = usize::from(u16::from_le_bytes([head[6], head[7]]));
+            let name = buf
+                .get(at + 8..at + 8 + name_len)
+                .ok_or(DecodeError::Truncated { field: "EaName" })?;
+            if name.is_empty() || !name.iter().all(|b| b.is_ascii() && *b != 0) {
+                return Err(DecodeError::InvalidValue { field: "EaName" });
+            }
+            let value_at = at + 8 + name_len + 1;
+            let value = buf
+                .get(value_at..value_at + value_len)
+                .ok_or(DecodeError::Truncated { field: "EaValue" })?;
+            out.push((String::from_utf8_lossy(name).into_owned(), value.to_vec()));
+            if out.len() > 4096 {
+                return Err(DecodeError::LimitExceeded { field: "EA entries" });
+            }
+            if next == 0 {
+                return Ok(out);
+            }
+            if next < 8 || next % 4 != 0 {
+                return Err(DecodeError::InvalidValue { field: "NextEntryOffset" });
+            }
+            at = at.checked_add(next).ok_or(DecodeError::BadBuffer { field: "NextEntryOffset" })?;
+        }
+    }
+
+    fn entry_len(name: &str, value: &[u8]) -> usize {
+        8 + name.len() + 1 + value.len()
+    }
+
+    /// The list's wire form.
+    pub fn encode(eas: &[(String, Vec<u8>)], out: &mut Vec<u8>) {
+        for (i, (name, value)) in eas.iter().enumerate() {
+            let len = entry_len(name, value);
+            let padded = if i + 1 == eas.len() { 0 } else { len.div_ceil(4) * 4 };
+            out.extend_from_slice(&(padded as u32).to_le_bytes());
+            out.push(0);
+            out.push(name.len().min(255) as u8);
+            out.extend_from_slice(&(value.len().min(65535) as u16).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+            out.push(0);
+            out.extend_from_slice(value);
+            if padded > len {
+                out.resize(out.len() + padded - len, 0);
+            }
+        }
+    }
+
+    /// EaSize as FileEaInformation and the directory classes report it:
+    /// the bytes the full list takes.
+    pub fn size(eas: &[(String, Vec<u8>)]) -> u32 {
+        let mut v = Vec::new();
+        encode(eas, &mut v);
+        v.len() as u32
+    }
+}

@@ -87,6 +87,8 @@ pub struct CreatePlan {
     name: String,
     path: String,
     share_access: u32,
+    /// SetEas of the CREATE's EA buffer, if any.
+    ea_op: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -141,6 +143,8 @@ pub enum FsPlan {
     QueryInfo {
         target: Target,
         op: Option<usize>,
+        /// GetEas for the classes that report EAs (EA, ALL, FULL_EA).
+        ea_op: Option<usize>,
         info_type: u8,
         class: u8,
         out_len: u32,
@@ -414,6 +418,7 @@ impl Connection {
         let mut mxac = false;
         let mut qfid = false;
         let mut alloc = None;
+        let mut eas: Vec<(String, Vec<u8>)> = Vec::new();
         for c in &req.create_contexts {
             match c {
                 CreateContextRequest::QueryMaximalAccess { .. } => mxac = true,
@@ -427,7 +432,7 @@ impl Connection {
                     return Err(NtStatus::OBJECT_NAME_NOT_FOUND)
                 }
                 CreateContextRequest::ExtendedAttributes(d) if !d.is_empty() => {
-                    return Err(NtStatus::EAS_NOT_SUPPORTED)
+                    eas = fscc::full_ea::decode(d).map_err(|e| e.status())?;
                 }
                 // Leases, durable handles, security descriptors, AAPL and
                 // the rest: not granted, so not answered.
@@ -540,6 +545,10 @@ impl Connection {
             (f, open, dir, leaf)
         };
         let obj = ObjRef::Result(open_op.unwrap_or(final_op));
+        // MS-FSA 2.1.5.1.2.1: the EA buffer of a CREATE applies to a file
+        // it creates or overwrites (OPEN leaves the file's EAs alone).
+        let ea_op = (!eas.is_empty() && d != disp::OPEN)
+            .then(|| fp.push(Op::SetEas { obj, eas: eas.clone() }));
         let granted = if desired & access::MAXIMUM_ALLOWED != 0 {
             access::FILE_ALL_ACCESS
         } else {
@@ -579,6 +588,7 @@ impl Connection {
             name: leaf,
             path: comps.join("\\"),
             share_access: req.share_access,
+            ea_op,
         }))))
     }
 
@@ -590,7 +600,8 @@ impl Connection {
         results: &[OpResult],
     ) -> Result<(NtStatus, Vec<u8>, u64), NtStatus> {
         let last = cp.open_op.unwrap_or(cp.final_op);
-        if let Some((i, e)) = first_error(results, cp.first_op..last + 1) {
+        let checked = cp.ea_op.map_or(last, |e| e.max(last));
+        if let Some((i, e)) = first_error(results, cp.first_op..checked + 1) {
             return Err(
                 if i < cp.final_op && matches!(e, FsError::NotFound | FsError::NotDir) {
                     NtStatus::OBJECT_PATH_NOT_FOUND
@@ -978,10 +989,15 @@ impl Connection {
                     with_attrs: true,
                 })
             } else {
-                fp.push(Op::LookupCaseless {
+                let found = fp.push(Op::LookupCaseless {
                     dir: v.obj,
                     name: state.pattern.clone(),
-                })
+                });
+                // Its EaSize, read at `found + 1` (see complete_query_dir).
+                fp.push(Op::GetEas {
+                    obj: ObjRef::Result(found),
+                });
+                found
             }
         } else {
             let per_entry = class.fixed_size() + 24;
@@ -1033,7 +1049,11 @@ impl Connection {
     ) -> (NtStatus, Vec<u8>) {
         let first_call = !state.started;
         state.started = true;
-        let (dir_attrs, entries, eof): (Option<Attrs>, Vec<(String, Attrs)>, bool) =
+        let ea_of = |i: usize| match results.get(i) {
+            Some(Ok(OpOutput::Eas { eas, .. })) => fscc::full_ea::size(eas),
+            _ => 0,
+        };
+        let (dir_attrs, entries, eof): (Option<Attrs>, Vec<(String, Attrs, u32)>, bool) =
             match results.get(op) {
                 Some(Ok(OpOutput::Dir {
                     entries,
@@ -1043,15 +1063,17 @@ impl Connection {
                     Some(attrs.clone()),
                     entries
                         .iter()
-                        .filter_map(|e| e.attrs.clone().map(|a| (e.name.clone(), a)))
+                        .filter_map(|e| {
+                            e.attrs.clone().map(|a| (e.name.clone(), a, fscc::full_ea::size(&e.eas)))
+                        })
                         .collect(),
                     *eof,
                 ),
                 Some(Ok(OpOutput::Object { attrs, .. })) => {
-                    (None, vec![(state.pattern.clone(), attrs.clone())], true)
+                    (None, vec![(state.pattern.clone(), attrs.clone(), ea_of(op + 1))], true)
                 }
                 Some(Ok(OpOutput::Found { name, attrs })) => {
-                    (None, vec![(name.clone(), attrs.clone())], true)
+                    (None, vec![(name.clone(), attrs.clone(), ea_of(op + 1))], true)
                 }
                 Some(Err(FsError::NotFound)) if exact => (None, Vec::new(), true),
                 Some(Err(FsError::NotDir)) => return (NtStatus::INVALID_PARAMETER, error_body()),
@@ -1087,10 +1109,10 @@ impl Connection {
         let mut consumed_all = !full;
         // Entries an earlier QUERY_DIRECTORY of the frame returned.
         let skip = skip_through
-            .and_then(|last| entries.iter().position(|(n, _)| *n == last))
+            .and_then(|last| entries.iter().position(|(n, _, _)| *n == last))
             .map_or(0, |p| p + 1);
         if !full {
-            for (name, attrs) in &entries[skip..] {
+            for (name, attrs, ea_size) in &entries[skip..] {
                 if single && emitted == 1 {
                     consumed_all = false;
                     break;
@@ -1101,6 +1123,7 @@ impl Connection {
                 }
                 let mut e = file_entry(attrs);
                 e.file_name = Utf16::Str(name);
+                e.ea_size = *ea_size;
                 let short = short_name(name);
                 e.short_name = Utf16::Str(&short);
                 if w.push(&mut out, |o| e.encode(class, o)) {
@@ -1155,6 +1178,7 @@ impl Connection {
             Ok(x) => x,
             Err(s) => return done(s),
         };
+        let mut ea_op = None;
         let op = match q.info_type {
             info_type::FILE => {
                 // MS-FSA 2.1.5.11: only these classes need
@@ -1170,7 +1194,11 @@ impl Connection {
                 if v.granted & need != need {
                     return done(NtStatus::ACCESS_DENIED);
                 }
-                Some(fp.push(Op::GetAttr { obj: v.obj }))
+                let g = fp.push(Op::GetAttr { obj: v.obj });
+                if matches!(q.file_info_class, info_class::EA | info_class::ALL | info_class::FULL_EA) {
+                    ea_op = Some(fp.push(Op::GetEas { obj: v.obj }));
+                }
+                Some(g)
             }
             info_type::SECURITY => {
                 if v.granted & access::READ_CONTROL == 0 {
@@ -1187,6 +1215,7 @@ impl Connection {
         Plan::Fs(FsPlan::QueryInfo {
             target: t,
             op,
+            ea_op,
             info_type: q.info_type,
             class: q.file_info_class,
             out_len: q.output_buffer_length,
@@ -1198,7 +1227,14 @@ impl Connection {
 
     /// The information structure of a file class; `min` is the least
     /// output buffer length the class needs.
-    fn file_info(&self, o: &Open, a: &Attrs, class: u8) -> Result<(Vec<u8>, usize), NtStatus> {
+    fn file_info(
+        &self,
+        o: &Open,
+        a: &Attrs,
+        eas: &[(String, Vec<u8>)],
+        class: u8,
+    ) -> Result<(Vec<u8>, usize), NtStatus> {
+        let ea_size = fscc::full_ea::size(eas);
         let mut out = Vec::new();
         let basic = fscc::FileBasicInformation {
             creation_time: to_filetime(a.btime),
@@ -1239,7 +1275,7 @@ impl Connection {
                 8
             }
             info_class::EA => {
-                fscc::FileEaInformation { ea_size: 0 }.encode(&mut out);
+                fscc::FileEaInformation { ea_size }.encode(&mut out);
                 4
             }
             info_class::ACCESS => {
@@ -1273,7 +1309,7 @@ impl Connection {
                     basic,
                     standard,
                     internal: fscc::FileInternalInformation { index_number: a.id },
-                    ea: fscc::FileEaInformation { ea_size: 0 },
+                    ea: fscc::FileEaInformation { ea_size },
                     access: fscc::FileAccessInformation {
                         access_flags: o.granted,
                     },
@@ -1289,7 +1325,9 @@ impl Connection {
                     },
                 }
                 .encode(&mut out);
-                fscc::FileAllInformation::FIXED_SIZE
+                // Windows wants room for the whole fixed part and the first
+                // name characters (smbtorture qfile_buffercheck: 104).
+                104.min(out.len())
             }
             info_class::NORMALIZED_NAME => {
                 fscc::FileNameInformation {
@@ -1323,8 +1361,11 @@ impl Connection {
                 56
             }
             info_class::FULL_EA => {
-                // duet stores no extended attributes (CREATE refuses them
-                // with EAS_NOT_SUPPORTED): the list is empty.
+                // MS-FSA 2.1.5.11.13: the whole list; none is an error.
+                if eas.is_empty() {
+                    return Err(NtStatus::NO_EAS_ON_FILE);
+                }
+                fscc::full_ea::encode(eas, &mut out);
                 0
             }
             info_class::ATTRIBUTE_TAG => {
@@ -1783,7 +1824,16 @@ impl Connection {
                 op: None,
                 kind: SetKind::Plain,
             })),
-            info_class::FULL_EA => Err(NtStatus::EAS_NOT_SUPPORTED),
+            info_class::FULL_EA => {
+                need(access::FILE_WRITE_EA)?;
+                let eas = fscc::full_ea::decode(buf).map_err(|e| e.status())?;
+                let op = fp.push(Op::SetEas { obj: v.obj, eas });
+                Ok(Plan::Fs(FsPlan::SetInfo {
+                    target: t,
+                    op: Some(op),
+                    kind: SetKind::Plain,
+                }))
+            }
             info_class::SHORT_NAME | info_class::RENAME_EX => Err(NtStatus::NOT_SUPPORTED),
             _ => Err(NtStatus::INVALID_INFO_CLASS),
         })();
@@ -1969,6 +2019,7 @@ impl Connection {
             FsPlan::QueryInfo {
                 target,
                 op,
+                ea_op,
                 info_type: it,
                 class,
                 out_len,
@@ -1984,7 +2035,14 @@ impl Connection {
                 let _ = root;
                 let open = self.opens.get(&id).cloned().ok_or(NtStatus::FILE_CLOSED)?;
                 let (data, min) = match it {
-                    info_type::FILE => self.file_info(&open, &attrs, class)?,
+                    info_type::FILE => {
+                        let eas = match ea_op.and_then(|i| results.get(i)) {
+                            Some(Ok(OpOutput::Eas { eas, .. })) => eas.as_slice(),
+                            Some(Err(e)) => return Err(fs_status(*e)),
+                            _ => &[],
+                        };
+                        self.file_info(&open, &attrs, eas, class)?
+                    }
                     info_type::FILESYSTEM => self.fs_info(&attrs, &share, class)?,
                     info_type::SECURITY => {
                         let sd = security_descriptor(&attrs, addl);

@@ -51,6 +51,9 @@ fn require_vm_tools() {
     if !kernel {
         missing.push("linux-image-amd64 (/boot/vmlinuz-*)");
     }
+    if !have("flock") {
+        missing.push("util-linux (flock)");
+    }
     if !have("modinfo") {
         missing.push("kmod (modinfo)");
     }
@@ -94,6 +97,7 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
         .arg(scripts.join("fs-workload.sh"))
         .arg("--bin")
         .arg(scripts.join("cross-protocol.sh"))
+        .args(["--bin", "flock"])
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -108,6 +112,7 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
         assert_eq!(n, expected, "{run} did not pass (see the guest output above); duetd log tail:\n{}", log());
     }
     assert_eq!(text.matches("WORKLOAD OK").count(), 3);
+    assert_eq!(text.matches("step locks ok").count(), 3, "flock ran in every NFS run");
     assert_eq!(text.matches("CROSS OK").count(), 2);
     assert!(!text.contains("FAIL"));
     assert!(d.alive(), "duetd died");

@@ -1,7 +1,7 @@
 #!/bin/sh
 # acceptance.sh: the guest side of appliance/tests/vmclient.rs, run by
-# ../shared/vmclient/linux-client with fs-workload.sh and cross-protocol.sh
-# given as --bin. The test prepends the settings:
+# ../shared/vmclient/linux-client with fs-workload.sh, cross-protocol.sh and
+# util-linux's flock given as --bin. The test prepends the settings:
 #   NFS_PORT SMB_PORT SMB_USER SMB_PASS SMB_UID  ports on the host (10.0.2.2)
 #   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2"  (mount:big-file MiB)
 # Each run prints "RESULT <name> PASS" or "RESULT <name> FAIL <status>".

@@ -122,6 +122,39 @@ chmod 600 f5; [ "$(stat -c %a f5)" = 600 ] || fail "chmod"
 touch -d '2001-02-03 04:05:06' f5; [ "$(stat -c %Y f5)" = "$(date -d '2001-02-03 04:05:06' +%s)" ] || fail "utimes"
 step attrs
 
+# Exclusive create (O_EXCL: NFSv3 EXCLUSIVE, NFSv4.1 EXCLUSIVE4_1), a FIFO,
+# a write past the end (a hole), find, df.
+(set -C; echo one > excl) || fail "exclusive create"
+if (set -C; echo two > excl) 2>/dev/null; then fail "exclusive create of an existing file succeeded"; fi
+[ "$(cat excl)" = one ] || fail "exclusive create contents"
+mkfifo p; [ -p p ] || fail "mkfifo"; rm p
+printf x | dd of=hole bs=1 seek=100000 2>/dev/null; drop
+[ "$(size hole)" -eq 100001 ] || fail "hole size $(size hole)"
+[ "$(head -c 100000 hole | md5sum)" = "$(head -c 100000 /dev/zero | md5sum)" ] && [ "$(tail -c 1 hole)" = x ] || fail "hole contents"
+[ "$(find . -type f | wc -l)" -eq "$(ls -l | grep -c '^-')" ] || fail "find and ls disagree"
+df -k "$MNT" | tail -1 | awk '{ exit !($2 > 0) }' || fail "df shows no size"
+step special
+
+# Locks (util-linux flock, given with --bin; NFSv4 sends LOCK/LOCKU, NFSv3
+# with nolock keeps them local). A second exclusive lock must wait.
+if command -v flock >/dev/null; then
+  : > lk
+  flock -x lk -c 'echo locked > lk.out' || fail "flock -x"
+  flock -s lk -c true || fail "flock -s"
+  flock -x lk -c 'sleep 3' & sleep 1
+  if flock -n -x lk -c true 2>/dev/null; then fail "a second exclusive lock was granted"; fi
+  wait
+  flock -n -x lk -c true || fail "the lock was not released"
+  if grep -q " $MNT nfs4 " /proc/mounts; then
+    # The kernel's per-operation counts: LOCK and LOCKU went to the server.
+    ops=$(awk -v m="$MNT" '$1 == "device" { on = ($5 == m) } on && ($1 == "LOCK:" || $1 == "LOCKU:") { n += $2 } END { print n + 0 }' /proc/self/mountstats)
+    [ "$ops" -ge 4 ] || fail "only $ops LOCK/LOCKU calls reached the server"
+  fi
+  step locks
+else
+  echo "note: no flock in the guest; locks not tested"
+fi
+
 # rm -r of the whole tree.
 cd /; rm -r "$D"
 [ ! -e "$D" ] || fail "rm -r"

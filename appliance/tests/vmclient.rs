@@ -75,7 +75,7 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
     std::thread::sleep(std::time::Duration::from_millis(2500));
 
     let big: u32 = std::env::var("DUET_VM_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    let runs = format!("v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3");
+    let runs = format!("pseudo:4.1 v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3");
     let scripts = repo_root().join("tests/vmclient");
     let guest = tmp.path().join("guest.sh");
     std::fs::write(

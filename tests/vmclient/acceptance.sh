@@ -3,7 +3,8 @@
 # ../shared/vmclient/linux-client with fs-workload.sh, cross-protocol.sh and
 # util-linux's flock given as --bin. The test prepends the settings:
 #   NFS_PORT SMB_PORT SMB_USER SMB_PASS SMB_UID  ports on the host (10.0.2.2)
-#   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2"  (mount:big-file MiB)
+#   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2 pseudo:4.1"
+#         (NFS version:big file MiB, cross:NFS version, pseudo:NFSv4 minor)
 # Each run prints "RESULT <name> PASS" or "RESULT <name> FAIL <status>".
 H=10.0.2.2
 mount_nfs() { # VERS DIR
@@ -38,6 +39,17 @@ for run in $RUNS; do
       if mount_nfs "$v" /mnt/xn && mount_smb /mnt/xs; then
         sh -e /bin/cross-protocol.sh /mnt/xn /mnt/xs "$SMB_USER" || rc=$?
         umount /mnt/xn; umount /mnt/xs
+      else
+        rc=32
+      fi ;;
+    pseudo)
+      # The NFSv4 pseudo-root lists the exports; the share is a directory in it.
+      mkdir -p /mnt/pr
+      if mount -t nfs4 $H:/ /mnt/pr -o addr=$H,vers=$arg,port=$NFS_PORT; then
+        ls -la /mnt/pr
+        ls /mnt/pr | grep -qx public || { echo "the pseudo-root does not list public"; rc=1; }
+        echo pseudo > /mnt/pr/public/pseudo-$$ && [ "$(cat /mnt/pr/public/pseudo-$$)" = pseudo ] && rm /mnt/pr/public/pseudo-$$ || rc=1
+        umount /mnt/pr || rc=1
       else
         rc=32
       fi ;;

@@ -5,7 +5,8 @@
 //! mkdir/rmdir, rename, hard and symbolic links, truncate, overwrite in the
 //! middle, rm -r; contents checked by md5sum), then mounts NFS and SMB
 //! (cifs, SMB 3.1.1) side by side and checks that each protocol reads what
-//! the other wrote (`tests/vmclient/cross-protocol.sh`).
+//! the other wrote (`tests/vmclient/cross-protocol.sh`), and restarts duetd
+//! under mounted NFSv3 + NFSv4.1/4.2 clients (`tests/vmclient/restart.sh`).
 //!
 //! Needs qemu-system-x86_64, a kernel in /boot, busybox-static and cpio
 //! (scripts/install-deps.sh installs them); without them the test fails
@@ -16,8 +17,11 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::{repo_root, Daemon};
@@ -69,21 +73,43 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
     require_vm_tools();
     let client = linux_client();
     let tmp = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(tmp.path());
+    let d = Daemon::start(tmp.path());
     d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
     // The protocol executors reload users every second.
     std::thread::sleep(std::time::Duration::from_millis(2500));
+    let (nfs_port, smb_port) = (d.nfs_port, d.smb_port);
+    // The guest asks for duetd's restart on this port (restart.sh).
+    let d = Arc::new(Mutex::new(d));
+    let ctrl = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ctrl_port = ctrl.local_addr().unwrap().port();
+    let restarts = {
+        let d = d.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            for conn in ctrl.incoming() {
+                let mut conn = conn.unwrap();
+                let mut line = String::new();
+                let _ = BufReader::new(&conn).read_line(&mut line);
+                if line.trim() != "restart" {
+                    break;
+                }
+                d.lock().unwrap().restart();
+                n += 1;
+                let _ = conn.write_all(b"restarted\n");
+            }
+            n
+        })
+    };
 
     let big: u32 = std::env::var("DUET_VM_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    let runs = format!("pseudo:4.1 v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3");
+    let runs = format!("pseudo:4.1 v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3 restart:4.1 restart:4.2");
     let scripts = repo_root().join("tests/vmclient");
     let guest = tmp.path().join("guest.sh");
     std::fs::write(
         &guest,
         format!(
-            "NFS_PORT={} SMB_PORT={} SMB_USER=bench SMB_PASS=benchpw SMB_UID=2000\nRUNS=\"{runs}\"\n{}",
-            d.nfs_port,
-            d.smb_port,
+            "NFS_PORT={nfs_port} SMB_PORT={smb_port} SMB_USER=bench SMB_PASS=benchpw SMB_UID=2000 \
+             CTRL_PORT={ctrl_port}\nRUNS=\"{runs}\"\n{}",
             std::fs::read_to_string(scripts.join("acceptance.sh")).unwrap()
         ),
     )
@@ -97,11 +123,19 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
         .arg(scripts.join("fs-workload.sh"))
         .arg("--bin")
         .arg(scripts.join("cross-protocol.sh"))
+        .arg("--bin")
+        .arg(scripts.join("restart.sh"))
         .args(["--bin", "flock"])
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("{text}\nlinux-client took {:.0} s", t0.elapsed().as_secs_f64());
+    // Stop the restart thread.
+    if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", ctrl_port)) {
+        let _ = c.write_all(b"done\n");
+    }
+    let restarted = restarts.join().unwrap();
+    let mut d = Arc::try_unwrap(d).ok().unwrap().into_inner().unwrap();
     let log = || d.log_text().lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
     assert!(text.contains("=== acceptance done"), "the guest did not finish; duetd log tail:\n{}", log());
     for run in runs.split(' ') {
@@ -114,6 +148,8 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
     assert_eq!(text.matches("WORKLOAD OK").count(), 3);
     assert_eq!(text.matches("step locks ok").count(), 3, "flock ran in every NFS run");
     assert_eq!(text.matches("CROSS OK").count(), 2);
+    assert_eq!(text.matches("RESTART OK").count(), 2);
+    assert_eq!(restarted, 2, "duetd was restarted twice");
     assert!(!text.contains("FAIL"));
     assert!(d.alive(), "duetd died");
     assert!(d.ok(&["fsck"]).contains("file system is consistent"));

@@ -1,10 +1,12 @@
 #!/bin/sh
 # acceptance.sh: the guest side of appliance/tests/vmclient.rs, run by
-# ../shared/vmclient/linux-client with fs-workload.sh, cross-protocol.sh and
-# util-linux's flock given as --bin. The test prepends the settings:
+# ../shared/vmclient/linux-client with fs-workload.sh, cross-protocol.sh,
+# restart.sh and util-linux's flock given as --bin. The test prepends:
 #   NFS_PORT SMB_PORT SMB_USER SMB_PASS SMB_UID  ports on the host (10.0.2.2)
+#   CTRL_PORT  where the host restarts duetd when asked (restart runs)
 #   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2 pseudo:4.1"
-#         (NFS version:big file MiB, cross:NFS version, pseudo:NFSv4 minor)
+#         (NFS version:big file MiB, cross:NFS version, pseudo:NFSv4 minor,
+#         restart:NFSv4 version)
 # Each run prints "RESULT <name> PASS" or "RESULT <name> FAIL <status>".
 H=10.0.2.2
 mount_nfs() { # VERS DIR
@@ -39,6 +41,14 @@ for run in $RUNS; do
       if mount_nfs "$v" /mnt/xn && mount_smb /mnt/xs; then
         sh -e /bin/cross-protocol.sh /mnt/xn /mnt/xs "$SMB_USER" || rc=$?
         umount /mnt/xn; umount /mnt/xs
+      else
+        rc=32
+      fi ;;
+    restart)
+      # duetd restarts (the host does it when restart.sh asks on CTRL_PORT).
+      if mount_nfs 3 /mnt/r3 && mount_nfs "$arg" /mnt/r4; then
+        CTRL_PORT=$CTRL_PORT sh -e /bin/restart.sh /mnt/r3 /mnt/r4 || rc=$?
+        umount /mnt/r3; umount /mnt/r4
       else
         rc=32
       fi ;;

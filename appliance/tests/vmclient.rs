@@ -5,7 +5,8 @@
 //! mkdir/rmdir, rename, hard and symbolic links, truncate, overwrite in the
 //! middle, rm -r; contents checked by md5sum), then mounts NFS and SMB
 //! (cifs, SMB 3.1.1) side by side and checks that each protocol reads what
-//! the other wrote (`tests/vmclient/cross-protocol.sh`).
+//! the other wrote (`tests/vmclient/cross-protocol.sh`), and restarts duetd
+//! under mounted NFSv3 + NFSv4.1/4.2 clients (`tests/vmclient/restart.sh`).
 //!
 //! Needs qemu-system-x86_64, a kernel in /boot, busybox-static and cpio
 //! (scripts/install-deps.sh installs them); without them the test fails
@@ -16,8 +17,11 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use common::{repo_root, Daemon};
@@ -51,6 +55,9 @@ fn require_vm_tools() {
     if !kernel {
         missing.push("linux-image-amd64 (/boot/vmlinuz-*)");
     }
+    if !have("flock") {
+        missing.push("util-linux (flock)");
+    }
     if !have("modinfo") {
         missing.push("kmod (modinfo)");
     }
@@ -61,24 +68,121 @@ fn require_vm_tools() {
     );
 }
 
-/// Boots the guest on `d` with `runs` (see tests/vmclient/acceptance.sh)
-/// and checks that every run passed. Returns the guest's output.
-fn run_guest(d: &mut Daemon, runs: &str, big: u32) -> String {
+#[test]
+fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
+    require_vm_tools();
     let client = linux_client();
     let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(tmp.path());
+    d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
+    // The protocol executors reload users every second.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let (nfs_port, smb_port) = (d.nfs_port, d.smb_port);
+    // The guest asks for duetd's restart on this port (restart.sh).
+    let d = Arc::new(Mutex::new(d));
+    let ctrl = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ctrl_port = ctrl.local_addr().unwrap().port();
+    let restarts = {
+        let d = d.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            for conn in ctrl.incoming() {
+                let mut conn = conn.unwrap();
+                let mut line = String::new();
+                let _ = BufReader::new(&conn).read_line(&mut line);
+                if line.trim() != "restart" {
+                    break;
+                }
+                d.lock().unwrap().restart();
+                n += 1;
+                let _ = conn.write_all(b"restarted\n");
+            }
+            n
+        })
+    };
+
+    let big: u32 = std::env::var("DUET_VM_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+    let runs = format!("pseudo:4.1 v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3 restart:4.1 restart:4.2");
     let scripts = repo_root().join("tests/vmclient");
     let guest = tmp.path().join("guest.sh");
     std::fs::write(
         &guest,
         format!(
-            "NFS_PORT={} SMB_PORT={} SMB_USER=bench SMB_PASS=benchpw SMB_UID=2000\nRUNS=\"{runs}\"\n{}",
+            "NFS_PORT={nfs_port} SMB_PORT={smb_port} SMB_USER=bench SMB_PASS=benchpw SMB_UID=2000 \
+             CTRL_PORT={ctrl_port}\nRUNS=\"{runs}\"\n{}",
+            std::fs::read_to_string(scripts.join("acceptance.sh")).unwrap()
+        ),
+    )
+    .unwrap();
+    let timeout = 400 + 5 * big as u64;
+    let t0 = Instant::now();
+    let out = Command::new(&client)
+        .arg(&guest)
+        .args(["--timeout", &timeout.to_string()])
+        .arg("--bin")
+        .arg(scripts.join("fs-workload.sh"))
+        .arg("--bin")
+        .arg(scripts.join("cross-protocol.sh"))
+        .arg("--bin")
+        .arg(scripts.join("restart.sh"))
+        .args(["--bin", "flock"])
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}\nlinux-client took {:.0} s", t0.elapsed().as_secs_f64());
+    // Stop the restart thread.
+    if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", ctrl_port)) {
+        let _ = c.write_all(b"done\n");
+    }
+    let restarted = restarts.join().unwrap();
+    let mut d = Arc::try_unwrap(d).ok().unwrap().into_inner().unwrap();
+    let log = || d.log_text().lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+    assert!(text.contains("=== acceptance done"), "the guest did not finish; duetd log tail:\n{}", log());
+    for run in runs.split(' ') {
+        let name = run.split(':').next().unwrap();
+        let want = format!("RESULT {name} PASS");
+        let n = text.matches(&want).count();
+        let expected = runs.split(' ').filter(|r| r.starts_with(&format!("{name}:"))).count();
+        assert_eq!(n, expected, "{run} did not pass (see the guest output above); duetd log tail:\n{}", log());
+    }
+    assert_eq!(text.matches("WORKLOAD OK").count(), 3);
+    assert_eq!(text.matches("step locks ok").count(), 3, "flock ran in every NFS run");
+    assert_eq!(text.matches("CROSS OK").count(), 2);
+    assert_eq!(text.matches("RESTART OK").count(), 2);
+    assert_eq!(restarted, 2, "duetd was restarted twice");
+    assert!(!text.contains("FAIL"));
+    assert!(d.alive(), "duetd died");
+    assert!(d.ok(&["fsck"]).contains("file system is consistent"));
+}
+
+/// The kernel's cifs client with SMB 3.1.1, 3.0 and 2.1, and 3.1.1 with
+/// `seal` (encryption), against a duetd that requires signing: the same
+/// workload as NFS but for symlinks, chmod, FIFOs and flock (cifs without
+/// POSIX extensions fakes or refuses those on the client).
+#[test]
+fn linux_kernel_cifs_dialects_signed_and_sealed() {
+    require_vm_tools();
+    let client = linux_client();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_with(tmp.path(), "require_signing = true");
+    d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let big: u32 = std::env::var("DUET_VM_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(32);
+    let small = big.min(16);
+    let runs = format!("smb3.1.1:{big} smb3.0:{small} smb2.1:{small} smbseal:{small}");
+    let scripts = repo_root().join("tests/vmclient");
+    let guest = tmp.path().join("guest.sh");
+    std::fs::write(
+        &guest,
+        format!(
+            "NFS_PORT={} SMB_PORT={} SMB_USER=bench SMB_PASS=benchpw SMB_UID=2000 CTRL_PORT=0\nRUNS=\"{runs}\"\n{}",
             d.nfs_port,
             d.smb_port,
             std::fs::read_to_string(scripts.join("acceptance.sh")).unwrap()
         ),
     )
     .unwrap();
-    let timeout = 400 + 5 * big as u64;
+    let timeout = 600 + 10 * big as u64;
     let t0 = Instant::now();
     let out = Command::new(&client)
         .arg(&guest)
@@ -95,55 +199,17 @@ fn run_guest(d: &mut Daemon, runs: &str, big: u32) -> String {
     assert!(text.contains("=== acceptance done"), "the guest did not finish; duetd log tail:\n{}", log());
     for run in runs.split(' ') {
         let name = run.split(':').next().unwrap();
-        let want = format!("RESULT {name} PASS");
-        let n = text.matches(&want).count();
-        let expected = runs.split(' ').filter(|r| r.starts_with(&format!("{name}:"))).count();
-        assert_eq!(n, expected, "{run} did not pass (see the guest output above); duetd log tail:\n{}", log());
+        assert!(text.contains(&format!("RESULT {name} PASS")), "{run} did not pass; duetd log tail:\n{}", log());
     }
-    assert!(!text.contains("FAIL"));
-    assert!(d.alive(), "duetd died");
-    assert!(d.ok(&["fsck"]).contains("file system is consistent"));
-    text
-}
-
-fn big_mb() -> u32 {
-    std::env::var("DUET_VM_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
-}
-
-#[test]
-fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
-    require_vm_tools();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(tmp.path());
-    d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
-    // The protocol executors reload users every second.
-    std::thread::sleep(std::time::Duration::from_millis(2500));
-    let big = big_mb();
-    let text = run_guest(&mut d, &format!("v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3"), big);
-    assert_eq!(text.matches("WORKLOAD OK").count(), 3);
-    assert_eq!(text.matches("CROSS OK").count(), 2);
-}
-
-/// The kernel's cifs client with SMB 3.1.1, 3.0 and 2.1, and 3.1.1 with
-/// `seal` (encryption), against a duetd that requires signing: the same
-/// workload as NFS but for symlinks and chmod (cifs without POSIX
-/// extensions fakes both on the client).
-#[test]
-fn linux_kernel_cifs_dialects_signed_and_sealed() {
-    require_vm_tools();
-    let tmp = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start_with(tmp.path(), "require_signing = true");
-    d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
-    std::thread::sleep(std::time::Duration::from_millis(2500));
-    let big = big_mb();
-    let small = big.min(16);
-    let text = run_guest(&mut d, &format!("smb3.1.1:{big} smb3.0:{small} smb2.1:{small} smbseal:{small}"), big);
     assert_eq!(text.matches("WORKLOAD OK").count(), 4);
-    // Every mount really used the dialect asked for, and seal encrypted.
+    // Every mount used the dialect asked for, and seal encrypted.
     for v in ["vers=3.1.1", "vers=3.0", "vers=2.1"] {
         assert!(text.contains(v), "no mount with {v}");
     }
-    assert!(text.contains("seal"), "the sealed mount is not in /proc/mounts");
+    assert!(text.contains(",seal"), "the sealed mount is not in /proc/mounts");
+    assert!(!text.contains("FAIL"));
+    assert!(d.alive(), "duetd died");
+    assert!(d.ok(&["fsck"]).contains("file system is consistent"));
 }
 
 #[test]

@@ -661,11 +661,37 @@ fn nfs3_end_to_end() {
         panic!()
     };
     let names: Vec<&[u8]> = rd.reply.entries.0.iter().map(|e| e.name.0).collect();
-    assert_eq!(names, vec![&b"a.txt"[..], b"d", b"ln"]);
+    assert_eq!(names, vec![&b"."[..], b"..", b"a.txt", b"d", b"ln"]);
     assert!(rd.reply.eof);
-    let e = &rd.reply.entries.0[0];
+    let e = &rd.reply.entries.0[2];
     assert_eq!(e.name_attributes.unwrap().size, 12);
     assert_eq!(e.name_handle.unwrap().0, &file[..]);
+    // "." and ".." (the export root is its own parent), cookies 1 and 2.
+    let (dot, dotdot) = (&rd.reply.entries.0[0], &rd.reply.entries.0[1]);
+    assert_eq!((dot.cookie, dotdot.cookie), (1, 2));
+    assert_eq!(dot.name_handle.unwrap().0, &root[..]);
+    assert_eq!(dotdot.fileid, dot.fileid);
+    let root_id = dot.fileid;
+    let d_id = rd.reply.entries.0[3].fileid;
+    // In a subdirectory ".." is the parent; resuming after "." gives "..".
+    for cookie in [0, 1] {
+        let rep = h.v3(&Nfs3Args::ReadDirPlus(ReadDirPlus3Args {
+            dir: Opaque(&d),
+            cookie,
+            cookieverf: rd.cookieverf,
+            dircount: 4096,
+            maxcount: 32768,
+        }));
+        let Nfs3Results::ReadDirPlus(Nfs3Res::Ok(sub)) = res3(proc3::READDIRPLUS, &rep) else {
+            panic!()
+        };
+        let got: Vec<(&[u8], u64)> = sub.reply.entries.0.iter().map(|e| (e.name.0, e.fileid)).collect();
+        let mut want: Vec<(&[u8], u64)> = vec![(b".", d_id), (b"..", root_id), (b"hard", got[got.len() - 1].1)];
+        want.drain(..cookie as usize);
+        assert_eq!(got, want);
+        let dotdot = &sub.reply.entries.0[1 - cookie as usize];
+        assert_eq!(dotdot.name_handle.unwrap().0, &root[..]);
+    }
 
     // RENAME into d, then LOOKUP there.
     let rep = h.v3(&Nfs3Args::Rename(Rename3Args {
@@ -919,7 +945,10 @@ fn nfs3_readdir_cookies_survive_restart() {
         }));
         assert_eq!(res3_status(proc3::CREATE, &rep), Nfsstat3::OK);
     }
-    let want: Vec<String> = (0..40).map(|i| format!("f{i:03}")).collect();
+    let want: Vec<String> = [".".to_string(), "..".to_string()]
+        .into_iter()
+        .chain((0..40).map(|i| format!("f{i:03}")))
+        .collect();
     let (names, calls) = readdir_all(&mut h, &root, false);
     assert_eq!(names, want);
     assert!(calls > 2, "small replies page through");

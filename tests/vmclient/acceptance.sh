@@ -1,11 +1,13 @@
 #!/bin/sh
 # acceptance.sh: the guest side of appliance/tests/vmclient.rs, run by
-# ../shared/vmclient/linux-client with fs-workload.sh and cross-protocol.sh
-# given as --bin. The test prepends the settings:
+# ../shared/vmclient/linux-client with fs-workload.sh, cross-protocol.sh,
+# restart.sh and util-linux's flock given as --bin. The test prepends:
 #   NFS_PORT SMB_PORT SMB_USER SMB_PASS SMB_UID  ports on the host (10.0.2.2)
-#   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2 smb3.1.1:64 smbseal:16"
-#         (mount:big-file MiB; smb* mount cifs with that dialect, smbseal
-#         with encryption)
+#   CTRL_PORT  where the host restarts duetd when asked (restart runs)
+#   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2 pseudo:4.1 smb3.1.1:64"
+#         (NFS version:big file MiB, cross:NFS version, pseudo:NFSv4 minor,
+#         restart:NFSv4 version; smb3.1.1|smb3.0|smb2.1|smbseal:big file
+#         MiB mount cifs with that dialect, smbseal with encryption)
 # Each run prints "RESULT <name> PASS" or "RESULT <name> FAIL <status>".
 H=10.0.2.2
 mount_nfs() { # VERS DIR
@@ -43,7 +45,7 @@ for run in $RUNS; do
       esac
       if [ "$ok" = y ]; then
         grep " $mnt " /proc/mounts
-        SKIP="symlink attrs" sh -e /bin/fs-workload.sh $mnt "$arg" || rc=$?
+        SKIP="symlink attrs fifo locks" sh -e /bin/fs-workload.sh $mnt "$arg" || rc=$?
         umount $mnt || rc=1
       else
         rc=32
@@ -53,6 +55,25 @@ for run in $RUNS; do
       if mount_nfs "$v" /mnt/xn && mount_smb /mnt/xs; then
         sh -e /bin/cross-protocol.sh /mnt/xn /mnt/xs "$SMB_USER" || rc=$?
         umount /mnt/xn; umount /mnt/xs
+      else
+        rc=32
+      fi ;;
+    restart)
+      # duetd restarts (the host does it when restart.sh asks on CTRL_PORT).
+      if mount_nfs 3 /mnt/r3 && mount_nfs "$arg" /mnt/r4; then
+        CTRL_PORT=$CTRL_PORT sh -e /bin/restart.sh /mnt/r3 /mnt/r4 || rc=$?
+        umount /mnt/r3; umount /mnt/r4
+      else
+        rc=32
+      fi ;;
+    pseudo)
+      # The NFSv4 pseudo-root lists the exports; the share is a directory in it.
+      mkdir -p /mnt/pr
+      if mount -t nfs4 $H:/ /mnt/pr -o addr=$H,vers=$arg,port=$NFS_PORT; then
+        ls -la /mnt/pr
+        ls /mnt/pr | grep -qx public || { echo "the pseudo-root does not list public"; rc=1; }
+        echo pseudo > /mnt/pr/public/pseudo-$$ && [ "$(cat /mnt/pr/public/pseudo-$$)" = pseudo ] && rm /mnt/pr/public/pseudo-$$ || rc=1
+        umount /mnt/pr || rc=1
       else
         rc=32
       fi ;;

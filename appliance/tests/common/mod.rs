@@ -33,6 +33,35 @@ pub struct Daemon {
     pub nfs_port: u16,
     pub data: PathBuf,
     pub log: PathBuf,
+    config: PathBuf,
+}
+
+/// Starts duetd; on a first start, waits for the line that names the
+/// default share (printed once the store is initialised).
+fn spawn(config: &Path, log: &Path, first: bool) -> Child {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_duetd"))
+        .args(["--config", config.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    if first {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if out.read_line(&mut line).unwrap_or(0) == 0 || line.contains("share 'public'") {
+                break;
+            }
+        }
+    }
+    // Keep draining stdout so that the daemon never blocks on it.
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = out.read_to_end(&mut sink);
+    });
+    child
 }
 
 impl Daemon {
@@ -57,35 +86,36 @@ impl Daemon {
             ),
         )
         .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_duetd"))
-            .args(["--config", config.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            line.clear();
-            if out.read_line(&mut line).unwrap_or(0) == 0 || line.contains("share 'public'") {
-                break;
-            }
-            assert!(Instant::now() < deadline, "duetd did not start");
+        let child = spawn(&config, &log, true);
+        let d = Daemon { child, admin: format!("127.0.0.1:{admin_port}"), smb_port, nfs_port, data, log, config };
+        d.wait_listening();
+        d
+    }
+
+    /// SIGTERM, wait for the exit, start again on the same ports and data.
+    pub fn restart(&mut self) {
+        // SAFETY: kill(2) on our own child.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
-        // Keep draining stdout so that the daemon never blocks on it.
-        std::thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = out.read_to_end(&mut sink);
-        });
-        let d = Daemon { child, admin: format!("127.0.0.1:{admin_port}"), smb_port, nfs_port, data, log };
-        for port in [admin_port, smb_port, nfs_port] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "duetd did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.child = spawn(&self.config, &self.log, false);
+        self.wait_listening();
+    }
+
+    fn wait_listening(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let port = |a: &str| a.rsplit(':').next().unwrap().parse::<u16>().unwrap();
+        for port in [port(&self.admin), self.smb_port, self.nfs_port] {
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "duetd did not listen on {port}; log:\n{}", d.log_text());
+                assert!(Instant::now() < deadline, "duetd did not listen on {port}; log:\n{}", self.log_text());
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        d
     }
 
     pub fn log_text(&self) -> String {

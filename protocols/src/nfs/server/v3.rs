@@ -57,6 +57,7 @@ enum Kind {
         dir: NodeId,
         budget: usize,
         dirbudget: usize,
+        dots: Dots,
     },
     FsStat,
     FsInfo,
@@ -176,6 +177,20 @@ pub(super) fn call(
         Ok((batch, p)) => vec![srv.submit(batch, tag(proc_), Pending::V3(p))],
         Err(status) => vec![fail(ctx, proc_, status)],
     }
+}
+
+/// Which of "." and ".." a READDIR reply starts with. Like other NFSv3
+/// servers duet lists them (cookies 1 and 2; the listing's own cookies
+/// are at least 2^32): clients show what the server returns, and `ls -a`
+/// expects them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dots {
+    None,
+    /// ".." only (resuming after cookie 1).
+    DotDot { parent_op: bool },
+    /// "." and "..". `parent_op`: the batch's second operation looks the
+    /// parent up; otherwise the directory is the export root, its own "..".
+    Both { parent_op: bool },
 }
 
 fn build(
@@ -410,6 +425,7 @@ fn build(
             srv,
             &mut b,
             id,
+            id == export.root,
             a.cookie,
             &a.cookieverf,
             a.count as usize,
@@ -420,6 +436,7 @@ fn build(
             srv,
             &mut b,
             id,
+            id == export.root,
             a.cookie,
             &a.cookieverf,
             a.maxcount as usize,
@@ -476,6 +493,7 @@ fn readdir(
     srv: &NfsServer,
     b: &mut Batch,
     dir: NodeId,
+    export_root: bool,
     cookie: u64,
     verf: &[u8; 8],
     budget: usize,
@@ -487,10 +505,18 @@ fn readdir(
     }
     let per = if plus { 160 } else { 32 };
     let n = (budget / per).min(dirbudget / 24).clamp(1, 4096) as u64;
-    let resume = srv
-        .cookies
-        .resume(Some(dir), cookie)
-        .ok_or(Nfsstat3::BAD_COOKIE)?;
+    let parent_op = !export_root;
+    let (dots, resume) = match cookie {
+        0 => (Dots::Both { parent_op }, Resume::Start),
+        DOT_COOKIE => (Dots::DotDot { parent_op }, Resume::Start),
+        DOTDOT_COOKIE => (Dots::None, Resume::Start),
+        _ => (
+            Dots::None,
+            srv.cookies
+                .resume(Some(dir), cookie)
+                .ok_or(Nfsstat3::BAD_COOKIE)?,
+        ),
+    };
     let (after, max, skip, base) = match resume {
         Resume::Start => (None, n, 0, 0),
         Resume::After { name, pos } => (Some(name), n, 0, pos),
@@ -502,6 +528,12 @@ fn readdir(
         max_entries: max as u32,
         with_attrs: plus,
     });
+    if dots != Dots::None && parent_op {
+        b.push(Op::Lookup {
+            dir: ObjRef::Id(dir),
+            name: "..".into(),
+        });
+    }
     Ok(Kind::ReadDir {
         plus,
         skip,
@@ -509,7 +541,19 @@ fn readdir(
         dir,
         budget,
         dirbudget,
+        dots,
     })
+}
+
+const DOT_COOKIE: u64 = 1;
+const DOTDOT_COOKIE: u64 = 2;
+
+/// One entry of a READDIR reply before encoding.
+struct Listed<'a> {
+    id: NodeId,
+    name: &'a str,
+    cookie: u64,
+    attrs: Option<&'a duet_fs::Attrs>,
 }
 
 fn post(r: Option<&OpResult>, fsid: u64) -> PostOpAttr {
@@ -778,6 +822,7 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>) -> E
             dir,
             budget,
             dirbudget,
+            dots,
         } => match r0 {
             Some(Ok(OpOutput::Dir {
                 entries,
@@ -788,11 +833,42 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>) -> E
                     .iter()
                     .skip(skip.min(usize::MAX as u64) as usize)
                     .collect();
+                // "." and "..": the parent from the lookup, or the
+                // directory itself at the export root.
+                let parent = match dots {
+                    Dots::Both { parent_op: true } | Dots::DotDot { parent_op: true } => {
+                        attrs_of(r1)
+                    }
+                    _ => Some(attrs),
+                };
+                let mut shown: Vec<Listed<'_>> = Vec::new();
+                if let Dots::Both { .. } = dots {
+                    shown.push(Listed {
+                        id: attrs.id,
+                        name: ".",
+                        cookie: DOT_COOKIE,
+                        attrs: Some(attrs),
+                    });
+                }
+                if dots != Dots::None {
+                    shown.push(Listed {
+                        id: parent.map(|a| a.id).unwrap_or(attrs.id),
+                        name: "..",
+                        cookie: DOTDOT_COOKIE,
+                        attrs: parent,
+                    });
+                }
+                let ndots = shown.len();
                 let mut used = 200usize;
                 let mut dirused = 0usize;
                 let mut n = 0;
-                for e in &list {
-                    let name_len = e.name.len().div_ceil(4) * 4;
+                let mut fit = 0;
+                let names = shown
+                    .iter()
+                    .map(|d| d.name)
+                    .chain(list.iter().map(|e| e.name.as_str()));
+                for (k, name) in names.enumerate() {
+                    let name_len = name.len().div_ceil(4) * 4;
                     let cost = 24 + name_len + if plus { 88 + 36 } else { 0 };
                     if used + cost > budget
                         || (plus && dirused + 24 + name_len > dirbudget && n > 0)
@@ -801,37 +877,42 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>) -> E
                     }
                     used += cost;
                     dirused += 24 + name_len;
-                    n += 1;
+                    fit = k + 1;
+                    if k >= ndots {
+                        n += 1;
+                    }
                 }
-                if n == 0 && !list.is_empty() {
+                shown.truncate(fit.min(ndots));
+                if fit == 0 && (ndots > 0 || !list.is_empty()) {
                     return out(&|w| {
                         ReadDir3Res::Fail(Nfsstat3::TOOSMALL, Some(fattr3(attrs, fsid))).encode(w)
                     });
                 }
                 let all = n == list.len() && *eof;
-                let cookies: Vec<u64> = list[..n]
-                    .iter()
-                    .enumerate()
-                    .map(|(k, e)| make_cookie(base + k as u64 + 1, &e.name))
-                    .collect();
-                if let (Some(last), Some(c)) = (list[..n].last(), cookies.last()) {
-                    srv.cookies.remember(dir, *c, &last.name);
+                shown.extend(list[..n].iter().enumerate().map(|(k, e)| Listed {
+                    id: e.id,
+                    name: e.name.as_str(),
+                    cookie: make_cookie(base + k as u64 + 1, &e.name),
+                    attrs: e.attrs.as_ref(),
+                }));
+                if let Some(last) = list[..n].last() {
+                    srv.cookies
+                        .remember(dir, make_cookie(base + n as u64, &last.name), &last.name);
                 }
                 let verf = srv.cookieverf;
                 if plus {
-                    let fhs: Vec<[u8; super::fh::FH_LEN]> = list[..n]
+                    let fhs: Vec<[u8; super::fh::FH_LEN]> = shown
                         .iter()
                         .map(|e| FileHandle::Object { fsid, id: e.id }.encode(srv.cfg.handle_key))
                         .collect();
-                    let entries = list[..n]
+                    let entries = shown
                         .iter()
-                        .zip(&cookies)
                         .zip(&fhs)
-                        .map(|((e, c), fh)| EntryPlus3 {
+                        .map(|(e, fh)| EntryPlus3 {
                             fileid: e.id,
                             name: Name(e.name.as_bytes()),
-                            cookie: *c,
-                            name_attributes: e.attrs.as_ref().map(|a| fattr3(a, fsid)),
+                            cookie: e.cookie,
+                            name_attributes: e.attrs.map(|a| fattr3(a, fsid)),
                             name_handle: Some(Opaque(fh)),
                         })
                         .collect();
@@ -845,13 +926,12 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>) -> E
                     });
                     out(&|w| v.encode(w))
                 } else {
-                    let entries = list[..n]
+                    let entries = shown
                         .iter()
-                        .zip(&cookies)
-                        .map(|(e, c)| Entry3 {
+                        .map(|e| Entry3 {
                             fileid: e.id,
                             name: Name(e.name.as_bytes()),
-                            cookie: *c,
+                            cookie: e.cookie,
                         })
                         .collect();
                     let v: ReadDir3Res<'_> = Nfs3Res::Ok(ReadDir3ResOk {

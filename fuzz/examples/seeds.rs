@@ -21,7 +21,7 @@ use duet_protocols::smb2::compound::CompoundWriter;
 use duet_protocols::smb2::create::{create_disposition, create_options, CreateRequest};
 use duet_protocols::smb2::cursor::Utf16;
 use duet_protocols::smb2::fscc;
-use duet_protocols::smb2::ioctl::{fsctl, IoctlRequest, ValidateNegotiateInfoRequest};
+use duet_protocols::smb2::ioctl::{ctl_code as fsctl, IoctlRequest, ValidateNegotiateInfoRequest};
 use duet_protocols::smb2::lock::{LockElement, LockRequest};
 use duet_protocols::smb2::message::Request;
 use duet_protocols::smb2::query_directory::QueryDirectoryRequest;
@@ -191,7 +191,7 @@ fn smb_seeds() {
         compound(&[create("d", cd::CREATE, dir), close()]),
         compound(&[create("", cd::OPEN, dir), list.clone(), close()]),
         compound(&[create("a.txt", cd::OPEN, 0), set_info(fscc::info_class::RENAME, &rename), close()]),
-        compound(&[create("d\\b.txt", cd::OPEN, 0), lock.clone(), close()]),
+        compound(&[create("d\\b.txt", cd::OPEN, 0), Request::Lock(lock.clone()), close()]),
         compound(&[create("d\\b.txt", cd::OPEN, 0), set_info(fscc::info_class::DISPOSITION, &disp), close()]),
         compound(&[ioctl(fsctl::FSCTL_VALIDATE_NEGOTIATE_INFO, &vni)]),
         compound(&[Request::Echo(Default::default())]),
@@ -301,11 +301,11 @@ fn nfs4_seeds() {
         open(b"f.txt", vals, false),
         ArgOp4::Read(Read4Args { stateid: Stateid4::CURRENT, offset: 0, count: 100 }),
         ArgOp4::Lock(Lock4Args {
-            locktype: 2,
+            locktype: NfsLockType4::Write,
             reclaim: false,
             offset: 0,
             length: 10,
-            locker: Locker4::OpenOwner(OpenToLockOwner4 {
+            locker: Locker4::New(OpenToLockOwner4 {
                 open_seqid: 0,
                 open_stateid: Stateid4::CURRENT,
                 lock_seqid: 0,
@@ -318,7 +318,7 @@ fn nfs4_seeds() {
         sequence(),
         ArgOp4::PutRootFh(()),
         lookup.clone(),
-        ArgOp4::Create(Create4Args { objtype: Createtype4::Dir, objname: Name(b"dir"), createattrs: Fattr4 { attrmask: Bitmap4::from_bits(&[]), attr_vals: Opaque(b"") } }),
+        ArgOp4::Create(Create4Args { objtype: CreateType4::Other(NfsFtype4::Dir), objname: Name(b"dir"), createattrs: Fattr4 { attrmask: Bitmap4::from_bits(&[]), attr_vals: Opaque(b"") } }),
         ga(),
     ]);
     c.v4(vec![

@@ -75,6 +75,13 @@ pub fn run(name: &str, data: &[u8]) {
     }
 }
 
+/// DUET_FUZZ_TRACE=1 prints what the stateful harnesses' servers answer
+/// (for checking that seeds reach the command handlers).
+fn trace() -> bool {
+    static TRACE: OnceLock<bool> = OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("DUET_FUZZ_TRACE").is_some())
+}
+
 /// A deterministic xorshift64 for choices derived from the input.
 struct XorShift(u64);
 
@@ -711,6 +718,11 @@ impl SmbClient {
                         let len = u32::from_be_bytes([f[0], f[1], f[2], f[3]]) as usize;
                         assert_eq!(len, f.len() - 4, "Direct TCP length prefix");
                         check_smb_response(&f[4..]);
+                        if trace() {
+                            for m in Compound::new(&f[4..]).flatten() {
+                                eprintln!("smb2_conn: {:?} {:?}", m.header.command, m.header.status);
+                            }
+                        }
                         out.push(f[4..].to_vec());
                     }
                     SmbEvent::Close => assert!(self.conn.is_closed()),
@@ -1096,7 +1108,13 @@ impl NfsHarness {
                     let mark = u32::from_be_bytes(bytes[..4].try_into().unwrap());
                     assert_eq!(mark & 0x7fff_ffff, bytes.len() as u32 - 4, "record mark length");
                     assert!(mark & 0x8000_0000 != 0, "last fragment");
-                    ReplyHeader::decode(&mut XdrReader::new(&bytes[4..])).expect("reply header decodes");
+                    let mut r = XdrReader::new(&bytes[4..]);
+                    let h = ReplyHeader::decode(&mut r).expect("reply header decodes");
+                    if trace() {
+                        let res = Compound4Res::decode(&mut r, 4096).ok();
+                        let ops: Option<Vec<_>> = res.as_ref().map(|c| c.results.iter().map(|o| o.status()).collect());
+                        eprintln!("nfs4_session: xid {:#x} {:?} compound {:?}", h.xid, h.body, ops);
+                    }
                     out.push(bytes[4..].to_vec());
                 }
                 NfsEvent::Run { token, batch, .. } => {

@@ -200,6 +200,76 @@ fn smb_seeds() {
         put("smb2_conn", &[&[mode][..], f].concat());
     }
     // Whole sessions: everything in order, then signed, deferred, on 2.1.
+    // Edge values: offsets and lengths at the top of their range, buffers
+    // of nothing.
+    let eof = {
+        let mut b = Vec::new();
+        b.extend_from_slice(&u64::MAX.to_le_bytes());
+        b
+    };
+    let mut edge_lock_storage = Vec::new();
+    let edge_lock = LockRequest::new(
+        0,
+        FileId::RELATED,
+        &[LockElement { offset: u64::MAX - 1, length: u64::MAX, flags: LockElement::SHARED_LOCK | LockElement::FAIL_IMMEDIATELY }],
+        &mut edge_lock_storage,
+    );
+    let edges = [
+        compound(&[
+            create("e.txt", cd::OVERWRITE_IF, file),
+            Request::Write(WriteRequest {
+                offset: u64::MAX - 4,
+                file_id: FileId::RELATED,
+                channel: 0,
+                remaining_bytes: 0,
+                flags: 0,
+                write_channel_info: &[],
+                data: b"0123456789",
+            }),
+            close(),
+        ]),
+        compound(&[
+            create("a.txt", cd::OPEN, 0),
+            Request::Read(ReadRequest {
+                padding: 0x50,
+                flags: 0,
+                length: u32::MAX,
+                offset: u64::MAX,
+                file_id: FileId::RELATED,
+                minimum_count: u32::MAX,
+                channel: 0,
+                remaining_bytes: 0,
+                read_channel_info: &[],
+            }),
+            close(),
+        ]),
+        compound(&[create("a.txt", cd::OPEN, 0), Request::Lock(edge_lock), close()]),
+        compound(&[create("a.txt", cd::OPEN, 0), set_info(fscc::info_class::END_OF_FILE, &eof), close()]),
+        compound(&[
+            create("", cd::OPEN, dir),
+            Request::QueryDirectory(QueryDirectoryRequest {
+                file_information_class: fscc::info_class::ID_BOTH_DIRECTORY,
+                flags: 0,
+                file_index: 0,
+                file_id: FileId::RELATED,
+                file_name: Utf16::Str("*"),
+                output_buffer_length: 1,
+            }),
+            close(),
+        ]),
+        compound(&[create("a.txt", cd::OPEN, 0), Request::QueryInfo(QueryInfoRequest {
+            info_type: info_type::FILE,
+            file_info_class: fscc::info_class::ALL,
+            output_buffer_length: 0,
+            input_buffer: &[],
+            additional_information: 0,
+            flags: 0,
+            file_id: FileId::RELATED,
+        }), close()]),
+    ];
+    for f in &edges {
+        put("smb2_conn", &[&[mode][..], &frames[0], f].concat());
+    }
     let all = frames.concat();
     for m in [mode, mode | smb_mode::SIGN, mode | smb_mode::DEFER, smb_mode::SETUP_TREE_21 | smb_mode::REWRITE_IDS | smb_mode::SIGN]
     {
@@ -335,6 +405,34 @@ fn nfs4_seeds() {
         ArgOp4::ReadDir(ReadDir4Args { cookie: 0, cookieverf: [0; 8], dircount: 4096, maxcount: 8192, attr_request: Bitmap4::from_bits(&[fattr4::TYPE, fattr4::FILEID]) }),
     ]);
     c.v4(vec![sequence(), ArgOp4::PutRootFh(()), lookup.clone(), ArgOp4::Remove(Remove4Args { target: Name(b"g.txt") })]);
+    // Edge values.
+    c.v4(vec![
+        sequence(),
+        ArgOp4::PutRootFh(()),
+        lookup.clone(),
+        open(b"e.txt", vals, true),
+        ArgOp4::Write(Write4Args { stateid: Stateid4::CURRENT, offset: u64::MAX - 3, stable: StableHow4::FileSync, data: Opaque(b"edge") }),
+        ArgOp4::Read(Read4Args { stateid: Stateid4::CURRENT, offset: u64::MAX, count: u32::MAX }),
+        ArgOp4::Lock(Lock4Args {
+            locktype: NfsLockType4::Read,
+            reclaim: false,
+            offset: u64::MAX - 1,
+            length: u64::MAX,
+            locker: Locker4::New(OpenToLockOwner4 {
+                open_seqid: 0,
+                open_stateid: Stateid4::CURRENT,
+                lock_seqid: 0,
+                lock_owner: owner(b"edge-owner"),
+            }),
+        }),
+        ArgOp4::Close(Close4Args { seqid: 0, open_stateid: Stateid4::CURRENT }),
+    ]);
+    c.v4(vec![
+        sequence(),
+        ArgOp4::PutRootFh(()),
+        lookup.clone(),
+        ArgOp4::ReadDir(ReadDir4Args { cookie: u64::MAX, cookieverf: [0; 8], dircount: 0, maxcount: 0, attr_request: Bitmap4::from_bits(&[fattr4::TYPE]) }),
+    ]);
     c.v4(vec![sequence(), ArgOp4::DestroySession(DestroySession4Args { sessionid: id })]);
     let session_stream = std::mem::take(&mut c.stream);
     put("nfs4_session", &[&[nfs_mode::SESSION][..], &session_stream].concat());
@@ -391,6 +489,10 @@ fn nfs3_seeds() {
     }));
     c.v3(&Nfs3Args::ReadDirPlus(ReadDirPlus3Args { dir: Opaque(&root), cookie: 0, cookieverf: [0; 8], dircount: 4096, maxcount: 8192 }));
     c.v3(&Nfs3Args::FsStat(FsStat3Args { fsroot: Opaque(&root) }));
+    c.v3(&Nfs3Args::Write(Write3Args { file: Opaque(&file), offset: u64::MAX - 1, count: 5, stable: StableHow::FileSync, data: Opaque(b"hello") }));
+    c.v3(&Nfs3Args::Read(Read3Args { file: Opaque(&file), offset: u64::MAX, count: u32::MAX }));
+    c.v3(&Nfs3Args::SetAttr(SetAttr3Args { object: Opaque(&file), new_attributes: Sattr3 { size: Some(u64::MAX), ..Default::default() }, guard: None }));
+    c.v3(&Nfs3Args::ReadDirPlus(ReadDirPlus3Args { dir: Opaque(&root), cookie: u64::MAX, cookieverf: [0; 8], dircount: 0, maxcount: 0 }));
     c.v3(&Nfs3Args::Remove(Remove3Args { object: DirOpArgs3 { dir: Opaque(&root), name: Name(b"b.txt") } }));
     put("nfs4_session", &[&[0u8][..], &c.stream].concat());
     put("nfs4_session", &[&[nfs_mode::DEFER][..], &c.stream].concat());

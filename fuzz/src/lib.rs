@@ -1256,6 +1256,14 @@ pub fn nfs4_session(data: &[u8]) {
             assert!(h.srv.on_tick(h.now).is_empty());
         }
         h.record(&rec);
+        // Every table has a bound (NfsServerConfig).
+        let (c, cfg) = (h.srv.state_counts(), h.srv.config());
+        assert!(c.clients <= cfg.max_clients, "{c:?}");
+        assert!(c.sessions <= cfg.max_sessions, "{c:?}");
+        assert!(c.opens <= cfg.max_opens, "{c:?}");
+        assert!(c.lock_states <= cfg.max_lock_states, "{c:?}");
+        assert!(c.byte_locks <= cfg.max_byte_locks, "{c:?}");
+        assert!(h.srv.pending_batches() <= cfg.max_pending, "pending batches past max_pending");
     }
     h.finish();
 }

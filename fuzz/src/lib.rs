@@ -1003,6 +1003,7 @@ pub fn smb2_conn(data: &[u8]) {
     for frame in smb_frames(stream) {
         let f = c.prepare(frame, mode);
         let _ = c.exchange(&f);
+        assert!(c.conn.open_count() <= 64, "opens past max_opens");
         if c.conn.is_closed() {
             assert!(c.conn.on_frame(&f, NOW, &c.dir).is_empty(), "a closed connection answers");
             break;

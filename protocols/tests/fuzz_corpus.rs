@@ -73,6 +73,9 @@ fn harness_setups_reach_the_command_handlers() {
     use harness::{smb_mode, nfs_mode};
     for setup in [smb_mode::SETUP_NEGOTIATED, smb_mode::SETUP_TREE, smb_mode::SETUP_TREE_21] {
         harness::smb2_conn(&[setup | smb_mode::REWRITE_IDS | smb_mode::SIGN]);
+        // With signing and encryption required, the harness's own
+        // TREE_CONNECT must be sealed (regressions/smb2_conn/harness-strict-setup).
+        harness::smb2_conn(&[setup | smb_mode::STRICT]);
     }
     harness::nfs4_session(&[nfs_mode::SESSION]);
     let mut h = harness::NfsHarness::new();

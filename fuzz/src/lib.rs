@@ -734,11 +734,17 @@ impl SmbClient {
 
     fn finish(&mut self) {
         let mut out = Vec::new();
-        for (token, batch) in std::mem::take(&mut self.deferred).into_iter().rev() {
-            let r = self.engine.run(&batch);
-            let ev = self.conn.on_batch_done(token, r, NOW);
-            self.drive(ev, &mut out);
+        for _ in 0..64 {
+            if self.deferred.is_empty() {
+                break;
+            }
+            for (token, batch) in std::mem::take(&mut self.deferred).into_iter().rev() {
+                let r = self.engine.run(&batch);
+                let ev = self.conn.on_batch_done(token, r, NOW);
+                self.drive(ev, &mut out);
+            }
         }
+        assert!(self.deferred.is_empty(), "batches kept coming");
         // A token answered twice, or never issued, is ignored.
         assert!(self.conn.on_batch_done(u64::MAX, BatchResult { results: Vec::new(), cost: BatchCost::default() }, NOW).is_empty());
     }
@@ -1139,10 +1145,17 @@ impl NfsHarness {
 
     fn finish(&mut self) {
         let mut out = Vec::new();
-        for (token, batch) in std::mem::take(&mut self.deferred).into_iter().rev() {
-            let r = self.engine.run(&batch);
-            let ev = self.srv.on_batch_done(token, r, self.now);
-            self.drive(ev, &mut out);
+        // A batch's result may submit the next batch of the same COMPOUND
+        // (deferred again): complete until none is left.
+        for _ in 0..64 {
+            if self.deferred.is_empty() {
+                break;
+            }
+            for (token, batch) in std::mem::take(&mut self.deferred).into_iter().rev() {
+                let r = self.engine.run(&batch);
+                let ev = self.srv.on_batch_done(token, r, self.now);
+                self.drive(ev, &mut out);
+            }
         }
         assert_eq!(self.srv.pending_batches(), 0, "every batch answered");
     }

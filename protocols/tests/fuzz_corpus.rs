@@ -83,3 +83,29 @@ fn harness_setups_reach_the_command_handlers() {
     assert_eq!(records.len(), 2);
     assert!(id.is_some());
 }
+
+// ---- named regressions ---------------------------------------------------
+
+fn regression(target: &str, name: &str) -> Vec<u8> {
+    std::fs::read(fuzz_dir().join("regressions").join(target).join(name)).unwrap()
+}
+
+#[test]
+fn deferred_multi_batch_compound_is_answered() {
+    // nfs_mode SESSION|DEFER: a COMPOUND whose first batch's result submits
+    // a second batch. The harness used to complete deferred batches once,
+    // leaving the second one pending ("every batch answered" failed). The
+    // server answers once both ran.
+    let data = regression("nfs4_session", "harness-deferred-second-batch");
+    assert_eq!(data[0], harness::nfs_mode::SESSION | harness::nfs_mode::DEFER);
+    harness::nfs4_session(&data);
+}
+
+#[test]
+fn strict_server_setup_is_sealed() {
+    // smb_mode STRICT|SETUP_TREE: with encryption required, an unsealed
+    // TREE_CONNECT is refused; the harness now seals its own.
+    let data = regression("smb2_conn", "harness-strict-setup");
+    assert_eq!(data[0] & (harness::smb_mode::STRICT | harness::smb_mode::SETUP_MASK), harness::smb_mode::STRICT | harness::smb_mode::SETUP_TREE);
+    harness::smb2_conn(&data);
+}

@@ -1,0 +1,1283 @@
+//! Fuzz harnesses for duet's protocol decoders and state machines.
+//!
+//! Each `pub fn` below is the body of one cargo-fuzz target
+//! (`fuzz/fuzz_targets/<name>.rs` is a one-line wrapper) and is also what
+//! `protocols/tests/fuzz_corpus.rs` replays over the committed corpora and
+//! regressions on the stable toolchain. That test includes this file with
+//! `#[path]`, so it may use only `std`, `duet_protocols`, `duet_fs` and
+//! `duet_cluster`.
+//!
+//! Input formats:
+//! - `smb2_decode`: one SMB2 transport frame (no 4-byte prefix).
+//! - `ntlmssp_spnego`: one security buffer (SPNEGO token or NTLMSSP message).
+//! - `rpc_xdr`: one byte choosing the chunk splits, then a record-marked
+//!   RPC byte stream (what a client writes to the socket).
+//! - `smb2_conn`: one mode byte (see [`smb2_conn`]), then a Direct TCP byte
+//!   stream (4-byte big-endian length prefix per frame).
+//! - `nfs4_session`: one mode byte (see [`nfs4_session`]), then a
+//!   record-marked RPC byte stream.
+//!
+//! Whatever the input, a harness must return; it panics only on a broken
+//! invariant (a decoder panicking, a round trip that changes a value, a
+//! reply that is not framed).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::OnceLock;
+
+use duet_cluster::kv::Txn;
+use duet_cluster::machine::{apply, execute};
+use duet_cluster::records::{Command as ClusterCommand, ShareRecord};
+use duet_fs::{Batch, BatchCost, BatchResult, Credentials, ObjRef, Op, OpOutput, ROOT_ID};
+use duet_protocols::auth::{ntlm, spnego};
+use duet_protocols::nfs::mount::{mountproc3, ExportNode, Exports as MountExports, MountList, MountRes3};
+use duet_protocols::nfs::nfs3::{Nfs3Args, Nfs3Results};
+use duet_protocols::nfs::nfs4::attrs::Attrs as Attrs4;
+use duet_protocols::nfs::nfs4::{ArgOp4, Bitmap4, Compound4Args, Compound4Res, CompoundLimits, Fattr4, ResOp4};
+use duet_protocols::nfs::portmap::{parse_uaddr, CallArgs, Mapping, PmapList, Rpcb, RpcbList};
+use duet_protocols::nfs::rpc::{
+    CallBody, Credential, RecordAssembler, ReplyHeader, RpcMessage, PROGRAM_MOUNT, PROGRAM_NFS, PROGRAM_PORTMAP,
+};
+use duet_protocols::nfs::server::{Event as NfsEvent, ExportEntry, NfsServer, NfsServerConfig, PortMapping};
+use duet_protocols::nfs::xdr::{XdrDecode, XdrEncode, XdrReader, XdrWriter};
+use duet_protocols::smb2::compound::Compound;
+use duet_protocols::smb2::create_context::{self, CreateContextRequest, CreateContextResponse};
+use duet_protocols::smb2::error::{ErrorResponse, SymlinkErrorResponse};
+use duet_protocols::smb2::fscc::{self, DirectoryEntry, DirectoryInfoClass};
+use duet_protocols::smb2::ioctl::{
+    CopyChunkCopy, CopyChunkResponse, NetworkInterfaceInfo, ResumeKeyResponse, ValidateNegotiateInfoRequest,
+    ValidateNegotiateInfoResponse,
+};
+use duet_protocols::smb2::lock::LockRequest;
+use duet_protocols::smb2::message::{Request, Response};
+use duet_protocols::smb2::negotiate::NegotiateContext;
+use duet_protocols::smb2::server::crypto::{derive_keys, preauth_update, CipherKey, SigningKey};
+use duet_protocols::smb2::server::{Connection, Directory, Event as SmbEvent, ServerConfig, ShareEntry, UserEntry};
+use duet_protocols::smb2::transform::{ChainedPayload, CompressionTransformHeader, FrameKind, TransformHeader};
+use duet_protocols::smb2::{Command, Header, NtStatus, HEADER_SIZE};
+
+/// The appliance's bounds (appliance/src/frontend.rs).
+pub const SMB_FRAME_MAX: usize = (8 << 20) + (64 << 10);
+pub const RPC_RECORD_MAX: usize = (1 << 20) + (128 << 10);
+
+/// Every target, by name, for the replay test and scripts/fuzz.sh.
+pub const TARGETS: [&str; 5] = ["smb2_decode", "ntlmssp_spnego", "rpc_xdr", "smb2_conn", "nfs4_session"];
+
+/// Runs the harness of target `name` on `data`.
+pub fn run(name: &str, data: &[u8]) {
+    match name {
+        "smb2_decode" => smb2_decode(data),
+        "ntlmssp_spnego" => ntlmssp_spnego(data),
+        "rpc_xdr" => rpc_xdr(data),
+        "smb2_conn" => smb2_conn(data),
+        "nfs4_session" => nfs4_session(data),
+        _ => panic!("no fuzz target {name}"),
+    }
+}
+
+/// DUET_FUZZ_TRACE=1 prints what the stateful harnesses' servers answer
+/// (for checking that seeds reach the command handlers).
+fn trace() -> bool {
+    static TRACE: OnceLock<bool> = OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("DUET_FUZZ_TRACE").is_some())
+}
+
+/// A deterministic xorshift64 for choices derived from the input.
+struct XorShift(u64);
+
+impl XorShift {
+    fn new(seed: u64) -> XorShift {
+        XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+}
+
+// ---- smb2_decode ----------------------------------------------------------
+
+const STATUSES: [NtStatus; 5] = [
+    NtStatus::SUCCESS,
+    NtStatus::MORE_PROCESSING_REQUIRED,
+    NtStatus::BUFFER_OVERFLOW,
+    NtStatus::ACCESS_DENIED,
+    NtStatus::NO_MORE_FILES,
+];
+
+/// Every SMB2 decoder over one frame: transform headers, the compound
+/// iterator, every command's request (and response) decoder on every
+/// message, and the payload decoders on the buffers the requests carry.
+/// What decodes must re-encode and decode to the same value.
+pub fn smb2_decode(frame: &[u8]) {
+    let _ = FrameKind::of(frame);
+    if let Ok((th, _)) = TransformHeader::decode(frame) {
+        let mut out = Vec::new();
+        th.encode(&mut out);
+        assert_eq!(out.len(), 52, "transform header length");
+    }
+    if let Ok((h, rest)) = CompressionTransformHeader::decode(frame) {
+        let _ = h.split_unchained(rest);
+        let _ = ChainedPayload::decode_chain(rest, 16);
+    }
+    let _ = ChainedPayload::decode_chain(frame, 16);
+    let mut n = 0;
+    for m in Compound::new(frame) {
+        let Ok(m) = m else { break };
+        n += 1;
+        assert!(n <= duet_protocols::smb2::compound::MAX_COMPOUND_MESSAGES);
+        assert_eq!(Header::decode(m.bytes).ok(), Some(m.header));
+        smb2_message(&m.header, m.bytes);
+    }
+    if n == 0 {
+        // Not even a header: the body decoders still get the bytes, behind
+        // a plausible header, so they are reached without one.
+        let mut msg = vec![0u8; HEADER_SIZE];
+        msg[..4].copy_from_slice(&[0xFE, b'S', b'M', b'B']);
+        msg[4] = 64;
+        msg.extend_from_slice(frame);
+        if let Ok(h) = Header::decode(&msg) {
+            smb2_message(&h, &msg);
+        }
+    }
+}
+
+fn smb2_message(header: &Header, msg: &[u8]) {
+    for c in 0..=0x12u16 {
+        let command = Command(c);
+        if let Ok(req) = Request::decode(command, msg) {
+            let mut again = msg[..HEADER_SIZE].to_vec();
+            req.encode(&mut again);
+            let back = Request::decode(command, &again)
+                .unwrap_or_else(|e| panic!("{command:?} request re-encoded does not decode: {e}"));
+            assert_eq!(back, req, "{command:?} request changed in a round trip");
+            if command == header.command {
+                request_payloads(&req);
+            }
+        }
+    }
+    for status in STATUSES {
+        let mut h = *header;
+        h.status = status;
+        if let Ok(resp) = Response::decode(&h, msg) {
+            let mut again = msg[..HEADER_SIZE].to_vec();
+            resp.encode(&mut again);
+            let back = Response::decode(&h, &again)
+                .unwrap_or_else(|e| panic!("{:?} response re-encoded does not decode: {e}", h.command));
+            assert_eq!(back, resp, "{:?} response changed in a round trip", h.command);
+        }
+    }
+    if let Ok(e) = ErrorResponse::decode(msg) {
+        for c in e.contexts() {
+            let _ = c;
+        }
+    }
+    if let Ok(l) = LockRequest::decode(msg) {
+        assert_eq!(l.locks().count(), l.lock_count());
+    }
+    smb2_payloads(msg.get(HEADER_SIZE..).unwrap_or(&[]));
+}
+
+/// The buffers a request carries, to the decoders the server uses on them.
+fn request_payloads(req: &Request<'_>) {
+    match req {
+        Request::SessionSetup(s) => ntlmssp_spnego(s.security_buffer),
+        Request::SetInfo(s) => smb2_payloads(s.buffer),
+        Request::Ioctl(i) => smb2_payloads(i.input),
+        Request::QueryInfo(q) => smb2_payloads(q.input_buffer),
+        Request::Create(c) => {
+            let mut out = Vec::new();
+            create_context::encode_list(&c.create_contexts, &mut out);
+            assert_eq!(CreateContextRequest::decode_list(&out).as_deref().ok(), Some(&c.create_contexts[..]));
+        }
+        _ => {}
+    }
+}
+
+/// Every payload-level decoder (MS-FSCC classes, create and negotiate
+/// contexts, FSCTL buffers) over `buf`; what decodes must round-trip.
+pub fn smb2_payloads(buf: &[u8]) {
+    let mut out = Vec::new();
+    if let Ok(list) = create_context::decode_list(buf) {
+        for c in list {
+            if let Ok(t) = CreateContextRequest::decode(c) {
+                out.clear();
+                create_context::encode_list(&[t], &mut out);
+                assert_eq!(CreateContextRequest::decode_list(&out).unwrap(), [t]);
+            }
+            if let Ok(t) = CreateContextResponse::decode(c) {
+                out.clear();
+                create_context::encode_list(&[t], &mut out);
+            }
+        }
+    }
+    for t in [1u16, 2, 3, 5, 6, 7, 8, 0x100] {
+        if let Ok(c) = NegotiateContext::decode_data(t, buf) {
+            out.clear();
+            c.encode_data(&mut out);
+            assert_eq!(NegotiateContext::decode_data(t, &out).unwrap(), c);
+        }
+    }
+    for class in [
+        DirectoryInfoClass::Directory,
+        DirectoryInfoClass::FullDirectory,
+        DirectoryInfoClass::BothDirectory,
+        DirectoryInfoClass::IdBothDirectory,
+        DirectoryInfoClass::IdFullDirectory,
+        DirectoryInfoClass::Names,
+    ] {
+        if let Ok(list) = DirectoryEntry::decode_list(class, buf) {
+            out.clear();
+            DirectoryEntry::encode_list(class, &list, usize::MAX, &mut out);
+            assert_eq!(DirectoryEntry::decode_list(class, &out).unwrap().len(), list.len());
+        }
+    }
+    if let Ok(list) = fscc::FileStreamInformation::decode_list(buf) {
+        out.clear();
+        fscc::FileStreamInformation::encode_list(&list, &mut out);
+    }
+    macro_rules! round_trip {
+        ($($t:ty),*) => {$(
+            if let Ok(v) = <$t>::decode(buf) {
+                out.clear();
+                v.encode(&mut out);
+                assert_eq!(<$t>::decode(&out).unwrap(), v);
+            }
+        )*};
+    }
+    round_trip!(
+        fscc::FileBasicInformation,
+        fscc::FileStandardInformation,
+        fscc::FileInternalInformation,
+        fscc::FileNetworkOpenInformation,
+        fscc::FileAttributeTagInformation,
+        fscc::FileDispositionInformation,
+        fscc::FileDispositionInformationEx,
+        fscc::FileFsSizeInformation,
+        fscc::FileFsFullSizeInformation,
+        fscc::FileFsSectorSizeInformation,
+        fscc::FileAllInformation,
+        fscc::FileNameInformation,
+        fscc::FileRenameInformation,
+        fscc::FileFsVolumeInformation,
+        fscc::FileFsAttributeInformation,
+        ValidateNegotiateInfoRequest,
+        ValidateNegotiateInfoResponse,
+        CopyChunkCopy,
+        CopyChunkResponse,
+        ResumeKeyResponse,
+        SymlinkErrorResponse
+    );
+    if let Ok(list) = NetworkInterfaceInfo::decode_list(buf) {
+        out.clear();
+        NetworkInterfaceInfo::encode_list(&list, &mut out);
+    }
+}
+
+// ---- ntlmssp_spnego -------------------------------------------------------
+
+/// The NT hash of the one user the NTLM server side knows.
+fn alice_hash(user: &str) -> Option<[u8; 16]> {
+    user.eq_ignore_ascii_case("alice").then(|| ntlm::nt_hash("wonderland"))
+}
+
+/// SPNEGO and NTLMSSP parsing, and the NTLM server side, over one security
+/// buffer: as the first and as the second token of a logon.
+pub fn ntlmssp_spnego(buf: &[u8]) {
+    let _ = spnego::read_tlv(buf);
+    let _ = spnego::parse_server_response(buf);
+    let mut tokens = vec![buf];
+    match spnego::parse_client_token(buf) {
+        Ok(spnego::ClientToken::Raw(t)) => assert_eq!(t, buf),
+        Ok(spnego::ClientToken::Init { mech_token, .. }) => tokens.extend(mech_token),
+        Ok(spnego::ClientToken::Resp { response_token, mech_list_mic }) => {
+            tokens.extend(response_token);
+            tokens.extend(mech_list_mic);
+        }
+        Err(_) => {}
+    }
+    for t in tokens {
+        ntlm_message(t);
+    }
+}
+
+fn ntlm_message(msg: &[u8]) {
+    let _ = ntlm::parse_negotiate(msg);
+    let _ = ntlm::parse_av_pairs(msg);
+    if let Ok(c) = ntlm::Challenge::parse(msg) {
+        let again = c.encode();
+        let back = ntlm::Challenge::parse(&again).expect("challenge re-encoded parses");
+        assert_eq!(back.server_challenge, c.server_challenge);
+        assert_eq!(back.target_info, c.target_info);
+        let _ = ntlm::parse_av_pairs(&c.target_info);
+        // The client side answers a hostile challenge without panicking.
+        let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
+        let _ = ntlm::client_authenticate(&neg, msg, "alice", "WORKGROUP", &ntlm::nt_hash("x"), [1; 8], [2; 16], 7);
+    }
+    if let Ok(a) = ntlm::Authenticate::parse(msg) {
+        let _ = a.is_anonymous();
+    }
+    // Server side: the message as a NEGOTIATE, then as an AUTHENTICATE
+    // answering a challenge (with and without a timestamp, so MICs count).
+    for ts in [None, Some(0x01d9_0000_0000_0000u64)] {
+        let mut s = ntlm::ServerContext::new([7; 8]);
+        let _ = s.challenge(msg, "WORKGROUP", "DUET", ts);
+        let mut s = ntlm::ServerContext::new([7; 8]);
+        let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
+        s.challenge(&neg, "WORKGROUP", "DUET", ts).expect("our own negotiate");
+        let _ = s.authenticate(msg, &alice_hash);
+        // Once done, a second AUTHENTICATE is refused.
+        assert!(s.authenticate(msg, &alice_hash).is_err());
+    }
+}
+
+// ---- rpc_xdr --------------------------------------------------------------
+
+/// The record assembler over a byte stream pushed in chunks whose sizes
+/// the first byte chooses; the records must not depend on the split. Every
+/// record (or, with none, the bytes themselves) goes to every decoder.
+pub fn rpc_xdr(data: &[u8]) {
+    let Some((&seed, stream)) = data.split_first() else { return };
+    let whole = assemble(stream, None);
+    let split = assemble(stream, Some(seed));
+    assert_eq!(whole, split, "records depend on how the stream was split");
+    let (records, _) = whole;
+    if records.is_empty() {
+        rpc_record(stream);
+    }
+    for r in &records {
+        rpc_record(r);
+    }
+}
+
+/// Records of `stream`, and the error that ended it, if any.
+fn assemble(stream: &[u8], split: Option<u8>) -> (Vec<Vec<u8>>, Option<String>) {
+    let mut asm = RecordAssembler::new(RPC_RECORD_MAX, 64);
+    let mut rng = XorShift::new(u64::from(split.unwrap_or(0)));
+    let mut rest = stream;
+    let mut out = Vec::new();
+    let mut chunk = &rest[..0];
+    loop {
+        if chunk.is_empty() {
+            if rest.is_empty() {
+                break;
+            }
+            let n = match split {
+                None => rest.len(),
+                Some(_) => 1 + (rng.next() % 13) as usize,
+            }
+            .min(rest.len());
+            (chunk, rest) = rest.split_at(n);
+        }
+        match asm.push(chunk) {
+            Ok(n) => {
+                assert!(n <= chunk.len());
+                chunk = &chunk[n..];
+                match asm.take_record() {
+                    Some(r) => {
+                        assert!(r.len() <= RPC_RECORD_MAX);
+                        out.push(r);
+                    }
+                    None => assert!(chunk.is_empty(), "consumed {n} bytes short of a record"),
+                }
+            }
+            Err(e) => return (out, Some(e.to_string())),
+        }
+    }
+    (out, None)
+}
+
+/// Every RPC-level decoder over one record.
+pub fn rpc_record(rec: &[u8]) {
+    let _ = ReplyHeader::decode(&mut XdrReader::new(rec));
+    let mut r = XdrReader::new(rec);
+    let Ok(msg) = RpcMessage::decode(&mut r) else {
+        nfs_bodies(rec);
+        return;
+    };
+    let mut w = XdrWriter::new();
+    msg.encode(&mut w);
+    assert_eq!(w.len(), rec.len() - r.remaining(), "rpc header re-encodes to its length");
+    let RpcMessage::Call(call) = msg else {
+        nfs_bodies(r.rest());
+        return;
+    };
+    let _ = Credential::parse(&call.cred);
+    let _ = Credential::parse(&call.verf);
+    let body = r;
+    match (call.prog, call.vers) {
+        (PROGRAM_NFS, 3) => {
+            let mut b = body;
+            if let Ok(args) = Nfs3Args::decode(call.proc_, &mut b) {
+                let mut w = XdrWriter::new();
+                args.encode(&mut w);
+                let mut again = XdrReader::new(w.as_bytes());
+                let back = Nfs3Args::decode(call.proc_, &mut again).expect("NFSv3 args re-encoded decode");
+                assert_eq!(back, args, "NFSv3 args changed in a round trip");
+            }
+        }
+        (PROGRAM_NFS, 4) => {
+            let mut b = body;
+            if let Ok(args) = Compound4Args::decode(&mut b, &CompoundLimits::default()) {
+                compound_args(&args, body.remaining());
+            }
+        }
+        (PROGRAM_MOUNT, _) => {
+            let mut b = body;
+            if call.proc_ == mountproc3::MNT || call.proc_ == mountproc3::UMNT {
+                let _ = b.get_string(duet_protocols::nfs::mount::MNTPATHLEN, "dirpath");
+            }
+        }
+        (PROGRAM_PORTMAP, _) => {
+            let _ = Mapping::decode(&mut body.clone());
+            let _ = CallArgs::decode(&mut body.clone());
+            let _ = Rpcb::decode(&mut body.clone());
+        }
+        _ => {}
+    }
+    nfs_bodies(body.rest());
+}
+
+fn compound_args(args: &Compound4Args<'_>, len: usize) {
+    // Whatever decodes whole encodes to as many bytes (not always the same
+    // ones: padding is read leniently).
+    let mut w = XdrWriter::new();
+    args.encode(&mut w);
+    if args.stop.is_none() {
+        assert_eq!(w.len(), len, "COMPOUND args re-encode to their length");
+    }
+    for op in &args.ops {
+        if let ArgOp4::SetAttr(s) = op {
+            fattr(&s.obj_attributes);
+        }
+    }
+}
+
+fn fattr(f: &Fattr4<'_>) {
+    if let Ok(a) = Attrs4::from_fattr4(f) {
+        let mut w = XdrWriter::new();
+        a.encode_vals(None, &mut w);
+        assert_eq!(w.len(), f.attr_vals.0.len(), "fattr4 values re-encode to their length");
+    }
+}
+
+/// The body decoders without an RPC header (the NFSv3 procedures, NFSv4
+/// operations, MOUNT and portmap structures, replies).
+fn nfs_bodies(buf: &[u8]) {
+    let _ = Compound4Args::decode(&mut XdrReader::new(buf), &CompoundLimits::default());
+    if let Ok(res) = Compound4Res::decode(&mut XdrReader::new(buf), 256) {
+        let mut w = XdrWriter::new();
+        res.encode(&mut w);
+        assert_eq!(w.len(), buf.len(), "COMPOUND res re-encode");
+        for op in &res.results {
+            if let ResOp4::GetAttr(duet_protocols::nfs::nfs4::Nfs4Res::Ok(ok)) = op {
+                fattr(&ok.obj_attributes);
+            }
+        }
+    }
+    // The first word picks an NFSv3 procedure, an NFSv4 operation.
+    let (word, rest) = match buf.get(..4) {
+        Some(w) => (u32::from_be_bytes([w[0], w[1], w[2], w[3]]), &buf[4..]),
+        None => (0, buf),
+    };
+    let _ = Nfs3Args::decode(word % 23, &mut XdrReader::new(rest));
+    let _ = Nfs3Results::decode(word % 23, &mut XdrReader::new(rest));
+    let op = word % 80;
+    if let Ok(arg) = ArgOp4::decode(op, 2, &mut XdrReader::new(rest)) {
+        if let ArgOp4::SetAttr(s) = &arg {
+            fattr(&s.obj_attributes);
+        }
+    }
+    let _ = ResOp4::decode(op, &mut XdrReader::new(rest));
+    if let Ok(f) = Fattr4::decode(&mut XdrReader::new(buf)) {
+        fattr(&f);
+    }
+    if let Ok(mask) = Bitmap4::decode(&mut XdrReader::new(buf)) {
+        let vals = buf.get(4 + 4 * mask.words().len()..).unwrap_or(&[]);
+        let _ = Attrs4::decode(&mask, vals);
+    }
+    let _ = MountRes3::decode(&mut XdrReader::new(buf));
+    let _ = MountExports::decode(&mut XdrReader::new(buf));
+    let _ = ExportNode::decode(&mut XdrReader::new(buf));
+    let _ = MountList::decode(&mut XdrReader::new(buf));
+    let _ = PmapList::decode(&mut XdrReader::new(buf));
+    let _ = RpcbList::decode(&mut XdrReader::new(buf));
+    if let Ok(s) = std::str::from_utf8(buf) {
+        let _ = parse_uaddr(s);
+    }
+}
+
+// ---- the back end: the real metadata state machine in memory -------------
+
+pub const NOW: i64 = 1_700_000_000_000_000_000;
+
+/// The metadata state machine over a BTreeMap, as the protocol tests use it.
+#[derive(Clone)]
+pub struct Engine {
+    kv: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl Engine {
+    /// Shares "data" (SMB), "ro" (SMB, read-only), "share" (NFS) and
+    /// "nfsro" (NFS, read-only). Built once, cloned per input.
+    pub fn new() -> Engine {
+        static INIT: OnceLock<Engine> = OnceLock::new();
+        INIT.get_or_init(|| {
+            let share = |name: &str, smb: bool, read_only: bool| ShareRecord {
+                name: name.into(),
+                path: format!("/{name}"),
+                smb,
+                nfs: !smb,
+                read_only,
+                guest_ok: false,
+                nfs_clients: Vec::new(),
+                root_squash: false,
+                append_extension: false,
+            };
+            let cmd = ClusterCommand::Init {
+                now_ns: NOW,
+                admin_secrets: Vec::new(),
+                shares: vec![
+                    share("data", true, false),
+                    share("ro", true, true),
+                    share("share", false, false),
+                    share("nfsro", false, true),
+                ],
+            };
+            let mut e = Engine { kv: BTreeMap::new() };
+            let mut txn = Txn::new(&e.kv);
+            apply(&mut txn, &cmd);
+            let w = txn.into_writes();
+            e.commit(w);
+            e
+        })
+        .clone()
+    }
+
+    fn commit(&mut self, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) {
+        for (k, v) in writes {
+            match v {
+                Some(v) => self.kv.insert(k, v),
+                None => self.kv.remove(&k),
+            };
+        }
+    }
+
+    pub fn run(&mut self, batch: &Batch) -> BatchResult {
+        let mut txn = Txn::new(&self.kv);
+        let applied = execute(&mut txn, batch);
+        let w = txn.into_writes();
+        self.commit(w);
+        BatchResult { results: applied.results, cost: BatchCost::default() }
+    }
+
+    pub fn root_of(&mut self, share: &str) -> u64 {
+        let mut b = Batch::new(Credentials::root(), NOW);
+        b.push(Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: share.into() });
+        match &self.run(&b).results[0] {
+            Ok(OpOutput::Object { attrs, .. }) => attrs.id,
+            other => panic!("share {share}: {other:?}"),
+        }
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+// ---- smb2_conn ------------------------------------------------------------
+
+/// Users and shares of the SMB harness.
+pub struct SmbDir {
+    users: HashMap<String, UserEntry>,
+    shares: Vec<ShareEntry>,
+}
+
+impl SmbDir {
+    pub fn new(engine: &mut Engine) -> SmbDir {
+        let mut users = HashMap::new();
+        let user = |pw: &str, uid: u32, enabled: bool| UserEntry { nt_hash: ntlm::nt_hash(pw), uid, gid: uid, enabled };
+        users.insert("alice".to_string(), user("wonderland", 1000, true));
+        users.insert("mallory".to_string(), user("x", 1001, false));
+        let share = |name: &str, root: u64, read_only: bool, guest_ok: bool, encrypt: bool| ShareEntry {
+            name: name.into(),
+            root,
+            read_only,
+            guest_ok,
+            encrypt,
+        };
+        let data = engine.root_of("data");
+        let ro = engine.root_of("ro");
+        SmbDir {
+            users,
+            shares: vec![
+                share("data", data, false, false, false),
+                share("ro", ro, true, true, false),
+                share("sealed", data, false, false, true),
+            ],
+        }
+    }
+}
+
+impl Directory for SmbDir {
+    fn user(&self, name: &str) -> Option<UserEntry> {
+        self.users.get(&name.to_lowercase()).cloned()
+    }
+    fn share(&self, name: &str) -> Option<ShareEntry> {
+        self.shares.iter().find(|s| s.name.eq_ignore_ascii_case(name)).cloned()
+    }
+    fn shares(&self) -> Vec<ShareEntry> {
+        self.shares.clone()
+    }
+}
+
+/// Mode byte of `smb2_conn`.
+pub mod smb_mode {
+    /// Bits 0-1: what the harness does before the input's frames.
+    pub const SETUP_MASK: u8 = 3;
+    /// Nothing: the frames reach a fresh connection.
+    pub const SETUP_NONE: u8 = 0;
+    /// NEGOTIATE (3.1.1 with preauth, signing and encryption contexts).
+    pub const SETUP_NEGOTIATED: u8 = 1;
+    /// NEGOTIATE, NTLMv2 logon as alice, TREE_CONNECT to "data".
+    pub const SETUP_TREE: u8 = 2;
+    /// The same on SMB 2.1 (no preauth, HMAC-SHA256 signing).
+    pub const SETUP_TREE_21: u8 = 3;
+    /// Rewrite MessageId, SessionId and TreeId of every message to what the
+    /// connection expects (all-ones related ids are kept).
+    pub const REWRITE_IDS: u8 = 4;
+    /// Sign every message with the session's key (after a logon).
+    pub const SIGN: u8 = 8;
+    /// Encrypt every frame with the session's key (3.1.1 logon).
+    pub const ENCRYPT: u8 = 16;
+    /// Hold batches back and complete them, newest first, after the next
+    /// frame (concurrent frames; completion out of order).
+    pub const DEFER: u8 = 32;
+    /// Require signing and encryption server-side (ServerConfig).
+    pub const STRICT: u8 = 64;
+}
+
+/// The client half of the harness: enough to log on and to rewrite frames.
+struct SmbClient {
+    conn: Connection,
+    engine: Engine,
+    dir: SmbDir,
+    next_id: u64,
+    session_id: u64,
+    tree_id: u32,
+    signing: Option<SigningKey>,
+    encrypt: Option<CipherKey>,
+    /// Server to client, to read sealed setup responses.
+    decrypt: Option<CipherKey>,
+    /// The session must be encrypted (the server said so).
+    sealed: bool,
+    nonce: u64,
+    deferred: Vec<(u64, Batch)>,
+    defer: bool,
+}
+
+impl SmbClient {
+    /// Feeds one frame and drives the events; returns the responses
+    /// (transport prefix removed, still encrypted if they were).
+    fn exchange(&mut self, frame: &[u8]) -> Vec<Vec<u8>> {
+        let events = self.conn.on_frame(frame, NOW, &self.dir);
+        let mut out = Vec::new();
+        let held = std::mem::take(&mut self.deferred);
+        self.drive(events, &mut out);
+        // Batches of earlier frames complete after this frame was taken.
+        for (token, batch) in held.into_iter().rev() {
+            let r = self.engine.run(&batch);
+            let ev = self.conn.on_batch_done(token, r, NOW);
+            self.drive(ev, &mut out);
+        }
+        out
+    }
+
+    fn drive(&mut self, mut events: Vec<SmbEvent>, out: &mut Vec<Vec<u8>>) {
+        while !events.is_empty() {
+            let mut next = Vec::new();
+            for e in events {
+                match e {
+                    SmbEvent::Run { token, batch, .. } => {
+                        assert!(!self.conn.is_closed(), "a batch from a closed connection");
+                        if self.defer {
+                            self.deferred.push((token, batch));
+                        } else {
+                            let r = self.engine.run(&batch);
+                            next.extend(self.conn.on_batch_done(token, r, NOW));
+                        }
+                    }
+                    SmbEvent::Send(f) => {
+                        assert!(f.len() >= 4, "frame without its prefix");
+                        let len = u32::from_be_bytes([f[0], f[1], f[2], f[3]]) as usize;
+                        assert_eq!(len, f.len() - 4, "Direct TCP length prefix");
+                        check_smb_response(&f[4..]);
+                        if trace() {
+                            for m in Compound::new(&f[4..]).flatten() {
+                                eprintln!("smb2_conn: {:?} {:?}", m.header.command, m.header.status);
+                            }
+                        }
+                        out.push(f[4..].to_vec());
+                    }
+                    SmbEvent::Close => assert!(self.conn.is_closed()),
+                }
+            }
+            events = next;
+        }
+    }
+
+    fn finish(&mut self) {
+        let mut out = Vec::new();
+        for _ in 0..64 {
+            if self.deferred.is_empty() {
+                break;
+            }
+            for (token, batch) in std::mem::take(&mut self.deferred).into_iter().rev() {
+                let r = self.engine.run(&batch);
+                let ev = self.conn.on_batch_done(token, r, NOW);
+                self.drive(ev, &mut out);
+            }
+        }
+        assert!(self.deferred.is_empty(), "batches kept coming");
+        // A token answered twice, or never issued, is ignored.
+        assert!(self.conn.on_batch_done(u64::MAX, BatchResult { results: Vec::new(), cost: BatchCost::default() }, NOW).is_empty());
+    }
+
+    /// A request message: header + body, built with the codec's encoders.
+    fn message(&mut self, req: &Request<'_>) -> Vec<u8> {
+        let h = Header {
+            credit_charge: 1,
+            status: NtStatus::SUCCESS,
+            command: req.command(),
+            credit: 64,
+            flags: duet_protocols::smb2::HeaderFlags(0),
+            next_command: 0,
+            message_id: self.next_id,
+            ids: duet_protocols::smb2::HeaderIds::Sync { process_id: 0xfeff, tree_id: self.tree_id },
+            session_id: self.session_id,
+            signature: [0; 16],
+        };
+        self.next_id += 1;
+        let mut out = Vec::new();
+        h.encode(&mut out);
+        req.encode(&mut out);
+        out
+    }
+
+    /// One request, one response (setup only): signed after the logon,
+    /// sealed when the server encrypts.
+    fn setup_call(&mut self, req: &Request<'_>) -> Option<(Header, Vec<u8>)> {
+        let m = self.message(req);
+        let f = self.prepare(&m, smb_mode::SIGN | if self.sealed { smb_mode::ENCRYPT } else { 0 });
+        let mut resp = self.exchange(&f).pop()?;
+        if FrameKind::of(&resp) == Ok(FrameKind::Encrypted) {
+            resp = self.decrypt.as_ref()?.decrypt(&resp)?;
+        }
+        let h = Header::decode(&resp).ok()?;
+        Some((h, resp))
+    }
+
+    /// NEGOTIATE; returns the request and response bytes for preauth.
+    fn negotiate(&mut self, dialects: &[u16]) -> Option<[u8; 64]> {
+        use duet_protocols::smb2::negotiate::{algorithm, NegotiateRequest};
+        let req = Request::Negotiate(NegotiateRequest {
+            security_mode: 1,
+            capabilities: 0x7f,
+            client_guid: [0x11; 16],
+            client_start_time: 0,
+            dialects: dialects.to_vec(),
+            negotiate_contexts: vec![
+                NegotiateContext::PreauthIntegrity { hash_algorithms: vec![algorithm::SHA_512], salt: &[5; 32] },
+                NegotiateContext::Encryption { ciphers: vec![algorithm::AES_128_GCM] },
+                NegotiateContext::Signing { algorithms: vec![algorithm::AES_CMAC, algorithm::HMAC_SHA256] },
+            ],
+        });
+        let m = self.message(&req);
+        let resp = self.exchange(&m).pop()?;
+        let p = preauth_update(&[0; 64], &m);
+        Some(preauth_update(&p, &resp))
+    }
+
+    /// SPNEGO-wrapped NTLMv2 logon as alice.
+    fn login(&mut self, dialect: u16, mut preauth: [u8; 64]) -> Option<()> {
+        use duet_protocols::smb2::negotiate::{algorithm, dialect as d};
+        use duet_protocols::smb2::session_setup::{SessionSetupRequest, SessionSetupResponse};
+        let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
+        let tok = spnego::client_init(&neg);
+        fn req(tok: &[u8]) -> SessionSetupRequest<'_> {
+            SessionSetupRequest {
+                flags: 0,
+                security_mode: 1,
+                capabilities: 1,
+                channel: 0,
+                previous_session_id: 0,
+                security_buffer: tok,
+            }
+        }
+        let m = self.message(&Request::SessionSetup(req(&tok)));
+        let resp = self.exchange(&m).pop()?;
+        let h = Header::decode(&resp).ok()?;
+        if h.status != NtStatus::MORE_PROCESSING_REQUIRED {
+            return None;
+        }
+        self.session_id = h.session_id;
+        if dialect == d::SMB3_1_1 {
+            preauth = preauth_update(&preauth, &m);
+            preauth = preauth_update(&preauth, &resp);
+        }
+        let Ok(Response::SessionSetup(ss)) = Response::decode(&h, &resp) else { return None };
+        let chal = spnego::parse_server_response(ss.security_buffer).ok()?.token?.to_vec();
+        let (auth, key) = ntlm::client_authenticate(
+            &neg,
+            &chal,
+            "alice",
+            "WORKGROUP",
+            &ntlm::nt_hash("wonderland"),
+            [0x42; 8],
+            [0x24; 16],
+            0,
+        )
+        .ok()?;
+        let tok = spnego::client_resp(&auth, None);
+        let m = self.message(&Request::SessionSetup(req(&tok)));
+        if dialect == d::SMB3_1_1 {
+            preauth = preauth_update(&preauth, &m);
+        }
+        let cipher = (dialect == d::SMB3_1_1).then_some(algorithm::AES_128_GCM);
+        let keys = derive_keys(dialect, &key, cipher, &preauth, true);
+        let resp = self.exchange(&m).pop()?;
+        let h = Header::decode(&resp).ok()?;
+        if h.status != NtStatus::SUCCESS {
+            return None;
+        }
+        if let Ok(Response::SessionSetup(SessionSetupResponse { session_flags, .. })) = Response::decode(&h, &resp) {
+            self.signing = Some(keys.signing.clone());
+            // Client to server is the server's decryption key.
+            self.encrypt = keys.decrypt.clone();
+            self.decrypt = keys.encrypt.clone();
+            self.sealed = session_flags & SessionSetupResponse::ENCRYPT_DATA != 0;
+        }
+        Some(())
+    }
+
+    fn tree(&mut self, share: &str) -> Option<()> {
+        use duet_protocols::smb2::cursor::Utf16;
+        use duet_protocols::smb2::tree_connect::TreeConnectRequest;
+        let path = format!("\\\\duet\\{share}");
+        let (h, _) = self.setup_call(&Request::TreeConnect(TreeConnectRequest { flags: 0, path: Utf16::Str(&path) }))?;
+        if h.status != NtStatus::SUCCESS {
+            return None;
+        }
+        self.tree_id = h.tree_id()?;
+        Some(())
+    }
+
+    /// Rewrites ids, signs and encrypts one input frame as the mode says.
+    fn prepare(&mut self, frame: &[u8], mode: u8) -> Vec<u8> {
+        let mut f = frame.to_vec();
+        let mut starts = Vec::new();
+        let mut at = 0usize;
+        while at + HEADER_SIZE <= f.len() && f[at..at + 4] == [0xFE, b'S', b'M', b'B'] {
+            starts.push(at);
+            let next = u32::from_le_bytes(f[at + 20..at + 24].try_into().unwrap()) as usize;
+            if next == 0 || next < HEADER_SIZE || at + next > f.len() || starts.len() >= 64 {
+                break;
+            }
+            at += next;
+        }
+        if mode & smb_mode::REWRITE_IDS != 0 {
+            for &s in &starts {
+                let h = &mut f[s..s + HEADER_SIZE];
+                let charge = u64::from(u16::from_le_bytes([h[6], h[7]]).max(1));
+                h[24..32].copy_from_slice(&self.next_id.to_le_bytes());
+                self.next_id += charge;
+                let flags = u32::from_le_bytes(h[16..20].try_into().unwrap());
+                if flags & 2 == 0 && h[36..40] != [0xFF; 4] {
+                    h[36..40].copy_from_slice(&self.tree_id.to_le_bytes());
+                }
+                if h[40..48] != [0xFF; 8] {
+                    h[40..48].copy_from_slice(&self.session_id.to_le_bytes());
+                }
+            }
+        }
+        if mode & smb_mode::SIGN != 0 {
+            if let Some(k) = &self.signing {
+                for (i, s) in starts.iter().enumerate() {
+                    let end = starts.get(i + 1).copied().unwrap_or(f.len());
+                    k.sign_in_place(&mut f[*s..end]);
+                }
+            }
+        }
+        if mode & smb_mode::ENCRYPT != 0 {
+            if let Some(k) = &self.encrypt {
+                let mut nonce = [0u8; 16];
+                nonce[..8].copy_from_slice(&self.nonce.to_le_bytes());
+                self.nonce += 1;
+                if let Some(e) = k.encrypt(self.session_id, nonce, &f) {
+                    return e;
+                }
+            }
+        }
+        f
+    }
+}
+
+/// A response frame of the server must be a well-formed compound of
+/// responses (or an encrypted frame).
+fn check_smb_response(frame: &[u8]) {
+    match FrameKind::of(frame) {
+        Ok(FrameKind::Encrypted) => {
+            TransformHeader::decode(frame).expect("encrypted response has a transform header");
+        }
+        Ok(FrameKind::Plain) => {
+            let mut n = 0;
+            for m in Compound::new(frame) {
+                let m = m.expect("response compound parses");
+                assert!(m.header.flags.is_response(), "response flag");
+                n += 1;
+            }
+            assert!(n > 0);
+        }
+        other => panic!("response frame of kind {other:?}"),
+    }
+}
+
+/// The Direct TCP frames of a byte stream: a 4-byte big-endian length
+/// (top byte zero) and the frame. A length past the end takes the rest;
+/// a non-zero top byte ends the stream, as the appliance closes then.
+pub fn smb_frames(mut stream: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    while stream.len() >= 4 && out.len() < 256 {
+        if stream[0] != 0 {
+            break;
+        }
+        let len = u32::from_be_bytes([0, stream[1], stream[2], stream[3]]) as usize;
+        let len = len.min(stream.len() - 4);
+        out.push(&stream[4..4 + len]);
+        stream = &stream[4 + len..];
+    }
+    out
+}
+
+/// A stateful SMB2 connection fed the frames of the input. The first byte
+/// is a [`smb_mode`] set; the rest is a Direct TCP stream.
+pub fn smb2_conn(data: &[u8]) {
+    use duet_protocols::smb2::negotiate::dialect as d;
+    let Some((&mode, stream)) = data.split_first() else { return };
+    let mut cfg = ServerConfig::default();
+    if mode & smb_mode::STRICT != 0 {
+        cfg.require_signing = true;
+        cfg.encrypt = true;
+    }
+    cfg.max_pending = 8;
+    cfg.max_opens = 64;
+    cfg.max_locks = 64;
+    let mut engine = Engine::new();
+    let dir = SmbDir::new(&mut engine);
+    let mut c = SmbClient {
+        conn: Connection::new(cfg, NOW, b"a seed of thirty-two or more bytes!!"),
+        engine,
+        dir,
+        next_id: 0,
+        session_id: 0,
+        tree_id: 0,
+        signing: None,
+        encrypt: None,
+        decrypt: None,
+        sealed: false,
+        nonce: 1,
+        deferred: Vec::new(),
+        defer: false,
+    };
+    let setup = mode & smb_mode::SETUP_MASK;
+    if setup != smb_mode::SETUP_NONE {
+        let dialects: &[u16] = if setup == smb_mode::SETUP_TREE_21 { &[d::SMB2_1] } else { &[d::SMB3_1_1] };
+        let dialect = dialects[0];
+        let preauth = c.negotiate(dialects).expect("harness NEGOTIATE");
+        if setup != smb_mode::SETUP_NEGOTIATED {
+            c.login(dialect, preauth).expect("harness logon");
+            c.tree("data").expect("harness TREE_CONNECT");
+        }
+    }
+    c.defer = mode & smb_mode::DEFER != 0;
+    for frame in smb_frames(stream) {
+        let f = c.prepare(frame, mode);
+        let _ = c.exchange(&f);
+        assert!(c.conn.open_count() <= 64, "opens past max_opens");
+        if c.conn.is_closed() {
+            assert!(c.conn.on_frame(&f, NOW, &c.dir).is_empty(), "a closed connection answers");
+            break;
+        }
+    }
+    c.finish();
+    assert!(c.conn.open_count() <= 64);
+}
+
+// ---- nfs4_session ---------------------------------------------------------
+
+/// Mode byte of `nfs4_session`.
+pub mod nfs_mode {
+    /// EXCHANGE_ID + CREATE_SESSION by the harness first (the session id
+    /// and client id are deterministic: seeds can name them).
+    pub const SESSION: u8 = 1;
+    /// Hold batches back and complete them, newest first, after the next
+    /// record.
+    pub const DEFER: u8 = 2;
+    /// Let 100 s pass between records (leases expire; on_tick runs).
+    pub const SLOW_CLOCK: u8 = 4;
+    /// Calls come from 10.1.2.3 (allowed on "nfsro") instead of
+    /// 192.168.1.10.
+    pub const OTHER_PEER: u8 = 8;
+}
+
+pub struct NfsHarness {
+    pub srv: NfsServer,
+    pub engine: Engine,
+    pub exports: Vec<ExportEntry>,
+    pub peer: IpAddr,
+    pub conn: u64,
+    pub now: i64,
+    deferred: Vec<(u64, Batch)>,
+    defer: bool,
+}
+
+impl NfsHarness {
+    pub fn new() -> NfsHarness {
+        let mut engine = Engine::new();
+        let share = engine.root_of("share");
+        let ro = engine.root_of("nfsro");
+        let export = |name: &str, root: u64, read_only: bool, root_squash: bool, clients: Vec<String>, fsid: u64| {
+            ExportEntry {
+                name: name.into(),
+                path: format!("/{name}"),
+                root,
+                read_only,
+                root_squash,
+                clients,
+                append_extension: false,
+                fsid,
+            }
+        };
+        let exports = vec![
+            export("share", share, false, false, vec![], 11),
+            export("nfsro", ro, true, true, vec!["10.0.0.0/8".into()], 12),
+        ];
+        let cfg = NfsServerConfig {
+            boot_seed: 42,
+            portmap: vec![PortMapping { prog: PROGRAM_NFS, vers: 3, prot: 6, port: 2049 }],
+            max_clients: 16,
+            max_sessions: 16,
+            max_opens: 64,
+            max_lock_states: 64,
+            max_byte_locks: 64,
+            max_cookies: 64,
+            max_pending: 8,
+            max_mounts: 16,
+            ..Default::default()
+        };
+        NfsHarness {
+            srv: NfsServer::new(cfg),
+            engine,
+            exports,
+            peer: "192.168.1.10".parse().unwrap(),
+            conn: 1,
+            now: 2_000_000_000,
+            deferred: Vec::new(),
+            defer: false,
+        }
+    }
+
+    /// One record; returns the replies (record marking removed).
+    pub fn record(&mut self, rec: &[u8]) -> Vec<Vec<u8>> {
+        let events = self.srv.on_call(self.conn, self.peer, rec, self.now, &self.exports);
+        let held = std::mem::take(&mut self.deferred);
+        let mut out = Vec::new();
+        self.drive(events, &mut out);
+        for (token, batch) in held.into_iter().rev() {
+            let r = self.engine.run(&batch);
+            let ev = self.srv.on_batch_done(token, r, self.now);
+            self.drive(ev, &mut out);
+        }
+        out
+    }
+
+    fn drive(&mut self, mut events: Vec<NfsEvent>, out: &mut Vec<Vec<u8>>) {
+        while let Some(ev) = events.pop() {
+            match ev {
+                NfsEvent::Reply { bytes, .. } => {
+                    assert!(bytes.len() >= 4);
+                    let mark = u32::from_be_bytes(bytes[..4].try_into().unwrap());
+                    assert_eq!(mark & 0x7fff_ffff, bytes.len() as u32 - 4, "record mark length");
+                    assert!(mark & 0x8000_0000 != 0, "last fragment");
+                    let mut r = XdrReader::new(&bytes[4..]);
+                    let h = ReplyHeader::decode(&mut r).expect("reply header decodes");
+                    if trace() {
+                        let res = Compound4Res::decode(&mut r, 4096).ok();
+                        let ops: Option<Vec<_>> = res.as_ref().map(|c| c.results.iter().map(|o| o.status()).collect());
+                        eprintln!("nfs4_session: xid {:#x} {:?} compound {:?}", h.xid, h.body, ops);
+                    }
+                    out.push(bytes[4..].to_vec());
+                }
+                NfsEvent::Run { token, batch, .. } => {
+                    if self.defer {
+                        self.deferred.push((token, batch));
+                    } else {
+                        let r = self.engine.run(&batch);
+                        events.extend(self.srv.on_batch_done(token, r, self.now));
+                    }
+                }
+                NfsEvent::Close(c) => {
+                    // The driver drops the connection; the next record
+                    // arrives on a new one.
+                    assert_eq!(c, self.conn);
+                    self.srv.on_conn_closed(c);
+                    self.conn += 1;
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        let mut out = Vec::new();
+        // A batch's result may submit the next batch of the same COMPOUND
+        // (deferred again): complete until none is left.
+        for _ in 0..64 {
+            if self.deferred.is_empty() {
+                break;
+            }
+            for (token, batch) in std::mem::take(&mut self.deferred).into_iter().rev() {
+                let r = self.engine.run(&batch);
+                let ev = self.srv.on_batch_done(token, r, self.now);
+                self.drive(ev, &mut out);
+            }
+        }
+        assert_eq!(self.srv.pending_batches(), 0, "every batch answered");
+    }
+
+    /// An AUTH_SYS call record.
+    pub fn call(&self, xid: u32, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
+        use duet_protocols::nfs::rpc::{AuthSysParms, OpaqueAuth, AUTH_SYS};
+        use duet_protocols::nfs::xdr::Opaque;
+        let cred = AuthSysParms { stamp: 0, machine_name: Opaque(b"client"), uid: 1000, gid: 1000, gids: vec![] };
+        let mut cw = XdrWriter::new();
+        cred.encode(&mut cw);
+        let cred = cw.into_inner();
+        let call = CallBody {
+            xid,
+            rpcvers: 2,
+            prog,
+            vers,
+            proc_,
+            cred: OpaqueAuth { flavor: AUTH_SYS, body: &cred },
+            verf: OpaqueAuth::NONE,
+        };
+        let mut w = XdrWriter::new();
+        call.encode(&mut w);
+        w.put_raw(args);
+        w.into_inner()
+    }
+
+    /// EXCHANGE_ID and CREATE_SESSION; the records sent and the session id.
+    pub fn session(&mut self) -> (Vec<Vec<u8>>, Option<[u8; 16]>) {
+        use duet_protocols::nfs::nfs4::*;
+        use duet_protocols::nfs::xdr::{List, Opaque};
+        let compound = |ops: Vec<ArgOp4<'_>>| {
+            let mut w = XdrWriter::new();
+            Compound4Args { tag: Opaque(b""), minorversion: 1, ops, stop: None }.encode(&mut w);
+            w.into_inner()
+        };
+        let args = compound(vec![ArgOp4::ExchangeId(ExchangeId4Args {
+            clientowner: ClientOwner4 { verifier: [1; 8], ownerid: Opaque(b"fuzz-client") },
+            flags: 0x101,
+            state_protect: StateProtect4A::None,
+            client_impl_id: List(vec![]),
+        })]);
+        let rec1 = self.call(0xf000_0001, PROGRAM_NFS, 4, 1, &args);
+        let mut records = vec![rec1.clone()];
+        let rep = self.record(&rec1);
+        let mut r = XdrReader::new(&rep[0]);
+        ReplyHeader::decode(&mut r).expect("reply");
+        let res = Compound4Res::decode(&mut r, 16).expect("EXCHANGE_ID reply");
+        let [ResOp4::ExchangeId(Nfs4Res::Ok(x))] = &res.results[..] else { return (records, None) };
+        let chan = |maxreq: u32| ChannelAttrs4 {
+            headerpadsize: 0,
+            maxrequestsize: maxreq,
+            maxresponsesize: 2 << 20,
+            maxresponsesize_cached: 64 << 10,
+            maxoperations: 300,
+            maxrequests: 8,
+            rdma_ird: List(vec![]),
+        };
+        let args = compound(vec![ArgOp4::CreateSession(CreateSession4Args {
+            clientid: x.clientid,
+            sequence: x.sequenceid,
+            flags: 0,
+            fore_chan_attrs: chan(2 << 20),
+            back_chan_attrs: chan(4096),
+            cb_program: duet_protocols::nfs::rpc::PROGRAM_NFS4_CB,
+            sec_parms: List(vec![CallbackSecParms4::None]),
+        })]);
+        let rec2 = self.call(0xf000_0002, PROGRAM_NFS, 4, 1, &args);
+        records.push(rec2.clone());
+        let rep = self.record(&rec2);
+        let mut r = XdrReader::new(&rep[0]);
+        ReplyHeader::decode(&mut r).expect("reply");
+        let res = Compound4Res::decode(&mut r, 16).expect("CREATE_SESSION reply");
+        let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &res.results[..] else { return (records, None) };
+        (records, Some(cs.sessionid))
+    }
+}
+
+impl Default for NfsHarness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One NfsServer fed the RPC records of the input. The first byte is a
+/// [`nfs_mode`] set; the rest is a record-marked stream, reassembled as the
+/// appliance does (a framing error ends the connection).
+pub fn nfs4_session(data: &[u8]) {
+    let Some((&mode, stream)) = data.split_first() else { return };
+    let mut h = NfsHarness::new();
+    if mode & nfs_mode::OTHER_PEER != 0 {
+        h.peer = "10.1.2.3".parse().unwrap();
+    }
+    if mode & nfs_mode::SESSION != 0 {
+        let (_, id) = h.session();
+        assert!(id.is_some(), "harness session");
+    }
+    h.defer = mode & nfs_mode::DEFER != 0;
+    let step = if mode & nfs_mode::SLOW_CLOCK != 0 { 100_000_000_000 } else { 1_000_000 };
+    let mut asm = RecordAssembler::new(RPC_RECORD_MAX, 1024);
+    let mut rest = stream;
+    let mut records = 0;
+    while !rest.is_empty() && records < 256 {
+        match asm.push(rest) {
+            Ok(n) => rest = &rest[n..],
+            Err(_) => break,
+        }
+        let Some(rec) = asm.take_record() else { break };
+        records += 1;
+        h.now += step;
+        if mode & nfs_mode::SLOW_CLOCK != 0 {
+            assert!(h.srv.on_tick(h.now).is_empty());
+        }
+        h.record(&rec);
+        // Every table has a bound (NfsServerConfig).
+        let (c, cfg) = (h.srv.state_counts(), h.srv.config());
+        assert!(c.clients <= cfg.max_clients, "{c:?}");
+        assert!(c.sessions <= cfg.max_sessions, "{c:?}");
+        assert!(c.opens <= cfg.max_opens, "{c:?}");
+        assert!(c.lock_states <= cfg.max_lock_states, "{c:?}");
+        assert!(c.byte_locks <= cfg.max_byte_locks, "{c:?}");
+        assert!(h.srv.pending_batches() <= cfg.max_pending, "pending batches past max_pending");
+    }
+    h.finish();
+}

@@ -685,8 +685,18 @@ fn nfs3_end_to_end() {
         let Nfs3Results::ReadDirPlus(Nfs3Res::Ok(sub)) = res3(proc3::READDIRPLUS, &rep) else {
             panic!()
         };
-        let got: Vec<(&[u8], u64)> = sub.reply.entries.0.iter().map(|e| (e.name.0, e.fileid)).collect();
-        let mut want: Vec<(&[u8], u64)> = vec![(b".", d_id), (b"..", root_id), (b"hard", got[got.len() - 1].1)];
+        let got: Vec<(&[u8], u64)> = sub
+            .reply
+            .entries
+            .0
+            .iter()
+            .map(|e| (e.name.0, e.fileid))
+            .collect();
+        let mut want: Vec<(&[u8], u64)> = vec![
+            (b".", d_id),
+            (b"..", root_id),
+            (b"hard", got[got.len() - 1].1),
+        ];
         want.drain(..cookie as usize);
         assert_eq!(got, want);
         let dotdot = &sub.reply.entries.0[1 - cookie as usize];

@@ -187,10 +187,14 @@ pub(super) fn call(
 enum Dots {
     None,
     /// ".." only (resuming after cookie 1).
-    DotDot { parent_op: bool },
+    DotDot {
+        parent_op: bool,
+    },
     /// "." and "..". `parent_op`: the batch's second operation looks the
     /// parent up; otherwise the directory is the export root, its own "..".
-    Both { parent_op: bool },
+    Both {
+        parent_op: bool,
+    },
 }
 
 fn build(

@@ -579,7 +579,7 @@ fn create<R: KvRead + ?Sized>(
                         n.attrs.dos_attrs = a & duet_fs::dos::SETTABLE;
                     }
                     if let Some(a) = set.alloc_size {
-                        n.attrs.alloc_size = a;
+                        n.attrs.alloc_size = a & !duet_fs::ALLOC_TRUNCATES;
                     }
                     touch(&mut n.attrs, now, true);
                     put_node(txn, &n);
@@ -631,7 +631,7 @@ fn create<R: KvRead + ?Sized>(
         attrs.mtime = t;
     }
     if let Some(a) = set.alloc_size {
-        attrs.alloc_size = a;
+        attrs.alloc_size = a & !duet_fs::ALLOC_TRUNCATES;
     }
     let mut n = Node { attrs, parent: d.attrs.id, target, chunked: false };
     if let (Some(size), FileType::Regular) = (set.size, ftype) {
@@ -716,9 +716,11 @@ fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: Obj
         n.attrs.dos_attrs = a & duet_fs::dos::SETTABLE;
     }
     if let Some(a) = s.alloc_size {
-        // An allocation below the end of file cuts the file there
-        // (MS-FSA 2.1.5.14.1, FileAllocationInformation).
-        if a < n.attrs.size && n.attrs.ftype == FileType::Regular && s.size.is_none() {
+        let truncates = a & duet_fs::ALLOC_TRUNCATES != 0;
+        let a = a & !duet_fs::ALLOC_TRUNCATES;
+        // With ALLOC_TRUNCATES, an allocation below the end of file cuts the
+        // file there (MS-FSA 2.1.5.14.1, FileAllocationInformation).
+        if truncates && a < n.attrs.size && n.attrs.ftype == FileType::Regular && s.size.is_none() {
             if !writable && !owner {
                 return Err(FsError::Access);
             }

@@ -380,3 +380,30 @@ fn extended_attributes_live_and_die_with_the_file() {
     let report = duet_cluster::fsck::check(&db, &[]);
     assert!(report.problems.iter().any(|p| p.contains("missing node 999999")), "{:?}", report.problems);
 }
+
+/// An allocation below the end of file cuts the file only when asked
+/// (SMB FileAllocationInformation); NFSv4.2 ALLOCATE never shrinks it.
+#[test]
+fn allocation_below_eof_truncates_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let h = s.handle();
+    let d = mkdir(&h, ROOT_ID, "alloc", 0o777);
+    let out = h.batch_blocking(small_file_chain(d, "f", b"0123456789")).unwrap();
+    let f = out.applied.results[0].as_ref().unwrap().attrs().unwrap().id;
+    let set = |alloc: u64| {
+        let out = h
+            .batch_blocking(batch(vec![Op::SetAttr {
+                obj: ObjRef::Id(f),
+                attrs: SetAttrs { alloc_size: Some(alloc), ..Default::default() },
+            }]))
+            .unwrap();
+        out.applied.results[0].as_ref().unwrap().attrs().unwrap().clone()
+    };
+    let a = set(4);
+    assert_eq!((a.size, a.alloc_size), (10, 10), "a plain allocation keeps the data");
+    let a = set(4 | duet_fs::ALLOC_TRUNCATES);
+    assert_eq!((a.size, a.alloc_size), (4, 4), "SMB's allocation cuts the file");
+    let out = h.batch_blocking(batch(vec![Op::Read { obj: ObjRef::Id(f), offset: 0, len: 100 }])).unwrap();
+    assert!(matches!(&out.applied.results[0], Ok(OpOutput::Read { data, .. }) if data == b"0123"));
+}

@@ -98,6 +98,8 @@ pub(super) struct Negotiated {
     pub cipher: Option<u16>,
     /// 3.1.1 signs with AES-CMAC (else HMAC-SHA256 when negotiated).
     pub cmac: bool,
+    /// 3.1.1 signs with AES-GMAC (negotiated in SIGNING_CAPABILITIES).
+    pub gmac: bool,
 }
 
 /// One tree connect.
@@ -480,6 +482,7 @@ impl Connection {
                 server_security_mode: resp.security_mode,
                 cipher: None,
                 cmac: false,
+                gmac: false,
             });
         }
         let hdr = Header {
@@ -1070,6 +1073,7 @@ impl Connection {
         let mut contexts = Vec::new();
         let mut cipher = None;
         let mut cmac = true;
+        let mut gmac = false;
         if chosen == dialect::SMB3_1_1 {
             let mut preauth_ok = false;
             let mut signing_offer: Option<Vec<u16>> = None;
@@ -1116,12 +1120,20 @@ impl Connection {
                 });
             }
             if let Some(algs) = signing_offer {
-                let pick = if algs.contains(&algorithm::AES_CMAC) {
-                    algorithm::AES_CMAC
-                } else {
-                    cmac = false;
-                    algorithm::HMAC_SHA256
-                };
+                // The client's first algorithm that duet also signs with
+                // (3.3.5.4: the server picks from the client's order).
+                let pick = algs
+                    .iter()
+                    .copied()
+                    .find(|a| {
+                        matches!(*a, algorithm::AES_GMAC | algorithm::AES_CMAC | algorithm::HMAC_SHA256)
+                    })
+                    .unwrap_or(algorithm::AES_CMAC);
+                match pick {
+                    algorithm::AES_GMAC => gmac = true,
+                    algorithm::HMAC_SHA256 => cmac = false,
+                    _ => {}
+                }
                 contexts.push(NegotiateContext::Signing {
                     algorithms: vec![pick],
                 });
@@ -1158,6 +1170,7 @@ impl Connection {
             server_security_mode: resp.security_mode,
             cipher,
             cmac,
+            gmac,
         });
         if chosen == dialect::SMB3_1_1 {
             self.preauth = preauth_update(&[0; 64], msg);
@@ -1326,13 +1339,16 @@ impl Connection {
                         return fail(self, NtStatus::LOGON_FAILURE);
                     };
                     let preauth = s.preauth;
-                    let keys = derive_keys(
+                    let mut keys = derive_keys(
                         neg.dialect,
                         &who.session_key,
                         neg.cipher,
                         &preauth,
                         neg.cmac,
                     );
+                    if neg.gmac {
+                        keys.signing = keys.signing.into_gmac();
+                    }
                     (Credentials::user(u.uid, u.gid), false, Some(keys))
                 };
                 let signing_required = keys.is_some()

@@ -1642,10 +1642,13 @@ impl Connection {
                 need(access::FILE_WRITE_DATA)?;
                 let e = fscc::FileAllocationInformation::decode(buf)
                     .map_err(|_| NtStatus::INFO_LENGTH_MISMATCH)?;
+                if e.allocation_size > duet_fs::FILE_SIZE_MAX {
+                    return Err(NtStatus::DISK_FULL);
+                }
                 let op = fp.push(Op::SetAttr {
                     obj: v.obj,
                     attrs: SetAttrs {
-                        alloc_size: Some(e.allocation_size),
+                        alloc_size: Some(e.allocation_size | duet_fs::ALLOC_TRUNCATES),
                         ..Default::default()
                     },
                 });

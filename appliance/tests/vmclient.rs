@@ -190,7 +190,7 @@ fn linux_kernel_cifs_dialects_signed_and_sealed() {
         ),
     )
     .unwrap();
-    let timeout = 600 + 10 * big as u64;
+    let timeout = 1500 + 20 * big as u64;
     let t0 = Instant::now();
     let out = Command::new(&client)
         .arg(&guest)

@@ -45,7 +45,7 @@ for run in $RUNS; do
       esac
       if [ "$ok" = y ]; then
         grep " $mnt " /proc/mounts
-        SKIP="symlink attrs fifo locks" sh -e /bin/fs-workload.sh $mnt "$arg" || rc=$?
+        N=${SMB_N:-100} SKIP="symlink attrs fifo locks" sh -e /bin/fs-workload.sh $mnt "$arg" || rc=$?
         umount $mnt || rc=1
       else
         rc=32

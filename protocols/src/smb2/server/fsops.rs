@@ -40,6 +40,12 @@ use crate::smb2::FileId;
 /// duet's limit on path components in one name (Invariant 5).
 pub const MAX_PATH_COMPONENTS: usize = 64;
 
+/// The FileModeInformation bits SET_INFO may change (MS-FSA 2.1.5.14.6).
+const SETTABLE_MODE: u32 = opt::WRITE_THROUGH
+    | opt::SEQUENTIAL_ONLY
+    | opt::SYNCHRONOUS_IO_ALERT
+    | opt::SYNCHRONOUS_IO_NONALERT;
+
 /// The largest file size NTFS allows (MAXFILESIZE, 16 TiB - 64 KiB):
 /// writes ending past it are refused.
 const MAX_FILE_SIZE: u64 = 0xfff_ffff_0000;
@@ -1806,14 +1812,9 @@ impl Connection {
                 let m = fscc::FileModeInformation::decode(buf)
                     .map_err(|_| NtStatus::INFO_LENGTH_MISMATCH)?
                     .mode;
-                // MS-FSA 2.1.5.14.6: only these four may be set, and not
-                // both synchronous modes.
-                let settable = opt::WRITE_THROUGH
-                    | opt::SEQUENTIAL_ONLY
-                    | opt::SYNCHRONOUS_IO_ALERT
-                    | opt::SYNCHRONOUS_IO_NONALERT;
+                // Not both synchronous modes.
                 let both = opt::SYNCHRONOUS_IO_ALERT | opt::SYNCHRONOUS_IO_NONALERT;
-                if m & !settable != 0 || m & both == both {
+                if m & !SETTABLE_MODE != 0 || m & both == both {
                     return Err(NtStatus::INVALID_PARAMETER);
                 }
                 Ok(Plan::Fs(FsPlan::SetInfo {
@@ -2092,12 +2093,7 @@ impl Connection {
                     }
                     SetKind::Mode(m) => {
                         if let Some(o) = self.opens.get_mut(&id) {
-                            o.options = o.options
-                                & !(opt::WRITE_THROUGH
-                                    | opt::SEQUENTIAL_ONLY
-                                    | opt::SYNCHRONOUS_IO_ALERT
-                                    | opt::SYNCHRONOUS_IO_NONALERT)
-                                | m;
+                            o.options = o.options & !SETTABLE_MODE | m;
                         }
                     }
                     SetKind::Disposition { check_op, attr_op } => {

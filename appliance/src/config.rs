@@ -44,6 +44,47 @@ log_segment_mib = 64
 # How often the destager looks for data to move into chunks, in ms.
 destage_interval_ms = 20
 
+[limits]
+# What one client may take; docs/limits.md says what each refusal looks like.
+# Connections served at once, SMB and NFS together, over the whole daemon.
+# Over it a new connection is closed as soon as it is accepted.
+connections = 4096
+# Connections from one client address at once (both protocols); over it
+# a new connection from that address is closed as soon as it is accepted.
+connections_per_client = 256
+# Largest SMB2 message (one direct-TCP frame: a request or a compound), in
+# bytes. Over it the connection is dropped unread. MaxReadSize and
+# MaxWriteSize are set to fit (this less 64 KiB, at most 8 MiB).
+smb_message_max = 8454144
+# Largest ONC RPC record (NFS, MOUNT, portmap), in bytes. Over it the
+# connection is closed. NFSv4 ca_maxrequestsize and rtmax/wtmax fit in it.
+nfs_record_max = 1179648
+# Operations in one NFSv4.1 COMPOUND (CREATE_SESSION ca_maxoperations);
+# more get NFS4ERR_TOO_MANY_OPS.
+nfs_compound_ops = 1024
+# SMB credits one connection may hold; a request outside the granted
+# window closes the connection (MS-SMB2 3.3.5.2.3).
+smb_credits = 8192
+# Files one SMB session may hold open; CREATE over it gets
+# STATUS_TOO_MANY_OPENED_FILES.
+smb_open_files_per_session = 16384
+# Open stateids one NFSv4 client may hold; OPEN over it gets
+# NFS4ERR_RESOURCE.
+nfs_open_files_per_client = 4096
+# SMB MaxTransactSize: the largest QUERY_DIRECTORY (and QUERY_INFO, IOCTL)
+# output buffer a client may ask for; more gets STATUS_INVALID_PARAMETER.
+smb_transact_max = 8388608
+# Largest NFS READDIR / READDIRPLUS reply, in bytes: larger counts are
+# capped and the listing continues by cookie.
+nfs_readdir_max = 1048576
+# Free space, in MiB, kept on the volumes of data_dir and its metadata.
+# Below it, what would add data or names (WRITE, CREATE, links, EAs, COPY)
+# gets STATUS_DISK_FULL / NFS3ERR_NOSPC / NFS4ERR_NOSPC before anything is
+# written; reads, deletes, renames and truncation keep working, so space
+# can be freed. The reserve keeps RocksDB and the write log off ENOSPC.
+# 0 turns the check off.
+disk_reserve_mib = 256
+
 [log]
 # tracing env-filter syntax; RUST_LOG overrides it.
 filter = "info"
@@ -65,6 +106,7 @@ pub struct Config {
     pub smb: ListenerConfig,
     pub nfs: ListenerConfig,
     pub cache: CacheConfig,
+    pub limits: LimitsConfig,
     pub log: LogConfig,
     pub default_share: DefaultShare,
 }
@@ -103,6 +145,54 @@ pub struct CacheConfig {
     pub destage_interval_ms: u64,
 }
 
+/// `[limits]`: what one client may take (docs/limits.md).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    pub connections: usize,
+    pub connections_per_client: usize,
+    pub smb_message_max: usize,
+    pub nfs_record_max: usize,
+    pub nfs_compound_ops: u32,
+    pub smb_credits: u16,
+    pub smb_open_files_per_session: usize,
+    pub nfs_open_files_per_client: usize,
+    pub smb_transact_max: u32,
+    pub nfs_readdir_max: u32,
+    pub disk_reserve_mib: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            connections: 4096,
+            connections_per_client: 256,
+            smb_message_max: (8 << 20) + (64 << 10),
+            nfs_record_max: (1 << 20) + (128 << 10),
+            nfs_compound_ops: 1024,
+            smb_credits: 8192,
+            smb_open_files_per_session: 16384,
+            nfs_open_files_per_client: 4096,
+            smb_transact_max: 8 << 20,
+            nfs_readdir_max: 1 << 20,
+            disk_reserve_mib: 256,
+        }
+    }
+}
+
+impl LimitsConfig {
+    /// SMB MaxReadSize / MaxWriteSize: what fits in one message.
+    pub fn smb_io_max(&self) -> u32 {
+        (self.smb_message_max - (64 << 10)).min(8 << 20) as u32
+    }
+
+    /// NFS rtmax / wtmax and the v4 session's request size: what fits in
+    /// one record with room for the RPC and COMPOUND headers.
+    pub fn nfs_io_max(&self) -> u32 {
+        (self.nfs_record_max - (128 << 10)).clamp(32 << 10, 1 << 20) as u32
+    }
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
@@ -139,6 +229,7 @@ impl Default for Config {
                 encrypt: false,
             },
             cache: CacheConfig::default(),
+            limits: LimitsConfig::default(),
             log: LogConfig::default(),
             default_share: DefaultShare::default(),
         }
@@ -232,6 +323,25 @@ impl Config {
                 format!("{} is outside 1..=60000", self.cache.destage_interval_ms),
             );
         }
+        let l = &self.limits;
+        let ranges: [(&'static str, u64, u64, u64); 11] = [
+            ("limits.disk_reserve_mib", l.disk_reserve_mib, 0, 1 << 20),
+            ("limits.connections", l.connections as u64, 1, 1 << 20),
+            ("limits.connections_per_client", l.connections_per_client as u64, 1, 1 << 20),
+            ("limits.smb_message_max", l.smb_message_max as u64, 128 << 10, 64 << 20),
+            ("limits.nfs_record_max", l.nfs_record_max as u64, 128 << 10, 64 << 20),
+            ("limits.nfs_compound_ops", l.nfs_compound_ops as u64, 2, 1 << 16),
+            ("limits.smb_credits", l.smb_credits as u64, 1, 16384),
+            ("limits.smb_open_files_per_session", l.smb_open_files_per_session as u64, 1, 1 << 20),
+            ("limits.nfs_open_files_per_client", l.nfs_open_files_per_client as u64, 1, 1 << 20),
+            ("limits.smb_transact_max", l.smb_transact_max as u64, 64 << 10, 8 << 20),
+            ("limits.nfs_readdir_max", l.nfs_readdir_max as u64, 4 << 10, 16 << 20),
+        ];
+        for (key, v, lo, hi) in ranges {
+            if !(lo..=hi).contains(&v) {
+                return invalid(key, format!("{v} is outside {lo}..={hi}"));
+            }
+        }
         if let Err(e) = duet_admin_api::validate_share_name(&self.default_share.name) {
             return invalid("default_share.name", e.message);
         }
@@ -267,6 +377,7 @@ mod tests {
         assert_eq!(c.admin.listen, d.admin.listen);
         assert_eq!(c.smb.listen, d.smb.listen);
         assert_eq!(c.cache.log_segment_mib, d.cache.log_segment_mib);
+        assert_eq!(c.limits, d.limits, "DEFAULT_CONFIG documents every limit's default");
         assert_eq!(c.default_share.name, "public");
     }
 
@@ -286,6 +397,10 @@ mod tests {
         assert!(e.contains("unknown field"), "{e}");
         let e = Config::parse("node_id = \"one\"", "t").unwrap_err().to_string();
         assert!(e.contains("node_id") || e.contains("invalid type"), "{e}");
+        let e = Config::parse("[limits]\nconnections = 0", "t").unwrap_err().to_string();
+        assert!(e.contains("limits.connections"), "{e}");
+        let e = Config::parse("[limits]\nsmb_message_max = 1000", "t").unwrap_err().to_string();
+        assert!(e.contains("limits.smb_message_max"), "{e}");
         let e = Config::parse("[default_share]\nname = \"a b\"", "t").unwrap_err().to_string();
         assert!(e.contains("default_share.name"), "{e}");
     }

@@ -42,6 +42,66 @@ pub struct DataCounters {
     pub destaged_records: AtomicU64,
 }
 
+/// Free bytes for unprivileged writers on the file system holding `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs with a NUL-terminated path and a local out struct.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    }
+}
+
+/// An error that says the same as `e`, keeping ENOSPC recognisable.
+fn keep_kind(e: &dyn std::fmt::Display, text: String) -> io::Error {
+    if is_enospc_text(&e.to_string()) {
+        io::Error::new(io::ErrorKind::StorageFull, text)
+    } else {
+        io::Error::other(text)
+    }
+}
+
+fn is_enospc_text(t: &str) -> bool {
+    t.contains("No space left on device") || t.contains("os error 28") || t.contains("NoSpace")
+}
+
+/// Whether an error from the write log, the chunk store or the metadata
+/// store means the volume is full.
+pub fn is_enospc(e: &dyn std::fmt::Display) -> bool {
+    is_enospc_text(&e.to_string())
+}
+
+/// How much a batch may add to the volumes, or None when it only reads,
+/// removes, renames or changes attributes (those must work on a full
+/// volume, so that space can be freed).
+pub fn growth(batch: &duet_fs::Batch) -> Option<u64> {
+    use duet_fs::{Op, WriteData};
+    let mut grow = None::<u64>;
+    let mut add = |n: u64| grow = Some(grow.unwrap_or(0).saturating_add(n));
+    for op in &batch.ops {
+        match op {
+            Op::Write { data: WriteData::Bytes(b), .. } if !b.is_empty() => add(b.len() as u64),
+            Op::Write { data: WriteData::Logged { len, .. }, .. } if *len > 0 => add(*len),
+            Op::Create { .. } | Op::Link { .. } => add(4096),
+            Op::SetEas { eas, .. } if eas.iter().any(|(_, v)| !v.is_empty()) => add(4096),
+            Op::Copy { len, .. } => add(*len),
+            _ => {}
+        }
+    }
+    grow
+}
+
+/// The result of a batch refused for want of space: nothing ran; every
+/// operation says NoSpace (the protocols answer STATUS_DISK_FULL,
+/// NFS3ERR_NOSPC, NFS4ERR_NOSPC).
+pub fn no_space(ops: usize) -> duet_fs::BatchResult {
+    duet_fs::BatchResult { results: vec![Err(duet_fs::FsError::NoSpace); ops], cost: Default::default() }
+}
+
 fn io_err(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what} {}: {e}", path.display()))
 }
@@ -61,6 +121,10 @@ struct LogState {
     index: HashMap<u64, (u64, u64, u64)>,
     next_lsn: u64,
     current: u64,
+    /// A write or sync failed in the current segment (a hole may follow a
+    /// record): the next append starts a new segment, so that recovery,
+    /// which stops at the first bad record, never loses a later one.
+    roll: bool,
 }
 
 #[derive(Default)]
@@ -82,6 +146,10 @@ pub struct DataPath {
     live: RefCell<BTreeSet<u64>>,
     reserve: glommio::sync::Semaphore,
     destaged_upto: Cell<u64>,
+    /// Bytes kept free on the data and metadata volumes
+    /// (`[limits] disk_reserve_mib`): below it, batches that grow the file
+    /// system get FsError::NoSpace before anything is written.
+    space_reserve: Cell<u64>,
     pub counters: Arc<DataCounters>,
 }
 
@@ -107,7 +175,7 @@ impl DataPath {
             })
             .collect();
         names.sort();
-        let mut state = LogState { segments: BTreeMap::new(), index: HashMap::new(), next_lsn: 1, current: 0 };
+        let mut state = LogState { segments: BTreeMap::new(), index: HashMap::new(), next_lsn: 1, current: 0, roll: false };
         for (seq, path) in names {
             let file = OpenOptions::new().read(true).write(true).dma_open(&path).await
                 .map_err(|e| io_err("cannot open", &path, e))?;
@@ -149,6 +217,7 @@ impl DataPath {
             live: RefCell::new(BTreeSet::new()),
             reserve: glommio::sync::Semaphore::new(1),
             destaged_upto: Cell::new(0),
+            space_reserve: Cell::new(0),
             counters: Arc::new(DataCounters::default()),
         });
         // Records still queued keep their log data alive.
@@ -182,7 +251,7 @@ impl DataPath {
             let need_new = {
                 let log = self.log.borrow();
                 let cur = &log.segments[&log.current];
-                cur.len > 0 && cur.len + total > self.segment_max
+                cur.len > 0 && (log.roll || cur.len + total > self.segment_max)
             };
             if need_new {
                 let seq = self.log.borrow().current + 1;
@@ -192,6 +261,7 @@ impl DataPath {
                 let mut log = self.log.borrow_mut();
                 log.segments.insert(seq, Segment { file: Rc::new(file), path, first_lsn: u64::MAX, last_lsn: 0, len: 0 });
                 log.current = seq;
+                log.roll = false;
             }
             let mut log = self.log.borrow_mut();
             let lsn = log.next_lsn;
@@ -212,12 +282,14 @@ impl DataPath {
         let written = file.write_at(buf, pos).await;
         if let Err(e) = written {
             self.forget(&[lsn]);
-            return Err(io::Error::other(format!("write log append: {e}")));
+            self.log.borrow_mut().roll = true;
+            return Err(keep_kind(&e, format!("write log append: {e}")));
         }
         self.counters.log_writes.fetch_add(1, Ordering::Relaxed);
         self.sync.borrow_mut().dirty.insert(seq);
         if let Err(e) = self.wait_durable().await {
             self.forget(&[lsn]);
+            self.log.borrow_mut().roll = true;
             return Err(e);
         }
         Ok(lsn)
@@ -254,7 +326,7 @@ impl DataPath {
             let mut result = Ok(());
             for f in files {
                 if let Err(e) = f.fdatasync().await {
-                    result = Err(io::Error::other(format!("write log fdatasync: {e}")));
+                    result = Err(keep_kind(&e, format!("write log fdatasync: {e}")));
                 }
                 self.counters.log_fsyncs.fetch_add(1, Ordering::Relaxed);
             }
@@ -270,6 +342,27 @@ impl DataPath {
                 let _ = w.send(());
             }
             result?;
+        }
+    }
+
+    /// Sets the free space kept on the data and metadata volumes.
+    pub fn set_space_reserve(&self, bytes: u64) {
+        self.space_reserve.set(bytes);
+    }
+
+    /// Whether writing `need` more bytes would eat into the reserve: the
+    /// smaller free space (statvfs f_bavail) of the data directory and the
+    /// metadata directory counts.
+    pub fn space_low(&self, need: u64) -> bool {
+        let reserve = self.space_reserve.get();
+        if reserve == 0 {
+            return false;
+        }
+        let meta = duet_cluster_store::metadata_dir(&self.dir);
+        let free = [self.dir.as_path(), meta.as_path()].iter().filter_map(|p| free_bytes(p)).min();
+        match free {
+            Some(f) => f < reserve.saturating_add(need),
+            None => false,
         }
     }
 

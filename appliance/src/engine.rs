@@ -175,6 +175,14 @@ pub async fn serve(engine: Rc<Engine>, rx: flume::Receiver<EngineRequest>, stop:
 impl Engine {
     /// Runs one batch end to end.
     pub async fn run(&self, mut batch: Batch, tag: &RequestTag) -> Result<BatchResult, EngineError> {
+        // A full volume refuses what would grow it, before anything is
+        // written (datapath::growth; removals still run and free space).
+        if let Some(need) = crate::datapath::growth(&batch) {
+            if self.data.space_low(need) {
+                return Ok(crate::datapath::no_space(batch.ops.len()));
+            }
+        }
+        let n_ops = batch.ops.len();
         let mut cost = BatchCost::default();
         let mut logged = Vec::new();
         // Large write data goes to the write log first (durable before the
@@ -187,6 +195,9 @@ impl Engine {
                             Ok(l) => l,
                             Err(e) => {
                                 self.data.forget(&logged);
+                                if crate::datapath::is_enospc(&e) {
+                                    return Ok(crate::datapath::no_space(n_ops));
+                                }
                                 return Err(e.into());
                             }
                         };
@@ -202,6 +213,10 @@ impl Engine {
             Ok(o) => o,
             Err(e) => {
                 self.data.forget(&logged);
+                if crate::datapath::is_enospc(&e) {
+                    tracing::warn!("metadata store: {e}");
+                    return Ok(crate::datapath::no_space(n_ops));
+                }
                 return Err(e.into());
             }
         };

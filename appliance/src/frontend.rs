@@ -23,14 +23,74 @@ use glommio::net::{TcpListener, TcpStream};
 use rand::RngCore;
 
 use crate::admin::now_ns;
+use crate::config::LimitsConfig;
 use crate::engine::{EngineHandle, RequestTag};
 
-/// Largest SMB2 frame accepted (a maximal WRITE plus headers).
-pub const SMB_FRAME_MAX: usize = (8 << 20) + (64 << 10);
-/// Largest ONC RPC record accepted (1 MiB COMPOUNDs plus headroom).
-pub const RPC_RECORD_MAX: usize = (1 << 20) + (128 << 10);
-/// Connections one executor serves at once.
-pub const CONNECTIONS_MAX: usize = 4096;
+/// How many connections each client address holds, and all together,
+/// over every executor (`[limits] connections`, `connections_per_client`).
+pub struct ConnTable {
+    max_total: usize,
+    max_per_client: usize,
+    inner: Mutex<(usize, HashMap<IpAddr, usize>)>,
+    refused: std::sync::atomic::AtomicU64,
+}
+
+/// One admitted connection; gives its place back when dropped.
+pub struct ConnSlot {
+    table: Arc<ConnTable>,
+    peer: IpAddr,
+}
+
+impl ConnTable {
+    pub fn new(limits: &LimitsConfig) -> Arc<ConnTable> {
+        Arc::new(ConnTable {
+            max_total: limits.connections,
+            max_per_client: limits.connections_per_client,
+            inner: Mutex::new((0, HashMap::new())),
+            refused: Default::default(),
+        })
+    }
+
+    /// A place for a connection from `peer`, or why there is none.
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<ConnSlot, &'static str> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (total, per) = &mut *g;
+        let mine = per.get(&peer).copied().unwrap_or(0);
+        let why = if *total >= self.max_total {
+            Some("limits.connections")
+        } else if mine >= self.max_per_client {
+            Some("limits.connections_per_client")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            self.refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(why);
+        }
+        *total += 1;
+        *per.entry(peer).or_insert(0) += 1;
+        Ok(ConnSlot { table: self.clone(), peer })
+    }
+
+    /// Connections refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        let mut g = self.table.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (total, per) = &mut *g;
+        *total = total.saturating_sub(1);
+        if let Some(n) = per.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                per.remove(&self.peer);
+            }
+        }
+    }
+}
 
 /// Shares, users and share roots, as the protocol state machines see them.
 #[derive(Default, Clone)]
@@ -141,6 +201,8 @@ struct Ctx {
     smb_cfg: smb::ServerConfig,
     nfs: Option<Rc<RefCell<NfsServer>>>,
     connections: std::cell::Cell<usize>,
+    limits: LimitsConfig,
+    conns: Arc<ConnTable>,
     next_conn: std::cell::Cell<u64>,
 }
 
@@ -157,6 +219,9 @@ pub struct FrontendPlan {
     pub share_modes: std::sync::Arc<smb::ShareModes>,
     pub smb_require_signing: bool,
     pub smb_encrypt: bool,
+    pub limits: LimitsConfig,
+    /// One connection table for every executor.
+    pub conns: Arc<ConnTable>,
 }
 
 /// Runs one protocol executor until `stop` fires. Reports the addresses
@@ -227,6 +292,11 @@ pub async fn run(
                 PortMapping { prog: 100005, vers: 3, prot: tcp, port: nfs_port },
                 PortMapping { prog: 100005, vers: 1, prot: tcp, port: nfs_port },
             ],
+            max_ops: plan.limits.nfs_compound_ops,
+            max_request: (plan.limits.nfs_record_max - (64 << 10)) as u32,
+            max_io: plan.limits.nfs_io_max(),
+            max_opens_per_client: plan.limits.nfs_open_files_per_client,
+            max_readdir: plan.limits.nfs_readdir_max,
             ..NfsServerConfig::default()
         };
         Rc::new(RefCell::new(NfsServer::new(cfg)))
@@ -236,6 +306,11 @@ pub async fn run(
         share_modes: plan.share_modes.clone(),
         require_signing: plan.smb_require_signing,
         encrypt: plan.smb_encrypt,
+        max_read_size: plan.limits.smb_io_max(),
+        max_write_size: plan.limits.smb_io_max(),
+        max_transact_size: plan.limits.smb_transact_max,
+        max_credits: plan.limits.smb_credits,
+        max_opens_per_session: plan.limits.smb_open_files_per_session,
         ..smb::ServerConfig::default()
     };
     let ctx = Rc::new(Ctx {
@@ -244,6 +319,8 @@ pub async fn run(
         smb_cfg,
         nfs: nfs.clone(),
         connections: std::cell::Cell::new(0),
+        limits: plan.limits.clone(),
+        conns: plan.conns.clone(),
         next_conn: std::cell::Cell::new(plan.index as u64 * (1 << 40) + 1),
     });
     // The other executors share executor 0's ports: list them once.
@@ -288,11 +365,19 @@ async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>) {
     loop {
         match l.accept().await {
             Ok(stream) => {
-                if ctx.connections.get() >= CONNECTIONS_MAX {
-                    tracing::warn!("connection limit ({CONNECTIONS_MAX}) reached; refusing a {proto} connection");
-                    drop(stream);
-                    continue;
-                }
+                let peer = stream.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
+                let slot = match ctx.conns.admit(peer) {
+                    Ok(s) => s,
+                    Err(why) => {
+                        // Once, then every 1000th: a flood must not flood the log.
+                        let n = ctx.conns.refused();
+                        if n == 1 || n % 1000 == 0 {
+                            tracing::warn!(%peer, refused = n, "{why} reached; closing a new {proto} connection");
+                        }
+                        drop(stream);
+                        continue;
+                    }
+                };
                 let c = ctx.clone();
                 c.connections.set(c.connections.get() + 1);
                 glommio::spawn_local(async move {
@@ -301,6 +386,7 @@ async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>) {
                         tracing::debug!("{proto} connection: {e}");
                     }
                     c.connections.set(c.connections.get() - 1);
+                    drop(slot);
                 })
                 .detach();
             }
@@ -328,7 +414,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     loop {
         while buf.len() >= 4 {
             let len = u32::from_be_bytes([0, buf[1], buf[2], buf[3]]) as usize;
-            if buf[0] != 0 || len > SMB_FRAME_MAX {
+            if buf[0] != 0 || len > ctx.limits.smb_message_max {
                 return Ok(()); // not direct TCP, or over the limit: drop
             }
             if buf.len() < 4 + len {
@@ -367,7 +453,7 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     let peer: IpAddr = stream.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let id = ctx.next_conn.get();
     ctx.next_conn.set(id + 1);
-    let mut asm = duet_protocols::nfs::rpc::RecordAssembler::new(RPC_RECORD_MAX, 1024);
+    let mut asm = duet_protocols::nfs::rpc::RecordAssembler::new(ctx.limits.nfs_record_max, 1024);
     let mut tmp = vec![0u8; 1 << 18];
     let result = async {
         loop {

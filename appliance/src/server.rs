@@ -172,6 +172,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let segment = cfg.cache.log_segment_mib << 20;
     let interval = Duration::from_millis(cfg.cache.destage_interval_ms);
     let admin_addr = cfg.admin_addr();
+    let space_reserve = cfg.limits.disk_reserve_mib << 20;
     let listeners = std::sync::Arc::new(std::sync::Mutex::new(Vec::<ListenerInfo>::new()));
     let node = NodeInfo {
         node_id: cfg.node_id,
@@ -192,6 +193,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
                     return;
                 }
             };
+            eng.data.set_space_reserve(space_reserve);
             let listener = match admin::bind(admin_addr) {
                 Ok(l) => l,
                 Err(e) => {
@@ -224,6 +226,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     guid[..8].copy_from_slice(&handle_key.to_le_bytes());
     guid[8..].copy_from_slice(&cfg.node_id.to_le_bytes());
     let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::new());
+    let conns = frontend::ConnTable::new(&cfg.limits);
     for i in 0..executors {
         let plan = FrontendPlan {
             index: i,
@@ -235,6 +238,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             share_modes: share_modes.clone(),
             smb_require_signing: cfg.smb.require_signing,
             smb_encrypt: cfg.smb.encrypt,
+            limits: cfg.limits.clone(),
+            conns: conns.clone(),
         };
         let (bound_tx, bound_rx) = flume::bounded(1);
         let (stop_tx, stop_rx) = flume::bounded::<()>(1);

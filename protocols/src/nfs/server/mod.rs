@@ -103,6 +103,12 @@ pub struct NfsServerConfig {
     pub max_clients: usize,
     pub max_sessions: usize,
     pub max_opens: usize,
+    /// Open stateids one client (client id) may hold; an OPEN over it
+    /// gets NFS4ERR_RESOURCE.
+    pub max_opens_per_client: usize,
+    /// Largest READDIR / READDIRPLUS reply body (v3 count/maxcount and
+    /// v4 maxcount are capped to it; the listing continues by cookie).
+    pub max_readdir: u32,
     pub max_lock_states: usize,
     pub max_byte_locks: usize,
     pub max_cookies: usize,
@@ -134,6 +140,8 @@ impl Default for NfsServerConfig {
             max_clients: 1024,
             max_sessions: 2048,
             max_opens: 1 << 16,
+            max_opens_per_client: 1 << 16,
+            max_readdir: 1 << 20,
             max_lock_states: 1 << 16,
             max_byte_locks: 1 << 16,
             max_cookies: 1 << 16,

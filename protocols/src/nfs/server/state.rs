@@ -132,6 +132,7 @@ pub struct State {
     max_clients: usize,
     max_sessions: usize,
     max_opens: usize,
+    max_opens_per_client: usize,
     max_lock_states: usize,
     max_byte_locks: usize,
     pub clients: HashMap<u64, Client>,
@@ -174,6 +175,7 @@ impl State {
             max_clients: cfg.max_clients.max(1),
             max_sessions: cfg.max_sessions.max(1),
             max_opens: cfg.max_opens.max(1),
+            max_opens_per_client: cfg.max_opens_per_client.max(1),
             max_lock_states: cfg.max_lock_states.max(1),
             max_byte_locks: cfg.max_byte_locks.max(1),
             clients: HashMap::new(),
@@ -486,6 +488,13 @@ impl State {
         }
         if self.opens.len() >= self.max_opens {
             return Err(Nfsstat4::DELAY);
+        }
+        // NFS4ERR_RESOURCE (RFC 8881 15.1.1, general errors): this client used up what the
+        // server gives one client; counted only when that many exist at all.
+        if self.opens.len() >= self.max_opens_per_client
+            && self.opens.values().filter(|o| o.client == client).count() >= self.max_opens_per_client
+        {
+            return Err(Nfsstat4::RESOURCE);
         }
         self.opens.insert(
             reserved,

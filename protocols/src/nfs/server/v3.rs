@@ -507,6 +507,8 @@ fn readdir(
     if cookie != 0 && *verf != [0; 8] && *verf != srv.cookieverf {
         return Err(Nfsstat3::BAD_COOKIE);
     }
+    let budget = budget.min(srv.cfg.max_readdir as usize);
+    let dirbudget = dirbudget.min(srv.cfg.max_readdir as usize);
     let per = if plus { 160 } else { 32 };
     let n = (budget / per).min(dirbudget / 24).clamp(1, 4096) as u64;
     let parent_op = !export_root;

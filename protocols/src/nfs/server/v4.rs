@@ -1109,7 +1109,8 @@ fn translate_inner(
                         req: a.attr_request,
                         skip,
                         base,
-                        maxcount: a.maxcount,
+                        // The daemon's enumeration limit (NfsServerConfig::max_readdir).
+                        maxcount: a.maxcount.min(srv.cfg.max_readdir),
                         dircount: a.dircount,
                     });
                     Flow::Next

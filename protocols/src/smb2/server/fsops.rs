@@ -387,6 +387,15 @@ impl Connection {
         if self.opens.len() + fp.pending_opens.len() >= self.cfg.max_opens {
             return Err(NtStatus::TOO_MANY_OPENED_FILES);
         }
+        // Counted only when the connection holds that many at all.
+        let per_session = self.cfg.max_opens_per_session;
+        if self.opens.len() + fp.pending_opens.len() >= per_session
+            && self.opens.values().filter(|o| o.session_id == hdr.session_id).count()
+                + fp.pending_opens.len()
+                >= per_session
+        {
+            return Err(NtStatus::TOO_MANY_OPENED_FILES);
+        }
         let o = req.create_options;
         let d = req.create_disposition;
         let desired = access::expand(req.desired_access);

@@ -62,6 +62,9 @@ pub struct ServerConfig {
     pub max_sessions: usize,
     pub max_trees_per_session: usize,
     pub max_opens: usize,
+    /// Opens one session may hold (a CREATE over it gets
+    /// STATUS_TOO_MANY_OPENED_FILES).
+    pub max_opens_per_session: usize,
     pub max_locks: usize,
     /// Frames whose batches may be in flight at once.
     pub max_pending: usize,
@@ -103,6 +106,7 @@ impl Default for ServerConfig {
             max_sessions: 64,
             max_trees_per_session: 64,
             max_opens: 16384,
+            max_opens_per_session: 16384,
             max_locks: 4096,
             max_pending: 256,
             guest_uid: 65534,

@@ -369,9 +369,9 @@ async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>) {
                 let slot = match ctx.conns.admit(peer) {
                     Ok(s) => s,
                     Err(why) => {
-                        // Once, then every 1000th: a flood must not flood the log.
+                        // The first few, then every 1000th: a flood must not flood the log.
                         let n = ctx.conns.refused();
-                        if n == 1 || n % 1000 == 0 {
+                        if n <= 16 || n % 1000 == 0 {
                             tracing::warn!(%peer, refused = n, "{why} reached; closing a new {proto} connection");
                         }
                         drop(stream);

@@ -96,6 +96,8 @@ pub struct Smb {
     pub credit_request: u16,
     /// Credits granted by the replies so far (sum).
     pub granted: u64,
+    /// CreditCharge of the next message (MS-SMB2 3.2.4.1.5: one per 64 KiB).
+    pub charge: u16,
 }
 
 /// One decoded reply: its header and whole message bytes.
@@ -137,7 +139,7 @@ impl Smb {
 
     pub fn connect_from(src: Ipv4Addr, port: u16) -> Smb {
         let tcp = connect_from(src, port).expect("connect");
-        Smb { tcp, next_id: 0, session_id: 0, tree_id: 0, signing: None, credit_request: 32, granted: 0 }
+        Smb { tcp, next_id: 0, session_id: 0, tree_id: 0, signing: None, credit_request: 32, granted: 0, charge: 1 }
     }
 
     /// Negotiate, log on, connect to `share`.
@@ -159,7 +161,7 @@ impl Smb {
     pub fn raw(&mut self, command: Cmd, body: &[u8], sign: bool) -> Vec<u8> {
         let signed = sign && self.signing.is_some();
         let h = Header {
-            credit_charge: 1,
+            credit_charge: self.charge,
             status: NtStatus::SUCCESS,
             command,
             credit: self.credit_request,
@@ -170,7 +172,8 @@ impl Smb {
             session_id: self.session_id,
             signature: [0; 16],
         };
-        self.next_id += 1;
+        self.next_id += u64::from(self.charge.max(1));
+        self.charge = 1;
         let mut out = Vec::new();
         h.encode(&mut out);
         out.extend_from_slice(body);
@@ -300,6 +303,7 @@ impl Smb {
             write_channel_info: &[],
             data,
         };
+        self.charge = data.len().div_ceil(65536).max(1) as u16;
         self.call(Request::Write(w), Cmd::WRITE).status()
     }
 
@@ -315,6 +319,7 @@ impl Smb {
             remaining_bytes: 0,
             read_channel_info: &[],
         };
+        self.charge = (len as usize).div_ceil(65536).max(1) as u16;
         let r = self.call(Request::Read(rr), Cmd::READ);
         if r.status() != NtStatus::SUCCESS {
             return Err(r.status());

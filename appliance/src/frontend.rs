@@ -402,8 +402,21 @@ fn failed(batch_len: usize) -> BatchResult {
     BatchResult { results: vec![Err(FsError::Io); batch_len], cost: Default::default() }
 }
 
+/// Whether a framed SMB2 reply is a SESSION_SETUP refused with
+/// STATUS_LOGON_FAILURE (MS-SMB2 2.2.1: status at 8, command at 12).
+fn logon_failed(frame: &[u8]) -> bool {
+    let m = match frame.get(4..) {
+        Some(m) if m.len() >= 64 && m[..4] == [0xFE, b'S', b'M', b'B'] => m,
+        _ => return false,
+    };
+    let status = u32::from_le_bytes([m[8], m[9], m[10], m[11]]);
+    let command = u16::from_le_bytes([m[12], m[13]]);
+    command == 1 && status == 0xC000_006D
+}
+
 async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
+    let peer: IpAddr = stream.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let mut cfg = ctx.smb_cfg.clone();
     cfg.interface = stream.local_addr().ok();
     let mut seed = [0u8; 32];
@@ -426,7 +439,14 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             let mut queue: VecDeque<smb::Event> = events.into();
             while let Some(ev) = queue.pop_front() {
                 match ev {
-                    smb::Event::Send(bytes) => stream.write_all(&bytes).await?,
+                    smb::Event::Send(bytes) => {
+                        if logon_failed(&bytes) {
+                            // Who and when, never what was typed: NTLM carries
+                            // no password, and nothing of the request is logged.
+                            tracing::warn!(%peer, "SMB logon failed (STATUS_LOGON_FAILURE)");
+                        }
+                        stream.write_all(&bytes).await?
+                    }
                     smb::Event::Run { token, batch, tag } => {
                         let n = batch.ops.len();
                         let r = ctx.engine.submit(batch, RequestTag::new("smb", tag)).await.unwrap_or_else(|e| {

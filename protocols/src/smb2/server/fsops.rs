@@ -474,7 +474,10 @@ impl Connection {
             d,
             disp::CREATE | disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF
         );
-        if ro && (creates || o & opt::DELETE_ON_CLOSE != 0) {
+        // MS-SMB2 3.3.5.9: access the tree connect's MaximalAccess does not
+        // hold (a read-only share holds no write bits) is ACCESS_DENIED,
+        // before the name is looked up.
+        if ro && (creates || o & opt::DELETE_ON_CLOSE != 0 || desired & access::WRITE_BITS != 0) {
             return Err(NtStatus::ACCESS_DENIED);
         }
         fp.batch_for(hdr.session_id, &cred, ro)
@@ -674,6 +677,20 @@ impl Connection {
             .pending_opens
             .get(&slot)
             .is_some_and(|p| p.delete_on_close);
+        // Removing a name needs write and search permission on its directory
+        // (POSIX; the engine checks it again at the removal). The removal
+        // happens at CLOSE, which cannot report a failure, so an open that
+        // asks for DELETE where it cannot have it is refused here
+        // (MS-SMB2 3.3.5.9: ACCESS_DENIED). The share root's own attributes
+        // are not among the results; names directly in it are checked only
+        // by the engine.
+        if (wanted & access::DELETE != 0 || doc) && !cp.name.is_empty() && cp.final_op > cp.first_op {
+            if let Ok(parent) = result_attrs(results, cp.final_op - 1) {
+                if super::info::mode_bits(&cred, parent) & 3 != 3 {
+                    return Err(NtStatus::ACCESS_DENIED);
+                }
+            }
+        }
         if doc && attrs.dos_attrs & dos::READONLY != 0 {
             return Err(NtStatus::CANNOT_DELETE);
         }

@@ -35,8 +35,14 @@ fn getattr3(n: &mut Nfs, fh: &[u8]) -> Fattr3 {
 
 fn create3_raw(n: &mut Nfs, dir: &[u8], name: &[u8]) -> Nfsstat3 {
     let rep = n.v3(&Nfs3Args::Create(Create3Args {
-        where_: DirOpArgs3 { dir: Opaque(dir), name: Name(name) },
-        how: CreateHow3::Unchecked(Sattr3 { mode: Some(0o644), ..Default::default() }),
+        where_: DirOpArgs3 {
+            dir: Opaque(dir),
+            name: Name(name),
+        },
+        how: CreateHow3::Unchecked(Sattr3 {
+            mode: Some(0o644),
+            ..Default::default()
+        }),
     }));
     match results3(proc3::CREATE, &rep) {
         Nfs3Results::Create(Nfs3Res::Ok(_)) => Nfsstat3::OK,
@@ -46,7 +52,12 @@ fn create3_raw(n: &mut Nfs, dir: &[u8], name: &[u8]) -> Nfsstat3 {
 }
 
 fn smb_create_status(c: &mut Smb, name: Utf16<'_>) -> NtStatus {
-    let mut req = open_req("", create_disposition::OPEN_IF, create_options::NON_DIRECTORY_FILE, RW);
+    let mut req = open_req(
+        "",
+        create_disposition::OPEN_IF,
+        create_options::NON_DIRECTORY_FILE,
+        RW,
+    );
     req.name = name;
     match c.create_req(req) {
         Ok(f) => {
@@ -61,11 +72,46 @@ fn smb_create_status(c: &mut Smb, name: Utf16<'_>) -> NtStatus {
 fn shares_exports_permissions_names_symlinks_and_sessions() {
     let tmp = tempfile::tempdir().unwrap();
     let d = Daemon::start(tmp.path());
-    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "3001", "--gid", "3001"]);
-    d.ok(&["user", "add", "bob", "--password", "bobpw", "--uid", "3002", "--gid", "3002"]);
+    d.ok(&[
+        "user",
+        "add",
+        "alice",
+        "--password",
+        "alicepw",
+        "--uid",
+        "3001",
+        "--gid",
+        "3001",
+    ]);
+    d.ok(&[
+        "user",
+        "add",
+        "bob",
+        "--password",
+        "bobpw",
+        "--uid",
+        "3002",
+        "--gid",
+        "3002",
+    ]);
     d.ok(&["share", "add", "ro", "--path", "/ro", "--read-only"]);
-    d.ok(&["share", "add", "netonly", "--path", "/netonly", "--nfs-clients", "127.0.0.5/32"]);
-    d.ok(&["share", "add", "rootok", "--path", "/rootok", "--no-root-squash"]);
+    d.ok(&[
+        "share",
+        "add",
+        "netonly",
+        "--path",
+        "/netonly",
+        "--nfs-clients",
+        "127.0.0.5/32",
+    ]);
+    d.ok(&[
+        "share",
+        "add",
+        "rootok",
+        "--path",
+        "/rootok",
+        "--no-root-squash",
+    ]);
     std::thread::sleep(Duration::from_millis(2500));
     let (smb, nfs) = (d.smb_port, d.nfs_port);
 
@@ -81,14 +127,28 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
     c.close(dir);
     let mut n = Nfs::connect(nfs).as_user(3001, 3001);
     let ro = n.mount("/ro").expect("a read-only export mounts");
-    assert_eq!(n.create3(&ro, "new.txt"), Err(Nfsstat3::ROFS), "NFSv3 CREATE on a read-only export");
+    assert_eq!(
+        n.create3(&ro, "new.txt"),
+        Err(Nfsstat3::ROFS),
+        "NFSv3 CREATE on a read-only export"
+    );
     let rep = n.v3(&Nfs3Args::Mkdir(Mkdir3Args {
-        where_: DirOpArgs3 { dir: Opaque(&ro), name: Name(b"d") },
+        where_: DirOpArgs3 {
+            dir: Opaque(&ro),
+            name: Name(b"d"),
+        },
         attributes: Sattr3::default(),
     }));
-    assert!(matches!(results3(proc3::MKDIR, &rep), Nfs3Results::Mkdir(Nfs3Res::Fail(Nfsstat3::ROFS, _))));
+    assert!(matches!(
+        results3(proc3::MKDIR, &rep),
+        Nfs3Results::Mkdir(Nfs3Res::Fail(Nfsstat3::ROFS, _))
+    ));
     let mut s = session(&mut n, b"access-1", 1 << 20, 64);
-    assert_eq!(open4(&mut n, &mut s, &ro, b"o", "new4.txt"), Err(Nfsstat4::ROFS), "NFSv4.1 OPEN/create read-only");
+    assert_eq!(
+        open4(&mut n, &mut s, &ro, b"o", "new4.txt"),
+        Err(Nfsstat4::ROFS),
+        "NFSv4.1 OPEN/create read-only"
+    );
 
     // ---- File permissions across users (both protocols).
     let mut a = Smb::logged_on(smb, "alice", "alicepw", "public");
@@ -99,78 +159,172 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
     let public = pub_n.mount("/public").unwrap();
     let fh = pub_n.lookup3(&public, b"alice.txt").unwrap();
     let attrs = getattr3(&mut pub_n, &fh);
-    assert_eq!((attrs.uid, attrs.gid), (3001, 3001), "an SMB user's file belongs to its uid");
-    assert_eq!(attrs.mode & 0o022, 0, "mode {:o}: others may not write", attrs.mode);
-    assert_eq!(pub_n.write3(&fh, 0, b"bob was here"), Err(Nfsstat3::ACCES), "NFS uid 3002 writes uid 3001's file");
+    assert_eq!(
+        (attrs.uid, attrs.gid),
+        (3001, 3001),
+        "an SMB user's file belongs to its uid"
+    );
+    assert_eq!(
+        attrs.mode & 0o022,
+        0,
+        "mode {:o}: others may not write",
+        attrs.mode
+    );
+    assert_eq!(
+        pub_n.write3(&fh, 0, b"bob was here"),
+        Err(Nfsstat3::ACCES),
+        "NFS uid 3002 writes uid 3001's file"
+    );
     let mut b = Smb::logged_on(smb, "bob", "bobpw", "public");
-    assert_eq!(b.create("alice.txt"), Err(NtStatus::ACCESS_DENIED), "SMB bob opens alice's file for writing");
+    assert_eq!(
+        b.create("alice.txt"),
+        Err(NtStatus::ACCESS_DENIED),
+        "SMB bob opens alice's file for writing"
+    );
     // /public is 0777 (anyone may unlink there, as POSIX says); in a
     // directory of alice's, bob may neither create nor delete.
-    let dreq = open_req("alice-dir", create_disposition::CREATE, create_options::DIRECTORY_FILE, RW);
+    let dreq = open_req(
+        "alice-dir",
+        create_disposition::CREATE,
+        create_options::DIRECTORY_FILE,
+        RW,
+    );
     let dfid = a.create_req(dreq).expect("alice makes a directory");
     a.close(dfid);
     let f = a.create("alice-dir\\secret.txt").unwrap();
     a.close(f);
     let dh = pub_n.lookup3(&public, b"alice-dir").unwrap();
     let dattrs = getattr3(&mut pub_n, &dh);
-    assert_eq!((dattrs.uid, dattrs.mode & 0o022), (3001, 0), "alice's directory, mode {:o}", dattrs.mode);
+    assert_eq!(
+        (dattrs.uid, dattrs.mode & 0o022),
+        (3001, 0),
+        "alice's directory, mode {:o}",
+        dattrs.mode
+    );
     let st = b.delete("alice-dir\\secret.txt");
-    assert!(pub_n.lookup3(&dh, b"secret.txt").is_ok(), "SMB bob deleted a file in alice's directory ({st:?})");
-    assert_eq!(st, NtStatus::ACCESS_DENIED, "SMB bob deletes in alice's directory");
-    assert_eq!(b.create("alice-dir\\bob.txt"), Err(NtStatus::ACCESS_DENIED), "SMB bob creates in alice's directory");
-    assert_eq!(pub_n.remove3(&dh, "secret.txt"), Nfsstat3::ACCES, "NFS uid 3002 removes in alice's directory");
+    assert!(
+        pub_n.lookup3(&dh, b"secret.txt").is_ok(),
+        "SMB bob deleted a file in alice's directory ({st:?})"
+    );
+    assert_eq!(
+        st,
+        NtStatus::ACCESS_DENIED,
+        "SMB bob deletes in alice's directory"
+    );
+    assert_eq!(
+        b.create("alice-dir\\bob.txt"),
+        Err(NtStatus::ACCESS_DENIED),
+        "SMB bob creates in alice's directory"
+    );
+    assert_eq!(
+        pub_n.remove3(&dh, "secret.txt"),
+        Nfsstat3::ACCES,
+        "NFS uid 3002 removes in alice's directory"
+    );
     let mut alice_n = Nfs::connect(nfs).as_user(3001, 3001);
-    assert_eq!(alice_n.write3(&fh, 0, b"ALICE"), Ok(5), "the owner writes over NFS");
+    assert_eq!(
+        alice_n.write3(&fh, 0, b"ALICE"),
+        Ok(5),
+        "the owner writes over NFS"
+    );
     let fa = a.open_read("alice.txt").unwrap();
     assert_eq!(a.read(fa, 0, 100).unwrap(), b"ALICE's", "and SMB sees it");
     a.close(fa);
 
     // ---- NFS export rules: client networks, root squash.
     let mut wrong = Nfs::connect_from(ip(1), nfs);
-    assert_eq!(wrong.mount("/netonly"), Err(MountStat3::ERR_ACCES), "MNT from outside --nfs-clients");
+    assert_eq!(
+        wrong.mount("/netonly"),
+        Err(MountStat3::ERR_ACCES),
+        "MNT from outside --nfs-clients"
+    );
     let mut right = Nfs::connect_from(ip(5), nfs);
-    let net = right.mount("/netonly").expect("MNT from inside --nfs-clients");
+    let net = right
+        .mount("/netonly")
+        .expect("MNT from inside --nfs-clients");
     // A handle learnt by an allowed client is no key for another one.
-    let rep = wrong.v3(&Nfs3Args::GetAttr(GetAttr3Args { object: Opaque(&net) }));
+    let rep = wrong.v3(&Nfs3Args::GetAttr(GetAttr3Args {
+        object: Opaque(&net),
+    }));
     let st = match results3(proc3::GETATTR, &rep) {
         Nfs3Results::GetAttr(Nfs3Res::Fail(s, _)) => s,
         other => panic!("GETATTR of a handle of an export not open to this client: {other:?}"),
     };
-    assert!(st == Nfsstat3::ACCES || st == Nfsstat3::PERM || st == Nfsstat3::STALE, "{st:?}");
+    assert!(
+        st == Nfsstat3::ACCES || st == Nfsstat3::PERM || st == Nfsstat3::STALE,
+        "{st:?}"
+    );
     let mut root = Nfs::connect(nfs).as_user(0, 0);
     let public = root.mount("/public").unwrap();
     let fh = root.create3(&public, "by-root-squashed").unwrap();
-    assert_eq!(getattr3(&mut root, &fh).uid, 65534, "root is squashed to 65534 on a root_squash export");
+    assert_eq!(
+        getattr3(&mut root, &fh).uid,
+        65534,
+        "root is squashed to 65534 on a root_squash export"
+    );
     let rootok = root.mount("/rootok").unwrap();
     let rootok_attrs = getattr3(&mut root, &rootok);
     if rootok_attrs.mode & 0o002 != 0 || rootok_attrs.uid == 0 {
         let fh = root.create3(&rootok, "by-root").unwrap();
-        assert_eq!(getattr3(&mut root, &fh).uid, 0, "root stays root with --no-root-squash");
+        assert_eq!(
+            getattr3(&mut root, &fh).uid,
+            0,
+            "root stays root with --no-root-squash"
+        );
     }
 
     // ---- Names: '/', NUL, '..', over 255 bytes, invalid UTF-16 / UTF-8.
     let long = "x".repeat(256);
     for (what, name) in [("slash", "a/b"), ("NUL", "a\0b"), ("long", long.as_str())] {
         let st = smb_create_status(&mut a, Utf16::Str(name));
-        assert_eq!(st, NtStatus::OBJECT_NAME_INVALID, "SMB CREATE of a {what} name");
+        assert_eq!(
+            st,
+            NtStatus::OBJECT_NAME_INVALID,
+            "SMB CREATE of a {what} name"
+        );
     }
     for name in ["..\\..\\etc\\passwd", "sub\\..\\..\\x", ".."] {
         let st = smb_create_status(&mut a, Utf16::Str(name));
         assert!(
-            matches!(st, NtStatus::OBJECT_PATH_SYNTAX_BAD | NtStatus::OBJECT_NAME_INVALID | NtStatus::INVALID_PARAMETER),
+            matches!(
+                st,
+                NtStatus::OBJECT_PATH_SYNTAX_BAD
+                    | NtStatus::OBJECT_NAME_INVALID
+                    | NtStatus::INVALID_PARAMETER
+            ),
             "SMB CREATE of {name:?}: {st:?}"
         );
     }
     let lone_surrogate = [0x61, 0x00, 0x00, 0xD8, 0x62, 0x00]; // "a\u{D800}b"
-    assert_eq!(smb_create_status(&mut a, Utf16::Wire(&lone_surrogate)), NtStatus::OBJECT_NAME_INVALID, "invalid UTF-16");
+    assert_eq!(
+        smb_create_status(&mut a, Utf16::Wire(&lone_surrogate)),
+        NtStatus::OBJECT_NAME_INVALID,
+        "invalid UTF-16"
+    );
     let mut n = Nfs::connect(nfs).as_user(3001, 3001);
     let public = n.mount("/public").unwrap();
     for (what, name, want) in [
-        ("slash", &b"a/b"[..], &[Nfsstat3::INVAL, Nfsstat3::ACCES][..]),
+        (
+            "slash",
+            &b"a/b"[..],
+            &[Nfsstat3::INVAL, Nfsstat3::ACCES][..],
+        ),
         ("NUL", &b"a\0b"[..], &[Nfsstat3::INVAL, Nfsstat3::ACCES][..]),
-        ("dot-dot", &b".."[..], &[Nfsstat3::EXIST, Nfsstat3::INVAL, Nfsstat3::ACCES][..]),
-        ("over 255 bytes", long.as_bytes(), &[Nfsstat3::NAMETOOLONG][..]),
-        ("invalid UTF-8", &b"a\xff\xfeb"[..], &[Nfsstat3::INVAL, Nfsstat3::ACCES][..]),
+        (
+            "dot-dot",
+            &b".."[..],
+            &[Nfsstat3::EXIST, Nfsstat3::INVAL, Nfsstat3::ACCES][..],
+        ),
+        (
+            "over 255 bytes",
+            long.as_bytes(),
+            &[Nfsstat3::NAMETOOLONG][..],
+        ),
+        (
+            "invalid UTF-8",
+            &b"a\xff\xfeb"[..],
+            &[Nfsstat3::INVAL, Nfsstat3::ACCES][..],
+        ),
     ] {
         let st = create3_raw(&mut n, &public, name);
         assert!(want.contains(&st), "NFSv3 CREATE of a {what} name: {st:?}");
@@ -178,20 +332,48 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
     // LOOKUP ".." at the export root stays in the export.
     let up = n.lookup3(&public, b"..");
     if let Ok(up) = up {
-        assert_eq!(getattr3(&mut n, &up).fileid, getattr3(&mut n, &public).fileid, "'..' of the export root");
+        assert_eq!(
+            getattr3(&mut n, &up).fileid,
+            getattr3(&mut n, &public).fileid,
+            "'..' of the export root"
+        );
     }
     let mut s4 = session(&mut n, b"access-names", 1 << 20, 64);
     for (what, name, want) in [
-        ("slash", &b"a/b"[..], &[Nfsstat4::BADCHAR, Nfsstat4::INVAL, Nfsstat4::BADNAME][..]),
-        ("NUL", &b"a\0b"[..], &[Nfsstat4::BADCHAR, Nfsstat4::INVAL, Nfsstat4::BADNAME][..]),
+        (
+            "slash",
+            &b"a/b"[..],
+            &[Nfsstat4::BADCHAR, Nfsstat4::INVAL, Nfsstat4::BADNAME][..],
+        ),
+        (
+            "NUL",
+            &b"a\0b"[..],
+            &[Nfsstat4::BADCHAR, Nfsstat4::INVAL, Nfsstat4::BADNAME][..],
+        ),
         ("dot-dot", &b".."[..], &[Nfsstat4::BADNAME][..]),
         ("empty", &b""[..], &[Nfsstat4::INVAL][..]),
-        ("over 255 bytes", long.as_bytes(), &[Nfsstat4::NAMETOOLONG][..]),
-        ("invalid UTF-8", &b"a\xff\xfeb"[..], &[Nfsstat4::INVAL, Nfsstat4::BADCHAR][..]),
+        (
+            "over 255 bytes",
+            long.as_bytes(),
+            &[Nfsstat4::NAMETOOLONG][..],
+        ),
+        (
+            "invalid UTF-8",
+            &b"a\xff\xfeb"[..],
+            &[Nfsstat4::INVAL, Nfsstat4::BADCHAR][..],
+        ),
     ] {
         let seq = s4.sequence();
         let rep = n
-            .v4(vec![seq, ArgOp4::PutFh(PutFh4Args { object: Opaque(&public) }), ArgOp4::Lookup(Lookup4Args { objname: Name(name) })])
+            .v4(vec![
+                seq,
+                ArgOp4::PutFh(PutFh4Args {
+                    object: Opaque(&public),
+                }),
+                ArgOp4::Lookup(Lookup4Args {
+                    objname: Name(name),
+                }),
+            ])
             .unwrap();
         let st = res4(&rep).status;
         assert!(want.contains(&st), "NFSv4 LOOKUP of a {what} name: {st:?}");
@@ -199,16 +381,27 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
 
     // ---- Symlinks never lead outside the share: duet keeps its own
     // namespace; NFS READLINK returns the text, SMB follows nothing.
-    for (name, target) in [("escape-rel", "../../../../etc/passwd"), ("escape-abs", "/etc/passwd")] {
+    for (name, target) in [
+        ("escape-rel", "../../../../etc/passwd"),
+        ("escape-abs", "/etc/passwd"),
+    ] {
         let rep = n.v3(&Nfs3Args::Symlink(Symlink3Args {
-            where_: DirOpArgs3 { dir: Opaque(&public), name: Name(name.as_bytes()) },
-            symlink: SymlinkData3 { symlink_attributes: Sattr3::default(), symlink_data: Opaque(target.as_bytes()) },
+            where_: DirOpArgs3 {
+                dir: Opaque(&public),
+                name: Name(name.as_bytes()),
+            },
+            symlink: SymlinkData3 {
+                symlink_attributes: Sattr3::default(),
+                symlink_data: Opaque(target.as_bytes()),
+            },
         }));
         let link = match results3(proc3::SYMLINK, &rep) {
             Nfs3Results::Symlink(Nfs3Res::Ok(ok)) => ok.obj.unwrap().0.to_vec(),
             other => panic!("SYMLINK {name}: {other:?}"),
         };
-        let rep = n.v3(&Nfs3Args::ReadLink(ReadLink3Args { symlink: Opaque(&link) }));
+        let rep = n.v3(&Nfs3Args::ReadLink(ReadLink3Args {
+            symlink: Opaque(&link),
+        }));
         match results3(proc3::READLINK, &rep) {
             Nfs3Results::ReadLink(Nfs3Res::Ok(ok)) => assert_eq!(ok.data.0, target.as_bytes()),
             other => panic!("READLINK: {other:?}"),
@@ -220,7 +413,10 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
         for path in [name.to_string(), format!("{name}\\x")] {
             if let Ok(f) = a.open_read(&path) {
                 let got = a.read(f, 0, 4096).unwrap_or_default();
-                assert!(!String::from_utf8_lossy(&got).contains("root:"), "{path} read the host's /etc/passwd");
+                assert!(
+                    !String::from_utf8_lossy(&got).contains("root:"),
+                    "{path} read the host's /etc/passwd"
+                );
                 a.close(f);
             }
         }
@@ -232,7 +428,11 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
     let r = c.call(Request::Logoff(LogoffRequest), Cmd::LOGOFF);
     assert_eq!(r.status(), NtStatus::SUCCESS);
     let st = smb_create_status(&mut c, Utf16::Str("after-logoff.txt"));
-    assert_eq!(st, NtStatus::USER_SESSION_DELETED, "a request on a logged-off session");
+    assert_eq!(
+        st,
+        NtStatus::USER_SESSION_DELETED,
+        "a request on a logged-off session"
+    );
     let mut c = Smb::logged_on(smb, "alice", "alicepw", "public");
     let m = c.message(Request::Echo(Default::default()), Cmd::ECHO, true);
     c.send(&m).unwrap();
@@ -241,11 +441,19 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
     assert!(closed_by_server(&mut c.tcp), "a replayed signed message");
     // NFSv4.1: a destroyed session is BADSESSION.
     let mut s = session(&mut n, b"access-2", 1 << 20, 64);
-    let rep = n.v4(vec![ArgOp4::DestroySession(DestroySession4Args { sessionid: s.id })]).unwrap();
+    let rep = n
+        .v4(vec![ArgOp4::DestroySession(DestroySession4Args {
+            sessionid: s.id,
+        })])
+        .unwrap();
     assert_eq!(res4(&rep).status, Nfsstat4::OK);
     let seq = s.sequence();
     let rep = n.v4(vec![seq, ArgOp4::PutRootFh(())]).unwrap();
-    assert_eq!(res4(&rep).status, Nfsstat4::BADSESSION, "SEQUENCE on a destroyed session");
+    assert_eq!(
+        res4(&rep).status,
+        Nfsstat4::BADSESSION,
+        "SEQUENCE on a destroyed session"
+    );
 
     // ---- Logon failures are logged, the password never is; a removed
     // user can no longer log on.
@@ -256,9 +464,16 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
     std::thread::sleep(Duration::from_millis(2500));
     let mut c = Smb::connect(smb);
     c.negotiate();
-    assert_eq!(c.login("bob", "bobpw"), NtStatus::LOGON_FAILURE, "a removed user");
+    assert_eq!(
+        c.login("bob", "bobpw"),
+        NtStatus::LOGON_FAILURE,
+        "a removed user"
+    );
     let log = d.log_text();
-    assert!(log.matches("SMB logon failed").count() >= 2, "logon failures are logged:\n{log}");
+    assert!(
+        log.matches("SMB logon failed").count() >= 2,
+        "logon failures are logged:\n{log}"
+    );
     for secret in ["Sekrit-Wrong-Pw", "alicepw", "bobpw"] {
         assert!(!log.contains(secret), "the log holds a password");
     }

@@ -29,17 +29,31 @@ struct Volume {
 impl Volume {
     fn new(base: &Path, mib: u64) -> Volume {
         // SAFETY: geteuid has no preconditions.
-        assert_eq!(unsafe { libc::geteuid() }, 0, "diskfull needs root to loop-mount a small ext4 volume");
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "diskfull needs root to loop-mount a small ext4 volume"
+        );
         let img = base.join("volume.img");
         let dir = base.join("vol");
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::File::create(&img).unwrap().set_len(mib << 20).unwrap();
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
         let run = |cmd: &mut Command| {
             let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-            assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "{cmd:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         };
         run(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img));
-        run(Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&dir));
+        run(Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&img)
+            .arg(&dir));
         Volume { dir }
     }
 }
@@ -52,7 +66,9 @@ impl Drop for Volume {
 
 /// The bytes of file `i`, offset `off`, length `len`: never the same twice.
 fn pattern(i: usize, off: usize, len: usize) -> Vec<u8> {
-    (off..off + len).map(|p| ((p / 7) as u8) ^ (i as u8).wrapping_mul(31) ^ ((p >> 12) as u8)).collect()
+    (off..off + len)
+        .map(|p| ((p / 7) as u8) ^ (i as u8).wrapping_mul(31) ^ ((p >> 12) as u8))
+        .collect()
 }
 
 #[test]
@@ -100,34 +116,63 @@ fn a_full_volume_refuses_writes_keeps_data_and_recovers() {
     let (what, status) = full.expect("a 300 MiB volume filled up within 800 MiB of writes");
     assert_eq!(status, NtStatus::DISK_FULL, "{what} on a full volume");
     let total: usize = stored.iter().map(|s| s.1).sum();
-    eprintln!("full after {} MiB in {} files ({what} got STATUS_DISK_FULL)", total / MIB, stored.len());
+    eprintln!(
+        "full after {} MiB in {} files ({what} got STATUS_DISK_FULL)",
+        total / MIB,
+        stored.len()
+    );
     assert!(total >= 100 * MIB, "only {} MiB fit", total / MIB);
-    assert_eq!(c.create("one-more.bin"), Err(NtStatus::DISK_FULL), "CREATE on a full volume");
+    assert_eq!(
+        c.create("one-more.bin"),
+        Err(NtStatus::DISK_FULL),
+        "CREATE on a full volume"
+    );
 
     // NFS is refused too: v3 WRITE (FILE_SYNC) and CREATE, v4.1 OPEN/create.
-    assert_eq!(n.write3(&early, 64 << 10, &pattern(999, 64 << 10, MIB)), Err(Nfsstat3::NOSPC));
+    assert_eq!(
+        n.write3(&early, 64 << 10, &pattern(999, 64 << 10, MIB)),
+        Err(Nfsstat3::NOSPC)
+    );
     assert_eq!(n.create3(&root, "nfs-late"), Err(Nfsstat3::NOSPC));
     let mut s = session(&mut n, b"diskfull", 1 << 20, 64);
-    assert_eq!(open4(&mut n, &mut s, &root, b"o", "v4-late"), Err(Nfsstat4::NOSPC));
+    assert_eq!(
+        open4(&mut n, &mut s, &root, b"o", "v4-late"),
+        Err(Nfsstat4::NOSPC)
+    );
 
     // Everything stored before reads back byte for byte.
     let verify = |c: &mut Smb, n: &mut Nfs, stored: &[(String, usize)], root: &[u8]| {
         for (i, (name, len)) in stored.iter().enumerate() {
             let i: usize = name[5..8].parse().unwrap_or(i);
-            let f = c.open_read(name).unwrap_or_else(|e| panic!("open {name}: {e:?}"));
+            let f = c
+                .open_read(name)
+                .unwrap_or_else(|e| panic!("open {name}: {e:?}"));
             let got = c.read_all(f, len + 1).unwrap();
-            assert!(got == pattern(i, 0, *len), "{name}: {} bytes back, {} acknowledged", got.len(), len);
+            assert!(
+                got == pattern(i, 0, *len),
+                "{name}: {} bytes back, {} acknowledged",
+                got.len(),
+                len
+            );
             c.close(f);
         }
         let fh = n.lookup3(root, b"nfs-early").unwrap();
-        assert_eq!(n.read3_all(&fh).unwrap(), pattern(999, 0, 64 << 10), "nfs-early");
+        assert_eq!(
+            n.read3_all(&fh).unwrap(),
+            pattern(999, 0, 64 << 10),
+            "nfs-early"
+        );
     };
     verify(&mut c, &mut n, &stored, &root);
 
     // Free space: delete all but the first three; writes work again once
     // the chunks are reclaimed.
     for (name, _) in &stored[3..] {
-        assert_eq!(c.delete(name), NtStatus::SUCCESS, "delete {name} on a full volume");
+        assert_eq!(
+            c.delete(name),
+            NtStatus::SUCCESS,
+            "delete {name} on a full volume"
+        );
     }
     stored.truncate(3);
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -135,23 +180,37 @@ fn a_full_volume_refuses_writes_keeps_data_and_recovers() {
         match c.create("after.bin") {
             Ok(f) => break f,
             Err(NtStatus::DISK_FULL) => {
-                assert!(Instant::now() < deadline, "space never came back after deleting files");
+                assert!(
+                    Instant::now() < deadline,
+                    "space never came back after deleting files"
+                );
                 std::thread::sleep(Duration::from_millis(250));
             }
             Err(e) => panic!("create after freeing space: {e:?}"),
         }
     };
     for k in 0..4 {
-        assert_eq!(c.write(after, (k * MIB) as u64, &pattern(77, k * MIB, MIB), true), NtStatus::SUCCESS);
+        assert_eq!(
+            c.write(after, (k * MIB) as u64, &pattern(77, k * MIB, MIB), true),
+            NtStatus::SUCCESS
+        );
     }
     c.close(after);
-    let late = n.create3(&root, "nfs-late").expect("NFS CREATE after freeing space");
+    let late = n
+        .create3(&root, "nfs-late")
+        .expect("NFS CREATE after freeing space");
     assert_eq!(n.write3(&late, 0, &pattern(5, 0, MIB)), Ok(MIB as u32));
     verify(&mut c, &mut n, &stored, &root);
     let f = c.open_read("after.bin").unwrap();
-    assert!(c.read_all(f, 4 * MIB + 1).unwrap() == pattern(77, 0, 4 * MIB), "after.bin");
+    assert!(
+        c.read_all(f, 4 * MIB + 1).unwrap() == pattern(77, 0, 4 * MIB),
+        "after.bin"
+    );
     c.close(f);
-    assert!(d.ok(&["fsck"]).contains("file system is consistent"), "fsck after a full volume");
+    assert!(
+        d.ok(&["fsck"]).contains("file system is consistent"),
+        "fsck after a full volume"
+    );
 
     // A restart on this volume keeps it all.
     drop(c);
@@ -162,9 +221,19 @@ fn a_full_volume_refuses_writes_keeps_data_and_recovers() {
     let root = n.mount("/public").unwrap();
     verify(&mut c, &mut n, &stored, &root);
     let fh = n.lookup3(&root, b"nfs-late").unwrap();
-    assert!(n.read3_all(&fh).unwrap() == pattern(5, 0, MIB), "nfs-late after restart");
-    assert!(d.ok(&["fsck"]).contains("file system is consistent"), "fsck after restart");
-    assert!(d.log_text().lines().all(|l| !l.contains("panicked")), "{}", d.log_text());
+    assert!(
+        n.read3_all(&fh).unwrap() == pattern(5, 0, MIB),
+        "nfs-late after restart"
+    );
+    assert!(
+        d.ok(&["fsck"]).contains("file system is consistent"),
+        "fsck after restart"
+    );
+    assert!(
+        d.log_text().lines().all(|l| !l.contains("panicked")),
+        "{}",
+        d.log_text()
+    );
     drop(d);
     drop(vol);
 }

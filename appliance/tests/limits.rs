@@ -21,7 +21,8 @@ use duet_protocols::smb2::message::{Request, Response};
 use duet_protocols::smb2::negotiate::{dialect, NegotiateRequest};
 use duet_protocols::smb2::status::NtStatus;
 
-const SMALL: &str = "\n[limits]\nconnections = 40\nconnections_per_client = 8\nsmb_message_max = 262144\n\
+const SMALL: &str =
+    "\n[limits]\nconnections = 40\nconnections_per_client = 8\nsmb_message_max = 262144\n\
 nfs_record_max = 262144\nnfs_compound_ops = 16\nsmb_credits = 64\nsmb_open_files_per_session = 10\n\
 nfs_open_files_per_client = 10\nsmb_transact_max = 65536\nnfs_readdir_max = 8192\n";
 
@@ -35,8 +36,15 @@ fn start(dir: &std::path::Path, limits: &str) -> Daemon {
 
 /// NFS NULL on a new connection from `src` answers.
 fn nfs_serves(port: u16, src: Ipv4Addr) -> bool {
-    let Ok(s) = connect_from(src, port) else { return false };
-    let mut c = Nfs { s, xid: 1, uid: 0, gid: 0 };
+    let Ok(s) = connect_from(src, port) else {
+        return false;
+    };
+    let mut c = Nfs {
+        s,
+        xid: 1,
+        uid: 0,
+        gid: 0,
+    };
     c.null() == Some(AcceptedReplyData::Success)
 }
 
@@ -45,7 +53,10 @@ fn nfs_serves(port: u16, src: Ipv4Addr) -> bool {
 fn wait_served(port: u16, src: Ipv4Addr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !nfs_serves(port, src) {
-        assert!(Instant::now() < deadline, "connections from {src} never served again");
+        assert!(
+            Instant::now() < deadline,
+            "connections from {src} never served again"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -69,9 +80,15 @@ fn connection_limits_per_client_and_in_total() {
     }
     // The ninth from that address is closed at once, on either port.
     let mut ninth = connect_from(ip(2), nfs).unwrap();
-    assert!(closed_by_server(&mut ninth), "a 9th NFS connection from one address is closed");
+    assert!(
+        closed_by_server(&mut ninth),
+        "a 9th NFS connection from one address is closed"
+    );
     let mut ninth = connect_from(ip(2), smb).unwrap();
-    assert!(closed_by_server(&mut ninth), "a 9th SMB connection from one address is closed");
+    assert!(
+        closed_by_server(&mut ninth),
+        "a 9th SMB connection from one address is closed"
+    );
     // Another address is served meanwhile.
     assert!(nfs_serves(nfs, ip(3)), "another client keeps its service");
 
@@ -80,7 +97,11 @@ fn connection_limits_per_client_and_in_total() {
     for a in 4..8 {
         for _ in 0..8 {
             let mut c = Nfs::connect_from(ip(a), nfs);
-            assert_eq!(c.null(), Some(AcceptedReplyData::Success), "connection from 127.0.0.{a}");
+            assert_eq!(
+                c.null(),
+                Some(AcceptedReplyData::Success),
+                "connection from 127.0.0.{a}"
+            );
             held.push(c);
         }
     }
@@ -92,8 +113,15 @@ fn connection_limits_per_client_and_in_total() {
     drop(held);
     drop(smbs);
     wait_served(nfs, ip(2));
-    assert!(d.log_text().contains("limits.connections_per_client reached"), "refusals are logged");
-    assert!(d.log_text().contains("limits.connections reached"), "refusals are logged");
+    assert!(
+        d.log_text()
+            .contains("limits.connections_per_client reached"),
+        "refusals are logged"
+    );
+    assert!(
+        d.log_text().contains("limits.connections reached"),
+        "refusals are logged"
+    );
 }
 
 #[test]
@@ -114,8 +142,13 @@ fn message_record_compound_credit_open_and_enumeration_limits() {
         negotiate_contexts: Vec::new(),
     };
     let r = c.call(Request::Negotiate(neg), Cmd::NEGOTIATE);
-    let Ok(Response::Negotiate(n)) = Response::decode(&r.header, &r.bytes) else { panic!("negotiate") };
-    assert_eq!((n.max_write_size, n.max_read_size, n.max_transact_size), (192 << 10, 192 << 10, 64 << 10));
+    let Ok(Response::Negotiate(n)) = Response::decode(&r.header, &r.bytes) else {
+        panic!("negotiate")
+    };
+    assert_eq!(
+        (n.max_write_size, n.max_read_size, n.max_transact_size),
+        (192 << 10, 192 << 10, 64 << 10)
+    );
 
     // A message over smb_message_max: the connection is dropped unread.
     let mut raw = connect_from(ip(1), smb).unwrap();
@@ -125,7 +158,8 @@ fn message_record_compound_credit_open_and_enumeration_limits() {
 
     // A record over nfs_record_max (announced in one fragment): closed.
     let mut raw = connect_from(ip(1), nfs).unwrap();
-    raw.write_all(&(LAST_FRAGMENT | ((256u32 << 10) + 1)).to_be_bytes()).unwrap();
+    raw.write_all(&(LAST_FRAGMENT | ((256u32 << 10) + 1)).to_be_bytes())
+        .unwrap();
     assert!(closed_by_server(&mut raw), "an RPC record over 256 KiB");
 
     // SMB credits: asking for 1000 in every request never leaves more than
@@ -137,21 +171,37 @@ fn message_record_compound_credit_open_and_enumeration_limits() {
     assert_eq!(c.login("bench", "benchpw"), NtStatus::SUCCESS);
     assert_eq!(c.tree("public"), NtStatus::SUCCESS);
     let outstanding = c.granted + 1 - c.next_id; // ids 0..next_id used, id 0 free
-    assert!(outstanding <= 64, "{outstanding} credits outstanding with smb_credits = 64");
-    assert!(outstanding >= 32, "the client did get credits: {outstanding}");
+    assert!(
+        outstanding <= 64,
+        "{outstanding} credits outstanding with smb_credits = 64"
+    );
+    assert!(
+        outstanding >= 32,
+        "the client did get credits: {outstanding}"
+    );
     c.next_id = c.granted + 1 + 4 * 64 + 10;
     let m = c.raw(Cmd::ECHO, &[4, 0, 0, 0], true);
     let _ = c.send(&m);
-    assert!(closed_by_server(&mut c.tcp), "a message id outside the credit window");
+    assert!(
+        closed_by_server(&mut c.tcp),
+        "a message id outside the credit window"
+    );
 
     // Open files per SMB session: ten, then STATUS_TOO_MANY_OPENED_FILES;
     // a CLOSE makes room again.
     let mut c = Smb::logged_on(smb, "bench", "benchpw", "public");
     let mut fids = Vec::new();
     for i in 0..10 {
-        fids.push(c.create(&format!("open-{i}.txt")).unwrap_or_else(|e| panic!("open {i}: {e:?}")));
+        fids.push(
+            c.create(&format!("open-{i}.txt"))
+                .unwrap_or_else(|e| panic!("open {i}: {e:?}")),
+        );
     }
-    assert_eq!(c.create("open-10.txt"), Err(NtStatus::TOO_MANY_OPENED_FILES), "the 11th open");
+    assert_eq!(
+        c.create("open-10.txt"),
+        Err(NtStatus::TOO_MANY_OPENED_FILES),
+        "the 11th open"
+    );
     assert_eq!(c.close(fids.pop().unwrap()), NtStatus::SUCCESS);
     let f = c.create("open-10.txt").expect("an open after a close");
     fids.push(f);
@@ -166,7 +216,10 @@ fn message_record_compound_credit_open_and_enumeration_limits() {
         c.close(f);
     }
     let dir = c.open_dir("").expect("open the share root");
-    assert_eq!(c.query_dir(dir, (64 << 10) + 1, true).0, NtStatus::INVALID_PARAMETER);
+    assert_eq!(
+        c.query_dir(dir, (64 << 10) + 1, true).0,
+        NtStatus::INVALID_PARAMETER
+    );
     let (st, n) = c.query_dir(dir, 64 << 10, true);
     assert_eq!(st, NtStatus::SUCCESS);
     assert!(n > 0 && n <= 64 << 10, "{n} bytes of entries");
@@ -178,7 +231,11 @@ fn message_record_compound_credit_open_and_enumeration_limits() {
     let root = n4.mount("/public").unwrap();
     let mut s = session(&mut n4, b"limits-1", 1 << 20, 1000);
     assert_eq!(s.max_ops, 16, "negotiated ca_maxoperations");
-    assert!(s.max_req <= 256 << 10, "ca_maxrequestsize {} fits in a record", s.max_req);
+    assert!(
+        s.max_req <= 256 << 10,
+        "ca_maxrequestsize {} fits in a record",
+        s.max_req
+    );
     let mut ops = vec![s.sequence()];
     for _ in 0..16 {
         ops.push(ArgOp4::PutRootFh(()));
@@ -190,9 +247,14 @@ fn message_record_compound_credit_open_and_enumeration_limits() {
     // Open stateids per NFSv4 client: ten, then NFS4ERR_RESOURCE; another
     // client may still open.
     for i in 0..10 {
-        open4(&mut n4, &mut s, &root, b"owner", &format!("v4open-{i}")).unwrap_or_else(|e| panic!("OPEN {i}: {e:?}"));
+        open4(&mut n4, &mut s, &root, b"owner", &format!("v4open-{i}"))
+            .unwrap_or_else(|e| panic!("OPEN {i}: {e:?}"));
     }
-    assert_eq!(open4(&mut n4, &mut s, &root, b"owner", "v4open-10"), Err(Nfsstat4::RESOURCE), "the 11th open state");
+    assert_eq!(
+        open4(&mut n4, &mut s, &root, b"owner", "v4open-10"),
+        Err(Nfsstat4::RESOURCE),
+        "the 11th open state"
+    );
     let mut s2 = session(&mut n4, b"limits-2", 1 << 20, 16);
     open4(&mut n4, &mut s2, &root, b"owner", "v4open-10").expect("another client opens");
 
@@ -201,27 +263,49 @@ fn message_record_compound_credit_open_and_enumeration_limits() {
     let mut c3 = Nfs::connect(nfs).as_user(0, 0);
     let dirh = {
         let rep = c3.v3(&Nfs3Args::Mkdir(Mkdir3Args {
-            where_: DirOpArgs3 { dir: Opaque(&root), name: duet_protocols::nfs::xdr::Name(b"many") },
-            attributes: Sattr3 { mode: Some(0o777), ..Default::default() },
+            where_: DirOpArgs3 {
+                dir: Opaque(&root),
+                name: duet_protocols::nfs::xdr::Name(b"many"),
+            },
+            attributes: Sattr3 {
+                mode: Some(0o777),
+                ..Default::default()
+            },
         }));
         match results3(proc3::MKDIR, &rep) {
             Nfs3Results::Mkdir(Nfs3Res::Ok(ok)) => ok.obj.unwrap().0.to_vec(),
             other => panic!("{other:?}"),
         }
     };
-    let names: Vec<String> = (0..300).map(|i| format!("entry-with-a-longish-name-{i:04}")).collect();
+    let names: Vec<String> = (0..300)
+        .map(|i| format!("entry-with-a-longish-name-{i:04}"))
+        .collect();
     for n in &names {
         c3.create3(&dirh, n).unwrap();
     }
     let (mut cookie, mut verf, mut seen, mut replies) = (0u64, [0u8; 8], 0usize, 0);
     loop {
-        let rep = c3.v3(&Nfs3Args::ReadDir(ReadDir3Args { dir: Opaque(&dirh), cookie, cookieverf: verf, count: 1 << 20 }));
-        assert!(rep.len() <= 8192 + 512, "a READDIR reply of {} bytes with nfs_readdir_max = 8192", rep.len());
+        let rep = c3.v3(&Nfs3Args::ReadDir(ReadDir3Args {
+            dir: Opaque(&dirh),
+            cookie,
+            cookieverf: verf,
+            count: 1 << 20,
+        }));
+        assert!(
+            rep.len() <= 8192 + 512,
+            "a READDIR reply of {} bytes with nfs_readdir_max = 8192",
+            rep.len()
+        );
         replies += 1;
-        let Nfs3Results::ReadDir(Nfs3Res::Ok(ok)) = results3(proc3::READDIR, &rep) else { panic!("READDIR") };
+        let Nfs3Results::ReadDir(Nfs3Res::Ok(ok)) = results3(proc3::READDIR, &rep) else {
+            panic!("READDIR")
+        };
         verf = ok.cookieverf;
         let entries = &ok.reply.entries.0;
-        seen += entries.iter().filter(|e| e.name.0.starts_with(b"entry-")).count();
+        seen += entries
+            .iter()
+            .filter(|e| e.name.0.starts_with(b"entry-"))
+            .count();
         if ok.reply.eof {
             break;
         }
@@ -238,8 +322,15 @@ fn message_record_compound_credit_open_and_enumeration_limits() {
 /// Pipelines `n` NFS NULL calls on a connection from `src` without reading
 /// a reply, then drops it.
 fn pipeline_flood(port: u16, src: Ipv4Addr, n: usize) {
-    let Ok(s) = connect_from(src, port) else { return };
-    let mut c = Nfs { s, xid: 1, uid: 0, gid: 0 };
+    let Ok(s) = connect_from(src, port) else {
+        return;
+    };
+    let mut c = Nfs {
+        s,
+        xid: 1,
+        uid: 0,
+        gid: 0,
+    };
     let mut out = Vec::new();
     for _ in 0..n {
         let rec = c.call_record(PROGRAM_NFS, 3, 0, &[]);
@@ -270,8 +361,13 @@ fn one_client_flooding_does_not_stop_another() {
             assert_eq!(c.write(f, 0, &body, true), NtStatus::SUCCESS);
             assert_eq!(c.read(f, 0, 100).unwrap(), body);
             assert_eq!(c.close(f), NtStatus::SUCCESS);
-            let rep = n.v3(&Nfs3Args::GetAttr(GetAttr3Args { object: Opaque(&root) }));
-            assert!(matches!(results3(proc3::GETATTR, &rep), Nfs3Results::GetAttr(Nfs3Res::Ok(_))));
+            let rep = n.v3(&Nfs3Args::GetAttr(GetAttr3Args {
+                object: Opaque(&root),
+            }));
+            assert!(matches!(
+                results3(proc3::GETATTR, &rep),
+                Nfs3Results::GetAttr(Nfs3Res::Ok(_))
+            ));
             times.push(t.elapsed());
         }
         times
@@ -320,7 +416,10 @@ fn one_client_flooding_does_not_stop_another() {
         "round (SMB create+write-through+read+close, NFS GETATTR): quiet p50 {q50:?} max {qmax:?}; \
          under flood ({made} flood connections from one address) p50 {f50:?} max {fmax:?}"
     );
-    assert!(made > 32, "the flood made more connections than its address may hold");
+    assert!(
+        made > 32,
+        "the flood made more connections than its address may hold"
+    );
     assert!(nfs_serves(nfs, ip(4)));
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }

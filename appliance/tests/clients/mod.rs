@@ -46,7 +46,9 @@ pub fn connect_from(src: Ipv4Addr, port: u16) -> std::io::Result<TcpStream> {
         let addr = |ip: Ipv4Addr, port: u16| libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
             sin_port: port.to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(ip.octets()) },
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(ip.octets()),
+            },
             sin_zero: [0; 8],
         };
         let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
@@ -139,7 +141,16 @@ impl Smb {
 
     pub fn connect_from(src: Ipv4Addr, port: u16) -> Smb {
         let tcp = connect_from(src, port).expect("connect");
-        Smb { tcp, next_id: 0, session_id: 0, tree_id: 0, signing: None, credit_request: 32, granted: 0, charge: 1 }
+        Smb {
+            tcp,
+            next_id: 0,
+            session_id: 0,
+            tree_id: 0,
+            signing: None,
+            credit_request: 32,
+            granted: 0,
+            charge: 1,
+        }
     }
 
     /// Negotiate, log on, connect to `share`.
@@ -168,7 +179,10 @@ impl Smb {
             flags: HeaderFlags(if signed { HeaderFlags::SIGNED } else { 0 }),
             next_command: 0,
             message_id: self.next_id,
-            ids: HeaderIds::Sync { process_id: 0xfeff, tree_id: self.tree_id },
+            ids: HeaderIds::Sync {
+                process_id: 0xfeff,
+                tree_id: self.tree_id,
+            },
             session_id: self.session_id,
             signature: [0; 16],
         };
@@ -201,7 +215,10 @@ impl Smb {
             if m.header.status == NtStatus::PENDING {
                 continue;
             }
-            return Some(Reply { header: m.header, bytes: m.bytes.to_vec() });
+            return Some(Reply {
+                header: m.header,
+                bytes: m.bytes.to_vec(),
+            });
         }
     }
 
@@ -212,7 +229,8 @@ impl Smb {
     }
 
     pub fn call(&mut self, req: Request<'_>, command: Cmd) -> Reply {
-        self.try_call(req, command).expect("a reply (the server closed the connection)")
+        self.try_call(req, command)
+            .expect("a reply (the server closed the connection)")
     }
 
     pub fn negotiate(&mut self) {
@@ -238,7 +256,11 @@ impl Smb {
         let Ok(Response::SessionSetup(ss)) = Response::decode(&r.header, &r.bytes) else {
             panic!("session setup reply decodes");
         };
-        let chal = spnego::parse_server_response(ss.security_buffer).unwrap().token.unwrap().to_vec();
+        let chal = spnego::parse_server_response(ss.security_buffer)
+            .unwrap()
+            .token
+            .unwrap()
+            .to_vec();
         let (auth, key) = ntlm::client_authenticate(
             &neg,
             &chal,
@@ -260,7 +282,10 @@ impl Smb {
 
     pub fn tree(&mut self, share: &str) -> NtStatus {
         let path = format!("\\\\127.0.0.1\\{share}");
-        let tc = TreeConnectRequest { flags: 0, path: Utf16::Str(&path) };
+        let tc = TreeConnectRequest {
+            flags: 0,
+            path: Utf16::Str(&path),
+        };
         let r = self.call(Request::TreeConnect(tc), Cmd::TREE_CONNECT);
         if r.status() == NtStatus::SUCCESS {
             self.tree_id = match r.header.ids {
@@ -276,21 +301,38 @@ impl Smb {
         if r.status() != NtStatus::SUCCESS {
             return Err(r.status());
         }
-        let Ok(Response::Create(cr)) = Response::decode(&r.header, &r.bytes) else { panic!("create reply") };
+        let Ok(Response::Create(cr)) = Response::decode(&r.header, &r.bytes) else {
+            panic!("create reply")
+        };
         Ok(cr.file_id)
     }
 
     /// Opens or creates a file for reading and writing.
     pub fn create(&mut self, name: &str) -> Result<FileId, NtStatus> {
-        self.create_req(open_req(name, create_disposition::OPEN_IF, create_options::NON_DIRECTORY_FILE, RW))
+        self.create_req(open_req(
+            name,
+            create_disposition::OPEN_IF,
+            create_options::NON_DIRECTORY_FILE,
+            RW,
+        ))
     }
 
     pub fn open_read(&mut self, name: &str) -> Result<FileId, NtStatus> {
-        self.create_req(open_req(name, create_disposition::OPEN, create_options::NON_DIRECTORY_FILE, R))
+        self.create_req(open_req(
+            name,
+            create_disposition::OPEN,
+            create_options::NON_DIRECTORY_FILE,
+            R,
+        ))
     }
 
     pub fn open_dir(&mut self, name: &str) -> Result<FileId, NtStatus> {
-        self.create_req(open_req(name, create_disposition::OPEN, create_options::DIRECTORY_FILE, R))
+        self.create_req(open_req(
+            name,
+            create_disposition::OPEN,
+            create_options::DIRECTORY_FILE,
+            R,
+        ))
     }
 
     pub fn write(&mut self, fid: FileId, offset: u64, data: &[u8], through: bool) -> NtStatus {
@@ -299,7 +341,11 @@ impl Smb {
             file_id: fid,
             channel: 0,
             remaining_bytes: 0,
-            flags: if through { WriteRequest::WRITE_THROUGH } else { 0 },
+            flags: if through {
+                WriteRequest::WRITE_THROUGH
+            } else {
+                0
+            },
             write_channel_info: &[],
             data,
         };
@@ -324,7 +370,9 @@ impl Smb {
         if r.status() != NtStatus::SUCCESS {
             return Err(r.status());
         }
-        let Ok(Response::Read(rd)) = Response::decode(&r.header, &r.bytes) else { panic!("read reply") };
+        let Ok(Response::Read(rd)) = Response::decode(&r.header, &r.bytes) else {
+            panic!("read reply")
+        };
         Ok(rd.data.to_vec())
     }
 
@@ -344,7 +392,14 @@ impl Smb {
     }
 
     pub fn close(&mut self, fid: FileId) -> NtStatus {
-        self.call(Request::Close(CloseRequest { flags: 0, file_id: fid }), Cmd::CLOSE).status()
+        self.call(
+            Request::Close(CloseRequest {
+                flags: 0,
+                file_id: fid,
+            }),
+            Cmd::CLOSE,
+        )
+        .status()
     }
 
     /// Deletes a file: open with DELETE_ON_CLOSE, close.
@@ -382,7 +437,14 @@ impl Smb {
 }
 
 fn setup(t: &[u8]) -> SessionSetupRequest<'_> {
-    SessionSetupRequest { flags: 0, security_mode: 1, capabilities: 0, channel: 0, previous_session_id: 0, security_buffer: t }
+    SessionSetupRequest {
+        flags: 0,
+        security_mode: 1,
+        capabilities: 0,
+        channel: 0,
+        previous_session_id: 0,
+        security_buffer: t,
+    }
 }
 
 // ---------------------------------------------------------------- NFS
@@ -400,7 +462,12 @@ impl Nfs {
     }
 
     pub fn connect_from(src: Ipv4Addr, port: u16) -> Nfs {
-        Nfs { s: connect_from(src, port).expect("connect"), xid: 0x1000, uid: 0, gid: 0 }
+        Nfs {
+            s: connect_from(src, port).expect("connect"),
+            xid: 0x1000,
+            uid: 0,
+            gid: 0,
+        }
     }
 
     pub fn as_user(mut self, uid: u32, gid: u32) -> Nfs {
@@ -411,7 +478,13 @@ impl Nfs {
 
     pub fn call_record(&mut self, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
         self.xid += 1;
-        let cred = AuthSysParms { stamp: 0, machine_name: Opaque(b"robust"), uid: self.uid, gid: self.gid, gids: vec![] };
+        let cred = AuthSysParms {
+            stamp: 0,
+            machine_name: Opaque(b"robust"),
+            uid: self.uid,
+            gid: self.gid,
+            gids: vec![],
+        };
         let mut cw = XdrWriter::new();
         cred.encode(&mut cw);
         let cred = cw.into_inner();
@@ -421,7 +494,10 @@ impl Nfs {
             prog,
             vers,
             proc_,
-            cred: OpaqueAuth { flavor: AUTH_SYS, body: &cred },
+            cred: OpaqueAuth {
+                flavor: AUTH_SYS,
+                body: &cred,
+            },
             verf: OpaqueAuth::NONE,
         };
         let mut w = XdrWriter::new();
@@ -455,12 +531,17 @@ impl Nfs {
         let rec = self.call_record(prog, vers, proc_, args);
         self.send_record(&rec).ok()?;
         let reply = self.read_reply()?;
-        assert_eq!(u32::from_be_bytes(reply[..4].try_into().unwrap()), self.xid, "xid");
+        assert_eq!(
+            u32::from_be_bytes(reply[..4].try_into().unwrap()),
+            self.xid,
+            "xid"
+        );
         Some(reply)
     }
 
     pub fn call(&mut self, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
-        self.try_call(prog, vers, proc_, args).expect("the server closed the connection")
+        self.try_call(prog, vers, proc_, args)
+            .expect("the server closed the connection")
     }
 
     pub fn null(&mut self) -> Option<AcceptedReplyData> {
@@ -471,7 +552,12 @@ impl Nfs {
     pub fn mount(&mut self, path: &str) -> Result<Vec<u8>, MountStat3> {
         let mut w = XdrWriter::new();
         w.put_string(path.as_bytes());
-        let rep = self.call(PROGRAM_MOUNT, MOUNT_VERSION_3, mountproc3::MNT, &w.into_inner());
+        let rep = self.call(
+            PROGRAM_MOUNT,
+            MOUNT_VERSION_3,
+            mountproc3::MNT,
+            &w.into_inner(),
+        );
         let mut r = success(&rep);
         match MountRes3::decode(&mut r).unwrap() {
             MountRes3::Ok(ok) => Ok(ok.fhandle.0.to_vec()),
@@ -487,9 +573,15 @@ impl Nfs {
 
     /// NFSv3 CREATE (UNCHECKED, mode 0644): the new handle.
     pub fn create3(&mut self, dir: &[u8], name: &str) -> Result<Vec<u8>, Nfsstat3> {
-        let sattr = Sattr3 { mode: Some(0o644), ..Default::default() };
+        let sattr = Sattr3 {
+            mode: Some(0o644),
+            ..Default::default()
+        };
         let rep = self.v3(&Nfs3Args::Create(Create3Args {
-            where_: DirOpArgs3 { dir: Opaque(dir), name: Name(name.as_bytes()) },
+            where_: DirOpArgs3 {
+                dir: Opaque(dir),
+                name: Name(name.as_bytes()),
+            },
             how: CreateHow3::Unchecked(sattr),
         }));
         match results3(proc3::CREATE, &rep) {
@@ -500,7 +592,12 @@ impl Nfs {
     }
 
     pub fn lookup3(&mut self, dir: &[u8], name: &[u8]) -> Result<Vec<u8>, Nfsstat3> {
-        let rep = self.v3(&Nfs3Args::Lookup(Lookup3Args { what: DirOpArgs3 { dir: Opaque(dir), name: Name(name) } }));
+        let rep = self.v3(&Nfs3Args::Lookup(Lookup3Args {
+            what: DirOpArgs3 {
+                dir: Opaque(dir),
+                name: Name(name),
+            },
+        }));
         match results3(proc3::LOOKUP, &rep) {
             Nfs3Results::Lookup(Nfs3Res::Ok(ok)) => Ok(ok.object.0.to_vec()),
             Nfs3Results::Lookup(Nfs3Res::Fail(s, _)) => Err(s),
@@ -519,7 +616,11 @@ impl Nfs {
         }));
         match results3(proc3::WRITE, &rep) {
             Nfs3Results::Write(Nfs3Res::Ok(ok)) => {
-                assert_eq!(ok.committed, StableHow::FileSync, "FILE_SYNC asked, FILE_SYNC promised");
+                assert_eq!(
+                    ok.committed,
+                    StableHow::FileSync,
+                    "FILE_SYNC asked, FILE_SYNC promised"
+                );
                 Ok(ok.count)
             }
             Nfs3Results::Write(Nfs3Res::Fail(s, _)) => Err(s),
@@ -527,8 +628,17 @@ impl Nfs {
         }
     }
 
-    pub fn read3(&mut self, fh: &[u8], offset: u64, count: u32) -> Result<(Vec<u8>, bool), Nfsstat3> {
-        let rep = self.v3(&Nfs3Args::Read(Read3Args { file: Opaque(fh), offset, count }));
+    pub fn read3(
+        &mut self,
+        fh: &[u8],
+        offset: u64,
+        count: u32,
+    ) -> Result<(Vec<u8>, bool), Nfsstat3> {
+        let rep = self.v3(&Nfs3Args::Read(Read3Args {
+            file: Opaque(fh),
+            offset,
+            count,
+        }));
         match results3(proc3::READ, &rep) {
             Nfs3Results::Read(Nfs3Res::Ok(ok)) => Ok((ok.data.0.to_vec(), ok.eof)),
             Nfs3Results::Read(Nfs3Res::Fail(s, _)) => Err(s),
@@ -548,7 +658,12 @@ impl Nfs {
     }
 
     pub fn remove3(&mut self, dir: &[u8], name: &str) -> Nfsstat3 {
-        let rep = self.v3(&Nfs3Args::Remove(Remove3Args { object: DirOpArgs3 { dir: Opaque(dir), name: Name(name.as_bytes()) } }));
+        let rep = self.v3(&Nfs3Args::Remove(Remove3Args {
+            object: DirOpArgs3 {
+                dir: Opaque(dir),
+                name: Name(name.as_bytes()),
+            },
+        }));
         match results3(proc3::REMOVE, &rep) {
             Nfs3Results::Remove(Nfs3Res::Ok(_)) => Nfsstat3::OK,
             Nfs3Results::Remove(Nfs3Res::Fail(s, _)) => s,
@@ -557,7 +672,12 @@ impl Nfs {
     }
 
     pub fn v4(&mut self, ops: Vec<ArgOp4<'_>>) -> Option<Vec<u8>> {
-        let args = Compound4Args { tag: Opaque(b"robust"), minorversion: 1, ops, stop: None };
+        let args = Compound4Args {
+            tag: Opaque(b"robust"),
+            minorversion: 1,
+            ops,
+            stop: None,
+        };
         let mut w = XdrWriter::new();
         args.encode(&mut w);
         self.try_call(PROGRAM_NFS, 4, NFSPROC4_COMPOUND, &w.into_inner())
@@ -578,7 +698,16 @@ pub fn accept_data(reply: &[u8]) -> AcceptedReplyData {
 pub fn success(reply: &[u8]) -> XdrReader<'_> {
     let mut r = XdrReader::new(reply);
     let h = ReplyHeader::decode(&mut r).unwrap();
-    assert!(matches!(h.body, ReplyBody::Accepted { data: AcceptedReplyData::Success, .. }), "{h:?}");
+    assert!(
+        matches!(
+            h.body,
+            ReplyBody::Accepted {
+                data: AcceptedReplyData::Success,
+                ..
+            }
+        ),
+        "{h:?}"
+    );
     r
 }
 
@@ -603,7 +732,13 @@ pub struct Sess {
 impl Sess {
     pub fn sequence(&mut self) -> ArgOp4<'static> {
         self.seq += 1;
-        ArgOp4::Sequence(Sequence4Args { sessionid: self.id, sequenceid: self.seq, slotid: 0, highest_slotid: 0, cachethis: false })
+        ArgOp4::Sequence(Sequence4Args {
+            sessionid: self.id,
+            sequenceid: self.seq,
+            slotid: 0,
+            highest_slotid: 0,
+            cachethis: false,
+        })
     }
 }
 
@@ -623,14 +758,19 @@ fn chan(maxreq: u32, maxops: u32) -> ChannelAttrs4 {
 pub fn session(c: &mut Nfs, owner: &[u8], maxreq: u32, maxops: u32) -> Sess {
     let rep = c
         .v4(vec![ArgOp4::ExchangeId(ExchangeId4Args {
-            clientowner: ClientOwner4 { verifier: [7; 8], ownerid: Opaque(owner) },
+            clientowner: ClientOwner4 {
+                verifier: [7; 8],
+                ownerid: Opaque(owner),
+            },
             flags: 0x101,
             state_protect: StateProtect4A::None,
             client_impl_id: List(vec![]),
         })])
         .expect("EXCHANGE_ID reply");
     let r = res4(&rep);
-    let [ResOp4::ExchangeId(Nfs4Res::Ok(x))] = &r.results[..] else { panic!("{r:?}") };
+    let [ResOp4::ExchangeId(Nfs4Res::Ok(x))] = &r.results[..] else {
+        panic!("{r:?}")
+    };
     let (clientid, sequence) = (x.clientid, x.sequenceid);
     let rep = c
         .v4(vec![ArgOp4::CreateSession(CreateSession4Args {
@@ -644,24 +784,46 @@ pub fn session(c: &mut Nfs, owner: &[u8], maxreq: u32, maxops: u32) -> Sess {
         })])
         .expect("CREATE_SESSION reply");
     let r = res4(&rep);
-    let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &r.results[..] else { panic!("{r:?}") };
+    let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &r.results[..] else {
+        panic!("{r:?}")
+    };
     let a = &cs.fore_chan_attrs;
-    Sess { clientid, id: cs.sessionid, seq: 0, max_ops: a.maxoperations, max_req: a.maxrequestsize }
+    Sess {
+        clientid,
+        id: cs.sessionid,
+        seq: 0,
+        max_ops: a.maxoperations,
+        max_req: a.maxrequestsize,
+    }
 }
 
 /// NFSv4.1 OPEN (create if missing) of `name` in `dir` by `owner`.
-pub fn open4(c: &mut Nfs, s: &mut Sess, dir: &[u8], owner: &[u8], name: &str) -> Result<Stateid4, Nfsstat4> {
+pub fn open4(
+    c: &mut Nfs,
+    s: &mut Sess,
+    dir: &[u8],
+    owner: &[u8],
+    name: &str,
+) -> Result<Stateid4, Nfsstat4> {
     let seq = s.sequence();
     let rep = c
         .v4(vec![
             seq,
-            ArgOp4::PutFh(PutFh4Args { object: Opaque(dir) }),
+            ArgOp4::PutFh(PutFh4Args {
+                object: Opaque(dir),
+            }),
             ArgOp4::Open(Open4Args {
                 seqid: 0,
                 share_access: share::ACCESS_BOTH,
                 share_deny: share::DENY_NONE,
-                owner: StateOwner4 { clientid: s.clientid, owner: Opaque(owner) },
-                openhow: OpenFlag4::Create(CreateHow4::Unchecked(Fattr4 { attrmask: Bitmap4::new(), attr_vals: Opaque(b"") })),
+                owner: StateOwner4 {
+                    clientid: s.clientid,
+                    owner: Opaque(owner),
+                },
+                openhow: OpenFlag4::Create(CreateHow4::Unchecked(Fattr4 {
+                    attrmask: Bitmap4::new(),
+                    attr_vals: Opaque(b""),
+                })),
                 claim: OpenClaim4::Null(Name(name.as_bytes())),
             }),
         ])

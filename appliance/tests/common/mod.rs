@@ -23,7 +23,11 @@ pub fn duetctl() -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub struct Daemon {
@@ -39,7 +43,11 @@ pub struct Daemon {
 /// Starts duetd; on a first start, waits for the line that names the
 /// default share (printed once the store is initialised).
 fn spawn(config: &Path, log: &Path, first: bool) -> Child {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_duetd"))
         .args(["--config", config.to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -87,7 +95,15 @@ impl Daemon {
         )
         .unwrap();
         let child = spawn(&config, &log, true);
-        let d = Daemon { child, admin: format!("127.0.0.1:{admin_port}"), smb_port, nfs_port, data, log, config };
+        let d = Daemon {
+            child,
+            admin: format!("127.0.0.1:{admin_port}"),
+            smb_port,
+            nfs_port,
+            data,
+            log,
+            config,
+        };
         d.wait_listening();
         d
     }
@@ -107,12 +123,42 @@ impl Daemon {
         self.wait_listening();
     }
 
+    /// SIGKILL (no drain, no shutdown), then start again on the same
+    /// ports and data: a crash and a reboot.
+    pub fn kill_and_restart(&mut self) {
+        let serving = self.log_text().matches("duetd is serving").count();
+        let _ = self.child.kill(); // SIGKILL
+        let _ = self.child.wait();
+        self.child = spawn(&self.config, &self.log, false);
+        // A connect alone can be fooled (a loopback connect to a free
+        // ephemeral port may connect to itself): wait for the log line.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.log_text().matches("duetd is serving").count() <= serving {
+            assert!(
+                self.alive(),
+                "duetd exited during restart; log:\n{}",
+                self.log_text()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "duetd did not serve again; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.wait_listening();
+    }
+
     fn wait_listening(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         let port = |a: &str| a.rsplit(':').next().unwrap().parse::<u16>().unwrap();
         for port in [port(&self.admin), self.smb_port, self.nfs_port] {
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "duetd did not listen on {port}; log:\n{}", self.log_text());
+                assert!(
+                    Instant::now() < deadline,
+                    "duetd did not listen on {port}; log:\n{}",
+                    self.log_text()
+                );
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -124,7 +170,12 @@ impl Daemon {
 
     pub fn ctl(&self, args: &[&str]) -> Output {
         Command::new(duetctl())
-            .args(["--addr", &self.admin, "--data-dir", self.data.to_str().unwrap()])
+            .args([
+                "--addr",
+                &self.admin,
+                "--data-dir",
+                self.data.to_str().unwrap(),
+            ])
             .args(args)
             .output()
             .unwrap()

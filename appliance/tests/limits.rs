@@ -226,7 +226,7 @@ fn message_record_compound_credit_open_and_enumeration_limits() {
     c.close(dir);
 
     // NFSv4.1: ca_maxoperations is capped to nfs_compound_ops (16); 17
-    // operations get NFS4ERR_TOO_MANY_OPS (RFC 8881 2.10.6.4, 18.36.3).
+    // operations get NFS4ERR_TOO_MANY_OPS (RFC 8881 18.36.3, 18.46.3).
     let mut n4 = Nfs::connect(nfs);
     let root = n4.mount("/public").unwrap();
     let mut s = session(&mut n4, b"limits-1", 1 << 20, 1000);

@@ -489,7 +489,7 @@ impl State {
         if self.opens.len() >= self.max_opens {
             return Err(Nfsstat4::DELAY);
         }
-        // NFS4ERR_RESOURCE (RFC 8881 15.1.1, general errors): this client used up what the
+        // NFS4ERR_RESOURCE (RFC 8881 15.1): this client used up what the
         // server gives one client; counted only when that many exist at all.
         if self.opens.len() >= self.max_opens_per_client
             && self.opens.values().filter(|o| o.client == client).count() >= self.max_opens_per_client

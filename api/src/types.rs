@@ -232,6 +232,11 @@ pub struct Share {
     pub guest_ok: bool,
     #[serde(default)]
     pub nfs: NfsExportRules,
+    /// SMB users allowed to connect (TREE_CONNECT); empty: every user.
+    /// NFS is governed by `nfs.clients` (AUTH_SYS identities are the
+    /// client's say-so, so a user list would be no boundary there).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
 }
 
 impl Share {
@@ -244,6 +249,7 @@ impl Share {
             read_only: false,
             guest_ok: false,
             nfs: NfsExportRules::default(),
+            users: Vec::new(),
         }
     }
 
@@ -273,6 +279,14 @@ impl Share {
             )));
         }
         self.nfs.client_matchers()?;
+        if self.users.len() > MAX_NFS_CLIENTS {
+            return Err(ApiError::invalid_argument(format!(
+                "too many allowed users (at most {MAX_NFS_CLIENTS})"
+            )));
+        }
+        for u in &self.users {
+            validate_user_name(u)?;
+        }
         if self.has_protocol(Protocol::Nfs) && self.nfs.clients.is_empty() {
             return Err(ApiError::invalid_argument(
                 "the NFS client list is empty; use \"*\" to allow every client",

@@ -78,6 +78,16 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(e.to_string())
 }
 
+/// A share's allowed users ride in its stored client list as `user:NAME`
+/// (ShareRecord is stored with bincode and gains no fields; no real client
+/// pattern contains ':' before a name, and CIDR parsing refuses it).
+pub const USER_PREFIX: &str = "user:";
+
+/// The allowed users of a stored client list (empty: everyone).
+pub fn allowed_users(clients: &[String]) -> Vec<String> {
+    clients.iter().filter_map(|c| c.strip_prefix(USER_PREFIX)).map(str::to_string).collect()
+}
+
 fn share_to_api(s: ShareRecord) -> Share {
     let mut protocols = Vec::new();
     if s.smb {
@@ -92,7 +102,12 @@ fn share_to_api(s: ShareRecord) -> Share {
         protocols,
         read_only: s.read_only,
         guest_ok: s.guest_ok,
-        nfs: NfsExportRules { clients: s.nfs_clients, root_squash: s.root_squash, append_extension: s.append_extension },
+        nfs: NfsExportRules {
+            clients: s.nfs_clients.iter().filter(|c| !c.starts_with(USER_PREFIX)).cloned().collect(),
+            root_squash: s.root_squash,
+            append_extension: s.append_extension,
+        },
+        users: allowed_users(&s.nfs_clients),
     }
 }
 
@@ -104,7 +119,13 @@ pub fn share_from_api(s: &Share) -> ShareRecord {
         nfs: s.has_protocol(Protocol::Nfs),
         read_only: s.read_only,
         guest_ok: s.guest_ok,
-        nfs_clients: s.nfs.clients.clone(),
+        nfs_clients: s
+            .nfs
+            .clients
+            .iter()
+            .cloned()
+            .chain(s.users.iter().map(|u| format!("{USER_PREFIX}{u}")))
+            .collect(),
         root_squash: s.nfs.root_squash,
         append_extension: s.nfs.append_extension,
     }

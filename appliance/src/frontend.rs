@@ -138,7 +138,7 @@ impl Catalog {
                 root: *root,
                 read_only: s.read_only,
                 root_squash: s.root_squash,
-                clients: s.nfs_clients.clone(),
+                clients: s.nfs_clients.iter().filter(|c| !c.starts_with(crate::admin::USER_PREFIX)).cloned().collect(),
                 append_extension: s.append_extension,
                 fsid: fsid(&s.name),
             })
@@ -177,6 +177,15 @@ impl smb::Directory for Catalog {
         self.shares()
             .into_iter()
             .find(|s| s.name.eq_ignore_ascii_case(name))
+    }
+
+    fn may_connect(&self, name: &str, uid: u32) -> bool {
+        let Some((s, _)) = self.shares.iter().find(|(s, _)| s.name.eq_ignore_ascii_case(name)) else {
+            return false;
+        };
+        let allowed = crate::admin::allowed_users(&s.nfs_clients);
+        allowed.is_empty()
+            || allowed.iter().any(|u| self.users.get(&u.to_lowercase()).is_some_and(|r| r.uid == uid))
     }
 
     fn shares(&self) -> Vec<smb::ShareEntry> {

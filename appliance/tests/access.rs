@@ -112,6 +112,8 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
         "/rootok",
         "--no-root-squash",
     ]);
+    d.ok(&["share", "add", "team", "--path", "/team", "--users", "alice"]);
+    assert!(d.ok(&["share", "show", "team"]).contains("alice"), "share show lists the allowed users");
     std::thread::sleep(Duration::from_millis(2500));
     let (smb, nfs) = (d.smb_port, d.nfs_port);
 
@@ -149,6 +151,20 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
         Err(Nfsstat4::ROFS),
         "NFSv4.1 OPEN/create read-only"
     );
+
+    // ---- Allowed users: alice may connect to "team", bob may not
+    // (MS-SMB2 3.3.5.7: ACCESS_DENIED); other shares admit both.
+    let mut t = Smb::connect(smb);
+    t.negotiate();
+    assert_eq!(t.login("alice", "alicepw"), NtStatus::SUCCESS);
+    assert_eq!(t.tree("team"), NtStatus::SUCCESS, "an allowed user connects");
+    let mut t = Smb::connect(smb);
+    t.negotiate();
+    assert_eq!(t.login("bob", "bobpw"), NtStatus::SUCCESS);
+    assert_eq!(t.tree("team"), NtStatus::ACCESS_DENIED, "a user not on the share's list");
+    assert_eq!(t.tree("public"), NtStatus::SUCCESS, "the same user on a share for everyone");
+    let e = d.ctl(&["share", "add", "bad", "--path", "/bad", "--users", "no body"]);
+    assert!(!e.status.success(), "an invalid user name in --users is refused");
 
     // ---- File permissions across users (both protocols).
     let mut a = Smb::logged_on(smb, "alice", "alicepw", "public");

@@ -140,6 +140,9 @@ struct ShareAddArgs {
     /// Allow the NFS append extension (WRITE at offset 2^64-1 appends)
     #[arg(long)]
     append_extension: bool,
+    /// SMB users allowed to connect (default: every user)
+    #[arg(long, default_value = "", value_name = "USER,...")]
+    users: String,
 }
 
 #[derive(Args, Debug)]
@@ -246,6 +249,7 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
             share.nfs.clients = split_list(&a.nfs_clients);
             share.nfs.root_squash = !a.no_root_squash;
             share.nfs.append_extension = a.append_extension;
+            share.users = split_list(&a.users);
             ready(AdminRequest::ShareAdd(share))
         }
         Command::User(UserCmd::List) => ready(AdminRequest::UserList),

@@ -174,6 +174,7 @@ pub fn share_show(s: &Share) -> String {
         ("nfs clients", s.nfs.clients.join(",")),
         ("nfs root squash", yes_no(s.nfs.root_squash)),
         ("nfs append extension", yes_no(s.nfs.append_extension)),
+        ("users", if s.users.is_empty() { "everyone".to_string() } else { s.users.join(",") }),
     ])
 }
 

@@ -23,11 +23,7 @@ pub fn duetctl() -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 pub struct Daemon {
@@ -43,11 +39,7 @@ pub struct Daemon {
 /// Starts duetd; on a first start, waits for the line that names the
 /// default share (printed once the store is initialised).
 fn spawn(config: &Path, log: &Path, first: bool) -> Child {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .unwrap();
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_duetd"))
         .args(["--config", config.to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -82,6 +74,12 @@ impl Daemon {
     /// As [`Daemon::start`], with extra keys for the `[smb]` table (such
     /// as `require_signing = true`).
     pub fn start_with(dir: &Path, smb_extra: &str) -> Daemon {
+        Daemon::start_config(dir, smb_extra, "portmap = false")
+    }
+
+    /// As [`Daemon::start`], with extra keys for the `[smb]` and `[nfs]`
+    /// tables.
+    pub fn start_config(dir: &Path, smb_extra: &str, nfs_extra: &str) -> Daemon {
         let (admin_port, smb_port, nfs_port) = (free_port(), free_port(), free_port());
         let data = dir.join("data");
         let config = dir.join("duetd.toml");
@@ -90,26 +88,20 @@ impl Daemon {
             &config,
             format!(
                 "data_dir = {data:?}\nexecutors = 1\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
-                 [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n{smb_extra}\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\nportmap = false\n"
+                 [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n{smb_extra}\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\n{nfs_extra}\n"
             ),
         )
         .unwrap();
         let child = spawn(&config, &log, true);
-        let d = Daemon {
-            child,
-            admin: format!("127.0.0.1:{admin_port}"),
-            smb_port,
-            nfs_port,
-            data,
-            log,
-            config,
-        };
+        let mut d = Daemon { child, admin: format!("127.0.0.1:{admin_port}"), smb_port, nfs_port, data, log, config };
+        d.wait_serving(0);
         d.wait_listening();
         d
     }
 
     /// SIGTERM, wait for the exit, start again on the same ports and data.
     pub fn restart(&mut self) {
+        let serving = self.serving_count();
         // SAFETY: kill(2) on our own child.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
@@ -120,33 +112,35 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.child = spawn(&self.config, &self.log, false);
+        self.wait_serving(serving);
         self.wait_listening();
     }
 
     /// SIGKILL (no drain, no shutdown), then start again on the same
     /// ports and data: a crash and a reboot.
     pub fn kill_and_restart(&mut self) {
-        let serving = self.log_text().matches("duetd is serving").count();
+        let serving = self.serving_count();
         let _ = self.child.kill(); // SIGKILL
         let _ = self.child.wait();
         self.child = spawn(&self.config, &self.log, false);
-        // A connect alone can be fooled (a loopback connect to a free
-        // ephemeral port may connect to itself): wait for the log line.
+        self.wait_serving(serving);
+        self.wait_listening();
+    }
+
+    fn serving_count(&self) -> usize {
+        self.log_text().matches("duetd is serving").count()
+    }
+
+    /// Waits until the log says "duetd is serving" more often than
+    /// `before` times. A connect alone can be fooled: a loopback connect to
+    /// a free ephemeral port may connect to itself (TCP simultaneous open).
+    fn wait_serving(&mut self, before: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while self.log_text().matches("duetd is serving").count() <= serving {
-            assert!(
-                self.alive(),
-                "duetd exited during restart; log:\n{}",
-                self.log_text()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "duetd did not serve again; log:\n{}",
-                self.log_text()
-            );
+        while self.serving_count() <= before {
+            assert!(self.alive(), "duetd exited while starting; log:\n{}", self.log_text());
+            assert!(Instant::now() < deadline, "duetd did not start serving in 60 s; log:\n{}", self.log_text());
             std::thread::sleep(Duration::from_millis(50));
         }
-        self.wait_listening();
     }
 
     fn wait_listening(&self) {
@@ -154,11 +148,7 @@ impl Daemon {
         let port = |a: &str| a.rsplit(':').next().unwrap().parse::<u16>().unwrap();
         for port in [port(&self.admin), self.smb_port, self.nfs_port] {
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(
-                    Instant::now() < deadline,
-                    "duetd did not listen on {port}; log:\n{}",
-                    self.log_text()
-                );
+                assert!(Instant::now() < deadline, "duetd did not listen on {port}; log:\n{}", self.log_text());
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -170,12 +160,7 @@ impl Daemon {
 
     pub fn ctl(&self, args: &[&str]) -> Output {
         Command::new(duetctl())
-            .args([
-                "--addr",
-                &self.admin,
-                "--data-dir",
-                self.data.to_str().unwrap(),
-            ])
+            .args(["--addr", &self.admin, "--data-dir", self.data.to_str().unwrap()])
             .args(args)
             .output()
             .unwrap()

@@ -1489,6 +1489,10 @@ impl Connection {
         if s.guest && !share.guest_ok {
             return done(NtStatus::ACCESS_DENIED);
         }
+        // MS-SMB2 3.3.5.7: a user the share does not admit is ACCESS_DENIED.
+        if !ipc && !dir.may_connect(&share.name, s.cred.uid) {
+            return done(NtStatus::ACCESS_DENIED);
+        }
         let mut share_flags = 0u32;
         if share.encrypt && !ipc {
             let can = neg.dialect >= dialect::SMB3_0

@@ -146,6 +146,12 @@ pub trait Directory {
     /// Case-insensitive lookup is the implementer's choice.
     fn share(&self, name: &str) -> Option<ShareEntry>;
     fn shares(&self) -> Vec<ShareEntry>;
+    /// Whether the user with `uid` may connect to share `name` (the share's
+    /// allowed users); TREE_CONNECT answers ACCESS_DENIED otherwise.
+    fn may_connect(&self, name: &str, uid: u32) -> bool {
+        let _ = (name, uid);
+        true
+    }
 }
 
 /// What the connection asks its driver to do.

@@ -1241,7 +1241,23 @@ fn translate_inner(
             });
             Flow::Next
         }
-        ArgOp4::Deallocate(_) => return Err(Nfsstat4::NOTSUPP),
+        ArgOp4::Deallocate(a) => {
+            // RFC 7862 15.4: the range reads as zeros afterwards; the size
+            // does not change.
+            let (_, obj) = c.obj()?;
+            resolve_sid(srv, c, &a.stateid)?;
+            a.offset.checked_add(a.length).ok_or(Nfsstat4::INVAL)?;
+            b.push(Op::ZeroRange {
+                obj,
+                offset: a.offset,
+                len: a.length,
+            });
+            c.steps.push(Step::Status {
+                opnum: opnum::DEALLOCATE,
+                op: b.ops.len() - 1,
+            });
+            Flow::Next
+        }
         ArgOp4::DelegReturn(_) => return Err(Nfsstat4::BAD_STATEID),
         ArgOp4::OpenDowngrade(a) => {
             need_session(c)?;

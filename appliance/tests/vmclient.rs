@@ -248,3 +248,29 @@ fn libnfs_tools_over_nfs3() {
     run(&["nfs-cp", &url("/libnfs.bin"), dst.to_str().unwrap()]);
     assert!(std::fs::read(&dst).unwrap() == data);
 }
+
+/// libnfs finds NFS and MOUNT through duet's portmapper on port 111
+/// (RFC 1833), with no ports in the URL.
+#[test]
+fn libnfs_through_the_portmapper_on_111() {
+    assert!(have("nfs-ls"), "nfs-ls is missing: run scripts/install-deps.sh (libnfs-utils)");
+    let _one = PORT_111.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = std::net::TcpListener::bind("0.0.0.0:111") {
+        panic!("port 111 is taken ({e}): stop rpcbind to run this test");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start_config(tmp.path(), "", "portmap = true");
+    std::fs::write(tmp.path().join("x"), b"through the portmapper").unwrap();
+    let o = Command::new("nfs-cp")
+        .arg(tmp.path().join("x"))
+        .arg("nfs://127.0.0.1/public/pm.txt?version=3")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "nfs-cp via port 111: {}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new("nfs-ls").arg("nfs://127.0.0.1/public?version=3").output().unwrap();
+    let listing = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && listing.contains("pm.txt"), "nfs-ls via port 111: {listing} {}", String::from_utf8_lossy(&o.stderr));
+    assert!(d.log_text().contains("127.0.0.1:111"), "the log does not say that portmap serves port 111");
+}
+
+static PORT_111: std::sync::Mutex<()> = std::sync::Mutex::new(());

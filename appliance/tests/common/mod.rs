@@ -74,6 +74,12 @@ impl Daemon {
     /// As [`Daemon::start`], with extra keys for the `[smb]` table (such
     /// as `require_signing = true`).
     pub fn start_with(dir: &Path, smb_extra: &str) -> Daemon {
+        Daemon::start_config(dir, smb_extra, "portmap = false")
+    }
+
+    /// As [`Daemon::start`], with extra keys for the `[smb]` and `[nfs]`
+    /// tables.
+    pub fn start_config(dir: &Path, smb_extra: &str, nfs_extra: &str) -> Daemon {
         let (admin_port, smb_port, nfs_port) = (free_port(), free_port(), free_port());
         let data = dir.join("data");
         let config = dir.join("duetd.toml");
@@ -82,7 +88,7 @@ impl Daemon {
             &config,
             format!(
                 "data_dir = {data:?}\nexecutors = 1\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
-                 [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n{smb_extra}\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\nportmap = false\n"
+                 [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n{smb_extra}\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\n{nfs_extra}\n"
             ),
         )
         .unwrap();

@@ -560,6 +560,41 @@ impl DataPath {
         Ok(())
     }
 
+    /// Zeros `[offset, offset+len)` of a file's chunks: chunks wholly
+    /// inside the range are deleted (holes read as zeros), the partial
+    /// ones at its ends are overwritten with zeros.
+    async fn zero_chunks(
+        &self,
+        open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>,
+        file: NodeId,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        let end = offset.saturating_add(len);
+        let mut pos = offset;
+        while pos < end {
+            let idx = pos / CHUNK_SIZE;
+            let co = pos % CHUNK_SIZE;
+            let n = (CHUNK_SIZE - co).min(end - pos);
+            let path = self.chunk_path(file, idx);
+            if std::fs::metadata(&path).is_ok() {
+                if n == CHUNK_SIZE {
+                    open.remove(&(file, idx));
+                    std::fs::remove_file(&path).map_err(|e| io_err("cannot delete", &path, e))?;
+                    // The removal must be durable before `Destaged` drops the
+                    // record, or a crash could bring the old bytes back.
+                    if let Some(dir) = path.parent() {
+                        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err("cannot sync", dir, e))?;
+                    }
+                } else {
+                    self.write_chunks(open, file, pos, &vec![0u8; n as usize]).await?;
+                }
+            }
+            pos += n;
+        }
+        Ok(())
+    }
+
     fn chunks_of(&self, file: NodeId) -> Vec<(NodeId, u64)> {
         let d = self.dir.join("chunks").join(format!("{:02x}", file % 256));
         let prefix = format!("{file}.");
@@ -596,6 +631,13 @@ impl DataPath {
                 }
                 DataOp::Truncate { size } => cut(&mut buf, offset, *size),
                 DataOp::Reclaim => buf.fill(0),
+                DataOp::Zero { offset: o, len: l } => {
+                    let from = offset.max(*o);
+                    let to = end.min(o.saturating_add(*l));
+                    if from < to {
+                        buf[(from - offset) as usize..(to - offset) as usize].fill(0);
+                    }
+                }
             }
         }
         Ok((buf, reads))
@@ -627,6 +669,7 @@ impl DataPath {
                     lsns.push(*lsn);
                 }
                 DataOp::Truncate { size } => self.truncate_chunks(&mut open, rec.file, *size).await?,
+                DataOp::Zero { offset, len } => self.zero_chunks(&mut open, rec.file, *offset, *len).await?,
                 DataOp::Reclaim => {
                     open.retain(|(f, _), _| *f != rec.file);
                     for (f, idx) in self.chunks_of(rec.file) {

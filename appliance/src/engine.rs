@@ -13,9 +13,12 @@ use std::time::Duration;
 
 use duet_cluster::records::DataOp;
 use duet_cluster_store::{StoreError, StoreHandle};
-use duet_fs::{Batch, BatchCost, BatchResult, Op, OpOutput, WriteData, INLINE_MAX};
+use duet_fs::{Batch, BatchCost, BatchResult, ObjRef, Op, OpOutput, WriteData, INLINE_MAX};
 
 use crate::datapath::{DataCounters, DataPath};
+
+/// The most bytes one server-side copy operation moves.
+pub const COPY_MAX: u64 = 64 << 20;
 
 /// Names a protocol request for statistics ("smb", "create-chain").
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -173,6 +176,56 @@ pub async fn serve(engine: Rc<Engine>, rx: flume::Receiver<EngineRequest>, stop:
 }
 
 impl Engine {
+    /// Turns each server-side copy whose source is a known file into a
+    /// write of the source's bytes, read first (chunk store and queued
+    /// records included) in a read-only batch: the state machine cannot
+    /// read chunks, so this is how copies from large files work. At most
+    /// [`COPY_MAX`] bytes per copy: NFSv4.2 COPY reports the short count
+    /// and clients go on from there; SMB copy chunks are at most 1 MiB.
+    /// Returns the indexes of the operations turned, whose `Written`
+    /// results are reported as `Copied`. A copy whose read fails stays a
+    /// copy, for the state machine to refuse with the right error.
+    async fn resolve_copies(&self, batch: &mut Batch, cost: &mut BatchCost) -> Vec<usize> {
+        let mut turned = Vec::new();
+        for i in 0..batch.ops.len() {
+            let Op::Copy { src: ObjRef::Id(src), src_offset, dst, dst_offset, len } = batch.ops[i] else {
+                continue;
+            };
+            let mut read = Batch::new(batch.cred.clone(), batch.now_ns);
+            read.push(Op::Read { obj: ObjRef::Id(src), offset: src_offset, len: len.min(COPY_MAX) });
+            let Ok(outcome) = self.store.batch(read).await else { continue };
+            cost.add(&outcome.cost);
+            let mut applied = outcome.applied;
+            let Some(Ok(OpOutput::Read { data, attrs, .. })) = applied.results.get_mut(0) else { continue };
+            if len != u64::MAX && src_offset.checked_add(len).map_or(true, |e| e > attrs.size) {
+                continue; // past the source's end: the state machine refuses it
+            }
+            let mut bytes = std::mem::take(data);
+            if let Some(plan) = applied.reads.first() {
+                match self.data.read(plan).await {
+                    Ok((b, reads)) => {
+                        cost.chunk_reads += reads;
+                        bytes = b;
+                    }
+                    Err(_) => continue,
+                }
+            }
+            // Copies run in order: what an earlier copy of this batch wrote
+            // into the range is what this one reads (SMB copychunk with the
+            // source as target).
+            for &k in &turned {
+                if let Op::Write { obj: ObjRef::Id(d), offset: o, data: WriteData::Bytes(w), .. } = &batch.ops[k] {
+                    if *d == src {
+                        overlay_bytes(&mut bytes, src_offset, *o, w);
+                    }
+                }
+            }
+            batch.ops[i] = Op::Write { obj: dst, offset: dst_offset, data: WriteData::Bytes(bytes), append: false };
+            turned.push(i);
+        }
+        turned
+    }
+
     /// Runs one batch end to end.
     pub async fn run(&self, mut batch: Batch, tag: &RequestTag) -> Result<BatchResult, EngineError> {
         // A full volume refuses what would grow it, before anything is
@@ -184,6 +237,7 @@ impl Engine {
         }
         let n_ops = batch.ops.len();
         let mut cost = BatchCost::default();
+        let copies = self.resolve_copies(&mut batch, &mut cost).await;
         let mut logged = Vec::new();
         // Large write data goes to the write log first (durable before the
         // commit that names it); small data rides in the raft entry.
@@ -241,10 +295,25 @@ impl Engine {
                 *data = bytes;
             }
         }
+        for i in copies {
+            if let Some(Ok(OpOutput::Written { count, attrs, .. })) = applied.results.get(i) {
+                let out = OpOutput::Copied { count: *count, attrs: attrs.clone() };
+                applied.results[i] = Ok(out);
+            }
+        }
         if !applied.queued.is_empty() {
             let _ = self.wake_destager.try_send(());
         }
         self.stats.record(tag, &cost);
         Ok(BatchResult { results: applied.results, cost })
+    }
+}
+
+/// Lays `data` (at file offset `at`) over `buf` (at file offset `base`).
+fn overlay_bytes(buf: &mut [u8], base: u64, at: u64, data: &[u8]) {
+    let from = base.max(at);
+    let to = (base + buf.len() as u64).min(at + data.len() as u64);
+    if from < to {
+        buf[(from - base) as usize..(to - base) as usize].copy_from_slice(&data[(from - at) as usize..(to - at) as usize]);
     }
 }

@@ -4,7 +4,9 @@
 //! with their reasons, in `conformance/smb2-tier-a.known-failures`; a
 //! listed test that starts passing is reported ("xpass") so the list can
 //! shrink. The bar of issue 3 is at least 66 of the 73; this test holds
-//! the floor reached so far (every test not in the list passes).
+//! the floor reached so far (every test not in the list passes). The
+//! tier-B server-side copy tests (`conformance/smb2-tier-b-copychunk.txt`)
+//! run first and must all pass.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -74,27 +76,31 @@ fn smbtorture_tier_a() {
     assert!(ctl.status.success(), "user add: {}", String::from_utf8_lossy(&ctl.stderr));
     // Users reach the SMB executors with the next catalog refresh (1 s).
     std::thread::sleep(Duration::from_millis(1500));
-    let out = Command::new("bash")
-        .arg(&harness)
-        .arg(&list)
-        .arg("//127.0.0.1/public")
-        .arg(smb.to_string())
-        .arg("bench%benchpw")
-        .env("KNOWN_FAILURES", root().join("conformance/smb2-tier-a.known-failures"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    println!("{text}{}", String::from_utf8_lossy(&out.stderr));
-    let summary = text
-        .lines()
-        .rev()
-        .find(|l| l.ends_with(" failed") && l.contains(" passed, "))
-        .expect("the harness printed its summary");
-    let passed: usize = summary.split_whitespace().next().unwrap().parse().unwrap();
-    assert!(
-        out.status.success(),
-        "tests failed that are not known failures: {summary}"
-    );
+    let run = |list: &Path, known: Option<PathBuf>| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(&harness).arg(list).arg("//127.0.0.1/public").arg(smb.to_string()).arg("bench%benchpw");
+        if let Some(k) = known {
+            cmd.env("KNOWN_FAILURES", k);
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        println!("{text}{}", String::from_utf8_lossy(&out.stderr));
+        let summary = text
+            .lines()
+            .rev()
+            .find(|l| l.ends_with(" failed") && l.contains(" passed, "))
+            .expect("the harness printed its summary")
+            .to_string();
+        let passed: usize = summary.split_whitespace().next().unwrap().parse().unwrap();
+        assert!(out.status.success(), "{}: tests failed that are not known failures: {summary}", list.display());
+        passed
+    };
+    // Server-side copy (FSCTL_SRV_REQUEST_RESUME_KEY, FSCTL_SRV_COPYCHUNK
+    // and _WRITE): the copy-chunk tests of tier B, every one must pass.
+    let copychunk = root().join("conformance/smb2-tier-b-copychunk.txt");
+    let n = std::fs::read_to_string(&copychunk).unwrap().lines().filter(|l| !l.trim().is_empty()).count();
+    assert_eq!(run(&copychunk, None), n, "every copy-chunk test passes");
+    let passed = run(&list, Some(root().join("conformance/smb2-tier-a.known-failures")));
     let known = std::fs::read_to_string(root().join("conformance/smb2-tier-a.known-failures"))
         .unwrap()
         .lines()

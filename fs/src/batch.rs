@@ -154,6 +154,10 @@ pub enum Op {
     SetEas { obj: ObjRef, eas: Vec<(String, Vec<u8>)> },
     /// The extended attributes of `obj`, in name order.
     GetEas { obj: ObjRef },
+    /// Zeros `[offset, offset+len)` of a regular file, clipped to its size;
+    /// the size never changes (NFSv4.2 DEALLOCATE, RFC 7862 15.4; SMB
+    /// FSCTL_SET_ZERO_DATA, MS-FSCC 2.3.85). Produces `OpOutput::Attrs`.
+    ZeroRange { obj: ObjRef, offset: u64, len: u64 },
 }
 
 impl Op {
@@ -188,6 +192,7 @@ impl Op {
             Op::ReadLink { .. } => "readlink",
             Op::ReadDir { .. } => "readdir",
             Op::Copy { .. } => "copy",
+            Op::ZeroRange { .. } => "zero",
         }
     }
 }

@@ -2318,3 +2318,102 @@ fn captured_linux_compounds_are_answered_in_one_batch() {
         }
     }
 }
+
+fn open_fid(c: &mut Client, name: &str, disposition: u32, access: u32) -> Result<FileId, NtStatus> {
+    let r = c.one(Request::Create(create(name, disposition, 0, access)));
+    match r.body() {
+        Response::Create(cr) => Ok(cr.file_id),
+        _ => Err(r.status()),
+    }
+}
+
+fn write_at(c: &mut Client, fid: FileId, offset: u64, data: &[u8]) -> NtStatus {
+    c.one(Request::Write(WriteRequest {
+        offset,
+        file_id: fid,
+        channel: 0,
+        remaining_bytes: 0,
+        flags: 0,
+        write_channel_info: &[],
+        data,
+    }))
+    .status()
+}
+
+#[test]
+fn server_side_copy_with_resume_key_and_copychunk() {
+    use duet_protocols::smb2::ioctl::{
+        ctl_code, CopyChunk, CopyChunkCopy, CopyChunkResponse, IoctlRequest, ResumeKeyResponse,
+    };
+    let mut c = Client::connected();
+    // A write-only open (no FILE_READ_DATA) may still write.
+    const WRITE_ONLY: u32 = 0x0012_0116;
+    let src = open_fid(&mut c, "cc-src", create_disposition::OPEN_IF, WRITE_ONLY).unwrap();
+    let pattern: Vec<u8> = (0..3000u32).map(|i| (i * 7 % 251) as u8).collect();
+    assert_eq!(write_at(&mut c, src, 0, &pattern), NtStatus::SUCCESS);
+    let ioctl = |code: u32, fid: FileId, input: &[u8], max_out: u32| -> Request<'static> {
+        Request::Ioctl(IoctlRequest {
+            ctl_code: code,
+            file_id: fid,
+            input: Box::leak(input.to_vec().into_boxed_slice()),
+            max_input_response: 0,
+            output: &[],
+            max_output_response: max_out,
+            flags: IoctlRequest::IS_FSCTL,
+        })
+    };
+    let key = |c: &mut Client, fid: FileId| -> [u8; 24] {
+        let r = c.one(ioctl(ctl_code::FSCTL_SRV_REQUEST_RESUME_KEY, fid, &[], 32));
+        assert_eq!(r.status(), NtStatus::SUCCESS);
+        let Response::Ioctl(io) = r.body() else { panic!() };
+        assert_eq!(io.output.len(), 32, "key, ContextLength and 4 zero bytes");
+        ResumeKeyResponse::decode(io.output).unwrap().resume_key
+    };
+    let copy = |c: &mut Client, code: u32, dst: FileId, key: [u8; 24], chunks: Vec<CopyChunk>| {
+        let mut input = Vec::new();
+        CopyChunkCopy { source_key: key, chunks }.encode(&mut input);
+        let r = c.one(ioctl(code, dst, &input, 12));
+        let out = match r.body() {
+            Response::Ioctl(io) => Some(CopyChunkResponse::decode(io.output).unwrap()),
+            _ => None,
+        };
+        (r.status(), out)
+    };
+    // The source open cannot read: copying from it is refused.
+    let src_key = key(&mut c, src);
+    let dst = open_fid(&mut c, "cc-dst", create_disposition::OPEN_IF, RW).unwrap();
+    let one = |so, to, length| vec![CopyChunk { source_offset: so, target_offset: to, length }];
+    assert_eq!(copy(&mut c, ctl_code::FSCTL_SRV_COPYCHUNK, dst, src_key, one(0, 0, 100)).0, NtStatus::ACCESS_DENIED);
+    // A readable source: two chunks, the second one appending.
+    let src2 = open_fid(&mut c, "cc-src", create_disposition::OPEN, RW).unwrap();
+    let k = key(&mut c, src2);
+    let chunks = vec![
+        CopyChunk { source_offset: 0, target_offset: 0, length: 3000 },
+        CopyChunk { source_offset: 1000, target_offset: 3000, length: 500 },
+    ];
+    let (st, out) = copy(&mut c, ctl_code::FSCTL_SRV_COPYCHUNK, dst, k, chunks);
+    assert_eq!(st, NtStatus::SUCCESS);
+    assert_eq!(
+        out.unwrap(),
+        CopyChunkResponse { chunks_written: 2, chunk_bytes_written: 0, total_bytes_written: 3500 }
+    );
+    assert_eq!(c.one(Request::Close(CloseRequest { flags: 0, file_id: dst })).status(), NtStatus::SUCCESS);
+    let (_, data) = read_file(&mut c, "cc-dst");
+    let mut want = pattern.clone();
+    want.extend_from_slice(&pattern[1000..1500]);
+    assert_eq!(data, want);
+    // Past the source's end: STATUS_INVALID_VIEW_SIZE, nothing written;
+    // a bad key names nothing; a zero-length chunk gets the limits.
+    let dst = open_fid(&mut c, "cc-dst", create_disposition::OPEN, RW).unwrap();
+    let (st, out) = copy(&mut c, ctl_code::FSCTL_SRV_COPYCHUNK, dst, k, one(2000, 0, 2000));
+    assert_eq!((st, out.unwrap().chunks_written), (NtStatus::INVALID_VIEW_SIZE, 0));
+    assert_eq!(copy(&mut c, ctl_code::FSCTL_SRV_COPYCHUNK, dst, [7; 24], one(0, 0, 10)).0, NtStatus::OBJECT_NAME_NOT_FOUND);
+    let (st, out) = copy(&mut c, ctl_code::FSCTL_SRV_COPYCHUNK, dst, k, one(0, 0, 0));
+    assert_eq!(st, NtStatus::INVALID_PARAMETER);
+    assert_eq!(out.unwrap().chunk_bytes_written, 1 << 20);
+    // _WRITE needs no read access on the target; plain COPYCHUNK does.
+    let wo = open_fid(&mut c, "cc-wo", create_disposition::OPEN_IF, WRITE_ONLY).unwrap();
+    assert_eq!(copy(&mut c, ctl_code::FSCTL_SRV_COPYCHUNK, wo, k, one(0, 0, 10)).0, NtStatus::ACCESS_DENIED);
+    assert_eq!(copy(&mut c, ctl_code::FSCTL_SRV_COPYCHUNK_WRITE, wo, k, one(0, 0, 10)).0, NtStatus::SUCCESS);
+    assert!(!c.closed);
+}

@@ -38,14 +38,24 @@ ls -l > /tmp/wl-ls.out
 [ "$(stat -c %i ..)" = "$(stat -c %i "$MNT")" ] || fail "the inode of .. is not the mount's"
 step ls
 
-# A big file: streamed from /dev/urandom, checksummed on the way (sha256:
-# faster than md5 under qemu's emulation).
-dd if=/dev/urandom bs=1M count=$BIG_MB 2>/dev/null | tee big | sha256sum | cut -d' ' -f1 > /tmp/wl-big.sum
+# A big file, written one MiB per write() as cp or an application would (a
+# pipe through tee makes 4-8 KiB writes, and on a cifs mount without an
+# oplock each one is a round trip). Every MiB is distinct (its number at
+# the front), so data at the wrong place shows; checksummed as written
+# (sha256: faster than md5 under qemu's emulation).
+head -c 1048560 /dev/urandom > /tmp/wl-seed
+i=0
+while [ $i -lt $BIG_MB ]; do
+  { printf '%016d' $i; cat /tmp/wl-seed; } > /tmp/wl-blk
+  dd if=/tmp/wl-blk of=big bs=1M seek=$i conv=notrunc 2>/dev/null || echo "dd failed at MiB $i" >&2
+  cat /tmp/wl-blk
+  i=$((i+1))
+done | sha256sum | cut -d' ' -f1 > /tmp/wl-big.sum
 sync
 [ "$(size big)" -eq $((BIG_MB * 1048576)) ] || fail "big file size $(size big)"
 step big-write
 drop
-[ "$(sha256sum < big | cut -d' ' -f1)" = "$(cat /tmp/wl-big.sum)" ] || fail "big file differs"
+[ "$(dd if=big bs=1M 2>/dev/null | sha256sum | cut -d' ' -f1)" = "$(cat /tmp/wl-big.sum)" ] || fail "big file differs"
 step big-read
 # Overwrite in the middle of the big file (crosses a 4 MiB chunk boundary).
 head -c 8192 /dev/urandom > /tmp/wl-patch

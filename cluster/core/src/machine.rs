@@ -390,6 +390,39 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             let eas = list_eas(txn, n.attrs.id);
             Ok(OpOutput::Eas { eas, attrs: n.attrs })
         }
+        Op::ZeroRange { obj, offset, len } => {
+            let mut n = get_node(txn, resolve(ex, *obj)?)?;
+            match n.attrs.ftype {
+                FileType::Regular => {}
+                FileType::Directory => return Err(FsError::IsDir),
+                _ => return Err(FsError::Invalid),
+            }
+            if !may(cred, &n.attrs, 2) && cred.uid != n.attrs.uid {
+                return Err(FsError::Access);
+            }
+            let before = n.attrs.clone();
+            let start = (*offset).min(n.attrs.size);
+            let end = offset.saturating_add(*len).min(n.attrs.size);
+            if start >= end {
+                return Ok(OpOutput::Attrs { before: Some(before), attrs: n.attrs });
+            }
+            let id = n.attrs.id;
+            if n.chunked {
+                queue(txn, ex, id, DataOp::Zero { offset: start, len: end - start });
+            } else {
+                let mut data = txn.get(&keys::data(id)).unwrap_or_default();
+                // Inline data may be shorter than the size (the rest reads
+                // as zeros already).
+                let to = (end as usize).min(data.len());
+                if (start as usize) < to {
+                    data[start as usize..to].fill(0);
+                    txn.put(keys::data(id), data);
+                }
+            }
+            touch(&mut n.attrs, ex.batch.now_ns, true);
+            put_node(txn, &n);
+            Ok(OpOutput::Attrs { before: Some(before), attrs: n.attrs })
+        }
         Op::Create { dir, name, kind, attrs, if_exists } => create(txn, ex, *dir, name, kind, attrs, *if_exists),
         Op::Open { obj, access, truncate } => {
             let mut n = get_node(txn, resolve(ex, *obj)?)?;
@@ -511,6 +544,12 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             if !may(cred, &s.attrs, 4) && cred.uid != s.attrs.uid {
                 return Err(FsError::Access);
+            }
+            // A range past the source's end is invalid (RFC 7862 15.2.3;
+            // SMB copychunk answers STATUS_INVALID_VIEW_SIZE); u64::MAX
+            // means "to the end".
+            if *len != u64::MAX && src_offset.checked_add(*len).map_or(true, |e| e > s.attrs.size) {
+                return Err(FsError::Invalid);
             }
             if s.chunked {
                 // The engine resolves copies from chunked files into writes

@@ -44,6 +44,9 @@ pub enum DataOp {
     Truncate { size: u64 },
     /// The file is gone: delete all its chunks.
     Reclaim,
+    /// `[offset, offset+len)` reads as zeros (a punched hole).
+    /// (Appended last: stored queue records keep decoding.)
+    Zero { offset: u64, len: u64 },
 }
 
 /// A share (`s` name).

@@ -47,6 +47,8 @@ impl NtStatus {
     pub const MORE_PROCESSING_REQUIRED: NtStatus = NtStatus(0xC000_0016);
     /// A lock sequence is invalid.
     pub const INVALID_LOCK_SEQUENCE: NtStatus = NtStatus(0xC000_001E);
+    /// A range lies past the end of a file (FSCTL_SRV_COPYCHUNK source).
+    pub const INVALID_VIEW_SIZE: NtStatus = NtStatus(0xC000_001F);
     /// The caller lacks the access it asked for.
     pub const ACCESS_DENIED: NtStatus = NtStatus(0xC000_0022);
     /// The output buffer is too small for even one entry.
@@ -173,6 +175,7 @@ impl NtStatus {
             NtStatus::NO_SUCH_FILE => "STATUS_NO_SUCH_FILE",
             NtStatus::INVALID_DEVICE_REQUEST => "STATUS_INVALID_DEVICE_REQUEST",
             NtStatus::END_OF_FILE => "STATUS_END_OF_FILE",
+            NtStatus::INVALID_VIEW_SIZE => "STATUS_INVALID_VIEW_SIZE",
             NtStatus::MORE_PROCESSING_REQUIRED => "STATUS_MORE_PROCESSING_REQUIRED",
             NtStatus::INVALID_LOCK_SEQUENCE => "STATUS_INVALID_LOCK_SEQUENCE",
             NtStatus::ACCESS_DENIED => "STATUS_ACCESS_DENIED",

@@ -322,7 +322,7 @@ pub(super) fn done(status: NtStatus) -> Plan {
     }
 }
 
-fn body_of(r: &Response<'_>) -> Vec<u8> {
+pub(super) fn body_of(r: &Response<'_>) -> Vec<u8> {
     // Response encoders compute offsets as 64 + body position: encode after
     // a dummy header, then drop it.
     let mut out = vec![0u8; HEADER_SIZE];
@@ -879,6 +879,18 @@ impl Connection {
                 .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
                     me.plan_object_id(fp, slot, t, &io)
                 }),
+            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_SRV_REQUEST_RESUME_KEY => self
+                .with_target(fp, chain, hdr, related, io.file_id, |me, _, t| {
+                    me.plan_resume_key(t, &io)
+                }),
+            Request::Ioctl(io)
+                if io.ctl_code == ctl_code::FSCTL_SRV_COPYCHUNK
+                    || io.ctl_code == ctl_code::FSCTL_SRV_COPYCHUNK_WRITE =>
+            {
+                self.with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
+                    me.plan_copychunk(fp, hdr, t, &io)
+                })
+            }
             Request::Ioctl(io) => self.ioctl(hdr, &io),
             // No CHANGE_NOTIFY yet; in a failed chain it fails like the rest.
             Request::ChangeNotify(n) => {

@@ -27,6 +27,10 @@ use crate::smb2::fscc::{
     self, fs_info_class, info_class, ChainWriter, DirectoryEntry, DirectoryInfoClass,
 };
 use crate::smb2::header::Header;
+use crate::smb2::ioctl::{
+    ctl_code, CopyChunkCopy, CopyChunkResponse, IoctlRequest, IoctlResponse, ResumeKeyResponse,
+};
+use crate::smb2::DecodeError;
 use crate::smb2::lock::{LockElement, LockResponse};
 use crate::smb2::message::Response;
 use crate::smb2::query_directory::{OutputBufferResponse, QueryDirectoryRequest};
@@ -179,6 +183,13 @@ pub enum FsPlan {
     Lock {
         target: Target,
         elements: Vec<LockElement>,
+    },
+    /// FSCTL_SRV_COPYCHUNK(_WRITE): one `Op::Copy` per chunk, in order.
+    CopyChunk {
+        target: Target,
+        ops: Vec<usize>,
+        ctl_code: u32,
+        file_id: FileId,
     },
 }
 
@@ -918,12 +929,10 @@ impl Connection {
         if !append && (end > i64::MAX as u64 || (end > MAX_FILE_SIZE && !w.data.is_empty())) {
             return done(NtStatus::INVALID_PARAMETER);
         }
-        let need = if append {
-            access::FILE_APPEND_DATA | access::FILE_WRITE_DATA
-        } else {
-            access::FILE_WRITE_DATA
-        };
-        if v.granted & need == 0 {
+        // Either right lets a handle write (MS-FSA 2.1.5.4 refuses only
+        // when both are missing); like Samba, an append-only handle writes
+        // where it says.
+        if v.granted & (access::FILE_APPEND_DATA | access::FILE_WRITE_DATA) == 0 {
             return done(NtStatus::ACCESS_DENIED);
         }
         if v.is_dir == Some(true) {
@@ -954,6 +963,144 @@ impl Connection {
             append,
         });
         Plan::Fs(FsPlan::Write { target: t, op })
+    }
+
+    // ---- IOCTL: server-side copy (MS-SMB2 3.3.5.15.5, 3.3.5.15.6) -----
+
+    /// FSCTL_SRV_REQUEST_RESUME_KEY (MS-SMB2 3.3.5.15.5): a key naming
+    /// this open for a later FSCTL_SRV_COPYCHUNK. The key is the open's id,
+    /// its node and the first half of the server GUID, so a made-up key
+    /// names nothing (`copy_chunk_bad_key`).
+    pub(super) fn plan_resume_key(&mut self, t: Target, io: &IoctlRequest<'_>) -> Plan {
+        let Target::Table(id) = t else {
+            return done(NtStatus::INVALID_PARAMETER);
+        };
+        let Some(o) = self.opens.get(&id) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if (io.max_output_response as usize) < RESUME_KEY_RESPONSE_SIZE {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let mut out = Vec::with_capacity(RESUME_KEY_RESPONSE_SIZE);
+        ResumeKeyResponse {
+            resume_key: self.resume_key(id, o.node),
+        }
+        .encode(&mut out);
+        // Windows (and Samba) follow ContextLength 0 with four zero bytes,
+        // and Samba's client decodes them: send them when they fit.
+        if io.max_output_response as usize >= RESUME_KEY_RESPONSE_SIZE + 4 {
+            out.extend_from_slice(&[0; 4]);
+        }
+        ioctl_reply(NtStatus::SUCCESS, io.ctl_code, io.file_id, &out)
+    }
+
+    fn resume_key(&self, id: u64, node: NodeId) -> [u8; 24] {
+        let mut key = [0u8; 24];
+        key[..8].copy_from_slice(&id.to_le_bytes());
+        key[8..16].copy_from_slice(&node.to_le_bytes());
+        key[16..].copy_from_slice(&self.cfg.server_guid[..8]);
+        key
+    }
+
+    /// FSCTL_SRV_COPYCHUNK and FSCTL_SRV_COPYCHUNK_WRITE (MS-SMB2
+    /// 3.3.5.15.6): every chunk becomes an `Op::Copy` of the frame's batch
+    /// (one commit for the whole request). The engine reads the source
+    /// and writes the target, chunk after chunk.
+    pub(super) fn plan_copychunk(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        io: &IoctlRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if (io.max_output_response as usize) < COPYCHUNK_RESPONSE_SIZE {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        // Over a limit: STATUS_INVALID_PARAMETER with the limits in the
+        // response (ServerSideCopyMaxNumberofChunks, ...MaxChunkSize,
+        // ...MaxDataSize).
+        let limits = || {
+            let r = CopyChunkResponse {
+                chunks_written: CopyChunkCopy::MAX_CHUNKS as u32,
+                chunk_bytes_written: COPYCHUNK_MAX_CHUNK,
+                total_bytes_written: COPYCHUNK_MAX_TOTAL,
+            };
+            copychunk_reply(NtStatus::INVALID_PARAMETER, io, r)
+        };
+        let cc = match CopyChunkCopy::decode(io.input) {
+            Ok(c) => c,
+            Err(DecodeError::LimitExceeded { .. }) => return limits(),
+            Err(_) => return done(NtStatus::INVALID_PARAMETER),
+        };
+        let total: u64 = cc.chunks.iter().map(|c| u64::from(c.length)).sum();
+        if cc
+            .chunks
+            .iter()
+            .any(|c| c.length == 0 || c.length > COPYCHUNK_MAX_CHUNK)
+            || total > u64::from(COPYCHUNK_MAX_TOTAL)
+        {
+            return limits();
+        }
+        let src_id = u64::from_le_bytes(cc.source_key[..8].try_into().unwrap_or_default());
+        let src = match self.opens.get(&src_id) {
+            Some(o) if self.resume_key(src_id, o.node) == cc.source_key => o,
+            _ => return done(NtStatus::OBJECT_NAME_NOT_FOUND),
+        };
+        if src.is_dir || v.is_dir == Some(true) {
+            return done(NtStatus::INVALID_DEVICE_REQUEST);
+        }
+        let mut need = access::FILE_WRITE_DATA;
+        if io.ctl_code == ctl_code::FSCTL_SRV_COPYCHUNK {
+            // Only the _WRITE variant may target a write-only open.
+            need |= access::FILE_READ_DATA;
+        }
+        // The source needs read or execute (Windows and Samba let an
+        // execute-only handle be copied from: smbtorture's bad_access).
+        if src.granted & (access::FILE_READ_DATA | access::FILE_EXECUTE) == 0 || v.granted & need != need {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        let src_node = src.node;
+        for c in &cc.chunks {
+            let len = u64::from(c.length);
+            let src_locked = self.lock_conflict(src_id, src_node, c.source_offset, len, false);
+            let dst_locked = match (v.file, v.node) {
+                (Some(f), Some(n)) => self.lock_conflict(f, n, c.target_offset, len, true),
+                _ => false,
+            };
+            if src_locked || dst_locked {
+                return copychunk_reply(NtStatus::FILE_LOCK_CONFLICT, io, CopyChunkResponse::default());
+            }
+        }
+        match self.begin(fp, hdr) {
+            Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
+            Ok(_) => {}
+            Err(s) => return done(s),
+        }
+        if cc.chunks.is_empty() {
+            return copychunk_reply(NtStatus::SUCCESS, io, CopyChunkResponse::default());
+        }
+        let ops = cc
+            .chunks
+            .iter()
+            .map(|c| {
+                fp.push(Op::Copy {
+                    src: ObjRef::Id(src_node),
+                    src_offset: c.source_offset,
+                    dst: v.obj,
+                    dst_offset: c.target_offset,
+                    len: u64::from(c.length),
+                })
+            })
+            .collect();
+        Plan::Fs(FsPlan::CopyChunk {
+            target: t,
+            ops,
+            ctl_code: io.ctl_code,
+            file_id: io.file_id,
+        })
     }
 
     // ---- QUERY_DIRECTORY -----------------------------------------------
@@ -1993,6 +2140,49 @@ impl Connection {
                     _ => Err(NtStatus::INVALID_PARAMETER),
                 }
             }
+            FsPlan::CopyChunk {
+                target,
+                ops,
+                ctl_code,
+                file_id,
+            } => {
+                self.resolve(target, created)?;
+                // Chunks are reported in order up to the first that failed.
+                let mut r = CopyChunkResponse::default();
+                let mut status = NtStatus::SUCCESS;
+                for op in ops {
+                    match results.get(op) {
+                        Some(Ok(OpOutput::Copied { count, .. })) => {
+                            r.chunks_written += 1;
+                            r.total_bytes_written += *count as u32;
+                        }
+                        Some(Err(FsError::Invalid)) => {
+                            status = NtStatus::INVALID_VIEW_SIZE;
+                            break;
+                        }
+                        Some(Err(e)) => {
+                            status = fs_status(*e);
+                            break;
+                        }
+                        _ => {
+                            status = NtStatus::INVALID_PARAMETER;
+                            break;
+                        }
+                    }
+                }
+                let mut out = Vec::with_capacity(COPYCHUNK_RESPONSE_SIZE);
+                r.encode(&mut out);
+                Ok((
+                    status,
+                    body(&Response::Ioctl(IoctlResponse {
+                        ctl_code,
+                        file_id,
+                        input: &[],
+                        output: &out,
+                        flags: 0,
+                    })),
+                ))
+            }
             FsPlan::Write { target, op } => {
                 self.resolve(target, created)?;
                 match results.get(op) {
@@ -2191,6 +2381,36 @@ impl Connection {
             }
         }
     }
+}
+
+/// ServerSideCopyMaxChunkSize and ServerSideCopyMaxDataSize (MS-SMB2
+/// 3.3.3: 1 MiB and 16 MiB).
+const COPYCHUNK_MAX_CHUNK: u32 = 1 << 20;
+const COPYCHUNK_MAX_TOTAL: u32 = 16 << 20;
+/// SRV_COPYCHUNK_RESPONSE (MS-SMB2 2.2.32.1): three u32.
+const COPYCHUNK_RESPONSE_SIZE: usize = 12;
+/// SRV_REQUEST_RESUME_KEY response (MS-SMB2 2.2.32.3): key and ContextLength.
+const RESUME_KEY_RESPONSE_SIZE: usize = 28;
+
+fn ioctl_reply(status: NtStatus, ctl_code: u32, file_id: FileId, output: &[u8]) -> Plan {
+    Plan::Done {
+        status,
+        body: body(&Response::Ioctl(IoctlResponse {
+            ctl_code,
+            file_id,
+            input: &[],
+            output,
+            flags: 0,
+        })),
+    }
+}
+
+/// An FSCTL_SRV_COPYCHUNK answer that carries a SRV_COPYCHUNK_RESPONSE,
+/// also with an error status (limits, lock conflicts).
+fn copychunk_reply(status: NtStatus, io: &IoctlRequest<'_>, r: CopyChunkResponse) -> Plan {
+    let mut out = Vec::with_capacity(COPYCHUNK_RESPONSE_SIZE);
+    r.encode(&mut out);
+    ioctl_reply(status, io.ctl_code, io.file_id, &out)
 }
 
 fn body(r: &Response<'_>) -> Vec<u8> {

@@ -9,8 +9,11 @@
 //! a mix of small ones (inline in the raft entry) and 8 KiB ones (through
 //! the write log). `DUET_CRASH_SEED` picks other moments.
 //!
-//! Not covered: NFSv4.1 state reclaim (OPEN with CLAIM_PREVIOUS in a grace
-//! period) — duet has no grace period yet (NOTES.md).
+//! A third client speaks NFSv4.1: it holds an open of its own file across
+//! every kill; after each restart it must reclaim that open within the
+//! grace period (OPEN CLAIM_PREVIOUS, then RECLAIM_COMPLETE, RFC 8881
+//! 8.4.2) before anything else runs, and then writes FILE_SYNC with the
+//! reclaimed stateid, acknowledged writes checked like the others.
 
 mod clients;
 mod common;
@@ -20,7 +23,43 @@ use std::time::{Duration, Instant};
 
 use clients::*;
 use common::Daemon;
+use duet_protocols::nfs::nfs4::*;
+use duet_protocols::nfs::xdr::{Name, Opaque};
 use duet_protocols::smb2::status::NtStatus;
+
+const V4_OWNER: &[u8] = b"crash-clients-v41";
+const V4_FILE: &str = "v41.bin";
+
+/// The NFSv4.1 client after a restart: a new session for the same owner,
+/// the open reclaimed (CLAIM_PREVIOUS), RECLAIM_COMPLETE.
+fn v41_reclaim(port: u16, fh: &[u8], run: u64) -> (Nfs, Sess, Stateid4) {
+    let mut c = Nfs::connect(port).as_user(2000, 2000);
+    let mut s = session(&mut c, V4_OWNER, 1 << 20, 64);
+    let seq = s.sequence();
+    let rep = c
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+            ArgOp4::Open(Open4Args {
+                seqid: 0,
+                share_access: share::ACCESS_BOTH,
+                share_deny: share::DENY_NONE,
+                owner: StateOwner4 { clientid: s.clientid, owner: Opaque(b"writer") },
+                openhow: OpenFlag4::NoCreate,
+                claim: OpenClaim4::Previous(OpenDelegationType4::None),
+            }),
+        ])
+        .expect("reclaim reply");
+    let r = res4(&rep);
+    let sid = match r.results.get(2) {
+        Some(ResOp4::Open(Nfs4Res::Ok(o))) => o.stateid,
+        _ => panic!("run {run}: the NFSv4.1 client could not reclaim its open: {:?}", r.status),
+    };
+    let seq = s.sequence();
+    let rep = c.v4(vec![seq, ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]).unwrap();
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "run {run}: RECLAIM_COMPLETE");
+    (c, s, sid)
+}
 
 const KILLS: u64 = 30;
 const SLOT: u64 = 8192;
@@ -74,8 +113,52 @@ fn sigkill_under_smb_and_nfs_clients_loses_no_acknowledged_write() {
         .unwrap_or(0xc0ffee_u64);
     eprintln!("crash_clients seed {seed}");
     let acks: Arc<Mutex<Vec<Ack>>> = Arc::new(Mutex::new(Vec::new()));
+    // The NFSv4.1 client opens its file, and duetd records it as a client
+    // holding state (the list it reads back after a restart).
+    let mut v4 = Nfs::connect(d.nfs_port).as_user(2000, 2000);
+    let root = v4.mount("/public").unwrap();
+    let mut s4 = session(&mut v4, V4_OWNER, 1 << 20, 64);
+    let seq = s4.sequence();
+    let rep = v4
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+            ArgOp4::Open(Open4Args {
+                seqid: 0,
+                share_access: share::ACCESS_BOTH,
+                share_deny: share::DENY_NONE,
+                owner: StateOwner4 { clientid: s4.clientid, owner: Opaque(b"writer") },
+                openhow: OpenFlag4::Create(CreateHow4::Unchecked(Fattr4 { attrmask: Bitmap4::new(), attr_vals: Opaque(b"") })),
+                claim: OpenClaim4::Null(Name(V4_FILE.as_bytes())),
+            }),
+            ArgOp4::GetFh(()),
+        ])
+        .unwrap();
+    let r = res4(&rep);
+    let (Some(ResOp4::Open(Nfs4Res::Ok(o))), Some(ResOp4::GetFh(Nfs4Res::Ok(fh)))) = (r.results.get(2), r.results.get(3)) else {
+        panic!("NFSv4.1 OPEN: {r:?}")
+    };
+    let (mut sid4, v4_fh) = (o.stateid, fh.object.0.to_vec());
+    let clients_file = d.data.join("nfs4-clients");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&clients_file).map_or(true, |t| t.trim().is_empty()) {
+        assert!(Instant::now() < deadline, "duetd never recorded the NFSv4.1 client ({})", clients_file.display());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut v4_client = Some((v4, s4));
+    let v4_slots = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let started = Instant::now();
     for run in 1..=KILLS {
+        // After a restart the v4.1 client reclaims first (new opens would
+        // get NFS4ERR_GRACE until it has).
+        let (mut v4, mut s4) = match v4_client.take() {
+            Some(x) => x,
+            None => {
+                let (c, s, sid) = v41_reclaim(d.nfs_port, &v4_fh, run);
+                sid4 = sid;
+                (c, s)
+            }
+        };
         let delay = 150 + next(&mut seed) % 900;
         let (smb, nfs) = (d.smb_port, d.nfs_port);
         // SMB writer: WRITE_THROUGH, acknowledged = STATUS_SUCCESS.
@@ -180,10 +263,41 @@ fn sigkill_under_smb_and_nfs_clients_loses_no_acknowledged_write() {
                 }
             }));
         });
+        // NFSv4.1 writer: WRITE FILE_SYNC with the (reclaimed) open stateid.
+        let a = acks.clone();
+        let run_seed = next(&mut seed);
+        let (fh, sid, slots) = (v4_fh.clone(), sid4, v4_slots.clone());
+        let v4_before = acks.lock().unwrap().iter().filter(|a| a.file == V4_FILE).count();
+        let v4_writer = std::thread::spawn(move || {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                for i in 0u64.. {
+                    let len = if i % 3 == 2 { 8192 } else { 1 + (run_seed.wrapping_mul(i + 1) % 3000) as usize };
+                    let data = bytes(run_seed ^ (i << 20), len);
+                    // One growing file, each write in a slot of its own
+                    // (a write cut off by the kill just leaves its slot).
+                    let off = slots.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * SLOT;
+                    let seq = s4.sequence();
+                    let Some(rep) = v4.v4(vec![
+                        seq,
+                        ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+                        ArgOp4::Write(Write4Args { stateid: sid, offset: off, stable: StableHow4::FileSync, data: Opaque(&data) }),
+                    ]) else {
+                        return; // killed
+                    };
+                    let r = res4(&rep);
+                    match r.results.get(2) {
+                        Some(ResOp4::Write(Nfs4Res::Ok(w))) if w.count as usize == data.len() && w.committed == StableHow4::FileSync => {}
+                        _ => return,
+                    }
+                    a.lock().unwrap().push(Ack { file: V4_FILE.to_string(), offset: off, data });
+                }
+            }));
+        });
         std::thread::sleep(Duration::from_millis(delay));
         d.kill_and_restart();
         smb_writer.join().unwrap();
         nfs_writer.join().unwrap();
+        v4_writer.join().unwrap();
 
         // Clients reconnect; every acknowledged write is there.
         std::thread::sleep(Duration::from_millis(300));
@@ -245,11 +359,12 @@ fn sigkill_under_smb_and_nfs_clients_loses_no_acknowledged_write() {
             "run {run}: fsck:\n{fsck}"
         );
         let smb_acks = acks_now.iter().filter(|a| a.file == last).count();
-        let nfs_acks = acks_now
-            .iter()
-            .filter(|a| a.file == format!("nfs-{run:02}.bin"))
-            .count();
-        eprintln!("run {run}: killed after {delay} ms; acknowledged {smb_acks} SMB + {nfs_acks} NFS writes; {} verified in all", acks_now.len());
+        let nfs_acks = acks_now.iter().filter(|a| a.file == format!("nfs-{run:02}.bin")).count();
+        let v4_acks = acks_now.iter().filter(|a| a.file == V4_FILE).count() - v4_before;
+        eprintln!(
+            "run {run}: killed after {delay} ms; acknowledged {smb_acks} SMB + {nfs_acks} NFSv3 + {v4_acks} NFSv4.1 writes; {} verified in all",
+            acks_now.len()
+        );
     }
     let total = acks.lock().unwrap().len();
     eprintln!(

@@ -237,6 +237,17 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
         Nfsstat3::ACCES,
         "NFS uid 3002 removes in alice's directory"
     );
+    // The same for a name directly in a share root bob may not write.
+    d.ok(&["share", "add", "alices", "--path", "/public/alice-dir"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut ba = Smb::logged_on(smb, "bob", "bobpw", "alices");
+    assert_eq!(ba.delete("secret.txt"), NtStatus::ACCESS_DENIED, "SMB bob deletes in a share root of alice's");
+    assert!(pub_n.lookup3(&dh, b"secret.txt").is_ok(), "the file is still there");
+    let mut aa = Smb::logged_on(smb, "alice", "alicepw", "alices");
+    let f = aa.create("mine.txt").unwrap();
+    aa.close(f);
+    assert_eq!(aa.delete("mine.txt"), NtStatus::SUCCESS, "the owner deletes in her share root");
+    assert!(pub_n.lookup3(&dh, b"mine.txt").is_err(), "and the file is gone");
     let mut alice_n = Nfs::connect(nfs).as_user(3001, 3001);
     assert_eq!(
         alice_n.write3(&fh, 0, b"ALICE"),

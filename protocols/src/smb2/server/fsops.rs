@@ -99,6 +99,9 @@ pub struct CreatePlan {
     share_access: u32,
     /// SetEas of the CREATE's EA buffer, if any.
     ea_op: Option<usize>,
+    /// GetAttr of the share root, when a name directly in it is opened
+    /// for DELETE (its permission check needs the root's attributes).
+    root_attrs_op: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -493,6 +496,9 @@ impl Connection {
         }
         fp.batch_for(hdr.session_id, &cred, ro)
             .ok_or(NtStatus::INVALID_PARAMETER)?;
+        let root_attrs_op = (comps.len() == 1
+            && (desired & access::DELETE != 0 || o & opt::DELETE_ON_CLOSE != 0))
+            .then(|| fp.push(Op::GetAttr { obj: ObjRef::Id(root) }));
         let first_op = fp.batch.as_ref().map_or(0, |b| b.ops.len());
         let mut dir = ObjRef::Id(root);
         let (final_op, open_op, parent, leaf) = if comps.is_empty() {
@@ -618,6 +624,7 @@ impl Connection {
             path: comps.join("\\"),
             share_access: req.share_access,
             ea_op,
+            root_attrs_op,
         }))))
     }
 
@@ -692,11 +699,15 @@ impl Connection {
         // (POSIX; the engine checks it again at the removal). The removal
         // happens at CLOSE, which cannot report a failure, so an open that
         // asks for DELETE where it cannot have it is refused here
-        // (MS-SMB2 3.3.5.9: ACCESS_DENIED). The share root's own attributes
-        // are not among the results; names directly in it are checked only
-        // by the engine.
-        if (wanted & access::DELETE != 0 || doc) && !cp.name.is_empty() && cp.final_op > cp.first_op {
-            if let Ok(parent) = result_attrs(results, cp.final_op - 1) {
+        // (MS-SMB2 3.3.5.9: ACCESS_DENIED). For a name directly in the share
+        // root, the root's attributes come from `root_attrs_op`.
+        if (wanted & access::DELETE != 0 || doc) && !cp.name.is_empty() {
+            let parent = if cp.final_op > cp.first_op {
+                result_attrs(results, cp.final_op - 1).ok()
+            } else {
+                cp.root_attrs_op.and_then(|i| result_attrs(results, i).ok())
+            };
+            if let Some(parent) = parent {
                 if super::info::mode_bits(&cred, parent) & 3 != 3 {
                     return Err(NtStatus::ACCESS_DENIED);
                 }

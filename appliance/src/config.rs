@@ -37,6 +37,10 @@ enabled = true
 listen = "0.0.0.0:2049"
 # Also serve portmap/rpcbind on port 111 when it is free.
 portmap = true
+# NFSv4 grace period after a restart, in seconds: clients that held opens
+# and locks reclaim them; new ones wait (NFS4ERR_GRACE). It ends as soon as
+# every such client has reclaimed.
+grace_secs = 90
 
 [cache]
 # Size of one write-log segment file, in MiB.
@@ -90,6 +94,13 @@ pub struct ListenerConfig {
     /// SMB only: encrypt every session of a client that can (SMB 3.x).
     #[serde(default)]
     pub encrypt: bool,
+    /// NFS only: the NFSv4 grace period after a restart, seconds.
+    #[serde(default = "grace_default")]
+    pub grace_secs: u32,
+}
+
+fn grace_default() -> u32 {
+    90
 }
 
 fn yes() -> bool {
@@ -130,6 +141,7 @@ impl Default for Config {
                 portmap: false,
                 require_signing: false,
                 encrypt: false,
+                grace_secs: grace_default(),
             },
             nfs: ListenerConfig {
                 enabled: true,
@@ -137,6 +149,7 @@ impl Default for Config {
                 portmap: true,
                 require_signing: false,
                 encrypt: false,
+                grace_secs: grace_default(),
             },
             cache: CacheConfig::default(),
             log: LogConfig::default(),

@@ -157,6 +157,36 @@ pub struct FrontendPlan {
     pub share_modes: std::sync::Arc<smb::ShareModes>,
     pub smb_require_signing: bool,
     pub smb_encrypt: bool,
+    /// NFSv4 grace period after a restart, seconds.
+    pub nfs_grace_s: u32,
+    /// Where the owners of the NFSv4 clients holding state are kept, for
+    /// their reclaims after a restart.
+    pub nfs_clients_file: std::path::PathBuf,
+}
+
+/// The file in the data directory that lists NFSv4 client owners (hex, one
+/// per line): the clients that may reclaim state after a restart.
+pub const NFS_CLIENTS_FILE: &str = "nfs4-clients";
+
+fn load_nfs_clients(path: &std::path::Path) -> Vec<Vec<u8>> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter_map(|l| hex::decode(l.trim()).ok()).filter(|o| !o.is_empty()).collect()
+}
+
+/// Replaces the list atomically (temporary file, fsync, rename).
+fn store_nfs_clients(path: &std::path::Path, owners: &[Vec<u8>]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    for o in owners {
+        writeln!(f, "{}", hex::encode(o))?;
+    }
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
 }
 
 /// Runs one protocol executor until `stop` fires. Reports the addresses
@@ -227,8 +257,13 @@ pub async fn run(
                 PortMapping { prog: 100005, vers: 3, prot: tcp, port: nfs_port },
                 PortMapping { prog: 100005, vers: 1, prot: tcp, port: nfs_port },
             ],
+            grace_s: plan.nfs_grace_s,
+            reclaimers: load_nfs_clients(&plan.nfs_clients_file),
             ..NfsServerConfig::default()
         };
+        if !cfg.reclaimers.is_empty() {
+            tracing::info!(clients = cfg.reclaimers.len(), grace_s = cfg.grace_s, "NFSv4 grace period: clients that held state may reclaim it");
+        }
         Rc::new(RefCell::new(NfsServer::new(cfg)))
     });
     let smb_cfg = smb::ServerConfig {
@@ -253,16 +288,38 @@ pub async fn run(
         }
     }
     let _ = bound.send(Ok(infos));
-    // Refresh shares and users; tick NFS leases.
+    // Refresh shares and users; tick NFS leases; keep the NFSv4 client
+    // list on disk (read back for the grace period after a restart).
     {
         let ctx = ctx.clone();
+        let clients_file = plan.nfs_clients_file.clone();
         glommio::spawn_local(async move {
+            let mut stored = load_nfs_clients(&clients_file);
             loop {
                 glommio::timer::sleep(Duration::from_secs(1)).await;
                 let c = Catalog::load(&ctx.engine).await;
                 *ctx.catalog.borrow_mut() = c;
                 if let Some(n) = &ctx.nfs {
-                    let _ = n.borrow_mut().on_tick(now_ns());
+                    let owners = {
+                        let mut n = n.borrow_mut();
+                        let _ = n.on_tick(now_ns());
+                        n.state_owners()
+                    };
+                    // Until the grace period is over, the clients of the
+                    // last run stay listed too.
+                    let keep = n.borrow_mut().in_grace(now_ns());
+                    let mut want = owners;
+                    if keep {
+                        want.extend(stored.iter().cloned());
+                        want.sort();
+                        want.dedup();
+                    }
+                    if want != stored {
+                        match store_nfs_clients(&clients_file, &want) {
+                            Ok(()) => stored = want,
+                            Err(e) => tracing::warn!("cannot write {}: {e}", clients_file.display()),
+                        }
+                    }
                 }
             }
         })

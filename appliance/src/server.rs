@@ -11,7 +11,7 @@ use duet_cluster_store::{metadata_dir, Query, QueryAnswer, Store, StoreHandle};
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::admin::{self, Admin, NodeInfo};
-use crate::frontend::{self, FrontendPlan};
+use crate::frontend::{self, FrontendPlan, NFS_CLIENTS_FILE};
 use crate::config::Config;
 use crate::engine::{self, EngineHandle};
 use crate::secrets;
@@ -235,6 +235,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             share_modes: share_modes.clone(),
             smb_require_signing: cfg.smb.require_signing,
             smb_encrypt: cfg.smb.encrypt,
+            nfs_grace_s: cfg.nfs.grace_secs,
+            nfs_clients_file: cfg.data_dir.join(NFS_CLIENTS_FILE),
         };
         let (bound_tx, bound_rx) = flume::bounded(1);
         let (stop_tx, stop_rx) = flume::bounded::<()>(1);

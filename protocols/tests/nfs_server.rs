@@ -1728,6 +1728,99 @@ fn nfs41_lease_expiry() {
     assert_eq!(res4(&rep).status, Nfsstat4::BADSESSION);
 }
 
+/// OPEN of `fh` itself by reclaim (CLAIM_PREVIOUS) or by CLAIM_FH.
+fn open_fh<'a>(s: &mut Sess, fh: &'a [u8], claim: OpenClaim4<'a>) -> Vec<ArgOp4<'a>> {
+    vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+        ArgOp4::Open(Open4Args {
+            seqid: 0,
+            share_access: share::ACCESS_BOTH,
+            share_deny: share::DENY_NONE,
+            owner: StateOwner4 {
+                clientid: s.clientid,
+                owner: Opaque(b"open-owner-1"),
+            },
+            openhow: OpenFlag4::NoCreate,
+            claim,
+        }),
+    ]
+}
+
+#[test]
+fn nfs41_grace_period_after_restart() {
+    let mut h = Harness::new();
+    let mut s = session(&mut h);
+    let root = share_root(&mut h, &mut s);
+    let (mask, vals) = mode_attr(0o644);
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+        open_create(&s, b"kept-open", &vals, mask),
+        ArgOp4::GetFh(()),
+    ]);
+    let r = res4(&rep);
+    assert_eq!(r.status, Nfsstat4::OK, "{r:?}");
+    let ResOp4::GetFh(Nfs4Res::Ok(fh)) = &r.results[3] else { panic!() };
+    let fh = fh.object.0.to_vec();
+    // What the driver keeps on disk: the owners of confirmed clients.
+    assert_eq!(h.srv.state_owners(), vec![b"test-client".to_vec()]);
+    // The restart: a new server that knows who held state, and one more
+    // owner that never comes back.
+    h.srv = NfsServer::new(NfsServerConfig {
+        boot_seed: 43,
+        grace_s: 90,
+        reclaimers: vec![b"test-client".to_vec(), b"gone".to_vec()],
+        ..Default::default()
+    });
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(())]);
+    assert_eq!(res4(&rep).status, Nfsstat4::BADSESSION, "the old session is gone");
+    let mut s = session(&mut h);
+    let root = share_root(&mut h, &mut s);
+    // New opens wait for the grace period ...
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+        open_create(&s, b"new-file", &vals, mask),
+    ]);
+    assert_eq!(res4(&rep).status, Nfsstat4::GRACE);
+    let rep = h.v4(open_fh(&mut s, &fh, OpenClaim4::Fh));
+    assert_eq!(res4(&rep).status, Nfsstat4::GRACE);
+    // ... a client that held state reclaims its open, and uses it.
+    let mut ops = open_fh(&mut s, &fh, OpenClaim4::Previous(OpenDelegationType4::None));
+    ops.push(ArgOp4::Write(Write4Args {
+        stateid: Stateid4::CURRENT,
+        offset: 0,
+        stable: StableHow4::FileSync,
+        data: Opaque(b"after the restart"),
+    }));
+    let rep = h.v4(ops);
+    let r = res4(&rep);
+    assert_eq!(r.status, Nfsstat4::OK, "reclaim: {r:?}");
+    // A client that held nothing may not reclaim.
+    let mut x = session_with(&mut h, b"stranger", 2 << 20);
+    let rep = h.v4(open_fh(&mut x, &fh, OpenClaim4::Previous(OpenDelegationType4::None)));
+    assert_eq!(res4(&rep).status, Nfsstat4::NO_GRACE);
+    // RECLAIM_COMPLETE ends this client's reclaims; the grace period goes
+    // on while "gone" may still come back, until its time is up.
+    let rep = h.v4(vec![s.sequence(), ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    let rep = h.v4(open_fh(&mut s, &fh, OpenClaim4::Previous(OpenDelegationType4::None)));
+    assert_eq!(res4(&rep).status, Nfsstat4::NO_GRACE);
+    let rep = h.v4(open_fh(&mut s, &fh, OpenClaim4::Fh));
+    assert_eq!(res4(&rep).status, Nfsstat4::GRACE);
+    h.now += 91_000_000_000;
+    let rep = h.v4(open_fh(&mut s, &fh, OpenClaim4::Fh));
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "after the grace period");
+    // Without a list of clients there is no grace period at all.
+    h.srv = NfsServer::new(NfsServerConfig { boot_seed: 44, ..Default::default() });
+    let mut s = session(&mut h);
+    let rep = h.v4(open_fh(&mut s, &fh, OpenClaim4::Fh));
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    let rep = h.v4(open_fh(&mut s, &fh, OpenClaim4::Previous(OpenDelegationType4::None)));
+    assert_eq!(res4(&rep).status, Nfsstat4::NO_GRACE);
+}
+
 #[test]
 fn nfs41_namespace_operations() {
     let mut h = Harness::new();

@@ -91,6 +91,16 @@ pub struct NfsServerConfig {
     pub uaddr_host: Option<IpAddr>,
     /// NFSv4 lease, seconds.
     pub lease_time_s: u32,
+    /// The grace period after a restart (RFC 8881 8.4.2), seconds: while
+    /// it lasts, the clients in `reclaimers` reclaim their opens and locks
+    /// (CLAIM_PREVIOUS, LOCK reclaim) and nobody gets new ones
+    /// (NFS4ERR_GRACE). It ends early once every one of them has sent
+    /// RECLAIM_COMPLETE.
+    pub grace_s: u32,
+    /// The client owners that held state before the restart (the driver
+    /// keeps [`NfsServer::state_owners`] on stable storage). Empty: no
+    /// grace period, and reclaims get NFS4ERR_NO_GRACE.
+    pub reclaimers: Vec<Vec<u8>>,
     /// Largest READ / WRITE payload (rtmax, wtmax, maxread, maxwrite).
     pub max_io: u32,
     /// CREATE_SESSION limits the server offers (at least 256 operations
@@ -125,6 +135,8 @@ impl Default for NfsServerConfig {
             portmap: Vec::new(),
             uaddr_host: None,
             lease_time_s: 90,
+            grace_s: 90,
+            reclaimers: Vec::new(),
             max_io: 1 << 20,
             max_ops: 1024,
             max_request: (1 << 20) + (64 << 10),
@@ -165,6 +177,10 @@ pub struct NfsServer {
     state: state::State,
     /// MOUNT's list of (client address, path), for DUMP.
     mounts: Vec<(String, String)>,
+    /// Owners still expected to reclaim (grace period).
+    reclaim_pending: std::collections::HashSet<Vec<u8>>,
+    /// When the grace period ends (set by the first request after start).
+    grace_end: Option<i64>,
 }
 
 impl NfsServer {
@@ -174,6 +190,7 @@ impl NfsServer {
         if cookieverf == [0; 8] {
             cookieverf[7] = 1;
         }
+        let cfg_reclaimers = cfg.reclaimers.iter().cloned().collect();
         NfsServer {
             cookies: cookies::CookieTable::new(cfg.max_cookies),
             state: state::State::new(&cfg),
@@ -183,7 +200,51 @@ impl NfsServer {
             next_token: 1,
             pending: HashMap::new(),
             mounts: Vec::new(),
+            reclaim_pending: cfg_reclaimers,
+            grace_end: None,
         }
+    }
+
+    /// Whether the grace period lasts at `now_ns` (it starts with the
+    /// first request this server sees).
+    pub fn in_grace(&mut self, now_ns: i64) -> bool {
+        if self.reclaim_pending.is_empty() {
+            return false;
+        }
+        let end = *self
+            .grace_end
+            .get_or_insert(now_ns.saturating_add(i64::from(self.cfg.grace_s) * 1_000_000_000));
+        if now_ns < end {
+            true
+        } else {
+            self.reclaim_pending.clear();
+            false
+        }
+    }
+
+    /// Whether `owner` may still reclaim (in grace, listed, not done).
+    pub(crate) fn may_reclaim(&mut self, owner: &[u8], now_ns: i64) -> bool {
+        self.in_grace(now_ns) && self.reclaim_pending.contains(owner)
+    }
+
+    /// RECLAIM_COMPLETE from `owner`: the grace period ends when nobody
+    /// is left to reclaim.
+    pub(crate) fn reclaim_complete(&mut self, owner: &[u8]) {
+        self.reclaim_pending.remove(owner);
+    }
+
+    /// The owners of the confirmed NFSv4 clients: what the driver keeps on
+    /// stable storage so that they may reclaim after a restart.
+    pub fn state_owners(&self) -> Vec<Vec<u8>> {
+        let mut v: Vec<Vec<u8>> = self
+            .state
+            .clients
+            .values()
+            .filter(|c| c.confirmed)
+            .map(|c| c.owner.clone())
+            .collect();
+        v.sort();
+        v
     }
 
     pub fn config(&self) -> &NfsServerConfig {

@@ -209,6 +209,9 @@ pub(crate) struct Compound {
     reserved: Vec<(Other, Option<Stateid4>)>,
     squash: bool,
     read_only: bool,
+    /// The server's grace period lasts (RFC 8881 8.4.2).
+    grace: bool,
+    now: i64,
 }
 
 enum Flow {
@@ -379,6 +382,8 @@ pub(super) fn call(
         reserved: Vec::new(),
         squash: false,
         read_only: false,
+        grace: srv.in_grace(ctx.now_ns),
+        now: ctx.now_ns,
     });
     // RFC 8881 2.10.6: SEQUENCE first, or one of the operations that may
     // come without a session.
@@ -1349,6 +1354,8 @@ fn translate_inner(
                     return Err(Nfsstat4::COMPLETE_ALREADY);
                 }
                 cl.reclaim_done = true;
+                let owner = cl.owner.clone();
+                srv.reclaim_complete(&owner);
             }
             ok_status(c, opnum::RECLAIM_COMPLETE)
         }
@@ -1525,6 +1532,10 @@ fn open(
         write: access_bits & share::ACCESS_WRITE != 0,
         execute: false,
     };
+    // RFC 8881 8.4.2: during the grace period only reclaims are granted.
+    if c.grace && !matches!(a.claim, OpenClaim4::Previous(_)) {
+        return Err(Nfsstat4::GRACE);
+    }
     if c.cfh == Fh::Pseudo {
         return Err(match (&a.claim, &a.openhow) {
             (OpenClaim4::Null(n), OpenFlag4::NoCreate)
@@ -1589,9 +1600,18 @@ fn open(
             }
             cur
         }
-        OpenClaim4::Previous(_) | OpenClaim4::DelegPrevFh | OpenClaim4::DelegatePrev(_) => {
-            return Err(Nfsstat4::NO_GRACE)
+        OpenClaim4::Previous(_) => {
+            // A reclaim (RFC 8881 9.11): the current filehandle is the file
+            // the client had open before the restart; no delegation.
+            if !reclaim_allowed(srv, c, client) {
+                return Err(Nfsstat4::NO_GRACE);
+            }
+            if matches!(a.openhow, OpenFlag4::Create(_)) {
+                return Err(Nfsstat4::INVAL);
+            }
+            cur
         }
+        OpenClaim4::DelegPrevFh | OpenClaim4::DelegatePrev(_) => return Err(Nfsstat4::NO_GRACE),
         OpenClaim4::DelegateCur(_) | OpenClaim4::DelegCurFh(_) => {
             return Err(Nfsstat4::BAD_STATEID)
         }
@@ -1628,10 +1648,26 @@ fn open(
     Ok(if barrier { Flow::Barrier } else { Flow::Next })
 }
 
+/// Whether `client` may reclaim now: in the grace period, one of the
+/// owners that held state before the restart, RECLAIM_COMPLETE not sent.
+fn reclaim_allowed(srv: &mut NfsServer, c: &Compound, client: u64) -> bool {
+    let Some(cl) = srv.state.clients.get(&client) else {
+        return false;
+    };
+    if cl.reclaim_done {
+        return false;
+    }
+    let owner = cl.owner.clone();
+    srv.may_reclaim(&owner, c.now)
+}
+
 fn lock(srv: &mut NfsServer, c: &mut Compound, a: &Lock4Args<'_>) -> Result<Flow, Nfsstat4> {
-    need_session(c)?;
-    if a.reclaim {
+    let client = need_session(c)?;
+    if a.reclaim && !reclaim_allowed(srv, c, client) {
         return Err(Nfsstat4::NO_GRACE);
+    }
+    if !a.reclaim && c.grace {
+        return Err(Nfsstat4::GRACE);
     }
     let end = range_end(a.offset, a.length)?;
     let write = matches!(a.locktype, NfsLockType4::Write | NfsLockType4::WriteW);

@@ -170,11 +170,20 @@ impl VecClient {
         self.run(names.len(), 3, &Vec::new, ops, &mut |_, _| Ok(()))
     }
 
-    /// Creates many directories in `dir`.
-    pub fn mkdirs(&mut self, dir: &[u8], names: &[String]) -> Result<()> {
+    /// Creates many directories in `dir`; returns their handles.
+    pub fn mkdirs(&mut self, dir: &[u8], names: &[String]) -> Result<Vec<Vec<u8>>> {
         let m = n4::mode_vals(0o755);
-        let ops: OpsFn<'_> = Box::new(|k| vec![n4::putfh(dir), n4::mkdir(&names[k], &m)]);
-        self.run(names.len(), 2, &Vec::new, ops, &mut |_, _| Ok(()))
+        let ops: OpsFn<'_> = Box::new(|k| vec![n4::putfh(dir), n4::mkdir(&names[k], &m), ArgOp4::GetFh(())]);
+        let mut out = Vec::with_capacity(names.len());
+        self.run(names.len(), 3, &Vec::new, ops, &mut |_, res| {
+            for r in res {
+                if let ResOp4::GetFh(Nfs4Res::Ok(g)) = r {
+                    out.push(g.object.0.to_vec());
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
     }
 
     /// `mkdir -p`: one COMPOUND looks up the existing prefix, a second

@@ -315,7 +315,7 @@ pub fn open<'a>(owner: OpenOwner4<'a>, name: &'a str, create: bool, mode_attr: &
     };
     ArgOp4::Open(Open4Args {
         seqid: 0,
-        share_access: share::ACCESS_READ | share::ACCESS_WRITE | 0x0002_0000, // WANT_NO_DELEG (18.16.3)
+        share_access: share::ACCESS_READ | share::ACCESS_WRITE,
         share_deny: 0,
         owner,
         openhow,

@@ -348,7 +348,16 @@ impl SmbClient {
             filetime,
         )
         .map_err(|e| Error::Protocol(format!("NTLM: {e:?}")))?;
-        let tok = spnego::client_resp(&auth, None);
+        // SPNEGO mechListMIC (RFC 4178 5, MS-SPNG 3.1.5.1): the NTLM
+        // signature (MS-NLMP 3.4.4.2, sequence 0) over the DER MechTypeList
+        // we sent. Samba asks for it (another MORE_PROCESSING leg) without.
+        let negotiated = ntlm::Challenge::parse(&chal).map(|c| c.flags).unwrap_or(ntlm::CLIENT_FLAGS);
+        let mut oid = Vec::new();
+        spnego::write_tlv(&mut oid, 0x06, spnego::OID_NTLMSSP);
+        let mut mech_list = Vec::new();
+        spnego::write_tlv(&mut mech_list, 0x30, &oid);
+        let mic = ntlm::sign(&key, negotiated, ntlm::Direction::ClientToServer, 0, &mech_list);
+        let tok = spnego::client_resp(&auth, Some(&mic));
         let (f, ids) = self.build(&[Msg::new(req(&tok))], false);
         if v311 {
             preauth = preauth_update(&preauth, &f);
@@ -356,7 +365,9 @@ impl SmbClient {
         self.send(&f)?;
         let r = self.wait(ids[0])?;
         r.ok("SESSION_SETUP")?;
-        if sign_required {
+        // Sign whenever the server requires it, and always on 3.x: Samba
+        // refuses an unsigned TREE_CONNECT on 3.1.1 (MS-SMB2 3.3.5.2.4).
+        if sign_required || self.dialect >= dialect::SMB3_0 {
             let keys = derive_keys(self.dialect, &key, None, &preauth, true);
             self.signing = Some(keys.signing);
         }

@@ -251,7 +251,10 @@ fn vcopy(t: &Target, addr: &str, files: usize, size: usize, latency: u32, rows: 
         v.remove(d, &names).map_err(|e| format!("cleanup: {e}"))?;
     }
     v.remove(&base, &["src".into(), "dst-vec".into(), "dst-one".into()]).map_err(|e| format!("cleanup: {e}"))?;
-    let _ = v.remove(&root, &["duet-bench/vcopy".into()]);
+    if let Ok(db) = v.c.lookup_fh(&root, "duet-bench") {
+        let _ = v.remove(&db, &["vcopy".into()]);
+        let _ = v.remove(&root, &["duet-bench".into()]);
+    }
     for (w, s) in [("vcopy-vectorised", vec_s), ("vcopy-one-at-a-time", one_s)] {
         rows.push(Row {
             target: t.name.clone(),
@@ -364,7 +367,8 @@ fn amplification(admin: &Client, targets: &[Target], n: usize) -> BResult<Vec<Va
         for i in 0..n {
             let _ = v3.remove(&dir, &format!("f{i}"));
         }
-        let _ = v3.remove(&root, "amp-nfs3");
+        let mut v4 = t.connect()?;
+        let _ = v4.rmdir("amp-nfs3");
     }
     Ok(out)
 }
@@ -471,15 +475,21 @@ impl Netns {
         sh(&["ip", "netns", "exec", NS, "ip", "addr", "add", "10.77.0.2/24", "dev", "duetb1"])?;
         sh(&["ip", "netns", "exec", NS, "ip", "link", "set", "duetb1", "up"])?;
         sh(&["ip", "netns", "exec", NS, "ip", "link", "set", "lo", "up"])?;
+        // netem where the kernel has it; else the forwarder delays every
+        // client-to-server chunk by `ms` (a queue, so pipelining stays).
+        let mut fwd_delay = 0;
         if ms > 0 {
-            sh(&["tc", "qdisc", "add", "dev", "duetb0", "root", "netem", "delay", &format!("{ms}ms")])?;
+            if let Err(e) = sh(&["tc", "qdisc", "add", "dev", "duetb0", "root", "netem", "delay", &format!("{ms}ms")]) {
+                eprintln!("duetctl bench: {e}; the forwarder adds the {ms} ms instead");
+                fwd_delay = ms;
+            }
         }
         let mut ports = Vec::new();
         for t in targets {
             let l = TcpListener::bind("10.77.0.1:0").map_err(|e| format!("forwarder: {e}"))?;
             let port = l.local_addr().unwrap().port();
             let to = t.addr();
-            std::thread::spawn(move || forward(l, to));
+            std::thread::spawn(move || forward(l, to, fwd_delay));
             ports.push((t.name.clone(), port));
         }
         let host_ns = std::fs::File::open("/proc/self/ns/net").ok();
@@ -519,7 +529,7 @@ fn in_netns<T: Send>(n: Option<&Netns>, f: impl FnOnce() -> BResult<T> + Send) -
     })
 }
 
-fn forward(l: TcpListener, to: String) {
+fn forward(l: TcpListener, to: String, delay_ms: u32) {
     for s in l.incoming() {
         let Ok(a) = s else { continue };
         let to = to.clone();
@@ -528,11 +538,48 @@ fn forward(l: TcpListener, to: String) {
             let _ = a.set_nodelay(true);
             let _ = b.set_nodelay(true);
             let (a2, b2) = (a.try_clone().unwrap(), b.try_clone().unwrap());
-            let t = std::thread::spawn(move || pump(a2, b2));
+            let t = std::thread::spawn(move || {
+                if delay_ms > 0 {
+                    pump_delayed(a2, b2, std::time::Duration::from_millis(u64::from(delay_ms)))
+                } else {
+                    pump(a2, b2)
+                }
+            });
             pump(b, a);
             let _ = t.join();
         });
     }
+}
+
+/// Relays `from` to `to`, each chunk `delay` after it was read.
+fn pump_delayed(mut from: TcpStream, mut to: TcpStream, delay: std::time::Duration) {
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    let w = std::thread::spawn(move || {
+        for (at, chunk) in rx {
+            let due = at + delay;
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            if to.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if tx.send((Instant::now(), buf[..n].to_vec())).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    drop(tx);
+    let _ = w.join();
 }
 
 fn pump(mut from: TcpStream, mut to: TcpStream) {

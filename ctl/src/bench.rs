@@ -241,7 +241,7 @@ fn run_phase(conns: &mut [Box<dyn Conn>], ops: &[Vec<Op>], label: &str, quiet: b
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let t0 = Instant::now();
-    let outs: Vec<(u64, Vec<u64>, u64, Option<String>)> = std::thread::scope(|s| {
+    let outs: (Vec<(u64, Vec<u64>, u64, Option<String>)>, f64) = std::thread::scope(|s| {
         let prog = Progress { label: label.to_string(), total, done: &done, stop: &stop, quiet };
         let ph = s.spawn(move || prog.run());
         let hs: Vec<_> = conns
@@ -268,12 +268,13 @@ fn run_phase(conns: &mut [Box<dyn Conn>], ops: &[Vec<Op>], label: &str, quiet: b
                 })
             })
             .collect();
-        let r = hs.into_iter().map(|h| h.join().unwrap_or((0, vec![], 0, Some("client thread panicked".into())))).collect();
+        let r: Vec<_> = hs.into_iter().map(|h| h.join().unwrap_or((0, vec![], 0, Some("client thread panicked".into())))).collect();
+        let secs = t0.elapsed().as_secs_f64();
         stop.store(true, Ordering::Relaxed);
         let _ = ph.join();
-        r
+        (r, secs)
     });
-    let secs = t0.elapsed().as_secs_f64();
+    let (outs, secs) = outs;
     let mut out = PhaseOut { ops: 0, bytes: 0, secs, lat_us: Vec::new(), verify_failures: 0, error: None };
     for (b, lat, bad, err) in outs {
         out.bytes += b;
@@ -350,7 +351,11 @@ pub fn run_target(o: &BenchOpts, t: &Target, via: Option<&str>, rows: &mut Vec<R
     let maxc = *o.clients.iter().max().unwrap_or(&1);
     let mut setup = t.connect_via(via.unwrap_or(&t.addr()))?;
     let base = o.dir.trim_matches('/').to_string();
-    let _ = setup.mkdir(&base);
+    // `dir/run-...`: the parent may exist from earlier runs.
+    if let Some((parent, _)) = base.rsplit_once('/') {
+        let _ = setup.mkdir(parent);
+    }
+    setup.mkdir(&base)?;
     let mut push = |r: Row| {
         if !o.quiet {
             eprintln!("{}", text_row(&r));
@@ -457,6 +462,9 @@ pub fn run_target(o: &BenchOpts, t: &Target, via: Option<&str>, rows: &mut Vec<R
         }
     }
     let _ = setup.rmdir(&base);
+    if let Some((parent, _)) = base.rsplit_once('/') {
+        let _ = setup.rmdir(parent);
+    }
     Ok(())
 }
 

@@ -108,7 +108,12 @@ pub fn bench_main(a: &BenchArgs, admin: Option<(&str, Credentials)>) -> BResult<
         io_size: parse_size(&a.io_size)? as usize,
         rand_size: parse_size(&a.rand_size)?,
         rand_ops: a.rand_ops,
-        dir: a.dir.clone(),
+        dir: format!(
+            "{}/run-{}-{}",
+            a.dir.trim_matches('/'),
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            std::process::id()
+        ),
         quiet: a.quiet,
     };
     let mut net = None;

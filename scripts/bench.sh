@@ -32,16 +32,19 @@ VCOPY_FILES=${VCOPY_FILES:-1000}
 LATENCY=${LATENCY:-5}
 t0=$(date +%s)
 
-if [ "${RELEASE:-0}" = 1 ]; then
+# Release when asked or when a release build exists (then it is brought
+# up to date, which is quick); otherwise the debug build, labelled so.
+if [ "${RELEASE:-0}" = 1 ] || [ -x "$root/target/release/duetd" ]; then
   cargo build --release --workspace
-fi
-cargo build --workspace --all-targets
-CTL=$root/target/debug/duetctl
-[ -x "$root/target/release/duetctl" ] && [ "${RELEASE:-0}" = 1 ] && CTL=$root/target/release/duetctl
-if [ -z "${DUETD:-}" ]; then
-  if [ -x "$root/target/release/duetd" ]; then DUETD=$root/target/release/duetd; else DUETD=$root/target/debug/duetd; fi
+  DUETD=${DUETD:-$root/target/release/duetd}
+  CTL=${CTL:-$root/target/release/duetctl}
+else
+  cargo build --workspace --all-targets
+  DUETD=${DUETD:-$root/target/debug/duetd}
+  CTL=${CTL:-$root/target/debug/duetctl}
 fi
 case "$DUETD" in *release*) build=release ;; *) build=debug ;; esac
+case "$CTL" in *release*) ctlbuild=release ;; *) ctlbuild=debug ;; esac
 
 "$PEERS/start"
 
@@ -70,6 +73,7 @@ done
 ctl() { "$CTL" --addr "127.0.0.1:$admin" --data-dir "$work/data" "$@"; }
 ctl user add bench --password benchpw >/dev/null
 ctl share add bench --path /bench --no-root-squash >/dev/null
+sleep 2 # the protocol executors pick up new users and shares shortly after
 
 mkdir -p docs/bench
 targets=(
@@ -92,7 +96,7 @@ t1=$(date +%s)
   echo
   echo "Produced by \`scripts/bench.sh\` on $(date -u +%Y-%m-%d) in $((t1 - t0)) s (peers installed and started by the script)."
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared with other builds while it ran; kernel $(uname -r)."
-  echo "duetd: **$build build** ($DUETD); client: duetctl ($CTL), one blocking connection per client thread."
+  echo "duetd: **$build build** ($DUETD); client: duetctl, **$ctlbuild build** ($CTL), one blocking connection per client thread."
   echo "Peers: $(smbd --version 2>/dev/null | head -1), NFS-Ganesha $(dpkg-query -W -f='${Version}' nfs-ganesha 2>/dev/null || echo '?')."
   echo
   echo "Command (what the script ran; the ports are free ones chosen at start):"

@@ -90,6 +90,9 @@ vc=(bench "duet-nfs=nfs4://127.0.0.1:$nfs/bench" --workloads vcopy --files "$VCO
 ctl "${vc[@]}" --markdown "$work/vcopy0.md" --json-out docs/bench/vcopy-0ms.json | tee "$work/vcopy0.txt" || status=$?
 ctl "${vc[@]}" --latency "$LATENCY" --markdown "$work/vcopy.md" --json-out "docs/bench/vcopy-${LATENCY}ms.json" | tee "$work/vcopy.txt" || status=$?
 t1=$(date +%s)
+# The disk's synchronous-write latency (what one durable commit costs here).
+fs_ms=$(dd if=/dev/zero of="$work/fsync-probe" bs=4k count=200 oflag=dsync 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) s=$(i-1); printf "%.2f", s*1000/200}')
+rm -f "$work/fsync-probe"
 
 {
   echo "# Benchmarks"
@@ -97,6 +100,7 @@ t1=$(date +%s)
   echo "Produced by \`scripts/bench.sh\` on $(date -u +%Y-%m-%d) in $((t1 - t0)) s (peers installed and started by the script)."
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared with other builds while it ran; kernel $(uname -r)."
   echo "duetd: **$build build** ($DUETD); client: duetctl, **$ctlbuild build** ($CTL), one blocking connection per client thread."
+  echo "Disk: one 4 KiB O_DSYNC write (\`dd oflag=dsync\`, next to the peers' and duet's data) takes ${fs_ms} ms."
   echo "Peers: $(smbd --version 2>/dev/null | head -1), NFS-Ganesha $(dpkg-query -W -f='${Version}' nfs-ganesha 2>/dev/null || echo '?')."
   echo
   echo "Command (what the script ran; the ports are free ones chosen at start):"

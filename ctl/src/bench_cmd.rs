@@ -655,7 +655,7 @@ pub fn cp_main(a: &CpArgs) -> BResult<String> {
     let root = v.root();
     let (sp, sn) = parent_and_name(&a.src);
     let (dp, dn) = parent_and_name(&a.dst);
-    let sdir = v.mkdir_p(&root, &sp).map_err(|e| e.to_string())?;
+    let sdir = lookup_dir(&mut v, &root, &sp)?;
     let ddir = v.mkdir_p(&root, &dp).map_err(|e| e.to_string())?;
     let st = v.getattrs(&sdir, &[sn.clone()]).map_err(|e| format!("{}: {e}", a.src))?;
     if !st[0].directory {
@@ -710,13 +710,22 @@ pub fn cp_main(a: &CpArgs) -> BResult<String> {
     ))
 }
 
+/// The handle of an existing directory (no creation, unlike mkdir_p).
+fn lookup_dir(v: &mut VecClient, root: &[u8], path: &str) -> BResult<Vec<u8>> {
+    let mut fh = root.to_vec();
+    for c in path.split('/').filter(|c| !c.is_empty()) {
+        fh = v.c.lookup_fh(&fh, c).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(fh)
+}
+
 pub fn rm_main(a: &RmArgs) -> BResult<String> {
     let mut v = vconnect(&a.server)?;
     let root = v.root();
     let mut n = 0;
     for p in &a.paths {
         let (dp, name) = parent_and_name(p);
-        let dir = v.mkdir_p(&root, &dp).map_err(|e| e.to_string())?;
+        let dir = lookup_dir(&mut v, &root, &dp)?;
         if a.recursive {
             n += vec4::remove_tree(&mut v, &dir, &name).map_err(|e| format!("{p}: {e}"))?;
         } else {

@@ -17,6 +17,7 @@
 #   RAND_SIZE    per client [16M]          RAND_OPS  per client [500]
 #   VCOPY_FILES  [1000]                    LATENCY   ms for the vcopy run [5]
 #   PEERS        path to the peers scripts [../shared/peers]
+#   KEEP=1       keep duetd's data directory and log (else removed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -64,7 +65,11 @@ CONF
 ulimit -l unlimited 2>/dev/null || ulimit -l 65536 2>/dev/null || true
 "$DUETD" --config "$work/duetd.toml" >"$work/duetd.out" 2>"$work/duetd.log" &
 duetd_pid=$!
-cleanup() { kill "$duetd_pid" 2>/dev/null || true; wait "$duetd_pid" 2>/dev/null || true; "$PEERS/stop" >/dev/null 2>&1 || true; }
+cleanup() {
+  kill "$duetd_pid" 2>/dev/null || true; wait "$duetd_pid" 2>/dev/null || true
+  "$PEERS/stop" >/dev/null 2>&1 || true
+  [ "${KEEP:-0}" = 1 ] && echo "bench.sh: duetd's data and log kept in $work" || rm -rf "$work"
+}
 trap cleanup EXIT
 for _ in $(seq 1 200); do
   ss -ltn | grep -q ":$nfs " && ss -ltn | grep -q ":$smb " && ss -ltn | grep -q ":$admin " && break

@@ -720,3 +720,34 @@ pub fn json_doc(o: &BenchOpts, rows: &[Row], extra: Value) -> Value {
         "extra": extra,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_checks_any_slice() {
+        let seed = seed_of("x/y");
+        let whole = pattern(seed, 3 * BLK + 100);
+        assert!(check(seed, 0, &whole));
+        assert!(check(seed, 4000, &whole[4000..9000]));
+        let mut part = vec![0u8; 777];
+        fill(seed, 5000, &mut part);
+        assert_eq!(part, whole[5000..5777]);
+        let mut bad = whole.clone();
+        bad[BLK + 20] ^= 1;
+        assert!(!check(seed, 0, &bad));
+        assert!(!check(seed ^ 1, 0, &whole));
+    }
+
+    #[test]
+    fn percentiles_and_tree() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!((percentile(&v, 0.5), percentile(&v, 0.99)), (51, 99));
+        assert_eq!(percentile(&[], 0.5), 0);
+        let t = tree_dirs("c0", 4, 2);
+        assert_eq!(t.len(), 2 + 4 + 8 + 16);
+        assert_eq!(t[0], "c0/d0.0");
+        assert!(t.contains(&"c0/d0.1/d1.0/d2.1/d3.1".to_string()));
+    }
+}

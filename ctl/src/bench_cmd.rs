@@ -735,3 +735,15 @@ pub fn rm_main(a: &RmArgs) -> BResult<String> {
     }
     Ok(format!("removed {n} entries in {} COMPOUNDs\n", v.compounds))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes() {
+        assert_eq!(super::parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(super::parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(super::parse_size("4k").unwrap(), 4096);
+        assert_eq!(super::parse_size("123").unwrap(), 123);
+        assert!(super::parse_size("x").is_err());
+    }
+}

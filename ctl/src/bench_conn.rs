@@ -451,3 +451,26 @@ impl Conn for Nfs3Conn {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_urls() {
+        let t = Target::parse("samba=smb://bench:benchpw@127.0.0.1:1445/share").unwrap();
+        assert_eq!((t.name.as_str(), t.proto, t.user.as_str(), t.password.as_str()), ("samba", Proto::Smb, "bench", "benchpw"));
+        assert_eq!((t.addr(), t.path.as_str()), ("127.0.0.1:1445".to_string(), "/share"));
+        assert_eq!(t.display_url(), "smb://bench@127.0.0.1:1445/share");
+        let t = Target::parse("nfs4://10.0.0.2/export/a").unwrap();
+        assert_eq!((t.proto, t.port, t.path.as_str()), (Proto::Nfs4, 2049, "/export/a"));
+        assert_eq!(t.name, "nfs4-10.0.0.2:2049");
+        let t = Target::parse("smb://u:p@h:1/s?dialect=2.1").unwrap();
+        assert_eq!(t.dialects, vec![dialect::SMB2_1]);
+        assert!(Target::parse("ftp://h/x").is_err());
+        assert!(Target::parse("h:1/x").is_err());
+        assert_eq!(split("a/b/c"), ("a/b", "c"));
+        assert_eq!(split("c"), ("", "c"));
+        assert_eq!(smb_path("/a/b"), "a\\b");
+    }
+}

@@ -138,8 +138,9 @@ fn cp_and_rm_round_trip() {
     let addr = format!("127.0.0.1:{}", d.nfs_port);
     let mut v = VecClient::connect(&addr, "/bench").unwrap();
     let root = v.root();
-    // src/{f0..f39}, src/a/{g0..g9}, src/a/b/h: small files (stored inline;
-    // duet's COPY of chunked files is being fixed on main).
+    // src/{f0..f39}, src/a/{g0..g9}, src/a/b/h: small files (stored
+    // inline), and src/a/b/big: 70 MiB in chunks, more than one COPY moves
+    // (64 MiB), so the client continues a short copy.
     let src = v.mkdir_p(&root, "src").unwrap();
     let a = v.mkdir_p(&root, "src/a/b").unwrap();
     let adir = v.c.lookup_fh(&src, "a").unwrap();
@@ -149,9 +150,18 @@ fn cp_and_rm_round_trip() {
     let g: Vec<(String, Vec<u8>)> = (0..10).map(|i| (format!("g{i}"), data(100 + i))).collect();
     v.write_files(&adir, &g).unwrap();
     v.write_files(&a, &[("h".to_string(), data(3))]).unwrap();
+    const BIG: u64 = 70 << 20;
+    let pat = |off: u64, b: &mut [u8]| {
+        for (k, x) in b.iter_mut().enumerate() {
+            *x = ((off + k as u64) * 2_654_435_761 >> 24) as u8;
+        }
+    };
+    let (fh, st) = v.c.open_file(&a, "big", true).unwrap();
+    v.c.write_stream(&fh, st, BIG, 1 << 20, &mut |o, b| pat(o, b)).unwrap();
+    v.c.close_file(&fh, st).unwrap();
 
     let out = d.ok(&["cp", "-r", "--server", &url, "src", "dst/copy"]);
-    assert!(out.contains("copied 51 files"), "{out}");
+    assert!(out.contains("copied 52 files"), "{out}");
     let dst = v.mkdir_p(&root, "dst/copy").unwrap();
     let names: Vec<String> = files.iter().map(|f| f.0.clone()).collect();
     let got = v.read_files(&dst, &names, 1 << 16).unwrap();
@@ -161,9 +171,18 @@ fn cp_and_rm_round_trip() {
     assert_eq!(v.read_files(&dst_a, &gnames, 1 << 16).unwrap(), g.iter().map(|f| f.1.clone()).collect::<Vec<_>>());
     let dst_b = v.c.lookup_fh(&dst_a, "b").unwrap();
     assert_eq!(v.read_files(&dst_b, &["h".to_string()], 1 << 16).unwrap(), vec![data(3)]);
+    let (fh, st) = v.c.open_file(&dst_b, "big", false).unwrap();
+    let mut want = vec![0u8; 1 << 20];
+    v.c.read_stream(&fh, st, BIG, 1 << 20, &mut |o, d| {
+        pat(o, &mut want[..d.len()]);
+        assert!(d == &want[..d.len()], "the copy of big differs at {o}");
+        Ok(())
+    })
+    .unwrap();
+    v.c.close_file(&fh, st).unwrap();
     // The listing sees the whole copied tree.
     let listed = v.listdir_recursive(&dst).unwrap();
-    assert_eq!(listed.len(), 40 + 1 + 10 + 1 + 1);
+    assert_eq!(listed.len(), 40 + 1 + 10 + 1 + 2);
 
     let out = d.ok(&["rm", "-r", "--server", &url, "src", "dst"]);
     assert!(out.contains("removed"), "{out}");

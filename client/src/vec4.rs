@@ -257,40 +257,75 @@ impl VecClient {
     }
 
     /// Server-side copies: each (src dir, src name, dst dir, dst name).
+    /// Returns the bytes copied. A server may copy less than asked (RFC
+    /// 7862 15.2.3: duet moves at most 64 MiB per COPY): the compound also
+    /// fetches both handles and the source's size, and short copies go on
+    /// with further COPYs from where they stopped.
     pub fn copy(&mut self, files: &[(Vec<u8>, String, Vec<u8>, String)]) -> Result<u64> {
         let own = self.owner_bytes();
         let cid = self.c.clientid;
         let m = n4::mode_vals(0o644);
+        let size_bits = Bitmap4::from_bits(&[fattr4::SIZE]);
         let ops: OpsFn<'_> = Box::new(|k| {
             let (sd, sn, dd, dn) = &files[k];
             vec![
                 n4::putfh(sd),
                 n4::lookup(sn),
+                ArgOp4::GetFh(()),
+                n4::getattr(size_bits.clone()),
                 ArgOp4::SaveFh(()),
                 n4::putfh(dd),
                 open_create(cid, &own, dn, &m),
-                ArgOp4::Copy(Copy4Args {
-                    src_stateid: ANON_STATEID,
-                    dst_stateid: CURRENT_STATEID,
-                    src_offset: 0,
-                    dst_offset: 0,
-                    count: 0,
-                    consecutive: true,
-                    synchronous: true,
-                    source_server: List(vec![]),
-                }),
+                ArgOp4::GetFh(()),
+                copy_op(ANON_STATEID, CURRENT_STATEID, 0, 0),
                 n4::close(CURRENT_STATEID),
             ]
         });
         let mut bytes = 0u64;
-        self.run(files.len(), 7, &Vec::new, ops, &mut |_, res| {
+        // (source handle, target handle, copied, source size) per file.
+        let mut fhs: Vec<Vec<u8>> = Vec::new();
+        let mut sizes: Vec<u64> = Vec::new();
+        let mut counts: Vec<u64> = Vec::new();
+        self.run(files.len(), 10, &Vec::new, ops, &mut |_, res| {
             for r in res {
-                if let ResOp4::Copy(duet_protocols::nfs::nfs4::v42::Copy4Res::Ok(ok)) = r {
-                    bytes += ok.response.count;
+                match r {
+                    ResOp4::GetFh(Nfs4Res::Ok(g)) => fhs.push(g.object.0.to_vec()),
+                    ResOp4::GetAttr(Nfs4Res::Ok(g)) => sizes.push(n4::parse_stat(&g.obj_attributes)?.size),
+                    ResOp4::Copy(duet_protocols::nfs::nfs4::v42::Copy4Res::Ok(ok)) => counts.push(ok.response.count),
+                    _ => {}
                 }
             }
             Ok(())
         })?;
+        if fhs.len() != 2 * files.len() || sizes.len() != files.len() || counts.len() != files.len() {
+            return proto("COPY compound results are missing");
+        }
+        for k in 0..files.len() {
+            let (src, dst) = (&fhs[2 * k], &fhs[2 * k + 1]);
+            let mut done = counts[k];
+            while done < sizes[k] {
+                let rep = self.c.call(vec![
+                    n4::putfh(src),
+                    ArgOp4::SaveFh(()),
+                    n4::putfh(dst),
+                    copy_op(ANON_STATEID, ANON_STATEID, done, sizes[k] - done),
+                ])?;
+                self.compounds += 1;
+                let n = rep
+                    .ok()?
+                    .iter()
+                    .find_map(|r| match r {
+                        ResOp4::Copy(duet_protocols::nfs::nfs4::v42::Copy4Res::Ok(ok)) => Some(ok.response.count),
+                        _ => None,
+                    })
+                    .unwrap_or(0);
+                if n == 0 {
+                    return proto(&format!("COPY of {} stopped at {done} of {} bytes", files[k].1, sizes[k]));
+                }
+                done += n;
+            }
+            bytes += done;
+        }
         Ok(bytes)
     }
 
@@ -399,4 +434,19 @@ pub fn remove_tree(v: &mut VecClient, dir: &[u8], name: &str) -> Result<usize> {
     }
     v.remove(dir, &[name.to_string()])?;
     Ok(n + 1)
+}
+
+/// RFC 7862 15.2: a synchronous, consecutive COPY within the server
+/// (count 0: to the end of the source).
+fn copy_op(src: Stateid4, dst: Stateid4, offset: u64, count: u64) -> ArgOp4<'static> {
+    ArgOp4::Copy(Copy4Args {
+        src_stateid: src,
+        dst_stateid: dst,
+        src_offset: offset,
+        dst_offset: offset,
+        count,
+        consecutive: true,
+        synchronous: true,
+        source_server: List(vec![]),
+    })
 }

@@ -188,20 +188,32 @@ impl Engine {
     async fn resolve_copies(&self, batch: &mut Batch, cost: &mut BatchCost) -> Vec<usize> {
         let mut turned = Vec::new();
         for i in 0..batch.ops.len() {
-            let Op::Copy { src: ObjRef::Id(src), src_offset, dst, dst_offset, len } = batch.ops[i] else {
+            let Op::Copy { src: src_ref, src_offset, dst, dst_offset, len } = batch.ops[i] else {
                 continue;
             };
             let mut read = Batch::new(batch.cred.clone(), batch.now_ns);
-            read.push(Op::Read { obj: ObjRef::Id(src), offset: src_offset, len: len.min(COPY_MAX) });
+            match src_ref {
+                ObjRef::Id(_) => {}
+                // A source found by earlier operations of the batch (PUTFH
+                // LOOKUP SAVEFH ... COPY): replay them read-only first,
+                // when none of them changes anything.
+                ObjRef::Result(j) if j < i && batch.ops[..=j].iter().all(|o| !o.mutates()) => {
+                    read.ops.extend(batch.ops[..=j].iter().cloned());
+                }
+                ObjRef::Result(_) => continue,
+            }
+            let at = read.push(Op::Read { obj: src_ref, offset: src_offset, len: len.min(COPY_MAX) });
+            let ObjRef::Result(at) = at else { continue };
             let Ok(outcome) = self.store.batch(read).await else { continue };
             cost.add(&outcome.cost);
             let mut applied = outcome.applied;
-            let Some(Ok(OpOutput::Read { data, attrs, .. })) = applied.results.get_mut(0) else { continue };
+            let Some(Ok(OpOutput::Read { data, attrs, .. })) = applied.results.get_mut(at) else { continue };
+            let src = attrs.id;
             if len != u64::MAX && src_offset.checked_add(len).map_or(true, |e| e > attrs.size) {
                 continue; // past the source's end: the state machine refuses it
             }
             let mut bytes = std::mem::take(data);
-            if let Some(plan) = applied.reads.first() {
+            if let Some(plan) = applied.reads.iter().find(|p| p.op == at) {
                 match self.data.read(plan).await {
                     Ok((b, reads)) => {
                         cost.chunk_reads += reads;

@@ -4,6 +4,9 @@
 //! Exit status: 0 success; 1 `fsck` found problems; 2 usage, connection or
 //! API errors.
 
+mod bench;
+mod bench_cmd;
+mod bench_conn;
 mod client;
 mod error;
 mod output;
@@ -99,6 +102,12 @@ enum Command {
     Stats,
     /// Check the file system's consistency (exit status 1 if problems are found)
     Fsck,
+    /// Benchmark SMB and NFS servers (duet and others) side by side
+    Bench(Box<bench_cmd::BenchArgs>),
+    /// Copy files or trees on an NFSv4.2 server (server-side COPY, vectorised COMPOUNDs)
+    Cp(bench_cmd::CpArgs),
+    /// Remove files or trees on an NFSv4.1 server (vectorised COMPOUNDs)
+    Rm(bench_cmd::RmArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -233,6 +242,9 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
         Command::Status => ready(AdminRequest::Status),
         Command::Stats => ready(AdminRequest::Stats),
         Command::Fsck => ready(AdminRequest::Fsck),
+        Command::Bench(_) | Command::Cp(_) | Command::Rm(_) => {
+            Err(CtlError::Usage("bench, cp and rm do not use the admin API request path".into()))
+        }
         Command::Share(ShareCmd::List) => ready(AdminRequest::ShareList),
         Command::Share(ShareCmd::Show { name }) => ready(AdminRequest::ShareShow(name.clone())),
         Command::Share(ShareCmd::Remove { name }) => ready(AdminRequest::ShareRemove(name.clone())),
@@ -460,8 +472,55 @@ fn human(request: &AdminRequest, response: &AdminResponse) -> String {
     }
 }
 
+/// bench, cp and rm talk SMB/NFS themselves (bench also the admin API
+/// for --report-amplification).
+fn run_client_command(cli: &Cli) -> Option<ExitCode> {
+    let r = match &cli.command {
+        Command::Bench(a) => {
+            let admin = if a.report_amplification {
+                match cli.credentials() {
+                    Ok((c, _)) => Some(c),
+                    Err(e) => {
+                        eprintln!("duetctl: {e}");
+                        return Some(ExitCode::from(2));
+                    }
+                }
+            } else {
+                None
+            };
+            bench_cmd::bench_main(a, admin.map(|c| (cli.addr.as_str(), c))).map(|ok| {
+                if ok {
+                    String::new()
+                } else {
+                    "FAILED".into()
+                }
+            })
+        }
+        Command::Cp(a) => bench_cmd::cp_main(a),
+        Command::Rm(a) => bench_cmd::rm_main(a),
+        _ => return None,
+    };
+    Some(match r {
+        Ok(s) if s == "FAILED" => {
+            eprintln!("duetctl bench: some results failed verification");
+            ExitCode::from(1)
+        }
+        Ok(s) => {
+            out(&s);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("duetctl: {e}");
+            ExitCode::from(2)
+        }
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(code) = run_client_command(&cli) {
+        return code;
+    }
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {

@@ -61,7 +61,7 @@ pub const SMB_FRAME_MAX: usize = (8 << 20) + (64 << 10);
 pub const RPC_RECORD_MAX: usize = (1 << 20) + (128 << 10);
 
 /// Every target, by name, for the replay test and scripts/fuzz.sh.
-pub const TARGETS: [&str; 5] = ["smb2_decode", "ntlmssp_spnego", "rpc_xdr", "smb2_conn", "nfs4_session"];
+pub const TARGETS: [&str; 6] = ["smb2_decode", "ntlmssp_spnego", "rpc_xdr", "smb2_conn", "nfs4_session", "dcerpc"];
 
 /// Runs the harness of target `name` on `data`.
 pub fn run(name: &str, data: &[u8]) {
@@ -71,6 +71,7 @@ pub fn run(name: &str, data: &[u8]) {
         "rpc_xdr" => rpc_xdr(data),
         "smb2_conn" => smb2_conn(data),
         "nfs4_session" => nfs4_session(data),
+        "dcerpc" => dcerpc(data),
         _ => panic!("no fuzz target {name}"),
     }
 }
@@ -1280,4 +1281,108 @@ pub fn nfs4_session(data: &[u8]) {
         assert!(h.srv.pending_batches() <= cfg.max_pending, "pending batches past max_pending");
     }
     h.finish();
+}
+
+// ---- dcerpc: the srvsvc pipe's DCE/RPC parser and server end ----------
+
+/// The DCE/RPC target: byte 0 chooses how the rest is split into pipe
+/// writes (0: one write), byte 1 its endianness for the srvsvc stub
+/// decoders. The stream goes through every PDU decoder and the srvsvc
+/// stub decoders, then into one `Endpoint` serving srvsvc, as the IPC$
+/// pipe feeds it. Checks: every PDU the endpoint sends carries its own
+/// length in frag_length and decodes as what its type says; reads of any
+/// size give the same bytes back; the output stays bounded.
+pub fn dcerpc(data: &[u8]) {
+    use duet_protocols::dcerpc::bind::{Bind, BindAck};
+    use duet_protocols::dcerpc::endpoint::Endpoint;
+    use duet_protocols::dcerpc::fault::Fault;
+    use duet_protocols::dcerpc::header::{CommonHeader, PacketType};
+    use duet_protocols::dcerpc::request::{Request as RpcRequest, Response as RpcResponse};
+    use duet_protocols::dcerpc::srvsvc::{
+        ServerGetInfoRequest, ShareEnumReply, ShareEnumRequest, ShareGetInfoRequest, ShareInfo, Srvsvc,
+    };
+    if data.len() < 2 {
+        return;
+    }
+    let (split, le, stream) = (data[0] as usize, data[1] & 1 == 0, &data[2..]);
+    // Stateless decoders, on the stream and on each PDU it frames.
+    let _ = CommonHeader::decode(stream);
+    let mut rest = stream;
+    while let Ok(h) = CommonHeader::decode(rest) {
+        let len = usize::from(h.frag_length).min(rest.len());
+        if len < CommonHeader::SIZE {
+            break;
+        }
+        let pdu = &rest[..len];
+        let _ = Bind::decode(pdu);
+        let _ = BindAck::decode(pdu);
+        let _ = Fault::decode(pdu);
+        let _ = RpcResponse::decode(pdu);
+        if let Ok(r) = RpcRequest::decode(pdu) {
+            let _ = ShareEnumRequest::decode(r.stub, le);
+            let _ = ShareGetInfoRequest::decode(r.stub, le);
+            let _ = ServerGetInfoRequest::decode(r.stub, le);
+            let _ = ShareEnumReply::decode(r.stub);
+        }
+        rest = &rest[len..];
+    }
+    let _ = ShareEnumRequest::decode(stream, le);
+    let _ = ShareGetInfoRequest::decode(stream, le);
+    let _ = ServerGetInfoRequest::decode(stream, le);
+    let _ = ShareEnumReply::decode(stream);
+    // The server end, fed as a client writes to the pipe.
+    let svc = Srvsvc {
+        server_name: "DUET".into(),
+        comment: "duet".into(),
+        shares: (0..3)
+            .map(|i| ShareInfo { name: format!("share{i}"), share_type: 0, remark: String::new(), path: format!("C:\\share{i}") })
+            .collect(),
+    };
+    let mut e = Endpoint::new("\\PIPE\\srvsvc", 7);
+    let chunks: Vec<&[u8]> = if split == 0 { vec![stream] } else { stream.chunks(split).collect() };
+    let mut out_total = 0usize;
+    for (k, c) in chunks.iter().enumerate() {
+        while !e.write(c, &svc) {
+            // Too much unread output: a client reads before writing more.
+            if !drain(&mut e, &mut out_total, k) {
+                break;
+            }
+        }
+        drain(&mut e, &mut out_total, k);
+    }
+    fn drain(e: &mut Endpoint, total: &mut usize, k: usize) -> bool {
+        let mut any = false;
+        while e.has_output() {
+            let want = e.next_message_len();
+            // Message-mode reads of varying size give one PDU back whole.
+            let max = 64 + (k * 97) % 4096;
+            let mut pdu = Vec::new();
+            loop {
+                let Some((b, left)) = e.read(max) else { break };
+                pdu.extend_from_slice(&b);
+                if left == 0 {
+                    break;
+                }
+            }
+            assert_eq!(pdu.len(), want, "a PDU came back with another length");
+            let h = CommonHeader::decode(&pdu).expect("the endpoint sent a PDU without a header");
+            assert_eq!(usize::from(h.frag_length), pdu.len(), "frag_length is not the PDU's length");
+            assert!(pdu.len() <= usize::from(Endpoint::MAX_FRAG), "a PDU over MAX_FRAG");
+            match h.ptype {
+                PacketType::RESPONSE => {
+                    RpcResponse::decode(&pdu).expect("a RESPONSE that does not decode");
+                }
+                PacketType::FAULT => {
+                    Fault::decode(&pdu).expect("a FAULT that does not decode");
+                }
+                PacketType::BIND_ACK | PacketType::ALTER_CONTEXT_RESP => {
+                    BindAck::decode(&pdu).expect("a BIND_ACK that does not decode");
+                }
+                _ => {}
+            }
+            *total += pdu.len();
+            any = true;
+        }
+        any
+    }
 }

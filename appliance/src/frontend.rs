@@ -141,6 +141,14 @@ impl Catalog {
                 clients: s.nfs_clients.iter().filter(|c| !c.starts_with(crate::admin::USER_PREFIX)).cloned().collect(),
                 append_extension: s.append_extension,
                 fsid: fsid(&s.name),
+                uids: {
+                    // The share's allowed users, by uid (names that are not
+                    // users admit nobody).
+                    let allowed = crate::admin::allowed_users(&s.nfs_clients);
+                    (!allowed.is_empty()).then(|| {
+                        allowed.iter().filter_map(|u| users.get(&u.to_lowercase()).map(|r| r.uid)).collect()
+                    })
+                },
             })
             .collect();
         Catalog { shares: resolved, users, exports }

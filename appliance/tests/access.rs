@@ -163,6 +163,18 @@ fn shares_exports_permissions_names_symlinks_and_sessions() {
     assert_eq!(t.login("bob", "bobpw"), NtStatus::SUCCESS);
     assert_eq!(t.tree("team"), NtStatus::ACCESS_DENIED, "a user not on the share's list");
     assert_eq!(t.tree("public"), NtStatus::SUCCESS, "the same user on a share for everyone");
+    // Over NFS the list goes by uid (AUTH_SYS): alice's uid uses "team",
+    // bob's gets NFS3ERR_ACCES on every call (MOUNT itself goes by address).
+    let mut na = Nfs::connect(nfs).as_user(3001, 3001);
+    let team = na.mount("/team").expect("team mounts");
+    let _ = getattr3(&mut na, &team);
+    let mut nb = Nfs::connect(nfs).as_user(3002, 3002);
+    let team_b = nb.mount("/team").expect("MOUNT goes by address");
+    let rep = nb.v3(&Nfs3Args::GetAttr(GetAttr3Args { object: Opaque(&team_b) }));
+    assert!(
+        matches!(results3(proc3::GETATTR, &rep), Nfs3Results::GetAttr(Nfs3Res::Fail(Nfsstat3::ACCES, _))),
+        "bob's uid on team over NFS"
+    );
     let e = d.ctl(&["share", "add", "bad", "--path", "/bad", "--users", "no body"]);
     assert!(!e.status.success(), "an invalid user name in --users is refused");
 

@@ -326,7 +326,8 @@ fn share_show_and_not_found() {
          guest ok:             no\n\
          nfs clients:          *\n\
          nfs root squash:      yes\n\
-         nfs append extension: no\n"
+         nfs append extension: no\n\
+         users:                everyone\n"
     );
     let o = run(&f, &["share", "show", "nope"]);
     assert_eq!(code(&o), 2);

@@ -1063,6 +1063,7 @@ impl NfsHarness {
                 clients,
                 append_extension: false,
                 fsid,
+                uids: None,
             }
         };
         let exports = vec![

@@ -139,6 +139,7 @@ impl Harness {
                 clients: vec![],
                 append_extension: true,
                 fsid: 11,
+                uids: None,
             },
             ExportEntry {
                 name: "ro".into(),
@@ -149,6 +150,7 @@ impl Harness {
                 clients: vec!["10.0.0.0/8".into()],
                 append_extension: false,
                 fsid: 12,
+                uids: None,
             },
         ];
         let cfg = NfsServerConfig {
@@ -845,6 +847,35 @@ fn nfs3_exclusive_create_is_idempotent() {
     assert_eq!(mk(&mut h, [1; 8]), Nfsstat3::OK);
     assert_eq!(mk(&mut h, [1; 8]), Nfsstat3::OK, "a retry succeeds");
     assert_eq!(mk(&mut h, [2; 8]), Nfsstat3::EXIST);
+}
+
+#[test]
+fn a_shares_allowed_users_by_uid() {
+    let mut h = Harness::new();
+    // The share admits uid 1000 only (duetctl share add --users).
+    h.exports[0].uids = Some(vec![1000]);
+    h.uid = 0;
+    let root = mount(&mut h, "/share").unwrap();
+    let getattr = |h: &mut Harness| {
+        let rep = h.v3(&Nfs3Args::GetAttr(GetAttr3Args { object: Opaque(&root) }));
+        res3_status(proc3::GETATTR, &rep)
+    };
+    assert_eq!(getattr(&mut h), Nfsstat3::OK, "the client's root (mounting) passes");
+    h.uid = 1000;
+    assert_eq!(getattr(&mut h), Nfsstat3::OK, "an allowed user");
+    h.uid = 2000;
+    assert_eq!(getattr(&mut h), Nfsstat3::ACCES, "a user not on the list");
+    h.uid = u32::MAX;
+    assert_eq!(getattr(&mut h), Nfsstat3::ACCES);
+    // NFSv4: PUTFH of the handle and LOOKUP from the pseudo-root.
+    let mut s = session(&mut h);
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::ACCESS);
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(()), ArgOp4::Lookup(Lookup4Args { objname: Name(b"share") })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::ACCESS);
+    h.uid = 1000;
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(()), ArgOp4::Lookup(Lookup4Args { objname: Name(b"share") })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
 }
 
 #[test]

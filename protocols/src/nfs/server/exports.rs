@@ -25,12 +25,25 @@ pub struct ExportEntry {
     pub append_extension: bool,
     /// Non-zero, unique among exports, stable: it is in every handle.
     pub fsid: u64,
+    /// The share's allowed users, as uids (None: everyone). AUTH_SYS
+    /// identities are the client's word: uid 0 (the client's kernel,
+    /// mounting) always passes, and root squash governs what root may do.
+    pub uids: Option<Vec<u32>>,
 }
 
 impl ExportEntry {
     /// Whether `peer` may use this export.
     pub fn allows(&self, peer: IpAddr) -> bool {
         self.clients.is_empty() || self.clients.iter().any(|p| client_matches(p, peer))
+    }
+
+    /// Whether a call with AUTH_SYS uid `uid` may use this export (the
+    /// share's allowed users).
+    pub fn allows_uid(&self, uid: u32) -> bool {
+        match &self.uids {
+            None => true,
+            Some(list) => uid == 0 || list.contains(&uid),
+        }
     }
 }
 

@@ -142,7 +142,7 @@ fn resolve(
                 .iter()
                 .find(|e| e.fsid == fsid)
                 .ok_or(Nfsstat3::STALE)?;
-            if !e.allows(ctx.peer) {
+            if !e.allows(ctx.peer) || !e.allows_uid(ctx.cred.uid) {
                 return Err(Nfsstat3::ACCES);
             }
             Ok((e.clone(), id))

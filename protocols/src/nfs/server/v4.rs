@@ -681,7 +681,7 @@ fn translate_inner(
                 FileHandle::Pseudo => Fh::Pseudo,
                 FileHandle::Object { fsid, id } => {
                     let e = c.export(fsid).ok_or(Nfsstat4::STALE)?;
-                    if !e.allows(c.peer) {
+                    if !e.allows(c.peer) || !e.allows_uid(c.cred.uid) {
                         return Err(Nfsstat4::ACCESS);
                     }
                     Fh::Obj {
@@ -757,6 +757,9 @@ fn translate_inner(
                         .iter()
                         .find(|e| e.name == name && e.allows(c.peer))
                         .ok_or(Nfsstat4::NOENT)?;
+                    if !e.allows_uid(c.cred.uid) {
+                        return Err(Nfsstat4::ACCESS);
+                    }
                     c.cfh = Fh::Obj {
                         fsid: e.fsid,
                         obj: ObjRef::Id(e.root),

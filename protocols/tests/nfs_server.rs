@@ -1828,6 +1828,29 @@ fn nfs41_grace_period_after_restart() {
     let rep = h.v4(ops);
     let r = res4(&rep);
     assert_eq!(r.status, Nfsstat4::OK, "reclaim: {r:?}");
+    let ResOp4::Open(Nfs4Res::Ok(o)) = &r.results[2] else { panic!() };
+    let open_sid = o.stateid;
+    let clientid = s.clientid;
+    let lock = move |reclaim: bool, owner: &'static [u8]| {
+        ArgOp4::Lock(Lock4Args {
+            locktype: NfsLockType4::Write,
+            reclaim,
+            offset: 0,
+            length: 10,
+            locker: Locker4::New(OpenToLockOwner4 {
+                open_seqid: 0,
+                open_stateid: open_sid,
+                lock_seqid: 0,
+                lock_owner: StateOwner4 { clientid, owner: Opaque(owner) },
+            }),
+        })
+    };
+    // Byte-range locks: a new one waits for the grace period, the one the
+    // client held before is reclaimed.
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }), lock(false, b"lock-owner")]);
+    assert_eq!(res4(&rep).status, Nfsstat4::GRACE);
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }), lock(true, b"lock-owner")]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "lock reclaim");
     // A client that held nothing may not reclaim.
     let mut x = session_with(&mut h, b"stranger", 2 << 20);
     let rep = h.v4(open_fh(&mut x, &fh, OpenClaim4::Previous(OpenDelegationType4::None)));
@@ -1838,6 +1861,8 @@ fn nfs41_grace_period_after_restart() {
     assert_eq!(res4(&rep).status, Nfsstat4::OK);
     let rep = h.v4(open_fh(&mut s, &fh, OpenClaim4::Previous(OpenDelegationType4::None)));
     assert_eq!(res4(&rep).status, Nfsstat4::NO_GRACE);
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }), lock(true, b"other-owner")]);
+    assert_eq!(res4(&rep).status, Nfsstat4::NO_GRACE, "no lock reclaim after RECLAIM_COMPLETE");
     let rep = h.v4(open_fh(&mut s, &fh, OpenClaim4::Fh));
     assert_eq!(res4(&rep).status, Nfsstat4::GRACE);
     h.now += 91_000_000_000;

@@ -84,6 +84,110 @@ fn harness_setups_reach_the_command_handlers() {
     assert!(id.is_some());
 }
 
+// ---- a short fuzzing run on stable ----------------------------------------
+
+/// xorshift64*: the mutator's randomness (no dependency, reproducible).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// One libFuzzer-style mutation of `input`, sometimes spliced with `other`.
+fn mutate(rng: &mut Rng, input: &[u8], other: &[u8]) -> Vec<u8> {
+    let mut v = input.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        let n = v.len();
+        match rng.below(8) {
+            0 if n > 0 => {
+                let i = rng.below(n);
+                v[i] ^= 1 << rng.below(8);
+            }
+            1 if n > 0 => {
+                let i = rng.below(n);
+                v[i] = [0, 0xff, 0x7f, 0x80, 1][rng.below(5)];
+            }
+            2 if n > 0 => v.truncate(rng.below(n)),
+            3 if n > 0 => {
+                let i = rng.below(n);
+                let len = rng.below(n - i).min(64);
+                let chunk = v[i..i + len].to_vec();
+                let at = rng.below(n);
+                v.splice(at..at, chunk);
+            }
+            4 if n >= 4 => {
+                // An interesting 32-bit value (lengths, counts, offsets).
+                let i = rng.below(n - 3);
+                let x: u32 = [0, 1, 0xffff_ffff, 0x8000_0000, 0x7fff_ffff, 0x10000, 4096][rng.below(7)];
+                let b = if rng.below(2) == 0 { x.to_le_bytes() } else { x.to_be_bytes() };
+                v[i..i + 4].copy_from_slice(&b);
+            }
+            5 if !other.is_empty() => {
+                let cut = rng.below(v.len());
+                let from = rng.below(other.len());
+                v.truncate(cut);
+                v.extend_from_slice(&other[from..]);
+            }
+            6 if n > 1 => {
+                let i = rng.below(n);
+                let len = rng.below(n - i).min(16);
+                v.drain(i..i + len);
+            }
+            _ => {
+                let at = rng.below(v.len() + 1);
+                v.insert(at, rng.next() as u8);
+            }
+        }
+    }
+    v
+}
+
+/// What CI runs of the fuzzers: every target's corpus inputs, mutated, for
+/// a few seconds each on the stable toolchain (the long runs use
+/// cargo-fuzz: `scripts/fuzz.sh SECONDS`). The seed is printed;
+/// `DUET_FUZZ_SEED` chooses another, and a failing input is written to the
+/// temporary directory for `fuzz/regressions/`.
+#[test]
+fn short_mutation_run_of_every_target() {
+    // A fixed seed by default, so that CI stays reproducible; set
+    // DUET_FUZZ_SEED (any non-zero number) to explore other inputs.
+    let seed = std::env::var("DUET_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).filter(|s| *s != 0).unwrap_or(0x5eed_d0e7_u64);
+    let secs: f64 = std::env::var("DUET_FUZZ_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(3.0);
+    println!("mutation run: seed {seed} (DUET_FUZZ_SEED), {secs} s per target (DUET_FUZZ_SECS)");
+    let mut rng = Rng(seed);
+    for target in harness::TARGETS {
+        let inputs: Vec<Vec<u8>> = files(&fuzz_dir().join("corpus").join(target))
+            .iter()
+            .filter_map(|p| std::fs::read(p).ok())
+            .collect();
+        assert!(!inputs.is_empty(), "{target}: no corpus");
+        let t0 = std::time::Instant::now();
+        let mut runs = 0u64;
+        while t0.elapsed().as_secs_f64() < secs {
+            let a = &inputs[rng.below(inputs.len())];
+            let b = &inputs[rng.below(inputs.len())];
+            let data = mutate(&mut rng, a, b);
+            let r = std::panic::catch_unwind(|| harness::run(target, &data));
+            if r.is_err() {
+                let path = std::env::temp_dir().join(format!("fuzz-{target}-{seed}-{runs}"));
+                std::fs::write(&path, &data).unwrap();
+                panic!("{target}: a mutated input panics (seed {seed}); it is in {}", path.display());
+            }
+            runs += 1;
+        }
+        println!("{target}: {runs} mutated inputs, no panic");
+        assert!(runs > 0);
+    }
+}
+
 // ---- named regressions ---------------------------------------------------
 
 fn regression(target: &str, name: &str) -> Vec<u8> {

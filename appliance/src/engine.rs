@@ -202,8 +202,8 @@ impl Engine {
                 }
                 ObjRef::Result(_) => continue,
             }
-            let at = read.push(Op::Read { obj: src_ref, offset: src_offset, len: len.min(COPY_MAX) });
-            let ObjRef::Result(at) = at else { continue };
+            let at = read.ops.len();
+            read.push(Op::Read { obj: src_ref, offset: src_offset, len: len.min(COPY_MAX) });
             let Ok(outcome) = self.store.batch(read).await else { continue };
             cost.add(&outcome.cost);
             let mut applied = outcome.applied;

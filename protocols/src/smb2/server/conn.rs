@@ -322,7 +322,7 @@ pub(super) fn done(status: NtStatus) -> Plan {
     }
 }
 
-pub(super) fn body_of(r: &Response<'_>) -> Vec<u8> {
+fn body_of(r: &Response<'_>) -> Vec<u8> {
     // Response encoders compute offsets as 64 + body position: encode after
     // a dummy header, then drop it.
     let mut out = vec![0u8; HEADER_SIZE];

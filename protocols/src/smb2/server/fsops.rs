@@ -2181,18 +2181,7 @@ impl Connection {
                         }
                     }
                 }
-                let mut out = Vec::with_capacity(COPYCHUNK_RESPONSE_SIZE);
-                r.encode(&mut out);
-                Ok((
-                    status,
-                    body(&Response::Ioctl(IoctlResponse {
-                        ctl_code,
-                        file_id,
-                        input: &[],
-                        output: &out,
-                        flags: 0,
-                    })),
-                ))
+                Ok((status, copychunk_body(ctl_code, file_id, r)))
             }
             FsPlan::Write { target, op } => {
                 self.resolve(target, created)?;
@@ -2403,25 +2392,38 @@ const COPYCHUNK_RESPONSE_SIZE: usize = 12;
 /// SRV_REQUEST_RESUME_KEY response (MS-SMB2 2.2.32.3): key and ContextLength.
 const RESUME_KEY_RESPONSE_SIZE: usize = 28;
 
+/// An IOCTL response body carrying `output`.
+fn ioctl_body(ctl_code: u32, file_id: FileId, output: &[u8]) -> Vec<u8> {
+    body(&Response::Ioctl(IoctlResponse {
+        ctl_code,
+        file_id,
+        input: &[],
+        output,
+        flags: 0,
+    }))
+}
+
 fn ioctl_reply(status: NtStatus, ctl_code: u32, file_id: FileId, output: &[u8]) -> Plan {
     Plan::Done {
         status,
-        body: body(&Response::Ioctl(IoctlResponse {
-            ctl_code,
-            file_id,
-            input: &[],
-            output,
-            flags: 0,
-        })),
+        body: ioctl_body(ctl_code, file_id, output),
     }
 }
 
-/// An FSCTL_SRV_COPYCHUNK answer that carries a SRV_COPYCHUNK_RESPONSE,
-/// also with an error status (limits, lock conflicts).
-fn copychunk_reply(status: NtStatus, io: &IoctlRequest<'_>, r: CopyChunkResponse) -> Plan {
+/// The IOCTL body of an FSCTL_SRV_COPYCHUNK answer: a
+/// SRV_COPYCHUNK_RESPONSE, sent with an error status too (limits, lock
+/// conflicts, a chunk past the source's end).
+fn copychunk_body(ctl_code: u32, file_id: FileId, r: CopyChunkResponse) -> Vec<u8> {
     let mut out = Vec::with_capacity(COPYCHUNK_RESPONSE_SIZE);
     r.encode(&mut out);
-    ioctl_reply(status, io.ctl_code, io.file_id, &out)
+    ioctl_body(ctl_code, file_id, &out)
+}
+
+fn copychunk_reply(status: NtStatus, io: &IoctlRequest<'_>, r: CopyChunkResponse) -> Plan {
+    Plan::Done {
+        status,
+        body: copychunk_body(io.ctl_code, io.file_id, r),
+    }
 }
 
 fn body(r: &Response<'_>) -> Vec<u8> {

@@ -2,8 +2,6 @@
 //! oversized records, truncated XDR, forged file handles, stale stateids,
 //! COMPOUNDs over the negotiated session limits. After each, the daemon is
 //! still running and serves a well-behaved client on a fresh connection.
-//! The same raw client also drives the NFSv4.2 data operations on files
-//! large enough to live in chunks (COPY, DEALLOCATE).
 
 mod common;
 
@@ -122,11 +120,7 @@ impl Client {
     }
 
     fn v4(&mut self, ops: Vec<ArgOp4<'_>>) -> Vec<u8> {
-        self.v4_minor(1, ops)
-    }
-
-    fn v4_minor(&mut self, minorversion: u32, ops: Vec<ArgOp4<'_>>) -> Vec<u8> {
-        let args = Compound4Args { tag: Opaque(b"hostile"), minorversion, ops, stop: None };
+        let args = Compound4Args { tag: Opaque(b"hostile"), minorversion: 1, ops, stop: None };
         let mut w = XdrWriter::new();
         args.encode(&mut w);
         self.call(PROGRAM_NFS, 4, NFSPROC4_COMPOUND, &w.into_inner())
@@ -427,128 +421,4 @@ fn hostile_nfs_clients_do_not_hurt_duetd() {
     drop(conns);
     still_serves(&mut d, "a burst of garbage");
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")), "{}", d.log_text());
-}
-
-/// NFSv3 CREATE (unchecked) of `name` in `dir`; the new file's handle.
-fn create3(c: &mut Client, dir: &[u8], name: &[u8]) -> Vec<u8> {
-    let rep = c.v3(&Nfs3Args::Create(Create3Args {
-        where_: DirOpArgs3 { dir: Opaque(dir), name: Name(name) },
-        how: CreateHow3::Unchecked(Sattr3::default()),
-    }));
-    let mut r = success(&rep);
-    match Nfs3Results::decode(proc3::CREATE, &mut r).unwrap() {
-        Nfs3Results::Create(Nfs3Res::Ok(ok)) => ok.obj.expect("CREATE returns the handle").0.to_vec(),
-        other => panic!("CREATE {}: {other:?}", String::from_utf8_lossy(name)),
-    }
-}
-
-fn write3(c: &mut Client, fh: &[u8], offset: u64, data: &[u8]) {
-    let rep = c.v3(&Nfs3Args::Write(Write3Args {
-        file: Opaque(fh),
-        offset,
-        count: data.len() as u32,
-        stable: StableHow::FileSync,
-        data: Opaque(data),
-    }));
-    let mut r = success(&rep);
-    match Nfs3Results::decode(proc3::WRITE, &mut r).unwrap() {
-        Nfs3Results::Write(Nfs3Res::Ok(ok)) => assert_eq!(ok.count as usize, data.len()),
-        other => panic!("WRITE: {other:?}"),
-    }
-}
-
-/// The whole file through NFSv3 READs of 1 MiB.
-fn read_all3(c: &mut Client, fh: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let rep = c.v3(&Nfs3Args::Read(Read3Args { file: Opaque(fh), offset: out.len() as u64, count: 1 << 20 }));
-        let mut r = success(&rep);
-        match Nfs3Results::decode(proc3::READ, &mut r).unwrap() {
-            Nfs3Results::Read(Nfs3Res::Ok(ok)) => {
-                out.extend_from_slice(ok.data.0);
-                if ok.eof || ok.count == 0 {
-                    return out;
-                }
-            }
-            other => panic!("READ: {other:?}"),
-        }
-    }
-}
-
-#[test]
-fn nfs42_copy_and_deallocate_of_chunked_files() {
-    const MIB: usize = 1 << 20;
-    let tmp = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(tmp.path());
-    let mut c = Client::connect(d.nfs_port);
-    let root = c.mount("/public").unwrap();
-    // A 10 MiB source (three 4 MiB chunks), every 8 bytes their offset.
-    let src = create3(&mut c, &root, b"copy-src");
-    let pattern: Vec<u8> = (0..10 * MIB as u64 / 8).flat_map(|i| (i * 8).to_le_bytes()).collect();
-    for (i, piece) in pattern.chunks(MIB).enumerate() {
-        write3(&mut c, &src, (i * MIB) as u64, piece);
-    }
-    let dst = create3(&mut c, &root, b"copy-dst");
-    let mut s = session(&mut c, b"copier", 1 << 20, 64);
-    let copy = |s: &mut Sess, c: &mut Client, src_offset: u64, dst_offset: u64, count: u64| {
-        let rep = c.v4_minor(
-            2,
-            vec![
-                s.sequence(),
-                ArgOp4::PutFh(PutFh4Args { object: Opaque(&src) }),
-                ArgOp4::SaveFh(()),
-                ArgOp4::PutFh(PutFh4Args { object: Opaque(&dst) }),
-                ArgOp4::Copy(Copy4Args {
-                    src_stateid: Stateid4::ANONYMOUS,
-                    dst_stateid: Stateid4::ANONYMOUS,
-                    src_offset,
-                    dst_offset,
-                    count,
-                    consecutive: true,
-                    synchronous: true,
-                    source_server: List(vec![]),
-                }),
-            ],
-        );
-        let r = res4(&rep);
-        match r.results.last() {
-            Some(ResOp4::Copy(Copy4Res::Ok(ok))) => Ok(ok.response.count),
-            Some(ResOp4::Copy(Copy4Res::Err(e))) => Err(*e),
-            other => panic!("COPY: {:?} {other:?}", r.status),
-        }
-    };
-    // The whole source, one server-side COPY; then 1 MiB more, from the
-    // middle of a chunk, appended.
-    assert_eq!(copy(&mut s, &mut c, 0, 0, 10 * MIB as u64), Ok(10 * MIB as u64));
-    assert_eq!(copy(&mut s, &mut c, 3 * MIB as u64 + 5, 10 * MIB as u64, MIB as u64), Ok(MIB as u64));
-    let mut want = pattern.clone();
-    want.extend_from_slice(&pattern[3 * MIB + 5..4 * MIB + 5]);
-    assert!(read_all3(&mut c, &dst) == want, "the copy differs from its source");
-    // A range past the source's end is invalid (RFC 7862 15.2.3).
-    assert_eq!(copy(&mut s, &mut c, 9 * MIB as u64, 0, 2 * MIB as u64), Err(Nfsstat4::INVAL));
-    // DEALLOCATE across the first chunk boundary, and past the end of file:
-    // zeros there, the size unchanged.
-    let dealloc = |s: &mut Sess, c: &mut Client, offset: u64, length: u64| {
-        let rep = c.v4_minor(
-            2,
-            vec![
-                s.sequence(),
-                ArgOp4::PutFh(PutFh4Args { object: Opaque(&dst) }),
-                ArgOp4::Deallocate(Allocate4Args { stateid: Stateid4::ANONYMOUS, offset, length }),
-            ],
-        );
-        res4(&rep).status
-    };
-    assert_eq!(dealloc(&mut s, &mut c, 3 * MIB as u64 + 100, 2 * MIB as u64), Nfsstat4::OK);
-    assert_eq!(dealloc(&mut s, &mut c, 10 * MIB as u64 + 7, 10 * MIB as u64), Nfsstat4::OK);
-    want[3 * MIB + 100..5 * MIB + 100].fill(0);
-    want[10 * MIB + 7..].fill(0);
-    assert!(read_all3(&mut c, &dst) == want, "DEALLOCATE did not zero exactly its range");
-    // After the destager has run and the daemon restarted, the same bytes.
-    std::thread::sleep(std::time::Duration::from_secs(3));
-    d.restart();
-    let mut c = Client::connect(d.nfs_port);
-    assert!(read_all3(&mut c, &dst) == want, "the copy or the zeroed range changed across a restart");
-    assert!(read_all3(&mut c, &src) == pattern, "the source changed");
-    assert!(d.ok(&["fsck"]).contains("file system is consistent"));
 }

@@ -672,9 +672,14 @@ impl Nfs {
     }
 
     pub fn v4(&mut self, ops: Vec<ArgOp4<'_>>) -> Option<Vec<u8>> {
+        self.v4_minor(1, ops)
+    }
+
+    /// A COMPOUND of NFSv4.`minorversion` (2 for COPY, DEALLOCATE).
+    pub fn v4_minor(&mut self, minorversion: u32, ops: Vec<ArgOp4<'_>>) -> Option<Vec<u8>> {
         let args = Compound4Args {
             tag: Opaque(b"robust"),
-            minorversion: 1,
+            minorversion,
             ops,
             stop: None,
         };

@@ -23,7 +23,11 @@ pub fn duetctl() -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 pub struct Daemon {
@@ -39,7 +43,11 @@ pub struct Daemon {
 /// Starts duetd; on a first start, waits for the line that names the
 /// default share (printed once the store is initialised).
 fn spawn(config: &Path, log: &Path, first: bool) -> Child {
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_duetd"))
         .args(["--config", config.to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -93,7 +101,15 @@ impl Daemon {
         )
         .unwrap();
         let child = spawn(&config, &log, true);
-        let mut d = Daemon { child, admin: format!("127.0.0.1:{admin_port}"), smb_port, nfs_port, data, log, config };
+        let mut d = Daemon {
+            child,
+            admin: format!("127.0.0.1:{admin_port}"),
+            smb_port,
+            nfs_port,
+            data,
+            log,
+            config,
+        };
         d.wait_serving(0);
         d.wait_listening();
         d
@@ -137,8 +153,16 @@ impl Daemon {
     fn wait_serving(&mut self, before: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.serving_count() <= before {
-            assert!(self.alive(), "duetd exited while starting; log:\n{}", self.log_text());
-            assert!(Instant::now() < deadline, "duetd did not start serving in 60 s; log:\n{}", self.log_text());
+            assert!(
+                self.alive(),
+                "duetd exited while starting; log:\n{}",
+                self.log_text()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "duetd did not start serving in 60 s; log:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -148,7 +172,11 @@ impl Daemon {
         let port = |a: &str| a.rsplit(':').next().unwrap().parse::<u16>().unwrap();
         for port in [port(&self.admin), self.smb_port, self.nfs_port] {
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "duetd did not listen on {port}; log:\n{}", self.log_text());
+                assert!(
+                    Instant::now() < deadline,
+                    "duetd did not listen on {port}; log:\n{}",
+                    self.log_text()
+                );
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -160,7 +188,12 @@ impl Daemon {
 
     pub fn ctl(&self, args: &[&str]) -> Output {
         Command::new(duetctl())
-            .args(["--addr", &self.admin, "--data-dir", self.data.to_str().unwrap()])
+            .args([
+                "--addr",
+                &self.admin,
+                "--data-dir",
+                self.data.to_str().unwrap(),
+            ])
             .args(args)
             .output()
             .unwrap()

@@ -14,6 +14,7 @@
 //! | DELETE | /v1/users/{name}             | UserRemove     | 204              |
 //! | GET    | /v1/stats                    | Stats          | 200 Stats        |
 //! | POST   | /v1/fsck                     | Fsck           | 200 FsckReport   |
+//! | POST   | /v1/faults                   | Fault          | 204              |
 //!
 //! Errors are [`ApiError`] bodies with the status of [`ApiError::http_status`].
 //! [`route`] does not authenticate: the server calls [`credentials`] and
@@ -42,6 +43,9 @@ pub enum AdminRequest {
     UserRemove(String),
     Stats,
     Fsck,
+    /// Test-only I/O fault injection (refused unless duetd runs with
+    /// `[testing] fault_injection = true`).
+    Fault(FaultSpec),
 }
 
 impl fmt::Debug for AdminRequest {
@@ -63,6 +67,7 @@ impl fmt::Debug for AdminRequest {
             AdminRequest::UserRemove(n) => f.debug_tuple("UserRemove").field(n).finish(),
             AdminRequest::Stats => f.write_str("Stats"),
             AdminRequest::Fsck => f.write_str("Fsck"),
+            AdminRequest::Fault(s) => f.debug_tuple("Fault").field(s).finish(),
         }
     }
 }
@@ -79,6 +84,7 @@ impl AdminRequest {
                 validate_password(password)
             }
             AdminRequest::UserRemove(n) => validate_user_name(n),
+            AdminRequest::Fault(s) => s.validate(),
             AdminRequest::Status
             | AdminRequest::ShareList
             | AdminRequest::UserList
@@ -104,6 +110,7 @@ impl AdminRequest {
             AdminRequest::UserRemove(n) => ("DELETE", format!("/v1/users/{}", seg(n))),
             AdminRequest::Stats => ("GET", "/v1/stats".into()),
             AdminRequest::Fsck => ("POST", "/v1/fsck".into()),
+            AdminRequest::Fault(_) => ("POST", "/v1/faults".into()),
         }
     }
 
@@ -112,6 +119,7 @@ impl AdminRequest {
         match self {
             AdminRequest::ShareAdd(s) => Some(to_json(s)),
             AdminRequest::UserAdd(u) => Some(to_json(u)),
+            AdminRequest::Fault(f) => Some(to_json(f)),
             AdminRequest::UserPasswd { password, .. } => Some(to_json(&PasswordChange {
                 password: password.clone(),
             })),
@@ -278,6 +286,10 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
             "POST" => AdminRequest::Fsck,
             _ => return Err(wrong_method("POST")),
         },
+        ["faults"] => match m {
+            "POST" => AdminRequest::Fault(json_body(req)?),
+            _ => return Err(wrong_method("POST")),
+        },
         _ => return Err(not_found()),
     };
     r.validate()?;
@@ -330,7 +342,8 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
         AdminRequest::Fsck => AdminResponse::Fsck(body(resp)?),
         AdminRequest::ShareRemove(_)
         | AdminRequest::UserPasswd { .. }
-        | AdminRequest::UserRemove(_) => {
+        | AdminRequest::UserRemove(_)
+        | AdminRequest::Fault(_) => {
             expect(204)?;
             AdminResponse::NoContent
         }
@@ -716,6 +729,7 @@ mod tests {
             shares: 1,
             users: 2,
             files: 3,
+            metadata_failed: false,
         };
         let stats = Stats {
             batches: 3,

@@ -38,6 +38,7 @@ pub mod codes {
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     pub const ALREADY_EXISTS: &str = "already_exists";
     pub const TOO_LARGE: &str = "too_large";
+    pub const FORBIDDEN: &str = "forbidden";
     pub const INTERNAL: &str = "internal";
 }
 
@@ -82,6 +83,10 @@ impl ApiError {
     pub fn too_large(message: impl Into<String>) -> Self {
         Self::new(codes::TOO_LARGE, message)
     }
+    /// 403: allowed to nobody in this configuration.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(codes::FORBIDDEN, message)
+    }
     /// 500.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(codes::INTERNAL, message)
@@ -96,6 +101,7 @@ impl ApiError {
             codes::METHOD_NOT_ALLOWED => 405,
             codes::ALREADY_EXISTS => 409,
             codes::TOO_LARGE => 413,
+            codes::FORBIDDEN => 403,
             _ => 500,
         }
     }
@@ -482,6 +488,33 @@ pub struct StatusInfo {
     pub shares: u32,
     pub users: u32,
     pub files: u64,
+    /// A metadata write failed: changes are refused until restart.
+    #[serde(default)]
+    pub metadata_failed: bool,
+}
+
+/// Where `POST /v1/faults` can make I/O fail (test-only).
+pub const FAULT_POINTS: &[&str] = &["wal-write", "wal-sync", "data-read", "chunk-write", "chunk-sync", "meta-sync"];
+
+/// Makes the next `count` operations at `point` fail with EIO (0 cancels).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultSpec {
+    pub point: String,
+    pub count: u32,
+}
+
+impl FaultSpec {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if FAULT_POINTS.contains(&self.point.as_str()) {
+            Ok(())
+        } else {
+            Err(ApiError::invalid_argument(format!(
+                "unknown fault point {:?} (one of: {})",
+                self.point,
+                FAULT_POINTS.join(", ")
+            )))
+        }
+    }
 }
 
 /// Back-end operation counts for one kind of protocol request.

@@ -33,6 +33,8 @@ pub struct NodeInfo {
 pub struct Admin {
     pub engine: Rc<Engine>,
     pub node: NodeInfo,
+    /// `[testing] fault_injection`: whether `POST /v1/faults` is served.
+    pub fault_injection: bool,
 }
 
 /// Accepts admin connections until `stop` fires.
@@ -249,7 +251,23 @@ impl Admin {
                     shares: shares.len() as u32,
                     users: users.len() as u32,
                     files,
+                    metadata_failed: self.engine.store.failed(),
                 }))
+            }
+            AdminRequest::Fault(spec) => {
+                if !self.fault_injection {
+                    return Err(ApiError::forbidden(
+                        "fault injection is off: it needs [testing] fault_injection = true in duetd's configuration",
+                    ));
+                }
+                if spec.point == "meta-sync" {
+                    self.engine.store.inject_sync_failures(spec.count);
+                } else {
+                    let p = crate::datapath::FaultPoint::parse(&spec.point).ok_or_else(|| internal("fault point"))?;
+                    self.engine.data.inject_fault(p, spec.count);
+                }
+                tracing::warn!(point = %spec.point, count = spec.count, "fault injection armed (testing)");
+                Ok(AdminResponse::NoContent)
             }
             AdminRequest::ShareList => {
                 let QueryAnswer::Shares(s) = self.query(Query::Shares).await? else { return Err(internal("shares")) };

@@ -93,6 +93,11 @@ disk_reserve_mib = 256
 # tracing env-filter syntax; RUST_LOG overrides it.
 filter = "info"
 
+[testing]
+# Lets `duetctl fault` make the data path and the metadata store fail with
+# EIO (for tests of I/O errors). Never turn it on in production.
+fault_injection = false
+
 # The share created on first start (both protocols).
 [default_share]
 name = "public"
@@ -112,6 +117,7 @@ pub struct Config {
     pub cache: CacheConfig,
     pub limits: LimitsConfig,
     pub log: LogConfig,
+    pub testing: TestingConfig,
     pub default_share: DefaultShare,
 }
 
@@ -210,6 +216,12 @@ pub struct LogConfig {
     pub filter: String,
 }
 
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TestingConfig {
+    pub fault_injection: bool,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DefaultShare {
@@ -244,6 +256,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             limits: LimitsConfig::default(),
             log: LogConfig::default(),
+            testing: TestingConfig::default(),
             default_share: DefaultShare::default(),
         }
     }
@@ -392,6 +405,7 @@ mod tests {
         assert_eq!(c.cache.log_segment_mib, d.cache.log_segment_mib);
         assert_eq!(c.limits, d.limits, "DEFAULT_CONFIG documents every limit's default");
         assert_eq!(c.default_share.name, "public");
+        assert!(!c.testing.fault_injection && !d.testing.fault_injection);
     }
 
     #[test]

@@ -42,6 +42,42 @@ pub struct DataCounters {
     pub destaged_records: AtomicU64,
 }
 
+/// Where a test can make the data path fail (`[testing] fault_injection`,
+/// `duetctl fault`): each point fails its next N operations with EIO, as a
+/// failing disk would. Off (zero everywhere) unless asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultPoint {
+    /// Appending a record to the write log.
+    WalWrite,
+    /// The write log's group fdatasync.
+    WalSync,
+    /// Reading file data (chunk files and not yet destaged log records).
+    DataRead,
+    /// The destager's writes into chunk files.
+    ChunkWrite,
+    /// The destager's fdatasync of chunk files.
+    ChunkSync,
+}
+
+impl FaultPoint {
+    pub const ALL: [FaultPoint; 5] =
+        [FaultPoint::WalWrite, FaultPoint::WalSync, FaultPoint::DataRead, FaultPoint::ChunkWrite, FaultPoint::ChunkSync];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultPoint::WalWrite => "wal-write",
+            FaultPoint::WalSync => "wal-sync",
+            FaultPoint::DataRead => "data-read",
+            FaultPoint::ChunkWrite => "chunk-write",
+            FaultPoint::ChunkSync => "chunk-sync",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FaultPoint> {
+        FaultPoint::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
 /// Free bytes for unprivileged writers on the file system holding `path`.
 fn free_bytes(path: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
@@ -136,6 +172,10 @@ struct SyncState {
     done_writes: u64,
     synced_upto: u64,
     running: bool,
+    /// Writes up to this count were in a group whose fdatasync failed:
+    /// they are not durable and their writers get the error, even if a
+    /// later sync (which no longer covers their segment) succeeds.
+    failed_upto: u64,
     dirty: BTreeSet<u64>,
     waiters: Vec<flume::Sender<()>>,
 }
@@ -154,6 +194,8 @@ pub struct DataPath {
     /// (`[limits] disk_reserve_mib`): below it, batches that grow the file
     /// system get FsError::NoSpace before anything is written.
     space_reserve: Cell<u64>,
+    /// Injected failures left per [`FaultPoint`] (index = position in ALL).
+    faults: [Cell<u32>; 5],
     pub counters: Arc<DataCounters>,
 }
 
@@ -222,6 +264,7 @@ impl DataPath {
             reserve: glommio::sync::Semaphore::new(1),
             destaged_upto: Cell::new(0),
             space_reserve: Cell::new(0),
+            faults: Default::default(),
             counters: Arc::new(DataCounters::default()),
         });
         // Records still queued keep their log data alive.
@@ -283,7 +326,10 @@ impl DataPath {
         };
         let mut buf = file.alloc_dma_buffer(total as usize);
         encode_record(buf.as_bytes_mut(), lsn, data);
-        let written = file.write_at(buf, pos).await;
+        let written = match self.fault(FaultPoint::WalWrite) {
+            Err(e) => Err(e),
+            Ok(()) => file.write_at(buf, pos).await.map(|_| ()).map_err(|e| keep_kind(&e, e.to_string())),
+        };
         if let Err(e) = written {
             self.forget(&[lsn]);
             self.log.borrow_mut().roll = true;
@@ -310,6 +356,9 @@ impl DataPath {
         loop {
             let (target, files) = {
                 let mut s = self.sync.borrow_mut();
+                if s.failed_upto >= my {
+                    return Err(io::Error::other("write log fdatasync failed"));
+                }
                 if s.synced_upto >= my {
                     return Ok(());
                 }
@@ -329,7 +378,11 @@ impl DataPath {
             };
             let mut result = Ok(());
             for f in files {
-                if let Err(e) = f.fdatasync().await {
+                let synced = match self.fault(FaultPoint::WalSync) {
+                    Err(e) => Err(e),
+                    Ok(()) => f.fdatasync().await.map_err(|e| keep_kind(&e, e.to_string())),
+                };
+                if let Err(e) = synced {
                     result = Err(keep_kind(&e, format!("write log fdatasync: {e}")));
                 }
                 self.counters.log_fsyncs.fetch_add(1, Ordering::Relaxed);
@@ -339,6 +392,8 @@ impl DataPath {
                 s.running = false;
                 if result.is_ok() {
                     s.synced_upto = target;
+                } else {
+                    s.failed_upto = target;
                 }
                 std::mem::take(&mut s.waiters)
             };
@@ -347,6 +402,28 @@ impl DataPath {
             }
             result?;
         }
+    }
+
+    /// Test-only: the next `n` operations at `point` fail with EIO (0
+    /// cancels).
+    pub fn inject_fault(&self, point: FaultPoint, n: u32) {
+        self.faults[FaultPoint::ALL.iter().position(|p| *p == point).unwrap_or(0)].set(n);
+    }
+
+    /// The failures still to inject, per point.
+    pub fn faults_pending(&self) -> Vec<(FaultPoint, u32)> {
+        FaultPoint::ALL.into_iter().zip(self.faults.iter().map(Cell::get)).filter(|(_, n)| *n > 0).collect()
+    }
+
+    /// EIO if a failure is to be injected at `point` now.
+    fn fault(&self, point: FaultPoint) -> io::Result<()> {
+        let c = &self.faults[FaultPoint::ALL.iter().position(|p| *p == point).unwrap_or(0)];
+        if c.get() == 0 {
+            return Ok(());
+        }
+        c.set(c.get() - 1);
+        let e = io::Error::from_raw_os_error(libc::EIO);
+        Err(io::Error::new(e.kind(), format!("{}: {e} (injected)", point.name())))
     }
 
     /// Sets the free space kept on the data and metadata volumes.
@@ -391,6 +468,7 @@ impl DataPath {
         if n == 0 {
             return Ok(Some(Vec::new()));
         }
+        self.fault(FaultPoint::DataRead)?;
         let r = file.read_at(pos + HEADER + skip, n as usize).await.map_err(|e| io::Error::other(format!("write log read: {e}")))?;
         Ok(Some(r.to_vec()))
     }
@@ -458,6 +536,7 @@ impl DataPath {
             let path = self.chunk_path(file, idx);
             // A missing chunk reads as zeros (a hole, or data not destaged yet).
             if path.exists() {
+                self.fault(FaultPoint::DataRead)?;
                 let f = DmaFile::open(&path).await.map_err(|e| io_err("cannot open", &path, e))?;
                 let r = f.read_at(co, n as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
                 let at = (pos - offset) as usize;
@@ -523,6 +602,7 @@ impl DataPath {
                 let at = (co - a0) as usize;
                 b[at..at + n as usize].copy_from_slice(&data[src..src + n as usize]);
             }
+            self.fault(FaultPoint::ChunkWrite)?;
             f.write_at(buf, a0).await.map_err(|e| io::Error::other(format!("chunk write: {e}")))?;
             self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
             pos += n;
@@ -685,6 +765,7 @@ impl DataPath {
             }
         }
         for (_, f) in open.drain() {
+            self.fault(FaultPoint::ChunkSync)?;
             f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
             self.counters.chunk_fsyncs.fetch_add(1, Ordering::Relaxed);
         }

@@ -173,6 +173,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let interval = Duration::from_millis(cfg.cache.destage_interval_ms);
     let admin_addr = cfg.admin_addr();
     let space_reserve = cfg.limits.disk_reserve_mib << 20;
+    let fault_injection = cfg.testing.fault_injection;
     let listeners = std::sync::Arc::new(std::sync::Mutex::new(Vec::<ListenerInfo>::new()));
     let node = NodeInfo {
         node_id: cfg.node_id,
@@ -202,7 +203,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
                 }
             };
             let bound = listener.local_addr().unwrap_or(admin_addr);
-            let admin = std::rc::Rc::new(Admin { engine: eng.clone(), node });
+            let admin = std::rc::Rc::new(Admin { engine: eng.clone(), node, fault_injection });
             glommio::spawn_local(admin::serve(admin, listener, stop_rx)).detach();
             let _ = ready_tx.send(Ok((handle, bound)));
             drop(ready_tx);

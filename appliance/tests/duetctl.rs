@@ -114,6 +114,9 @@ fn duetctl_drives_every_command_against_duetd() {
     let json: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "status"])).unwrap();
     assert_eq!(json["raft"]["voters"], serde_json::json!([1]));
     assert_eq!(json["shares"], 1);
+    assert_eq!(json["metadata_failed"], false);
+    // I/O fault injection is for tests only: off unless configured.
+    d.fails(&["fault", "wal-sync"], 2, "fault injection is off");
 
     // Shares.
     assert!(d.ok(&["share", "list"]).contains("public"));

@@ -108,6 +108,16 @@ enum Command {
     Cp(bench_cmd::CpArgs),
     /// Remove files or trees on an NFSv4.1 server (vectorised COMPOUNDs)
     Rm(bench_cmd::RmArgs),
+    /// Testing only: make the next COUNT I/Os at POINT fail with EIO
+    /// (needs `[testing] fault_injection = true` in duetd's configuration)
+    #[command(hide = true)]
+    Fault {
+        /// wal-write, wal-sync, data-read, chunk-write, chunk-sync or meta-sync
+        point: String,
+        /// How many operations fail (0 cancels)
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -242,6 +252,11 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
         Command::Status => ready(AdminRequest::Status),
         Command::Stats => ready(AdminRequest::Stats),
         Command::Fsck => ready(AdminRequest::Fsck),
+        Command::Fault { point, count } => {
+            let spec = duet_admin_api::FaultSpec { point: point.clone(), count: *count };
+            spec.validate().map_err(CtlError::usage)?;
+            ready(AdminRequest::Fault(spec))
+        }
         Command::Bench(_) | Command::Cp(_) | Command::Rm(_) => {
             Err(CtlError::Usage("bench, cp and rm do not use the admin API request path".into()))
         }
@@ -467,6 +482,9 @@ fn human(request: &AdminRequest, response: &AdminResponse) -> String {
         (AdminRequest::UserRemove(n), AdminResponse::NoContent) => format!("removed user {n}\n"),
         (AdminRequest::UserPasswd { name, .. }, AdminResponse::NoContent) => {
             format!("changed the password of user {name}\n")
+        }
+        (AdminRequest::Fault(f), AdminResponse::NoContent) => {
+            format!("the next {} operation(s) at {} will fail with EIO\n", f.count, f.point)
         }
         (_, AdminResponse::NoContent) => String::new(),
     }

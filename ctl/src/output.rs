@@ -131,6 +131,14 @@ pub fn status(s: &StatusInfo) -> String {
         ("shares", s.shares.to_string()),
         ("users", s.users.to_string()),
         ("files", s.files.to_string()),
+        (
+            "metadata",
+            if s.metadata_failed {
+                "FAILED: a metadata write failed; changes are refused until duetd restarts (see its log)".to_string()
+            } else {
+                "ok".to_string()
+            },
+        ),
     ])
 }
 

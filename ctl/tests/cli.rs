@@ -151,6 +151,7 @@ fn status_info() -> StatusInfo {
         shares: 2,
         users: 1,
         files: 1234,
+        metadata_failed: false,
     }
 }
 
@@ -177,7 +178,8 @@ fn status_human() {
          raft:      term 3, commit 42, applied 41, voters [7]\n\
          shares:    2\n\
          users:     1\n\
-         files:     1234\n"
+         files:     1234\n\
+         metadata:  ok\n"
     );
 }
 

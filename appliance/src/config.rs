@@ -56,6 +56,10 @@ connections = 4096
 # Connections from one client address at once (both protocols); over it
 # a new connection from that address is closed as soon as it is accepted.
 connections_per_client = 256
+# Requests one connection may have in progress at once (SMB messages or
+# compounds, ONC RPC calls). Over it duetd reads no more from that
+# connection until one is answered: the client waits (TCP backpressure).
+requests_per_connection = 64
 # Largest SMB2 message (one direct-TCP frame: a request or a compound), in
 # bytes. Over it the connection is dropped unread. MaxReadSize and
 # MaxWriteSize are set to fit (this less 64 KiB, at most 8 MiB).
@@ -168,6 +172,7 @@ pub struct CacheConfig {
 pub struct LimitsConfig {
     pub connections: usize,
     pub connections_per_client: usize,
+    pub requests_per_connection: usize,
     pub smb_message_max: usize,
     pub nfs_record_max: usize,
     pub nfs_compound_ops: u32,
@@ -184,6 +189,7 @@ impl Default for LimitsConfig {
         LimitsConfig {
             connections: 4096,
             connections_per_client: 256,
+            requests_per_connection: 64,
             smb_message_max: (8 << 20) + (64 << 10),
             nfs_record_max: (1 << 20) + (128 << 10),
             nfs_compound_ops: 1024,
@@ -350,10 +356,11 @@ impl Config {
             );
         }
         let l = &self.limits;
-        let ranges: [(&'static str, u64, u64, u64); 11] = [
+        let ranges: [(&'static str, u64, u64, u64); 12] = [
             ("limits.disk_reserve_mib", l.disk_reserve_mib, 0, 1 << 20),
             ("limits.connections", l.connections as u64, 1, 1 << 20),
             ("limits.connections_per_client", l.connections_per_client as u64, 1, 1 << 20),
+            ("limits.requests_per_connection", l.requests_per_connection as u64, 1, 1024),
             ("limits.smb_message_max", l.smb_message_max as u64, 128 << 10, 64 << 20),
             ("limits.nfs_record_max", l.nfs_record_max as u64, 128 << 10, 64 << 20),
             ("limits.nfs_compound_ops", l.nfs_compound_ops as u64, 2, 1 << 16),

@@ -488,6 +488,50 @@ fn logon_failed(frame: &[u8]) -> bool {
     command == 1 && status == 0xC000_006D
 }
 
+/// A batch that ran on the engine, back at its connection's task.
+type Done = (u64, BatchResult);
+
+/// Runs a connection's batch on the engine in a task of its own, so that
+/// the connection reads and starts its next requests meanwhile (up to
+/// `[limits] requests_per_connection`); the result comes back on `done`.
+fn spawn_batch(engine: &EngineHandle, tag: RequestTag, token: u64, batch: Batch, done: &flume::Sender<Done>) {
+    let engine = engine.clone();
+    let done = done.clone();
+    glommio::spawn_local(async move {
+        let n = batch.ops.len();
+        let proto = tag.protocol.clone();
+        let r = engine.submit(batch, tag).await.unwrap_or_else(|e| {
+            tracing::error!("{proto} batch: {e}");
+            failed(n)
+        });
+        // The connection may be gone: its batch still ran, as if the
+        // client had disconnected after sending it.
+        let _ = done.send((token, r));
+    })
+    .detach();
+}
+
+/// What woke a connection task.
+enum Wake {
+    Read(std::io::Result<usize>),
+    Done(Done),
+}
+
+/// Waits for bytes from the client (only while fewer than `limit`
+/// requests are in progress) or for a batch to finish. Dropping the read
+/// loses nothing: glommio's stream reads are readiness-based, and the
+/// bytes stay in the socket until the next read.
+async fn next_wake(stream: &mut TcpStream, tmp: &mut [u8], done: &flume::Receiver<Done>, in_flight: usize, limit: usize) -> Wake {
+    let finished = async { done.recv_async().await.map(Wake::Done).unwrap_or(Wake::Read(Ok(0))) };
+    if in_flight >= limit {
+        return finished.await;
+    }
+    if in_flight == 0 {
+        return Wake::Read(stream.read(tmp).await);
+    }
+    futures_lite::future::or(async { Wake::Read(stream.read(tmp).await) }, finished).await
+}
+
 async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     let _ = stream.set_nodelay(true);
     let peer: IpAddr = stream.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
@@ -498,8 +542,13 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     let mut conn = smb::Connection::new(cfg, now_ns(), &seed);
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
     let mut tmp = vec![0u8; 1 << 18];
+    let (done_tx, done_rx) = flume::unbounded::<Done>();
+    let limit = ctx.limits.requests_per_connection;
+    let mut in_flight = 0usize;
+    let mut queue: VecDeque<smb::Event> = VecDeque::new();
     loop {
-        while buf.len() >= 4 {
+        // Start every complete frame, as long as the limit allows.
+        while in_flight < limit && buf.len() >= 4 {
             let len = u32::from_be_bytes([0, buf[1], buf[2], buf[3]]) as usize;
             if buf[0] != 0 || len > ctx.limits.smb_message_max {
                 return Ok(()); // not direct TCP, or over the limit: drop
@@ -509,8 +558,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             }
             let frame: Vec<u8> = buf[4..4 + len].to_vec();
             buf.drain(..4 + len);
-            let events = conn.on_frame(&frame, now_ns(), &*ctx.catalog.borrow());
-            let mut queue: VecDeque<smb::Event> = events.into();
+            queue.extend(conn.on_frame(&frame, now_ns(), &*ctx.catalog.borrow()));
             while let Some(ev) = queue.pop_front() {
                 match ev {
                     smb::Event::Send(bytes) => {
@@ -522,22 +570,36 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                         stream.write_all(&bytes).await?
                     }
                     smb::Event::Run { token, batch, tag } => {
-                        let n = batch.ops.len();
-                        let r = ctx.engine.submit(batch, RequestTag::new("smb", tag)).await.unwrap_or_else(|e| {
-                            tracing::error!("smb batch: {e}");
-                            failed(n)
-                        });
-                        queue.extend(conn.on_batch_done(token, r, now_ns()));
+                        spawn_batch(&ctx.engine, RequestTag::new("smb", tag), token, batch, &done_tx);
+                        in_flight += 1;
                     }
                     smb::Event::Close => return Ok(()),
                 }
             }
         }
-        let n = stream.read(&mut tmp).await?;
-        if n == 0 {
-            return Ok(());
+        match next_wake(&mut stream, &mut tmp, &done_rx, in_flight, limit).await {
+            Wake::Read(r) => {
+                let n = r?;
+                if n == 0 {
+                    return Ok(());
+                }
+                buf.extend_from_slice(&tmp[..n]);
+            }
+            Wake::Done((token, r)) => {
+                in_flight -= 1;
+                queue.extend(conn.on_batch_done(token, r, now_ns()));
+                while let Some(ev) = queue.pop_front() {
+                    match ev {
+                        smb::Event::Send(bytes) => stream.write_all(&bytes).await?,
+                        smb::Event::Run { token, batch, tag } => {
+                            spawn_batch(&ctx.engine, RequestTag::new("smb", tag), token, batch, &done_tx);
+                            in_flight += 1;
+                        }
+                        smb::Event::Close => return Ok(()),
+                    }
+                }
+            }
         }
-        buf.extend_from_slice(&tmp[..n]);
     }
 }
 
@@ -549,15 +611,18 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     ctx.next_conn.set(id + 1);
     let mut asm = duet_protocols::nfs::rpc::RecordAssembler::new(ctx.limits.nfs_record_max, 1024);
     let mut tmp = vec![0u8; 1 << 18];
+    // Bytes read and not yet given to the record assembler.
+    let mut inbuf: Vec<u8> = Vec::with_capacity(1 << 16);
+    let (done_tx, done_rx) = flume::unbounded::<Done>();
+    let limit = ctx.limits.requests_per_connection;
+    let mut in_flight = 0usize;
     let result = async {
+        let mut queue: VecDeque<duet_protocols::nfs::server::Event> = VecDeque::new();
         loop {
-            let n = stream.read(&mut tmp).await?;
-            if n == 0 {
-                return Ok(());
-            }
+            // Start every complete record, as long as the limit allows.
             let mut off = 0;
-            while off < n {
-                let used = match asm.push(&tmp[off..n]) {
+            while in_flight < limit && off < inbuf.len() {
+                let used = match asm.push(&inbuf[off..]) {
                     Ok(u) => u,
                     Err(e) => {
                         tracing::info!(%peer, "closing NFS connection: {e:?}");
@@ -572,24 +637,25 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                     continue;
                 };
                 let exports = ctx.catalog.borrow().exports.clone();
-                let events = server.borrow_mut().on_call(id, peer, &record, now_ns(), &exports);
-                let mut queue: VecDeque<_> = events.into();
-                while let Some(ev) = queue.pop_front() {
-                    use duet_protocols::nfs::server::Event;
-                    match ev {
-                        Event::Reply { conn, bytes } if conn == id => stream.write_all(&bytes).await?,
-                        Event::Reply { .. } => {}
-                        Event::Run { token, batch, tag } => {
-                            let n = batch.ops.len();
-                            let r = ctx.engine.submit(batch, RequestTag::new("nfs", tag)).await.unwrap_or_else(|e| {
-                                tracing::error!("nfs batch: {e}");
-                                failed(n)
-                            });
-                            let more = server.borrow_mut().on_batch_done(token, r, now_ns());
-                            queue.extend(more);
-                        }
-                        Event::Close(conn) if conn == id => return Ok(()),
-                        Event::Close(_) => {}
+                queue.extend(server.borrow_mut().on_call(id, peer, &record, now_ns(), &exports));
+                if nfs_events(&mut stream, &mut queue, id, ctx, &done_tx, &mut in_flight).await? {
+                    return Ok(());
+                }
+            }
+            inbuf.drain(..off);
+            match next_wake(&mut stream, &mut tmp, &done_rx, in_flight, limit).await {
+                Wake::Read(r) => {
+                    let n = r?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    inbuf.extend_from_slice(&tmp[..n]);
+                }
+                Wake::Done((token, r)) => {
+                    in_flight -= 1;
+                    queue.extend(server.borrow_mut().on_batch_done(token, r, now_ns()));
+                    if nfs_events(&mut stream, &mut queue, id, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
                     }
                 }
             }
@@ -598,4 +664,30 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     .await;
     server.borrow_mut().on_conn_closed(id);
     result
+}
+
+/// Carries out the NFS server's events for connection `id`: replies are
+/// sent, batches started. True when the connection is to be closed.
+async fn nfs_events(
+    stream: &mut TcpStream,
+    queue: &mut VecDeque<duet_protocols::nfs::server::Event>,
+    id: u64,
+    ctx: &Ctx,
+    done: &flume::Sender<Done>,
+    in_flight: &mut usize,
+) -> std::io::Result<bool> {
+    use duet_protocols::nfs::server::Event;
+    while let Some(ev) = queue.pop_front() {
+        match ev {
+            Event::Reply { conn, bytes } if conn == id => stream.write_all(&bytes).await?,
+            Event::Reply { .. } => {}
+            Event::Run { token, batch, tag } => {
+                spawn_batch(&ctx.engine, RequestTag::new("nfs", tag), token, batch, done);
+                *in_flight += 1;
+            }
+            Event::Close(conn) if conn == id => return Ok(true),
+            Event::Close(_) => {}
+        }
+    }
+    Ok(false)
 }

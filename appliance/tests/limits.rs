@@ -15,7 +15,7 @@ use common::Daemon;
 use duet_protocols::nfs::nfs3::*;
 use duet_protocols::nfs::nfs4::*;
 use duet_protocols::nfs::rpc::*;
-use duet_protocols::nfs::xdr::Opaque;
+use duet_protocols::nfs::xdr::{Opaque, XdrEncode};
 use duet_protocols::smb2::header::Command as Cmd;
 use duet_protocols::smb2::message::{Request, Response};
 use duet_protocols::smb2::negotiate::{dialect, NegotiateRequest};
@@ -421,5 +421,80 @@ fn one_client_flooding_does_not_stop_another() {
         "the flood made more connections than its address may hold"
     );
     assert!(nfs_serves(nfs, ip(4)));
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}
+
+/// Sends `n` NFSv3 FILE_SYNC WRITEs of 4 KiB on one connection without
+/// waiting for replies, reads every reply, and checks the file. Returns
+/// the metadata fsyncs the daemon made meanwhile.
+fn pipelined_writes(d: &Daemon, name: &str, n: usize) -> u64 {
+    let fsyncs = || {
+        let v: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "stats"])).unwrap();
+        v["fsyncs"].as_u64().unwrap()
+    };
+    let mut c = Nfs::connect(d.nfs_port);
+    let root = c.mount("/public").unwrap();
+    let fh = c.create3(&root, name).unwrap();
+    let before = fsyncs();
+    let mut out = Vec::new();
+    let mut xids = std::collections::HashSet::new();
+    let block = |i: usize| vec![(i % 251) as u8; 4096];
+    for i in 0..n {
+        let data = block(i);
+        let mut w = duet_protocols::nfs::xdr::XdrWriter::new();
+        Nfs3Args::Write(Write3Args {
+            file: Opaque(&fh),
+            offset: (i * 4096) as u64,
+            count: 4096,
+            stable: StableHow::FileSync,
+            data: Opaque(&data),
+        })
+        .encode(&mut w);
+        let rec = c.call_record(PROGRAM_NFS, 3, proc3::WRITE, &w.into_inner());
+        xids.insert(c.xid);
+        write_record(&rec, &mut out);
+    }
+    let mut tx = c.s.try_clone().unwrap();
+    let sender = std::thread::spawn(move || tx.write_all(&out).unwrap());
+    for _ in 0..n {
+        let rep = c.read_reply().expect("a reply to every pipelined WRITE");
+        let xid = u32::from_be_bytes(rep[..4].try_into().unwrap());
+        assert!(xids.remove(&xid), "reply to an unknown or repeated xid {xid}");
+        match results3(proc3::WRITE, &rep) {
+            Nfs3Results::Write(Nfs3Res::Ok(ok)) => {
+                assert_eq!((ok.count, ok.committed), (4096, StableHow::FileSync))
+            }
+            other => panic!("pipelined WRITE: {other:?}"),
+        }
+    }
+    sender.join().unwrap();
+    let spent = fsyncs() - before;
+    let got = c.read3_all(&fh).unwrap();
+    assert_eq!(got.len(), n * 4096);
+    for i in 0..n {
+        assert!(got[i * 4096..(i + 1) * 4096] == block(i)[..], "block {i} of {name}");
+    }
+    spent
+}
+
+/// `requests_per_connection`: requests of one connection run together up
+/// to the limit. Pipelined FILE_SYNC WRITEs then share the metadata fsyncs
+/// (group commit); with a limit of 1 each waits for the one before and
+/// pays its own.
+#[test]
+fn requests_per_connection_bounds_what_runs_at_once() {
+    const N: usize = 300;
+    let tmp = tempfile::tempdir().unwrap();
+    for sub in ["one", "many"] {
+        std::fs::create_dir_all(tmp.path().join(sub)).unwrap();
+    }
+    let d = start(&tmp.path().join("one"), "\n[limits]\nrequests_per_connection = 1\n");
+    let serial = pipelined_writes(&d, "serial.bin", N);
+    drop(d);
+    let d = start(&tmp.path().join("many"), "\n[limits]\nrequests_per_connection = 64\n");
+    let together = pipelined_writes(&d, "together.bin", N);
+    println!("{N} pipelined FILE_SYNC WRITEs: {serial} metadata fsyncs with requests_per_connection = 1, {together} with 64");
+    assert!(serial >= N as u64, "one at a time: one commit, one fsync each ({serial})");
+    assert!(together < N as u64 * 3 / 4, "64 at a time share fsyncs ({together} for {N} WRITEs)");
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }

@@ -363,6 +363,9 @@ pub async fn run(
         max_transact_size: plan.limits.smb_transact_max,
         max_credits: plan.limits.smb_credits,
         max_opens_per_session: plan.limits.smb_open_files_per_session,
+        // Never reached: the driver keeps batches and held frames within
+        // requests_per_connection.
+        max_pending: plan.limits.requests_per_connection.max(256),
         ..smb::ServerConfig::default()
     };
     let ctx = Rc::new(Ctx {
@@ -548,7 +551,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     let mut queue: VecDeque<smb::Event> = VecDeque::new();
     loop {
         // Start every complete frame, as long as the limit allows.
-        while in_flight < limit && buf.len() >= 4 {
+        while in_flight + conn.held() < limit && buf.len() >= 4 {
             let len = u32::from_be_bytes([0, buf[1], buf[2], buf[3]]) as usize;
             if buf[0] != 0 || len > ctx.limits.smb_message_max {
                 return Ok(()); // not direct TCP, or over the limit: drop
@@ -577,7 +580,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 }
             }
         }
-        match next_wake(&mut stream, &mut tmp, &done_rx, in_flight, limit).await {
+        match next_wake(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit).await {
             Wake::Read(r) => {
                 let n = r?;
                 if n == 0 {
@@ -588,6 +591,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             Wake::Done((token, r)) => {
                 in_flight -= 1;
                 queue.extend(conn.on_batch_done(token, r, now_ns()));
+                queue.extend(conn.resume(now_ns(), &*ctx.catalog.borrow()));
                 while let Some(ev) = queue.pop_front() {
                     match ev {
                         smb::Event::Send(bytes) => stream.write_all(&bytes).await?,

@@ -2417,3 +2417,83 @@ fn server_side_copy_with_resume_key_and_copychunk() {
     assert_eq!(copy(&mut c, ctl_code::FSCTL_SRV_COPYCHUNK_WRITE, wo, k, one(0, 0, 10)).0, NtStatus::SUCCESS);
     assert!(!c.closed);
 }
+
+/// A CLOSE that arrives while a request on the same connection is still
+/// running waits for it (smbtorture compound_find.compound_find_close:
+/// QUERY_DIRECTORY, then CLOSE before the listing is answered); what
+/// comes after it waits too; other requests are not held.
+#[test]
+fn close_waits_for_the_requests_in_progress() {
+    let mut c = Client::connected();
+    let _ = write_file(&mut c, "listed.txt", b"x");
+    let r = c.one(Request::Create(create("", create_disposition::OPEN, create_options::DIRECTORY_FILE, READ)));
+    let Response::Create(cr) = r.body() else { panic!() };
+    let dir = cr.file_id;
+    let query = c.frame(
+        vec![msg(
+            Request::QueryDirectory(QueryDirectoryRequest {
+                file_information_class: fscc::info_class::ID_BOTH_DIRECTORY,
+                flags: 0,
+                file_index: 0,
+                file_id: dir,
+                file_name: Utf16::Str("*"),
+                output_buffer_length: 65536,
+            }),
+            false,
+        )],
+        true,
+    );
+    let close = c.frame(vec![msg(Request::Close(CloseRequest { flags: 0, file_id: dir }), false)], true);
+    // The listing needs the engine: its batch is in progress.
+    let ev = c.conn.on_frame(&query, NOW, &c.dir);
+    let [Event::Run { token, batch, .. }] = &ev[..] else { panic!("QUERY_DIRECTORY runs a batch: {ev:?}") };
+    let (token, batch) = (*token, batch.clone());
+    // The CLOSE is held, and a frame after it too.
+    assert!(c.conn.on_frame(&close, NOW, &c.dir).is_empty(), "CLOSE held");
+    let echo = c.frame(vec![msg(Request::Echo(duet_protocols::smb2::echo::EchoRequest), false)], true);
+    assert!(c.conn.on_frame(&echo, NOW, &c.dir).is_empty(), "what follows a held CLOSE waits");
+    assert_eq!(c.conn.held(), 2);
+    assert!(c.conn.resume(NOW, &c.dir).is_empty(), "nothing goes while the listing runs");
+    // The listing finishes: it is answered with its entries...
+    let r = c.engine.run(&batch);
+    let ev = c.conn.on_batch_done(token, r, NOW);
+    let [Event::Send(listing)] = &ev[..] else { panic!("{ev:?}") };
+    let parse = |f: &[u8]| -> Vec<(Command, NtStatus)> {
+        Compound::new(&f[4..])
+            .map(|m| m.expect("reply parses"))
+            .map(|m| (m.header.command, m.header.status))
+            .collect()
+    };
+    assert_eq!(
+        parse(listing),
+        vec![(Command::QUERY_DIRECTORY, NtStatus::SUCCESS)],
+        "the listing is not cut short by the CLOSE"
+    );
+    // ...then the CLOSE and the ECHO go.
+    let mut sent = Vec::new();
+    let mut ev = c.conn.resume(NOW, &c.dir);
+    while let Some(e) = ev.pop() {
+        match e {
+            Event::Send(f) => sent.push(f),
+            Event::Run { token, batch, .. } => {
+                let r = c.engine.run(&batch);
+                ev.extend(c.conn.on_batch_done(token, r, NOW));
+                ev.extend(c.conn.resume(NOW, &c.dir));
+            }
+            Event::Close => panic!("connection closed"),
+        }
+    }
+    assert_eq!(c.conn.held(), 0);
+    let cmds: Vec<(Command, NtStatus)> = sent
+        .iter()
+        .flat_map(|f| parse(f))
+        .collect();
+    assert!(cmds.contains(&(Command::CLOSE, NtStatus::SUCCESS)), "{cmds:?}");
+    assert!(cmds.contains(&(Command::ECHO, NtStatus::SUCCESS)), "{cmds:?}");
+    assert_eq!(c.conn.open_count(), 0);
+    // With nothing in progress, a CLOSE is not held.
+    let r = c.one(Request::Create(create("", create_disposition::OPEN, create_options::DIRECTORY_FILE, READ)));
+    let Response::Create(cr) = r.body() else { panic!() };
+    let r = c.one(Request::Close(CloseRequest { flags: 0, file_id: cr.file_id }));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+}

@@ -3,7 +3,7 @@
 //! responses. File-system commands are planned into the frame's batch by
 //! `fsops`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use duet_fs::{Batch, BatchResult, Credentials, NodeId, ObjRef, Op, OpResult};
 
@@ -291,6 +291,12 @@ pub struct Connection {
     next_tree_id: u32,
     pub(super) locks: Vec<ByteLock>,
     pending: HashMap<u64, FramePlan>,
+    /// Frames (decrypted, with the session that encrypted them) held back
+    /// until the batches in progress finish: a CLOSE must not overtake the
+    /// requests sent before it on its handle (a QUERY_DIRECTORY then CLOSE
+    /// sent together: the listing is answered, then the close), and what
+    /// came after a held frame waits behind it. See [`Connection::resume`].
+    held: VecDeque<(Vec<u8>, Option<u64>)>,
     next_token: u64,
     nonce_prefix: [u8; 4],
     nonce_counter: u64,
@@ -374,6 +380,7 @@ impl Connection {
             next_tree_id: 1,
             locks: Vec::new(),
             pending: HashMap::new(),
+            held: VecDeque::new(),
             next_token: 1,
             nonce_prefix,
             nonce_counter: 0,
@@ -401,6 +408,7 @@ impl Connection {
     fn close(&mut self) -> Vec<Event> {
         self.closed = true;
         self.pending.clear();
+        self.held.clear();
         vec![Event::Close]
     }
 
@@ -410,6 +418,7 @@ impl Connection {
             return Vec::new();
         }
         match FrameKind::of(frame) {
+            Ok(FrameKind::Plain) if self.must_hold(frame) => self.hold(frame.to_vec(), None),
             Ok(FrameKind::Plain) => self.process(frame, None, now_ns, dir),
             Ok(FrameKind::Smb1) => self.smb1_negotiate(frame, now_ns),
             Ok(FrameKind::Encrypted) => {
@@ -423,6 +432,9 @@ impl Connection {
                     .and_then(|k| k.decrypt.clone());
                 let Some(key) = key else { return self.close() };
                 match key.decrypt(frame) {
+                    Some(plain) if FrameKind::of(&plain) == Ok(FrameKind::Plain) && self.must_hold(&plain) => {
+                        self.hold(plain, Some(th.session_id))
+                    }
                     Some(plain) if FrameKind::of(&plain) == Ok(FrameKind::Plain) => {
                         self.process(&plain, Some(th.session_id), now_ns, dir)
                     }
@@ -431,6 +443,41 @@ impl Connection {
             }
             _ => self.close(),
         }
+    }
+
+    /// Whether `frame` must wait for the batches in progress: it closes a
+    /// handle while some run, or frames are already waiting.
+    fn must_hold(&self, frame: &[u8]) -> bool {
+        !self.held.is_empty() || (!self.pending.is_empty() && chain_has(frame, Command::CLOSE))
+    }
+
+    fn hold(&mut self, frame: Vec<u8>, encrypted_by: Option<u64>) -> Vec<Event> {
+        if self.held.len() >= self.cfg.max_pending {
+            return self.close(); // a client piling up closes behind a slow batch
+        }
+        self.held.push_back((frame, encrypted_by));
+        Vec::new()
+    }
+
+    /// How many frames wait behind the batches in progress (the driver
+    /// counts them with its requests in progress).
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Runs the frames held back by [`Connection::on_frame`] that may go
+    /// now. The driver calls it after every [`Connection::on_batch_done`].
+    pub fn resume(&mut self, now_ns: i64, dir: &dyn Directory) -> Vec<Event> {
+        let mut out = Vec::new();
+        while !self.closed {
+            match self.held.front() {
+                Some((f, _)) if self.pending.is_empty() || !chain_has(f, Command::CLOSE) => {}
+                _ => break,
+            }
+            let Some((frame, enc)) = self.held.pop_front() else { break };
+            out.extend(self.process(&frame, enc, now_ns, dir));
+        }
+        out
     }
 
     /// The result of the batch of an [`Event::Run`].
@@ -1873,4 +1920,22 @@ mod tests {
         assert_eq!(c.grant(100, 8), 8 - before);
         assert!(!c.consume(u64::MAX, 2));
     }
+}
+
+/// Whether a plain frame's compound chain (MS-SMB2 3.3.5.2.7: NextCommand
+/// at header offset 20) holds a request with `command` (header offset 12).
+fn chain_has(frame: &[u8], command: Command) -> bool {
+    let mut at = 0usize;
+    for _ in 0..1024 {
+        let Some(h) = frame.get(at..at + 64) else { return false };
+        if u16::from_le_bytes([h[12], h[13]]) == command.0 {
+            return true;
+        }
+        let next = u32::from_le_bytes([h[20], h[21], h[22], h[23]]) as usize;
+        if next == 0 {
+            return false;
+        }
+        at += next;
+    }
+    false
 }

@@ -284,7 +284,7 @@ impl<S: Io> SmbClient<S> {
         let req = Request::Negotiate(NegotiateRequest {
             security_mode: 1,
             capabilities: 0x04, // SMB2_GLOBAL_CAP_LARGE_MTU (2.2.3); no encryption offered
-            client_guid: *b"duet-bench-clnt\0",
+            client_guid: client_guid(),
             client_start_time: 0,
             dialects: dialects.to_vec(),
             negotiate_contexts: if dialects.contains(&dialect::SMB3_1_1) {
@@ -394,12 +394,29 @@ impl<S: Io> SmbClient<S> {
     }
 }
 
-/// A little xorshift seeded from the clock and the address of a local:
+/// The ClientGuid of a connection (MS-SMB2 2.2.3): "duet" and 12 bytes
+/// that differ per connection. Each connection is its own client: a
+/// server that supports multichannel (3.3.5.4) groups connections by
+/// ClientGuid (Samba hands every connection with a known GUID to the
+/// process that has the first, and stalls when many such negotiates
+/// race), which a load generator of N independent clients must not ask
+/// for.
+fn client_guid() -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[..4].copy_from_slice(b"duet");
+    fill_random(&mut g[4..]);
+    g
+}
+
+/// A little xorshift seeded from the clock, the process id and a counter:
 /// the NTLM client challenge and session key need not be cryptographic
-/// for a benchmark client, but must differ between sessions.
+/// for a benchmark client, but must differ between sessions, also between
+/// sessions set up at the same moment.
 fn fill_random(buf: &mut [u8]) {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64;
-    let mut x = seed ^ (buf.as_ptr() as u64).rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15;
+    let mut x = seed ^ u64::from(std::process::id()).rotate_left(32) ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x9e37_79b9_7f4a_7c15;
     for b in buf.iter_mut() {
         x ^= x << 13;
         x ^= x >> 7;

@@ -461,8 +461,9 @@ fn amp_markdown(v: &[Value]) -> String {
 /// (10.77.0.1 host side, 10.77.0.2 inside) with `tc netem delay MS` on
 /// the host side: the round trip from inside grows by MS. The servers
 /// listen on loopback, so a forwarder thread per target listens on
-/// 10.77.0.1 and relays to the target; the benchmark's client threads run
-/// inside the namespace (setns on the calling thread).
+/// 10.77.0.1 and relays to the target; the benchmark runs inside the
+/// namespace: setns on the thread that runs the coordinating executor, and
+/// the client executors it starts inherit the namespace.
 pub struct Netns {
     pub ms: u32,
     ports: Vec<(String, u16)>,

@@ -148,3 +148,70 @@ impl<T: 'static> Drop for Pool<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Pool;
+
+    #[test]
+    fn tasks_share_an_executor_and_keep_their_slots() {
+        // One executor, 16 tasks that can only finish in a chain: task k
+        // waits for k-1's message, so all 16 are in flight on one thread at
+        // once (a thread per client would not be needed, a blocking one
+        // would deadlock).
+        let pool: Pool<u64> = Pool::new(1).unwrap();
+        let chans: Vec<_> = (0..=16).map(|_| flume::bounded::<u64>(1)).collect();
+        let rxs: Vec<_> = (0..16usize)
+            .rev()
+            .map(|k| {
+                let (rx, tx) = (chans[k].1.clone(), chans[k + 1].0.clone());
+                pool.submit(0, move |slots| async move {
+                    let v = rx.recv_async().await.unwrap();
+                    slots.borrow_mut().insert(k, v);
+                    tx.send_async(v + 1).await.unwrap();
+                    std::thread::current().id()
+                })
+            })
+            .collect();
+        chans[0].0.send(100).unwrap();
+        assert_eq!(chans[16].1.recv().unwrap(), 116);
+        let threads: Vec<_> = rxs.iter().map(|r| r.recv().unwrap()).collect();
+        assert!(threads.iter().all(|t| *t == threads[0]) && threads[0] != std::thread::current().id());
+        // The slots stay with the executor for later tasks.
+        let got = pool.submit(0, |slots| async move { (0..16).map(|k| slots.borrow()[&k]).collect::<Vec<_>>() }).recv().unwrap();
+        assert_eq!(got, (100..116).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn work_is_spread_by_index_and_on_all_reaches_each_executor() {
+        let pool: Pool<usize> = Pool::new(3).unwrap();
+        assert_eq!(pool.threads(), 3);
+        let rxs: Vec<_> = (0..9usize)
+            .map(|k| {
+                pool.submit(k, move |slots| async move {
+                    slots.borrow_mut().insert(k, k);
+                    std::thread::current().id()
+                })
+            })
+            .collect();
+        let ids: Vec<_> = rxs.iter().map(|r| r.recv().unwrap()).collect();
+        for k in 0..9 {
+            assert_eq!(ids[k], ids[k % 3], "client {k} runs on executor {}", k % 3);
+        }
+        assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+        let keys = super::block_on(async {
+            Ok::<_, String>(
+                pool.on_all(|slots| async move {
+                    let mut v: Vec<usize> = slots.borrow().keys().copied().collect();
+                    v.sort();
+                    slots.borrow_mut().clear();
+                    v
+                })
+                .await,
+            )
+        })
+        .unwrap();
+        let keys: Vec<Vec<usize>> = keys.into_iter().map(Option::unwrap).collect();
+        assert_eq!(keys, vec![vec![0, 3, 6], vec![1, 4, 7], vec![2, 5, 8]]);
+    }
+}

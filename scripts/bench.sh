@@ -104,7 +104,7 @@ rm -f "$work/fsync-probe"
   echo
   echo "Produced by \`scripts/bench.sh\` on $(date -u +%Y-%m-%d) in $((t1 - t0)) s (peers installed and started by the script)."
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared with other builds while it ran; kernel $(uname -r)."
-  echo "duetd: **$build build** ($DUETD); client: duetctl, **$ctlbuild build** ($CTL), one blocking connection per client thread."
+  echo "duetd: **$build build** ($DUETD); client: duetctl, **$ctlbuild build** ($CTL), async: one connection and one task per client, the tasks spread over one glommio executor per core ($(nproc) threads)."
   echo "Disk: one 4 KiB O_DSYNC write (\`dd oflag=dsync\`, next to the peers' and duet's data) takes ${fs_ms} ms."
   echo "Peers: $(smbd --version 2>/dev/null | head -1), NFS-Ganesha $(dpkg-query -W -f='${Version}' nfs-ganesha 2>/dev/null || echo '?')."
   echo

@@ -2,12 +2,29 @@
 //! every file it writes is read back and verified, the JSON has the
 //! expected shape, the amplification report counts one proposal per
 //! small-file chain; and a `duetctl cp -r` / `rm -r` round trip on the
-//! vectorised NFSv4 API. No timing is asserted.
+//! vectorised NFSv4 API. No timing is asserted. The test drives
+//! duet-client (async) on a glommio executor over glommio TCP streams, as
+//! duetctl does.
 
 mod common;
 
 use common::Daemon;
 use duet_client::vec4::VecClient;
+use glommio::net::TcpStream;
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(256 << 10)
+        .make()
+        .expect("a glommio executor")
+        .run(f)
+}
+
+async fn tcp(addr: &str) -> std::io::Result<TcpStream> {
+    let s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
 
 fn setup(d: &Daemon) {
     d.ok(&["user", "add", "bench", "--password", "benchpw"]);
@@ -24,8 +41,17 @@ fn setup(d: &Daemon) {
         dialects: vec![0x311],
     };
     for i in 0.. {
-        let nfs_ok = duet_client::nfs4::Nfs4Client::connect(&addr, "/bench", 1).is_ok();
-        let smb_ok = duet_client::smb::SmbClient::connect(&smb).is_ok();
+        let (nfs_ok, smb_ok) = block_on(async {
+            let nfs = match tcp(&addr).await {
+                Ok(s) => duet_client::nfs4::Nfs4Client::connect(s, "/bench", 1).await.is_ok(),
+                Err(_) => false,
+            };
+            let smb_ok = match tcp(&smb.addr).await {
+                Ok(s) => duet_client::smb::SmbClient::connect(s, &smb).await.is_ok(),
+                Err(_) => false,
+            };
+            (nfs, smb_ok)
+        });
         if nfs_ok && smb_ok {
             break;
         }
@@ -136,56 +162,59 @@ fn cp_and_rm_round_trip() {
     setup(&d);
     let url = format!("nfs4://127.0.0.1:{}/bench", d.nfs_port);
     let addr = format!("127.0.0.1:{}", d.nfs_port);
-    let mut v = VecClient::connect(&addr, "/bench").unwrap();
-    let root = v.root();
-    // src/{f0..f39}, src/a/{g0..g9}, src/a/b/h: small files (stored
-    // inline), and src/a/b/big: 70 MiB in chunks, more than one COPY moves
-    // (64 MiB), so the client continues a short copy.
-    let src = v.mkdir_p(&root, "src").unwrap();
-    let a = v.mkdir_p(&root, "src/a/b").unwrap();
-    let adir = v.c.lookup_fh(&src, "a").unwrap();
-    let data = |i: usize| -> Vec<u8> { (0..400 + i * 7).map(|k| (k * 31 + i) as u8).collect() };
-    let files: Vec<(String, Vec<u8>)> = (0..40).map(|i| (format!("f{i}"), data(i))).collect();
-    v.write_files(&src, &files).unwrap();
-    let g: Vec<(String, Vec<u8>)> = (0..10).map(|i| (format!("g{i}"), data(100 + i))).collect();
-    v.write_files(&adir, &g).unwrap();
-    v.write_files(&a, &[("h".to_string(), data(3))]).unwrap();
-    const BIG: u64 = 70 << 20;
-    let pat = |off: u64, b: &mut [u8]| {
-        for (k, x) in b.iter_mut().enumerate() {
-            *x = ((off + k as u64) * 2_654_435_761 >> 24) as u8;
-        }
-    };
-    let (fh, st) = v.c.open_file(&a, "big", true).unwrap();
-    v.c.write_stream(&fh, st, BIG, 1 << 20, &mut |o, b| pat(o, b)).unwrap();
-    v.c.close_file(&fh, st).unwrap();
+    block_on(async {
+        let mut v = VecClient::connect(tcp(&addr).await.unwrap(), "/bench").await.unwrap();
+        let root = v.root();
+        // src/{f0..f39}, src/a/{g0..g9}, src/a/b/h: small files (stored
+        // inline), and src/a/b/big: 70 MiB in chunks, more than one COPY moves
+        // (64 MiB), so the client continues a short copy.
+        let src = v.mkdir_p(&root, "src").await.unwrap();
+        let a = v.mkdir_p(&root, "src/a/b").await.unwrap();
+        let adir = v.c.lookup_fh(&src, "a").await.unwrap();
+        let data = |i: usize| -> Vec<u8> { (0..400 + i * 7).map(|k| (k * 31 + i) as u8).collect() };
+        let files: Vec<(String, Vec<u8>)> = (0..40).map(|i| (format!("f{i}"), data(i))).collect();
+        v.write_files(&src, &files).await.unwrap();
+        let g: Vec<(String, Vec<u8>)> = (0..10).map(|i| (format!("g{i}"), data(100 + i))).collect();
+        v.write_files(&adir, &g).await.unwrap();
+        v.write_files(&a, &[("h".to_string(), data(3))]).await.unwrap();
+        const BIG: u64 = 70 << 20;
+        let pat = |off: u64, b: &mut [u8]| {
+            for (k, x) in b.iter_mut().enumerate() {
+                *x = ((off + k as u64) * 2_654_435_761 >> 24) as u8;
+            }
+        };
+        let (fh, st) = v.c.open_file(&a, "big", true).await.unwrap();
+        v.c.write_stream(&fh, st, BIG, 1 << 20, &mut |o, b| pat(o, b)).await.unwrap();
+        v.c.close_file(&fh, st).await.unwrap();
 
-    let out = d.ok(&["cp", "-r", "--server", &url, "src", "dst/copy"]);
-    assert!(out.contains("copied 52 files"), "{out}");
-    let dst = v.mkdir_p(&root, "dst/copy").unwrap();
-    let names: Vec<String> = files.iter().map(|f| f.0.clone()).collect();
-    let got = v.read_files(&dst, &names, 1 << 16).unwrap();
-    assert_eq!(got, files.iter().map(|f| f.1.clone()).collect::<Vec<_>>());
-    let dst_a = v.c.lookup_fh(&dst, "a").unwrap();
-    let gnames: Vec<String> = g.iter().map(|f| f.0.clone()).collect();
-    assert_eq!(v.read_files(&dst_a, &gnames, 1 << 16).unwrap(), g.iter().map(|f| f.1.clone()).collect::<Vec<_>>());
-    let dst_b = v.c.lookup_fh(&dst_a, "b").unwrap();
-    assert_eq!(v.read_files(&dst_b, &["h".to_string()], 1 << 16).unwrap(), vec![data(3)]);
-    let (fh, st) = v.c.open_file(&dst_b, "big", false).unwrap();
-    let mut want = vec![0u8; 1 << 20];
-    v.c.read_stream(&fh, st, BIG, 1 << 20, &mut |o, d| {
-        pat(o, &mut want[..d.len()]);
-        assert!(d == &want[..d.len()], "the copy of big differs at {o}");
-        Ok(())
-    })
-    .unwrap();
-    v.c.close_file(&fh, st).unwrap();
-    // The listing sees the whole copied tree.
-    let listed = v.listdir_recursive(&dst).unwrap();
-    assert_eq!(listed.len(), 40 + 1 + 10 + 1 + 2);
+        let out = d.ok(&["cp", "-r", "--server", &url, "src", "dst/copy"]);
+        assert!(out.contains("copied 52 files"), "{out}");
+        let dst = v.mkdir_p(&root, "dst/copy").await.unwrap();
+        let names: Vec<String> = files.iter().map(|f| f.0.clone()).collect();
+        let got = v.read_files(&dst, &names, 1 << 16).await.unwrap();
+        assert_eq!(got, files.iter().map(|f| f.1.clone()).collect::<Vec<_>>());
+        let dst_a = v.c.lookup_fh(&dst, "a").await.unwrap();
+        let gnames: Vec<String> = g.iter().map(|f| f.0.clone()).collect();
+        assert_eq!(v.read_files(&dst_a, &gnames, 1 << 16).await.unwrap(), g.iter().map(|f| f.1.clone()).collect::<Vec<_>>());
+        let dst_b = v.c.lookup_fh(&dst_a, "b").await.unwrap();
+        assert_eq!(v.read_files(&dst_b, &["h".to_string()], 1 << 16).await.unwrap(), vec![data(3)]);
+        let (fh, st) = v.c.open_file(&dst_b, "big", false).await.unwrap();
+        let mut want = vec![0u8; 1 << 20];
+        v.c.read_stream(&fh, st, BIG, 1 << 20, &mut |o, d| {
+            pat(o, &mut want[..d.len()]);
+            assert!(d == &want[..d.len()], "the copy of big differs at {o}");
+            Ok(())
+        })
+        .await
+        .unwrap();
+        v.c.close_file(&fh, st).await.unwrap();
+        // The listing sees the whole copied tree.
+        let listed = v.listdir_recursive(&dst).await.unwrap();
+        assert_eq!(listed.len(), 40 + 1 + 10 + 1 + 2);
 
-    let out = d.ok(&["rm", "-r", "--server", &url, "src", "dst"]);
-    assert!(out.contains("removed"), "{out}");
-    let left = v.listdir_recursive(&root).unwrap();
-    assert!(left.iter().all(|e| !e.path.starts_with("src") && !e.path.starts_with("dst")), "{left:?}");
+        let out = d.ok(&["rm", "-r", "--server", &url, "src", "dst"]);
+        assert!(out.contains("removed"), "{out}");
+        let left = v.listdir_recursive(&root).await.unwrap();
+        assert!(left.iter().all(|e| !e.path.starts_with("src") && !e.path.starts_with("dst")), "{left:?}");
+    });
 }

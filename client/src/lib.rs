@@ -3,10 +3,17 @@
 //! ([`nfs4`]) with the vectorised API after vNFS ([`vec4`]), and an NFSv3
 //! client ([`nfs3`]).
 //!
-//! I/O model: blocking `std::net::TcpStream`s, one connection per thread
-//! (the load generator runs N threads for N clients). An SMB connection
-//! can keep several compounds in flight (`SmbClient::pipeline`). No new
-//! third-party crates: everything here is std plus `duet-protocols`.
+//! I/O model: async. Every client is generic over a connected byte
+//! stream ([`Io`]: `futures_io`'s `AsyncRead + AsyncWrite + Unpin`) and
+//! knows no runtime: the caller connects (duetctl uses glommio's
+//! `TcpStream`, one executor per core with many connections each) and
+//! hands the stream over. A client is used by one task at a time
+//! (`&mut self`); within a connection several requests are in flight at
+//! once: `SmbClient::pipeline` sends compounds as far as the granted
+//! credits allow and `Nfs4Client::pipeline` one COMPOUND per session slot,
+//! then the replies are read and matched to their message id / xid
+//! (replies that arrive for another id are kept until asked for). The
+//! only third-party crate here is `futures-lite`, for the I/O traits.
 
 pub mod nfs3;
 pub mod nfs4;
@@ -44,6 +51,12 @@ impl From<std::io::Error> for Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// The byte stream a client runs over: a connected TCP stream of any
+/// async runtime (or anything else that reads and writes bytes).
+pub trait Io: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin {}
+
+impl<T: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin> Io for T {}
 
 pub(crate) fn proto<T>(what: impl Into<String>) -> Result<T> {
     Err(Error::Protocol(what.into()))

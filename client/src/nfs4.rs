@@ -1,10 +1,11 @@
-//! A blocking NFSv4.1/4.2 client (RFC 8881, RFC 7862) on the COMPOUND
+//! An async NFSv4.1/4.2 client (RFC 8881, RFC 7862) on the COMPOUND
 //! codecs of `duet_protocols::nfs::nfs4`.
 //!
 //! One connection holds one client id and one session (EXCHANGE_ID 18.35,
 //! CREATE_SESSION 18.36, RECLAIM_COMPLETE 18.51). Every COMPOUND starts
 //! with SEQUENCE (18.46) on a slot of the session; with more than one
-//! slot, `pipeline` keeps several COMPOUNDs in flight. Stateids of an OPEN
+//! slot, `pipeline` keeps several COMPOUNDs in flight (one per slot, each
+//! reply matched to its call by xid, RFC 5531 9). Stateids of an OPEN
 //! are passed to the WRITE/READ/CLOSE of the same COMPOUND as the current
 //! stateid (16.2.3.1.2: seqid 1, other all zero).
 
@@ -15,7 +16,7 @@ use duet_protocols::nfs::rpc::{PROGRAM_NFS, PROGRAM_NFS4_CB};
 use duet_protocols::nfs::xdr::{List, Name, Opaque, XdrReader, XdrWriter};
 
 use crate::rpc::RpcConn;
-use crate::{proto, Error, Result};
+use crate::{proto, Error, Io, Result};
 
 /// The current stateid (RFC 8881 16.2.3.1.2).
 pub const CURRENT_STATEID: Stateid4 = Stateid4 { seqid: 1, other: [0; 12] };
@@ -82,8 +83,8 @@ pub fn op_name(n: u32) -> &'static str {
 }
 
 /// A session on one connection.
-pub struct Nfs4Client {
-    pub rpc: RpcConn,
+pub struct Nfs4Client<S> {
+    pub rpc: RpcConn<S>,
     pub clientid: u64,
     sessionid: SessionId4,
     /// Next sequenceid per slot.
@@ -110,11 +111,12 @@ fn compound_bytes(minor: u32, ops: &[ArgOp4<'_>]) -> Vec<u8> {
     w.into_inner()
 }
 
-impl Nfs4Client {
-    /// Connects, sets up a client id and session, and looks up `export`
-    /// (a path from the pseudo-root, "/" for the root).
-    pub fn connect(addr: &str, export: &str, minor: u32) -> Result<Nfs4Client> {
-        let mut rpc = RpcConn::connect(addr)?;
+impl<S: Io> Nfs4Client<S> {
+    /// Over `s`, a stream connected to the server: sets up a client id and
+    /// session, and looks up `export` (a path from the pseudo-root, "/"
+    /// for the root).
+    pub async fn connect(s: S, export: &str, minor: u32) -> Result<Nfs4Client<S>> {
+        let mut rpc = RpcConn::new(s);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         let owner = format!("duet-bench-{}-{nanos}", std::process::id()).into_bytes();
         let args = compound_bytes(
@@ -126,7 +128,7 @@ impl Nfs4Client {
                 client_impl_id: List(vec![]),
             })],
         );
-        let (rec, at) = rpc.call(PROGRAM_NFS, 4, NFSPROC4_COMPOUND, &args)?;
+        let (rec, at) = rpc.call(PROGRAM_NFS, 4, NFSPROC4_COMPOUND, &args).await?;
         let x = Reply { rec, at, max_ops: 4 };
         let v = x.ok()?;
         let Some(ResOp4::ExchangeId(Nfs4Res::Ok(eid))) = v.first() else { return proto("EXCHANGE_ID reply") };
@@ -152,7 +154,7 @@ impl Nfs4Client {
                 sec_parms: List(vec![CallbackSecParms4::None]),
             })],
         );
-        let (rec, at) = rpc.call(PROGRAM_NFS, 4, NFSPROC4_COMPOUND, &args)?;
+        let (rec, at) = rpc.call(PROGRAM_NFS, 4, NFSPROC4_COMPOUND, &args).await?;
         let cs = Reply { rec, at, max_ops: 4 };
         let v = cs.ok()?;
         let Some(ResOp4::CreateSession(Nfs4Res::Ok(s))) = v.first() else { return proto("CREATE_SESSION reply") };
@@ -168,14 +170,14 @@ impl Nfs4Client {
             root: Vec::new(),
             owner,
         };
-        c.call(vec![ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })])?.ok()?;
+        c.call(vec![ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]).await?.ok()?;
         let comps: Vec<String> = export.split('/').filter(|s| !s.is_empty()).map(str::to_string).collect();
         let mut ops = vec![ArgOp4::PutRootFh(())];
         for p in &comps {
             ops.push(ArgOp4::Lookup(Lookup4Args { objname: Name(p.as_bytes()) }));
         }
         ops.push(ArgOp4::GetFh(()));
-        let r = c.call(ops)?;
+        let r = c.call(ops).await?;
         c.root = fh_of(&r.ok()?)?;
         Ok(c)
     }
@@ -197,38 +199,38 @@ impl Nfs4Client {
         })
     }
 
-    fn send(&mut self, slot: usize, ops: Vec<ArgOp4<'_>>) -> Result<u32> {
+    async fn send(&mut self, slot: usize, ops: Vec<ArgOp4<'_>>) -> Result<u32> {
         let mut all = Vec::with_capacity(ops.len() + 1);
         all.push(self.seq_op(slot));
         all.extend(ops);
         let args = compound_bytes(self.minor, &all);
-        self.rpc.send(PROGRAM_NFS, 4, NFSPROC4_COMPOUND, &args)
+        self.rpc.send(PROGRAM_NFS, 4, NFSPROC4_COMPOUND, &args).await
     }
 
     /// One COMPOUND: SEQUENCE + `ops`.
-    pub fn call(&mut self, ops: Vec<ArgOp4<'_>>) -> Result<Reply> {
-        let x = self.send(0, ops)?;
-        let (rec, at) = self.rpc.wait(x)?;
+    pub async fn call(&mut self, ops: Vec<ArgOp4<'_>>) -> Result<Reply> {
+        let x = self.send(0, ops).await?;
+        let (rec, at) = self.rpc.wait(x).await?;
         Ok(Reply { rec, at, max_ops: self.max_ops })
     }
 
     /// Several COMPOUNDs in flight, one per session slot; replies in order.
-    pub fn pipeline(&mut self, compounds: Vec<Vec<ArgOp4<'_>>>) -> Result<Vec<Reply>> {
+    pub async fn pipeline(&mut self, compounds: Vec<Vec<ArgOp4<'_>>>) -> Result<Vec<Reply>> {
         let n = self.slots.len();
         let mut out = Vec::with_capacity(compounds.len());
         let mut inflight: std::collections::VecDeque<u32> = Default::default();
         for (i, ops) in compounds.into_iter().enumerate() {
             if inflight.len() == n {
                 let x = inflight.pop_front().unwrap();
-                let (rec, at) = self.rpc.wait(x)?;
+                let (rec, at) = self.rpc.wait(x).await?;
                 out.push(Reply { rec, at, max_ops: self.max_ops });
             }
             // Slots are reused round robin; a slot's previous call has
             // been answered (the window is n).
-            inflight.push_back(self.send(i % n, ops)?);
+            inflight.push_back(self.send(i % n, ops).await?);
         }
         while let Some(x) = inflight.pop_front() {
-            let (rec, at) = self.rpc.wait(x)?;
+            let (rec, at) = self.rpc.wait(x).await?;
             out.push(Reply { rec, at, max_ops: self.max_ops });
         }
         Ok(out)
@@ -376,10 +378,10 @@ pub fn read_data(res: &[ResOp4<'_>]) -> Result<(Vec<u8>, bool)> {
     proto("no READ result")
 }
 
-impl Nfs4Client {
+impl<S: Io> Nfs4Client<S> {
     /// OPEN(create)+WRITE(FILE_SYNC)+CLOSE of a small file in `dir`, one
     /// COMPOUND (what a Linux client sends as three).
-    pub fn put_small(&mut self, dir: &[u8], name: &str, data: &[u8]) -> Result<()> {
+    pub async fn put_small(&mut self, dir: &[u8], name: &str, data: &[u8]) -> Result<()> {
         let m = mode_vals(0o644);
         let own = self.owner.clone();
         let ops = vec![
@@ -388,12 +390,12 @@ impl Nfs4Client {
             write(CURRENT_STATEID, 0, data, StableHow4::FileSync),
             close(CURRENT_STATEID),
         ];
-        self.call(ops)?.ok().map(|_| ())
+        self.call(ops).await?.ok().map(|_| ())
     }
 
     /// PUTFH+LOOKUP+GETATTR.
-    pub fn stat(&mut self, dir: &[u8], name: &str) -> Result<Stat4> {
-        let r = self.call(vec![putfh(dir), lookup(name), getattr(stat_bitmap())])?;
+    pub async fn stat(&mut self, dir: &[u8], name: &str) -> Result<Stat4> {
+        let r = self.call(vec![putfh(dir), lookup(name), getattr(stat_bitmap())]).await?;
         let v = r.ok()?;
         match v.last() {
             Some(ResOp4::GetAttr(Nfs4Res::Ok(g))) => parse_stat(&g.obj_attributes),
@@ -402,7 +404,7 @@ impl Nfs4Client {
     }
 
     /// OPEN(no create)+READ+CLOSE.
-    pub fn get_small(&mut self, dir: &[u8], name: &str, max: u32) -> Result<Vec<u8>> {
+    pub async fn get_small(&mut self, dir: &[u8], name: &str, max: u32) -> Result<Vec<u8>> {
         let own = self.owner.clone();
         let ops = vec![
             putfh(dir),
@@ -410,32 +412,32 @@ impl Nfs4Client {
             read(CURRENT_STATEID, 0, max),
             close(CURRENT_STATEID),
         ];
-        let r = self.call(ops)?;
+        let r = self.call(ops).await?;
         Ok(read_data(&r.ok()?)?.0)
     }
 
-    pub fn remove(&mut self, dir: &[u8], name: &str) -> Result<()> {
-        self.call(vec![putfh(dir), remove(name)])?.ok().map(|_| ())
+    pub async fn remove(&mut self, dir: &[u8], name: &str) -> Result<()> {
+        self.call(vec![putfh(dir), remove(name)]).await?.ok().map(|_| ())
     }
 
     /// CREATE(dir)+GETFH; returns the new directory's handle.
-    pub fn mkdir(&mut self, dir: &[u8], name: &str) -> Result<Vec<u8>> {
+    pub async fn mkdir(&mut self, dir: &[u8], name: &str) -> Result<Vec<u8>> {
         let m = mode_vals(0o755);
-        let r = self.call(vec![putfh(dir), mkdir(name, &m), ArgOp4::GetFh(())])?;
+        let r = self.call(vec![putfh(dir), mkdir(name, &m), ArgOp4::GetFh(())]).await?;
         fh_of(&r.ok()?)
     }
 
-    pub fn lookup_fh(&mut self, dir: &[u8], name: &str) -> Result<Vec<u8>> {
-        let r = self.call(vec![putfh(dir), lookup(name), ArgOp4::GetFh(())])?;
+    pub async fn lookup_fh(&mut self, dir: &[u8], name: &str) -> Result<Vec<u8>> {
+        let r = self.call(vec![putfh(dir), lookup(name), ArgOp4::GetFh(())]).await?;
         fh_of(&r.ok()?)
     }
 
     /// Lists a directory with `ls -l` attributes: READDIR until eof.
-    pub fn list(&mut self, dir: &[u8]) -> Result<Vec<(String, Stat4)>> {
+    pub async fn list(&mut self, dir: &[u8]) -> Result<Vec<(String, Stat4)>> {
         let mut out = Vec::new();
         let (mut cookie, mut verf) = (0u64, [0u8; 8]);
         loop {
-            let r = self.call(vec![putfh(dir), readdir(cookie, verf, stat_bitmap())])?;
+            let r = self.call(vec![putfh(dir), readdir(cookie, verf, stat_bitmap())]).await?;
             let v = r.ok()?;
             let Some(ResOp4::ReadDir(Nfs4Res::Ok(d))) = v.last() else { return proto("READDIR reply") };
             verf = d.cookieverf;
@@ -451,25 +453,25 @@ impl Nfs4Client {
 
     /// Opens (creating or not) a file for I/O; returns its handle and the
     /// open stateid.
-    pub fn open_file(&mut self, dir: &[u8], name: &str, create: bool) -> Result<(Vec<u8>, Stateid4)> {
+    pub async fn open_file(&mut self, dir: &[u8], name: &str, create: bool) -> Result<(Vec<u8>, Stateid4)> {
         let m = mode_vals(0o644);
         let own = self.owner.clone();
         let r = self.call(vec![
             putfh(dir),
             open(StateOwner4 { clientid: self.clientid, owner: Opaque(&own) }, name, create, &m),
             ArgOp4::GetFh(()),
-        ])?;
+        ]).await?;
         let v = r.ok()?;
         Ok((fh_of(&v)?, open_stateid(&v)?))
     }
 
-    pub fn close_file(&mut self, fh: &[u8], st: Stateid4) -> Result<()> {
-        self.call(vec![putfh(fh), close(st)])?.ok().map(|_| ())
+    pub async fn close_file(&mut self, fh: &[u8], st: Stateid4) -> Result<()> {
+        self.call(vec![putfh(fh), close(st)]).await?.ok().map(|_| ())
     }
 
     /// Writes `total` bytes from `fill` with one COMPOUND per `io` bytes,
     /// as many in flight as the session has slots (UNSTABLE, then COMMIT).
-    pub fn write_stream(&mut self, fh: &[u8], st: Stateid4, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> Result<()> {
+    pub async fn write_stream(&mut self, fh: &[u8], st: Stateid4, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> Result<()> {
         let io = io.min(self.max_rw as usize) as u64;
         let batch = self.slots.len() * 4;
         let mut off = 0u64;
@@ -483,16 +485,16 @@ impl Nfs4Client {
                 off += n as u64;
             }
             let comps: Vec<Vec<ArgOp4<'_>>> = bufs.iter().map(|(o, b)| vec![putfh(fh), write(st, *o, b, StableHow4::Unstable)]).collect();
-            for r in self.pipeline(comps)? {
+            for r in self.pipeline(comps).await? {
                 r.ok()?;
             }
         }
-        self.call(vec![putfh(fh), ArgOp4::Commit(Commit4Args { offset: 0, count: 0 })])?.ok()?;
+        self.call(vec![putfh(fh), ArgOp4::Commit(Commit4Args { offset: 0, count: 0 })]).await?.ok()?;
         Ok(())
     }
 
     /// Reads `total` bytes with READs of `io` bytes in flight on every slot.
-    pub fn read_stream(&mut self, fh: &[u8], st: Stateid4, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+    pub async fn read_stream(&mut self, fh: &[u8], st: Stateid4, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
         let io = io.min(self.max_rw as usize) as u64;
         let batch = self.slots.len() * 4;
         let mut off = 0u64;
@@ -504,7 +506,7 @@ impl Nfs4Client {
                 off += n;
             }
             let comps: Vec<Vec<ArgOp4<'_>>> = reqs.iter().map(|(o, n)| vec![putfh(fh), read(st, *o, *n)]).collect();
-            for (r, (o, n)) in self.pipeline(comps)?.into_iter().zip(reqs) {
+            for (r, (o, n)) in self.pipeline(comps).await?.into_iter().zip(reqs) {
                 let (d, _) = read_data(&r.ok()?)?;
                 if d.len() != n as usize {
                     return proto(format!("short read at {o}: {} of {n}", d.len()));

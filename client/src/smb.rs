@@ -1,4 +1,4 @@
-//! A blocking SMB2/3 client (MS-SMB2) over Direct TCP (MS-SMB2 2.1: a
+//! An async SMB2/3 client (MS-SMB2) over Direct TCP (MS-SMB2 2.1: a
 //! 4-byte big-endian length before each frame), on the message codecs of
 //! `duet_protocols::smb2` and the NTLMSSP/SPNEGO client of
 //! `duet_protocols::auth`.
@@ -11,12 +11,14 @@
 //! close)+CLOSE for remove. Messages are signed (3.2.4.1.1) when the
 //! server requires signing; encryption is not offered.
 //! `pipeline` keeps several compounds in flight on one connection,
-//! within the credits the server granted (3.2.4.1.5).
+//! within the credits the server granted (3.2.4.1.5): it sends them, then
+//! reads frames and matches each response to its MessageId (3.2.5.1),
+//! keeping responses that arrive for other ids until they are asked for.
+//! The client runs over any connected stream ([`crate::Io`]).
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
 
 use duet_protocols::auth::{ntlm, spnego};
 use duet_protocols::smb2::close::CloseRequest;
@@ -35,7 +37,7 @@ use duet_protocols::smb2::tree_connect::TreeConnectRequest;
 use duet_protocols::smb2::write::WriteRequest;
 use duet_protocols::smb2::{Command, FileId, Header, HeaderFlags, HeaderIds, NtStatus};
 
-use crate::{proto, Error, Result};
+use crate::{proto, Error, Io, Result};
 
 /// MS-SMB2 2.2.13 CreateDisposition values.
 pub mod disposition {
@@ -68,7 +70,8 @@ const SHARE_ALL: u32 = 7;
 /// SecurityMode SIGNING_REQUIRED (2.2.4).
 const SIGNING_REQUIRED: u16 = 0x0002;
 
-/// Where to connect and as whom.
+/// Where to connect and as whom (`addr` names the server in the
+/// TREE_CONNECT path; the caller connects the stream).
 #[derive(Debug, Clone)]
 pub struct SmbTarget {
     pub addr: String,
@@ -122,8 +125,8 @@ fn status_error(op: &'static str, s: NtStatus) -> Error {
 }
 
 /// A connected, logged-on SMB2/3 session with one tree.
-pub struct SmbClient {
-    s: TcpStream,
+pub struct SmbClient<S> {
+    s: S,
     next_id: u64,
     session_id: u64,
     tree_id: u32,
@@ -136,12 +139,10 @@ pub struct SmbClient {
     stash: HashMap<u64, Reply>,
 }
 
-impl SmbClient {
-    /// TCP connect, NEGOTIATE, SESSION_SETUP (NTLMv2), TREE_CONNECT.
-    pub fn connect(t: &SmbTarget) -> Result<SmbClient> {
-        let s = TcpStream::connect(&t.addr)?;
-        s.set_nodelay(true)?;
-        s.set_read_timeout(Some(Duration::from_secs(120)))?;
+impl<S: Io> SmbClient<S> {
+    /// NEGOTIATE, SESSION_SETUP (NTLMv2), TREE_CONNECT over `s`, a stream
+    /// connected to the server (Direct TCP).
+    pub async fn connect(s: S, t: &SmbTarget) -> Result<SmbClient<S>> {
         let mut c = SmbClient {
             s,
             next_id: 0,
@@ -154,9 +155,9 @@ impl SmbClient {
             credits: 1,
             stash: HashMap::new(),
         };
-        let (preauth, sign_required) = c.negotiate(&t.dialects)?;
-        c.session_setup(t, preauth, sign_required)?;
-        c.tree_connect(&t.addr, &t.share)?;
+        let (preauth, sign_required) = c.negotiate(&t.dialects).await?;
+        c.session_setup(t, preauth, sign_required).await?;
+        c.tree_connect(&t.addr, &t.share).await?;
         Ok(c)
     }
 
@@ -203,22 +204,23 @@ impl SmbClient {
         (out, ids)
     }
 
-    fn send(&mut self, frame: &[u8]) -> Result<()> {
+    async fn send(&mut self, frame: &[u8]) -> Result<()> {
         let mut buf = Vec::with_capacity(frame.len() + 4);
         buf.extend_from_slice(&(frame.len() as u32).to_be_bytes());
         buf.extend_from_slice(frame);
-        self.s.write_all(&buf)?;
+        self.s.write_all(&buf).await?;
+        self.s.flush().await?;
         Ok(())
     }
 
     /// Reads one frame and stashes its messages by id (interim PENDING
     /// responses, 3.3.4.2, are dropped: the final one follows).
-    fn read_frame(&mut self) -> Result<()> {
+    async fn read_frame(&mut self) -> Result<()> {
         let mut len = [0u8; 4];
-        self.s.read_exact(&mut len)?;
+        self.s.read_exact(&mut len).await?;
         let len = u32::from_be_bytes(len) as usize & 0x00ff_ffff;
         let mut frame = vec![0u8; len];
-        self.s.read_exact(&mut frame)?;
+        self.s.read_exact(&mut frame).await?;
         if frame.len() >= 4 && frame[..4] != [0xFE, b'S', b'M', b'B'] {
             return proto(format!("not an SMB2 frame ({:02x?})", &frame[..4]));
         }
@@ -232,49 +234,57 @@ impl SmbClient {
         Ok(())
     }
 
-    fn wait(&mut self, id: u64) -> Result<Reply> {
+    async fn wait(&mut self, id: u64) -> Result<Reply> {
         loop {
             if let Some(r) = self.stash.remove(&id) {
                 return Ok(r);
             }
-            self.read_frame()?;
+            self.read_frame().await?;
         }
     }
 
-    /// Sends one compound and waits for every reply.
-    pub fn call(&mut self, msgs: &[Msg<'_>], related: bool) -> Result<Vec<Reply>> {
-        let (f, ids) = self.build(msgs, related);
-        self.send(&f)?;
-        ids.into_iter().map(|id| self.wait(id)).collect()
-    }
-
-    /// Several compounds in flight at once: sends them all (as far as the
-    /// credits allow), then collects the replies in order.
-    pub fn pipeline(&mut self, compounds: &[Vec<Msg<'_>>]) -> Result<Vec<Vec<Reply>>> {
-        let mut pending: Vec<Vec<u64>> = Vec::new();
-        let mut out = Vec::new();
-        for c in compounds {
-            let need: u32 = c.iter().map(|m| u32::from(m.charge.max(1))).sum();
-            while self.credits < need && !pending.is_empty() {
-                let ids = pending.remove(0);
-                out.push(ids.into_iter().map(|id| self.wait(id)).collect::<Result<Vec<_>>>()?);
-            }
-            let (f, ids) = self.build(c, true);
-            self.send(&f)?;
-            pending.push(ids);
-        }
-        for ids in pending {
-            out.push(ids.into_iter().map(|id| self.wait(id)).collect::<Result<Vec<_>>>()?);
+    async fn wait_all(&mut self, ids: Vec<u64>) -> Result<Vec<Reply>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.push(self.wait(id).await?);
         }
         Ok(out)
     }
 
-    fn negotiate(&mut self, dialects: &[u16]) -> Result<([u8; 64], bool)> {
+    /// Sends one compound and waits for every reply.
+    pub async fn call(&mut self, msgs: &[Msg<'_>], related: bool) -> Result<Vec<Reply>> {
+        let (f, ids) = self.build(msgs, related);
+        self.send(&f).await?;
+        self.wait_all(ids).await
+    }
+
+    /// Several compounds in flight at once: sends them all (as far as the
+    /// credits allow), then collects the replies in order.
+    pub async fn pipeline(&mut self, compounds: &[Vec<Msg<'_>>]) -> Result<Vec<Vec<Reply>>> {
+        let mut pending: std::collections::VecDeque<Vec<u64>> = Default::default();
+        let mut out = Vec::new();
+        for c in compounds {
+            let need: u32 = c.iter().map(|m| u32::from(m.charge.max(1))).sum();
+            while self.credits < need {
+                let Some(ids) = pending.pop_front() else { break };
+                out.push(self.wait_all(ids).await?);
+            }
+            let (f, ids) = self.build(c, true);
+            self.send(&f).await?;
+            pending.push_back(ids);
+        }
+        while let Some(ids) = pending.pop_front() {
+            out.push(self.wait_all(ids).await?);
+        }
+        Ok(out)
+    }
+
+    async fn negotiate(&mut self, dialects: &[u16]) -> Result<([u8; 64], bool)> {
         let salt = [0x5a; 32];
         let req = Request::Negotiate(NegotiateRequest {
             security_mode: 1,
             capabilities: 0x04, // SMB2_GLOBAL_CAP_LARGE_MTU (2.2.3); no encryption offered
-            client_guid: *b"duet-bench-clnt\0",
+            client_guid: client_guid(),
             client_start_time: 0,
             dialects: dialects.to_vec(),
             negotiate_contexts: if dialects.contains(&dialect::SMB3_1_1) {
@@ -288,8 +298,8 @@ impl SmbClient {
             },
         });
         let (f, ids) = self.build(&[Msg::new(req)], false);
-        self.send(&f)?;
-        let r = self.wait(ids[0])?;
+        self.send(&f).await?;
+        let r = self.wait(ids[0]).await?;
         r.ok("NEGOTIATE")?;
         let Response::Negotiate(n) = r.decode()? else { return proto("NEGOTIATE reply") };
         self.dialect = n.dialect_revision;
@@ -300,7 +310,7 @@ impl SmbClient {
         Ok((preauth_update(&p, &r.bytes), sign_required))
     }
 
-    fn session_setup(&mut self, t: &SmbTarget, mut preauth: [u8; 64], sign_required: bool) -> Result<()> {
+    async fn session_setup(&mut self, t: &SmbTarget, mut preauth: [u8; 64], sign_required: bool) -> Result<()> {
         fn req(tok: &[u8]) -> Request<'_> {
             Request::SessionSetup(SessionSetupRequest {
                 flags: 0,
@@ -314,8 +324,8 @@ impl SmbClient {
         let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
         let tok = spnego::client_init(&neg);
         let (f, ids) = self.build(&[Msg::new(req(&tok))], false);
-        self.send(&f)?;
-        let r = self.wait(ids[0])?;
+        self.send(&f).await?;
+        let r = self.wait(ids[0]).await?;
         if r.status() != NtStatus::MORE_PROCESSING_REQUIRED {
             return Err(status_error("SESSION_SETUP", r.status()));
         }
@@ -362,8 +372,8 @@ impl SmbClient {
         if v311 {
             preauth = preauth_update(&preauth, &f);
         }
-        self.send(&f)?;
-        let r = self.wait(ids[0])?;
+        self.send(&f).await?;
+        let r = self.wait(ids[0]).await?;
         r.ok("SESSION_SETUP")?;
         // Sign whenever the server requires it, and always on 3.x: Samba
         // refuses an unsigned TREE_CONNECT on 3.1.1 (MS-SMB2 3.3.5.2.4).
@@ -374,22 +384,39 @@ impl SmbClient {
         Ok(())
     }
 
-    fn tree_connect(&mut self, addr: &str, share: &str) -> Result<()> {
+    async fn tree_connect(&mut self, addr: &str, share: &str) -> Result<()> {
         let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
         let path = format!("\\\\{host}\\{share}");
-        let r = self.call(&[Msg::new(Request::TreeConnect(TreeConnectRequest { flags: 0, path: Utf16::Str(&path) }))], false)?;
+        let r = self.call(&[Msg::new(Request::TreeConnect(TreeConnectRequest { flags: 0, path: Utf16::Str(&path) }))], false).await?;
         r[0].ok("TREE_CONNECT")?;
         self.tree_id = r[0].header.tree_id().unwrap_or(0);
         Ok(())
     }
 }
 
-/// A little xorshift seeded from the clock and the address of a local:
+/// The ClientGuid of a connection (MS-SMB2 2.2.3): "duet" and 12 bytes
+/// that differ per connection. Each connection is its own client: a
+/// server that supports multichannel (3.3.5.4) groups connections by
+/// ClientGuid (Samba hands every connection with a known GUID to the
+/// process that has the first, and stalls when many such negotiates
+/// race), which a load generator of N independent clients must not ask
+/// for.
+fn client_guid() -> [u8; 16] {
+    let mut g = [0u8; 16];
+    g[..4].copy_from_slice(b"duet");
+    fill_random(&mut g[4..]);
+    g
+}
+
+/// A little xorshift seeded from the clock, the process id and a counter:
 /// the NTLM client challenge and session key need not be cryptographic
-/// for a benchmark client, but must differ between sessions.
+/// for a benchmark client, but must differ between sessions, also between
+/// sessions set up at the same moment.
 fn fill_random(buf: &mut [u8]) {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as u64;
-    let mut x = seed ^ (buf.as_ptr() as u64).rotate_left(17) ^ 0x9e37_79b9_7f4a_7c15;
+    let mut x = seed ^ u64::from(std::process::id()).rotate_left(32) ^ n.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0x9e37_79b9_7f4a_7c15;
     for b in buf.iter_mut() {
         x ^= x << 13;
         x ^= x >> 7;
@@ -471,83 +498,83 @@ fn create_fid(r: &Reply) -> Result<FileId> {
     }
 }
 
-impl SmbClient {
+impl<S: Io> SmbClient<S> {
     /// The small-file copy chain: CREATE(overwrite_if)+WRITE+CLOSE in one
     /// related compound (one frame, one round trip).
-    pub fn put_small(&mut self, name: &str, data: &[u8]) -> Result<()> {
+    pub async fn put_small(&mut self, name: &str, data: &[u8]) -> Result<()> {
         let msgs = put_msgs(name, data);
-        let r = self.call(&msgs, true)?;
+        let r = self.call(&msgs, true).await?;
         check_all(&r, &["CREATE", "WRITE", "CLOSE"])
     }
 
     /// CREATE+QUERY_INFO(FileStandardInformation)+CLOSE.
-    pub fn stat(&mut self, name: &str) -> Result<SmbStat> {
-        let r = self.call(&stat_msgs(name), true)?;
+    pub async fn stat(&mut self, name: &str) -> Result<SmbStat> {
+        let r = self.call(&stat_msgs(name), true).await?;
         check_all(&r, &["CREATE", "QUERY_INFO", "CLOSE"])?;
         parse_standard(&r[1])
     }
 
     /// CREATE+READ+CLOSE of a file up to `max` bytes.
-    pub fn get_small(&mut self, name: &str, max: u32) -> Result<Vec<u8>> {
-        let r = self.call(&get_msgs(name, max), true)?;
+    pub async fn get_small(&mut self, name: &str, max: u32) -> Result<Vec<u8>> {
+        let r = self.call(&get_msgs(name, max), true).await?;
         read_result(&r)
     }
 
     /// CREATE(DELETE_ON_CLOSE)+CLOSE.
-    pub fn remove(&mut self, name: &str) -> Result<()> {
-        let r = self.call(&remove_msgs(name, false), true)?;
+    pub async fn remove(&mut self, name: &str) -> Result<()> {
+        let r = self.call(&remove_msgs(name, false), true).await?;
         check_all(&r, &["CREATE", "CLOSE"])
     }
 
-    pub fn rmdir(&mut self, name: &str) -> Result<()> {
-        let r = self.call(&remove_msgs(name, true), true)?;
+    pub async fn rmdir(&mut self, name: &str) -> Result<()> {
+        let r = self.call(&remove_msgs(name, true), true).await?;
         check_all(&r, &["CREATE", "CLOSE"])
     }
 
     /// CREATE(directory, create)+CLOSE; an existing directory is fine
     /// when `exist_ok`.
-    pub fn mkdir(&mut self, name: &str, exist_ok: bool) -> Result<()> {
+    pub async fn mkdir(&mut self, name: &str, exist_ok: bool) -> Result<()> {
         let disp = if exist_ok { disposition::OPEN_IF } else { disposition::CREATE };
         let msgs = vec![
             Msg::new(create(name, access::READ_ATTRIBUTES | access::SYNCHRONIZE, disp, options::DIRECTORY_FILE)),
             Msg::new(close(FileId::RELATED)),
         ];
-        let r = self.call(&msgs, true)?;
+        let r = self.call(&msgs, true).await?;
         check_all(&r, &["CREATE", "CLOSE"])
     }
 
     /// Opens a file for reading and writing (creating it if asked).
-    pub fn open(&mut self, name: &str, create_it: bool) -> Result<FileId> {
+    pub async fn open(&mut self, name: &str, create_it: bool) -> Result<FileId> {
         let disp = if create_it { disposition::OVERWRITE_IF } else { disposition::OPEN };
         let r = self.call(
             &[Msg::new(create(name, access::GENERIC_READ | access::GENERIC_WRITE, disp, options::NON_DIRECTORY_FILE))],
             false,
-        )?;
+        ).await?;
         create_fid(&r[0])
     }
 
-    pub fn close(&mut self, fid: FileId) -> Result<()> {
-        let r = self.call(&[Msg::new(close(fid))], false)?;
+    pub async fn close(&mut self, fid: FileId) -> Result<()> {
+        let r = self.call(&[Msg::new(close(fid))], false).await?;
         r[0].ok("CLOSE").map(|_| ())
     }
 
     /// One WRITE (len at most `max_write`).
-    pub fn write_at(&mut self, fid: FileId, offset: u64, data: &[u8]) -> Result<()> {
+    pub async fn write_at(&mut self, fid: FileId, offset: u64, data: &[u8]) -> Result<()> {
         let m = Msg { req: write(fid, offset, data), charge: charge(data.len()) };
-        let r = self.call(&[m], false)?;
+        let r = self.call(&[m], false).await?;
         r[0].ok("WRITE").map(|_| ())
     }
 
     /// One READ (len at most `max_read`).
-    pub fn read_at(&mut self, fid: FileId, offset: u64, len: u32) -> Result<Vec<u8>> {
+    pub async fn read_at(&mut self, fid: FileId, offset: u64, len: u32) -> Result<Vec<u8>> {
         let m = Msg { req: read(fid, offset, len), charge: charge(len as usize) };
-        let r = self.call(&[m], false)?;
+        let r = self.call(&[m], false).await?;
         read_data(&r[0])
     }
 
     /// Writes `total` bytes produced by `fill(offset, buf)` with up to
     /// `depth` WRITEs in flight.
-    pub fn write_stream(&mut self, fid: FileId, total: u64, io: usize, depth: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> Result<()> {
+    pub async fn write_stream(&mut self, fid: FileId, total: u64, io: usize, depth: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> Result<()> {
         let io = io.min(self.max_write as usize);
         let mut off = 0u64;
         while off < total {
@@ -564,7 +591,7 @@ impl SmbClient {
             }
             let compounds: Vec<Vec<Msg<'_>>> =
                 bufs.iter().map(|(o, b)| vec![Msg { req: write(fid, *o, b), charge: charge(b.len()) }]).collect();
-            for r in self.pipeline(&compounds)? {
+            for r in self.pipeline(&compounds).await? {
                 r[0].ok("WRITE")?;
             }
         }
@@ -573,7 +600,7 @@ impl SmbClient {
 
     /// Reads `total` bytes with up to `depth` READs in flight, handing each
     /// piece to `check(offset, data)`.
-    pub fn read_stream(&mut self, fid: FileId, total: u64, io: usize, depth: usize, check: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+    pub async fn read_stream(&mut self, fid: FileId, total: u64, io: usize, depth: usize, check: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
         let io = io.min(self.max_read as usize);
         let mut off = 0u64;
         while off < total {
@@ -588,7 +615,7 @@ impl SmbClient {
             }
             let compounds: Vec<Vec<Msg<'_>>> =
                 reqs.iter().map(|(o, n)| vec![Msg { req: read(fid, *o, *n), charge: charge(*n as usize) }]).collect();
-            for (r, (o, n)) in self.pipeline(&compounds)?.into_iter().zip(reqs) {
+            for (r, (o, n)) in self.pipeline(&compounds).await?.into_iter().zip(reqs) {
                 let d = read_data(&r[0])?;
                 if d.len() != n as usize {
                     return proto(format!("short read at {o}: {} of {n}", d.len()));
@@ -602,7 +629,7 @@ impl SmbClient {
     /// Lists a directory with FileIdBothDirectoryInformation (what `ls -l`
     /// through cifs asks): names and sizes. CREATE+QUERY_DIRECTORY in one
     /// compound, then QUERY_DIRECTORY until NO_MORE_FILES, then CLOSE.
-    pub fn list(&mut self, dir: &str) -> Result<Vec<(String, u64, bool)>> {
+    pub async fn list(&mut self, dir: &str) -> Result<Vec<(String, u64, bool)>> {
         let class = DirectoryInfoClass::IdBothDirectory;
         let qd = |fid: FileId| {
             Request::QueryDirectory(QueryDirectoryRequest {
@@ -620,7 +647,7 @@ impl SmbClient {
                 Msg { req: qd(FileId::RELATED), charge: 16 },
             ],
             true,
-        )?;
+        ).await?;
         let fid = create_fid(&r[0])?;
         let mut out = Vec::new();
         let mut reply = r.into_iter().nth(1).unwrap();
@@ -646,9 +673,9 @@ impl SmbClient {
                 }
                 out.push((name, e.end_of_file, e.file_attributes & 0x10 != 0));
             }
-            reply = self.call(&[Msg { req: qd(fid), charge: 16 }], false)?.pop().unwrap();
+            reply = self.call(&[Msg { req: qd(fid), charge: 16 }], false).await?.pop().unwrap();
         }
-        self.close(fid)?;
+        self.close(fid).await?;
         Ok(out)
     }
 }

@@ -3,7 +3,8 @@
 //! 2017): each call works on many files and packs their operations into
 //! as few COMPOUNDs as the session allows (at most [`MAX_OPS`] operations
 //! each, RFC 8881 18.36 ca_maxoperations), with the COMPOUNDs of one call
-//! in flight together on the session's slots.
+//! in flight together on the session's slots (async: the calls are
+//! `async fn`s over the same [`crate::Io`] stream as [`Nfs4Client`]).
 //!
 //! Per-file operation sequences (RFC 8881 section 18 / RFC 7862 section
 //! 15 numbers):
@@ -30,14 +31,14 @@ use duet_protocols::nfs::nfs4::*;
 use duet_protocols::nfs::xdr::{List, Name, Opaque};
 
 use crate::nfs4::{self as n4, Nfs4Client, Stat4, ANON_STATEID, CURRENT_STATEID};
-use crate::{proto, Error, Result};
+use crate::{proto, Error, Io, Result};
 
 /// The largest COMPOUND this API builds (vNFS's figure; duet takes 256+).
 pub const MAX_OPS: usize = 256;
 
 /// The vectorised API over one session.
-pub struct VecClient {
-    pub c: Nfs4Client,
+pub struct VecClient<S> {
+    pub c: Nfs4Client<S>,
     /// Operations per COMPOUND (after SEQUENCE).
     pub per_compound: usize,
     /// COMPOUNDs sent so far (each one round trip, or less when pipelined).
@@ -46,14 +47,15 @@ pub struct VecClient {
 
 type OpsFn<'a> = Box<dyn Fn(usize) -> Vec<ArgOp4<'a>> + 'a>;
 
-impl VecClient {
-    pub fn new(c: Nfs4Client) -> VecClient {
+impl<S: Io> VecClient<S> {
+    pub fn new(c: Nfs4Client<S>) -> VecClient<S> {
         let per_compound = c.ops_per_compound().min(MAX_OPS - 1);
         VecClient { c, per_compound, compounds: 0 }
     }
 
-    pub fn connect(addr: &str, export: &str) -> Result<VecClient> {
-        Ok(VecClient::new(Nfs4Client::connect(addr, export, 2)?))
+    /// An NFSv4.2 session over `s` (a stream connected to the server).
+    pub async fn connect(s: S, export: &str) -> Result<VecClient<S>> {
+        Ok(VecClient::new(Nfs4Client::connect(s, export, 2).await?))
     }
 
     pub fn root(&self) -> Vec<u8> {
@@ -63,7 +65,7 @@ impl VecClient {
     /// Packs `n` items of `per_item` ops each (built by `ops(i)`) into
     /// COMPOUNDs, sends them pipelined and hands each reply with the
     /// range of items it covered to `each`.
-    fn run<'a>(
+    async fn run<'a>(
         &mut self,
         n: usize,
         per_item: usize,
@@ -87,7 +89,7 @@ impl VecClient {
             i = end;
         }
         self.compounds += comps.len() as u64;
-        let replies = self.c.pipeline(comps)?;
+        let replies = self.c.pipeline(comps).await?;
         for (r, range) in replies.iter().zip(ranges) {
             let v = r.ok().map_err(|e| match e {
                 Error::Status { op, status, code } => Error::Status { op, status: format!("{status} (in files {range:?})"), code },
@@ -100,7 +102,7 @@ impl VecClient {
 
     /// Writes whole small files (create or truncate): `files` are (name,
     /// data) in directory `dir`.
-    pub fn write_files(&mut self, dir: &[u8], files: &[(String, Vec<u8>)]) -> Result<()> {
+    pub async fn write_files(&mut self, dir: &[u8], files: &[(String, Vec<u8>)]) -> Result<()> {
         let own = self.owner_bytes();
         let cid = self.c.clientid;
         let m = n4::mode_vals(0o644);
@@ -113,11 +115,11 @@ impl VecClient {
                 n4::close(CURRENT_STATEID),
             ]
         });
-        self.run(files.len(), 4, &Vec::new, ops, &mut |_, _| Ok(()))
+        self.run(files.len(), 4, &Vec::new, ops, &mut |_, _| Ok(())).await
     }
 
     /// Reads whole files (up to `max` bytes each).
-    pub fn read_files(&mut self, dir: &[u8], names: &[String], max: u32) -> Result<Vec<Vec<u8>>> {
+    pub async fn read_files(&mut self, dir: &[u8], names: &[String], max: u32) -> Result<Vec<Vec<u8>>> {
         let own = self.owner_bytes();
         let cid = self.c.clientid;
         let ops: OpsFn<'_> = Box::new(|k| {
@@ -136,12 +138,12 @@ impl VecClient {
                 }
             }
             Ok(())
-        })?;
+        }).await?;
         Ok(out)
     }
 
     /// Stats many names of one directory.
-    pub fn getattrs(&mut self, dir: &[u8], names: &[String]) -> Result<Vec<Stat4>> {
+    pub async fn getattrs(&mut self, dir: &[u8], names: &[String]) -> Result<Vec<Stat4>> {
         let ops: OpsFn<'_> = Box::new(|k| vec![n4::putfh(dir), n4::lookup(&names[k]), n4::getattr(n4::stat_bitmap())]);
         let mut out = Vec::with_capacity(names.len());
         self.run(names.len(), 3, &Vec::new, ops, &mut |_, res| {
@@ -151,12 +153,12 @@ impl VecClient {
                 }
             }
             Ok(())
-        })?;
+        }).await?;
         Ok(out)
     }
 
     /// Sets the mode of many names of one directory.
-    pub fn set_modes(&mut self, dir: &[u8], names: &[String], mode: u32) -> Result<()> {
+    pub async fn set_modes(&mut self, dir: &[u8], names: &[String], mode: u32) -> Result<()> {
         let vals = mode.to_be_bytes();
         let ops: OpsFn<'_> = Box::new(|k| {
             let mut mask = Bitmap4::new();
@@ -167,11 +169,11 @@ impl VecClient {
                 ArgOp4::SetAttr(SetAttr4Args { stateid: ANON_STATEID, obj_attributes: Fattr4 { attrmask: mask, attr_vals: Opaque(&vals) } }),
             ]
         });
-        self.run(names.len(), 3, &Vec::new, ops, &mut |_, _| Ok(()))
+        self.run(names.len(), 3, &Vec::new, ops, &mut |_, _| Ok(())).await
     }
 
     /// Creates many directories in `dir`; returns their handles.
-    pub fn mkdirs(&mut self, dir: &[u8], names: &[String]) -> Result<Vec<Vec<u8>>> {
+    pub async fn mkdirs(&mut self, dir: &[u8], names: &[String]) -> Result<Vec<Vec<u8>>> {
         let m = n4::mode_vals(0o755);
         let ops: OpsFn<'_> = Box::new(|k| vec![n4::putfh(dir), n4::mkdir(&names[k], &m), ArgOp4::GetFh(())]);
         let mut out = Vec::with_capacity(names.len());
@@ -182,14 +184,14 @@ impl VecClient {
                 }
             }
             Ok(())
-        })?;
+        }).await?;
         Ok(out)
     }
 
     /// `mkdir -p`: one COMPOUND looks up the existing prefix, a second
     /// creates the rest (CREATE leaves the new directory current, so a
     /// chain of CREATEs builds a path). Returns the last handle.
-    pub fn mkdir_p(&mut self, base: &[u8], path: &str) -> Result<Vec<u8>> {
+    pub async fn mkdir_p(&mut self, base: &[u8], path: &str) -> Result<Vec<u8>> {
         let comps: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
         let mut ops = vec![n4::putfh(base), ArgOp4::GetFh(())];
         for c in &comps {
@@ -197,7 +199,7 @@ impl VecClient {
             ops.push(ArgOp4::GetFh(()));
         }
         self.compounds += 1;
-        let r = self.c.call(ops)?;
+        let r = self.c.call(ops).await?;
         let res = r.results()?;
         let mut fh = base.to_vec();
         let mut found = 0usize;
@@ -231,12 +233,12 @@ impl VecClient {
         }
         ops.push(ArgOp4::GetFh(()));
         self.compounds += 1;
-        let r = self.c.call(ops)?;
+        let r = self.c.call(ops).await?;
         n4::fh_of(&r.ok()?)
     }
 
     /// Renames (src dir, old name, dst dir, new name) tuples.
-    pub fn rename(&mut self, moves: &[(Vec<u8>, String, Vec<u8>, String)]) -> Result<()> {
+    pub async fn rename(&mut self, moves: &[(Vec<u8>, String, Vec<u8>, String)]) -> Result<()> {
         let ops: OpsFn<'_> = Box::new(|k| {
             let (sd, old, dd, new) = &moves[k];
             vec![
@@ -246,14 +248,14 @@ impl VecClient {
                 ArgOp4::Rename(Rename4Args { oldname: Name(old.as_bytes()), newname: Name(new.as_bytes()) }),
             ]
         });
-        self.run(moves.len(), 4, &Vec::new, ops, &mut |_, _| Ok(()))
+        self.run(moves.len(), 4, &Vec::new, ops, &mut |_, _| Ok(())).await
     }
 
     /// Removes many names (files or empty directories) of one directory:
     /// PUTFH once per COMPOUND, then REMOVEs.
-    pub fn remove(&mut self, dir: &[u8], names: &[String]) -> Result<()> {
+    pub async fn remove(&mut self, dir: &[u8], names: &[String]) -> Result<()> {
         let ops: OpsFn<'_> = Box::new(|k| vec![n4::remove(&names[k])]);
-        self.run(names.len(), 1, &|| vec![n4::putfh(dir)], ops, &mut |_, _| Ok(()))
+        self.run(names.len(), 1, &|| vec![n4::putfh(dir)], ops, &mut |_, _| Ok(())).await
     }
 
     /// Server-side copies: each (src dir, src name, dst dir, dst name).
@@ -261,7 +263,7 @@ impl VecClient {
     /// 7862 15.2.3: duet moves at most 64 MiB per COPY): the compound also
     /// fetches both handles and the source's size, and short copies go on
     /// with further COPYs from where they stopped.
-    pub fn copy(&mut self, files: &[(Vec<u8>, String, Vec<u8>, String)]) -> Result<u64> {
+    pub async fn copy(&mut self, files: &[(Vec<u8>, String, Vec<u8>, String)]) -> Result<u64> {
         let own = self.owner_bytes();
         let cid = self.c.clientid;
         let m = n4::mode_vals(0o644);
@@ -296,7 +298,7 @@ impl VecClient {
                 }
             }
             Ok(())
-        })?;
+        }).await?;
         if fhs.len() != 2 * files.len() || sizes.len() != files.len() || counts.len() != files.len() {
             return proto("COPY compound results are missing");
         }
@@ -309,7 +311,7 @@ impl VecClient {
                     ArgOp4::SaveFh(()),
                     n4::putfh(dst),
                     copy_op(ANON_STATEID, ANON_STATEID, done, sizes[k] - done),
-                ])?;
+                ]).await?;
                 self.compounds += 1;
                 let n = rep
                     .ok()?
@@ -332,7 +334,7 @@ impl VecClient {
     /// Recursive listing of `dir`: every entry as (path relative to `dir`,
     /// stat, handle). One round trip per level of the tree (plus
     /// continuations of directories too large for one READDIR reply).
-    pub fn listdir_recursive(&mut self, dir: &[u8]) -> Result<Vec<Entry>> {
+    pub async fn listdir_recursive(&mut self, dir: &[u8]) -> Result<Vec<Entry>> {
         let mut bits = n4::stat_bitmap();
         bits.set(fattr4::FILEHANDLE);
         let mut out = Vec::new();
@@ -369,7 +371,7 @@ impl VecClient {
                     }
                 }
                 Ok(())
-            })?;
+            }).await?;
             next.extend(idx);
             level = next;
         }
@@ -398,14 +400,14 @@ fn open_create<'a>(clientid: u64, own: &'a [u8], name: &'a str, mode: &'a [u8]) 
 /// `rm -r` of `name` in `dir`: lists the tree (one round trip per level),
 /// removes files and then directories deepest first, each level's names
 /// batched per parent. Returns the number of entries removed.
-pub fn remove_tree(v: &mut VecClient, dir: &[u8], name: &str) -> Result<usize> {
-    let top = v.c.lookup_fh(dir, name)?;
-    let st = v.c.stat(dir, name)?;
+pub async fn remove_tree<S: Io>(v: &mut VecClient<S>, dir: &[u8], name: &str) -> Result<usize> {
+    let top = v.c.lookup_fh(dir, name).await?;
+    let st = v.c.stat(dir, name).await?;
     if !st.directory {
-        v.remove(dir, &[name.to_string()])?;
+        v.remove(dir, &[name.to_string()]).await?;
         return Ok(1);
     }
-    let entries = v.listdir_recursive(&top)?;
+    let entries = v.listdir_recursive(&top).await?;
     // Group by parent path; remove deepest parents first.
     let mut fh_of: std::collections::HashMap<String, Vec<u8>> = Default::default();
     fh_of.insert(String::new(), top.clone());
@@ -429,10 +431,10 @@ pub fn remove_tree(v: &mut VecClient, dir: &[u8], name: &str) -> Result<usize> {
         if pfh.is_empty() {
             return proto("the server did not return filehandle attributes");
         }
-        v.remove(pfh, names)?;
+        v.remove(pfh, names).await?;
         n += names.len();
     }
-    v.remove(dir, &[name.to_string()])?;
+    v.remove(dir, &[name.to_string()]).await?;
     Ok(n + 1)
 }
 

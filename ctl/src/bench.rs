@@ -1,19 +1,27 @@
 //! `duetctl bench`: a multi-connection load generator for SMB and NFS
 //! servers (duet or any other), on duet-client.
 //!
-//! I/O model: one blocking connection per client, one OS thread per
-//! connection (std::thread::scope); SMB chains go as one related compound
-//! and NFSv4 chains as one COMPOUND, streaming I/O keeps several requests
-//! in flight per connection. Every byte written is read back and compared
-//! (smallfile/mdtest read phases, sequential read, random-read phase plus
-//! a final pass over every block written at random).
+//! I/O model: async. `--clients N` is N connections, each driven by its
+//! own task; the tasks are spread over a small pool of glommio executors
+//! (one thread each, by default one per core, [`crate::rt::Pool`]), so
+//! many connections share a thread and a client waiting for a reply
+//! costs no thread. A client's connection is made on the executor that
+//! runs its tasks and stays there for all its phases. SMB chains go as
+//! one related compound and NFSv4 chains as one COMPOUND; streaming I/O
+//! keeps several requests in flight per connection. Latencies are timed
+//! inside the tasks (request chain sent to reply decoded, including any
+//! wait for the executor). Every byte written is read back and compared
+//! (smallfile/mdtest read phases, sequential read, random-read phase
+//! plus a final pass over every block written at random).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::bench_conn::{BResult, Conn, Proto, Target};
+use crate::rt::Pool;
 
 /// Options of one bench run.
 #[derive(Debug, Clone)]
@@ -33,6 +41,8 @@ pub struct BenchOpts {
     /// Directory (under each target's root) the run works in.
     pub dir: String,
     pub quiet: bool,
+    /// Executor threads the client tasks run on.
+    pub threads: usize,
 }
 
 /// One measured row.
@@ -174,107 +184,140 @@ struct PhaseOut {
     error: Option<String>,
 }
 
-fn do_op(c: &mut dyn Conn, op: &Op) -> BResult<(u64, bool)> {
+async fn do_op(c: &mut Conn, op: &Op) -> BResult<(u64, bool)> {
     Ok(match op {
         Op::Put(p, n) => {
-            c.put(p, &pattern(seed_of(p), *n))?;
+            c.put(p, &pattern(seed_of(p), *n)).await?;
             (*n as u64, true)
         }
         Op::Stat(p, n) => {
-            let (size, _) = c.stat(p)?;
+            let (size, _) = c.stat(p).await?;
             (0, size == *n as u64)
         }
         Op::Get(p, n) => {
-            let d = c.get(p, (*n as u32).max(1))?;
+            let d = c.get(p, (*n as u32).max(1)).await?;
             (d.len() as u64, d.len() == *n && check(seed_of(p), 0, &d))
         }
         Op::Remove(p) => {
-            c.remove(p)?;
+            c.remove(p).await?;
             (0, true)
         }
         Op::Mkdir(p) => {
-            c.mkdir(p)?;
+            c.mkdir(p).await?;
             (0, true)
         }
         Op::StatDir(p) => {
-            let (_, dir) = c.stat(p)?;
+            let (_, dir) = c.stat(p).await?;
             (0, dir || true)
         }
         Op::Rmdir(p) => {
-            c.rmdir(p)?;
+            c.rmdir(p).await?;
             (0, true)
         }
         Op::List(p, n) => {
-            let got = c.list(p)?;
+            let got = c.list(p).await?;
             (0, got == *n)
         }
     })
 }
 
-/// Progress on stderr while a phase runs.
-struct Progress<'a> {
-    label: String,
-    total: u64,
-    done: &'a AtomicU64,
-    stop: &'a AtomicBool,
-    quiet: bool,
+/// Progress on stderr while a phase runs (a plain thread: it only reads
+/// the counter the client tasks bump).
+struct Progress {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Progress<'_> {
-    fn run(&self) {
-        if self.quiet {
-            return;
-        }
-        let t0 = Instant::now();
-        while !self.stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(250));
-            let d = self.done.load(Ordering::Relaxed);
-            let s = t0.elapsed().as_secs_f64();
-            eprint!("\r\x1b[K{}: {d}/{} ops, {:.0} ops/s, {s:.1} s", self.label, self.total, d as f64 / s.max(1e-9));
-        }
-        eprint!("\r\x1b[K");
+impl Progress {
+    fn start(label: String, total: u64, done: Arc<AtomicU64>, quiet: bool) -> Progress {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = (!quiet).then(|| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let t0 = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(250));
+                    let d = done.load(Ordering::Relaxed);
+                    let s = t0.elapsed().as_secs_f64();
+                    eprint!("\r\x1b[K{label}: {d}/{total} ops, {:.0} ops/s, {s:.1} s", d as f64 / s.max(1e-9));
+                }
+                eprint!("\r\x1b[K");
+            })
+        });
+        Progress { stop, thread }
     }
 }
 
-fn run_phase(conns: &mut [Box<dyn Conn>], ops: &[Vec<Op>], label: &str, quiet: bool) -> PhaseOut {
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The connections of the clients: client `k`'s lives in slot `k` of
+/// executor `k % threads`.
+pub type ConnPool = Pool<Conn>;
+
+/// Runs `f` with client `k`'s connection on its executor, as one task.
+fn with_conn<R, F, Fut>(pool: &ConnPool, k: usize, f: F) -> flume::Receiver<BResult<R>>
+where
+    R: Send + 'static,
+    F: FnOnce(Conn) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = (Conn, BResult<R>)> + 'static,
+{
+    pool.submit(k, move |slots| async move {
+        let Some(c) = slots.borrow_mut().remove(&k) else { return Err(format!("client {k} has no connection")) };
+        let (c, r) = f(c).await;
+        slots.borrow_mut().insert(k, c);
+        r
+    })
+}
+
+async fn recv<R>(rx: flume::Receiver<BResult<R>>) -> BResult<R> {
+    rx.recv_async().await.unwrap_or_else(|_| Err("client task panicked".into()))
+}
+
+/// One task per client: client `k` runs `ops[k]` in order on its
+/// connection; the phase lasts until the last client is done.
+async fn run_phase(pool: &ConnPool, ops: &[Vec<Op>], label: &str, quiet: bool) -> PhaseOut {
     let total: u64 = ops.iter().map(|v| v.len() as u64).sum();
-    let done = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
+    let done = Arc::new(AtomicU64::new(0));
+    let prog = Progress::start(label.to_string(), total, done.clone(), quiet);
     let t0 = Instant::now();
-    let outs: (Vec<(u64, Vec<u64>, u64, Option<String>)>, f64) = std::thread::scope(|s| {
-        let prog = Progress { label: label.to_string(), total, done: &done, stop: &stop, quiet };
-        let ph = s.spawn(move || prog.run());
-        let hs: Vec<_> = conns
-            .iter_mut()
-            .zip(ops)
-            .map(|(c, list)| {
-                let done = &done;
-                s.spawn(move || {
-                    let mut lat = Vec::with_capacity(list.len());
-                    let (mut bytes, mut bad) = (0u64, 0u64);
-                    for op in list {
-                        let t = Instant::now();
-                        match do_op(c.as_mut(), op) {
-                            Ok((b, ok)) => {
-                                bytes += b;
-                                bad += u64::from(!ok);
-                            }
-                            Err(m) => return (bytes, lat, bad, Some(m)),
+    let rxs: Vec<_> = ops
+        .iter()
+        .enumerate()
+        .map(|(k, list)| {
+            let list = list.clone();
+            let done = done.clone();
+            with_conn(pool, k, move |mut c| async move {
+                let mut lat = Vec::with_capacity(list.len());
+                let (mut bytes, mut bad) = (0u64, 0u64);
+                for op in &list {
+                    let t = Instant::now();
+                    match do_op(&mut c, op).await {
+                        Ok((b, ok)) => {
+                            bytes += b;
+                            bad += u64::from(!ok);
                         }
-                        lat.push(t.elapsed().as_micros() as u64);
-                        done.fetch_add(1, Ordering::Relaxed);
+                        Err(m) => return (c, Ok((bytes, lat, bad, Some(m)))),
                     }
-                    (bytes, lat, bad, None)
-                })
+                    lat.push(t.elapsed().as_micros() as u64);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                (c, Ok((bytes, lat, bad, None)))
             })
-            .collect();
-        let r: Vec<_> = hs.into_iter().map(|h| h.join().unwrap_or((0, vec![], 0, Some("client thread panicked".into())))).collect();
-        let secs = t0.elapsed().as_secs_f64();
-        stop.store(true, Ordering::Relaxed);
-        let _ = ph.join();
-        (r, secs)
-    });
-    let (outs, secs) = outs;
+        })
+        .collect();
+    let mut outs = Vec::with_capacity(rxs.len());
+    for rx in rxs {
+        outs.push(recv(rx).await.unwrap_or_else(|m| (0, vec![], 0, Some(m))));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    drop(prog);
     let mut out = PhaseOut { ops: 0, bytes: 0, secs, lat_us: Vec::new(), verify_failures: 0, error: None };
     for (b, lat, bad, err) in outs {
         out.bytes += b;
@@ -319,12 +362,25 @@ fn row_of(t: &Target, workload: &str, clients: usize, mut p: PhaseOut) -> Row {
     }
 }
 
-fn connect_all(t: &Target, n: usize, via: Option<&str>) -> BResult<Vec<Box<dyn Conn>>> {
-    (0..n).map(|_| match via {
-        Some(a) => t.connect_via(a),
-        None => t.connect(),
-    })
-    .collect()
+/// Replaces the pool's connections with `n` new ones (client `k` on
+/// executor `k % threads`), connected concurrently.
+async fn connect_all(pool: &ConnPool, t: &Target, n: usize, via: Option<&str>) -> BResult<()> {
+    pool.on_all(|slots| async move { slots.borrow_mut().clear() }).await;
+    let addr = via.map(str::to_string).unwrap_or_else(|| t.addr());
+    let rxs: Vec<_> = (0..n)
+        .map(|k| {
+            let (t, addr) = (t.clone(), addr.clone());
+            pool.submit(k, move |slots| async move {
+                let c = t.connect_via(&addr).await?;
+                slots.borrow_mut().insert(k, c);
+                Ok(())
+            })
+        })
+        .collect();
+    for rx in rxs {
+        recv(rx).await?;
+    }
+    Ok(())
 }
 
 /// mdtest's tree: depth 4, branching 2 below the client's directory.
@@ -346,16 +402,19 @@ fn tree_dirs(base: &str, depth: usize, branch: usize) -> Vec<String> {
 }
 
 /// Runs every workload against one target; `via` replaces the address
-/// (latency mode).
-pub fn run_target(o: &BenchOpts, t: &Target, via: Option<&str>, rows: &mut Vec<Row>) -> BResult<()> {
+/// (latency mode). The setup connection and the single-stream workload
+/// (seq) run here, on the caller's executor; the clients run on a pool of
+/// `o.threads` executors (fewer when there are fewer clients).
+pub async fn run_target(o: &BenchOpts, t: &Target, via: Option<&str>, rows: &mut Vec<Row>) -> BResult<()> {
     let maxc = *o.clients.iter().max().unwrap_or(&1);
-    let mut setup = t.connect_via(via.unwrap_or(&t.addr()))?;
+    let pool = ConnPool::new(o.threads.clamp(1, maxc.max(1)))?;
+    let mut setup = t.connect_via(via.unwrap_or(&t.addr())).await?;
     let base = o.dir.trim_matches('/').to_string();
     // `dir/run-...`: the parent may exist from earlier runs.
     if let Some((parent, _)) = base.rsplit_once('/') {
-        let _ = setup.mkdir(parent);
+        let _ = setup.mkdir(parent).await;
     }
-    setup.mkdir(&base)?;
+    setup.mkdir(&base).await?;
     let mut push = |r: Row| {
         if !o.quiet {
             eprintln!("{}", text_row(&r));
@@ -366,12 +425,12 @@ pub fn run_target(o: &BenchOpts, t: &Target, via: Option<&str>, rows: &mut Vec<R
         match w.as_str() {
             "smallfile" | "mdtest" => {
                 for &n in &o.clients {
-                    let mut conns = connect_all(t, n, via)?;
+                    connect_all(&pool, t, n, via).await?;
                     let run = format!("{base}/{w}-c{n}");
-                    setup.mkdir(&run)?;
+                    setup.mkdir(&run).await?;
                     let cdirs: Vec<String> = (0..n).map(|k| format!("{run}/c{k}")).collect();
                     for d in &cdirs {
-                        setup.mkdir(d)?;
+                        setup.mkdir(d).await?;
                     }
                     let mut phases: Vec<(&str, Vec<Vec<Op>>)> = Vec::new();
                     if w == "smallfile" {
@@ -399,61 +458,63 @@ pub fn run_target(o: &BenchOpts, t: &Target, via: Option<&str>, rows: &mut Vec<R
                         phases.push(("mdtest-dir-remove", rm));
                     }
                     for (name, ops) in phases {
-                        let p = run_phase(&mut conns, &ops, &format!("{} {name} c={n}", t.name), o.quiet);
+                        let p = run_phase(&pool, &ops, &format!("{} {name} c={n}", t.name), o.quiet).await;
                         push(row_of(t, name, n, p));
                     }
                     for d in &cdirs {
-                        let _ = setup.rmdir(d);
+                        let _ = setup.rmdir(d).await;
                     }
-                    let _ = setup.rmdir(&run);
+                    let _ = setup.rmdir(&run).await;
                 }
             }
             "ls" => {
                 let dir = format!("{base}/ls-{}", o.ls_entries);
-                setup.mkdir(&dir)?;
-                let mut conns = connect_all(t, maxc, via)?;
+                setup.mkdir(&dir).await?;
+                connect_all(&pool, t, maxc, via).await?;
                 let names: Vec<String> = (0..o.ls_entries).map(|i| format!("{dir}/entry-{i:06}")).collect();
                 let chunks: Vec<Vec<Op>> = (0..maxc).map(|k| names.iter().skip(k).step_by(maxc).map(|p| Op::Put(p.clone(), 0)).collect()).collect();
-                let p = run_phase(&mut conns, &chunks, &format!("{} ls setup", t.name), o.quiet);
+                let p = run_phase(&pool, &chunks, &format!("{} ls setup", t.name), o.quiet).await;
                 if let Some(e) = p.error {
                     return Err(e);
                 }
                 for &n in &o.clients {
                     let ops: Vec<Vec<Op>> = (0..n).map(|_| (0..o.ls_repeat).map(|_| Op::List(dir.clone(), o.ls_entries)).collect()).collect();
-                    let p = run_phase(&mut conns[..n], &ops, &format!("{} ls-l c={n}", t.name), o.quiet);
+                    let p = run_phase(&pool, &ops, &format!("{} ls-l c={n}", t.name), o.quiet).await;
                     push(row_of(t, &format!("ls-l-{}", o.ls_entries), n, p));
                 }
                 let rm: Vec<Vec<Op>> = (0..maxc).map(|k| names.iter().skip(k).step_by(maxc).map(|p| Op::Remove(p.clone())).collect()).collect();
-                run_phase(&mut conns, &rm, &format!("{} ls cleanup", t.name), o.quiet);
-                let _ = setup.rmdir(&dir);
+                run_phase(&pool, &rm, &format!("{} ls cleanup", t.name), o.quiet).await;
+                let _ = setup.rmdir(&dir).await;
             }
             "seq" => {
                 let path = format!("{base}/seq-file");
                 let seed = seed_of(&path);
-                let mut c = t.connect_via(via.unwrap_or(&t.addr()))?;
-                let h = c.open(&path, true)?;
+                let mut c = t.connect_via(via.unwrap_or(&t.addr())).await?;
+                let h = c.open(&path, true).await?;
                 let t0 = Instant::now();
-                let r = c.write_stream(h, o.seq_size, o.io_size, &mut |off, buf| fill(seed, off, buf));
+                let r = c.write_stream(h, o.seq_size, o.io_size, &mut |off, buf| fill(seed, off, buf)).await;
                 let secs = t0.elapsed().as_secs_f64();
                 push(stream_row(t, "seq-write", o.seq_size, secs, r.err()));
-                c.close(h)?;
-                let h = c.open(&path, false)?;
+                c.close(h).await?;
+                let h = c.open(&path, false).await?;
                 let mut bad = 0u64;
                 let t0 = Instant::now();
-                let r = c.read_stream(h, o.seq_size, o.io_size, &mut |off, d| {
-                    bad += u64::from(!check(seed, off, d));
-                    Ok(())
-                });
+                let r = c
+                    .read_stream(h, o.seq_size, o.io_size, &mut |off, d| {
+                        bad += u64::from(!check(seed, off, d));
+                        Ok(())
+                    })
+                    .await;
                 let secs = t0.elapsed().as_secs_f64();
                 let err = r.err().or((bad > 0).then(|| format!("{bad} reads returned wrong data")));
                 push(stream_row(t, "seq-read", o.seq_size, secs, err));
-                c.close(h)?;
-                c.remove(&path)?;
+                c.close(h).await?;
+                c.remove(&path).await?;
             }
             "rand" => {
                 for &n in &o.clients {
-                    let mut conns = connect_all(t, n, via)?;
-                    let (wrow, rrow) = rand_phase(o, t, &mut conns, &base)?;
+                    connect_all(&pool, t, n, via).await?;
+                    let (wrow, rrow) = rand_phase(o, t, &pool, n, &base).await?;
                     push(wrow);
                     push(rrow);
                 }
@@ -461,9 +522,9 @@ pub fn run_target(o: &BenchOpts, t: &Target, via: Option<&str>, rows: &mut Vec<R
             other => return Err(format!("unknown workload {other} (smallfile, mdtest, ls, seq, rand)")),
         }
     }
-    let _ = setup.rmdir(&base);
+    let _ = setup.rmdir(&base).await;
     if let Some((parent, _)) = base.rsplit_once('/') {
-        let _ = setup.rmdir(parent);
+        let _ = setup.rmdir(parent).await;
     }
     Ok(())
 }
@@ -485,72 +546,25 @@ fn stream_row(t: &Target, w: &str, bytes: u64, secs: f64, err: Option<String>) -
     }
 }
 
-/// Random 4 KiB writes then reads on one file per client; every block
-/// written is verified at the end.
-fn rand_phase(o: &BenchOpts, t: &Target, conns: &mut [Box<dyn Conn>], base: &str) -> BResult<(Row, Row)> {
-    let n = conns.len();
+/// Random 4 KiB writes then reads on one file per client (one task per
+/// client, each on its own connection); every block written is verified
+/// at the end.
+async fn rand_phase(o: &BenchOpts, t: &Target, pool: &ConnPool, n: usize, base: &str) -> BResult<(Row, Row)> {
     let blocks = (o.rand_size / BLK as u64).max(1);
-    let results: Vec<BResult<(Vec<u64>, Vec<u64>, f64, f64, u64)>> = std::thread::scope(|s| {
-        let hs: Vec<_> = conns
-            .iter_mut()
-            .enumerate()
-            .map(|(k, c)| {
-                s.spawn(move || -> BResult<(Vec<u64>, Vec<u64>, f64, f64, u64)> {
-                    let path = format!("{base}/rand-c{n}-{k}");
-                    let seed0 = seed_of(&path);
-                    let h = c.open(&path, true)?;
-                    c.write_stream(h, blocks * BLK as u64, o.io_size, &mut |off, b| fill(seed0, off, b))?;
-                    let mut x = seed0 | 1;
-                    let mut next = || {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x
-                    };
-                    // Last seed written per block (absent: the initial fill).
-                    let mut written: std::collections::HashMap<u64, u64> = Default::default();
-                    let mut wl = Vec::with_capacity(o.rand_ops);
-                    let mut buf = vec![0u8; BLK];
-                    let t0 = Instant::now();
-                    for i in 0..o.rand_ops {
-                        let b = next() % blocks;
-                        let seed = seed0 ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9);
-                        fill(seed, b * BLK as u64, &mut buf);
-                        let t = Instant::now();
-                        c.pwrite(h, b * BLK as u64, &buf)?;
-                        wl.push(t.elapsed().as_micros() as u64);
-                        written.insert(b, seed);
-                    }
-                    let wsecs = t0.elapsed().as_secs_f64();
-                    let mut rl = Vec::with_capacity(o.rand_ops);
-                    let mut bad = 0u64;
-                    let t0 = Instant::now();
-                    for _ in 0..o.rand_ops {
-                        let b = next() % blocks;
-                        let t = Instant::now();
-                        let d = c.pread(h, b * BLK as u64, BLK as u32)?;
-                        rl.push(t.elapsed().as_micros() as u64);
-                        let seed = written.get(&b).copied().unwrap_or(seed0);
-                        bad += u64::from(!check(seed, b * BLK as u64, &d));
-                    }
-                    let rsecs = t0.elapsed().as_secs_f64();
-                    // Read back every block written at random.
-                    for (&b, &seed) in &written {
-                        let d = c.pread(h, b * BLK as u64, BLK as u32)?;
-                        bad += u64::from(!check(seed, b * BLK as u64, &d));
-                    }
-                    c.close(h)?;
-                    c.remove(&path)?;
-                    Ok((wl, rl, wsecs, rsecs, bad))
-                })
+    let (io_size, rand_ops) = (o.io_size, o.rand_ops);
+    let rxs: Vec<_> = (0..n)
+        .map(|k| {
+            let path = format!("{base}/rand-c{n}-{k}");
+            with_conn(pool, k, move |mut c| async move {
+                let r = rand_client(&mut c, &path, blocks, io_size, rand_ops).await;
+                (c, r)
             })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("client thread panicked".into()))).collect()
-    });
+        })
+        .collect();
     let mut w = PhaseOut { ops: 0, bytes: 0, secs: 0.0, lat_us: vec![], verify_failures: 0, error: None };
     let mut r = PhaseOut { ops: 0, bytes: 0, secs: 0.0, lat_us: vec![], verify_failures: 0, error: None };
-    for x in results {
-        let (wl, rl, ws, rs, bad) = x?;
+    for rx in rxs {
+        let (wl, rl, ws, rs, bad) = recv(rx).await?;
         w.ops += wl.len() as u64;
         r.ops += rl.len() as u64;
         w.bytes += (wl.len() * BLK) as u64;
@@ -562,6 +576,56 @@ fn rand_phase(o: &BenchOpts, t: &Target, conns: &mut [Box<dyn Conn>], base: &str
         r.verify_failures += bad;
     }
     Ok((row_of(t, "rand-write-4k", n, w), row_of(t, "rand-read-4k", n, r)))
+}
+
+/// One client of the random phase: write latencies, read latencies, the
+/// seconds of each half, and the count of blocks that read back wrong.
+async fn rand_client(c: &mut Conn, path: &str, blocks: u64, io_size: usize, rand_ops: usize) -> BResult<(Vec<u64>, Vec<u64>, f64, f64, u64)> {
+    let seed0 = seed_of(path);
+    let h = c.open(path, true).await?;
+    c.write_stream(h, blocks * BLK as u64, io_size, &mut |off, b| fill(seed0, off, b)).await?;
+    let mut x = seed0 | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // Last seed written per block (absent: the initial fill).
+    let mut written: std::collections::HashMap<u64, u64> = Default::default();
+    let mut wl = Vec::with_capacity(rand_ops);
+    let mut buf = vec![0u8; BLK];
+    let t0 = Instant::now();
+    for i in 0..rand_ops {
+        let b = next() % blocks;
+        let seed = seed0 ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9);
+        fill(seed, b * BLK as u64, &mut buf);
+        let t = Instant::now();
+        c.pwrite(h, b * BLK as u64, &buf).await?;
+        wl.push(t.elapsed().as_micros() as u64);
+        written.insert(b, seed);
+    }
+    let wsecs = t0.elapsed().as_secs_f64();
+    let mut rl = Vec::with_capacity(rand_ops);
+    let mut bad = 0u64;
+    let t0 = Instant::now();
+    for _ in 0..rand_ops {
+        let b = next() % blocks;
+        let t = Instant::now();
+        let d = c.pread(h, b * BLK as u64, BLK as u32).await?;
+        rl.push(t.elapsed().as_micros() as u64);
+        let seed = written.get(&b).copied().unwrap_or(seed0);
+        bad += u64::from(!check(seed, b * BLK as u64, &d));
+    }
+    let rsecs = t0.elapsed().as_secs_f64();
+    // Read back every block written at random.
+    for (&b, &seed) in &written {
+        let d = c.pread(h, b * BLK as u64, BLK as u32).await?;
+        bad += u64::from(!check(seed, b * BLK as u64, &d));
+    }
+    c.close(h).await?;
+    c.remove(path).await?;
+    Ok((wl, rl, wsecs, rsecs, bad))
 }
 
 // ---- output ----
@@ -712,7 +776,7 @@ pub fn json_doc(o: &BenchOpts, rows: &[Row], extra: Value) -> Value {
         "options": {
             "workloads": o.workloads, "clients": o.clients, "files": o.files, "file_size": o.file_size,
             "ls_entries": o.ls_entries, "ls_repeat": o.ls_repeat, "seq_size": o.seq_size, "io_size": o.io_size,
-            "rand_size": o.rand_size, "rand_ops": o.rand_ops,
+            "rand_size": o.rand_size, "rand_ops": o.rand_ops, "threads": o.threads,
         },
         "targets": o.targets.iter().map(|t| json!({"name": t.name, "url": t.display_url(), "protocol": t.proto.as_str()})).collect::<Vec<_>>(),
         "results": rows.iter().map(Row::json).collect::<Vec<_>>(),

@@ -1,6 +1,8 @@
 //! The `duetctl bench`, `duetctl cp` and `duetctl rm` commands: argument
 //! handling, the amplification report, the vectorised-copy comparison and
-//! the latency mode (network namespace + veth + netem).
+//! the latency mode (network namespace + veth + netem). The protocol work
+//! is async on glommio ([`crate::rt`]): the bench's clients on a pool of
+//! executors, cp and rm on one executor on the calling thread.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -18,6 +20,7 @@ use serde_json::{json, Value};
 use crate::bench::{self, check, pattern, BenchOpts, Row};
 use crate::bench_conn::{BResult, Proto, Target};
 use crate::client::Client;
+use crate::rt::{self, Stream};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -28,9 +31,12 @@ pub struct BenchArgs {
     /// Workloads: smallfile, mdtest, ls, seq, rand, vcopy
     #[arg(long, default_value = "smallfile,mdtest,ls,seq,rand", value_delimiter = ',')]
     pub workloads: Vec<String>,
-    /// Client counts to run each workload with (one connection per client)
+    /// Client counts to run each workload with (one connection and one task per client)
     #[arg(long, default_value = "1,16", value_delimiter = ',')]
     pub clients: Vec<usize>,
+    /// Executor threads the client tasks are spread over (0: one per core)
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// Files per client (smallfile, mdtest) and files of vcopy
     #[arg(long, default_value_t = 200)]
     pub files: usize,
@@ -115,6 +121,10 @@ pub fn bench_main(a: &BenchArgs, admin: Option<(&str, Credentials)>) -> BResult<
             std::process::id()
         ),
         quiet: a.quiet,
+        threads: match a.threads {
+            0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            n => n,
+        },
     };
     let mut net = None;
     if let Some(ms) = a.latency {
@@ -128,7 +138,7 @@ pub fn bench_main(a: &BenchArgs, admin: Option<(&str, Credentials)>) -> BResult<
     for t in &targets {
         let via = net.as_ref().map(|n| n.via(t));
         if !o.workloads.is_empty() {
-            if let Err(e) = in_netns(net.as_ref(), || bench::run_target(&o, t, via.as_deref(), &mut rows)) {
+            if let Err(e) = in_netns(net.as_ref(), || rt::block_on(bench::run_target(&o, t, via.as_deref(), &mut rows))) {
                 eprintln!("duetctl bench: {}: {e}", t.name);
                 rows.push(Row {
                     target: t.name.clone(),
@@ -151,7 +161,7 @@ pub fn bench_main(a: &BenchArgs, admin: Option<(&str, Credentials)>) -> BResult<
         let mut vc = Vec::new();
         for t in targets.iter().filter(|t| t.proto == Proto::Nfs4) {
             let via = net.as_ref().map(|n| n.via(t)).unwrap_or_else(|| t.addr());
-            match in_netns(net.as_ref(), || vcopy(t, &via, a.files, a.file_size, a.latency.unwrap_or(0), &mut rows, a.quiet)) {
+            match in_netns(net.as_ref(), || rt::block_on(vcopy(t, &via, a.files, a.file_size, a.latency.unwrap_or(0), &mut rows, a.quiet))) {
                 Ok(v) => vc.push(v),
                 Err(e) => eprintln!("duetctl bench: vcopy {}: {e}", t.name),
             }
@@ -166,7 +176,7 @@ pub fn bench_main(a: &BenchArgs, admin: Option<(&str, Credentials)>) -> BResult<
     if a.report_amplification {
         let Some((addr, creds)) = admin else { return Err("--report-amplification needs the admin API".into()) };
         let client = Client::new(addr, creds);
-        let amp = amplification(&client, &targets, a.amp_chains)?;
+        let amp = rt::block_on(amplification(&client, &targets, a.amp_chains))?;
         amp_text = amp_markdown(&amp);
         println!("{amp_text}");
         extra.insert("amplification".into(), Value::Array(amp));
@@ -215,23 +225,23 @@ pub fn bench_main(a: &BenchArgs, admin: Option<(&str, Credentials)>) -> BResult<
 
 // ---- vectorised copy against one file at a time ----
 
-fn vcopy(t: &Target, addr: &str, files: usize, size: usize, latency: u32, rows: &mut Vec<Row>, quiet: bool) -> BResult<Value> {
-    let mut v = VecClient::new(Nfs4Client::connect(addr, &t.path, 2).map_err(|e| format!("connect: {e}"))?);
+async fn vcopy(t: &Target, addr: &str, files: usize, size: usize, latency: u32, rows: &mut Vec<Row>, quiet: bool) -> BResult<Value> {
+    let mut v = VecClient::new(Nfs4Client::connect(rt::connect(addr).await?, &t.path, 2).await.map_err(|e| format!("connect: {e}"))?);
     let root = v.root();
-    let base = v.mkdir_p(&root, "duet-bench/vcopy").map_err(|e| format!("mkdir -p: {e}"))?;
-    let src = v.mkdir_p(&base, "src").map_err(|e| format!("mkdir: {e}"))?;
-    let d1 = v.mkdir_p(&base, "dst-vec").map_err(|e| format!("mkdir: {e}"))?;
-    let d2 = v.mkdir_p(&base, "dst-one").map_err(|e| format!("mkdir: {e}"))?;
+    let base = v.mkdir_p(&root, "duet-bench/vcopy").await.map_err(|e| format!("mkdir -p: {e}"))?;
+    let src = v.mkdir_p(&base, "src").await.map_err(|e| format!("mkdir: {e}"))?;
+    let d1 = v.mkdir_p(&base, "dst-vec").await.map_err(|e| format!("mkdir: {e}"))?;
+    let d2 = v.mkdir_p(&base, "dst-one").await.map_err(|e| format!("mkdir: {e}"))?;
     let names: Vec<String> = (0..files).map(|i| format!("f{i:05}")).collect();
     let data: Vec<(String, Vec<u8>)> = names.iter().map(|n| (n.clone(), pattern(bench::seed_pub(n), size))).collect();
-    v.write_files(&src, &data).map_err(|e| format!("write_files: {e}"))?;
+    v.write_files(&src, &data).await.map_err(|e| format!("write_files: {e}"))?;
     if !quiet {
         eprintln!("{}: vcopy of {files} files, vectorised...", t.name);
     }
     let c0 = v.compounds;
     let t0 = Instant::now();
     let jobs: Vec<(Vec<u8>, String, Vec<u8>, String)> = names.iter().map(|n| (src.clone(), n.clone(), d1.clone(), n.clone())).collect();
-    v.copy(&jobs).map_err(|e| format!("vectorised copy: {e}"))?;
+    v.copy(&jobs).await.map_err(|e| format!("vectorised copy: {e}"))?;
     let vec_s = t0.elapsed().as_secs_f64();
     let compounds = v.compounds - c0;
     if !quiet {
@@ -239,26 +249,26 @@ fn vcopy(t: &Target, addr: &str, files: usize, size: usize, latency: u32, rows: 
     }
     // One file at a time: OPEN+READ+CLOSE, then OPEN+WRITE+CLOSE (two
     // COMPOUNDs per file, the fewest a non-vectorised client sends).
-    let mut one = Nfs4Client::connect(addr, &t.path, 2).map_err(|e| format!("connect: {e}"))?;
+    let mut one = Nfs4Client::connect(rt::connect(addr).await?, &t.path, 2).await.map_err(|e| format!("connect: {e}"))?;
     let t0 = Instant::now();
     for n in &names {
-        let d = one.get_small(&src, n, size as u32 + 1).map_err(|e| format!("{n}: {e}"))?;
-        one.put_small(&d2, n, &d).map_err(|e| format!("{n}: {e}"))?;
+        let d = one.get_small(&src, n, size as u32 + 1).await.map_err(|e| format!("{n}: {e}"))?;
+        one.put_small(&d2, n, &d).await.map_err(|e| format!("{n}: {e}"))?;
     }
     let one_s = t0.elapsed().as_secs_f64();
     // Verify both copies.
     let mut ok = true;
     for d in [&d1, &d2] {
-        let got = v.read_files(d, &names, size as u32 + 1).map_err(|e| format!("read back: {e}"))?;
+        let got = v.read_files(d, &names, size as u32 + 1).await.map_err(|e| format!("read back: {e}"))?;
         ok &= got.len() == names.len() && got.iter().zip(&names).all(|(g, n)| g.len() == size && check(bench::seed_pub(n), 0, g));
     }
     for d in [&d1, &d2, &src] {
-        v.remove(d, &names).map_err(|e| format!("cleanup: {e}"))?;
+        v.remove(d, &names).await.map_err(|e| format!("cleanup: {e}"))?;
     }
-    v.remove(&base, &["src".into(), "dst-vec".into(), "dst-one".into()]).map_err(|e| format!("cleanup: {e}"))?;
-    if let Ok(db) = v.c.lookup_fh(&root, "duet-bench") {
-        let _ = v.remove(&db, &["vcopy".into()]);
-        let _ = v.remove(&root, &["duet-bench".into()]);
+    v.remove(&base, &["src".into(), "dst-vec".into(), "dst-one".into()]).await.map_err(|e| format!("cleanup: {e}"))?;
+    if let Ok(db) = v.c.lookup_fh(&root, "duet-bench").await {
+        let _ = v.remove(&db, &["vcopy".into()]).await;
+        let _ = v.remove(&root, &["duet-bench".into()]).await;
     }
     for (w, s) in [("vcopy-vectorised", vec_s), ("vcopy-one-at-a-time", one_s)] {
         rows.push(Row {
@@ -318,81 +328,82 @@ fn per_chain(name: &str, before: &Stats, after: &Stats, n: usize) -> Value {
 
 /// Runs each client chain `n` times alone against duet and divides the
 /// change of duet's counters by `n`.
-fn amplification(admin: &Client, targets: &[Target], n: usize) -> BResult<Vec<Value>> {
+async fn amplification(admin: &Client, targets: &[Target], n: usize) -> BResult<Vec<Value>> {
     let duet: Vec<&Target> = targets.iter().filter(|t| t.name.starts_with("duet")).collect();
     let mut out = Vec::new();
     let data = pattern(7, 4096);
-    let mut measure = |name: &str, f: &mut dyn FnMut(usize) -> BResult<()>| -> BResult<()> {
-        let b = stats(admin)?;
-        for i in 0..n {
-            f(i)?;
-        }
-        let a = stats(admin)?;
-        out.push(per_chain(name, &b, &a, n));
-        Ok(())
-    };
+    // Reads the counters, runs `$body` for $i in 0..n (one chain each,
+    // awaited in turn), reads them again.
+    macro_rules! measure {
+        ($name:expr, $i:ident => $body:expr) => {{
+            let b = stats(admin)?;
+            for $i in 0..n {
+                $body?;
+            }
+            let a = stats(admin)?;
+            out.push(per_chain(&$name, &b, &a, n));
+        }};
+    }
     let sz = data.len() as u32;
     if let Some(t) = duet.iter().find(|t| t.proto == Proto::Smb) {
-        let mut c = t.connect()?;
-        let _ = c.mkdir("amp-smb");
-        measure("SMB CREATE+WRITE+CLOSE (4 KiB, one compound)", &mut |i| c.put(&format!("amp-smb/f{i}"), &data))?;
-        measure("SMB CREATE+QUERY_INFO+CLOSE (stat)", &mut |i| c.stat(&format!("amp-smb/f{i}")).map(|_| ()))?;
-        measure("SMB CREATE+READ+CLOSE (4 KiB)", &mut |i| c.get(&format!("amp-smb/f{i}"), sz).map(|_| ()))?;
+        let mut c = t.connect().await?;
+        let _ = c.mkdir("amp-smb").await;
+        measure!("SMB CREATE+WRITE+CLOSE (4 KiB, one compound)", i => c.put(&format!("amp-smb/f{i}"), &data).await);
+        measure!("SMB CREATE+QUERY_INFO+CLOSE (stat)", i => c.stat(&format!("amp-smb/f{i}")).await.map(|_| ()));
+        measure!("SMB CREATE+READ+CLOSE (4 KiB)", i => c.get(&format!("amp-smb/f{i}"), sz).await.map(|_| ()));
         // The Windows copy chain: CREATE, SET_INFO(EOF), WRITE, SET_INFO(basic), QUERY_INFO, CLOSE (brief.md).
-        let mut raw = smb_raw(t)?;
-        measure("SMB CREATE+SET_INFO+WRITE+SET_INFO+QUERY_INFO+CLOSE (Windows copy)", &mut |i| win_copy(&mut raw, &format!("amp-smb\\w{i}"), &data))?;
-        measure("SMB CREATE(delete-on-close)+CLOSE (remove)", &mut |i| c.remove(&format!("amp-smb/f{i}")))?;
+        let mut raw = smb_raw(t).await?;
+        measure!("SMB CREATE+SET_INFO+WRITE+SET_INFO+QUERY_INFO+CLOSE (Windows copy)", i => win_copy(&mut raw, &format!("amp-smb\\w{i}"), &data).await);
+        measure!("SMB CREATE(delete-on-close)+CLOSE (remove)", i => c.remove(&format!("amp-smb/f{i}")).await);
         for i in 0..n {
-            let _ = c.remove(&format!("amp-smb/w{i}"));
+            let _ = c.remove(&format!("amp-smb/w{i}")).await;
         }
-        let _ = c.rmdir("amp-smb");
+        let _ = c.rmdir("amp-smb").await;
     }
     if let Some(t) = duet.iter().find(|t| t.proto == Proto::Nfs4) {
-        let mut c = t.connect()?;
-        let _ = c.mkdir("amp-nfs4");
-        measure("NFSv4.1 SEQUENCE+PUTFH+OPEN+WRITE+CLOSE (4 KiB, one COMPOUND)", &mut |i| c.put(&format!("amp-nfs4/f{i}"), &data))?;
-        measure("NFSv4.1 SEQUENCE+PUTFH+LOOKUP+GETATTR", &mut |i| c.stat(&format!("amp-nfs4/f{i}")).map(|_| ()))?;
-        measure("NFSv4.1 SEQUENCE+PUTFH+OPEN+READ+CLOSE", &mut |i| c.get(&format!("amp-nfs4/f{i}"), sz).map(|_| ()))?;
-        measure("NFSv4.1 READDIR (whole directory, attrs)", &mut |_| c.list("amp-nfs4").map(|_| ()))?;
-        measure("NFSv4.1 SEQUENCE+PUTFH+REMOVE", &mut |i| c.remove(&format!("amp-nfs4/f{i}")))?;
-        let _ = c.rmdir("amp-nfs4");
-        // NFSv3 on the same server and export.
-        let mut v3 = Nfs3Client::connect(&t.addr(), &t.addr(), &t.path).map_err(|e| format!("nfs3 mount {}: {e}", t.path))?;
+        let mut c = t.connect().await?;
+        let _ = c.mkdir("amp-nfs4").await;
+        measure!("NFSv4.1 SEQUENCE+PUTFH+OPEN+WRITE+CLOSE (4 KiB, one COMPOUND)", i => c.put(&format!("amp-nfs4/f{i}"), &data).await);
+        measure!("NFSv4.1 SEQUENCE+PUTFH+LOOKUP+GETATTR", i => c.stat(&format!("amp-nfs4/f{i}")).await.map(|_| ()));
+        measure!("NFSv4.1 SEQUENCE+PUTFH+OPEN+READ+CLOSE", i => c.get(&format!("amp-nfs4/f{i}"), sz).await.map(|_| ()));
+        measure!("NFSv4.1 READDIR (whole directory, attrs)", _i => c.list("amp-nfs4").await.map(|_| ()));
+        measure!("NFSv4.1 SEQUENCE+PUTFH+REMOVE", i => c.remove(&format!("amp-nfs4/f{i}")).await);
+        let _ = c.rmdir("amp-nfs4").await;
+        // NFSv3 on the same server and export (MOUNT on the NFS port).
+        let s = rt::connect(&t.addr()).await?;
+        let mut v3 = Nfs3Client::connect(s, &t.path).await.map_err(|e| format!("nfs3 mount {}: {e}", t.path))?;
         let root = v3.root.clone();
         let dir = {
-            let mut v4 = t.connect()?;
-            v4.mkdir("amp-nfs3")?;
-            v3.lookup(&root, "amp-nfs3").map_err(|e| e.to_string())?
+            let mut v4 = t.connect().await?;
+            v4.mkdir("amp-nfs3").await?;
+            v3.lookup(&root, "amp-nfs3").await.map_err(|e| e.to_string())?
         };
-        let fhs: Vec<Vec<u8>> = (0..n).map(|i| v3.create(&dir, &format!("f{i}")).map_err(|e| e.to_string())).collect::<BResult<_>>()?;
-        measure("NFSv3 WRITE (4 KiB, FILE_SYNC)", &mut |i| v3.write(&fhs[i], 0, &data).map_err(|e| e.to_string()))?;
-        measure("NFSv3 READ (4 KiB)", &mut |i| v3.read(&fhs[i], 0, sz).map(|_| ()).map_err(|e| e.to_string()))?;
-        measure("NFSv3 GETATTR", &mut |i| v3.getattr(&fhs[i]).map(|_| ()).map_err(|e| e.to_string()))?;
-        measure(&format!("NFSv3 READDIRPLUS (directory of {n})"), &mut |_| v3.readdirplus(&dir).map(|_| ()).map_err(|e| e.to_string()))?;
+        let mut fhs: Vec<Vec<u8>> = Vec::with_capacity(n);
         for i in 0..n {
-            let _ = v3.remove(&dir, &format!("f{i}"));
+            fhs.push(v3.create(&dir, &format!("f{i}")).await.map_err(|e| e.to_string())?);
         }
-        let mut v4 = t.connect()?;
-        let _ = v4.rmdir("amp-nfs3");
+        let e = |e: duet_client::Error| e.to_string();
+        measure!("NFSv3 WRITE (4 KiB, FILE_SYNC)", i => v3.write(&fhs[i], 0, &data).await.map_err(e));
+        measure!("NFSv3 READ (4 KiB)", i => v3.read(&fhs[i], 0, sz).await.map(|_| ()).map_err(e));
+        measure!("NFSv3 GETATTR", i => v3.getattr(&fhs[i]).await.map(|_| ()).map_err(e));
+        measure!(format!("NFSv3 READDIRPLUS (directory of {n})"), _i => v3.readdirplus(&dir).await.map(|_| ()).map_err(e));
+        for i in 0..n {
+            let _ = v3.remove(&dir, &format!("f{i}")).await;
+        }
+        let mut v4 = t.connect().await?;
+        let _ = v4.rmdir("amp-nfs3").await;
     }
     Ok(out)
 }
 
-fn smb_raw(t: &Target) -> BResult<SmbClient> {
-    let st = duet_client::smb::SmbTarget {
-        addr: t.addr(),
-        user: t.user.clone(),
-        password: t.password.clone(),
-        domain: String::new(),
-        share: t.path.trim_matches('/').to_string(),
-        dialects: t.dialects.clone(),
-    };
-    SmbClient::connect(&st).map_err(|e| e.to_string())
+async fn smb_raw(t: &Target) -> BResult<SmbClient<Stream>> {
+    let s = rt::connect(&t.addr()).await?;
+    SmbClient::connect(s, &t.smb_target(&t.addr())).await.map_err(|e| e.to_string())
 }
 
 /// MS-SMB2 2.2.39 SET_INFO (FileEndOfFileInformation, FileBasicInformation)
 /// inside the Windows small-file copy chain, one related compound.
-fn win_copy(c: &mut SmbClient, name: &str, data: &[u8]) -> BResult<()> {
+async fn win_copy(c: &mut SmbClient<Stream>, name: &str, data: &[u8]) -> BResult<()> {
     use duet_client::smb::{self as s, Msg};
     use duet_protocols::smb2::message::Request;
     use duet_protocols::smb2::set_info::SetInfoRequest;
@@ -412,7 +423,7 @@ fn win_copy(c: &mut SmbClient, name: &str, data: &[u8]) -> BResult<()> {
         Msg::new(s::query_standard(FileId::RELATED)),
         Msg::new(s::close(FileId::RELATED)),
     ];
-    let r = c.call(&msgs, true).map_err(|e| e.to_string())?;
+    let r = c.call(&msgs, true).await.map_err(|e| e.to_string())?;
     s::check_all(&r, &["CREATE", "SET_INFO", "WRITE", "SET_INFO", "QUERY_INFO", "CLOSE"]).map_err(|e| e.to_string())
 }
 
@@ -450,8 +461,9 @@ fn amp_markdown(v: &[Value]) -> String {
 /// (10.77.0.1 host side, 10.77.0.2 inside) with `tc netem delay MS` on
 /// the host side: the round trip from inside grows by MS. The servers
 /// listen on loopback, so a forwarder thread per target listens on
-/// 10.77.0.1 and relays to the target; the benchmark's client threads run
-/// inside the namespace (setns on the calling thread).
+/// 10.77.0.1 and relays to the target; the benchmark runs inside the
+/// namespace: setns on the thread that runs the coordinating executor, and
+/// the client executors it starts inherit the namespace.
 pub struct Netns {
     pub ms: u32,
     ports: Vec<(String, u16)>,
@@ -631,12 +643,13 @@ pub struct RmArgs {
     pub paths: Vec<String>,
 }
 
-fn vconnect(url: &str) -> BResult<VecClient> {
+async fn vconnect(url: &str) -> BResult<VecClient<Stream>> {
     let t = Target::parse(url)?;
     if t.proto != Proto::Nfs4 {
         return Err(format!("{url}: cp and rm need an nfs4:// server"));
     }
-    VecClient::connect(&t.addr(), &t.path).map_err(|e| format!("{url}: {e}"))
+    let s = rt::connect(&t.addr()).await?;
+    VecClient::connect(s, &t.path).await.map_err(|e| format!("{url}: {e}"))
 }
 
 fn parent_and_name(p: &str) -> (String, String) {
@@ -651,23 +664,27 @@ fn parent_and_name(p: &str) -> (String, String) {
 /// trip per directory level for the listing and the mkdirs, and COMPOUNDs
 /// of up to 256 operations for the copies.
 pub fn cp_main(a: &CpArgs) -> BResult<String> {
-    let mut v = vconnect(&a.server)?;
+    rt::block_on(cp(a))
+}
+
+async fn cp(a: &CpArgs) -> BResult<String> {
+    let mut v = vconnect(&a.server).await?;
     let root = v.root();
     let (sp, sn) = parent_and_name(&a.src);
     let (dp, dn) = parent_and_name(&a.dst);
-    let sdir = lookup_dir(&mut v, &root, &sp)?;
-    let ddir = v.mkdir_p(&root, &dp).map_err(|e| e.to_string())?;
-    let st = v.getattrs(&sdir, &[sn.clone()]).map_err(|e| format!("{}: {e}", a.src))?;
+    let sdir = lookup_dir(&mut v, &root, &sp).await?;
+    let ddir = v.mkdir_p(&root, &dp).await.map_err(|e| e.to_string())?;
+    let st = v.getattrs(&sdir, &[sn.clone()]).await.map_err(|e| format!("{}: {e}", a.src))?;
     if !st[0].directory {
-        let n = v.copy(&[(sdir, sn, ddir, dn)]).map_err(|e| e.to_string())?;
+        let n = v.copy(&[(sdir, sn, ddir, dn)]).await.map_err(|e| e.to_string())?;
         return Ok(format!("copied 1 file ({n} bytes)\n"));
     }
     if !a.recursive {
         return Err(format!("{}: is a directory (use -r)", a.src));
     }
-    let sfh = v.c.lookup_fh(&sdir, &sn).map_err(|e| e.to_string())?;
-    let entries = v.listdir_recursive(&sfh).map_err(|e| e.to_string())?;
-    let top = v.mkdirs(&ddir, &[dn.clone()]).map_err(|e| e.to_string())?;
+    let sfh = v.c.lookup_fh(&sdir, &sn).await.map_err(|e| e.to_string())?;
+    let entries = v.listdir_recursive(&sfh).await.map_err(|e| e.to_string())?;
+    let top = v.mkdirs(&ddir, &[dn.clone()]).await.map_err(|e| e.to_string())?;
     let mut dfh: std::collections::HashMap<String, Vec<u8>> = Default::default();
     dfh.insert(String::new(), top[0].clone());
     let mut sfh_of: std::collections::HashMap<String, Vec<u8>> = Default::default();
@@ -686,7 +703,7 @@ pub fn cp_main(a: &CpArgs) -> BResult<String> {
         }
         for (p, es) in by_parent {
             let names: Vec<String> = es.iter().map(|e| parent_and_name(&e.path).1).collect();
-            let fhs = v.mkdirs(&dfh[&p], &names).map_err(|e| e.to_string())?;
+            let fhs = v.mkdirs(&dfh[&p], &names).await.map_err(|e| e.to_string())?;
             for (e, fh) in es.iter().zip(fhs) {
                 dfh.insert(e.path.clone(), fh);
                 sfh_of.insert(e.path.clone(), e.fh.clone());
@@ -701,7 +718,7 @@ pub fn cp_main(a: &CpArgs) -> BResult<String> {
             (sfh_of[&p].clone(), n.clone(), dfh[&p].clone(), n)
         })
         .collect();
-    let bytes = v.copy(&jobs).map_err(|e| e.to_string())?;
+    let bytes = v.copy(&jobs).await.map_err(|e| e.to_string())?;
     Ok(format!(
         "copied {} files ({bytes} bytes) and {} directories in {} COMPOUNDs\n",
         jobs.len(),
@@ -711,25 +728,29 @@ pub fn cp_main(a: &CpArgs) -> BResult<String> {
 }
 
 /// The handle of an existing directory (no creation, unlike mkdir_p).
-fn lookup_dir(v: &mut VecClient, root: &[u8], path: &str) -> BResult<Vec<u8>> {
+async fn lookup_dir(v: &mut VecClient<Stream>, root: &[u8], path: &str) -> BResult<Vec<u8>> {
     let mut fh = root.to_vec();
     for c in path.split('/').filter(|c| !c.is_empty()) {
-        fh = v.c.lookup_fh(&fh, c).map_err(|e| format!("{path}: {e}"))?;
+        fh = v.c.lookup_fh(&fh, c).await.map_err(|e| format!("{path}: {e}"))?;
     }
     Ok(fh)
 }
 
 pub fn rm_main(a: &RmArgs) -> BResult<String> {
-    let mut v = vconnect(&a.server)?;
+    rt::block_on(rm(a))
+}
+
+async fn rm(a: &RmArgs) -> BResult<String> {
+    let mut v = vconnect(&a.server).await?;
     let root = v.root();
     let mut n = 0;
     for p in &a.paths {
         let (dp, name) = parent_and_name(p);
-        let dir = lookup_dir(&mut v, &root, &dp)?;
+        let dir = lookup_dir(&mut v, &root, &dp).await?;
         if a.recursive {
-            n += vec4::remove_tree(&mut v, &dir, &name).map_err(|e| format!("{p}: {e}"))?;
+            n += vec4::remove_tree(&mut v, &dir, &name).await.map_err(|e| format!("{p}: {e}"))?;
         } else {
-            v.remove(&dir, &[name]).map_err(|e| format!("{p}: {e}"))?;
+            v.remove(&dir, &[name]).await.map_err(|e| format!("{p}: {e}"))?;
             n += 1;
         }
     }

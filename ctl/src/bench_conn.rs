@@ -1,5 +1,6 @@
-//! Targets of `duetctl bench` (URLs) and one protocol-neutral connection
-//! over duet-client's SMB2/3, NFSv4.1 and NFSv3 clients.
+//! Targets of `duetctl bench` (URLs) and one protocol-neutral async
+//! connection ([`Conn`]) over duet-client's SMB2/3, NFSv4.1 and NFSv3
+//! clients on a glommio TCP stream.
 
 use std::collections::HashMap;
 
@@ -9,6 +10,8 @@ use duet_client::smb::{SmbClient, SmbTarget};
 use duet_protocols::nfs::nfs4::Stateid4;
 use duet_protocols::smb2::negotiate::dialect;
 use duet_protocols::smb2::FileId;
+
+use crate::rt::{self, Stream};
 
 pub type BResult<T> = Result<T, String>;
 
@@ -120,63 +123,112 @@ impl Target {
         }
     }
 
-    pub fn connect(&self) -> BResult<Box<dyn Conn>> {
-        self.connect_via(&self.addr())
+    pub async fn connect(&self) -> BResult<Conn> {
+        self.connect_via(&self.addr()).await
     }
 
     /// Connects to `addr` instead of the URL's address (the latency mode
     /// goes through a forwarder).
-    pub fn connect_via(&self, addr: &str) -> BResult<Box<dyn Conn>> {
+    pub async fn connect_via(&self, addr: &str) -> BResult<Conn> {
+        let s = rt::connect(addr).await.map_err(e(&self.name))?;
         Ok(match self.proto {
             Proto::Smb => {
-                let share = self.path.trim_matches('/').to_string();
-                let t = SmbTarget {
-                    addr: addr.to_string(),
-                    user: self.user.clone(),
-                    password: self.password.clone(),
-                    domain: String::new(),
-                    share,
-                    dialects: self.dialects.clone(),
-                };
-                Box::new(SmbConn { c: SmbClient::connect(&t).map_err(e(&self.name))?, handles: Vec::new() })
+                let c = SmbClient::connect(s, &self.smb_target(addr)).await.map_err(e(&self.name))?;
+                Conn::Smb(SmbConn { c, handles: Vec::new() })
             }
             Proto::Nfs4 => {
-                let c = Nfs4Client::connect(addr, &self.path, 1).map_err(e(&self.name))?;
+                let c = Nfs4Client::connect(s, &self.path, 1).await.map_err(e(&self.name))?;
                 let mut dirs = HashMap::new();
                 dirs.insert(String::new(), c.root.clone());
-                Box::new(Nfs4Conn { c, dirs, handles: Vec::new() })
+                Conn::Nfs4(Nfs4Conn { c, dirs, handles: Vec::new() })
             }
             Proto::Nfs3 => {
-                let c = Nfs3Client::connect(addr, addr, &self.path).map_err(e(&self.name))?;
+                let c = Nfs3Client::connect(s, &self.path).await.map_err(e(&self.name))?;
                 let mut dirs = HashMap::new();
                 dirs.insert(String::new(), c.root.clone());
-                Box::new(Nfs3Conn { c, dirs, handles: Vec::new() })
+                Conn::Nfs3(Nfs3Conn { c, dirs, handles: Vec::new() })
             }
         })
     }
+
+    /// The SMB session parameters, naming the server `addr`.
+    pub fn smb_target(&self, addr: &str) -> SmbTarget {
+        SmbTarget {
+            addr: addr.to_string(),
+            user: self.user.clone(),
+            password: self.password.clone(),
+            domain: String::new(),
+            share: self.path.trim_matches('/').to_string(),
+            dialects: self.dialects.clone(),
+        }
+    }
 }
 
-/// What the load generator needs of a connection. Paths are relative to
-/// the share/export root, `/`-separated.
-pub trait Conn: Send {
+/// One connection of the load generator, of any protocol: what a client
+/// task needs of it. Paths are relative to the share/export root,
+/// `/`-separated. Each method is one request chain (or a stream of
+/// requests) awaited on the connection.
+pub enum Conn {
+    Smb(SmbConn),
+    Nfs4(Nfs4Conn),
+    Nfs3(Nfs3Conn),
+}
+
+macro_rules! each {
+    ($self:ident, $c:ident => $e:expr) => {
+        match $self {
+            Conn::Smb($c) => $e,
+            Conn::Nfs4($c) => $e,
+            Conn::Nfs3($c) => $e,
+        }
+    };
+}
+
+impl Conn {
     /// Creates or truncates a small file and writes `data` (one chain).
-    fn put(&mut self, path: &str, data: &[u8]) -> BResult<()>;
+    pub async fn put(&mut self, path: &str, data: &[u8]) -> BResult<()> {
+        each!(self, c => c.put(path, data).await)
+    }
     /// Size and whether it is a directory.
-    fn stat(&mut self, path: &str) -> BResult<(u64, bool)>;
-    fn get(&mut self, path: &str, max: u32) -> BResult<Vec<u8>>;
-    fn remove(&mut self, path: &str) -> BResult<()>;
-    fn mkdir(&mut self, path: &str) -> BResult<()>;
-    fn rmdir(&mut self, path: &str) -> BResult<()>;
+    pub async fn stat(&mut self, path: &str) -> BResult<(u64, bool)> {
+        each!(self, c => c.stat(path).await)
+    }
+    pub async fn get(&mut self, path: &str, max: u32) -> BResult<Vec<u8>> {
+        each!(self, c => c.get(path, max).await)
+    }
+    pub async fn remove(&mut self, path: &str) -> BResult<()> {
+        each!(self, c => c.remove(path).await)
+    }
+    pub async fn mkdir(&mut self, path: &str) -> BResult<()> {
+        each!(self, c => c.mkdir(path).await)
+    }
+    pub async fn rmdir(&mut self, path: &str) -> BResult<()> {
+        each!(self, c => c.rmdir(path).await)
+    }
     /// `ls -l`: every entry with its attributes; returns the count.
-    fn list(&mut self, path: &str) -> BResult<usize>;
+    pub async fn list(&mut self, path: &str) -> BResult<usize> {
+        each!(self, c => c.list(path).await)
+    }
     /// Opens (creating when asked) a file for I/O; returns a handle.
-    fn open(&mut self, path: &str, create: bool) -> BResult<usize>;
-    fn close(&mut self, h: usize) -> BResult<()>;
-    fn pwrite(&mut self, h: usize, off: u64, data: &[u8]) -> BResult<()>;
-    fn pread(&mut self, h: usize, off: u64, len: u32) -> BResult<Vec<u8>>;
+    pub async fn open(&mut self, path: &str, create: bool) -> BResult<usize> {
+        each!(self, c => c.open(path, create).await)
+    }
+    pub async fn close(&mut self, h: usize) -> BResult<()> {
+        each!(self, c => c.close(h).await)
+    }
+    pub async fn pwrite(&mut self, h: usize, off: u64, data: &[u8]) -> BResult<()> {
+        each!(self, c => c.pwrite(h, off, data).await)
+    }
+    pub async fn pread(&mut self, h: usize, off: u64, len: u32) -> BResult<Vec<u8>> {
+        each!(self, c => c.pread(h, off, len).await)
+    }
     /// Streams `total` bytes with several I/Os in flight.
-    fn write_stream(&mut self, h: usize, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> BResult<()>;
-    fn read_stream(&mut self, h: usize, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> BResult<()>) -> BResult<()>;
+    pub async fn write_stream(&mut self, h: usize, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> BResult<()> {
+        each!(self, c => c.write_stream(h, total, io, fill).await)
+    }
+    pub async fn read_stream(&mut self, h: usize, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> BResult<()>) -> BResult<()> {
+        each!(self, c => c.read_stream(h, total, io, check).await)
+    }
 }
 
 fn smb_path(p: &str) -> String {
@@ -191,59 +243,62 @@ fn split(p: &str) -> (&str, &str) {
     }
 }
 
-struct SmbConn {
-    c: SmbClient,
+pub struct SmbConn {
+    c: SmbClient<Stream>,
     handles: Vec<FileId>,
 }
 
-impl Conn for SmbConn {
-    fn put(&mut self, path: &str, data: &[u8]) -> BResult<()> {
-        self.c.put_small(&smb_path(path), data).map_err(e(path))
+impl SmbConn {
+    async fn put(&mut self, path: &str, data: &[u8]) -> BResult<()> {
+        self.c.put_small(&smb_path(path), data).await.map_err(e(path))
     }
-    fn stat(&mut self, path: &str) -> BResult<(u64, bool)> {
-        let s = self.c.stat(&smb_path(path)).map_err(e(path))?;
+    async fn stat(&mut self, path: &str) -> BResult<(u64, bool)> {
+        let s = self.c.stat(&smb_path(path)).await.map_err(e(path))?;
         Ok((s.size, s.directory))
     }
-    fn get(&mut self, path: &str, max: u32) -> BResult<Vec<u8>> {
-        self.c.get_small(&smb_path(path), max).map_err(e(path))
+    async fn get(&mut self, path: &str, max: u32) -> BResult<Vec<u8>> {
+        self.c.get_small(&smb_path(path), max).await.map_err(e(path))
     }
-    fn remove(&mut self, path: &str) -> BResult<()> {
-        self.c.remove(&smb_path(path)).map_err(e(path))
+    async fn remove(&mut self, path: &str) -> BResult<()> {
+        self.c.remove(&smb_path(path)).await.map_err(e(path))
     }
-    fn mkdir(&mut self, path: &str) -> BResult<()> {
-        self.c.mkdir(&smb_path(path), false).map_err(e(path))
+    async fn mkdir(&mut self, path: &str) -> BResult<()> {
+        self.c.mkdir(&smb_path(path), false).await.map_err(e(path))
     }
-    fn rmdir(&mut self, path: &str) -> BResult<()> {
-        self.c.rmdir(&smb_path(path)).map_err(e(path))
+    async fn rmdir(&mut self, path: &str) -> BResult<()> {
+        self.c.rmdir(&smb_path(path)).await.map_err(e(path))
     }
-    fn list(&mut self, path: &str) -> BResult<usize> {
-        Ok(self.c.list(&smb_path(path)).map_err(e(path))?.len())
+    async fn list(&mut self, path: &str) -> BResult<usize> {
+        Ok(self.c.list(&smb_path(path)).await.map_err(e(path))?.len())
     }
-    fn open(&mut self, path: &str, create: bool) -> BResult<usize> {
-        let f = self.c.open(&smb_path(path), create).map_err(e(path))?;
+    async fn open(&mut self, path: &str, create: bool) -> BResult<usize> {
+        let f = self.c.open(&smb_path(path), create).await.map_err(e(path))?;
         self.handles.push(f);
         Ok(self.handles.len() - 1)
     }
-    fn close(&mut self, h: usize) -> BResult<()> {
-        self.c.close(self.handles[h]).map_err(e("close"))
+    async fn close(&mut self, h: usize) -> BResult<()> {
+        self.c.close(self.handles[h]).await.map_err(e("close"))
     }
-    fn pwrite(&mut self, h: usize, off: u64, data: &[u8]) -> BResult<()> {
-        self.c.write_at(self.handles[h], off, data).map_err(e("write"))
+    async fn pwrite(&mut self, h: usize, off: u64, data: &[u8]) -> BResult<()> {
+        self.c.write_at(self.handles[h], off, data).await.map_err(e("write"))
     }
-    fn pread(&mut self, h: usize, off: u64, len: u32) -> BResult<Vec<u8>> {
-        self.c.read_at(self.handles[h], off, len).map_err(e("read"))
+    async fn pread(&mut self, h: usize, off: u64, len: u32) -> BResult<Vec<u8>> {
+        self.c.read_at(self.handles[h], off, len).await.map_err(e("read"))
     }
-    fn write_stream(&mut self, h: usize, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> BResult<()> {
-        self.c.write_stream(self.handles[h], total, io, 8, fill).map_err(e("write"))
+    async fn write_stream(&mut self, h: usize, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> BResult<()> {
+        self.c.write_stream(self.handles[h], total, io, 8, fill).await.map_err(e("write"))
     }
-    fn read_stream(&mut self, h: usize, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> BResult<()>) -> BResult<()> {
+    async fn read_stream(&mut self, h: usize, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> BResult<()>) -> BResult<()> {
         let mut err = None;
-        let r = self.c.read_stream(self.handles[h], total, io, 8, &mut |o, d| {
-            check(o, d).map_err(|m| {
-                err = Some(m.clone());
-                duet_client::Error::Protocol(m)
+        let r = self
+            .c
+            .read_stream(self.handles[h], total, io, 8, &mut |o, d| {
+                check(o, d).map_err(|m| {
+                    err = Some(m.clone());
+                    duet_client::Error::Protocol(m)
+                })
             })
-        });
+            .await;
         match (r, err) {
             (_, Some(m)) => Err(m),
             (Err(x), None) => Err(format!("read: {x}")),
@@ -252,99 +307,116 @@ impl Conn for SmbConn {
     }
 }
 
-struct Nfs4Conn {
-    c: Nfs4Client,
+pub struct Nfs4Conn {
+    c: Nfs4Client<Stream>,
     dirs: HashMap<String, Vec<u8>>,
     handles: Vec<(Vec<u8>, Stateid4)>,
 }
 
 impl Nfs4Conn {
-    fn dir(&mut self, d: &str) -> BResult<Vec<u8>> {
+    /// The handle of directory `d`, looked up component by component
+    /// (cached).
+    async fn dir(&mut self, d: &str) -> BResult<Vec<u8>> {
         if let Some(f) = self.dirs.get(d) {
             return Ok(f.clone());
         }
-        let (parent, name) = split(d);
-        let pfh = self.dir(parent)?;
-        let fh = self.c.lookup_fh(&pfh, name).map_err(e(d))?;
-        self.dirs.insert(d.to_string(), fh.clone());
+        let mut fh = self.dirs[""].clone();
+        let mut at = String::new();
+        for comp in d.split('/').filter(|c| !c.is_empty()) {
+            if !at.is_empty() {
+                at.push('/');
+            }
+            at.push_str(comp);
+            if let Some(f) = self.dirs.get(&at) {
+                fh = f.clone();
+                continue;
+            }
+            fh = self.c.lookup_fh(&fh, comp).await.map_err(e(d))?;
+            self.dirs.insert(at.clone(), fh.clone());
+        }
         Ok(fh)
     }
-}
 
-impl Conn for Nfs4Conn {
-    fn put(&mut self, path: &str, data: &[u8]) -> BResult<()> {
+    async fn put(&mut self, path: &str, data: &[u8]) -> BResult<()> {
         let (d, n) = split(path);
-        let fh = self.dir(d)?;
-        self.c.put_small(&fh, n, data).map_err(e(path))
+        let fh = self.dir(d).await?;
+        self.c.put_small(&fh, n, data).await.map_err(e(path))
     }
-    fn stat(&mut self, path: &str) -> BResult<(u64, bool)> {
+    async fn stat(&mut self, path: &str) -> BResult<(u64, bool)> {
         let (d, n) = split(path);
-        let fh = self.dir(d)?;
-        let Stat4 { size, directory, .. } = self.c.stat(&fh, n).map_err(e(path))?;
+        let fh = self.dir(d).await?;
+        let Stat4 { size, directory, .. } = self.c.stat(&fh, n).await.map_err(e(path))?;
         Ok((size, directory))
     }
-    fn get(&mut self, path: &str, max: u32) -> BResult<Vec<u8>> {
+    async fn get(&mut self, path: &str, max: u32) -> BResult<Vec<u8>> {
         let (d, n) = split(path);
-        let fh = self.dir(d)?;
-        self.c.get_small(&fh, n, max).map_err(e(path))
+        let fh = self.dir(d).await?;
+        self.c.get_small(&fh, n, max).await.map_err(e(path))
     }
-    fn remove(&mut self, path: &str) -> BResult<()> {
+    async fn remove(&mut self, path: &str) -> BResult<()> {
         let (d, n) = split(path);
-        let fh = self.dir(d)?;
-        self.c.remove(&fh, n).map_err(e(path))
+        let fh = self.dir(d).await?;
+        self.c.remove(&fh, n).await.map_err(e(path))
     }
-    fn mkdir(&mut self, path: &str) -> BResult<()> {
+    async fn mkdir(&mut self, path: &str) -> BResult<()> {
         let (d, n) = split(path);
-        let fh = self.dir(d)?;
-        let nfh = self.c.mkdir(&fh, n).map_err(e(path))?;
+        let fh = self.dir(d).await?;
+        let nfh = self.c.mkdir(&fh, n).await.map_err(e(path))?;
         self.dirs.insert(path.trim_matches('/').to_string(), nfh);
         Ok(())
     }
-    fn rmdir(&mut self, path: &str) -> BResult<()> {
+    async fn rmdir(&mut self, path: &str) -> BResult<()> {
         self.dirs.remove(path.trim_matches('/'));
-        self.remove(path)
+        self.remove(path).await
     }
-    fn list(&mut self, path: &str) -> BResult<usize> {
-        let fh = self.dir(path.trim_matches('/'))?;
-        Ok(self.c.list(&fh).map_err(e(path))?.len())
+    async fn list(&mut self, path: &str) -> BResult<usize> {
+        let fh = self.dir(path.trim_matches('/')).await?;
+        Ok(self.c.list(&fh).await.map_err(e(path))?.len())
     }
-    fn open(&mut self, path: &str, create: bool) -> BResult<usize> {
+    async fn open(&mut self, path: &str, create: bool) -> BResult<usize> {
         let (d, n) = split(path);
-        let fh = self.dir(d)?;
-        let h = self.c.open_file(&fh, n, create).map_err(e(path))?;
+        let fh = self.dir(d).await?;
+        let h = self.c.open_file(&fh, n, create).await.map_err(e(path))?;
         self.handles.push(h);
         Ok(self.handles.len() - 1)
     }
-    fn close(&mut self, h: usize) -> BResult<()> {
+    async fn close(&mut self, h: usize) -> BResult<()> {
         let (fh, st) = self.handles[h].clone();
-        self.c.close_file(&fh, st).map_err(e("close"))
+        self.c.close_file(&fh, st).await.map_err(e("close"))
     }
-    fn pwrite(&mut self, h: usize, off: u64, data: &[u8]) -> BResult<()> {
+    async fn pwrite(&mut self, h: usize, off: u64, data: &[u8]) -> BResult<()> {
         use duet_client::nfs4 as n4;
         let (fh, st) = self.handles[h].clone();
-        let r = self.c.call(vec![n4::putfh(&fh), n4::write(st, off, data, duet_protocols::nfs::nfs4::StableHow4::FileSync)]).map_err(e("write"))?;
+        let r = self
+            .c
+            .call(vec![n4::putfh(&fh), n4::write(st, off, data, duet_protocols::nfs::nfs4::StableHow4::FileSync)])
+            .await
+            .map_err(e("write"))?;
         r.ok().map(|_| ()).map_err(e("write"))
     }
-    fn pread(&mut self, h: usize, off: u64, len: u32) -> BResult<Vec<u8>> {
+    async fn pread(&mut self, h: usize, off: u64, len: u32) -> BResult<Vec<u8>> {
         use duet_client::nfs4 as n4;
         let (fh, st) = self.handles[h].clone();
-        let r = self.c.call(vec![n4::putfh(&fh), n4::read(st, off, len)]).map_err(e("read"))?;
+        let r = self.c.call(vec![n4::putfh(&fh), n4::read(st, off, len)]).await.map_err(e("read"))?;
         let v = r.ok().map_err(e("read"))?;
         Ok(n4::read_data(&v).map_err(e("read"))?.0)
     }
-    fn write_stream(&mut self, h: usize, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> BResult<()> {
+    async fn write_stream(&mut self, h: usize, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> BResult<()> {
         let (fh, st) = self.handles[h].clone();
-        self.c.write_stream(&fh, st, total, io, fill).map_err(e("write"))
+        self.c.write_stream(&fh, st, total, io, fill).await.map_err(e("write"))
     }
-    fn read_stream(&mut self, h: usize, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> BResult<()>) -> BResult<()> {
+    async fn read_stream(&mut self, h: usize, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> BResult<()>) -> BResult<()> {
         let (fh, st) = self.handles[h].clone();
         let mut err = None;
-        let r = self.c.read_stream(&fh, st, total, io, &mut |o, d| {
-            check(o, d).map_err(|m| {
-                err = Some(m.clone());
-                duet_client::Error::Protocol(m)
+        let r = self
+            .c
+            .read_stream(&fh, st, total, io, &mut |o, d| {
+                check(o, d).map_err(|m| {
+                    err = Some(m.clone());
+                    duet_client::Error::Protocol(m)
+                })
             })
-        });
+            .await;
         match (r, err) {
             (_, Some(m)) => Err(m),
             (Err(x), None) => Err(format!("read: {x}")),
@@ -353,98 +425,107 @@ impl Conn for Nfs4Conn {
     }
 }
 
-struct Nfs3Conn {
-    c: Nfs3Client,
+pub struct Nfs3Conn {
+    c: Nfs3Client<Stream>,
     dirs: HashMap<String, Vec<u8>>,
     handles: Vec<Vec<u8>>,
 }
 
 impl Nfs3Conn {
-    fn dir(&mut self, d: &str) -> BResult<Vec<u8>> {
+    /// The handle of directory `d` (cached), as [`Nfs4Conn::dir`].
+    async fn dir(&mut self, d: &str) -> BResult<Vec<u8>> {
         if let Some(f) = self.dirs.get(d) {
             return Ok(f.clone());
         }
-        let (parent, name) = split(d);
-        let pfh = self.dir(parent)?;
-        let fh = self.c.lookup(&pfh, name).map_err(e(d))?;
-        self.dirs.insert(d.to_string(), fh.clone());
+        let mut fh = self.dirs[""].clone();
+        let mut at = String::new();
+        for comp in d.split('/').filter(|c| !c.is_empty()) {
+            if !at.is_empty() {
+                at.push('/');
+            }
+            at.push_str(comp);
+            if let Some(f) = self.dirs.get(&at) {
+                fh = f.clone();
+                continue;
+            }
+            fh = self.c.lookup(&fh, comp).await.map_err(e(d))?;
+            self.dirs.insert(at.clone(), fh.clone());
+        }
         Ok(fh)
     }
-    fn file(&mut self, path: &str) -> BResult<Vec<u8>> {
+    async fn file(&mut self, path: &str) -> BResult<Vec<u8>> {
         let (d, n) = split(path);
-        let fh = self.dir(d)?;
-        self.c.lookup(&fh, n).map_err(e(path))
+        let fh = self.dir(d).await?;
+        self.c.lookup(&fh, n).await.map_err(e(path))
     }
-}
 
-impl Conn for Nfs3Conn {
-    fn put(&mut self, path: &str, data: &[u8]) -> BResult<()> {
+    async fn put(&mut self, path: &str, data: &[u8]) -> BResult<()> {
         let (d, n) = split(path);
-        let dfh = self.dir(d)?;
-        let fh = self.c.create(&dfh, n).map_err(e(path))?;
-        self.c.write(&fh, 0, data).map_err(e(path))
+        let dfh = self.dir(d).await?;
+        let fh = self.c.create(&dfh, n).await.map_err(e(path))?;
+        self.c.write(&fh, 0, data).await.map_err(e(path))
     }
-    fn stat(&mut self, path: &str) -> BResult<(u64, bool)> {
-        let fh = self.file(path)?;
-        Ok((self.c.getattr(&fh).map_err(e(path))?, false))
+    async fn stat(&mut self, path: &str) -> BResult<(u64, bool)> {
+        let fh = self.file(path).await?;
+        Ok((self.c.getattr(&fh).await.map_err(e(path))?, false))
     }
-    fn get(&mut self, path: &str, max: u32) -> BResult<Vec<u8>> {
-        let fh = self.file(path)?;
-        self.c.read(&fh, 0, max).map_err(e(path))
+    async fn get(&mut self, path: &str, max: u32) -> BResult<Vec<u8>> {
+        let fh = self.file(path).await?;
+        self.c.read(&fh, 0, max).await.map_err(e(path))
     }
-    fn remove(&mut self, path: &str) -> BResult<()> {
+    async fn remove(&mut self, path: &str) -> BResult<()> {
         let (d, n) = split(path);
-        let fh = self.dir(d)?;
-        self.c.remove(&fh, n).map_err(e(path))
+        let fh = self.dir(d).await?;
+        self.c.remove(&fh, n).await.map_err(e(path))
     }
-    fn mkdir(&mut self, path: &str) -> BResult<()> {
+    async fn mkdir(&mut self, path: &str) -> BResult<()> {
         Err(format!("{path}: mkdir is not implemented for nfs3 targets"))
     }
-    fn rmdir(&mut self, path: &str) -> BResult<()> {
+    async fn rmdir(&mut self, path: &str) -> BResult<()> {
         Err(format!("{path}: rmdir is not implemented for nfs3 targets"))
     }
-    fn list(&mut self, path: &str) -> BResult<usize> {
-        let fh = self.dir(path.trim_matches('/'))?;
-        self.c.readdirplus(&fh).map_err(e(path))
+    async fn list(&mut self, path: &str) -> BResult<usize> {
+        let fh = self.dir(path.trim_matches('/')).await?;
+        self.c.readdirplus(&fh).await.map_err(e(path))
     }
-    fn open(&mut self, path: &str, create: bool) -> BResult<usize> {
+    async fn open(&mut self, path: &str, create: bool) -> BResult<usize> {
         let fh = if create {
             let (d, n) = split(path);
-            let dfh = self.dir(d)?;
-            self.c.create(&dfh, n).map_err(e(path))?
+            let dfh = self.dir(d).await?;
+            self.c.create(&dfh, n).await.map_err(e(path))?
         } else {
-            self.file(path)?
+            self.file(path).await?
         };
         self.handles.push(fh);
         Ok(self.handles.len() - 1)
     }
-    fn close(&mut self, _h: usize) -> BResult<()> {
+    async fn close(&mut self, _h: usize) -> BResult<()> {
         Ok(())
     }
-    fn pwrite(&mut self, h: usize, off: u64, data: &[u8]) -> BResult<()> {
+    async fn pwrite(&mut self, h: usize, off: u64, data: &[u8]) -> BResult<()> {
         let fh = self.handles[h].clone();
-        self.c.write(&fh, off, data).map_err(e("write"))
+        self.c.write(&fh, off, data).await.map_err(e("write"))
     }
-    fn pread(&mut self, h: usize, off: u64, len: u32) -> BResult<Vec<u8>> {
+    async fn pread(&mut self, h: usize, off: u64, len: u32) -> BResult<Vec<u8>> {
         let fh = self.handles[h].clone();
-        self.c.read(&fh, off, len).map_err(e("read"))
+        self.c.read(&fh, off, len).await.map_err(e("read"))
     }
-    fn write_stream(&mut self, h: usize, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> BResult<()> {
+    async fn write_stream(&mut self, h: usize, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> BResult<()> {
         let mut off = 0;
         let mut buf = vec![0u8; io];
         while off < total {
             let n = (total - off).min(io as u64) as usize;
             fill(off, &mut buf[..n]);
-            self.pwrite(h, off, &buf[..n])?;
+            self.pwrite(h, off, &buf[..n]).await?;
             off += n as u64;
         }
         Ok(())
     }
-    fn read_stream(&mut self, h: usize, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> BResult<()>) -> BResult<()> {
+    async fn read_stream(&mut self, h: usize, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> BResult<()>) -> BResult<()> {
         let mut off = 0;
         while off < total {
             let n = (total - off).min(io as u64) as u32;
-            let d = self.pread(h, off, n)?;
+            let d = self.pread(h, off, n).await?;
             check(off, &d)?;
             off += u64::from(n);
         }

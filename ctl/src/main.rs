@@ -7,6 +7,7 @@
 mod bench;
 mod bench_cmd;
 mod bench_conn;
+mod rt;
 mod client;
 mod error;
 mod output;

@@ -131,6 +131,8 @@ pub struct SmbClient<S> {
     session_id: u64,
     tree_id: u32,
     signing: Option<SigningKey>,
+    /// The server chose AES-GMAC signing (3.1.1 SIGNING_CAPABILITIES).
+    gmac: bool,
     pub dialect: u16,
     pub max_read: u32,
     pub max_write: u32,
@@ -149,6 +151,7 @@ impl<S: Io> SmbClient<S> {
             session_id: 0,
             tree_id: 0,
             signing: None,
+            gmac: false,
             dialect: 0,
             max_read: 65536,
             max_write: 65536,
@@ -291,7 +294,8 @@ impl<S: Io> SmbClient<S> {
                 vec![
                     NegotiateContext::PreauthIntegrity { hash_algorithms: vec![algorithm::SHA_512], salt: &salt },
                     NegotiateContext::Encryption { ciphers: vec![algorithm::AES_128_GCM] },
-                    NegotiateContext::Signing { algorithms: vec![algorithm::AES_CMAC] },
+                    // What current Windows offers: GMAC first (MS-SMB2 2.2.3.1.7).
+                    NegotiateContext::Signing { algorithms: vec![algorithm::AES_GMAC, algorithm::AES_CMAC] },
                 ]
             } else {
                 vec![]
@@ -303,6 +307,9 @@ impl<S: Io> SmbClient<S> {
         r.ok("NEGOTIATE")?;
         let Response::Negotiate(n) = r.decode()? else { return proto("NEGOTIATE reply") };
         self.dialect = n.dialect_revision;
+        self.gmac = n.negotiate_contexts.iter().any(|c| {
+            matches!(c, NegotiateContext::Signing { algorithms } if algorithms.first() == Some(&algorithm::AES_GMAC))
+        });
         self.max_read = n.max_read_size.min(1 << 20);
         self.max_write = n.max_write_size.min(1 << 20);
         let sign_required = n.security_mode & SIGNING_REQUIRED != 0;
@@ -379,7 +386,7 @@ impl<S: Io> SmbClient<S> {
         // refuses an unsigned TREE_CONNECT on 3.1.1 (MS-SMB2 3.3.5.2.4).
         if sign_required || self.dialect >= dialect::SMB3_0 {
             let keys = derive_keys(self.dialect, &key, None, &preauth, true);
-            self.signing = Some(keys.signing);
+            self.signing = Some(if self.gmac { keys.signing.into_gmac() } else { keys.signing });
         }
         Ok(())
     }

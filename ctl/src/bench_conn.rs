@@ -231,6 +231,9 @@ impl Conn {
     }
 }
 
+/// SMB READs or WRITEs kept in flight by the sequential workloads.
+const SMB_STREAM_DEPTH: usize = 32;
+
 fn smb_path(p: &str) -> String {
     p.trim_matches('/').replace('/', "\\")
 }
@@ -286,13 +289,15 @@ impl SmbConn {
         self.c.read_at(self.handles[h], off, len).await.map_err(e("read"))
     }
     async fn write_stream(&mut self, h: usize, total: u64, io: usize, fill: &mut dyn FnMut(u64, &mut [u8])) -> BResult<()> {
-        self.c.write_stream(self.handles[h], total, io, 8, fill).await.map_err(e("write"))
+        // 32 requests in flight (within the credits granted), about what a
+        // cifs mount keeps busy; the same for every SMB server.
+        self.c.write_stream(self.handles[h], total, io, SMB_STREAM_DEPTH, fill).await.map_err(e("write"))
     }
     async fn read_stream(&mut self, h: usize, total: u64, io: usize, check: &mut dyn FnMut(u64, &[u8]) -> BResult<()>) -> BResult<()> {
         let mut err = None;
         let r = self
             .c
-            .read_stream(self.handles[h], total, io, 8, &mut |o, d| {
+            .read_stream(self.handles[h], total, io, SMB_STREAM_DEPTH, &mut |o, d| {
                 check(o, d).map_err(|m| {
                     err = Some(m.clone());
                     duet_client::Error::Protocol(m)

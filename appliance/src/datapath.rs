@@ -111,6 +111,21 @@ pub fn is_enospc(e: &dyn std::fmt::Display) -> bool {
     is_enospc_text(&e.to_string())
 }
 
+/// Whether writing `need` more bytes under `data_dir` would eat into
+/// `reserve`: the smaller free space of the data directory and its
+/// metadata directory counts. Callable from any thread.
+pub fn space_low_at(data_dir: &Path, reserve: u64, need: u64) -> bool {
+    if reserve == 0 {
+        return false;
+    }
+    let meta = duet_cluster_store::metadata_dir(data_dir);
+    let free = [data_dir, meta.as_path()].iter().filter_map(|p| free_bytes(p)).min();
+    match free {
+        Some(f) => f < reserve.saturating_add(need),
+        None => false,
+    }
+}
+
 /// How much a batch may add to the volumes, or None when it only reads,
 /// removes, renames or changes attributes (those must work on a full
 /// volume, so that space can be freed).
@@ -193,7 +208,7 @@ pub struct DataPath {
     /// Bytes kept free on the data and metadata volumes
     /// (`[limits] disk_reserve_mib`): below it, batches that grow the file
     /// system get FsError::NoSpace before anything is written.
-    space_reserve: Cell<u64>,
+    space_reserve: Arc<AtomicU64>,
     /// Injected failures left per [`FaultPoint`] (index = position in ALL).
     faults: [Cell<u32>; 5],
     pub counters: Arc<DataCounters>,
@@ -263,7 +278,7 @@ impl DataPath {
             live: RefCell::new(BTreeSet::new()),
             reserve: glommio::sync::Semaphore::new(1),
             destaged_upto: Cell::new(0),
-            space_reserve: Cell::new(0),
+            space_reserve: Arc::new(AtomicU64::new(0)),
             faults: Default::default(),
             counters: Arc::new(DataCounters::default()),
         });
@@ -428,23 +443,23 @@ impl DataPath {
 
     /// Sets the free space kept on the data and metadata volumes.
     pub fn set_space_reserve(&self, bytes: u64) {
-        self.space_reserve.set(bytes);
+        self.space_reserve.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The reserve as the other executors see it (the engine's direct path).
+    pub fn space_reserve_handle(&self) -> Arc<AtomicU64> {
+        self.space_reserve.clone()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Whether writing `need` more bytes would eat into the reserve: the
     /// smaller free space (statvfs f_bavail) of the data directory and the
     /// metadata directory counts.
     pub fn space_low(&self, need: u64) -> bool {
-        let reserve = self.space_reserve.get();
-        if reserve == 0 {
-            return false;
-        }
-        let meta = duet_cluster_store::metadata_dir(&self.dir);
-        let free = [self.dir.as_path(), meta.as_path()].iter().filter_map(|p| free_bytes(p)).min();
-        match free {
-            Some(f) => f < reserve.saturating_add(need),
-            None => false,
-        }
+        space_low_at(&self.dir, self.space_reserve.load(Ordering::Relaxed), need)
     }
 
     /// These log records will never be applied (their batch failed).

@@ -4,13 +4,20 @@
 //! operation per protocol request.
 //!
 //! It runs on the data executor, which owns the [`DataPath`]; other
-//! executors reach it through an [`EngineHandle`].
+//! executors reach it through an [`EngineHandle`]. A batch with no large
+//! write data and no copy needs nothing of the data path before its
+//! commit: the handle commits it straight from the calling executor (two
+//! thread hops fewer) and sends only its chunk reads, if any, to the data
+//! executor.
 
 use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use duet_cluster::machine::ReadPlan;
 use duet_cluster::records::DataOp;
 use duet_cluster_store::{StoreError, StoreHandle};
 use duet_fs::{Batch, BatchCost, BatchResult, ObjRef, Op, OpOutput, WriteData, INLINE_MAX};
@@ -66,11 +73,24 @@ impl Stats {
     }
 }
 
-/// A batch on its way to the engine.
-pub struct EngineRequest {
-    batch: Batch,
-    tag: RequestTag,
-    reply: flume::Sender<Result<BatchResult, EngineError>>,
+/// Chunk reads done for a batch committed on the direct path: per read
+/// plan, its operation, the bytes and the chunk reads they took.
+type Filled = Vec<(usize, Vec<u8>, u64)>;
+
+/// Work on its way to the data executor.
+pub enum EngineRequest {
+    /// A whole batch.
+    Batch { batch: Batch, tag: RequestTag, reply: flume::Sender<Result<BatchResult, EngineError>> },
+    /// The chunk reads of a batch committed on the direct path.
+    Reads { plans: Vec<ReadPlan>, reply: flume::Sender<Result<Filled, EngineError>> },
+}
+
+/// What the direct path needs of the data path, shareable across threads.
+#[derive(Clone)]
+struct Direct {
+    data_dir: PathBuf,
+    reserve: Arc<AtomicU64>,
+    wake_destager: flume::Sender<()>,
 }
 
 /// Submits batches to the engine from any thread or executor.
@@ -80,19 +100,76 @@ pub struct EngineHandle {
     pub store: StoreHandle,
     pub stats: Arc<Stats>,
     pub data_counters: Arc<DataCounters>,
+    direct: Direct,
+}
+
+/// Whether a batch needs the data path before its commit: large write
+/// data goes to the write log first, and copies read their source.
+fn needs_data_path(batch: &Batch) -> bool {
+    batch.ops.iter().any(|op| match op {
+        Op::Copy { .. } => true,
+        Op::Write { data: WriteData::Bytes(b), .. } => b.len() as u64 > INLINE_MAX,
+        Op::Write { data: WriteData::Logged { .. }, .. } => true,
+        _ => false,
+    })
 }
 
 impl EngineHandle {
     pub async fn submit(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+        if !needs_data_path(&batch) {
+            return self.run_direct(batch, tag).await;
+        }
         let (reply, rx) = flume::bounded(1);
-        self.tx.send_async(EngineRequest { batch, tag, reply }).await.map_err(|_| EngineError::Closed)?;
+        self.tx.send_async(EngineRequest::Batch { batch, tag, reply }).await.map_err(|_| EngineError::Closed)?;
         rx.recv_async().await.map_err(|_| EngineError::Closed)?
     }
 
     pub fn submit_blocking(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
         let (reply, rx) = flume::bounded(1);
-        self.tx.send(EngineRequest { batch, tag, reply }).map_err(|_| EngineError::Closed)?;
+        self.tx.send(EngineRequest::Batch { batch, tag, reply }).map_err(|_| EngineError::Closed)?;
         rx.recv().map_err(|_| EngineError::Closed)?
+    }
+
+    /// [`Engine::run`] for a batch that needs no data path before its
+    /// commit, from the calling executor: the same space check, commit,
+    /// chunk reads (on the data executor), destager wake-up and counting.
+    async fn run_direct(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+        let n_ops = batch.ops.len();
+        if let Some(need) = crate::datapath::growth(&batch) {
+            let d = &self.direct;
+            if crate::datapath::space_low_at(&d.data_dir, d.reserve.load(Ordering::Relaxed), need) {
+                return Ok(crate::datapath::no_space(n_ops));
+            }
+        }
+        let outcome = match self.store.batch(batch).await {
+            Ok(o) => o,
+            Err(e) => {
+                if crate::datapath::is_enospc(&e) {
+                    tracing::warn!("metadata store: {e}");
+                    return Ok(crate::datapath::no_space(n_ops));
+                }
+                return Err(e.into());
+            }
+        };
+        let mut applied = outcome.applied;
+        let mut cost = BatchCost::default();
+        cost.add(&outcome.cost);
+        if !applied.reads.is_empty() {
+            let plans = std::mem::take(&mut applied.reads);
+            let (reply, rx) = flume::bounded(1);
+            self.tx.send_async(EngineRequest::Reads { plans, reply }).await.map_err(|_| EngineError::Closed)?;
+            for (op, bytes, reads) in rx.recv_async().await.map_err(|_| EngineError::Closed)?? {
+                cost.chunk_reads += reads;
+                if let Some(Ok(OpOutput::Read { data, .. })) = applied.results.get_mut(op) {
+                    *data = bytes;
+                }
+            }
+        }
+        if !applied.queued.is_empty() {
+            let _ = self.direct.wake_destager.try_send(());
+        }
+        self.stats.record(&tag, &cost);
+        Ok(BatchResult { results: applied.results, cost })
     }
 }
 
@@ -115,9 +192,11 @@ pub async fn start(
     let data = DataPath::open(data_dir, segment_max, &store).await?;
     let (wake_tx, wake_rx) = flume::bounded(1);
     let stats = Arc::new(Stats::default());
+    let direct =
+        Direct { data_dir: data.dir().to_path_buf(), reserve: data.space_reserve_handle(), wake_destager: wake_tx.clone() };
     let engine = Rc::new(Engine { data: data.clone(), store: store.clone(), stats: stats.clone(), wake_destager: wake_tx });
     let (tx, rx) = flume::bounded(4096);
-    let handle = EngineHandle { tx, store: store.clone(), stats, data_counters: data.counters.clone() };
+    let handle = EngineHandle { tx, store: store.clone(), stats, data_counters: data.counters.clone(), direct };
     // The destager: runs when woken by a commit that queued data, and on a timer.
     glommio::spawn_local(async move {
         loop {
@@ -163,8 +242,26 @@ pub async fn serve(engine: Rc<Engine>, rx: flume::Receiver<EngineRequest>, stop:
         let n = inflight.clone();
         n.set(n.get() + 1);
         glommio::spawn_local(async move {
-            let r = e.run(req.batch, &req.tag).await;
-            let _ = req.reply.send(r);
+            match req {
+                EngineRequest::Batch { batch, tag, reply } => {
+                    let r = e.run(batch, &tag).await;
+                    let _ = reply.send(r);
+                }
+                EngineRequest::Reads { plans, reply } => {
+                    let mut filled = Vec::with_capacity(plans.len());
+                    let mut result = Ok(());
+                    for plan in &plans {
+                        match e.data.read(plan).await {
+                            Ok((bytes, reads)) => filled.push((plan.op, bytes, reads)),
+                            Err(err) => {
+                                result = Err(EngineError::Io(err));
+                                break;
+                            }
+                        }
+                    }
+                    let _ = reply.send(result.map(|()| filled));
+                }
+            }
             n.set(n.get() - 1);
         })
         .detach();

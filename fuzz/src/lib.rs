@@ -694,7 +694,8 @@ impl SmbClient {
         // Batches of earlier frames complete after this frame was taken.
         for (token, batch) in held.into_iter().rev() {
             let r = self.engine.run(&batch);
-            let ev = self.conn.on_batch_done(token, r, NOW);
+            let mut ev = self.conn.on_batch_done(token, r, NOW);
+            ev.extend(self.conn.resume(NOW, &self.dir));
             self.drive(ev, &mut out);
         }
         out
@@ -712,6 +713,7 @@ impl SmbClient {
                         } else {
                             let r = self.engine.run(&batch);
                             next.extend(self.conn.on_batch_done(token, r, NOW));
+                            next.extend(self.conn.resume(NOW, &self.dir));
                         }
                     }
                     SmbEvent::Send(f) => {
@@ -741,11 +743,15 @@ impl SmbClient {
             }
             for (token, batch) in std::mem::take(&mut self.deferred).into_iter().rev() {
                 let r = self.engine.run(&batch);
-                let ev = self.conn.on_batch_done(token, r, NOW);
+                let mut ev = self.conn.on_batch_done(token, r, NOW);
+                ev.extend(self.conn.resume(NOW, &self.dir));
                 self.drive(ev, &mut out);
             }
         }
         assert!(self.deferred.is_empty(), "batches kept coming");
+        // With nothing running, nothing stays held (a CLOSE waits only for
+        // the batches in progress).
+        assert!(self.conn.held() == 0 || self.conn.is_closed(), "frames held with no batch running");
         // A token answered twice, or never issued, is ignored.
         assert!(self.conn.on_batch_done(u64::MAX, BatchResult { results: Vec::new(), cost: BatchCost::default() }, NOW).is_empty());
     }

@@ -1099,7 +1099,14 @@ fn translate_inner(
                         .cookies
                         .resume(known, a.cookie)
                         .ok_or(Nfsstat4::BAD_COOKIE)?;
-                    let n = (u64::from(a.dircount.max(a.maxcount / 4)) / 16).clamp(1, 1024);
+                    // Entries to read: as many as the reply can hold, so a
+                    // large directory takes few round trips (an entry costs
+                    // 16 bytes and its name against dircount, and with `ls -l`
+                    // attributes about 128 bytes against maxcount).
+                    let maxcount = a.maxcount.min(srv.cfg.max_readdir);
+                    let per = if a.attr_request.is_empty() { 32 } else { 128 };
+                    let by_dir = if a.dircount > 0 { a.dircount / 24 } else { u32::MAX };
+                    let n = u64::from((maxcount / per).min(by_dir)).clamp(1, 8192);
                     let (after, max, skip, base) = match resume {
                         Resume::Start => (None, n, 0, 0),
                         Resume::After { name, pos } => (Some(name), n, 0, pos),

@@ -355,7 +355,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             let id = n.attrs.id;
             // Work out the new set first: a refused change writes nothing.
-            let mut set: std::collections::BTreeMap<String, Vec<u8>> = list_eas(txn, id).into_iter().collect();
+            let mut set: std::collections::BTreeMap<String, Vec<u8>> = node_eas(txn, &n).into_iter().collect();
             let mut gone = Vec::new();
             for (name, value) in eas {
                 // MS-FSCC 2.4.15: names of 1..255 bytes, values up to 64 KiB.

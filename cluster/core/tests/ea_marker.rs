@@ -12,7 +12,7 @@ use duet_fs::{
     Attrs, Batch, CreateKind, Credentials, DirEntry, IfExists, NodeId, ObjRef, Op, OpOutput, OpResult, SetAttrs,
     ROOT_ID,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 type Kv = BTreeMap<Vec<u8>, Vec<u8>>;
 
@@ -129,7 +129,7 @@ fn listing_reads_eas_only_of_nodes_marked_with_them() {
 }
 
 /// A node record as versions before the marker wrote it.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct OldNode {
     attrs: Attrs,
     parent: NodeId,
@@ -152,6 +152,9 @@ fn nodes_stored_before_the_marker_still_read_with_their_eas() {
     }
     kv.insert(keys::ea(f, "LEGACY"), b"kept".to_vec());
     assert!(node(&kv, f).may_have_eas && node(&kv, g).may_have_eas, "old nodes may have EAs");
+    // ... and an older binary reads a new record (ignoring the marker).
+    let new = encode(&node(&kv, d));
+    assert_eq!(duet_cluster::records::decode::<OldNode>(&new).map(|o| o.attrs.id), Some(d));
     assert_eq!(node(&kv, f).attrs.id, f);
 
     let (entries, reads) = list(&kv, d);

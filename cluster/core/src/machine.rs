@@ -536,10 +536,10 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 entries.push(DirEntry { name, id: e.child, ftype: e.ftype, attrs: None, eas: Vec::new() });
             }
             if *with_attrs {
-                // The children's nodes as one batch; the extended-attribute
+                // The children's nodes in one read; the extended-attribute
                 // scan only for nodes that may have some.
-                let nodes: Vec<Vec<u8>> = entries.iter().map(|e| keys::node(e.id)).collect();
-                for (e, v) in entries.iter_mut().zip(txn.get_many(&nodes)) {
+                let ids: Vec<NodeId> = entries.iter().map(|e| e.id).collect();
+                for (e, v) in entries.iter_mut().zip(get_nodes(txn, &ids)) {
                     let n = Node::decode(&v.ok_or(FsError::Stale)?).ok_or(FsError::Io)?;
                     e.eas = node_eas(txn, &n);
                     e.attrs = Some(n.attrs);
@@ -1028,6 +1028,29 @@ fn remove<R: KvRead + ?Sized>(
 
 fn sticky_denies(cred: &duet_fs::Credentials, dir: &Attrs, child: &Attrs) -> bool {
     dir.mode & 0o1000 != 0 && cred.uid != 0 && cred.uid != dir.uid && cred.uid != child.uid
+}
+
+/// The node records of `ids`, in their order, in one read: a range scan
+/// when the ids are dense (a directory's files made one after another: one
+/// seek and a step per node instead of a lookup each), else one MultiGet.
+fn get_nodes<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ids: &[NodeId]) -> Vec<Option<Vec<u8>>> {
+    let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
+        return Vec::new();
+    };
+    if ids.len() >= 8 && hi - lo < 2 * ids.len() as u64 {
+        let mut end = keys::node(hi);
+        end.push(0);
+        // Node keys are the prefix and the id, big-endian: in id order.
+        let rows: Vec<(NodeId, Vec<u8>)> = txn
+            .scan(&keys::node(lo), &end, usize::MAX)
+            .into_iter()
+            .filter_map(|(k, v)| Some((keys::u64_at(&k, 1)?, v)))
+            .collect();
+        let at = |id: NodeId| rows.binary_search_by_key(&id, |(i, _)| *i).ok();
+        return ids.iter().map(|&id| at(id).map(|i| rows[i].1.clone())).collect();
+    }
+    let keys: Vec<Vec<u8>> = ids.iter().map(|&id| keys::node(id)).collect();
+    txn.get_many(&keys)
 }
 
 /// The extended attributes of a node, in name order; none without a read

@@ -198,3 +198,44 @@ fn fsck_reports_eas_of_a_node_marked_without_them() {
     let problems = fsck::check(&kv, &[]).problems;
     assert!(problems.iter().any(|p| p.contains("marked as having none")), "{problems:?}");
 }
+
+/// The children's nodes come from one range scan when their ids are dense
+/// and from one MultiGet otherwise: either way each entry carries its own
+/// node's attributes (as GETATTR reports them), hard links included.
+#[test]
+fn listing_reads_dense_and_sparse_children_alike() {
+    let mut kv = init();
+    let dirs: Vec<NodeId> = ["dense", "s1", "s2", "s3"].iter().map(|n| create(&mut kv, ROOT_ID, n, CreateKind::Directory)).collect();
+    for i in 0..20 {
+        create(&mut kv, dirs[0], &format!("f{i:02}"), CreateKind::File);
+    }
+    // Interleaved: each of s1..s3 gets every third id.
+    for i in 0..12 {
+        for d in &dirs[1..] {
+            create(&mut kv, *d, &format!("g{i:02}"), CreateKind::File);
+        }
+    }
+    // A hard link in the dense directory to one of its own files.
+    let f03 = list(&kv, dirs[0]).0[3].id;
+    let r = run(&mut kv, vec![Op::Link { obj: ObjRef::Id(f03), dir: ObjRef::Id(dirs[0]), name: "link".into() }]);
+    assert!(r[0].is_ok(), "{:?}", r[0]);
+    set_eas(&mut kv, f03, &[("k", "v")]);
+    let getattr = |kv: &mut Kv, id: NodeId| match &run(kv, vec![Op::GetAttr { obj: ObjRef::Id(id) }])[0] {
+        Ok(o) => o.attrs().unwrap().clone(),
+        other => panic!("{other:?}"),
+    };
+    let (entries, reads) = list(&kv, dirs[0]);
+    assert_eq!(entries.len(), 21);
+    assert_eq!(reads, 1 + 1 + 1 + 2, "dense: one scan for the nodes (and f03's EAs, listed twice)");
+    for e in &entries {
+        assert_eq!(e.attrs.as_ref().unwrap(), &getattr(&mut kv, e.id), "{}", e.name);
+    }
+    assert_eq!(eas_of(&entries, "link"), eas_of(&entries, "f03"));
+    assert_eq!(eas_of(&entries, "link"), vec![("K".to_string(), b"v".to_vec())]);
+    let (entries, reads) = list(&kv, dirs[2]);
+    assert_eq!(entries.len(), 12);
+    assert_eq!(reads, 1 + 1 + 12, "sparse: one lookup per node");
+    for e in &entries {
+        assert_eq!(e.attrs.as_ref().unwrap(), &getattr(&mut kv, e.id), "{}", e.name);
+    }
+}

@@ -42,7 +42,8 @@ use duet_fs::{
 };
 
 use super::attr::{
-    self, fattr4_to_set, fattr4_vals, fattr4_vals_into, FsInfo, ObjCtx, EXCLCREAT, GETTABLE, SETTABLE,
+    self, fattr4_to_set, fattr4_vals, fattr4_vals_into, FsInfo, ObjCtx, EXCLCREAT, GETTABLE,
+    SETTABLE,
 };
 use super::cookies::{make_cookie, Resume, MAX_POSITION};
 use super::errors::nfs4_status;
@@ -1099,13 +1100,23 @@ fn translate_inner(
                         .cookies
                         .resume(known, a.cookie)
                         .ok_or(Nfsstat4::BAD_COOKIE)?;
-                    // Entries to read: as many as the reply can hold, so a
-                    // large directory takes few round trips (an entry costs
-                    // 16 bytes and its name against dircount, and with `ls -l`
-                    // attributes about 128 bytes against maxcount).
+                    // Entries to read: about as many as the reply can hold,
+                    // so a large directory takes few round trips without
+                    // reading entries that do not fit (an entry costs 16
+                    // bytes and its name against dircount; against maxcount
+                    // about 40, 12 per requested attribute and the handle).
                     let maxcount = a.maxcount.min(srv.cfg.max_readdir);
-                    let per = if a.attr_request.is_empty() { 32 } else { 128 };
-                    let by_dir = if a.dircount > 0 { a.dircount / 24 } else { u32::MAX };
+                    let fh = if a.attr_request.is_set(fa::FILEHANDLE) {
+                        4 + super::fh::FH_LEN as u32
+                    } else {
+                        0
+                    };
+                    let per = 40 + 12 * a.attr_request.iter().count() as u32 + fh;
+                    let by_dir = if a.dircount > 0 {
+                        a.dircount / 24
+                    } else {
+                        u32::MAX
+                    };
                     let n = u64::from((maxcount / per).min(by_dir)).clamp(1, 8192);
                     let (after, max, skip, base) = match resume {
                         Resume::Start => (None, n, 0, 0),
@@ -2221,7 +2232,9 @@ fn readdir_reply(
     let mut used = 32usize;
     let mut dirused = 0usize;
     // All entries' attribute values in one buffer: (cookie, mask, range).
-    let mut vals = XdrWriter::with_buffer(Vec::with_capacity((maxcount as usize).min(list.len() * 160)));
+    let mut vals = XdrWriter::with_buffer(Vec::with_capacity(
+        (maxcount as usize).min(list.len() * 160),
+    ));
     let mut encoded: Vec<(u64, Bitmap4, std::ops::Range<usize>)> = Vec::with_capacity(list.len());
     for (k, (name, id, attrs)) in list.iter().enumerate() {
         let start = vals.len();
@@ -2251,7 +2264,11 @@ fn readdir_reply(
         }
         used += cost;
         dirused += 16 + name_len;
-        encoded.push((make_cookie(base + k as u64 + 1, name), mask, start..start + len));
+        encoded.push((
+            make_cookie(base + k as u64 + 1, name),
+            mask,
+            start..start + len,
+        ));
     }
     let vals = vals.into_inner();
     if encoded.is_empty() && !list.is_empty() {

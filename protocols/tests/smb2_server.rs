@@ -2497,3 +2497,107 @@ fn close_waits_for_the_requests_in_progress() {
     let r = c.one(Request::Close(CloseRequest { flags: 0, file_id: cr.file_id }));
     assert_eq!(r.status(), NtStatus::SUCCESS);
 }
+
+/// QUERY_DIRECTORY's entries with their EaSize.
+fn list_ea_sizes(c: &mut Client, pattern: &str) -> Vec<(String, u32)> {
+    let msgs = vec![
+        msg(
+            Request::Create(create(
+                "",
+                create_disposition::OPEN,
+                create_options::DIRECTORY_FILE,
+                READ,
+            )),
+            false,
+        ),
+        msg(
+            Request::QueryDirectory(QueryDirectoryRequest {
+                file_information_class: fscc::info_class::ID_BOTH_DIRECTORY,
+                flags: 0,
+                file_index: 0,
+                file_id: FileId::RELATED,
+                file_name: Utf16::Str(pattern),
+                output_buffer_length: 65536,
+            }),
+            true,
+        ),
+        close_related(),
+    ];
+    let r = c.call(msgs);
+    assert_eq!(r[1].status(), NtStatus::SUCCESS);
+    let Response::QueryDirectory(q) = r[1].body() else {
+        panic!()
+    };
+    DirectoryEntry::decode_list(DirectoryInfoClass::IdBothDirectory, q.output_buffer)
+        .unwrap()
+        .iter()
+        .map(|e| (e.file_name.to_string_lossy(), e.ea_size))
+        .filter(|(n, _)| n != "." && n != "..")
+        .collect()
+}
+
+/// EaSize in a directory listing follows the file's EAs through the node's
+/// "may have EAs" marker: set, removed, and on a node record stored in the
+/// layout before the marker (which reads as "may have EAs").
+#[test]
+fn query_directory_reports_ea_size_through_the_marker() {
+    let mut c = Client::connected();
+    for n in ["plain.txt", "eas.txt", "old.txt"] {
+        assert!(write_file(&mut c, n, b"x")
+            .iter()
+            .all(|r| r.status() == NtStatus::SUCCESS));
+    }
+    let root = c.engine.root_of("data");
+    let id_of = |c: &mut Client, name: &str| {
+        let mut b = Batch::new(Credentials::root(), NOW);
+        b.push(Op::Lookup {
+            dir: ObjRef::Id(root),
+            name: name.into(),
+        });
+        match &c.engine.run(&b).results[0] {
+            Ok(OpOutput::Object { attrs, .. }) => attrs.id,
+            other => panic!("{other:?}"),
+        }
+    };
+    let set_eas = |c: &mut Client, id: u64, eas: Vec<(String, Vec<u8>)>| {
+        let mut b = Batch::new(Credentials::root(), NOW);
+        b.push(Op::SetEas {
+            obj: ObjRef::Id(id),
+            eas,
+        });
+        assert!(c.engine.run(&b).results[0].is_ok());
+    };
+    let eas = vec![
+        ("USER.A".to_string(), b"one".to_vec()),
+        ("USER.B".to_string(), vec![7; 100]),
+    ];
+    let size = fscc::full_ea::size(&eas);
+    assert!(size > 0);
+    let f = id_of(&mut c, "eas.txt");
+    set_eas(&mut c, f, eas.clone());
+    let listed = list_ea_sizes(&mut c, "*");
+    assert!(listed.contains(&("eas.txt".to_string(), size)), "{listed:?}");
+    assert!(listed.contains(&("plain.txt".to_string(), 0)), "{listed:?}");
+    // Removing them all clears it.
+    set_eas(
+        &mut c,
+        f,
+        eas.iter().map(|(n, _)| (n.clone(), Vec::new())).collect(),
+    );
+    assert!(list_ea_sizes(&mut c, "*").contains(&("eas.txt".to_string(), 0)));
+    // A node as older versions stored it (the record without its trailing
+    // marker byte), with EA records an older SetEas wrote.
+    let o = id_of(&mut c, "old.txt");
+    let key = duet_cluster::keys::node(o);
+    let mut old = c.engine.kv[&key].clone();
+    old.pop();
+    c.engine.kv.insert(key, old);
+    for (n, v) in &eas {
+        c.engine.kv.insert(duet_cluster::keys::ea(o, n), v.clone());
+    }
+    let listed = list_ea_sizes(&mut c, "*");
+    assert!(listed.contains(&("old.txt".to_string(), size)), "{listed:?}");
+    assert!(listed.contains(&("plain.txt".to_string(), 0)), "{listed:?}");
+    // The single-name path (GetEas) agrees.
+    assert_eq!(list_ea_sizes(&mut c, "old.txt"), vec![("old.txt".to_string(), size)]);
+}

@@ -42,7 +42,7 @@ fn scan_all<R: KvRead + ?Sized>(kv: &R, prefix: u8, mut f: impl FnMut(&[u8], &[u
 pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckReport {
     let mut r = FsckReport::default();
     let mut nodes: BTreeMap<NodeId, Node> = BTreeMap::new();
-    scan_all(kv, keys::NODE, |k, v| match (keys::u64_at(k, 1), decode::<Node>(v)) {
+    scan_all(kv, keys::NODE, |k, v| match (keys::u64_at(k, 1), Node::decode(v)) {
         (Some(id), Some(n)) if n.attrs.id == id => {
             nodes.insert(id, n);
         }
@@ -147,8 +147,11 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
     }
     // Extended attributes belong to live nodes.
     scan_all(kv, keys::EA, |k, _| match keys::u64_at(k, 1) {
-        Some(id) if nodes.contains_key(&id) => {}
-        Some(id) => r.problems.push(format!("extended attribute {} of missing node {id}", hex(k))),
+        Some(id) => match nodes.get(&id) {
+            Some(n) if n.may_have_eas => {}
+            Some(_) => r.problems.push(format!("extended attribute {} of node {id} marked as having none", hex(k))),
+            None => r.problems.push(format!("extended attribute {} of missing node {id}", hex(k))),
+        },
         None => r.problems.push(format!("bad extended attribute key {}", hex(k))),
     });
     if !nodes.contains_key(&ROOT_ID) {

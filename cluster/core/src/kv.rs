@@ -12,6 +12,11 @@ pub trait KvRead {
     fn get(&self, key: &[u8]) -> Option<Vec<u8>>;
     /// Up to `limit` pairs with `start <= key < end`, in key order.
     fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)>;
+    /// The values of `keys`, in their order: one read per key, which a store
+    /// may do as one batch (RocksDB's MultiGet).
+    fn get_many(&self, keys: &[Vec<u8>]) -> Vec<Option<Vec<u8>>> {
+        keys.iter().map(|k| self.get(k)).collect()
+    }
 }
 
 impl KvRead for BTreeMap<Vec<u8>, Vec<u8>> {
@@ -48,6 +53,17 @@ impl<'a, R: KvRead + ?Sized> Txn<'a, R> {
         self.base.get(key)
     }
 
+    /// The values of `keys`, in their order, as [`Txn::get`] of each (and
+    /// counted so): the ones this transaction has not written are read from
+    /// the base as one batch.
+    pub fn get_many(&mut self, keys: &[Vec<u8>]) -> Vec<Option<Vec<u8>>> {
+        if self.writes.is_empty() {
+            self.reads += keys.len() as u64;
+            return self.base.get_many(keys);
+        }
+        keys.iter().map(|k| self.get(k)).collect()
+    }
+
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.write_count += 1;
         self.writes.insert(key, Some(value));
@@ -62,6 +78,16 @@ impl<'a, R: KvRead + ?Sized> Txn<'a, R> {
     /// transaction's writes over the base.
     pub fn scan(&mut self, start: &[u8], end: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         self.reads += 1;
+        let untouched = self
+            .writes
+            .range::<[u8], _>((Bound::Included(start), Bound::Excluded(end)))
+            .next()
+            .is_none();
+        if untouched {
+            // Nothing of this transaction's in the range (every read-only
+            // batch): the base's pairs as they are.
+            return self.base.scan(start, end, limit);
+        }
         let mut out = Vec::new();
         let mut from = start.to_vec();
         // Read the base in pages; overlay deletions may hide base entries.

@@ -61,7 +61,7 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
             let mut out = Applied::default();
             if txn.get(&keys::node(ROOT_ID)).is_none() {
                 let root = new_attrs(ROOT_ID, FileType::Directory, 0o755, 0, 0, *now_ns);
-                put_node(txn, &Node { attrs: root, parent: ROOT_ID, target: None, chunked: false });
+                put_node(txn, &Node { attrs: root, parent: ROOT_ID, target: None, chunked: false, may_have_eas: false });
                 put_counter(txn, "next_id", ROOT_ID + 1);
             }
             for (name, secret) in admin_secrets {
@@ -218,7 +218,7 @@ fn new_attrs(id: NodeId, ftype: FileType, mode: u32, uid: u32, gid: u32, now: Ti
 
 fn get_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Result<Node, FsError> {
     let v = txn.get(&keys::node(id)).ok_or(FsError::Stale)?;
-    decode(&v).ok_or(FsError::Io)
+    Node::decode(&v).ok_or(FsError::Io)
 }
 
 fn put_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) {
@@ -355,7 +355,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             let id = n.attrs.id;
             // Work out the new set first: a refused change writes nothing.
-            let mut set: std::collections::BTreeMap<String, Vec<u8>> = list_eas(txn, id).into_iter().collect();
+            let mut set: std::collections::BTreeMap<String, Vec<u8>> = node_eas(txn, &n).into_iter().collect();
             let mut gone = Vec::new();
             for (name, value) in eas {
                 // MS-FSCC 2.4.15: names of 1..255 bytes, values up to 64 KiB.
@@ -382,12 +382,13 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             n.attrs.ctime = now;
             n.attrs.change += 1;
+            n.may_have_eas = !set.is_empty();
             put_node(txn, &n);
             Ok(OpOutput::Attrs { before: None, attrs: n.attrs })
         }
         Op::GetEas { obj } => {
             let n = get_node(txn, resolve(ex, *obj)?)?;
-            let eas = list_eas(txn, n.attrs.id);
+            let eas = node_eas(txn, &n);
             Ok(OpOutput::Eas { eas, attrs: n.attrs })
         }
         Op::ZeroRange { obj, offset, len } => {
@@ -525,15 +526,24 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 None => prefix.clone(),
             };
             let max = (*max_entries).clamp(1, 1 << 20) as usize;
-            let rows = txn.scan(&start, &keys::prefix_end(&prefix), max + 1);
+            let mut rows = txn.scan(&start, &keys::prefix_end(&prefix), max + 1);
             let eof = rows.len() <= max;
-            let mut entries = Vec::with_capacity(rows.len().min(max));
-            for (k, v) in rows.into_iter().take(max) {
-                let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+            rows.truncate(max);
+            let mut entries = Vec::with_capacity(rows.len());
+            for (k, v) in rows {
                 let e: Edge = decode(&v).ok_or(FsError::Io)?;
-                let attrs = if *with_attrs { Some(get_node(txn, e.child)?.attrs) } else { None };
-                let eas = if *with_attrs { list_eas(txn, e.child) } else { Vec::new() };
-                entries.push(DirEntry { name, id: e.child, ftype: e.ftype, attrs, eas });
+                let name = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+                entries.push(DirEntry { name, id: e.child, ftype: e.ftype, attrs: None, eas: Vec::new() });
+            }
+            if *with_attrs {
+                // The children's nodes in one read; the extended-attribute
+                // scan only for nodes that may have some.
+                let ids: Vec<NodeId> = entries.iter().map(|e| e.id).collect();
+                for (e, v) in entries.iter_mut().zip(get_nodes(txn, &ids)) {
+                    let n = Node::decode(&v.ok_or(FsError::Stale)?).ok_or(FsError::Io)?;
+                    e.eas = node_eas(txn, &n);
+                    e.attrs = Some(n.attrs);
+                }
             }
             Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
         }
@@ -672,7 +682,7 @@ fn create<R: KvRead + ?Sized>(
     if let Some(a) = set.alloc_size {
         attrs.alloc_size = a & !duet_fs::ALLOC_TRUNCATES;
     }
-    let mut n = Node { attrs, parent: d.attrs.id, target, chunked: false };
+    let mut n = Node { attrs, parent: d.attrs.id, target, chunked: false, may_have_eas: false };
     if let (Some(size), FileType::Regular) = (set.size, ftype) {
         if size > 0 {
             set_size(txn, ex, &mut n, size)?;
@@ -958,9 +968,11 @@ fn unlink_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, mut 
     let id = n.attrs.id;
     txn.delete(keys::node(id));
     txn.delete(keys::data(id));
-    let eas = keys::ea_prefix(id);
-    for (k, _) in txn.scan(&eas, &keys::prefix_end(&eas), usize::MAX) {
-        txn.delete(k);
+    if n.may_have_eas {
+        let eas = keys::ea_prefix(id);
+        for (k, _) in txn.scan(&eas, &keys::prefix_end(&eas), usize::MAX) {
+            txn.delete(k);
+        }
     }
     if n.chunked {
         let prefix = keys::chunk_prefix(id);
@@ -1016,6 +1028,39 @@ fn remove<R: KvRead + ?Sized>(
 
 fn sticky_denies(cred: &duet_fs::Credentials, dir: &Attrs, child: &Attrs) -> bool {
     dir.mode & 0o1000 != 0 && cred.uid != 0 && cred.uid != dir.uid && cred.uid != child.uid
+}
+
+/// The node records of `ids`, in their order, in one read: a range scan
+/// when the ids are dense (a directory's files made one after another: one
+/// seek and a step per node instead of a lookup each), else one MultiGet.
+fn get_nodes<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ids: &[NodeId]) -> Vec<Option<Vec<u8>>> {
+    let (Some(&lo), Some(&hi)) = (ids.iter().min(), ids.iter().max()) else {
+        return Vec::new();
+    };
+    if ids.len() >= 8 && hi - lo < 2 * ids.len() as u64 {
+        let mut end = keys::node(hi);
+        end.push(0);
+        // Node keys are the prefix and the id, big-endian: in id order.
+        let rows: Vec<(NodeId, Vec<u8>)> = txn
+            .scan(&keys::node(lo), &end, usize::MAX)
+            .into_iter()
+            .filter_map(|(k, v)| Some((keys::u64_at(&k, 1)?, v)))
+            .collect();
+        let at = |id: NodeId| rows.binary_search_by_key(&id, |(i, _)| *i).ok();
+        return ids.iter().map(|&id| at(id).map(|i| rows[i].1.clone())).collect();
+    }
+    let keys: Vec<Vec<u8>> = ids.iter().map(|&id| keys::node(id)).collect();
+    txn.get_many(&keys)
+}
+
+/// The extended attributes of a node, in name order; none without a read
+/// when its marker says it has none.
+fn node_eas<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> Vec<(String, Vec<u8>)> {
+    if n.may_have_eas {
+        list_eas(txn, n.attrs.id)
+    } else {
+        Vec::new()
+    }
 }
 
 /// The extended attributes of a node, in name order.

@@ -14,6 +14,33 @@ pub struct Node {
     pub target: Option<String>,
     /// Data lives in chunks (and the data queue) rather than inline.
     pub chunked: bool,
+    /// The node may have extended attributes (`x` records). False means it
+    /// has none, so listings skip the range scan for them. `SetEas` keeps it
+    /// exact; nodes stored before the field existed read as true (see
+    /// [`Node::decode`]). Appended last: older node records are a prefix.
+    pub may_have_eas: bool,
+}
+
+/// A node record as versions before `may_have_eas` stored it.
+#[derive(Deserialize)]
+struct NodeV1 {
+    attrs: Attrs,
+    parent: NodeId,
+    target: Option<String>,
+    chunked: bool,
+}
+
+impl Node {
+    /// Decodes a node record, of this layout or of the one before
+    /// `may_have_eas` (which, being a strict prefix, fails the new layout at
+    /// its end). Old nodes may have extended attributes.
+    pub fn decode(b: &[u8]) -> Option<Node> {
+        if let Some(n) = decode::<Node>(b) {
+            return Some(n);
+        }
+        let NodeV1 { attrs, parent, target, chunked } = decode(b)?;
+        Some(Node { attrs, parent, target, chunked, may_have_eas: true })
+    }
 }
 
 /// An edge record (`e` parent name): the child and what a path walk's

@@ -370,6 +370,11 @@ impl XdrWriter {
         self.buf.is_empty()
     }
 
+    /// Drops what was written after the first `len` bytes.
+    pub fn truncate(&mut self, len: usize) {
+        self.buf.truncate(len);
+    }
+
     pub fn put_raw(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }

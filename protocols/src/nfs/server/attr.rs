@@ -266,11 +266,40 @@ pub fn fattr4_vals(
     info: &FsInfo,
     req: &Bitmap4,
 ) -> (Bitmap4, Vec<u8>) {
-    let owner = a.uid.to_string();
-    let group = a.gid.to_string();
+    let mut w = XdrWriter::with_buffer(Vec::with_capacity(256));
+    let mask = fattr4_vals_into(a, ctx, info, req, &mut w);
+    (mask, w.into_inner())
+}
+
+/// `n` in decimal, in `buf`.
+fn decimal(mut n: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+/// [`fattr4_vals`] appending the values to `w` (a READDIR encodes all its
+/// entries' values into one buffer); the values nobody asked for are not
+/// worked out. `ctx.fh` is read only when FILEHANDLE is requested.
+pub fn fattr4_vals_into(
+    a: &Attrs,
+    ctx: &ObjCtx<'_>,
+    info: &FsInfo,
+    req: &Bitmap4,
+    w: &mut XdrWriter,
+) -> Bitmap4 {
+    let (mut ob, mut gb) = ([0u8; 10], [0u8; 10]);
+    let owner = decimal(a.uid, &mut ob);
+    let group = decimal(a.gid, &mut gb);
     let dos = a.dos_attrs;
     let v = A4 {
-        supported_attrs: Some(supported_bitmap()),
+        supported_attrs: req.is_set(fa::SUPPORTED_ATTRS).then(supported_bitmap),
         type_: Some(ftype4(a.ftype)),
         fh_expire_type: Some(fh4::PERSISTENT),
         change: Some(a.change),
@@ -303,8 +332,8 @@ pub fn fattr4_vals(
         mode: Some(a.mode & 0o7777),
         no_trunc: Some(true),
         numlinks: Some(a.nlink),
-        owner: Some(Opaque(owner.as_bytes())),
-        owner_group: Some(Opaque(group.as_bytes())),
+        owner: Some(Opaque(owner)),
+        owner_group: Some(Opaque(group)),
         rawdev: Some(SpecData4 {
             specdata1: (a.rdev >> 32) as u32,
             specdata2: a.rdev as u32,
@@ -323,12 +352,12 @@ pub fn fattr4_vals(
         time_metadata: Some(time4(a.ctime)),
         time_modify: Some(time4(a.mtime)),
         mounted_on_fileid: Some(ctx.mounted_on),
-        suppattr_exclcreat: Some(Bitmap4::from_bits(EXCLCREAT)),
+        suppattr_exclcreat: req
+            .is_set(fa::SUPPATTR_EXCLCREAT)
+            .then(|| Bitmap4::from_bits(EXCLCREAT)),
         ..Default::default()
     };
-    let mut w = XdrWriter::new();
-    let mask = v.encode_vals(Some(req), &mut w);
-    (mask, w.into_inner())
+    v.encode_vals(Some(req), w)
 }
 
 /// Parses an owner or owner_group string: a number, optionally followed by

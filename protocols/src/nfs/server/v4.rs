@@ -42,7 +42,8 @@ use duet_fs::{
 };
 
 use super::attr::{
-    self, fattr4_to_set, fattr4_vals, FsInfo, ObjCtx, EXCLCREAT, GETTABLE, SETTABLE,
+    self, fattr4_to_set, fattr4_vals, fattr4_vals_into, FsInfo, ObjCtx, EXCLCREAT, GETTABLE,
+    SETTABLE,
 };
 use super::cookies::{make_cookie, Resume, MAX_POSITION};
 use super::errors::nfs4_status;
@@ -1099,7 +1100,24 @@ fn translate_inner(
                         .cookies
                         .resume(known, a.cookie)
                         .ok_or(Nfsstat4::BAD_COOKIE)?;
-                    let n = (u64::from(a.dircount.max(a.maxcount / 4)) / 16).clamp(1, 1024);
+                    // Entries to read: about as many as the reply can hold,
+                    // so a large directory takes few round trips without
+                    // reading entries that do not fit (an entry costs 16
+                    // bytes and its name against dircount; against maxcount
+                    // about 40, 12 per requested attribute and the handle).
+                    let maxcount = a.maxcount.min(srv.cfg.max_readdir);
+                    let fh = if a.attr_request.is_set(fa::FILEHANDLE) {
+                        4 + super::fh::FH_LEN as u32
+                    } else {
+                        0
+                    };
+                    let per = 40 + 12 * a.attr_request.iter().count() as u32 + fh;
+                    let by_dir = if a.dircount > 0 {
+                        a.dircount / 24
+                    } else {
+                        u32::MAX
+                    };
+                    let n = u64::from((maxcount / per).min(by_dir)).clamp(1, 8192);
                     let (after, max, skip, base) = match resume {
                         Resume::Start => (None, n, 0, 0),
                         Resume::After { name, pos } => (Some(name), n, 0, pos),
@@ -2210,36 +2228,49 @@ fn readdir_reply(
 ) -> Result<Nfsstat4, Nfsstat4> {
     let key = srv.cfg.handle_key;
     let info = fs_info(srv);
+    let want_fh = req.is_set(fa::FILEHANDLE);
     let mut used = 32usize;
     let mut dirused = 0usize;
-    let mut encoded: Vec<(u64, Bitmap4, Vec<u8>)> = Vec::new();
+    // All entries' attribute values in one buffer: (cookie, mask, range).
+    let mut vals = XdrWriter::with_buffer(Vec::with_capacity(
+        (maxcount as usize).min(list.len() * 160),
+    ));
+    let mut encoded: Vec<(u64, Bitmap4, std::ops::Range<usize>)> = Vec::with_capacity(list.len());
     for (k, (name, id, attrs)) in list.iter().enumerate() {
-        let (mask, vals) = match attrs {
+        let start = vals.len();
+        let mask = match attrs {
             Some(a) => {
-                let fh = FileHandle::Object { fsid, id: *id }.encode(key);
+                let fh = want_fh.then(|| FileHandle::Object { fsid, id: *id }.encode(key));
                 let ctx = ObjCtx {
                     fsid: Fsid4 {
                         major: fsid,
                         minor: 0,
                     },
-                    fh: &fh,
+                    fh: fh.as_ref().map_or(&[], |f| &f[..]),
                     mounted_on: *id,
                 };
-                fattr4_vals(a, &ctx, &info, req)
+                fattr4_vals_into(a, &ctx, &info, req, &mut vals)
             }
-            None => (Bitmap4::new(), Vec::new()),
+            None => Bitmap4::new(),
         };
+        let len = vals.len() - start;
         let name_len = name.len().div_ceil(4) * 4;
-        let cost = 4 + 8 + 4 + name_len + 4 + 4 * mask.words().len() + 4 + vals.len();
+        let cost = 4 + 8 + 4 + name_len + 4 + 4 * mask.words().len() + 4 + len;
         if used + cost > maxcount as usize
             || (k > 0 && dircount > 0 && dirused + 16 + name_len > dircount as usize)
         {
+            vals.truncate(start);
             break;
         }
         used += cost;
         dirused += 16 + name_len;
-        encoded.push((make_cookie(base + k as u64 + 1, name), mask, vals));
+        encoded.push((
+            make_cookie(base + k as u64 + 1, name),
+            mask,
+            start..start + len,
+        ));
     }
+    let vals = vals.into_inner();
     if encoded.is_empty() && !list.is_empty() {
         return Err(Nfsstat4::TOOSMALL);
     }
@@ -2254,12 +2285,12 @@ fn readdir_reply(
     let entries = encoded
         .iter()
         .zip(list)
-        .map(|((cookie, mask, vals), (name, _, _))| Entry4 {
+        .map(|((cookie, mask, range), (name, _, _))| Entry4 {
             cookie: *cookie,
             name: Name(name.as_bytes()),
             attrs: Fattr4 {
                 attrmask: *mask,
-                attr_vals: Opaque(vals),
+                attr_vals: Opaque(&vals[range.clone()]),
             },
         })
         .collect();

@@ -494,7 +494,8 @@ pub struct StatusInfo {
 }
 
 /// Where `POST /v1/faults` can make I/O fail (test-only).
-pub const FAULT_POINTS: &[&str] = &["wal-write", "wal-sync", "data-read", "chunk-write", "chunk-sync", "meta-sync"];
+pub const FAULT_POINTS: &[&str] =
+    &["wal-write", "wal-sync", "data-read", "chunk-write", "chunk-sync", "meta-sync", "meta-read"];
 
 /// Makes the next `count` operations at `point` fail with EIO (0 cancels).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -262,6 +262,8 @@ impl Admin {
                 }
                 if spec.point == "meta-sync" {
                     self.engine.store.inject_sync_failures(spec.count);
+                } else if spec.point == "meta-read" {
+                    self.engine.store.inject_read_failures(spec.count);
                 } else {
                     let p = crate::datapath::FaultPoint::parse(&spec.point).ok_or_else(|| internal("fault point"))?;
                     self.engine.data.inject_fault(p, spec.count);

@@ -111,22 +111,28 @@ fn fsid(name: &str) -> u64 {
 }
 
 impl Catalog {
-    /// Reads shares and users from the store and resolves each share's root.
+    /// Reads shares and users from the store and resolves each share's
+    /// root; empty if the store cannot be read.
     pub async fn load(engine: &EngineHandle) -> Catalog {
+        Catalog::try_load(engine).await.unwrap_or_default()
+    }
+
+    /// As [`Catalog::load`], or None when a read of the store failed (the
+    /// caller keeps the catalog it has rather than lose every share).
+    pub async fn try_load(engine: &EngineHandle) -> Option<Catalog> {
         let shares = match engine.store.query(Query::Shares).await {
             Ok(QueryAnswer::Shares(s)) => s,
-            _ => Vec::new(),
+            _ => return None,
         };
-        let users = match engine.store.query(Query::Users).await {
+        let users: HashMap<String, UserRecord> = match engine.store.query(Query::Users).await {
             Ok(QueryAnswer::Users(u)) => u.into_iter().map(|u| (u.name.to_lowercase(), u)).collect(),
-            _ => HashMap::new(),
+            _ => return None,
         };
         let mut resolved = Vec::new();
         for s in shares {
-            if let Some(root) = resolve(engine, &s.path).await {
-                resolved.push((s, root));
-            } else {
-                tracing::warn!(share = %s.name, path = %s.path, "share path does not resolve to a directory");
+            match resolve(engine, &s.path).await? {
+                Some(root) => resolved.push((s, root)),
+                None => tracing::warn!(share = %s.name, path = %s.path, "share path does not resolve to a directory"),
             }
         }
         let exports = resolved
@@ -151,24 +157,26 @@ impl Catalog {
                 },
             })
             .collect();
-        Catalog { shares: resolved, users, exports }
+        Some(Catalog { shares: resolved, users, exports })
     }
 }
 
-async fn resolve(engine: &EngineHandle, path: &str) -> Option<NodeId> {
+/// The directory a share's path names: Some(None) if it names none, None
+/// if the store could not be read.
+async fn resolve(engine: &EngineHandle, path: &str) -> Option<Option<NodeId>> {
     let mut b = Batch::new(Credentials::root(), now_ns());
     let mut cur = ObjRef::Id(ROOT_ID);
     for comp in path.split('/').filter(|c| !c.is_empty()) {
         cur = b.push(Op::Lookup { dir: cur, name: comp.to_string() });
     }
     if b.ops.is_empty() {
-        return Some(ROOT_ID);
+        return Some(Some(ROOT_ID));
     }
     let r = engine.submit(b, RequestTag::new("internal", "resolve-share")).await.ok()?;
-    match r.results.last()? {
-        Ok(OpOutput::Object { attrs, .. }) if attrs.ftype == duet_fs::FileType::Directory => Some(attrs.id),
+    Some(match r.results.last() {
+        Some(Ok(OpOutput::Object { attrs, .. })) if attrs.ftype == duet_fs::FileType::Directory => Some(attrs.id),
         _ => None,
-    }
+    })
 }
 
 impl smb::Directory for Catalog {
@@ -394,8 +402,9 @@ pub async fn run(
             let mut stored = load_nfs_clients(&clients_file);
             loop {
                 glommio::timer::sleep(Duration::from_secs(1)).await;
-                let c = Catalog::load(&ctx.engine).await;
-                *ctx.catalog.borrow_mut() = c;
+                if let Some(c) = Catalog::try_load(&ctx.engine).await {
+                    *ctx.catalog.borrow_mut() = c;
+                }
                 if let Some(n) = &ctx.nfs {
                     let owners = {
                         let mut n = n.borrow_mut();

@@ -163,6 +163,29 @@ fn injected_io_errors_fail_the_request_and_damage_nothing() {
     }
     assert!(d.ok(&["fsck"]).contains("file system is consistent"), "fsck after data-path errors");
 
+    // 5a. Metadata reads fail: a request that only reads gets the I/O
+    //     error, never "not found"; a change whose apply meets a read
+    //     error is not applied from a wrong view: the store stops changes
+    //     until a restart, which applies it again from the raft log.
+    d.ok(&["fault", "meta-read", "--count", "100000"]);
+    let (name, data) = stored[1].clone();
+    assert_eq!(smb_get(&mut c, &name, data.len()), Err(IO_ERROR), "open while metadata reads fail");
+    assert_eq!(n.lookup3(&root, b"nfs-before"), Err(Nfsstat3::IO), "LOOKUP while metadata reads fail");
+    assert_eq!(n.create3(&root, "meta-read-nfs"), Err(Nfsstat3::IO), "CREATE while metadata reads fail");
+    d.ok(&["fault", "meta-read", "--count", "0"]);
+    assert!(d.ok(&["status"]).contains("FAILED"), "a read error while applying stops changes");
+    assert_eq!(c.create("refused.bin").err(), Some(IO_ERROR), "changes refused after a read error while applying");
+    check(&mut c, &mut n, &stored, &nfs_bytes, "reads after a metadata read error");
+    drop(c);
+    drop(n);
+    d.restart();
+    assert!(!d.ok(&["status"]).contains("FAILED"), "a restart recovers the metadata store");
+    let mut c = Smb::logged_on(d.smb_port, "bench", "benchpw", "public");
+    let mut n = Nfs::connect(d.nfs_port);
+    let root = n.mount("/public").unwrap();
+    check(&mut c, &mut n, &stored, &nfs_bytes, "after a restart from a read error");
+    assert!(d.ok(&["fsck"]).contains("file system is consistent"), "fsck after a metadata read error");
+
     // 5. The metadata store's synced write fails: that CREATE gets the
     //    I/O error, then every change is refused (status says so), reads
     //    go on; a restart recovers and keeps everything acknowledged.

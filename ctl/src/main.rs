@@ -113,7 +113,7 @@ enum Command {
     /// (needs `[testing] fault_injection = true` in duetd's configuration)
     #[command(hide = true)]
     Fault {
-        /// wal-write, wal-sync, data-read, chunk-write, chunk-sync or meta-sync
+        /// wal-write, wal-sync, data-read, chunk-write, chunk-sync, meta-sync or meta-read
         point: String,
         /// How many operations fail (0 cancels)
         #[arg(long, default_value_t = 1)]

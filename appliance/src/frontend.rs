@@ -571,22 +571,8 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             let frame: Vec<u8> = buf[4..4 + len].to_vec();
             buf.drain(..4 + len);
             queue.extend(conn.on_frame(&frame, now_ns(), &*ctx.catalog.borrow()));
-            while let Some(ev) = queue.pop_front() {
-                match ev {
-                    smb::Event::Send(bytes) => {
-                        if logon_failed(&bytes) {
-                            // Who and when, never what was typed: NTLM carries
-                            // no password, and nothing of the request is logged.
-                            tracing::warn!(%peer, "SMB logon failed (STATUS_LOGON_FAILURE)");
-                        }
-                        stream.write_all(&bytes).await?
-                    }
-                    smb::Event::Run { token, batch, tag } => {
-                        spawn_batch(&ctx.engine, RequestTag::new("smb", tag), token, batch, &done_tx);
-                        in_flight += 1;
-                    }
-                    smb::Event::Close => return Ok(()),
-                }
+            if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                return Ok(());
             }
         }
         match next_wake(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit).await {
@@ -601,19 +587,42 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 in_flight -= 1;
                 queue.extend(conn.on_batch_done(token, r, now_ns()));
                 queue.extend(conn.resume(now_ns(), &*ctx.catalog.borrow()));
-                while let Some(ev) = queue.pop_front() {
-                    match ev {
-                        smb::Event::Send(bytes) => stream.write_all(&bytes).await?,
-                        smb::Event::Run { token, batch, tag } => {
-                            spawn_batch(&ctx.engine, RequestTag::new("smb", tag), token, batch, &done_tx);
-                            in_flight += 1;
-                        }
-                        smb::Event::Close => return Ok(()),
-                    }
+                if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                    return Ok(());
                 }
             }
         }
     }
+}
+
+/// Carries out an SMB connection's events: frames are sent, batches
+/// started. True when the connection is to be closed.
+async fn smb_events(
+    stream: &mut TcpStream,
+    queue: &mut VecDeque<smb::Event>,
+    peer: IpAddr,
+    ctx: &Ctx,
+    done: &flume::Sender<Done>,
+    in_flight: &mut usize,
+) -> std::io::Result<bool> {
+    while let Some(ev) = queue.pop_front() {
+        match ev {
+            smb::Event::Send(bytes) => {
+                if logon_failed(&bytes) {
+                    // Who and when, never what was typed: NTLM carries no
+                    // password, and nothing of the request is logged.
+                    tracing::warn!(%peer, "SMB logon failed (STATUS_LOGON_FAILURE)");
+                }
+                stream.write_all(&bytes).await?
+            }
+            smb::Event::Run { token, batch, tag } => {
+                spawn_batch(&ctx.engine, RequestTag::new("smb", tag), token, batch, done);
+                *in_flight += 1;
+            }
+            smb::Event::Close => return Ok(true),
+        }
+    }
+    Ok(false)
 }
 
 async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {

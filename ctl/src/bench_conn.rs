@@ -318,6 +318,26 @@ pub struct Nfs4Conn {
     handles: Vec<(Vec<u8>, Stateid4)>,
 }
 
+/// Where a directory lookup starts: the deepest cached ancestor of `d`
+/// (the export root at worst), and the (path, component) steps still to
+/// look up below it, in order.
+fn walk_from<'a>(dirs: &HashMap<String, Vec<u8>>, d: &'a str) -> (Vec<u8>, Vec<(String, &'a str)>) {
+    let mut fh = dirs[""].clone();
+    let mut steps = Vec::new();
+    let mut at = String::new();
+    for comp in d.split('/').filter(|c| !c.is_empty()) {
+        if !at.is_empty() {
+            at.push('/');
+        }
+        at.push_str(comp);
+        match dirs.get(&at) {
+            Some(f) if steps.is_empty() => fh = f.clone(),
+            _ => steps.push((at.clone(), comp)),
+        }
+    }
+    (fh, steps)
+}
+
 impl Nfs4Conn {
     /// The handle of directory `d`, looked up component by component
     /// (cached).
@@ -325,19 +345,10 @@ impl Nfs4Conn {
         if let Some(f) = self.dirs.get(d) {
             return Ok(f.clone());
         }
-        let mut fh = self.dirs[""].clone();
-        let mut at = String::new();
-        for comp in d.split('/').filter(|c| !c.is_empty()) {
-            if !at.is_empty() {
-                at.push('/');
-            }
-            at.push_str(comp);
-            if let Some(f) = self.dirs.get(&at) {
-                fh = f.clone();
-                continue;
-            }
+        let (mut fh, steps) = walk_from(&self.dirs, d);
+        for (at, comp) in steps {
             fh = self.c.lookup_fh(&fh, comp).await.map_err(e(d))?;
-            self.dirs.insert(at.clone(), fh.clone());
+            self.dirs.insert(at, fh.clone());
         }
         Ok(fh)
     }
@@ -442,19 +453,10 @@ impl Nfs3Conn {
         if let Some(f) = self.dirs.get(d) {
             return Ok(f.clone());
         }
-        let mut fh = self.dirs[""].clone();
-        let mut at = String::new();
-        for comp in d.split('/').filter(|c| !c.is_empty()) {
-            if !at.is_empty() {
-                at.push('/');
-            }
-            at.push_str(comp);
-            if let Some(f) = self.dirs.get(&at) {
-                fh = f.clone();
-                continue;
-            }
+        let (mut fh, steps) = walk_from(&self.dirs, d);
+        for (at, comp) in steps {
             fh = self.c.lookup(&fh, comp).await.map_err(e(d))?;
-            self.dirs.insert(at.clone(), fh.clone());
+            self.dirs.insert(at, fh.clone());
         }
         Ok(fh)
     }

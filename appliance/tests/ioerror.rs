@@ -73,6 +73,22 @@ fn smb_get(c: &mut Smb, name: &str, len: usize) -> Result<Vec<u8>, NtStatus> {
     r
 }
 
+/// New SMB (bench on `public`) and NFSv3 clients, and the share's root
+/// handle.
+fn connect(d: &Daemon) -> (Smb, Nfs, Vec<u8>) {
+    let c = Smb::logged_on(d.smb_port, "bench", "benchpw", "public");
+    let mut n = Nfs::connect(d.nfs_port);
+    let root = n.mount("/public").unwrap();
+    (c, n, root)
+}
+
+/// SIGTERM and start again; the metadata store is healthy after it.
+fn restart_and_reconnect(d: &mut Daemon) -> (Smb, Nfs, Vec<u8>) {
+    d.restart();
+    assert!(!d.ok(&["status"]).contains("FAILED"), "a restart recovers the metadata store");
+    connect(d)
+}
+
 #[test]
 fn injected_io_errors_fail_the_request_and_damage_nothing() {
     let tmp = tempfile::tempdir().unwrap();
@@ -80,9 +96,7 @@ fn injected_io_errors_fail_the_request_and_damage_nothing() {
     let mut d = Daemon::start_with(tmp.path(), smb_extra);
     d.ok(&["user", "add", "bench", "--password", "benchpw"]);
     std::thread::sleep(Duration::from_millis(2500));
-    let mut c = Smb::logged_on(d.smb_port, "bench", "benchpw", "public");
-    let mut n = Nfs::connect(d.nfs_port);
-    let root = n.mount("/public").unwrap();
+    let (mut c, mut n, root) = connect(&d);
 
     // What is stored before any error: a chunked file, a small file, an
     // NFSv3 file, all destaged.
@@ -176,13 +190,8 @@ fn injected_io_errors_fail_the_request_and_damage_nothing() {
     assert!(d.ok(&["status"]).contains("FAILED"), "a read error while applying stops changes");
     assert_eq!(c.create("refused.bin").err(), Some(IO_ERROR), "changes refused after a read error while applying");
     check(&mut c, &mut n, &stored, &nfs_bytes, "reads after a metadata read error");
-    drop(c);
-    drop(n);
-    d.restart();
-    assert!(!d.ok(&["status"]).contains("FAILED"), "a restart recovers the metadata store");
-    let mut c = Smb::logged_on(d.smb_port, "bench", "benchpw", "public");
-    let mut n = Nfs::connect(d.nfs_port);
-    let root = n.mount("/public").unwrap();
+    drop((c, n));
+    let (mut c, mut n, root) = restart_and_reconnect(&mut d);
     check(&mut c, &mut n, &stored, &nfs_bytes, "after a restart from a read error");
     assert!(d.ok(&["fsck"]).contains("file system is consistent"), "fsck after a metadata read error");
 
@@ -196,23 +205,17 @@ fn injected_io_errors_fail_the_request_and_damage_nothing() {
     assert_eq!(n.create3(&root, "refused-nfs"), Err(Nfsstat3::IO));
     check(&mut c, &mut n, &stored, &nfs_bytes, "reads after a metadata write error");
     assert!(d.log_text().contains("restart duetd"), "the log tells the admin what to do");
-    drop(c);
-    drop(n);
-    d.restart();
-    assert!(!d.ok(&["status"]).contains("FAILED"), "a restart recovers the metadata store");
-    let mut c = Smb::logged_on(d.smb_port, "bench", "benchpw", "public");
-    let mut n = Nfs::connect(d.nfs_port);
+    drop((c, n));
+    let (mut c, mut n, _) = restart_and_reconnect(&mut d);
     check(&mut c, &mut n, &stored, &nfs_bytes, "after restart");
     assert_eq!(smb_put(&mut c, "after.bin", &pattern(8, MIB)), NtStatus::SUCCESS, "changes work again");
     stored.push(("after.bin".into(), pattern(8, MIB)));
     assert!(d.ok(&["fsck"]).contains("file system is consistent"), "fsck after restart");
 
     // Everything acknowledged survives a SIGKILL.
-    drop(c);
-    drop(n);
+    drop((c, n));
     d.kill_and_restart();
-    let mut c = Smb::logged_on(d.smb_port, "bench", "benchpw", "public");
-    let mut n = Nfs::connect(d.nfs_port);
+    let (mut c, mut n, _) = connect(&d);
     check(&mut c, &mut n, &stored, &nfs_bytes, "after SIGKILL");
     assert!(d.ok(&["fsck"]).contains("file system is consistent"), "fsck after SIGKILL");
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")), "{}", d.log_text());

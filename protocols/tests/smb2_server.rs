@@ -611,7 +611,10 @@ fn read_file(c: &mut Client, name: &str) -> (Vec<NtStatus>, Vec<u8>) {
     (r.iter().map(Reply::status).collect(), data)
 }
 
-fn list(c: &mut Client, dir: &str, pattern: &str) -> Vec<String> {
+/// CREATE(dir)+QUERY_DIRECTORY(pattern)+CLOSE as one related compound:
+/// each entry's name and EaSize, or None when QUERY_DIRECTORY failed (a
+/// pattern that matches nothing).
+fn listing(c: &mut Client, dir: &str, pattern: &str) -> Option<Vec<(String, u32)>> {
     let msgs = vec![
         msg(
             Request::Create(create(
@@ -637,16 +640,20 @@ fn list(c: &mut Client, dir: &str, pattern: &str) -> Vec<String> {
     ];
     let r = c.call(msgs);
     assert_eq!(r[0].status(), NtStatus::SUCCESS);
-    match r[1].body() {
-        Response::QueryDirectory(q) => {
-            DirectoryEntry::decode_list(DirectoryInfoClass::IdBothDirectory, q.output_buffer)
-                .unwrap()
-                .iter()
-                .map(|e| e.file_name.to_string_lossy())
-                .collect()
-        }
-        _ => Vec::new(),
-    }
+    let Response::QueryDirectory(q) = r[1].body() else {
+        return None;
+    };
+    Some(
+        DirectoryEntry::decode_list(DirectoryInfoClass::IdBothDirectory, q.output_buffer)
+            .unwrap()
+            .iter()
+            .map(|e| (e.file_name.to_string_lossy(), e.ea_size))
+            .collect(),
+    )
+}
+
+fn list(c: &mut Client, dir: &str, pattern: &str) -> Vec<String> {
+    listing(c, dir, pattern).unwrap_or_default().into_iter().map(|(n, _)| n).collect()
 }
 
 // ---- tests ---------------------------------------------------------------
@@ -2498,42 +2505,10 @@ fn close_waits_for_the_requests_in_progress() {
     assert_eq!(r.status(), NtStatus::SUCCESS);
 }
 
-/// QUERY_DIRECTORY's entries with their EaSize.
+/// QUERY_DIRECTORY's entries of the share root with their EaSize.
 fn list_ea_sizes(c: &mut Client, pattern: &str) -> Vec<(String, u32)> {
-    let msgs = vec![
-        msg(
-            Request::Create(create(
-                "",
-                create_disposition::OPEN,
-                create_options::DIRECTORY_FILE,
-                READ,
-            )),
-            false,
-        ),
-        msg(
-            Request::QueryDirectory(QueryDirectoryRequest {
-                file_information_class: fscc::info_class::ID_BOTH_DIRECTORY,
-                flags: 0,
-                file_index: 0,
-                file_id: FileId::RELATED,
-                file_name: Utf16::Str(pattern),
-                output_buffer_length: 65536,
-            }),
-            true,
-        ),
-        close_related(),
-    ];
-    let r = c.call(msgs);
-    assert_eq!(r[1].status(), NtStatus::SUCCESS);
-    let Response::QueryDirectory(q) = r[1].body() else {
-        panic!()
-    };
-    DirectoryEntry::decode_list(DirectoryInfoClass::IdBothDirectory, q.output_buffer)
-        .unwrap()
-        .iter()
-        .map(|e| (e.file_name.to_string_lossy(), e.ea_size))
-        .filter(|(n, _)| n != "." && n != "..")
-        .collect()
+    let entries = listing(c, "", pattern).expect("QUERY_DIRECTORY succeeds");
+    entries.into_iter().filter(|(n, _)| n != "." && n != "..").collect()
 }
 
 /// EaSize in a directory listing follows the file's EAs through the node's

@@ -209,7 +209,7 @@ pub struct DataPath {
     /// (`[limits] disk_reserve_mib`): below it, batches that grow the file
     /// system get FsError::NoSpace before anything is written.
     space_reserve: Arc<AtomicU64>,
-    /// Injected failures left per [`FaultPoint`] (index = position in ALL).
+    /// Injected failures left per [`FaultPoint`] (indexed by the variant: `point as usize`, the order of `ALL`).
     faults: [Cell<u32>; 5],
     pub counters: Arc<DataCounters>,
 }
@@ -422,7 +422,7 @@ impl DataPath {
     /// Test-only: the next `n` operations at `point` fail with EIO (0
     /// cancels).
     pub fn inject_fault(&self, point: FaultPoint, n: u32) {
-        self.faults[FaultPoint::ALL.iter().position(|p| *p == point).unwrap_or(0)].set(n);
+        self.faults[point as usize].set(n);
     }
 
     /// The failures still to inject, per point.
@@ -432,7 +432,7 @@ impl DataPath {
 
     /// EIO if a failure is to be injected at `point` now.
     fn fault(&self, point: FaultPoint) -> io::Result<()> {
-        let c = &self.faults[FaultPoint::ALL.iter().position(|p| *p == point).unwrap_or(0)];
+        let c = &self.faults[point as usize];
         if c.get() == 0 {
             return Ok(());
         }

@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
-cargo build --release -p duet-appliance -p duet-ctl
+cargo fetch --locked
+cargo build --locked --release -p duet-appliance -p duet-ctl
 data="${DUET_DATA_DIR:-$PWD/duet-data}"
 echo "run-appliance: data in $data; try: target/release/duetctl --data-dir $data status"
 exec target/release/duetd --data-dir "$data" "$@"

@@ -102,6 +102,11 @@ pub struct UserRecord {
 }
 
 /// A raft entry's payload: everything that changes metadata.
+///
+/// In the raft log it is stored in the cluster's own versioned format
+/// ([`crate::command::encode_command`]), never with [`encode`]; the serde
+/// derives remain only so that entries of the legacy (bincode) format can
+/// still be read ([`crate::command::decode_command`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// First start: the root directory, the default share's directory, admin secrets.
@@ -116,7 +121,8 @@ pub enum Command {
     Destaged { upto: u64, reclaimed: Vec<NodeId> },
 }
 
-/// Encodes a record or command.
+/// Encodes a stored record (RocksDB). Raft commands use
+/// [`crate::command::encode_command`] instead.
 pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     // Serialising these plain types into a Vec cannot fail.
     bincode::serialize(v).unwrap_or_default()

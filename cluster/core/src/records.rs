@@ -118,6 +118,11 @@ pub enum Command {
     RemoveUser { name: String },
     /// The destager has applied every data record up to `upto` (inclusive)
     /// to the chunk store, and deleted the chunks of `reclaimed` files.
+    /// To be retired: it names node-local progress. Its node-local
+    /// replacement is `StoreHandle::destaged` (`machine::drop_destaged`,
+    /// written by the store directly, no proposal); once the destager
+    /// (`appliance/src/datapath.rs`) calls that, this variant is only
+    /// applied from raft logs written before.
     Destaged { upto: u64, reclaimed: Vec<NodeId> },
 }
 

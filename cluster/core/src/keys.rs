@@ -15,6 +15,7 @@
 //! | `a` name                          | admin secrets (hashes only)  |
 //! | `m` name                          | counters: next id, next dseq, applied index |
 //! | `r` index                         | raft log entry               |
+//! | `l` name                          | node-local progress: `destaged_upto` |
 //! | `h`                               | raft hard state              |
 //! | `E` id name                       | an extended attribute's value (SMB EAs) |
 //!
@@ -37,6 +38,9 @@ pub const META: u8 = b'm';
 pub const RAFT_LOG: u8 = b'r';
 pub const RAFT_HARD_STATE: &[u8] = b"h";
 pub const EA: u8 = b'E';
+/// Node-local records: progress of this node's own data path, never
+/// written by a raft command (see `machine::drop_destaged`).
+pub const LOCAL: u8 = b'l';
 
 pub fn node(id: NodeId) -> Vec<u8> {
     with_u64(NODE, id)
@@ -110,6 +114,10 @@ pub fn admin(name: &str) -> Vec<u8> {
 
 pub fn meta(name: &str) -> Vec<u8> {
     named(META, name)
+}
+
+pub fn local(name: &str) -> Vec<u8> {
+    named(LOCAL, name)
 }
 
 pub fn raft_log(index: u64) -> Vec<u8> {

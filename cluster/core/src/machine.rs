@@ -122,19 +122,35 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
             };
             Applied { admin: Some(r), ..Default::default() }
         }
+        // To be retired for the node-local `drop_destaged` (see
+        // `Command::Destaged`).
         Command::Destaged { upto, reclaimed } => {
-            let recs = txn.scan(&keys::dq(0), &keys::dq(upto.saturating_add(1)), usize::MAX);
-            for (k, v) in recs {
-                if let (Some(dseq), Some(rec)) = (keys::u64_at(&k, 1), decode::<DataRecord>(&v)) {
-                    txn.delete(keys::dq_by_file(rec.file, dseq));
-                }
-                txn.delete(k);
-            }
-            for f in reclaimed {
-                txn.delete(keys::detached(*f));
-            }
+            drop_destaged(txn, *upto, reclaimed);
             Applied { admin: Some(Ok(())), ..Default::default() }
         }
+    }
+}
+
+/// This node's destager has applied every data record up to `upto`
+/// (inclusive) to its chunk store and deleted the chunks of `reclaimed`
+/// files: drops those records (`q`, `Q`) and detach marks (`x`).
+///
+/// Node-local, not a raft command: every replica destages into its own
+/// chunk store at its own pace, so the queue of data not yet destaged
+/// (`q`, `Q`, `x`) is the node's own (each replica's apply queues the same
+/// records; each drops them when it has destaged them). The store writes
+/// these deletions directly (`StoreHandle::destaged`), with the progress
+/// record `l destaged_upto`.
+pub fn drop_destaged<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, upto: u64, reclaimed: &[NodeId]) {
+    let recs = txn.scan(&keys::dq(0), &keys::dq(upto.saturating_add(1)), usize::MAX);
+    for (k, v) in recs {
+        if let (Some(dseq), Some(rec)) = (keys::u64_at(&k, 1), decode::<DataRecord>(&v)) {
+            txn.delete(keys::dq_by_file(rec.file, dseq));
+        }
+        txn.delete(k);
+    }
+    for f in reclaimed {
+        txn.delete(keys::detached(*f));
     }
 }
 

@@ -3,16 +3,40 @@
 //!
 //! Sans-I/O: the caller persists what [`RaftNode::ready`] hands out
 //! (entries and hard state, synced), then calls [`RaftNode::persisted`],
-//! which returns the entries that are now committed, for it to apply.
+//! which returns the entries that are now committed, for it to apply, and
+//! queues the messages that may now go to the other voters
+//! ([`RaftNode::take_messages`]; a one-voter group has none).
+//!
+//! A proposal is identified by the (term, index) its entry got
+//! ([`Proposed`]): after a leader change another entry can take the same
+//! index, so only an applied entry with both equal is the proposal's
+//! (see [`crate::waiters`]).
 
-use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
+use raft::eraftpb::{ConfState, Entry, HardState, Message, Snapshot};
 use raft::storage::MemStorage;
 use raft::{Config, RawNode};
 
 pub use raft::eraftpb::Entry as RaftEntry;
+pub use raft::eraftpb::Message as RaftMessage;
+
+/// Applied entries a multi-voter group keeps in memory for followers that
+/// lag (a one-voter group keeps none).
+pub const LOG_RETAIN_MULTI: u64 = 4096;
 
 pub struct RaftNode {
     raw: RawNode<MemStorage>,
+    /// Messages for other voters, ready to send.
+    outbox: Vec<Message>,
+    /// Applied entries kept in memory after they are applied.
+    retain: u64,
+}
+
+/// Where a proposal's entry went: its term and index. Only the entry
+/// applied at this index *with this term* is the proposal's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Proposed {
+    pub term: u64,
+    pub index: u64,
 }
 
 /// Work the caller must make durable before calling [`RaftNode::persisted`].
@@ -22,6 +46,11 @@ pub struct ReadyWork {
     pub hard_state: Option<HardState>,
     /// Entries committed before this ready's entries were persisted.
     pub committed: Vec<Entry>,
+    /// A snapshot from the leader to install (multi-voter groups only; the
+    /// caller must install it before [`RaftNode::persisted`]).
+    pub snapshot: Option<Snapshot>,
+    /// Messages that may only leave once this work is durable.
+    persisted_messages: Vec<Message>,
 }
 
 /// State recovered from storage on restart.
@@ -40,15 +69,27 @@ fn discard_logger() -> slog::Logger {
 
 impl RaftNode {
     /// A one-voter group with `id` as its only voter, from recovered state.
+    /// It campaigns at once (and, alone, wins).
     pub fn single(id: u64, rec: Recovered) -> Result<Self, raft::Error> {
-        let storage = MemStorage::new_with_conf_state(ConfState::from((vec![id], vec![])));
+        let mut node = Self::with_voters(id, &[id], rec)?;
+        node.retain = 0;
+        node.raw.campaign()?;
+        Ok(node)
+    }
+
+    /// A member `id` of the group of `voters` (the same list on every
+    /// member), from recovered state. It does not campaign: its election
+    /// timer ([`RaftNode::tick`]) or [`RaftNode::campaign`] does.
+    pub fn with_voters(id: u64, voters: &[u64], rec: Recovered) -> Result<Self, raft::Error> {
+        let conf = || ConfState::from((voters.to_vec(), vec![]));
+        let storage = MemStorage::new_with_conf_state(conf());
         {
             let mut w = storage.wl();
             if rec.applied_index > 0 {
                 let mut snap = Snapshot::default();
                 snap.mut_metadata().index = rec.applied_index;
                 snap.mut_metadata().term = rec.applied_term;
-                snap.mut_metadata().set_conf_state(ConfState::from((vec![id], vec![])));
+                snap.mut_metadata().set_conf_state(conf());
                 w.apply_snapshot(snap)?;
             }
             if !rec.entries.is_empty() {
@@ -72,13 +113,17 @@ impl RaftNode {
             max_inflight_msgs: 256,
             ..Default::default()
         };
-        let mut raw = RawNode::new(&cfg, storage, &discard_logger())?;
-        raw.campaign()?;
-        Ok(RaftNode { raw })
+        let raw = RawNode::new(&cfg, storage, &discard_logger())?;
+        Ok(RaftNode { raw, outbox: Vec::new(), retain: LOG_RETAIN_MULTI })
     }
 
     pub fn is_leader(&self) -> bool {
         self.raw.raft.state == raft::StateRole::Leader
+    }
+
+    /// The leader this node knows of (0: none).
+    pub fn leader_id(&self) -> u64 {
+        self.raw.raft.leader_id
     }
 
     pub fn term(&self) -> u64 {
@@ -93,14 +138,40 @@ impl RaftNode {
         self.raw.raft.raft_log.last_index()
     }
 
-    /// Proposes `data`; returns the index the entry will have.
-    pub fn propose(&mut self, data: Vec<u8>) -> Result<u64, raft::Error> {
+    /// Proposes `data` on the leader; returns the (term, index) its entry
+    /// has. Refused (`ProposalDropped`) on a node that is not the leader:
+    /// raft-rs would forward it and return no index to wait on.
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<Proposed, raft::Error> {
+        if !self.is_leader() {
+            return Err(raft::Error::ProposalDropped);
+        }
+        let before = self.last_index();
         self.raw.propose(Vec::new(), data)?;
-        Ok(self.last_index())
+        let index = self.last_index();
+        if index != before + 1 {
+            return Err(raft::Error::ProposalDropped);
+        }
+        let term = self.raw.raft.raft_log.term(index)?;
+        Ok(Proposed { term, index })
     }
 
     pub fn tick(&mut self) {
         self.raw.tick();
+    }
+
+    /// Starts an election now.
+    pub fn campaign(&mut self) -> Result<(), raft::Error> {
+        self.raw.campaign()
+    }
+
+    /// Hands a message from another voter to raft.
+    pub fn step(&mut self, m: Message) -> Result<(), raft::Error> {
+        self.raw.step(m)
+    }
+
+    /// Messages for other voters that may be sent now.
+    pub fn take_messages(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.outbox)
     }
 
     /// The next piece of work, if any.
@@ -109,17 +180,23 @@ impl RaftNode {
             return None;
         }
         let mut ready = self.raw.ready();
+        self.outbox.extend(ready.take_messages());
+        let persisted_messages = ready.take_persisted_messages();
         let committed = ready.take_committed_entries();
         let entries = ready.entries().clone();
         let hard_state = ready.hs().cloned();
-        Some(ReadyWork { ready, entries, hard_state, committed })
+        let snapshot = if ready.snapshot().is_empty() { None } else { Some(ready.snapshot().clone()) };
+        Some(ReadyWork { ready, entries, hard_state, committed, snapshot, persisted_messages })
     }
 
     /// The caller has made `work` durable: returns the entries committed now.
-    pub fn persisted(&mut self, work: ReadyWork) -> Result<Vec<Entry>, raft::Error> {
+    pub fn persisted(&mut self, mut work: ReadyWork) -> Result<Vec<Entry>, raft::Error> {
         {
             let store = self.raw.mut_store();
             let mut w = store.wl();
+            if let Some(snap) = work.snapshot.take() {
+                w.apply_snapshot(snap)?;
+            }
             if !work.entries.is_empty() {
                 w.append(&work.entries)?;
             }
@@ -127,19 +204,26 @@ impl RaftNode {
                 w.set_hardstate(hs.clone());
             }
         }
+        self.outbox.append(&mut work.persisted_messages);
         let mut light = self.raw.advance(work.ready);
         if let Some(c) = light.commit_index() {
             self.raw.mut_store().wl().mut_hard_state().commit = c;
         }
+        self.outbox.extend(light.take_messages());
         let committed = light.take_committed_entries();
         Ok(committed)
     }
 
-    /// Everything up to `index` is applied: lets raft release it.
+    /// Everything up to `index` is applied: lets raft release it (a
+    /// multi-voter group keeps the last [`LOG_RETAIN_MULTI`] for followers).
     pub fn applied(&mut self, index: u64) {
         self.raw.advance_apply_to(index);
+        let upto = index.saturating_sub(self.retain);
+        if upto == 0 {
+            return;
+        }
         let store = self.raw.mut_store();
-        let _ = store.wl().compact(index);
+        let _ = store.wl().compact(upto);
     }
 }
 
@@ -162,14 +246,18 @@ mod tests {
         let mut n = RaftNode::single(1, Recovered::default()).unwrap();
         drive(&mut n);
         assert!(n.is_leader());
-        let idx = n.propose(b"a".to_vec()).unwrap();
-        let idx2 = n.propose(b"b".to_vec()).unwrap();
+        let idx = n.propose(b"a".to_vec()).unwrap().index;
+        let p2 = n.propose(b"b".to_vec()).unwrap();
+        let idx2 = p2.index;
         assert_eq!(idx2, idx + 1);
+        assert_eq!(p2.term, n.term());
         let committed = drive(&mut n);
         let data: Vec<&[u8]> = committed.iter().filter(|e| !e.data.is_empty()).map(|e| &e.data[..]).collect();
         assert_eq!(data, vec![&b"a"[..], &b"b"[..]]);
         assert_eq!(committed.last().unwrap().index, idx2);
+        assert_eq!(committed.last().unwrap().term, p2.term);
         n.applied(idx2);
+        assert!(n.take_messages().is_empty(), "a one-voter group sends nothing");
     }
 
     #[test]

@@ -102,6 +102,11 @@ pub struct UserRecord {
 }
 
 /// A raft entry's payload: everything that changes metadata.
+///
+/// In the raft log it is stored in the cluster's own versioned format
+/// ([`crate::command::encode_command`]), never with [`encode`]; the serde
+/// derives remain only so that entries of the legacy (bincode) format can
+/// still be read ([`crate::command::decode_command`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// First start: the root directory, the default share's directory, admin secrets.
@@ -113,10 +118,16 @@ pub enum Command {
     RemoveUser { name: String },
     /// The destager has applied every data record up to `upto` (inclusive)
     /// to the chunk store, and deleted the chunks of `reclaimed` files.
+    /// To be retired: it names node-local progress. Its node-local
+    /// replacement is `StoreHandle::destaged` (`machine::drop_destaged`,
+    /// written by the store directly, no proposal); once the destager
+    /// (`appliance/src/datapath.rs`) calls that, this variant is only
+    /// applied from raft logs written before.
     Destaged { upto: u64, reclaimed: Vec<NodeId> },
 }
 
-/// Encodes a record or command.
+/// Encodes a stored record (RocksDB). Raft commands use
+/// [`crate::command::encode_command`] instead.
 pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     // Serialising these plain types into a Vec cannot fail.
     bincode::serialize(v).unwrap_or_default()

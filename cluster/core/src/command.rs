@@ -1,0 +1,853 @@
+//! The raft log's command format: what a raft entry's data holds.
+//!
+//! The format is the cluster's own, written and read by hand here, not a
+//! serialisation of the in-memory types (`duet_fs::Batch` and friends are
+//! protocol-facing and change with the protocols): every field is written
+//! explicitly, in a fixed order, with [`crate::wire`]'s primitives.
+//!
+//! Layout: one version byte ([`COMMAND_V1`]), then the command: a one-byte
+//! tag and its fields. Tags are numbered here, by hand, and a number is
+//! never reused. There are no sentinel values on the wire: what the
+//! in-memory types express with a magic value (`CTIME_KEEP`,
+//! `ALLOC_TRUNCATES`, a copy length of `u64::MAX`, a uid or gid of
+//! `u32::MAX` meaning "pick one") is a tag of its own here, and the decoder
+//! refuses the magic value where it would be a plain number.
+//!
+//! Decoding is strict: an unknown version or tag, a truncated field, a
+//! value out of range, invalid UTF-8 or a trailing byte is an error, and a
+//! node that meets one stops ([`decode_entry`], [`UndecodableEntry`]):
+//! a replica never skips an entry or applies what it cannot read.
+//!
+//! Entries written before this format (bincode of [`Command`], which starts
+//! with its variant index as a little-endian u32: `[0..=6, 0, 0, 0]`) are
+//! still read ([`decode_command`] tells them apart by the first byte, which
+//! the versioned format never has below [`COMMAND_V1`]), so that a data
+//! directory whose raft log holds old entries not yet applied recovers.
+//! That reader is the only use of bincode for commands; it can go once no
+//! data directory of a release before the versioned format remains.
+//!
+//! A new field or meaning is a new version: the encoder writes only the
+//! newest, the decoder reads every version it knows.
+
+use duet_fs::{
+    Access, Batch, CreateKind, Credentials, IfExists, ObjRef, Op, SetAttrs, SetTime, TimeNs, WriteData,
+    ALLOC_TRUNCATES, CTIME_KEEP,
+};
+
+use crate::records::{Command, ShareRecord, UserRecord};
+use crate::wire::{Reader, WireError, Writer};
+
+/// The first byte of every command in the versioned format, version 1.
+/// Chosen above any first byte of a legacy (bincode) command.
+pub const COMMAND_V1: u8 = 0xD1;
+
+/// Why a command cannot be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    #[error("empty command")]
+    Empty,
+    #[error("unknown command format version {0:#04x}")]
+    UnknownVersion(u8),
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("legacy (bincode) command: {0}")]
+    Legacy(String),
+}
+
+/// A raft entry whose command cannot be decoded: the node must stop (it
+/// can neither apply it nor skip it without diverging from the others).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "raft entry at term {term} index {index} cannot be decoded ({error}): this node stops applying \
+     the raft log; it needs a binary that reads this entry (or a rebuild from the other replicas)"
+)]
+pub struct UndecodableEntry {
+    pub term: u64,
+    pub index: u64,
+    pub error: CommandError,
+}
+
+/// Decodes the command of the raft entry at (`term`, `index`).
+pub fn decode_entry(term: u64, index: u64, data: &[u8]) -> Result<Command, UndecodableEntry> {
+    decode_command(data).map_err(|error| UndecodableEntry { term, index, error })
+}
+
+// Command tags. Never renumber; a retired tag stays retired.
+const CMD_INIT: u8 = 1;
+const CMD_BATCH: u8 = 2;
+const CMD_PUT_SHARE: u8 = 3;
+const CMD_REMOVE_SHARE: u8 = 4;
+const CMD_PUT_USER: u8 = 5;
+const CMD_REMOVE_USER: u8 = 6;
+const CMD_DESTAGED: u8 = 7;
+
+// Op tags.
+const OP_LOOKUP: u8 = 1;
+const OP_CREATE: u8 = 2;
+const OP_OPEN: u8 = 3;
+const OP_GETATTR: u8 = 4;
+const OP_SETATTR: u8 = 5;
+const OP_WRITE: u8 = 6;
+const OP_READ: u8 = 7;
+const OP_CLOSE: u8 = 8;
+const OP_REMOVE: u8 = 9;
+const OP_RENAME: u8 = 10;
+const OP_LINK: u8 = 11;
+const OP_READLINK: u8 = 12;
+const OP_READDIR: u8 = 13;
+const OP_COPY: u8 = 14;
+const OP_LOOKUP_CASELESS: u8 = 15;
+const OP_SET_EAS: u8 = 16;
+const OP_GET_EAS: u8 = 17;
+const OP_ZERO_RANGE: u8 = 18;
+
+/// Encodes `cmd` in the newest format. Cannot fail.
+pub fn encode_command(cmd: &Command) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.u8(COMMAND_V1);
+    put_command(&mut w, cmd);
+    w.buf
+}
+
+/// Decodes a command of any known format; every byte must be part of it.
+pub fn decode_command(b: &[u8]) -> Result<Command, CommandError> {
+    match b.first() {
+        None => Err(CommandError::Empty),
+        Some(&COMMAND_V1) => {
+            let mut r = Reader::new(b);
+            r.u8("version")?;
+            let cmd = get_command(&mut r)?;
+            r.finish()?;
+            Ok(cmd)
+        }
+        Some(_) if is_legacy(b) => decode_legacy(b),
+        Some(&v) => Err(CommandError::UnknownVersion(v)),
+    }
+}
+
+/// Variants `Command` had when its entries were bincode (Init ..= Destaged).
+const LEGACY_VARIANTS: u8 = 7;
+
+/// Whether `b` starts like a bincode `Command` (a little-endian u32
+/// variant index below [`LEGACY_VARIANTS`]).
+fn is_legacy(b: &[u8]) -> bool {
+    b.len() >= 4 && b[0] < LEGACY_VARIANTS && b[1..4] == [0, 0, 0]
+}
+
+fn decode_legacy(b: &[u8]) -> Result<Command, CommandError> {
+    use bincode::Options;
+    // bincode 1's default layout (what `bincode::serialize` wrote), but
+    // strict: no trailing bytes, no length longer than the input.
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .with_little_endian()
+        .reject_trailing_bytes()
+        .with_limit(b.len() as u64)
+        .deserialize(b)
+        .map_err(|e| CommandError::Legacy(e.to_string()))
+}
+
+// ---- encoding ----
+
+fn put_command(w: &mut Writer, cmd: &Command) {
+    match cmd {
+        Command::Init { now_ns, admin_secrets, shares } => {
+            w.u8(CMD_INIT);
+            w.i64(*now_ns);
+            w.u64(admin_secrets.len() as u64);
+            for (name, secret) in admin_secrets {
+                w.str(name);
+                w.bytes(secret);
+            }
+            w.u64(shares.len() as u64);
+            for s in shares {
+                put_share(w, s);
+            }
+        }
+        Command::Batch(b) => {
+            w.u8(CMD_BATCH);
+            put_batch(w, b);
+        }
+        Command::PutShare { share, replace, now_ns } => {
+            w.u8(CMD_PUT_SHARE);
+            put_share(w, share);
+            w.bool(*replace);
+            w.i64(*now_ns);
+        }
+        Command::RemoveShare { name } => {
+            w.u8(CMD_REMOVE_SHARE);
+            w.str(name);
+        }
+        Command::PutUser { user, replace } => {
+            w.u8(CMD_PUT_USER);
+            put_user(w, user);
+            w.bool(*replace);
+        }
+        Command::RemoveUser { name } => {
+            w.u8(CMD_REMOVE_USER);
+            w.str(name);
+        }
+        Command::Destaged { upto, reclaimed } => {
+            w.u8(CMD_DESTAGED);
+            w.u64(*upto);
+            w.u64(reclaimed.len() as u64);
+            for id in reclaimed {
+                w.u64(*id);
+            }
+        }
+    }
+}
+
+fn put_share(w: &mut Writer, s: &ShareRecord) {
+    let ShareRecord { name, path, smb, nfs, read_only, guest_ok, nfs_clients, root_squash, append_extension } = s;
+    w.str(name);
+    w.str(path);
+    w.bool(*smb);
+    w.bool(*nfs);
+    w.bool(*read_only);
+    w.bool(*guest_ok);
+    w.u64(nfs_clients.len() as u64);
+    for c in nfs_clients {
+        w.str(c);
+    }
+    w.bool(*root_squash);
+    w.bool(*append_extension);
+}
+
+// A user's uid and gid: 0 = the store picks one (the next free uid; for
+// the gid, the uid), 1 = this value.
+const ID_AUTO: u8 = 0;
+const ID_GIVEN: u8 = 1;
+
+fn put_auto_id(w: &mut Writer, v: u32) {
+    if v == u32::MAX {
+        w.u8(ID_AUTO);
+    } else {
+        w.u8(ID_GIVEN);
+        w.u32(v);
+    }
+}
+
+fn put_user(w: &mut Writer, u: &UserRecord) {
+    let UserRecord { name, uid, gid, nt_hash, enabled } = u;
+    w.str(name);
+    put_auto_id(w, *uid);
+    put_auto_id(w, *gid);
+    w.raw(nt_hash);
+    w.bool(*enabled);
+}
+
+fn put_batch(w: &mut Writer, b: &Batch) {
+    let Batch { cred, ops, stop_on_error, read_only, now_ns } = b;
+    put_cred(w, cred);
+    w.bool(*stop_on_error);
+    w.bool(*read_only);
+    w.i64(*now_ns);
+    w.u64(ops.len() as u64);
+    for op in ops {
+        put_op(w, op);
+    }
+}
+
+fn put_cred(w: &mut Writer, c: &Credentials) {
+    let Credentials { uid, gid, groups } = c;
+    w.u32(*uid);
+    w.u32(*gid);
+    w.u64(groups.len() as u64);
+    for g in groups {
+        w.u32(*g);
+    }
+}
+
+const REF_ID: u8 = 0;
+const REF_RESULT: u8 = 1;
+
+fn put_ref(w: &mut Writer, r: &ObjRef) {
+    match r {
+        ObjRef::Id(id) => {
+            w.u8(REF_ID);
+            w.u64(*id);
+        }
+        ObjRef::Result(i) => {
+            w.u8(REF_RESULT);
+            w.u64(*i as u64);
+        }
+    }
+}
+
+const KIND_FILE: u8 = 0;
+const KIND_DIRECTORY: u8 = 1;
+const KIND_SYMLINK: u8 = 2;
+const KIND_CHAR: u8 = 3;
+const KIND_BLOCK: u8 = 4;
+const KIND_FIFO: u8 = 5;
+const KIND_SOCKET: u8 = 6;
+
+fn put_kind(w: &mut Writer, k: &CreateKind) {
+    match k {
+        CreateKind::File => w.u8(KIND_FILE),
+        CreateKind::Directory => w.u8(KIND_DIRECTORY),
+        CreateKind::Symlink { target } => {
+            w.u8(KIND_SYMLINK);
+            w.str(target);
+        }
+        CreateKind::CharDevice { rdev } => {
+            w.u8(KIND_CHAR);
+            w.u64(*rdev);
+        }
+        CreateKind::BlockDevice { rdev } => {
+            w.u8(KIND_BLOCK);
+            w.u64(*rdev);
+        }
+        CreateKind::Fifo => w.u8(KIND_FIFO),
+        CreateKind::Socket => w.u8(KIND_SOCKET),
+    }
+}
+
+const IF_EXISTS_FAIL: u8 = 0;
+const IF_EXISTS_OPEN: u8 = 1;
+const IF_EXISTS_TRUNCATE: u8 = 2;
+
+fn put_if_exists(w: &mut Writer, e: IfExists) {
+    w.u8(match e {
+        IfExists::Fail => IF_EXISTS_FAIL,
+        IfExists::Open => IF_EXISTS_OPEN,
+        IfExists::Truncate => IF_EXISTS_TRUNCATE,
+    });
+}
+
+// Option tags.
+const NONE: u8 = 0;
+const SOME: u8 = 1;
+
+fn put_opt_u32(w: &mut Writer, v: Option<u32>) {
+    match v {
+        None => w.u8(NONE),
+        Some(v) => {
+            w.u8(SOME);
+            w.u32(v);
+        }
+    }
+}
+
+fn put_opt_u64(w: &mut Writer, v: Option<u64>) {
+    match v {
+        None => w.u8(NONE),
+        Some(v) => {
+            w.u8(SOME);
+            w.u64(v);
+        }
+    }
+}
+
+fn put_opt_i64(w: &mut Writer, v: Option<i64>) {
+    match v {
+        None => w.u8(NONE),
+        Some(v) => {
+            w.u8(SOME);
+            w.i64(v);
+        }
+    }
+}
+
+// An allocation size: none, a reservation that never shrinks the file, or
+// one that also cuts the file at it (in memory: `ALLOC_TRUNCATES` set).
+const ALLOC_NONE: u8 = 0;
+const ALLOC_RESERVE: u8 = 1;
+const ALLOC_RESERVE_AND_CUT: u8 = 2;
+
+// A time to set: none, the batch's time, this time.
+const TIME_NONE: u8 = 0;
+const TIME_SERVER_NOW: u8 = 1;
+const TIME_AT: u8 = 2;
+
+// The change time: the batch's time (POSIX: `None`), this time, or left
+// alone (in memory: `CTIME_KEEP`).
+const CTIME_NOW: u8 = 0;
+const CTIME_AT: u8 = 1;
+const CTIME_UNCHANGED: u8 = 2;
+
+fn put_set_time(w: &mut Writer, t: Option<SetTime>) {
+    match t {
+        None => w.u8(TIME_NONE),
+        Some(SetTime::ServerNow) => w.u8(TIME_SERVER_NOW),
+        Some(SetTime::At(t)) => {
+            w.u8(TIME_AT);
+            w.i64(t);
+        }
+    }
+}
+
+fn put_set_attrs(w: &mut Writer, a: &SetAttrs) {
+    let SetAttrs { mode, uid, gid, size, alloc_size, dos_attrs, btime, atime, mtime, ctime } = a;
+    put_opt_u32(w, *mode);
+    put_opt_u32(w, *uid);
+    put_opt_u32(w, *gid);
+    put_opt_u64(w, *size);
+    match alloc_size {
+        None => w.u8(ALLOC_NONE),
+        Some(a) if a & ALLOC_TRUNCATES != 0 => {
+            w.u8(ALLOC_RESERVE_AND_CUT);
+            w.u64(a & !ALLOC_TRUNCATES);
+        }
+        Some(a) => {
+            w.u8(ALLOC_RESERVE);
+            w.u64(*a);
+        }
+    }
+    put_opt_u32(w, *dos_attrs);
+    put_opt_i64(w, *btime);
+    put_set_time(w, *atime);
+    put_set_time(w, *mtime);
+    match ctime {
+        None => w.u8(CTIME_NOW),
+        Some(CTIME_KEEP) => w.u8(CTIME_UNCHANGED),
+        Some(t) => {
+            w.u8(CTIME_AT);
+            w.i64(*t);
+        }
+    }
+}
+
+const DATA_BYTES: u8 = 0;
+const DATA_LOGGED: u8 = 1;
+
+// Remove: what may be removed.
+const REMOVE_ANY: u8 = 0;
+const REMOVE_NON_DIRECTORY: u8 = 1;
+const REMOVE_DIRECTORY: u8 = 2;
+
+// Copy length: to the end of the source (in memory: `u64::MAX`), or this many.
+const COPY_TO_END: u8 = 0;
+const COPY_LEN: u8 = 1;
+
+fn put_op(w: &mut Writer, op: &Op) {
+    match op {
+        Op::Lookup { dir, name } => {
+            w.u8(OP_LOOKUP);
+            put_ref(w, dir);
+            w.str(name);
+        }
+        Op::Create { dir, name, kind, attrs, if_exists } => {
+            w.u8(OP_CREATE);
+            put_ref(w, dir);
+            w.str(name);
+            put_kind(w, kind);
+            put_set_attrs(w, attrs);
+            put_if_exists(w, *if_exists);
+        }
+        Op::Open { obj, access, truncate } => {
+            w.u8(OP_OPEN);
+            put_ref(w, obj);
+            let Access { read, write, execute } = access;
+            w.bool(*read);
+            w.bool(*write);
+            w.bool(*execute);
+            w.bool(*truncate);
+        }
+        Op::GetAttr { obj } => {
+            w.u8(OP_GETATTR);
+            put_ref(w, obj);
+        }
+        Op::SetAttr { obj, attrs } => {
+            w.u8(OP_SETATTR);
+            put_ref(w, obj);
+            put_set_attrs(w, attrs);
+        }
+        Op::Write { obj, offset, data, append } => {
+            w.u8(OP_WRITE);
+            put_ref(w, obj);
+            w.u64(*offset);
+            match data {
+                WriteData::Bytes(b) => {
+                    w.u8(DATA_BYTES);
+                    w.bytes(b);
+                }
+                WriteData::Logged { lsn, len } => {
+                    w.u8(DATA_LOGGED);
+                    w.u64(*lsn);
+                    w.u64(*len);
+                }
+            }
+            w.bool(*append);
+        }
+        Op::Read { obj, offset, len } => {
+            w.u8(OP_READ);
+            put_ref(w, obj);
+            w.u64(*offset);
+            w.u64(*len);
+        }
+        Op::Close { obj } => {
+            w.u8(OP_CLOSE);
+            put_ref(w, obj);
+        }
+        Op::Remove { dir, name, dir_only } => {
+            w.u8(OP_REMOVE);
+            put_ref(w, dir);
+            w.str(name);
+            w.u8(match dir_only {
+                None => REMOVE_ANY,
+                Some(false) => REMOVE_NON_DIRECTORY,
+                Some(true) => REMOVE_DIRECTORY,
+            });
+        }
+        Op::Rename { src_dir, src_name, dst_dir, dst_name, replace } => {
+            w.u8(OP_RENAME);
+            put_ref(w, src_dir);
+            w.str(src_name);
+            put_ref(w, dst_dir);
+            w.str(dst_name);
+            w.bool(*replace);
+        }
+        Op::Link { obj, dir, name } => {
+            w.u8(OP_LINK);
+            put_ref(w, obj);
+            put_ref(w, dir);
+            w.str(name);
+        }
+        Op::ReadLink { obj } => {
+            w.u8(OP_READLINK);
+            put_ref(w, obj);
+        }
+        Op::ReadDir { dir, after, max_entries, with_attrs } => {
+            w.u8(OP_READDIR);
+            put_ref(w, dir);
+            match after {
+                None => w.u8(NONE),
+                Some(a) => {
+                    w.u8(SOME);
+                    w.str(a);
+                }
+            }
+            w.u32(*max_entries);
+            w.bool(*with_attrs);
+        }
+        Op::Copy { src, src_offset, dst, dst_offset, len } => {
+            w.u8(OP_COPY);
+            put_ref(w, src);
+            w.u64(*src_offset);
+            put_ref(w, dst);
+            w.u64(*dst_offset);
+            if *len == u64::MAX {
+                w.u8(COPY_TO_END);
+            } else {
+                w.u8(COPY_LEN);
+                w.u64(*len);
+            }
+        }
+        Op::LookupCaseless { dir, name } => {
+            w.u8(OP_LOOKUP_CASELESS);
+            put_ref(w, dir);
+            w.str(name);
+        }
+        Op::SetEas { obj, eas } => {
+            w.u8(OP_SET_EAS);
+            put_ref(w, obj);
+            w.u64(eas.len() as u64);
+            for (name, value) in eas {
+                w.str(name);
+                w.bytes(value);
+            }
+        }
+        Op::GetEas { obj } => {
+            w.u8(OP_GET_EAS);
+            put_ref(w, obj);
+        }
+        Op::ZeroRange { obj, offset, len } => {
+            w.u8(OP_ZERO_RANGE);
+            put_ref(w, obj);
+            w.u64(*offset);
+            w.u64(*len);
+        }
+    }
+}
+
+// ---- decoding ----
+
+type R<T> = Result<T, WireError>;
+
+fn get_command(r: &mut Reader<'_>) -> R<Command> {
+    let tag = r.tag("command")?;
+    Ok(match tag {
+        CMD_INIT => {
+            let now_ns = r.i64("init time")?;
+            let n = r.count("admin secrets")?;
+            let mut admin_secrets = Vec::with_capacity(n);
+            for _ in 0..n {
+                admin_secrets.push((r.string("admin secret name")?, r.bytes("admin secret")?));
+            }
+            let n = r.count("shares")?;
+            let mut shares = Vec::with_capacity(n);
+            for _ in 0..n {
+                shares.push(get_share(r)?);
+            }
+            Command::Init { now_ns, admin_secrets, shares }
+        }
+        CMD_BATCH => Command::Batch(get_batch(r)?),
+        CMD_PUT_SHARE => {
+            let share = get_share(r)?;
+            let replace = r.bool("replace")?;
+            let now_ns = r.i64("share time")?;
+            Command::PutShare { share, replace, now_ns }
+        }
+        CMD_REMOVE_SHARE => Command::RemoveShare { name: r.string("share name")? },
+        CMD_PUT_USER => {
+            let user = get_user(r)?;
+            let replace = r.bool("replace")?;
+            Command::PutUser { user, replace }
+        }
+        CMD_REMOVE_USER => Command::RemoveUser { name: r.string("user name")? },
+        CMD_DESTAGED => {
+            let upto = r.u64("destaged upto")?;
+            let n = r.count("reclaimed files")?;
+            let mut reclaimed = Vec::with_capacity(n);
+            for _ in 0..n {
+                reclaimed.push(r.u64("reclaimed file")?);
+            }
+            Command::Destaged { upto, reclaimed }
+        }
+        t => return r.unknown("command", t),
+    })
+}
+
+fn get_share(r: &mut Reader<'_>) -> R<ShareRecord> {
+    let name = r.string("share name")?;
+    let path = r.string("share path")?;
+    let smb = r.bool("share smb")?;
+    let nfs = r.bool("share nfs")?;
+    let read_only = r.bool("share read_only")?;
+    let guest_ok = r.bool("share guest_ok")?;
+    let n = r.count("share nfs_clients")?;
+    let mut nfs_clients = Vec::with_capacity(n);
+    for _ in 0..n {
+        nfs_clients.push(r.string("share nfs client")?);
+    }
+    let root_squash = r.bool("share root_squash")?;
+    let append_extension = r.bool("share append_extension")?;
+    Ok(ShareRecord { name, path, smb, nfs, read_only, guest_ok, nfs_clients, root_squash, append_extension })
+}
+
+fn get_auto_id(r: &mut Reader<'_>, what: &'static str) -> R<u32> {
+    match r.tag(what)? {
+        ID_AUTO => Ok(u32::MAX),
+        ID_GIVEN => {
+            let at = r.pos();
+            match r.u32(what)? {
+                u32::MAX => r.invalid(at, what), // the in-memory "pick one"
+                v => Ok(v),
+            }
+        }
+        t => r.unknown(what, t),
+    }
+}
+
+fn get_user(r: &mut Reader<'_>) -> R<UserRecord> {
+    let name = r.string("user name")?;
+    let uid = get_auto_id(r, "user uid")?;
+    let gid = get_auto_id(r, "user gid")?;
+    let mut nt_hash = [0u8; 16];
+    nt_hash.copy_from_slice(r.raw(16, "user nt hash")?);
+    let enabled = r.bool("user enabled")?;
+    Ok(UserRecord { name, uid, gid, nt_hash, enabled })
+}
+
+fn get_batch(r: &mut Reader<'_>) -> R<Batch> {
+    let cred = get_cred(r)?;
+    let stop_on_error = r.bool("batch stop_on_error")?;
+    let read_only = r.bool("batch read_only")?;
+    let now_ns = r.i64("batch time")?;
+    let n = r.count("batch ops")?;
+    let mut ops = Vec::with_capacity(n);
+    for _ in 0..n {
+        ops.push(get_op(r)?);
+    }
+    Ok(Batch { cred, ops, stop_on_error, read_only, now_ns })
+}
+
+fn get_cred(r: &mut Reader<'_>) -> R<Credentials> {
+    let uid = r.u32("cred uid")?;
+    let gid = r.u32("cred gid")?;
+    let n = r.count("cred groups")?;
+    let mut groups = Vec::with_capacity(n);
+    for _ in 0..n {
+        groups.push(r.u32("cred group")?);
+    }
+    Ok(Credentials { uid, gid, groups })
+}
+
+fn get_ref(r: &mut Reader<'_>) -> R<ObjRef> {
+    match r.tag("object ref")? {
+        REF_ID => Ok(ObjRef::Id(r.u64("object id")?)),
+        REF_RESULT => {
+            let at = r.pos();
+            let i = r.u64("result ref")?;
+            usize::try_from(i).map(ObjRef::Result).or_else(|_| r.invalid(at, "result ref"))
+        }
+        t => r.unknown("object ref", t),
+    }
+}
+
+fn get_kind(r: &mut Reader<'_>) -> R<CreateKind> {
+    Ok(match r.tag("create kind")? {
+        KIND_FILE => CreateKind::File,
+        KIND_DIRECTORY => CreateKind::Directory,
+        KIND_SYMLINK => CreateKind::Symlink { target: r.string("symlink target")? },
+        KIND_CHAR => CreateKind::CharDevice { rdev: r.u64("rdev")? },
+        KIND_BLOCK => CreateKind::BlockDevice { rdev: r.u64("rdev")? },
+        KIND_FIFO => CreateKind::Fifo,
+        KIND_SOCKET => CreateKind::Socket,
+        t => return r.unknown("create kind", t),
+    })
+}
+
+fn get_if_exists(r: &mut Reader<'_>) -> R<IfExists> {
+    Ok(match r.tag("if_exists")? {
+        IF_EXISTS_FAIL => IfExists::Fail,
+        IF_EXISTS_OPEN => IfExists::Open,
+        IF_EXISTS_TRUNCATE => IfExists::Truncate,
+        t => return r.unknown("if_exists", t),
+    })
+}
+
+fn get_opt<T>(r: &mut Reader<'_>, what: &'static str, f: impl FnOnce(&mut Reader<'_>) -> R<T>) -> R<Option<T>> {
+    match r.tag(what)? {
+        NONE => Ok(None),
+        SOME => f(r).map(Some),
+        t => r.unknown(what, t),
+    }
+}
+
+fn get_set_time(r: &mut Reader<'_>, what: &'static str) -> R<Option<SetTime>> {
+    Ok(match r.tag(what)? {
+        TIME_NONE => None,
+        TIME_SERVER_NOW => Some(SetTime::ServerNow),
+        TIME_AT => Some(SetTime::At(r.i64(what)?)),
+        t => return r.unknown(what, t),
+    })
+}
+
+fn get_set_attrs(r: &mut Reader<'_>) -> R<SetAttrs> {
+    let mode = get_opt(r, "mode", |r| r.u32("mode"))?;
+    let uid = get_opt(r, "uid", |r| r.u32("uid"))?;
+    let gid = get_opt(r, "gid", |r| r.u32("gid"))?;
+    let size = get_opt(r, "size", |r| r.u64("size"))?;
+    let alloc_size = match r.tag("alloc_size")? {
+        ALLOC_NONE => None,
+        t @ (ALLOC_RESERVE | ALLOC_RESERVE_AND_CUT) => {
+            let at = r.pos();
+            let a = r.u64("alloc_size")?;
+            if a & ALLOC_TRUNCATES != 0 {
+                return r.invalid(at, "alloc_size");
+            }
+            Some(if t == ALLOC_RESERVE_AND_CUT { a | ALLOC_TRUNCATES } else { a })
+        }
+        t => return r.unknown("alloc_size", t),
+    };
+    let dos_attrs = get_opt(r, "dos_attrs", |r| r.u32("dos_attrs"))?;
+    let btime = get_opt(r, "btime", |r| r.i64("btime"))?;
+    let atime = get_set_time(r, "atime")?;
+    let mtime = get_set_time(r, "mtime")?;
+    let ctime: Option<TimeNs> = match r.tag("ctime")? {
+        CTIME_NOW => None,
+        CTIME_AT => {
+            let at = r.pos();
+            match r.i64("ctime")? {
+                CTIME_KEEP => return r.invalid(at, "ctime"),
+                t => Some(t),
+            }
+        }
+        CTIME_UNCHANGED => Some(CTIME_KEEP),
+        t => return r.unknown("ctime", t),
+    };
+    Ok(SetAttrs { mode, uid, gid, size, alloc_size, dos_attrs, btime, atime, mtime, ctime })
+}
+
+fn get_op(r: &mut Reader<'_>) -> R<Op> {
+    let tag = r.tag("op")?;
+    Ok(match tag {
+        OP_LOOKUP => Op::Lookup { dir: get_ref(r)?, name: r.string("name")? },
+        OP_CREATE => Op::Create {
+            dir: get_ref(r)?,
+            name: r.string("name")?,
+            kind: get_kind(r)?,
+            attrs: get_set_attrs(r)?,
+            if_exists: get_if_exists(r)?,
+        },
+        OP_OPEN => {
+            let obj = get_ref(r)?;
+            let access = Access { read: r.bool("read")?, write: r.bool("write")?, execute: r.bool("execute")? };
+            Op::Open { obj, access, truncate: r.bool("truncate")? }
+        }
+        OP_GETATTR => Op::GetAttr { obj: get_ref(r)? },
+        OP_SETATTR => Op::SetAttr { obj: get_ref(r)?, attrs: get_set_attrs(r)? },
+        OP_WRITE => {
+            let obj = get_ref(r)?;
+            let offset = r.u64("offset")?;
+            let data = match r.tag("write data")? {
+                DATA_BYTES => WriteData::Bytes(r.bytes("write bytes")?),
+                DATA_LOGGED => WriteData::Logged { lsn: r.u64("lsn")?, len: r.u64("len")? },
+                t => return r.unknown("write data", t),
+            };
+            Op::Write { obj, offset, data, append: r.bool("append")? }
+        }
+        OP_READ => Op::Read { obj: get_ref(r)?, offset: r.u64("offset")?, len: r.u64("len")? },
+        OP_CLOSE => Op::Close { obj: get_ref(r)? },
+        OP_REMOVE => {
+            let dir = get_ref(r)?;
+            let name = r.string("name")?;
+            let dir_only = match r.tag("remove kind")? {
+                REMOVE_ANY => None,
+                REMOVE_NON_DIRECTORY => Some(false),
+                REMOVE_DIRECTORY => Some(true),
+                t => return r.unknown("remove kind", t),
+            };
+            Op::Remove { dir, name, dir_only }
+        }
+        OP_RENAME => Op::Rename {
+            src_dir: get_ref(r)?,
+            src_name: r.string("name")?,
+            dst_dir: get_ref(r)?,
+            dst_name: r.string("name")?,
+            replace: r.bool("replace")?,
+        },
+        OP_LINK => Op::Link { obj: get_ref(r)?, dir: get_ref(r)?, name: r.string("name")? },
+        OP_READLINK => Op::ReadLink { obj: get_ref(r)? },
+        OP_READDIR => Op::ReadDir {
+            dir: get_ref(r)?,
+            after: get_opt(r, "after", |r| r.string("after"))?,
+            max_entries: r.u32("max_entries")?,
+            with_attrs: r.bool("with_attrs")?,
+        },
+        OP_COPY => {
+            let src = get_ref(r)?;
+            let src_offset = r.u64("src_offset")?;
+            let dst = get_ref(r)?;
+            let dst_offset = r.u64("dst_offset")?;
+            let len = match r.tag("copy len")? {
+                COPY_TO_END => u64::MAX,
+                COPY_LEN => {
+                    let at = r.pos();
+                    match r.u64("copy len")? {
+                        u64::MAX => return r.invalid(at, "copy len"),
+                        n => n,
+                    }
+                }
+                t => return r.unknown("copy len", t),
+            };
+            Op::Copy { src, src_offset, dst, dst_offset, len }
+        }
+        OP_LOOKUP_CASELESS => Op::LookupCaseless { dir: get_ref(r)?, name: r.string("name")? },
+        OP_SET_EAS => {
+            let obj = get_ref(r)?;
+            let n = r.count("eas")?;
+            let mut eas = Vec::with_capacity(n);
+            for _ in 0..n {
+                eas.push((r.string("ea name")?, r.bytes("ea value")?));
+            }
+            Op::SetEas { obj, eas }
+        }
+        OP_GET_EAS => Op::GetEas { obj: get_ref(r)? },
+        OP_ZERO_RANGE => Op::ZeroRange { obj: get_ref(r)?, offset: r.u64("offset")?, len: r.u64("len")? },
+        t => return r.unknown("op", t),
+    })
+}

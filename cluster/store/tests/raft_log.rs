@@ -1,0 +1,140 @@
+//! The raft log's commands in a real store (RocksDB): an entry that cannot
+//! be decoded stops the store loudly and is never skipped; entries of the
+//! legacy (bincode) format left unapplied in a data directory still apply.
+
+use duet_cluster::keys;
+use duet_cluster::records::Command;
+use duet_cluster_store::{Query, QueryAnswer, Store, StoreError};
+use duet_fs::{Batch, CreateKind, Credentials, IfExists, ObjRef, Op, OpOutput, SetAttrs, ROOT_ID};
+use protobuf::Message as _;
+use raft::eraftpb::{Entry, HardState};
+
+fn mkdir_batch(name: &str) -> Batch {
+    let mut b = Batch::new(Credentials::root(), 1_000);
+    b.push(Op::Create {
+        dir: ObjRef::Id(ROOT_ID),
+        name: name.into(),
+        kind: CreateKind::Directory,
+        attrs: SetAttrs { mode: Some(0o755), ..Default::default() },
+        if_exists: IfExists::Fail,
+    });
+    b
+}
+
+fn lookup(s: &Store, name: &str) -> bool {
+    let mut b = Batch::new(Credentials::root(), 2_000);
+    b.push(Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: name.into() });
+    let out = s.handle().batch_blocking(b).unwrap();
+    matches!(out.applied.results[0], Ok(OpOutput::Object { .. }))
+}
+
+/// A store with the root and directory "before", shut down cleanly.
+fn prepared(dir: &std::path::Path) {
+    let s = Store::open(dir, 1).unwrap();
+    let h = s.handle();
+    h.command_blocking(Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
+    h.batch_blocking(mkdir_batch("before")).unwrap();
+    s.shutdown();
+}
+
+fn meta_u64(db: &rocksdb::DB, name: &str) -> u64 {
+    u64::from_be_bytes(db.get(keys::meta(name)).unwrap().unwrap().as_slice().try_into().unwrap())
+}
+
+/// Appends raw entries to the stored raft log after the applied index, as
+/// a crash between their sync and their apply leaves them. Returns the
+/// (term, first index) they got.
+fn append_raw(dir: &std::path::Path, payloads: &[Vec<u8>]) -> (u64, u64) {
+    let db = rocksdb::DB::open_default(dir).unwrap();
+    let hs = HardState::parse_from_bytes(&db.get(keys::RAFT_HARD_STATE).unwrap().unwrap()).unwrap();
+    let applied = meta_u64(&db, "applied_index");
+    let mut last = applied;
+    let it = db.prefix_iterator([keys::RAFT_LOG]);
+    for kv in it {
+        let (k, _) = kv.unwrap();
+        if k.first() != Some(&keys::RAFT_LOG) {
+            break;
+        }
+        last = last.max(keys::u64_at(&k, 1).unwrap());
+    }
+    for (i, p) in payloads.iter().enumerate() {
+        let mut e = Entry::default();
+        e.term = hs.term;
+        e.index = last + 1 + i as u64;
+        e.data = p.clone().into();
+        db.put(keys::raft_log(e.index), e.write_to_bytes().unwrap()).unwrap();
+    }
+    let mut hs = hs;
+    hs.commit = last + payloads.len() as u64;
+    db.put(keys::RAFT_HARD_STATE, hs.write_to_bytes().unwrap()).unwrap();
+    db.flush_wal(true).unwrap();
+    (hs.term, last + 1)
+}
+
+#[test]
+fn an_undecodable_entry_stops_the_store_and_is_never_skipped() {
+    let tmp = tempfile::tempdir().unwrap();
+    prepared(tmp.path());
+    let good_after = duet_cluster::command::encode_command(&Command::Batch(mkdir_batch("after")));
+    let (term, index) = append_raw(tmp.path(), &[vec![0x42, 1, 2, 3], good_after]);
+
+    for attempt in 0..2 {
+        match Store::open(tmp.path(), 1) {
+            Err(StoreError::Undecodable(u)) => {
+                assert_eq!((u.term, u.index), (term, index), "attempt {attempt}");
+                let text = StoreError::Undecodable(u).to_string();
+                assert!(text.contains(&format!("term {term} index {index}")), "{text}");
+                assert!(text.contains("unknown command format version 0x42"), "{text}");
+            }
+            Err(e) => panic!("attempt {attempt}: wrong error: {e}"),
+            Ok(_) => panic!("attempt {attempt}: a store with an undecodable entry opened"),
+        }
+    }
+    // Neither the bad entry nor the good one after it was applied, or
+    // marked applied.
+    let db = rocksdb::DB::open_default(tmp.path()).unwrap();
+    assert_eq!(meta_u64(&db, "applied_index"), index - 1);
+    assert!(db.get(keys::edge(ROOT_ID, "after")).unwrap().is_none());
+    assert!(db.get(keys::edge(ROOT_ID, "before")).unwrap().is_some());
+}
+
+#[test]
+fn a_truncated_or_padded_entry_also_stops_the_store() {
+    for (what, mutate) in [
+        ("truncated", Box::new(|b: &mut Vec<u8>| b.truncate(b.len() - 1)) as Box<dyn Fn(&mut Vec<u8>)>),
+        ("trailing", Box::new(|b: &mut Vec<u8>| b.push(0))),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        prepared(tmp.path());
+        let mut bad = duet_cluster::command::encode_command(&Command::Batch(mkdir_batch("x")));
+        mutate(&mut bad);
+        let (term, index) = append_raw(tmp.path(), &[bad]);
+        match Store::open(tmp.path(), 1) {
+            Err(StoreError::Undecodable(u)) => assert_eq!((u.term, u.index), (term, index), "{what}"),
+            Err(e) => panic!("{what}: wrong error: {e}"),
+            Ok(_) => panic!("{what}: opened"),
+        }
+    }
+}
+
+#[test]
+fn legacy_bincode_entries_left_unapplied_are_applied_at_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    prepared(tmp.path());
+    // What a binary before the versioned format wrote.
+    let legacy = bincode::serialize(&Command::Batch(mkdir_batch("legacy"))).unwrap();
+    append_raw(tmp.path(), &[legacy]);
+    let s = Store::open(tmp.path(), 1).unwrap();
+    assert!(lookup(&s, "before"));
+    assert!(lookup(&s, "legacy"));
+    // New proposals go on in the versioned format.
+    s.handle().batch_blocking(mkdir_batch("new")).unwrap();
+    assert!(lookup(&s, "new"));
+    match s.handle().query_blocking(Query::RaftStatus).unwrap() {
+        QueryAnswer::Raft(r) => assert!(r.leader && r.applied_index == r.commit_index),
+        _ => unreachable!(),
+    }
+    s.shutdown();
+    let s = Store::open(tmp.path(), 1).unwrap();
+    assert!(lookup(&s, "legacy") && lookup(&s, "new"));
+}

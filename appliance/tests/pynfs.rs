@@ -73,7 +73,7 @@ fn pynfs_nfs41_all() {
         "pynfs did not run to its end:\n{text}"
     );
     let unknown: Vec<&String> = failed.iter().filter(|c| !known.contains_key(*c)).collect();
-    let xpass: Vec<&String> = known.keys().filter(|c| !failed.contains(c)).collect();
+    let xpass: Vec<&String> = known.keys().filter(|c| !failed.contains(*c)).collect();
     for c in &xpass {
         println!("xpass {c} (listed as a known failure: {})", known[*c]);
     }

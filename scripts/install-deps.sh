@@ -7,9 +7,10 @@ dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 # Real clients the test suite drives: smbtorture and smbclient (SMB),
-# libnfs-utils (NFS), and qemu with a Debian kernel for the kernel-client
+# libnfs-utils (NFS), pynfs (../shared/conformance/pynfs-run: python3 and
+# its ply module), and qemu with a Debian kernel for the kernel-client
 # tests (../shared/vmclient/linux-client).
-for p in samba-testsuite smbclient libnfs-utils qemu-system-x86 linux-image-amd64 busybox-static cpio kmod "$@"; do
+for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod "$@"; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -17,6 +18,12 @@ if [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The python3 first on PATH may not be Debian's (pyenv, a venv): pynfs-run
+# imports ply with it, so give that one ply too.
+if ! python3 -c 'import ply' >/dev/null 2>&1; then
+  echo "install-deps: installing ply for $(command -v python3)"
+  python3 -m pip install -q ply 2>/dev/null || python3 -m pip install -q --break-system-packages ply
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2

@@ -145,8 +145,30 @@ fn bad_discriminants_are_errors() {
     // A call where a reply is expected, and the other way round.
     assert!(ReplyHeader::decode(&mut XdrReader::new(&call_bytes())).is_err());
     assert!(CallBody::decode(&mut XdrReader::new(&words(&[9, 1, 0, 0, 0, 0]))).is_err());
-    // Every XDR error maps to GARBAGE_ARGS at the RPC layer.
-    assert!(XdrError::BadBool(7).rpc_garbage_args());
+}
+
+#[test]
+fn garbage_args_only_for_undecodable_xdr() {
+    // RFC 5531 GARBAGE_ARGS: XDR that does not decode.
+    for e in [
+        XdrError::BadBool(7),
+        XdrError::Truncated { needed: 4, remaining: 1 },
+        XdrError::TooLong { what: "opaque", len: 9, max: 8 },
+        XdrError::BadDiscriminant { what: "msg_type", value: 2 },
+        XdrError::TrailingBytes(4),
+        XdrError::Invalid("fattr4 attr_vals longer than its attributes"),
+    ] {
+        assert!(e.rpc_garbage_args(), "{e:?}");
+    }
+    // A well-formed argument over a protocol bound: the procedure's own
+    // status, not GARBAGE_ARGS.
+    for e in [
+        XdrError::NameTooLong { len: 256, max: 255 },
+        XdrError::AttrNotSupported(75),
+        XdrError::TooManyOps { count: 2000, max: 1024 },
+    ] {
+        assert!(!e.rpc_garbage_args(), "{e:?}");
+    }
 }
 
 #[test]

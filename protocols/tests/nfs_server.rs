@@ -425,6 +425,15 @@ fn rpc_errors() {
             ..
         }
     ));
+    // A well-formed LOOKUP whose name is over 255 bytes is the
+    // procedure's error (NFS3ERR_NAMETOOLONG, RFC 1813 3.3.3), not
+    // GARBAGE_ARGS: accepted, then the status.
+    let fh = mount(&mut h, "/share").unwrap();
+    let mut w = XdrWriter::new();
+    Opaque::<64>(&fh).encode(&mut w);
+    Opaque::<1024>(&[b'n'; 256]).encode(&mut w);
+    let rep = h.call_bytes(PROGRAM_NFS, 3, proc3::LOOKUP, &w.into_inner());
+    assert_eq!(res3_status(proc3::LOOKUP, &rep), Nfsstat3::NAMETOOLONG);
     // Garbage that is not RPC closes the connection.
     let ev = h.srv.on_call(1, h.peer, &[1, 2], 0, &h.exports);
     assert_eq!(ev, vec![Event::Close(1)]);
@@ -1757,6 +1766,283 @@ fn nfs41_lease_expiry() {
     assert_eq!(h.srv.state_counts().clients, 0);
     let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(())]);
     assert_eq!(res4(&rep).status, Nfsstat4::BADSESSION);
+}
+
+// ---- NFSv4.1 client records and sessions (RFC 8881 18.35-18.51) ----
+
+/// EXCHANGE_ID with `verifier` and `flags` as uid `h.uid`: (clientid,
+/// sequenceid, confirmed) or the error.
+fn exchange(h: &mut Harness, owner: &[u8], verifier: u8, flags: u32) -> Result<(u64, u32, bool), Nfsstat4> {
+    let rep = h.v4(vec![ArgOp4::ExchangeId(ExchangeId4Args {
+        clientowner: ClientOwner4 {
+            verifier: [verifier; 8],
+            ownerid: Opaque(owner),
+        },
+        flags,
+        state_protect: StateProtect4A::None,
+        client_impl_id: List(vec![]),
+    })]);
+    let r = res4(&rep);
+    match &r.results[..] {
+        [ResOp4::ExchangeId(Nfs4Res::Ok(x))] => {
+            assert_ne!(x.flags & exchgid4_flag::MASK_PNFS, 0, "a USE_* bit (RFC 8881 13.1)");
+            Ok((x.clientid, x.sequenceid, x.flags & exchgid4_flag::CONFIRMED_R != 0))
+        }
+        [ResOp4::ExchangeId(Nfs4Res::Err(e))] => Err(*e),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn create_session_args(clientid: u64, sequence: u32, fore: ChannelAttrs4, back: ChannelAttrs4) -> ArgOp4<'static> {
+    ArgOp4::CreateSession(CreateSession4Args {
+        clientid,
+        sequence,
+        flags: 0,
+        fore_chan_attrs: fore,
+        back_chan_attrs: back,
+        cb_program: PROGRAM_NFS4_CB,
+        sec_parms: List(vec![CallbackSecParms4::None]),
+    })
+}
+
+/// CREATE_SESSION alone: the session id or the error.
+fn create_session(h: &mut Harness, clientid: u64, sequence: u32) -> Result<SessionId4, Nfsstat4> {
+    let rep = h.v4(vec![create_session_args(clientid, sequence, chan(1 << 20), chan(4096))]);
+    match &res4(&rep).results[..] {
+        [ResOp4::CreateSession(Nfs4Res::Ok(cs))] => Ok(cs.sessionid),
+        [ResOp4::CreateSession(Nfs4Res::Err(e))] => Err(*e),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A SEQUENCE alone on a fresh slot-0 sequence id.
+fn ping(h: &mut Harness, s: &mut Sess) -> Nfsstat4 {
+    let rep = h.v4(vec![s.sequence()]);
+    res4(&rep).status
+}
+
+#[test]
+fn nfs41_exchange_id_follows_the_record_cases() {
+    use exchgid4_flag::{CONFIRMED_R, UPD_CONFIRMED_REC_A, USE_NON_PNFS};
+    let mut h = Harness::new();
+    // 18.35.3: undefined bits and the reply-only CONFIRMED_R: INVAL.
+    assert_eq!(exchange(&mut h, b"c", 1, 0x4), Err(Nfsstat4::INVAL));
+    assert_eq!(exchange(&mut h, b"c", 1, USE_NON_PNFS | CONFIRMED_R), Err(Nfsstat4::INVAL));
+    // Case 7: an update with no confirmed record (none, or only an
+    // unconfirmed one).
+    assert_eq!(exchange(&mut h, b"c", 1, UPD_CONFIRMED_REC_A), Err(Nfsstat4::NOENT));
+    // Case 1, then case 4: an unconfirmed record is replaced, whatever
+    // the verifier and principal.
+    let (u1, _, conf) = exchange(&mut h, b"c", 1, 0).unwrap();
+    assert!(!conf);
+    assert_eq!(exchange(&mut h, b"c", 1, UPD_CONFIRMED_REC_A), Err(Nfsstat4::NOENT));
+    let (u2, seq, _) = exchange(&mut h, b"c", 1, 0).unwrap();
+    assert_ne!(u1, u2, "case 4: a new client id");
+    assert_eq!(create_session(&mut h, u1, 1), Err(Nfsstat4::STALE_CLIENTID), "the replaced record is gone");
+    h.uid = 2000;
+    let (u3, _, _) = exchange(&mut h, b"c", 2, 0).unwrap();
+    assert_ne!(u2, u3);
+    h.uid = 1000;
+    // 18.36.4: only the principal that made the record may confirm it.
+    assert_eq!(create_session(&mut h, u3, seq), Err(Nfsstat4::CLID_INUSE));
+    assert_eq!(create_session(&mut h, u3, seq), Err(Nfsstat4::CLID_INUSE), "and again");
+    let (c1, seq, _) = exchange(&mut h, b"c", 1, 0).unwrap();
+    let sid = create_session(&mut h, c1, seq).unwrap();
+    let mut s1 = Sess { clientid: c1, id: sid, seq: 0 };
+    // Case 2: same verifier and principal: the confirmed record.
+    assert_eq!(exchange(&mut h, b"c", 1, 0).map(|x| (x.0, x.2)), Ok((c1, true)));
+    // Case 6: an update of it.
+    assert_eq!(exchange(&mut h, b"c", 1, UPD_CONFIRMED_REC_A).map(|x| (x.0, x.2)), Ok((c1, true)));
+    // Cases 8 and 9: an update with another verifier or principal.
+    assert_eq!(exchange(&mut h, b"c", 2, UPD_CONFIRMED_REC_A), Err(Nfsstat4::NOT_SAME));
+    h.uid = 2000;
+    assert_eq!(exchange(&mut h, b"c", 1, UPD_CONFIRMED_REC_A), Err(Nfsstat4::PERM));
+    // Case 3: another principal while the record holds a session.
+    assert_eq!(exchange(&mut h, b"c", 1, 0), Err(Nfsstat4::CLID_INUSE));
+    h.uid = 1000;
+    assert_eq!(ping(&mut h, &mut s1), Nfsstat4::OK);
+    // Case 5: a new verifier (the client rebooted): a new unconfirmed
+    // record; the old one and its session live until it is confirmed.
+    let (c2, seq, conf) = exchange(&mut h, b"c", 3, 0).unwrap();
+    assert!(!conf);
+    assert_ne!(c2, c1);
+    assert_eq!(ping(&mut h, &mut s1), Nfsstat4::OK);
+    let sid2 = create_session(&mut h, c2, seq).unwrap();
+    assert_eq!(ping(&mut h, &mut s1), Nfsstat4::BADSESSION, "confirming the new record ends the old");
+    let mut s2 = Sess { clientid: c2, id: sid2, seq: 0 };
+    assert_eq!(ping(&mut h, &mut s2), Nfsstat4::OK);
+    // Case 3 without state: another principal takes the owner over.
+    let rep = h.v4(vec![ArgOp4::DestroySession(DestroySession4Args { sessionid: sid2 })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    h.uid = 2000;
+    let (c3, _, conf) = exchange(&mut h, b"c", 3, 0).unwrap();
+    assert!(!conf);
+    assert_ne!(c3, c2);
+    h.uid = 1000;
+    assert_eq!(create_session(&mut h, c2, 2), Err(Nfsstat4::STALE_CLIENTID));
+    // 18.35.3: EXCHANGE_ID without SEQUENCE must be alone.
+    let rep = h.v4(vec![
+        ArgOp4::ExchangeId(ExchangeId4Args {
+            clientowner: ClientOwner4 {
+                verifier: [1; 8],
+                ownerid: Opaque(b"d"),
+            },
+            flags: 0,
+            state_protect: StateProtect4A::None,
+            client_impl_id: List(vec![]),
+        }),
+        ArgOp4::PutRootFh(()),
+    ]);
+    assert_eq!(statuses(&res4(&rep)), vec![Nfsstat4::NOT_ONLY_OP]);
+}
+
+#[test]
+fn nfs41_create_session_checks_and_replays() {
+    let mut h = Harness::new();
+    let (c, seq, _) = exchange(&mut h, b"cs", 1, 0).unwrap();
+    // An unconfirmed record has no reply to replay: the previous sequence
+    // id is misordered (RFC 8881 18.36.4), so is a later one.
+    assert_eq!(create_session(&mut h, c, seq.wrapping_sub(1)), Err(Nfsstat4::SEQ_MISORDERED));
+    assert_eq!(create_session(&mut h, c, seq + 1), Err(Nfsstat4::SEQ_MISORDERED));
+    // 18.36.3: undefined flag bits; channels too small for a SEQUENCE.
+    let mut flagged = create_session_args(c, seq, chan(1 << 20), chan(4096));
+    if let ArgOp4::CreateSession(a) = &mut flagged {
+        a.flags = 0xf;
+    }
+    assert_eq!(res4(&h.v4(vec![flagged])).status, Nfsstat4::INVAL);
+    let small_resp = ChannelAttrs4 { maxresponsesize: 0, ..chan(8192) };
+    let rep = h.v4(vec![create_session_args(c, seq, small_resp, chan(4096))]);
+    assert_eq!(res4(&rep).status, Nfsstat4::TOOSMALL);
+    let rep = h.v4(vec![create_session_args(c, seq, chan(20), chan(4096))]);
+    assert_eq!(res4(&rep).status, Nfsstat4::TOOSMALL);
+    let rep = h.v4(vec![create_session_args(c, seq, chan(8192), chan(10))]);
+    assert_eq!(res4(&rep).status, Nfsstat4::TOOSMALL, "the back channel too");
+    // None of these used the sequence id up; a retry of the one that
+    // worked gets the same reply.
+    let rep1 = h.v4(vec![create_session_args(c, seq, chan(1 << 20), chan(4096))]);
+    assert_eq!(res4(&rep1).status, Nfsstat4::OK);
+    let rep2 = h.v4(vec![create_session_args(c, seq, chan(1 << 20), chan(4096))]);
+    assert_eq!(rep1[4..], rep2[4..], "the replay is the same reply");
+    assert_eq!(h.srv.state_counts().sessions, 1, "and made no second session");
+    assert_eq!(create_session(&mut h, c, seq + 2), Err(Nfsstat4::SEQ_MISORDERED));
+    // More slots than the server has: fewer granted.
+    let many = ChannelAttrs4 { maxrequests: 2049, ..chan(1 << 20) };
+    let rep = h.v4(vec![create_session_args(c, seq + 1, many, chan(4096))]);
+    let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &res4(&rep).results[..] else { panic!() };
+    assert!(cs.fore_chan_attrs.maxrequests < 2049);
+    assert_eq!(cs.sequence, seq + 1, "csr_sequence is csa_sequence");
+    // A record not confirmed within a lease period is gone (18.35.4).
+    let (late, seq, _) = exchange(&mut h, b"late", 1, 0).unwrap();
+    h.now += 91_000_000_000;
+    assert_eq!(create_session(&mut h, late, seq), Err(Nfsstat4::STALE_CLIENTID));
+}
+
+#[test]
+fn nfs41_reply_size_limits_of_the_session() {
+    let mut h = Harness::new();
+    let (c, seq, _) = exchange(&mut h, b"small-replies", 1, 0).unwrap();
+    // ca_maxresponsesize 400: four GETATTRs of many attributes do not fit.
+    let fore = ChannelAttrs4 {
+        maxrequestsize: 400,
+        maxresponsesize: 400,
+        maxresponsesize_cached: 400,
+        ..chan(400)
+    };
+    let rep = h.v4(vec![create_session_args(c, seq, fore, chan(4096))]);
+    let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &res4(&rep).results[..] else { panic!() };
+    let mut s = Sess { clientid: c, id: cs.sessionid, seq: 0 };
+    let ga = || ArgOp4::GetAttr(GetAttr4Args { attr_request: getattr_req() });
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(()), ga(), ga(), ga(), ga()]);
+    assert!(rep.len() <= 400, "the reply stays within the session's limit");
+    let r = res4(&rep);
+    assert_eq!(r.status, Nfsstat4::REP_TOO_BIG, "{r:?}");
+    assert_eq!(r.results[..2].iter().map(|x| x.status()).collect::<Vec<_>>(), vec![Nfsstat4::OK; 2]);
+    // One GETATTR fits.
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(()), ga()]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    // ca_maxresponsesize_cached 10: not even SEQUENCE's reply can be kept.
+    let (c, seq, _) = exchange(&mut h, b"no-cache", 1, 0).unwrap();
+    let fore = ChannelAttrs4 { maxresponsesize_cached: 10, ..chan(8192) };
+    let rep = h.v4(vec![create_session_args(c, seq, fore, chan(4096))]);
+    let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &res4(&rep).results[..] else { panic!() };
+    let mut s = Sess { clientid: c, id: cs.sessionid, seq: 0 };
+    let rep = h.v4(vec![s.sequence()]);
+    assert_eq!(res4(&rep).status, Nfsstat4::REP_TOO_BIG_TO_CACHE);
+    // The slot did not advance: the same sequence id without cachethis works.
+    let rep = h.v4(vec![ArgOp4::Sequence(Sequence4Args {
+        sessionid: s.id,
+        sequenceid: 1,
+        slotid: 0,
+        highest_slotid: 0,
+        cachethis: false,
+    })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+}
+
+#[test]
+fn nfs41_destroy_clientid_rules() {
+    let mut h = Harness::new();
+    let (u, _, _) = exchange(&mut h, b"gone", 1, 0).unwrap();
+    let destroy = |id| ArgOp4::DestroyClientId(DestroyClientId4Args { clientid: id });
+    assert_eq!(res4(&h.v4(vec![destroy(u)])).status, Nfsstat4::OK, "an unconfirmed record");
+    assert_eq!(res4(&h.v4(vec![destroy(u)])).status, Nfsstat4::STALE_CLIENTID, "twice");
+    assert_eq!(res4(&h.v4(vec![destroy(0)])).status, Nfsstat4::STALE_CLIENTID);
+    // RFC 8881 18.50.3: alone, or after SEQUENCE.
+    let rep = h.v4(vec![destroy(0), ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: true })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::NOT_ONLY_OP);
+    let mut s = session(&mut h);
+    assert_eq!(res4(&h.v4(vec![destroy(s.clientid)])).status, Nfsstat4::CLIENTID_BUSY);
+    let rep = h.v4(vec![s.sequence(), destroy(s.clientid)]);
+    assert_eq!(res4(&rep).status, Nfsstat4::CLIENTID_BUSY, "with its own session");
+    let (other, _, _) = exchange(&mut h, b"other", 1, 0).unwrap();
+    let rep = h.v4(vec![s.sequence(), destroy(other)]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "another client's, from a session");
+}
+
+#[test]
+fn nfs41_secinfo_no_name_of_the_parent() {
+    let mut h = Harness::new();
+    let mut s = session(&mut h);
+    let parent = || ArgOp4::SecInfoNoName(SecInfoStyle4::Parent);
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(()), parent()]);
+    assert_eq!(res4(&rep).status, Nfsstat4::NOENT, "the pseudo-root has no parent");
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutRootFh(()),
+        ArgOp4::Lookup(Lookup4Args { objname: Name(b"share") }),
+        parent(),
+        ArgOp4::GetFh(()),
+    ]);
+    // RFC 8881 2.6.3.1.1.8: SECINFO_NO_NAME consumes the filehandle.
+    assert_eq!(
+        statuses(&res4(&rep)),
+        vec![Nfsstat4::OK, Nfsstat4::OK, Nfsstat4::OK, Nfsstat4::OK, Nfsstat4::NOFILEHANDLE]
+    );
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(()), ArgOp4::SecInfoNoName(SecInfoStyle4::CurrentFh)]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+}
+
+#[test]
+fn nfs41_courtesy_clients_give_way() {
+    let mut h = Harness::new();
+    let mut a = session_with(&mut h, b"sleeper", 1 << 20);
+    let root = share_root(&mut h, &mut a);
+    // Past one lease period (90 s) a silent client keeps its state while
+    // nobody else needs locking state, even across the lease tick...
+    h.now += 100_000_000_000;
+    h.srv.on_tick(h.now);
+    assert_eq!(h.srv.state_counts().clients, 1, "a courtesy client");
+    // ...and loses it when another client OPENs.
+    let mut b = session_with(&mut h, b"waker", 1 << 20);
+    let (mask, vals) = mode_attr(0o644);
+    let rep = h.v4(vec![
+        b.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+        open_create(&b, b"after-courtesy", &vals, mask),
+    ]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "{:?}", res4(&rep));
+    assert_eq!(h.srv.state_counts().clients, 1);
+    assert_eq!(ping(&mut h, &mut a), Nfsstat4::BADSESSION);
 }
 
 /// OPEN of `fh` itself by reclaim (CLAIM_PREVIOUS) or by CLAIM_FH.

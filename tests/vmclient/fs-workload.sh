@@ -157,7 +157,8 @@ step special
 
 # Locks (util-linux flock, given with --bin; NFSv4 sends LOCK/LOCKU, NFSv3
 # with nolock keeps them local). A second exclusive lock must wait.
-if ! skip locks && command -v flock >/dev/null; then
+if ! skip locks; then
+  command -v flock >/dev/null || fail "flock is missing in the guest (linux-client --bin)"
   : > lk
   flock -x lk -c 'echo locked > lk.out' || fail "flock -x"
   flock -s lk -c true || fail "flock -s"

@@ -49,11 +49,21 @@ pub enum XdrError {
 }
 
 impl XdrError {
-    /// RFC 5531 section 9: arguments the server cannot decode are answered
-    /// with accept_stat GARBAGE_ARGS. Every XDR error is such a case when it
-    /// happens outside an NFS procedure's own error space.
+    /// Whether the call is answered at the RPC layer with accept_stat
+    /// GARBAGE_ARGS (RFC 5531 section 9: the arguments cannot be decoded)
+    /// rather than by the procedure with its own status. Malformed XDR is
+    /// garbage; a well-formed argument that breaks a protocol bound is the
+    /// procedure's error: a name over its length (NFS3ERR_NAMETOOLONG,
+    /// RFC 1813 2.6; NFS4ERR_NAMETOOLONG), an attribute the codec cannot
+    /// parse (NFS4ERR_ATTRNOTSUPP, RFC 8881 15.1.15.1) and too many COMPOUND
+    /// operations (NFS4ERR_TOO_MANY_OPS, RFC 8881 15.1.10.7).
     pub fn rpc_garbage_args(&self) -> bool {
-        true
+        !matches!(
+            self,
+            XdrError::NameTooLong { .. }
+                | XdrError::AttrNotSupported(_)
+                | XdrError::TooManyOps { .. }
+        )
     }
 
     /// The nfsstat3 (RFC 1813 2.6) that answers an NFSv3 call whose

@@ -25,6 +25,10 @@ pub const MAX_LOCKS_PER_FILE: usize = 1024;
 
 pub type Other = [u8; 12];
 
+/// Who made a client record (RFC 8881 2.4.3, 18.35.4): for AUTH_SYS and
+/// AUTH_NONE, the uid and gid of the call's credential.
+pub type Principal = (u32, u32);
+
 /// Table sizes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
@@ -40,6 +44,7 @@ pub struct Client {
     pub id: u64,
     pub owner: Vec<u8>,
     pub verifier: [u8; 8],
+    pub principal: Principal,
     pub confirmed: bool,
     /// The CREATE_SESSION sequence id expected next.
     pub cs_seq: u32,
@@ -136,7 +141,11 @@ pub struct State {
     max_lock_states: usize,
     max_byte_locks: usize,
     pub clients: HashMap<u64, Client>,
+    /// The confirmed record of each owner.
     by_owner: HashMap<Vec<u8>, u64>,
+    /// The unconfirmed record of each owner (at most one, RFC 8881
+    /// 18.35.4 case 4); it may stand beside a confirmed one (case 5).
+    unconfirmed: HashMap<Vec<u8>, u64>,
     pub sessions: HashMap<SessionId4, Session>,
     pub opens: HashMap<Other, OpenState>,
     open_by_key: HashMap<(u64, Vec<u8>, NodeId), Other>,
@@ -180,6 +189,7 @@ impl State {
             max_byte_locks: cfg.max_byte_locks.max(1),
             clients: HashMap::new(),
             by_owner: HashMap::new(),
+            unconfirmed: HashMap::new(),
             sessions: HashMap::new(),
             opens: HashMap::new(),
             open_by_key: HashMap::new(),
@@ -230,24 +240,65 @@ impl State {
         s
     }
 
-    /// RFC 8881 18.35.4, simplified: a known owner with the same verifier
-    /// keeps its client id; a new verifier (the client rebooted) or a new
-    /// owner gets a fresh, unconfirmed client id. Returns (clientid,
-    /// sequenceid, confirmed).
+    /// EXCHANGE_ID's record rules (RFC 8881 18.35.4), by the numbered
+    /// cases there. Without `update`: a new owner gets a new unconfirmed
+    /// record (case 1); the same owner, verifier and principal as the
+    /// confirmed record keep it (case 2); another principal takes the
+    /// owner over if the old record holds no state, else
+    /// NFS4ERR_CLID_INUSE (case 3); an unconfirmed record is replaced
+    /// (case 4); a new verifier (the client rebooted) gets a new
+    /// unconfirmed record while the confirmed one lives on until
+    /// CREATE_SESSION confirms the new one (case 5). With `update`
+    /// (EXCHGID4_FLAG_UPD_CONFIRMED_REC_A): the confirmed record is kept
+    /// (case 6), or NFS4ERR_NOT_SAME for another verifier, NFS4ERR_PERM for
+    /// another principal, NFS4ERR_NOENT when there is none (cases 7-9).
+    /// Returns (clientid, sequenceid, confirmed).
     pub fn exchange_id(
         &mut self,
         owner: &[u8],
         verifier: [u8; 8],
+        principal: Principal,
+        update: bool,
         now: i64,
     ) -> Result<(u64, u32, bool), Nfsstat4> {
-        if let Some(&id) = self.by_owner.get(owner) {
-            if let Some(c) = self.clients.get_mut(&id) {
-                if c.verifier == verifier {
+        let conf = self.by_owner.get(owner).copied();
+        if update {
+            let c = conf
+                .and_then(|id| self.clients.get_mut(&id))
+                .ok_or(Nfsstat4::NOENT)?;
+            if c.principal != principal {
+                return Err(Nfsstat4::PERM);
+            }
+            if c.verifier != verifier {
+                return Err(Nfsstat4::NOT_SAME);
+            }
+            c.last_renew = now;
+            return Ok((c.id, c.cs_seq, true));
+        }
+        if let Some(id) = conf {
+            let lease = self.lease_ns;
+            let (same_principal, same_verifier, live) = match self.clients.get(&id) {
+                Some(c) => (
+                    c.principal == principal,
+                    c.verifier == verifier,
+                    now.saturating_sub(c.last_renew) <= lease,
+                ),
+                None => (false, false, false),
+            };
+            if !same_principal {
+                if live && self.has_state(id) {
+                    return Err(Nfsstat4::CLID_INUSE);
+                }
+                self.purge_client(id);
+            } else if same_verifier {
+                if let Some(c) = self.clients.get_mut(&id) {
                     c.last_renew = now;
-                    return Ok((c.id, c.cs_seq, c.confirmed));
+                    return Ok((c.id, c.cs_seq, true));
                 }
             }
-            self.purge_client(id);
+        }
+        if let Some(old) = self.unconfirmed.get(owner).copied() {
+            self.purge_client(old);
         }
         if self.clients.len() >= self.max_clients {
             self.expire(now);
@@ -272,6 +323,7 @@ impl State {
                 id,
                 owner: owner.to_vec(),
                 verifier,
+                principal,
                 confirmed: false,
                 cs_seq: 1,
                 cs_cache: None,
@@ -280,8 +332,42 @@ impl State {
                 sessions: Vec::new(),
             },
         );
-        self.by_owner.insert(owner.to_vec(), id);
+        self.unconfirmed.insert(owner.to_vec(), id);
         Ok((id, 1, false))
+    }
+
+    /// Whether a client holds sessions, opens or locks (RFC 8881 18.35.4
+    /// case 3, 18.50.3).
+    pub fn has_state(&self, id: u64) -> bool {
+        self.clients.get(&id).is_some_and(|c| !c.sessions.is_empty())
+            || self.opens.values().any(|o| o.client == id)
+            || self.locks.values().any(|l| l.client == id)
+    }
+
+    /// CREATE_SESSION confirmed `client` (RFC 8881 18.36.4): it becomes
+    /// its owner's confirmed record, and the record it replaces (case 5
+    /// of EXCHANGE_ID: the client rebooted) goes with all its state.
+    fn confirm(&mut self, client: u64) {
+        let Some(owner) = self
+            .clients
+            .get(&client)
+            .filter(|c| !c.confirmed)
+            .map(|c| c.owner.clone())
+        else {
+            return;
+        };
+        if self.unconfirmed.get(&owner) == Some(&client) {
+            self.unconfirmed.remove(&owner);
+        }
+        if let Some(old) = self.by_owner.get(&owner).copied() {
+            if old != client {
+                self.purge_client(old);
+            }
+        }
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.confirmed = true;
+        }
+        self.by_owner.insert(owner, client);
     }
 
     /// Creates a session for a client whose CREATE_SESSION sequence was
@@ -322,9 +408,9 @@ impl State {
                 conns: vec![conn],
             },
         );
+        self.confirm(client);
         if let Some(c) = self.clients.get_mut(&client) {
             c.sessions.push(id);
-            c.confirmed = true;
         }
         Ok(id)
     }
@@ -346,6 +432,9 @@ impl State {
         if let Some(c) = self.clients.remove(&id) {
             if self.by_owner.get(&c.owner) == Some(&id) {
                 self.by_owner.remove(&c.owner);
+            }
+            if self.unconfirmed.get(&c.owner) == Some(&id) {
+                self.unconfirmed.remove(&c.owner);
             }
             for s in &c.sessions {
                 self.sessions.remove(s);
@@ -371,14 +460,33 @@ impl State {
         }
     }
 
-    /// Drops clients whose lease ran out (two lease periods without a
-    /// SEQUENCE), unless a request of theirs is in progress.
+    /// Drops clients whose lease ran out, unless a request of theirs is in
+    /// progress: an unconfirmed record after one lease period (RFC 8881
+    /// 18.35.4: it SHOULD go), a confirmed one after two. Between one and
+    /// two lease periods without a SEQUENCE a confirmed client is a
+    /// courtesy client: it keeps its state until another client asks for
+    /// locking state ([`State::revoke_courtesy`]).
     pub fn expire(&mut self, now: i64) {
-        let limit = self.lease_ns.saturating_mul(2);
+        self.expire_after(now, self.lease_ns.saturating_mul(2));
+    }
+
+    /// Ends the courtesy of clients whose lease ran out (RFC 8881 8.3: the
+    /// server may then release their state): called before an OPEN, LOCK
+    /// or LOCKT, so that state an expired client held no longer stands in
+    /// the way of a live one.
+    pub fn revoke_courtesy(&mut self, now: i64) {
+        self.expire_after(now, self.lease_ns);
+    }
+
+    fn expire_after(&mut self, now: i64, confirmed_limit: i64) {
+        let lease = self.lease_ns;
         let dead: Vec<u64> = self
             .clients
             .values()
-            .filter(|c| now.saturating_sub(c.last_renew) > limit)
+            .filter(|c| {
+                let limit = if c.confirmed { confirmed_limit } else { lease };
+                now.saturating_sub(c.last_renew) > limit
+            })
             .filter(|c| {
                 !c.sessions.iter().any(|s| {
                     self.sessions

@@ -163,8 +163,8 @@ pub(super) fn call(
             return vec![accepted(ctx.conn, ctx.xid, AcceptedReplyData::ProcUnavail)]
         }
         Err(Nfs3ArgsError::Garbage(e)) => {
-            if e.nfs3_status() == Nfsstat3::NAMETOOLONG {
-                return vec![fail(ctx, proc_, Nfsstat3::NAMETOOLONG)];
+            if !e.rpc_garbage_args() {
+                return vec![fail(ctx, proc_, e.nfs3_status())];
             }
             return vec![accepted(ctx.conn, ctx.xid, AcceptedReplyData::GarbageArgs)];
         }

@@ -47,7 +47,7 @@ use super::attr::{
 };
 use super::cookies::{make_cookie, Resume, MAX_POSITION};
 use super::errors::nfs4_status;
-use super::state::{range_end, Other, SlotCache, StateRef, KIND_OPEN};
+use super::state::{range_end, Other, Principal, SlotCache, StateRef, KIND_OPEN};
 use super::v3::{verf_attrs, verf_matches};
 use super::{
     accepted, nobody, reply_with, CallCtx, ConnId, Event, ExportEntry, Exports, FileHandle,
@@ -213,6 +213,12 @@ pub(crate) struct Compound {
     /// The server's grace period lasts (RFC 8881 8.4.2).
     grace: bool,
     now: i64,
+    /// The most bytes the RPC reply may take under the session's channel
+    /// attributes, and the error of the operation that would pass it
+    /// (RFC 8881 2.10.6.4: NFS4ERR_REP_TOO_BIG, or
+    /// NFS4ERR_REP_TOO_BIG_TO_CACHE when sa_cachethis asked for the reply
+    /// to be kept and ca_maxresponsesize_cached is the smaller).
+    reply_limit: Option<(usize, Nfsstat4)>,
 }
 
 enum Flow {
@@ -385,6 +391,7 @@ pub(super) fn call(
         read_only: false,
         grace: srv.in_grace(ctx.now_ns),
         now: ctx.now_ns,
+        reply_limit: None,
     });
     // RFC 8881 2.10.6: SEQUENCE first, or one of the operations that may
     // come without a session.
@@ -403,6 +410,18 @@ pub(super) fn call(
                 }
                 Err(None) => {}
             }
+        }
+        // Without a SEQUENCE before it, EXCHANGE_ID, CREATE_SESSION,
+        // DESTROY_SESSION, DESTROY_CLIENTID and BIND_CONN_TO_SESSION must
+        // be alone: NFS4ERR_NOT_ONLY_OP on the first (RFC 8881 18.35.3,
+        // 18.36.3, 18.37.3, 18.50.3, 18.34.3), before its own checks.
+        Some(op) if is_sessionless(op) && args.ops.len() + usize::from(args.stop.is_some()) > 1 => {
+            let bytes = err_bytes(op.opnum(), Nfsstat4::NOT_ONLY_OP);
+            c.steps.push(Step::Ready {
+                status: Nfsstat4::NOT_ONLY_OP,
+                bytes,
+            });
+            c.halted = true;
         }
         Some(op) if is_sessionless(op) => c.sessionless = true,
         Some(op) => {
@@ -428,6 +447,16 @@ pub(super) fn call(
     }
 }
 
+/// The bytes of an RPC reply before the COMPOUND's results: the accepted
+/// reply header with an AUTH_NONE verifier (RFC 5531, 24 bytes), then
+/// COMPOUND4res's status, tag and result count (RFC 8881 16.2.2).
+fn reply_overhead(tag: &[u8]) -> usize {
+    24 + 4 + 4 + tag.len().div_ceil(4) * 4 + 4
+}
+
+/// SEQUENCE's result: opnum, status and SEQUENCE4resok (RFC 8881 18.46.2).
+const SEQUENCE_RESULT_LEN: usize = 4 + 4 + 16 + 5 * 4;
+
 /// SEQUENCE (RFC 8881 18.46). Ok: the result bytes; Err(Some): the
 /// cached reply of a retry; Err(None): an error result was pushed.
 fn sequence(
@@ -450,6 +479,7 @@ fn sequence(
     };
     let nslots = sess.slots.len() as u32;
     let (max_ops, max_req, client) = (sess.max_ops, sess.max_request, sess.client);
+    let (max_resp, max_cached) = (sess.max_response, sess.max_cached);
     let Some(slot) = sess.slots.get_mut(a.slotid as usize) else {
         return fail(c, Nfsstat4::BADSLOT);
     };
@@ -471,6 +501,18 @@ fn sequence(
     if c.record_len as u64 > u64::from(max_req) {
         return fail(c, Nfsstat4::REQ_TOO_BIG);
     }
+    // RFC 8881 2.10.6.4, 18.46.3: when even the reply of SEQUENCE alone
+    // would not fit the reply cache it asked for, SEQUENCE fails (and the
+    // slot does not advance).
+    let reply_limit = if a.cachethis && max_cached < max_resp {
+        (max_cached as usize, Nfsstat4::REP_TOO_BIG_TO_CACHE)
+    } else {
+        (max_resp as usize, Nfsstat4::REP_TOO_BIG)
+    };
+    if reply_overhead(&c.tag) + SEQUENCE_RESULT_LEN > reply_limit.0 {
+        return fail(c, reply_limit.1);
+    }
+    c.reply_limit = Some(reply_limit);
     slot.seq = a.sequenceid;
     slot.in_progress = true;
     slot.cache = SlotCache::Empty;
@@ -656,10 +698,27 @@ fn translate_op(
     if c.sessionless && c.next_op > 0 {
         return fail(c, opnum, Nfsstat4::NOT_ONLY_OP);
     }
+    if matches!(op, ArgOp4::Open(_) | ArgOp4::Lock(_) | ArgOp4::LockT(_)) {
+        // Courtesy clients (lease expired, state kept) give way to a
+        // client that asks for locking state (RFC 8881 8.3).
+        srv.state.revoke_courtesy(now);
+    }
     match translate_inner(srv, c, op, b, now) {
         Ok(f) => f,
         Err(st) => fail(c, opnum, st),
     }
+}
+
+/// The eia_flags a client may send (RFC 8881 18.35.1).
+const EXCHGID_ARG_FLAGS: u32 = exchgid4_flag::SUPP_MOVED_REFER
+    | exchgid4_flag::SUPP_MOVED_MIGR
+    | exchgid4_flag::BIND_PRINC_STATEID
+    | exchgid4_flag::MASK_PNFS
+    | exchgid4_flag::UPD_CONFIRMED_REC_A;
+
+/// The principal of a call (RFC 8881 2.4.3): AUTH_SYS's uid and gid.
+fn principal(cred: &Credentials) -> Principal {
+    (cred.uid, cred.gid)
 }
 
 fn need_session(c: &Compound) -> Result<u64, Nfsstat4> {
@@ -887,9 +946,16 @@ fn translate_inner(
                 }
             }
         }
-        ArgOp4::SecInfoNoName(_) => {
+        ArgOp4::SecInfoNoName(style) => {
             if c.cfh == Fh::None {
                 return Err(Nfsstat4::NOFILEHANDLE);
+            }
+            // RFC 8881 18.45.3: SECINFO_STYLE4_PARENT asks about the
+            // parent of the current filehandle; the pseudo-root has none
+            // (NFS4ERR_NOENT). An export's root has the pseudo-root, any
+            // other directory its parent in the export: the same flavors.
+            if *style == SecInfoStyle4::Parent && c.cfh == Fh::Pseudo {
+                return Err(Nfsstat4::NOENT);
             }
             c.cfh = Fh::None;
             ready(
@@ -1382,12 +1448,21 @@ fn translate_inner(
             ok_status(c, opnum::RECLAIM_COMPLETE)
         }
         ArgOp4::ExchangeId(a) => {
+            // RFC 8881 18.35.3: bits not defined for eia_flags (and
+            // CONFIRMED_R, a reply-only bit) are NFS4ERR_INVAL.
+            if a.flags & !EXCHGID_ARG_FLAGS != 0 {
+                return Err(Nfsstat4::INVAL);
+            }
             if !matches!(a.state_protect, StateProtect4A::None) {
                 return Err(Nfsstat4::NOTSUPP);
             }
-            let (id, seq, confirmed) =
-                srv.state
-                    .exchange_id(a.clientowner.ownerid.0, a.clientowner.verifier, now)?;
+            let (id, seq, confirmed) = srv.state.exchange_id(
+                a.clientowner.ownerid.0,
+                a.clientowner.verifier,
+                principal(&c.cred),
+                a.flags & exchgid4_flag::UPD_CONFIRMED_REC_A != 0,
+                now,
+            )?;
             let mut flags = exchgid4_flag::USE_NON_PNFS;
             if confirmed {
                 flags |= exchgid4_flag::CONFIRMED_R;
@@ -1442,12 +1517,13 @@ fn translate_inner(
             )
         }
         ArgOp4::DestroyClientId(a) => {
-            let cl = srv
-                .state
-                .clients
-                .get(&a.clientid)
-                .ok_or(Nfsstat4::STALE_CLIENTID)?;
-            if !cl.sessions.is_empty() {
+            // RFC 8881 18.50.3: unknown: STALE_CLIENTID; one that still
+            // has sessions (the one this COMPOUND's SEQUENCE uses too),
+            // opens or locks: CLIENTID_BUSY.
+            if !srv.state.clients.contains_key(&a.clientid) {
+                return Err(Nfsstat4::STALE_CLIENTID);
+            }
+            if srv.state.has_state(a.clientid) {
                 return Err(Nfsstat4::CLIENTID_BUSY);
             }
             srv.state.purge_client(a.clientid);
@@ -1474,18 +1550,50 @@ fn verify_result(c: &mut Compound, negate: bool, same: bool) -> Flow {
     }
 }
 
+/// The smallest request a channel must carry (RFC 8881 18.36.3): an ONC
+/// RPC call header with AUTH_NONE (40 bytes) and a COMPOUND of one
+/// SEQUENCE with an empty tag (12 + 36).
+const MIN_CHANNEL_REQUEST: u32 = 88;
+/// The smallest reply: the RPC reply header (24) and a COMPOUND4res of one
+/// SEQUENCE4resok with an empty tag (12 + 44).
+const MIN_CHANNEL_RESPONSE: u32 = 80;
+
 fn create_session(
     srv: &mut NfsServer,
     c: &mut Compound,
     a: &CreateSession4Args<'_>,
 ) -> Result<Flow, Nfsstat4> {
     let cfg = srv.cfg.clone();
-    {
+    let lease = srv.state.lease_ns;
+    let (confirmed, stale, same_principal) = {
         let cl = srv
             .state
             .clients
             .get(&a.clientid)
             .ok_or(Nfsstat4::STALE_CLIENTID)?;
+        (
+            cl.confirmed,
+            c.now.saturating_sub(cl.last_renew) > lease,
+            cl.principal == principal(&c.cred),
+        )
+    };
+    if !confirmed {
+        // RFC 8881 18.35.4: a record not confirmed within a lease period
+        // is gone; 18.36.4: only its own principal may confirm it.
+        if stale {
+            srv.state.purge_client(a.clientid);
+            return Err(Nfsstat4::STALE_CLIENTID);
+        }
+        if !same_principal {
+            return Err(Nfsstat4::CLID_INUSE);
+        }
+    }
+    {
+        let Some(cl) = srv.state.clients.get(&a.clientid) else {
+            return Err(Nfsstat4::STALE_CLIENTID);
+        };
+        // 18.36.4: the previous sequence id is a retry, answered from the
+        // client's one-entry CREATE_SESSION reply cache.
         if a.sequence == cl.cs_seq.wrapping_sub(1) {
             if let Some(bytes) = &cl.cs_cache {
                 c.steps.push(Step::Ready {
@@ -1497,6 +1605,20 @@ fn create_session(
         }
         if a.sequence != cl.cs_seq {
             return Err(Nfsstat4::SEQ_MISORDERED);
+        }
+    }
+    // 18.36.3: csa_flags has three bits.
+    let known = create_session4_flag::PERSIST
+        | create_session4_flag::CONN_BACK_CHAN
+        | create_session4_flag::CONN_RDMA;
+    if a.flags & !known != 0 {
+        return Err(Nfsstat4::INVAL);
+    }
+    // 18.36.3: a channel whose requests or replies could not hold a
+    // SEQUENCE (or CB_SEQUENCE) is NFS4ERR_TOOSMALL.
+    for ch in [&a.fore_chan_attrs, &a.back_chan_attrs] {
+        if ch.maxrequestsize < MIN_CHANNEL_REQUEST || ch.maxresponsesize < MIN_CHANNEL_RESPONSE {
+            return Err(Nfsstat4::TOOSMALL);
         }
     }
     let f = &a.fore_chan_attrs;
@@ -1849,7 +1971,16 @@ fn finish_step(
         Step::Open(o) => (opnum::OPEN, finish_open(srv, c, &o, results)),
         Step::Close { op, other } => (
             opnum::CLOSE,
-            out_of(results, op).map(|_| {
+            // CLOSE ends the open state, which the stateid names: it
+            // succeeds when the file went while open (a RENAME over it or
+            // a REMOVE of its last name, which duet does not defer), as
+            // it would on a server that keeps unlinked open files (RFC
+            // 8881 18.2.3; pynfs RNM21).
+            match results.get(op) {
+                Some(Err(duet_fs::FsError::Stale)) => Ok(()),
+                _ => out_of(results, op).map(|_| ()),
+            }
+            .map(|()| {
                 let actual = c.actual(&other).flatten().map_or(other, |s| s.other);
                 srv.state.remove_open(&actual);
                 c.cur_sid = Some(CLOSED);
@@ -2391,7 +2522,22 @@ fn drive(
         let steps = std::mem::take(&mut c.steps);
         let mut ok = true;
         for step in steps {
-            let st = finish_step(srv, &mut c, step, &results);
+            let before = c.results.len();
+            let mut st = finish_step(srv, &mut c, step, &results);
+            if let Some((limit, err)) = c.reply_limit {
+                // RFC 8881 2.10.6.4: the operation whose result would make
+                // the reply larger than the session allows fails instead.
+                if reply_overhead(&c.tag) + c.results.len() > limit {
+                    let opnum = c
+                        .results
+                        .as_bytes()
+                        .get(before..before + 4)
+                        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                    c.results.truncate(before);
+                    c.results.put_raw(&err_bytes(opnum, err));
+                    st = err;
+                }
+            }
             c.count += 1;
             c.last = st;
             if st != Nfsstat4::OK {

@@ -236,6 +236,9 @@ pub(super) struct FramePlan {
     pub tag: &'static str,
     /// Slots answered by `finish` from the batch results (see [`Deferred`]).
     pub deferred: HashMap<usize, Deferred>,
+    /// The most bytes the responses planned so far can take (see
+    /// [`COMPOUND_RESPONSE_MAX`]).
+    pub reserved: u64,
 }
 
 impl FramePlan {
@@ -307,12 +310,50 @@ pub struct Connection {
     last_new_tree: u32,
 }
 
-/// Wraps one message or compound in the 4-byte Direct TCP header.
-fn transport(frame: Vec<u8>) -> Vec<u8> {
+/// MS-SMB2 2.1: the Direct TCP header carries the length of the message
+/// (or compound, or transformed message) in 3 bytes (StreamProtocolLength,
+/// after a zero byte): no frame can be longer.
+pub const MAX_FRAME: usize = 0x00FF_FFFF;
+
+/// What the responses of one compound may take together, before the
+/// TRANSFORM_HEADER of an encrypted reply (MS-SMB2 2.2.41, 52 bytes).
+pub const COMPOUND_RESPONSE_MAX: u64 = (MAX_FRAME - TransformHeader::SIZE) as u64;
+
+/// Counted for every message of a compound on top of its variable output:
+/// the 64-byte header, padding to 8 and a fixed response body (the largest,
+/// CREATE's 88 bytes with its create contexts, is under 512 bytes; the
+/// others are under 64).
+const RESPONSE_OVERHEAD: u64 = 128;
+
+/// The most variable output (data, listing, information, FSCTL output) a
+/// response to `req` can carry: the length the request asks for, which
+/// the server never exceeds (MS-SMB2 3.3.5.12, 3.3.5.18, 3.3.5.20, 3.3.5.15,
+/// 3.3.5.19).
+fn response_output_bound(req: &Request<'_>) -> u64 {
+    match req {
+        Request::Read(r) => u64::from(r.length),
+        Request::QueryDirectory(q) => u64::from(q.output_buffer_length),
+        Request::QueryInfo(q) => u64::from(q.output_buffer_length),
+        Request::Ioctl(io) => u64::from(io.max_output_response),
+        Request::ChangeNotify(n) => u64::from(n.output_buffer_length),
+        // Its create contexts (lease, durable handle, maximal access,
+        // on-disk id) take up to 512 bytes beyond RESPONSE_OVERHEAD.
+        Request::Create(_) => 512,
+        _ => 0,
+    }
+}
+
+/// Wraps one message or compound in the 4-byte Direct TCP header; None
+/// when it is longer than the header can say ([`MAX_FRAME`]): the caller
+/// drops the connection rather than send a length that wrapped.
+fn transport(frame: Vec<u8>) -> Option<Vec<u8>> {
+    if frame.len() > MAX_FRAME {
+        return None;
+    }
     let mut out = Vec::with_capacity(frame.len() + 4);
-    out.extend_from_slice(&(frame.len() as u32 & 0x00FF_FFFF).to_be_bytes());
+    out.extend_from_slice(&(frame.len() as u32).to_be_bytes());
     out.extend_from_slice(&frame);
-    out
+    Some(out)
 }
 
 pub(super) fn error_body() -> Vec<u8> {
@@ -553,7 +594,10 @@ impl Connection {
             credits,
             &body_of(&Response::Negotiate(resp)),
         );
-        vec![Event::Send(transport(msg))]
+        match transport(msg) {
+            Some(f) => vec![Event::Send(f)],
+            None => self.close(),
+        }
     }
 
     fn process(
@@ -573,6 +617,7 @@ impl Connection {
             now_ns,
             tag: "",
             deferred: HashMap::new(),
+            reserved: 0,
         };
         let mut chain = Chain::default();
         let mut prev: Option<Header> = None;
@@ -626,6 +671,7 @@ impl Connection {
             if fp.tag.is_empty() {
                 fp.tag = hdr.command.name().unwrap_or("UNKNOWN");
             }
+            fp.reserved += RESPONSE_OVERHEAD;
             let slot_index = fp.slots.len();
             let (plan, sign) = self.dispatch(
                 &mut fp,
@@ -758,7 +804,13 @@ impl Connection {
                 None => return self.close(),
             }
         }
-        vec![Event::Send(transport(out))]
+        // Never reached while the reservations of `dispatch` hold (they
+        // count every response's largest size); a frame the 24-bit length
+        // cannot say is never sent truncated: the connection ends.
+        match transport(out) {
+            Some(f) => vec![Event::Send(f)],
+            None => self.close(),
+        }
     }
 
     fn hash_response(&mut self, slot: Option<&Slot>) {
@@ -857,6 +909,17 @@ impl Connection {
         if let Request::SessionSetup(ss) = &req {
             return self.session_setup(hdr, msg, ss, dir);
         }
+        // The responses of one compound go out as one frame (MS-SMB2
+        // 3.3.4.1.3), whose length must fit the 24-bit Direct TCP header
+        // (2.1). A request whose largest response would not fit after the
+        // ones before it fails before it runs, as a request whose response
+        // exceeds what its credits allow does (3.3.5.2.5):
+        // STATUS_INVALID_PARAMETER. The others of the compound are served.
+        let bound = response_output_bound(&req);
+        if fp.reserved + bound > COMPOUND_RESPONSE_MAX {
+            return (done(NtStatus::INVALID_PARAMETER), sign);
+        }
+        fp.reserved += bound;
         if let Some(s) = self.sessions.get(&hdr.session_id) {
             if s.encrypt {
                 if let Some(k) = s.keys.as_ref().and_then(|k| k.encrypt.clone()) {

@@ -31,7 +31,7 @@ use std::sync::{Mutex, MutexGuard};
 pub mod grant;
 mod range;
 
-pub use grant::{Break, GrantId, Level};
+pub use grant::{AckError, Break, GrantId, Level};
 pub use range::Range;
 
 /// A file (duet's `NodeId`).
@@ -685,6 +685,7 @@ impl Table {
         let mut out = Vec::new();
         let Some(f) = self.files.get_mut(&file) else { return out };
         if f.waiters.is_empty() {
+            self.tidy(file);
             return out;
         }
         let waiters: Vec<Waiter> = f.waiters.drain(..).collect();

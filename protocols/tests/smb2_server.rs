@@ -1409,11 +1409,11 @@ fn blocking_locks_wait_complete_and_cancel() {
     assert!(interim.header.flags.is_async());
     let wait_id = interim.header.message_id;
     assert_eq!(c.conn.waiting_locks(), 1);
-    assert!(sent_replies(&c, c.conn.poll_locks(NOW)).is_empty(), "still waiting");
+    assert!({ let ev = c.conn.poll_locks(NOW); sent_replies(&c, ev) }.is_empty(), "still waiting");
     // Unlock: the waiter is granted and answered.
     let r = lock(&mut c, fids[0], 0, LockElement::UNLOCK);
     assert_eq!(r.status(), NtStatus::SUCCESS);
-    let done = sent_replies(&c, c.conn.poll_locks(NOW));
+    let done = { let ev = c.conn.poll_locks(NOW); sent_replies(&c, ev) };
     assert_eq!(done.len(), 1);
     assert_eq!(
         (done[0].status(), done[0].header.message_id, done[0].header.ids),
@@ -1442,7 +1442,7 @@ fn blocking_locks_wait_complete_and_cancel() {
     assert_eq!(interim.status(), NtStatus::PENDING);
     let r = c.one(Request::Close(CloseRequest { flags: 0, file_id: fids[2] }));
     assert_eq!(r.status(), NtStatus::SUCCESS);
-    let done = sent_replies(&c, c.conn.poll_locks(NOW));
+    let done = { let ev = c.conn.poll_locks(NOW); sent_replies(&c, ev) };
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].status(), NtStatus::RANGE_NOT_LOCKED);
     // Several elements never wait: LOCK_NOT_GRANTED at once.

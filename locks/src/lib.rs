@@ -287,15 +287,19 @@ impl FileState {
 
     /// The first lock that a new lock request conflicts with. POSIX owners
     /// never conflict with their own locks (those are replaced); SMB
-    /// locks stack, and an exclusive lock overlaps nothing, not even the
-    /// same open's locks (MS-FSA 2.1.4.10 with LockIntent).
+    /// locks stack: an exclusive request overlaps no lock, and a shared
+    /// one overlaps only shared locks and the same open's exclusive ones
+    /// (MS-FSA 2.1.4.10 with LockIntent; what smbtorture smb2.lock.stacking
+    /// expects of Windows).
     fn lock_conflict(&self, holder: &Holder, range: &Range, exclusive: bool) -> Option<LockInfo> {
         self.locks
             .iter()
             .find(|l| {
-                !(holder.proto.posix() && l.holder == *holder)
+                let own = l.holder == *holder;
+                !(holder.proto.posix() && own)
                     && l.range.overlaps(range)
                     && (l.exclusive || exclusive)
+                    && !(own && l.exclusive && !exclusive)
             })
             .map(|l| LockInfo { holder: l.holder, range: l.range, exclusive: l.exclusive })
     }

@@ -242,6 +242,8 @@ pub struct FrontendPlan {
     pub server_guid: [u8; 16],
     /// One share-mode table for the SMB connections of every executor.
     pub share_modes: std::sync::Arc<smb::ShareModes>,
+    /// The lock table behind it, which the NFS server shares.
+    pub locks: std::sync::Arc<duet_locks::LockManager>,
     pub smb_require_signing: bool,
     pub smb_encrypt: bool,
     pub limits: LimitsConfig,
@@ -354,6 +356,7 @@ pub async fn run(
             max_readdir: plan.limits.nfs_readdir_max,
             grace_s: plan.nfs_grace_s,
             reclaimers: load_nfs_clients(&plan.nfs_clients_file),
+            locks: plan.locks.clone(),
             ..NfsServerConfig::default()
         };
         if !cfg.reclaimers.is_empty() {
@@ -527,6 +530,8 @@ fn spawn_batch(engine: &EngineHandle, tag: RequestTag, token: u64, batch: Batch,
 enum Wake {
     Read(std::io::Result<usize>),
     Done(Done),
+    /// Time to look at the lock table again.
+    Tick,
 }
 
 /// Waits for bytes from the client (only while fewer than `limit`
@@ -542,6 +547,30 @@ async fn next_wake(stream: &mut TcpStream, tmp: &mut [u8], done: &flume::Receive
         return Wake::Read(stream.read(tmp).await);
     }
     futures_lite::future::or(async { Wake::Read(stream.read(tmp).await) }, finished).await
+}
+
+/// How often a connection with blocking LOCKs waiting asks the lock table
+/// whether they were granted (the table is shared by every executor; a
+/// grant is picked up within this).
+const LOCK_POLL: Duration = Duration::from_millis(5);
+
+/// [`next_wake`], or a tick after [`LOCK_POLL`] when `ticking`.
+async fn next_wake_or_tick(
+    stream: &mut TcpStream,
+    tmp: &mut [u8],
+    done: &flume::Receiver<Done>,
+    in_flight: usize,
+    limit: usize,
+    ticking: bool,
+) -> Wake {
+    if !ticking {
+        return next_wake(stream, tmp, done, in_flight, limit).await;
+    }
+    futures_lite::future::or(next_wake(stream, tmp, done, in_flight, limit), async {
+        glommio::timer::sleep(LOCK_POLL).await;
+        Wake::Tick
+    })
+    .await
 }
 
 async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
@@ -575,7 +604,14 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 return Ok(());
             }
         }
-        match next_wake(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit).await {
+        let ticking = conn.waiting_locks() > 0;
+        match next_wake_or_tick(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit, ticking).await {
+            Wake::Tick => {
+                queue.extend(conn.poll_locks(now_ns()));
+                if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                    return Ok(());
+                }
+            }
             Wake::Read(r) => {
                 let n = r?;
                 if n == 0 {
@@ -666,6 +702,7 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             }
             inbuf.drain(..off);
             match next_wake(&mut stream, &mut tmp, &done_rx, in_flight, limit).await {
+                Wake::Tick => {}
                 Wake::Read(r) => {
                     let n = r?;
                     if n == 0 {

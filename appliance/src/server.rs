@@ -226,7 +226,10 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let mut guid = [0u8; 16];
     guid[..8].copy_from_slice(&handle_key.to_le_bytes());
     guid[8..].copy_from_slice(&cfg.node_id.to_le_bytes());
-    let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::new());
+    // One lock table for every connection of both protocols on every
+    // executor: share modes, byte-range locks (duet_locks).
+    let locks = std::sync::Arc::new(duet_locks::LockManager::default());
+    let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(locks.clone()));
     let conns = frontend::ConnTable::new(&cfg.limits);
     for i in 0..executors {
         let plan = FrontendPlan {
@@ -237,6 +240,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             handle_key,
             server_guid: guid,
             share_modes: share_modes.clone(),
+            locks: locks.clone(),
             smb_require_signing: cfg.smb.require_signing,
             smb_encrypt: cfg.smb.encrypt,
             limits: cfg.limits.clone(),

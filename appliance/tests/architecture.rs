@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-const SANS_IO: &[&str] = &["duet-protocols", "duet-fs", "duet-cluster", "duet-cache", "duet-admin-api"];
+const SANS_IO: &[&str] = &["duet-protocols", "duet-fs", "duet-locks", "duet-cluster", "duet-cache", "duet-admin-api"];
 /// Crates that do I/O only on streams they are given: no runtime either.
 const RUNTIME_FREE: &[&str] = &["duet-client"];
 const FORBIDDEN: &[&str] = &["glommio", "rocksdb", "librocksdb-sys", "tokio", "mio"];

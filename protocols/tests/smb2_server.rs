@@ -360,6 +360,18 @@ impl Client {
         out
     }
 
+    /// One already-encoded message as a frame (encrypted when the
+    /// session encrypts).
+    fn frame_raw(&mut self, m: &[u8]) -> Vec<u8> {
+        if let Some((enc, _)) = &self.encrypt {
+            let mut nonce = [0u8; 16];
+            nonce[..8].copy_from_slice(&self.nonce.to_le_bytes());
+            self.nonce += 1;
+            return enc.encrypt(self.session_id, nonce, m).unwrap();
+        }
+        m.to_vec()
+    }
+
     fn call(&mut self, msgs: Vec<Msg>) -> Vec<Reply> {
         let f = self.frame(msgs, true);
         self.replies(&f)
@@ -1372,6 +1384,104 @@ fn byte_range_locks() {
         &mut storage,
     );
     assert_eq!(c.one(Request::Lock(l)).status(), NtStatus::RANGE_NOT_LOCKED);
+}
+
+/// The frames of `events` (sends only), decrypted, as replies.
+fn sent_replies(c: &Client, events: Vec<Event>) -> Vec<Reply> {
+    let mut out = Vec::new();
+    for e in events {
+        let Event::Send(f) = e else { continue };
+        let body = f[4..].to_vec();
+        let plain = if body.starts_with(&[0xFD, b'S', b'M', b'B']) {
+            c.encrypt.as_ref().unwrap().1.decrypt(&body).expect("reply decrypts")
+        } else {
+            body
+        };
+        for m in Compound::new(&plain) {
+            let m = m.unwrap();
+            out.push(Reply { header: m.header, bytes: m.bytes.to_vec() });
+        }
+    }
+    out
+}
+
+/// MS-SMB2 3.3.5.14.2 / 3.3.4.2: a LOCK without FAIL_IMMEDIATELY that
+/// conflicts waits (STATUS_PENDING, ASYNC form), completes when the range
+/// is unlocked, and completes with STATUS_CANCELLED on CANCEL (3.3.5.16);
+/// closing the holder's open releases its locks to a waiter.
+#[test]
+fn blocking_locks_wait_complete_and_cancel() {
+    use duet_protocols::smb2::lock::{LockElement, LockRequest};
+    let mut c = Client::connected();
+    let mut fids = Vec::new();
+    for _ in 0..3 {
+        let r = c.one(Request::Create(create("blocking", create_disposition::OPEN_IF, 0, RW)));
+        let Response::Create(cr) = r.body() else { panic!() };
+        fids.push(cr.file_id);
+    }
+    let lock = |c: &mut Client, fid, offset, flags| {
+        let mut storage = Vec::new();
+        let l = LockRequest::new(0, fid, &[LockElement { offset, length: 10, flags }], &mut storage);
+        c.one(Request::Lock(l))
+    };
+    assert_eq!(lock(&mut c, fids[0], 0, LockElement::EXCLUSIVE_LOCK).status(), NtStatus::SUCCESS);
+    // Waits.
+    let interim = lock(&mut c, fids[1], 0, LockElement::SHARED_LOCK);
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    assert!(interim.header.flags.is_async());
+    let wait_id = interim.header.message_id;
+    assert_eq!(c.conn.waiting_locks(), 1);
+    assert!({ let ev = c.conn.poll_locks(NOW); sent_replies(&c, ev) }.is_empty(), "still waiting");
+    // Unlock: the waiter is granted and answered.
+    let r = lock(&mut c, fids[0], 0, LockElement::UNLOCK);
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let done = { let ev = c.conn.poll_locks(NOW); sent_replies(&c, ev) };
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (done[0].status(), done[0].header.message_id, done[0].header.ids),
+        (NtStatus::SUCCESS, wait_id, interim.header.ids)
+    );
+    assert_eq!(c.conn.waiting_locks(), 0);
+    // Another waits for fids[1]'s shared lock, and is cancelled.
+    let interim = lock(&mut c, fids[2], 5, LockElement::EXCLUSIVE_LOCK);
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    let mut h = interim.header;
+    h.flags.0 = duet_protocols::smb2::header::HeaderFlags::ASYNC_COMMAND;
+    h.command = Command::CANCEL;
+    h.status = NtStatus::SUCCESS;
+    h.credit = 0;
+    let mut m = Vec::new();
+    h.encode(&mut m);
+    m.extend_from_slice(&[4, 0, 0, 0]);
+    let frame = c.frame_raw(&m);
+    let ev = c.conn.on_frame(&frame, NOW, &c.dir);
+    let done = sent_replies(&c, ev);
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].status(), done[0].header.message_id), (NtStatus::CANCELLED, interim.header.message_id));
+    assert_eq!(c.conn.waiting_locks(), 0);
+    // A waiter whose own open closes is answered RANGE_NOT_LOCKED.
+    let interim = lock(&mut c, fids[2], 5, LockElement::EXCLUSIVE_LOCK);
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    let r = c.one(Request::Close(CloseRequest { flags: 0, file_id: fids[2] }));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let done = { let ev = c.conn.poll_locks(NOW); sent_replies(&c, ev) };
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].status(), NtStatus::RANGE_NOT_LOCKED);
+    // Several elements never wait: LOCK_NOT_GRANTED at once.
+    let mut storage = Vec::new();
+    let els = [
+        LockElement { offset: 100, length: 1, flags: LockElement::EXCLUSIVE_LOCK },
+        LockElement { offset: 0, length: 1, flags: LockElement::EXCLUSIVE_LOCK },
+    ];
+    let l = LockRequest::new(0, fids[0], &els, &mut storage);
+    assert_eq!(c.one(Request::Lock(l)).status(), NtStatus::LOCK_NOT_GRANTED);
+    // ... and the element taken before the failing one was released.
+    assert_eq!(lock(&mut c, fids[1], 95, LockElement::SHARED_LOCK | LockElement::FAIL_IMMEDIATELY).status(), NtStatus::SUCCESS);
+    // A range past 2^64 - 1 (MS-FSA 2.1.5.8).
+    let mut storage = Vec::new();
+    let els = [LockElement { offset: u64::MAX, length: 2, flags: LockElement::SHARED_LOCK | LockElement::FAIL_IMMEDIATELY }];
+    let l = LockRequest::new(0, fids[0], &els, &mut storage);
+    assert_eq!(c.one(Request::Lock(l)).status(), NtStatus::INVALID_LOCK_RANGE);
 }
 
 #[test]

@@ -123,6 +123,8 @@ impl NtStatus {
     pub const TOO_MANY_OPENED_FILES: NtStatus = NtStatus(0xC000_011F);
     /// The request was cancelled (SMB2 CANCEL).
     pub const CANCELLED: NtStatus = NtStatus(0xC000_0120);
+    /// A lock range runs past the largest 64-bit offset (MS-FSA 2.1.5.8).
+    pub const INVALID_LOCK_RANGE: NtStatus = NtStatus(0xC000_01A1);
     /// The file cannot be deleted (read-only attribute).
     pub const CANNOT_DELETE: NtStatus = NtStatus(0xC000_0121);
     /// The open was closed while the request ran.
@@ -215,6 +217,7 @@ impl NtStatus {
             NtStatus::NOT_A_DIRECTORY => "STATUS_NOT_A_DIRECTORY",
             NtStatus::TOO_MANY_OPENED_FILES => "STATUS_TOO_MANY_OPENED_FILES",
             NtStatus::CANCELLED => "STATUS_CANCELLED",
+            NtStatus::INVALID_LOCK_RANGE => "STATUS_INVALID_LOCK_RANGE",
             NtStatus::CANNOT_DELETE => "STATUS_CANNOT_DELETE",
             NtStatus::FILE_CLOSED => "STATUS_FILE_CLOSED",
             NtStatus::USER_SESSION_DELETED => "STATUS_USER_SESSION_DELETED",

@@ -131,6 +131,9 @@ pub struct NfsServerConfig {
     pub files_free: u64,
     /// EXCHANGE_ID server_owner major id and server_scope.
     pub server_owner: Vec<u8>,
+    /// The daemon's lock table, shared with SMB (share reservations and
+    /// byte-range locks of both protocols); the default is a private one.
+    pub locks: std::sync::Arc<duet_locks::LockManager>,
 }
 
 impl Default for NfsServerConfig {
@@ -164,6 +167,7 @@ impl Default for NfsServerConfig {
             files_total: 1 << 40,
             files_free: 1 << 39,
             server_owner: b"duet".to_vec(),
+            locks: std::sync::Arc::new(duet_locks::LockManager::default()),
         }
     }
 }

@@ -1,6 +1,9 @@
 //! NFSv4.1 server state: clients, sessions with their slot tables and
-//! reply caches, open and lock stateids, byte-range locks, leases.
-//! Every table is bounded by [`super::NfsServerConfig`].
+//! reply caches, open and lock stateids, leases. Every table is bounded by
+//! [`super::NfsServerConfig`]. Share reservations and byte-range locks
+//! live in the daemon's lock table (`duet_locks`, shared with SMB): an
+//! open stateid and a lock stateid are its holders (NFSv4, client id,
+//! the stateid's kind and counter).
 //!
 //! Stateid `other` (12 bytes): the boot epoch (4), a kind byte (1 open,
 //! 2 lock), and a 7-byte counter; a stateid of another boot or unknown
@@ -8,8 +11,10 @@
 //! NFS4ERR_OLD_STATEID.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use duet_fs::NodeId;
+use duet_locks::{Holder, LockError, LockInfo, LockManager, Protocol, Range, Share};
 
 use super::{ConnId, NfsServerConfig};
 use crate::nfs::nfs4::{Nfsstat4, SessionId4, Stateid4};
@@ -20,8 +25,6 @@ pub const KIND_LOCK: u8 = 2;
 pub const MAX_SESSIONS_PER_CLIENT: usize = 16;
 /// Connections remembered per session.
 pub const MAX_CONNS_PER_SESSION: usize = 64;
-/// Byte-range locks on one file.
-pub const MAX_LOCKS_PER_FILE: usize = 1024;
 
 pub type Other = [u8; 12];
 
@@ -103,15 +106,6 @@ pub struct LockState {
     pub open: Other,
 }
 
-#[derive(Debug, Clone, Copy)]
-pub struct ByteLock {
-    pub lock: Other,
-    pub start: u64,
-    /// Exclusive; u64::MAX: to end of file and beyond.
-    pub end: u64,
-    pub write: bool,
-}
-
 /// The conflicting lock of a DENIED answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
@@ -151,7 +145,9 @@ pub struct State {
     open_by_key: HashMap<(u64, Vec<u8>, NodeId), Other>,
     pub locks: HashMap<Other, LockState>,
     lock_by_key: HashMap<(u64, Vec<u8>, NodeId), Other>,
-    byte_locks: HashMap<NodeId, Vec<ByteLock>>,
+    /// The daemon's lock table (share reservations, byte-range locks).
+    table: Arc<LockManager>,
+    /// Byte-range locks the lock states of this server hold.
     n_byte_locks: usize,
     /// Opens holding deny bits: while there are any, OPEN's share check
     /// ends its batch (see v4).
@@ -170,8 +166,20 @@ pub fn range_end(offset: u64, length: u64) -> Result<u64, Nfsstat4> {
     offset.checked_add(length).ok_or(Nfsstat4::INVAL)
 }
 
-fn overlaps(s1: u64, e1: u64, s2: u64, e2: u64) -> bool {
-    s1 < e2 && s2 < e1
+/// The lock-table range of [start, end) (end u64::MAX: to EOF).
+fn span(start: u64, end: u64) -> Range {
+    if end == u64::MAX {
+        Range::from(start)
+    } else {
+        Range::nfs(start, end - start).unwrap_or(Range::from(start))
+    }
+}
+
+/// The lock-table holder of an open or lock stateid of `client`.
+pub fn holder(client: u64, other: &Other) -> Holder {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&other[4..12]);
+    Holder::new(Protocol::Nfs4, client, u64::from_be_bytes(b))
 }
 
 impl State {
@@ -195,7 +203,7 @@ impl State {
             open_by_key: HashMap::new(),
             locks: HashMap::new(),
             lock_by_key: HashMap::new(),
-            byte_locks: HashMap::new(),
+            table: cfg.locks.clone(),
             n_byte_locks: 0,
             deny_opens: 0,
         }
@@ -548,7 +556,7 @@ impl State {
     }
 
     /// Share reservation check (RFC 8881 9.7) of a new open against the
-    /// other owners' opens of `node`.
+    /// other opens of `node`, by NFS and SMB clients alike.
     pub fn share_conflict(
         &self,
         client: u64,
@@ -557,11 +565,13 @@ impl State {
         access: u32,
         deny: u32,
     ) -> bool {
-        self.opens.values().any(|o| {
-            o.node == node
-                && !(o.client == client && o.owner == owner)
-                && (o.deny & access != 0 || deny & o.access != 0)
-        })
+        let mine = self
+            .open_by_key
+            .get(&(client, owner.to_vec(), node))
+            .map(|o| holder(client, o));
+        self.table
+            .table()
+            .share_conflict(node, mine.as_ref(), Share::nfs(access, deny))
     }
 
     /// Records an open (or upgrades the owner's existing open of the
@@ -580,6 +590,11 @@ impl State {
         let key = (client, owner.to_vec(), node);
         if let Some(other) = self.open_by_key.get(&key).copied() {
             if let Some(o) = self.opens.get_mut(&other) {
+                match self.table.table().open(node, holder(client, &other), Share::nfs(access, deny)) {
+                    Ok(()) => {}
+                    Err(false) => return Err(Nfsstat4::SHARE_DENIED),
+                    Err(true) => return Err(Nfsstat4::DELAY),
+                }
                 let had_deny = o.deny != 0;
                 o.access |= access;
                 o.deny |= deny;
@@ -603,6 +618,11 @@ impl State {
             && self.opens.values().filter(|o| o.client == client).count() >= self.max_opens_per_client
         {
             return Err(Nfsstat4::RESOURCE);
+        }
+        match self.table.table().open(node, holder(client, &reserved), Share::nfs(access, deny)) {
+            Ok(()) => {}
+            Err(false) => return Err(Nfsstat4::SHARE_DENIED),
+            Err(true) => return Err(Nfsstat4::DELAY),
         }
         self.opens.insert(
             reserved,
@@ -628,13 +648,10 @@ impl State {
 
     /// Whether an open's lock owners still hold byte ranges.
     pub fn open_has_locks(&self, open: &Other) -> bool {
-        self.locks.iter().any(|(lo, l)| {
-            &l.open == open
-                && self
-                    .byte_locks
-                    .get(&l.node)
-                    .is_some_and(|v| v.iter().any(|b| &b.lock == lo))
-        })
+        let t = self.table.table();
+        self.locks
+            .iter()
+            .any(|(lo, l)| &l.open == open && t.has_locks(l.node, &holder(l.client, lo)))
     }
 
     /// Removes an open and its (lock-free) lock states.
@@ -644,6 +661,7 @@ impl State {
                 self.deny_opens = self.deny_opens.saturating_sub(1);
             }
             self.open_by_key.remove(&(o.client, o.owner, o.node));
+            self.table.table().release(o.node, &holder(o.client, other));
             let locks: Vec<Other> = self
                 .locks
                 .iter()
@@ -670,6 +688,9 @@ impl State {
         let had_deny = o.deny != 0;
         o.access = access;
         o.deny = deny;
+        self.table
+            .table()
+            .set_share(o.node, &holder(o.client, other), Share::nfs(access, deny));
         o.seqid = o.seqid.wrapping_add(1).max(1);
         let sid = Stateid4 {
             seqid: o.seqid,
@@ -684,37 +705,40 @@ impl State {
     fn drop_lock_state(&mut self, other: &Other) {
         if let Some(l) = self.locks.remove(other) {
             self.lock_by_key.remove(&(l.client, l.owner, l.node));
-            if let Some(v) = self.byte_locks.get_mut(&l.node) {
-                let before = v.len();
-                v.retain(|b| &b.lock != other);
-                self.n_byte_locks -= before - v.len();
-                if v.is_empty() {
-                    self.byte_locks.remove(&l.node);
-                }
-            }
+            let h = holder(l.client, other);
+            let mut t = self.table.table();
+            self.n_byte_locks -= t.lock_count(l.node, &h);
+            t.unlock_all(l.node, &h);
         }
     }
 
-    fn conflict_of(&self, b: &ByteLock) -> Conflict {
-        let (clientid, owner) = self
-            .locks
-            .get(&b.lock)
-            .map(|l| (l.client, l.owner.clone()))
-            .unwrap_or_default();
+    /// The DENIED answer for a conflicting lock of the table: an NFS
+    /// lock names its client and owner; an SMB lock names no NFS client
+    /// (client id 0, owner "smb").
+    fn conflict_of(&self, k: &LockInfo) -> Conflict {
+        let (clientid, owner) = match k.holder.proto {
+            Protocol::Nfs4 => {
+                let mut other = [0u8; 12];
+                other[..4].copy_from_slice(&self.epoch.to_be_bytes());
+                other[4..].copy_from_slice(&k.holder.owner.to_be_bytes());
+                self.locks
+                    .get(&other)
+                    .map(|l| (l.client, l.owner.clone()))
+                    .unwrap_or((k.holder.client, Vec::new()))
+            }
+            _ => (0, b"smb".to_vec()),
+        };
         Conflict {
-            offset: b.start,
-            length: if b.end == u64::MAX {
-                u64::MAX
-            } else {
-                b.end - b.start
-            },
-            write: b.write,
+            offset: k.range.offset,
+            length: k.range.nfs_length(),
+            write: k.exclusive,
             clientid,
             owner,
         }
     }
 
-    /// LOCKT: the first lock of another owner that conflicts.
+    /// LOCKT: the first lock of another owner (of either protocol) that
+    /// conflicts.
     pub fn test_lock(
         &self,
         node: NodeId,
@@ -724,16 +748,25 @@ impl State {
         end: u64,
         write: bool,
     ) -> Option<Conflict> {
-        let v = self.byte_locks.get(&node)?;
-        v.iter()
-            .find(|b| {
-                let mine = self
-                    .locks
-                    .get(&b.lock)
-                    .is_some_and(|l| l.client == client && l.owner == owner);
-                !mine && overlaps(b.start, b.end, start, end) && (write || b.write)
-            })
-            .map(|b| self.conflict_of(b))
+        // An owner without a lock state on the file holds nothing there.
+        let h = self
+            .lock_by_key
+            .get(&(client, owner.to_vec(), node))
+            .map_or(Holder::new(Protocol::Nfs4, client, u64::MAX), |o| holder(client, o));
+        let k = self.table.table().test_lock(node, &h, &span(start, end), write)?;
+        Some(self.conflict_of(&k))
+    }
+
+    /// Whether a READ (or WRITE) of [offset, offset + len) runs into a
+    /// lock that binds NFS I/O: an SMB client's (RFC 8881 9.4: mandatory
+    /// where the server enforces it; NFS locks among NFS clients stay
+    /// advisory). NFS4ERR_LOCKED.
+    pub fn io_conflict(&self, node: NodeId, offset: u64, len: u64, write: bool) -> bool {
+        let h = Holder::new(Protocol::Nfs4, 0, u64::MAX);
+        self.table
+            .table()
+            .check_io(node, &h, &Range::io(offset, len), write)
+            .is_some()
     }
 
     /// The lock state for (client, owner, file) under `open`, made if new.
@@ -775,26 +808,28 @@ impl State {
             .get(lock)
             .ok_or(Err(Nfsstat4::BAD_STATEID))?
             .clone();
-        if let Some(v) = self.byte_locks.get(&l.node) {
-            if let Some(b) = v.iter().find(|b| {
-                &b.lock != lock && overlaps(b.start, b.end, start, end) && (write || b.write)
-            }) {
-                return Err(Ok(self.conflict_of(b)));
+        let h = holder(l.client, lock);
+        let got = {
+            let mut t = self.table.table();
+            let before = t.lock_count(l.node, &h);
+            match t.test_lock(l.node, &h, &span(start, end), write) {
+                Some(k) => Err(Some(k)),
+                None if self.n_byte_locks >= self.max_byte_locks => Err(None),
+                None => match t.lock(l.node, h, span(start, end), write) {
+                    Ok(()) => Ok(t.lock_count(l.node, &h) as isize - before as isize),
+                    Err(LockError::Conflict(k)) => Err(Some(k)),
+                    Err(LockError::Limit) => Err(None),
+                },
             }
+        };
+        match got {
+            Ok(delta) => {
+                self.n_byte_locks = (self.n_byte_locks as isize + delta).max(0) as usize;
+                Ok(self.bump_lock(lock))
+            }
+            Err(Some(k)) => Err(Ok(self.conflict_of(&k))),
+            Err(None) => Err(Err(Nfsstat4::DELAY)),
         }
-        let count = self.byte_locks.get(&l.node).map_or(0, |v| v.len());
-        if count >= MAX_LOCKS_PER_FILE || self.n_byte_locks >= self.max_byte_locks {
-            return Err(Err(Nfsstat4::DELAY));
-        }
-        self.unlock_range(l.node, lock, start, end);
-        self.byte_locks.entry(l.node).or_default().push(ByteLock {
-            lock: *lock,
-            start,
-            end,
-            write,
-        });
-        self.n_byte_locks += 1;
-        Ok(self.bump_lock(lock))
     }
 
     fn bump_lock(&mut self, lock: &Other) -> Stateid4 {
@@ -813,34 +848,19 @@ impl State {
         }
     }
 
-    fn unlock_range(&mut self, node: NodeId, lock: &Other, start: u64, end: u64) {
-        let Some(v) = self.byte_locks.get_mut(&node) else {
-            return;
-        };
-        let mut out = Vec::with_capacity(v.len() + 1);
-        for b in v.drain(..) {
-            if &b.lock != lock || !overlaps(b.start, b.end, start, end) {
-                out.push(b);
-                continue;
-            }
-            if b.start < start {
-                out.push(ByteLock { end: start, ..b });
-            }
-            if end < b.end {
-                out.push(ByteLock { start: end, ..b });
-            }
-        }
-        *v = out;
-        self.n_byte_locks = self.byte_locks.values().map(Vec::len).sum();
-        if self.byte_locks.get(&node).is_some_and(Vec::is_empty) {
-            self.byte_locks.remove(&node);
-        }
-    }
-
     /// LOCKU.
     pub fn unlock(&mut self, lock: &Other, start: u64, end: u64) -> Result<Stateid4, Nfsstat4> {
-        let node = self.locks.get(lock).ok_or(Nfsstat4::BAD_STATEID)?.node;
-        self.unlock_range(node, lock, start, end);
+        let l = self.locks.get(lock).ok_or(Nfsstat4::BAD_STATEID)?;
+        let (node, h) = (l.node, holder(l.client, lock));
+        {
+            let mut t = self.table.table();
+            let before = t.lock_count(node, &h);
+            // Queued lock requests this frees are granted in the table;
+            // their owners (SMB connections) collect them there.
+            t.unlock_range(node, &h, &span(start, end));
+            let after = t.lock_count(node, &h);
+            self.n_byte_locks = (self.n_byte_locks + after).saturating_sub(before);
+        }
         Ok(self.bump_lock(lock))
     }
 
@@ -851,11 +871,7 @@ impl State {
         }
         match self.locks.get(other) {
             Some(l) => {
-                if self
-                    .byte_locks
-                    .get(&l.node)
-                    .is_some_and(|v| v.iter().any(|b| &b.lock == other))
-                {
+                if self.table.table().has_locks(l.node, &holder(l.client, other)) {
                     Nfsstat4::LOCKS_HELD
                 } else {
                     self.drop_lock_state(other);

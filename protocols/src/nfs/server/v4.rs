@@ -682,6 +682,12 @@ fn push_read(
 ) -> Result<Flow, Nfsstat4> {
     let (_, obj) = c.obj()?;
     resolve_sid(srv, c, stateid)?;
+    // An SMB client's exclusive lock forbids the read (RFC 8881 18.22.3).
+    if let ObjRef::Id(node) = obj {
+        if srv.state.io_conflict(node, offset, u64::from(count), false) {
+            return Err(Nfsstat4::LOCKED);
+        }
+    }
     b.push(Op::Read { obj, offset, len: u64::from(count.min(srv.cfg.max_io)) });
     c.steps.push(Step::Read { op: b.ops.len() - 1, plus, offset });
     Ok(Flow::Next)
@@ -990,6 +996,13 @@ fn translate_inner(
                 return Err(Nfsstat4::INVAL);
             }
             let append = a.offset == u64::MAX && c.export(fsid).is_some_and(|e| e.append_extension);
+            // An SMB client's lock on the range forbids the write (RFC
+            // 8881 18.32.3: NFS4ERR_LOCKED).
+            if let (ObjRef::Id(node), false) = (obj, append) {
+                if srv.state.io_conflict(node, a.offset, a.data.0.len() as u64, true) {
+                    return Err(Nfsstat4::LOCKED);
+                }
+            }
             b.push(Op::Write {
                 obj,
                 offset: a.offset,

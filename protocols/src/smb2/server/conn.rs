@@ -23,6 +23,7 @@ use crate::smb2::ioctl::{
     ValidateNegotiateInfoResponse,
 };
 use crate::smb2::lock::{LockElement, LockRequest, LockResponse};
+use duet_locks::{LockError, Range};
 use crate::smb2::message::{Request, Response};
 use crate::smb2::negotiate::{
     algorithm, capabilities, dialect, security_mode, NegotiateContext, NegotiateRequest,
@@ -152,25 +153,15 @@ pub(super) struct Open {
     pub dir: Option<DirState>,
 }
 
-/// A byte-range lock (per connection for now).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ByteLock {
-    pub file: u64,
-    pub node: NodeId,
-    pub offset: u64,
-    pub length: u64,
-    pub exclusive: bool,
-}
-
-impl ByteLock {
-    fn overlaps(&self, offset: u64, length: u64) -> bool {
-        if self.length == 0 || length == 0 {
-            return false;
-        }
-        let a_end = self.offset.saturating_add(self.length);
-        let b_end = offset.saturating_add(length);
-        self.offset < b_end && offset < a_end
-    }
+/// A LOCK waiting in the lock table (MS-SMB2 3.3.5.14.2: a blocking lock
+/// answered STATUS_PENDING, completed when granted, cancelled or dropped).
+#[derive(Clone)]
+pub(super) struct AsyncLock {
+    pub waiter: duet_locks::WaiterId,
+    /// The header of the final response (ASYNC form, this AsyncId).
+    pub hdr: Header,
+    pub sign: Option<SigningKey>,
+    pub encrypt: Option<(u64, CipherKey)>,
 }
 
 /// Which file a command acts on.
@@ -292,7 +283,11 @@ pub struct Connection {
     pub(super) pipes: HashMap<u64, PipeOpen>,
     next_file_id: u64,
     next_tree_id: u32,
-    pub(super) locks: Vec<ByteLock>,
+    /// Blocking LOCKs waiting, by AsyncId.
+    pub(super) async_locks: HashMap<u64, AsyncLock>,
+    /// The AsyncId of the interim answer `dispatch` just planned.
+    last_async: Option<AsyncLock>,
+    next_async_id: u64,
     pending: HashMap<u64, FramePlan>,
     /// Frames (decrypted, with the session that encrypted them) held back
     /// until the batches in progress finish: a CLOSE must not overtake the
@@ -362,6 +357,13 @@ pub(super) fn error_body() -> Vec<u8> {
     b
 }
 
+/// The body of a LOCK response (MS-SMB2 2.2.27).
+fn lock_body() -> Vec<u8> {
+    let mut out = vec![0u8; HEADER_SIZE];
+    Response::Lock(LockResponse).encode(&mut out);
+    out.split_off(HEADER_SIZE)
+}
+
 pub(super) fn done(status: NtStatus) -> Plan {
     Plan::Done {
         status,
@@ -419,7 +421,9 @@ impl Connection {
             pipes: HashMap::new(),
             next_file_id: 1,
             next_tree_id: 1,
-            locks: Vec::new(),
+            async_locks: HashMap::new(),
+            last_async: None,
+            next_async_id: 1,
             pending: HashMap::new(),
             held: VecDeque::new(),
             next_token: 1,
@@ -621,6 +625,7 @@ impl Connection {
         };
         let mut chain = Chain::default();
         let mut prev: Option<Header> = None;
+        let mut cancelled = Vec::new();
         for (i, m) in Compound::new(frame).enumerate() {
             let m = match m {
                 Ok(m) => m,
@@ -632,8 +637,10 @@ impl Connection {
                 return self.close();
             }
             if hdr.command == Command::CANCEL {
-                // No response, no credit (3.3.5.16); duet runs nothing
-                // asynchronously, so there is nothing to cancel.
+                // No response of its own, no credit (3.3.5.16): the
+                // request it names (a blocking LOCK, by AsyncId or
+                // MessageId) completes with STATUS_CANCELLED.
+                cancelled.extend(self.cancel_lock(&hdr));
                 continue;
             }
             let charge = if self.dialect().unwrap_or(0) == dialect::SMB2_0_2 {
@@ -710,6 +717,18 @@ impl Connection {
                     }
                 }
             }
+            // A blocking LOCK that waits: its interim answer is in the
+            // ASYNC form (MS-SMB2 3.3.4.2), the final one comes later.
+            if let Some(mut a) = self.last_async.take() {
+                hdr.flags.0 |= crate::smb2::header::HeaderFlags::ASYNC_COMMAND;
+                hdr.ids = a.hdr.ids;
+                a.hdr = hdr;
+                a.sign = sign.clone();
+                a.encrypt = fp.encrypt.clone();
+                if let HeaderIds::Async { async_id } = hdr.ids {
+                    self.async_locks.insert(async_id, a);
+                }
+            }
             fp.slots.push(Slot {
                 hdr,
                 credits,
@@ -721,8 +740,18 @@ impl Connection {
             }
         }
         if fp.slots.is_empty() {
-            return Vec::new();
+            return cancelled;
         }
+        if !cancelled.is_empty() {
+            let mut out = cancelled;
+            out.extend(self.finish_frame(fp));
+            return out;
+        }
+        self.finish_frame(fp)
+    }
+
+    /// Runs the frame's batch, or answers it at once when it has none.
+    fn finish_frame(&mut self, mut fp: FramePlan) -> Vec<Event> {
         match fp.batch.take() {
             Some(mut batch) if !batch.ops.is_empty() => {
                 if self.pending.len() >= self.cfg.max_pending {
@@ -982,7 +1011,7 @@ impl Connection {
             }
             Request::Lock(l) => {
                 self.with_target(fp, chain, hdr, related, l.file_id, |me, fp, t| {
-                    me.plan_lock(fp, t, &l)
+                    me.plan_lock(fp, hdr, t, &l)
                 })
             }
             Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_CREATE_OR_GET_OBJECT_ID => self
@@ -1672,63 +1701,93 @@ impl Connection {
 
     // ---- LOCK ----------------------------------------------------------
 
-    /// Applies the elements of a LOCK request to the table (all or none).
-    pub(super) fn apply_locks(&mut self, file: u64, elements: &[LockElement]) -> NtStatus {
-        let Some(node) = self.opens.get(&file).map(|o| o.node) else {
-            return NtStatus::FILE_CLOSED;
+    /// The lock-table holder of one of this connection's opens.
+    pub(super) fn lock_holder(&self, file: u64) -> duet_locks::Holder {
+        super::sharemode::holder((self.conn_key, file))
+    }
+
+    /// Applies the elements of a LOCK request to the daemon's lock table
+    /// (MS-SMB2 3.3.5.14). Unlocks (3.3.5.14.1) go one by one and stop at
+    /// the first that fails; locks (3.3.5.14.2) are all granted or, at the
+    /// first that is not, the ones taken before it are released again.
+    /// `wait`: queue a single blocking element instead of failing it
+    /// (Ok(Some) is the queued request).
+    pub(super) fn apply_locks(
+        &mut self,
+        file: u64,
+        elements: &[LockElement],
+        wait: bool,
+    ) -> Result<Option<duet_locks::WaiterId>, NtStatus> {
+        let Some(o) = self.opens.get(&file) else {
+            return Err(NtStatus::FILE_CLOSED);
         };
-        let unlock = elements[0].flags == LockElement::UNLOCK;
-        if unlock {
-            let mut keep = self.locks.clone();
+        // MS-FSA 2.1.5.8 / 2.1.5.9: no byte-range locks on directories.
+        if o.is_dir {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        let node = o.node;
+        let h = self.lock_holder(file);
+        let locks = self.cfg.share_modes.locks().clone();
+        let mut t = locks.table();
+        if elements[0].flags == LockElement::UNLOCK {
             for e in elements {
                 if e.flags != LockElement::UNLOCK {
-                    return NtStatus::INVALID_PARAMETER;
+                    return Err(NtStatus::INVALID_PARAMETER);
                 }
-                match keep
-                    .iter()
-                    .position(|l| l.file == file && l.offset == e.offset && l.length == e.length)
-                {
-                    Some(i) => {
-                        keep.remove(i);
-                    }
-                    None => return NtStatus::RANGE_NOT_LOCKED,
+                let r = Range::smb(e.offset, e.length).ok_or(NtStatus::INVALID_LOCK_RANGE)?;
+                if t.unlock_exact(node, &h, &r).is_err() {
+                    return Err(NtStatus::RANGE_NOT_LOCKED);
                 }
             }
-            self.locks = keep;
-            return NtStatus::SUCCESS;
+            return Ok(None);
         }
-        let mut added = Vec::new();
+        let mut added: Vec<Range> = Vec::new();
+        let mut status = NtStatus::SUCCESS;
+        let mut queued = None;
         for e in elements {
             let exclusive = match e.flags & !LockElement::FAIL_IMMEDIATELY {
                 LockElement::SHARED_LOCK => false,
                 LockElement::EXCLUSIVE_LOCK => true,
-                _ => return NtStatus::INVALID_PARAMETER,
+                _ => {
+                    status = NtStatus::INVALID_PARAMETER;
+                    break;
+                }
             };
-            if e.length > 0 && e.offset.checked_add(e.length - 1).is_none() {
-                return NtStatus::INVALID_LOCK_SEQUENCE;
+            let Some(r) = Range::smb(e.offset, e.length) else {
+                status = NtStatus::INVALID_LOCK_RANGE;
+                break;
+            };
+            let blocking = wait && elements.len() == 1 && e.flags & LockElement::FAIL_IMMEDIATELY == 0;
+            let got = if blocking {
+                t.lock_or_wait(node, h, r, exclusive, None, file).map(|w| {
+                    queued = w;
+                })
+            } else {
+                t.lock(node, h, r, exclusive)
+            };
+            match got {
+                Ok(()) => added.push(r),
+                Err(LockError::Conflict(_)) => {
+                    status = NtStatus::LOCK_NOT_GRANTED;
+                    break;
+                }
+                Err(LockError::Limit) => {
+                    status = NtStatus::INSUFFICIENT_RESOURCES;
+                    break;
+                }
             }
-            let conflict = self.locks.iter().chain(added.iter()).any(|l: &ByteLock| {
-                l.node == node && l.overlaps(e.offset, e.length) && (l.exclusive || exclusive)
-            });
-            if conflict {
-                return NtStatus::LOCK_NOT_GRANTED;
+        }
+        if status != NtStatus::SUCCESS {
+            for r in added.iter().rev() {
+                let _ = t.unlock_exact(node, &h, r);
             }
-            added.push(ByteLock {
-                file,
-                node,
-                offset: e.offset,
-                length: e.length,
-                exclusive,
-            });
+            return Err(status);
         }
-        if self.locks.len() + added.len() > self.cfg.max_locks {
-            return NtStatus::INSUFFICIENT_RESOURCES;
-        }
-        self.locks.extend(added);
-        NtStatus::SUCCESS
+        Ok(queued)
     }
 
-    /// Whether another open's lock forbids this access.
+    /// Whether another open's lock forbids this access (MS-FSA 2.1.4.10),
+    /// by any client of either protocol.
     pub(super) fn lock_conflict(
         &self,
         file: u64,
@@ -1737,26 +1796,126 @@ impl Connection {
         length: u64,
         write: bool,
     ) -> bool {
-        self.locks.iter().any(|l| {
-            l.node == node && l.file != file && l.overlaps(offset, length) && (l.exclusive || write)
-        })
+        let h = self.lock_holder(file);
+        self.cfg
+            .share_modes
+            .locks()
+            .table()
+            .check_io(node, &h, &Range::io(offset, length), write)
+            .is_some()
     }
 
-    fn plan_lock(&mut self, _fp: &mut FramePlan, t: Target, req: &LockRequest<'_>) -> Plan {
+    fn plan_lock(&mut self, fp: &mut FramePlan, hdr: &Header, t: Target, req: &LockRequest<'_>) -> Plan {
         let elements: Vec<LockElement> = req.locks().collect();
         if elements.is_empty() {
             return done(NtStatus::INVALID_PARAMETER);
         }
+        // A lock may wait only when it is the frame's one request: an
+        // interim answer inside a compound is not what clients expect.
+        let alone = fp.slots.is_empty() && hdr.next_command == 0 && !hdr.flags.is_async();
         match t {
-            Target::Table(id) => match self.apply_locks(id, &elements) {
-                NtStatus::SUCCESS => ok(Response::Lock(LockResponse)),
-                s => done(s),
+            Target::Table(id) => match self.apply_locks(id, &elements, alone) {
+                Ok(None) => ok(Response::Lock(LockResponse)),
+                Ok(Some(waiter)) => {
+                    let async_id = self.next_async_id;
+                    self.next_async_id += 1;
+                    let mut h = *hdr;
+                    h.ids = HeaderIds::Async { async_id };
+                    self.last_async = Some(AsyncLock { waiter, hdr: h, sign: None, encrypt: None });
+                    done(NtStatus::PENDING)
+                }
+                Err(s) => done(s),
             },
             Target::Pending(_) => Plan::Fs(FsPlan::Lock {
                 target: t,
                 elements,
             }),
         }
+    }
+
+    /// Whether blocking LOCKs of this connection wait in the lock table:
+    /// the driver then calls [`Connection::poll_locks`] now and then.
+    pub fn waiting_locks(&self) -> usize {
+        self.async_locks.len()
+    }
+
+    /// Completes the blocking LOCKs whose fate the lock table decided
+    /// (granted when another holder let go; dropped when their open
+    /// closed: STATUS_RANGE_NOT_LOCKED).
+    pub fn poll_locks(&mut self, now_ns: i64) -> Vec<Event> {
+        let _ = now_ns;
+        if self.async_locks.is_empty() {
+            return Vec::new();
+        }
+        let outcomes = self
+            .cfg
+            .share_modes
+            .locks()
+            .table()
+            .take_outcomes(duet_locks::Protocol::Smb, self.conn_key);
+        let mut out = Vec::new();
+        for o in outcomes {
+            let Some(async_id) = self
+                .async_locks
+                .iter()
+                .find(|(_, a)| a.waiter == o.id())
+                .map(|(k, _)| *k)
+            else {
+                continue;
+            };
+            let Some(a) = self.async_locks.remove(&async_id) else { continue };
+            let (status, body) = match o {
+                duet_locks::Outcome::Granted { .. } => (NtStatus::SUCCESS, lock_body()),
+                duet_locks::Outcome::Expired { .. } => (NtStatus::LOCK_NOT_GRANTED, error_body()),
+                duet_locks::Outcome::Dropped { .. } => (NtStatus::RANGE_NOT_LOCKED, error_body()),
+            };
+            out.extend(self.send_async(&a, status, &body));
+        }
+        out
+    }
+
+    /// CANCEL (MS-SMB2 3.3.5.16): the blocking LOCK it names by AsyncId
+    /// (or, in the SYNC form, by MessageId) completes with
+    /// STATUS_CANCELLED if it still waits.
+    fn cancel_lock(&mut self, hdr: &Header) -> Vec<Event> {
+        let key = self
+            .async_locks
+            .iter()
+            .find(|(id, a)| match hdr.ids {
+                HeaderIds::Async { async_id } => **id == async_id,
+                HeaderIds::Sync { .. } => a.hdr.message_id == hdr.message_id,
+            })
+            .map(|(k, _)| *k);
+        let Some(a) = key.and_then(|k| self.async_locks.remove(&k)) else {
+            return Vec::new();
+        };
+        let was_waiting = self.cfg.share_modes.locks().table().cancel(a.waiter);
+        if was_waiting {
+            self.send_async(&a, NtStatus::CANCELLED, &error_body())
+        } else {
+            // Granted (or dropped) meanwhile: poll_locks answers it.
+            self.async_locks.insert(a.hdr.async_id().unwrap_or(0), a);
+            Vec::new()
+        }
+    }
+
+    /// The final response of an async request: no credits (MS-SMB2
+    /// 3.3.4.2), signed and encrypted as its request's session was.
+    fn send_async(&mut self, a: &AsyncLock, status: NtStatus, body: &[u8]) -> Vec<Event> {
+        let mut out = message_bytes(&a.hdr, status, 0, body);
+        if let Some((sid, key)) = &a.encrypt {
+            let mut nonce = [0u8; 16];
+            nonce[..4].copy_from_slice(&self.nonce_prefix);
+            nonce[4..12].copy_from_slice(&self.nonce_counter.to_le_bytes());
+            self.nonce_counter += 1;
+            match key.encrypt(*sid, nonce, &out) {
+                Some(f) => out = f,
+                None => return self.close(),
+            }
+        } else if let Some(k) = &a.sign {
+            k.sign_in_place(&mut out);
+        }
+        vec![Event::Send(transport(out))]
     }
 
     // ---- IOCTL ---------------------------------------------------------

@@ -291,7 +291,8 @@ impl Connection {
     /// Forgets an open: its byte-range locks and its share mode go too.
     pub(super) fn forget_open(&mut self, id: u64) -> Option<Open> {
         let o = self.opens.remove(&id)?;
-        self.locks.retain(|l| l.file != id);
+        // Its share reservation, byte-range locks and waiting LOCKs go
+        // (the lock table grants what others waited for).
         self.cfg.share_modes.release(o.node, (self.conn_key, id));
         Some(o)
     }
@@ -2114,11 +2115,9 @@ impl Connection {
             }
             FsPlan::Lock { target, elements } => {
                 let id = self.resolve(target, created)?;
-                match self.apply_locks(id, &elements) {
-                    NtStatus::SUCCESS => {
-                        Ok((NtStatus::SUCCESS, body(&Response::Lock(LockResponse))))
-                    }
-                    s => Err(s),
+                match self.apply_locks(id, &elements, false) {
+                    Ok(_) => Ok((NtStatus::SUCCESS, body(&Response::Lock(LockResponse)))),
+                    Err(s) => Err(s),
                 }
             }
             FsPlan::Read {

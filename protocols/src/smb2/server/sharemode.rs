@@ -1,21 +1,22 @@
 //! Share modes: which opens of a file may coexist (MS-FSA 2.1.5.1.2, the
-//! share access check). The table is shared by every SMB connection of the
-//! daemon (one `Arc` in [`super::ServerConfig`]), so a client on one
-//! executor sees the opens of a client on another.
+//! share access check), kept in the daemon's one lock table
+//! ([`duet_locks::LockManager`]) so that SMB opens on every executor and
+//! NFSv4 opens (share_access / share_deny, RFC 8881 9.7) see each other.
+//! One `Arc` in [`super::ServerConfig`] is shared by every connection.
 //!
-//! It is plain memory behind a mutex: no I/O, no clock. Opens are keyed by
-//! (connection key, volatile file id) and indexed by node; each also keeps
-//! its share-relative path (lower-cased, prefixed by the share root's node
-//! id) so that a truncating CREATE can be checked before the batch that
-//! would truncate runs, and a directory with open files below it can refuse
-//! to be renamed.
+//! An SMB open is the lock table's holder (SMB, connection key, volatile
+//! file id). What is SMB's alone stays here: each open's share-relative
+//! path (lower-cased, prefixed by the share root's node id), so that a
+//! truncating CREATE can be checked before the batch that would truncate
+//! runs, and a directory with open files below it can refuse to be
+//! renamed. Plain memory behind mutexes (this one, then the table's): no
+//! I/O, no clock.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use duet_fs::NodeId;
-
-use super::info::access;
+use duet_locks::{Holder, LockManager, Protocol, Share};
 
 /// The share access bits of CREATE (MS-SMB2 2.2.13 ShareAccess).
 pub mod share {
@@ -24,42 +25,22 @@ pub mod share {
     pub const DELETE: u32 = 0x4;
 }
 
-/// Access bits that take part in the share check (MS-FSA 2.1.5.1.2): an
-/// open with none of them neither conflicts nor is conflicted with.
-const DATA_ACCESS: u32 = access::FILE_READ_DATA
-    | access::FILE_WRITE_DATA
-    | access::FILE_APPEND_DATA
-    | access::FILE_EXECUTE
-    | access::DELETE;
-
-#[derive(Debug, Clone)]
-struct Holder {
-    key: (u64, u64),
-    access: u32,
-    share: u32,
-    path: String,
-}
-
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ShareModes {
-    by_node: Mutex<HashMap<NodeId, Vec<Holder>>>,
+    locks: Arc<LockManager>,
+    /// (connection key, file id) -> (node, path key).
+    paths: Mutex<HashMap<(u64, u64), (NodeId, String)>>,
 }
 
-/// Whether an open with `access`/`share` may be added next to `h`.
-fn compatible(h: &Holder, access: u32, share_access: u32) -> bool {
-    if access & DATA_ACCESS == 0 || h.access & DATA_ACCESS == 0 {
-        return true;
+impl Default for ShareModes {
+    fn default() -> Self {
+        ShareModes::new()
     }
-    let reads = |a: u32| a & (access::FILE_READ_DATA | access::FILE_EXECUTE) != 0;
-    let writes = |a: u32| a & (access::FILE_WRITE_DATA | access::FILE_APPEND_DATA) != 0;
-    let deletes = |a: u32| a & access::DELETE != 0;
-    // What the existing open lets others do, and what the new one lets.
-    !(reads(access) && h.share & share::READ == 0
-        || writes(access) && h.share & share::WRITE == 0
-        || deletes(access) && h.share & share::DELETE == 0
-        || reads(h.access) && share_access & share::READ == 0
-        || writes(h.access) && share_access & share::WRITE == 0
-        || deletes(h.access) && share_access & share::DELETE == 0)
+}
+
+/// The lock-table holder of an SMB open.
+pub fn holder(key: (u64, u64)) -> Holder {
+    Holder::new(Protocol::Smb, key.0, key.1)
 }
 
 /// The table key of a path: the share root and the lower-cased path.
@@ -68,18 +49,28 @@ pub fn path_key(root: NodeId, path: &str) -> String {
 }
 
 impl ShareModes {
+    /// A private lock table (tests; the appliance shares one).
     pub fn new() -> ShareModes {
-        ShareModes::default()
+        ShareModes::with_locks(Arc::new(LockManager::default()))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Vec<Holder>>> {
-        // A panic elsewhere never leaves the table half-updated (every
-        // update is one push, retain or field write), so a poisoned lock
-        // is still consistent.
-        self.by_node.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn with_locks(locks: Arc<LockManager>) -> ShareModes {
+        ShareModes { locks, paths: Mutex::new(HashMap::new()) }
     }
 
-    /// Adds an open of `node`, or says it conflicts (SHARING_VIOLATION).
+    /// The lock table (byte-range locks go there too).
+    pub fn locks(&self) -> &Arc<LockManager> {
+        &self.locks
+    }
+
+    fn paths(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u64), (NodeId, String)>> {
+        // Every update is one insert, remove or field write: a poisoned
+        // lock is still consistent.
+        self.paths.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds an open of `node`, or says it conflicts (SHARING_VIOLATION;
+    /// also when the lock table is full).
     pub fn acquire(
         &self,
         node: NodeId,
@@ -88,15 +79,11 @@ impl ShareModes {
         share_access: u32,
         path: String,
     ) -> bool {
-        let mut t = self.lock();
-        let list = t.entry(node).or_default();
-        if !list.iter().all(|h| compatible(h, access, share_access)) {
-            if list.is_empty() {
-                t.remove(&node);
-            }
+        let mut paths = self.paths();
+        if self.locks.table().open(node, holder(key), Share::smb(access, share_access)).is_err() {
             return false;
         }
-        list.push(Holder { key, access, share: share_access, path });
+        paths.insert(key, (node, path));
         true
     }
 
@@ -104,63 +91,60 @@ impl ShareModes {
     /// conflict with the opens there now (checked before a truncating
     /// CREATE runs).
     pub fn conflicts_at(&self, path: &str, access: u32, share_access: u32) -> bool {
-        self.lock()
-            .values()
-            .flatten()
-            .any(|h| h.path == path && !compatible(h, access, share_access))
+        let paths = self.paths();
+        let mut nodes: Vec<NodeId> = paths.values().filter(|(_, p)| p == path).map(|(n, _)| *n).collect();
+        nodes.dedup();
+        let t = self.locks.table();
+        nodes.into_iter().any(|n| t.share_conflict(n, None, Share::smb(access, share_access)))
     }
 
     /// Whether an open of `node` with `access`/`share` would conflict with
-    /// the opens of it now.
+    /// the opens of it now (by any protocol).
     pub fn conflicts(&self, node: NodeId, access: u32, share_access: u32) -> bool {
-        self.lock()
-            .get(&node)
-            .is_some_and(|l| l.iter().any(|h| !compatible(h, access, share_access)))
+        self.locks.table().share_conflict(node, None, Share::smb(access, share_access))
     }
 
-    /// Whether a file below the directory at `path` is open by anyone.
+    /// Whether a file below the directory at `path` is open by an SMB
+    /// client.
     pub fn open_below(&self, path: &str) -> bool {
         let prefix = format!("{path}\\");
-        self.lock().values().flatten().any(|h| h.path.starts_with(&prefix))
+        self.paths().values().any(|(_, p)| p.starts_with(&prefix))
     }
 
-    /// Another open of `node` than `key`, by anyone.
+    /// Other opens of `node` than `key`, by anyone (NFS opens included).
     pub fn others(&self, node: NodeId, key: (u64, u64)) -> usize {
-        self.lock().get(&node).map_or(0, |l| l.iter().filter(|h| h.key != key).count())
+        self.locks.table().other_opens(node, &holder(key))
     }
 
     /// The file at `node` has moved to `path`.
     pub fn renamed(&self, node: NodeId, path: String) {
-        if let Some(l) = self.lock().get_mut(&node) {
-            for h in l {
-                h.path = path.clone();
+        for (n, p) in self.paths().values_mut() {
+            if *n == node {
+                *p = path.clone();
             }
         }
     }
 
-    pub fn release(&self, node: NodeId, key: (u64, u64)) {
-        let mut t = self.lock();
-        if let Some(l) = t.get_mut(&node) {
-            l.retain(|h| h.key != key);
-            if l.is_empty() {
-                t.remove(&node);
-            }
-        }
+    /// An open is closed: its share reservation, byte-range locks and
+    /// queued lock requests go. Returns what that decided for others
+    /// (their queued locks now granted).
+    pub fn release(&self, node: NodeId, key: (u64, u64)) -> Vec<duet_locks::Outcome> {
+        self.paths().remove(&key);
+        self.locks.table().release(node, &holder(key))
     }
 
-    /// Drops every open of one connection.
+    /// Drops every open, lock and queued lock of one connection.
     pub fn release_connection(&self, conn: u64) {
-        let mut t = self.lock();
-        t.retain(|_, l| {
-            l.retain(|h| h.key.0 != conn);
-            !l.is_empty()
-        });
+        self.paths().retain(|k, _| k.0 != conn);
+        self.locks.table().release_client(Protocol::Smb, conn);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::smb2::server::info::access;
 
     const R: u32 = access::FILE_READ_DATA;
     const W: u32 = access::FILE_WRITE_DATA;

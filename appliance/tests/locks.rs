@@ -1,0 +1,369 @@
+//! Locks and share modes across connections and protocols, against a real
+//! duetd: the daemon's one lock table (`duet_locks`) is what SMB
+//! connections and the NFSv4 server all ask. Two SMB connections conflict
+//! on byte-range locks (and on I/O into a locked range); a blocking SMB
+//! LOCK answers STATUS_PENDING and completes when the holder unlocks, or
+//! STATUS_CANCELLED on CANCEL; a dropped connection releases its locks;
+//! SMB and NFSv4 locks conflict both ways (NFS4ERR_DENIED with the SMB
+//! lock's range, NFS4ERR_LOCKED for NFS I/O into an SMB lock,
+//! STATUS_FILE_LOCK_CONFLICT for SMB I/O into an NFS lock); SMB deny modes
+//! refuse NFS opens (NFS4ERR_SHARE_DENIED) and NFS share_deny refuses SMB
+//! opens (STATUS_SHARING_VIOLATION).
+
+mod clients;
+mod common;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use clients::*;
+use common::Daemon;
+use duet_protocols::nfs::nfs4::*;
+use duet_protocols::nfs::xdr::{Name, Opaque};
+use duet_protocols::smb2::compound::Compound;
+use duet_protocols::smb2::create::{create_disposition, create_options};
+use duet_protocols::smb2::header::{Command as Cmd, Header, HeaderFlags, HeaderIds};
+use duet_protocols::smb2::lock::{LockElement, LockRequest};
+use duet_protocols::smb2::message::Request;
+use duet_protocols::smb2::status::NtStatus;
+use duet_protocols::smb2::FileId;
+
+const EXCL: u32 = LockElement::EXCLUSIVE_LOCK;
+const SHARED: u32 = LockElement::SHARED_LOCK;
+const NOWAIT: u32 = LockElement::FAIL_IMMEDIATELY;
+
+fn lock_msg(c: &mut Smb, fid: FileId, offset: u64, length: u64, flags: u32) -> Vec<u8> {
+    let mut storage = Vec::new();
+    let l = LockRequest::new(0, fid, &[LockElement { offset, length, flags }], &mut storage);
+    c.message(Request::Lock(l), Cmd::LOCK, true)
+}
+
+fn lock(c: &mut Smb, fid: FileId, offset: u64, length: u64, flags: u32) -> NtStatus {
+    let m = lock_msg(c, fid, offset, length, flags);
+    c.send(&m).unwrap();
+    c.recv().expect("LOCK reply").status()
+}
+
+/// The next message from the server, interim responses included, or None
+/// when nothing comes within `wait`.
+fn next_raw(c: &mut Smb, wait: Duration) -> Option<Header> {
+    c.tcp.set_read_timeout(Some(wait)).unwrap();
+    let mut len = [0u8; 4];
+    let got = c.tcp.read_exact(&mut len);
+    c.tcp.set_read_timeout(None).unwrap();
+    got.ok()?;
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    c.tcp.read_exact(&mut buf).unwrap();
+    let m = Compound::new(&buf).next().unwrap().unwrap();
+    Some(m.header)
+}
+
+/// SMB2 CANCEL of the async request `async_id` (MS-SMB2 2.2.30, 3.2.4.24).
+fn cancel(c: &mut Smb, message_id: u64, async_id: u64) {
+    let h = Header {
+        credit_charge: 0,
+        status: NtStatus::SUCCESS,
+        command: Cmd::CANCEL,
+        credit: 0,
+        flags: HeaderFlags(HeaderFlags::ASYNC_COMMAND),
+        next_command: 0,
+        message_id,
+        ids: HeaderIds::Async { async_id },
+        session_id: c.session_id,
+        signature: [0; 16],
+    };
+    let mut out = Vec::new();
+    h.encode(&mut out);
+    out.extend_from_slice(&[4, 0, 0, 0]);
+    c.send(&out).unwrap();
+}
+
+fn open_share(c: &mut Smb, name: &str, access: u32, share: u32) -> Result<FileId, NtStatus> {
+    let mut r = open_req(name, create_disposition::OPEN_IF, create_options::NON_DIRECTORY_FILE, access);
+    r.share_access = share;
+    c.create_req(r)
+}
+
+/// NFSv4.1 OPEN (no create) of `name` in `dir` with share modes; the
+/// open stateid and the file's handle.
+fn nfs_open(
+    n: &mut Nfs,
+    s: &mut Sess,
+    dir: &[u8],
+    owner: &[u8],
+    name: &str,
+    access: u32,
+    deny: u32,
+) -> Result<(Stateid4, Vec<u8>), Nfsstat4> {
+    let seq = s.sequence();
+    let rep = n
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(dir) }),
+            ArgOp4::Open(Open4Args {
+                seqid: 0,
+                share_access: access,
+                share_deny: deny,
+                owner: StateOwner4 { clientid: s.clientid, owner: Opaque(owner) },
+                openhow: OpenFlag4::NoCreate,
+                claim: OpenClaim4::Null(Name(name.as_bytes())),
+            }),
+            ArgOp4::GetFh(()),
+        ])
+        .expect("OPEN reply");
+    let r = res4(&rep);
+    match (r.results.get(2), r.results.get(3)) {
+        (Some(ResOp4::Open(Nfs4Res::Ok(o))), Some(ResOp4::GetFh(Nfs4Res::Ok(fh)))) => {
+            Ok((o.stateid, fh.object.0.to_vec()))
+        }
+        _ => Err(r.status),
+    }
+}
+
+enum LockAns {
+    Ok(Stateid4),
+    Denied { offset: u64, length: u64 },
+    Err(Nfsstat4),
+}
+
+/// NFSv4 LOCK of a new lock owner under `open`.
+fn nfs_lock(n: &mut Nfs, s: &mut Sess, fh: &[u8], open: Stateid4, write: bool, offset: u64, length: u64) -> LockAns {
+    let seq = s.sequence();
+    let rep = n
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+            ArgOp4::Lock(Lock4Args {
+                locktype: if write { NfsLockType4::Write } else { NfsLockType4::Read },
+                reclaim: false,
+                offset,
+                length,
+                locker: Locker4::New(OpenToLockOwner4 {
+                    open_seqid: 0,
+                    open_stateid: open,
+                    lock_seqid: 0,
+                    lock_owner: StateOwner4 { clientid: s.clientid, owner: Opaque(b"lock-owner") },
+                }),
+            }),
+        ])
+        .expect("LOCK reply");
+    let r = res4(&rep);
+    match r.results.get(2) {
+        Some(ResOp4::Lock(Lock4Res::Ok(sid))) => LockAns::Ok(*sid),
+        Some(ResOp4::Lock(Lock4Res::Denied(d))) => LockAns::Denied { offset: d.offset, length: d.length },
+        _ => LockAns::Err(r.status),
+    }
+}
+
+fn nfs_lockt(n: &mut Nfs, s: &mut Sess, fh: &[u8], offset: u64, length: u64) -> Option<(u64, u64)> {
+    let seq = s.sequence();
+    let rep = n
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+            ArgOp4::LockT(LockT4Args {
+                locktype: NfsLockType4::Write,
+                offset,
+                length,
+                owner: StateOwner4 { clientid: s.clientid, owner: Opaque(b"tester") },
+            }),
+        ])
+        .expect("LOCKT reply");
+    let r = res4(&rep);
+    match r.results.get(2) {
+        Some(ResOp4::LockT(LockT4Res::Ok)) => None,
+        Some(ResOp4::LockT(LockT4Res::Denied(d))) => Some((d.offset, d.length)),
+        other => panic!("LOCKT: {other:?}"),
+    }
+}
+
+fn nfs_locku(n: &mut Nfs, s: &mut Sess, fh: &[u8], lock: Stateid4, offset: u64, length: u64) -> Nfsstat4 {
+    let seq = s.sequence();
+    let rep = n
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+            ArgOp4::LockU(LockU4Args { locktype: NfsLockType4::Write, seqid: 0, lock_stateid: lock, offset, length }),
+        ])
+        .expect("LOCKU reply");
+    res4(&rep).status
+}
+
+fn nfs_write(n: &mut Nfs, s: &mut Sess, fh: &[u8], sid: Stateid4, offset: u64) -> Nfsstat4 {
+    let seq = s.sequence();
+    let rep = n
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+            ArgOp4::Write(Write4Args { stateid: sid, offset, stable: StableHow4::FileSync, data: Opaque(b"nfs") }),
+        ])
+        .expect("WRITE reply");
+    res4(&rep).status
+}
+
+fn nfs_read(n: &mut Nfs, s: &mut Sess, fh: &[u8], sid: Stateid4, offset: u64) -> Nfsstat4 {
+    let seq = s.sequence();
+    let rep = n
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+            ArgOp4::Read(Read4Args { stateid: sid, offset, count: 4 }),
+        ])
+        .expect("READ reply");
+    res4(&rep).status
+}
+
+fn nfs_close(n: &mut Nfs, s: &mut Sess, fh: &[u8], sid: Stateid4) -> Nfsstat4 {
+    let seq = s.sequence();
+    let rep = n
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+            ArgOp4::Close(Close4Args { seqid: 0, open_stateid: sid }),
+        ])
+        .expect("CLOSE reply");
+    res4(&rep).status
+}
+
+fn start() -> (tempfile::TempDir, Daemon) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path());
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    // Users reach the SMB executors with the next catalog refresh (1 s).
+    std::thread::sleep(Duration::from_millis(1500));
+    (dir, d)
+}
+
+#[test]
+fn smb_connections_share_one_lock_table() {
+    let (_dir, d) = start();
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let mut b = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let fa = a.create("two-conns").unwrap();
+    assert_eq!(a.write(fa, 0, &[7u8; 64], false), NtStatus::SUCCESS);
+    let fb = b.create("two-conns").unwrap();
+
+    // Another connection's exclusive lock: no lock, no I/O in the range.
+    assert_eq!(lock(&mut a, fa, 0, 10, EXCL | NOWAIT), NtStatus::SUCCESS);
+    assert_eq!(lock(&mut b, fb, 5, 10, SHARED | NOWAIT), NtStatus::LOCK_NOT_GRANTED);
+    assert_eq!(b.write(fb, 9, b"x", false), NtStatus::FILE_LOCK_CONFLICT);
+    assert_eq!(b.read(fb, 0, 4).unwrap_err(), NtStatus::FILE_LOCK_CONFLICT);
+    assert_eq!(b.read(fb, 10, 4).unwrap(), vec![7u8; 4], "outside the range");
+    // The holder itself reads and writes its exclusive range.
+    assert_eq!(a.write(fa, 0, b"a", false), NtStatus::SUCCESS);
+
+    // A blocking lock waits: STATUS_PENDING now, SUCCESS when a unlocks.
+    let m = lock_msg(&mut b, fb, 0, 10, EXCL);
+    let lock_mid = b.next_id - 1;
+    b.send(&m).unwrap();
+    let interim = next_raw(&mut b, Duration::from_secs(5)).expect("an interim response");
+    assert_eq!(interim.status, NtStatus::PENDING);
+    assert!(interim.flags.is_async(), "the interim response is in the ASYNC form");
+    assert!(next_raw(&mut b, Duration::from_millis(300)).is_none(), "the lock waits");
+    assert_eq!(lock(&mut a, fa, 0, 10, LockElement::UNLOCK), NtStatus::SUCCESS);
+    let done = next_raw(&mut b, Duration::from_secs(5)).expect("the final response");
+    assert_eq!((done.status, done.message_id), (NtStatus::SUCCESS, lock_mid));
+    assert_eq!(done.ids, interim.ids, "the final response names the same AsyncId");
+    // b holds it now.
+    assert_eq!(a.write(fa, 0, b"a", false), NtStatus::FILE_LOCK_CONFLICT);
+
+    // a waits in turn, and cancels (MS-SMB2 3.3.5.16): STATUS_CANCELLED.
+    let m = lock_msg(&mut a, fa, 0, 1, SHARED);
+    let mid = a.next_id - 1;
+    a.send(&m).unwrap();
+    let interim = next_raw(&mut a, Duration::from_secs(5)).expect("an interim response");
+    assert_eq!(interim.status, NtStatus::PENDING);
+    let HeaderIds::Async { async_id } = interim.ids else { panic!("{interim:?}") };
+    cancel(&mut a, mid, async_id);
+    let done = next_raw(&mut a, Duration::from_secs(5)).expect("the cancelled lock's response");
+    assert_eq!((done.status, done.message_id), (NtStatus::CANCELLED, mid));
+
+    // A connection that goes away takes its locks with it.
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let st = lock(&mut a, fa, 0, 10, EXCL | NOWAIT);
+        if st == NtStatus::SUCCESS {
+            break;
+        }
+        assert_eq!(st, NtStatus::LOCK_NOT_GRANTED);
+        assert!(Instant::now() < deadline, "the dropped connection's lock stays");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // And so does a closed open.
+    let mut c = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let fc = c.create("two-conns").unwrap();
+    assert_eq!(lock(&mut c, fc, 0, 1, SHARED | NOWAIT), NtStatus::LOCK_NOT_GRANTED);
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+    assert_eq!(lock(&mut c, fc, 0, 1, SHARED | NOWAIT), NtStatus::SUCCESS);
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}
+
+#[test]
+fn smb_and_nfs_locks_and_share_modes_conflict() {
+    let (_dir, d) = start();
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let fa = a.create("cross").unwrap();
+    assert_eq!(a.write(fa, 0, &[1u8; 512], false), NtStatus::SUCCESS);
+    let mut n = Nfs::connect(d.nfs_port).as_user(1500, 1500);
+    let root = n.mount("/public").unwrap();
+    let mut s = session(&mut n, b"locks-nfs", 1 << 20, 64);
+    let (open, fh) = nfs_open(&mut n, &mut s, &root, b"o1", "cross", share::ACCESS_BOTH, share::DENY_NONE).unwrap();
+
+    // An SMB exclusive lock: NFS LOCK and LOCKT are denied with its range,
+    // NFS READ and WRITE into it get NFS4ERR_LOCKED.
+    assert_eq!(lock(&mut a, fa, 100, 10, EXCL | NOWAIT), NtStatus::SUCCESS);
+    match nfs_lock(&mut n, &mut s, &fh, open, false, 105, 1) {
+        LockAns::Denied { offset, length } => assert_eq!((offset, length), (100, 10)),
+        LockAns::Ok(_) => panic!("an NFS lock over an SMB lock was granted"),
+        LockAns::Err(e) => panic!("LOCK: {e:?}"),
+    }
+    assert_eq!(nfs_lockt(&mut n, &mut s, &fh, 0, u64::MAX), Some((100, 10)));
+    assert_eq!(nfs_write(&mut n, &mut s, &fh, open, 108), Nfsstat4::LOCKED);
+    assert_eq!(nfs_read(&mut n, &mut s, &fh, open, 98), Nfsstat4::LOCKED);
+    assert_eq!(nfs_write(&mut n, &mut s, &fh, open, 110), Nfsstat4::OK, "past the range");
+    assert_eq!(lock(&mut a, fa, 100, 10, LockElement::UNLOCK), NtStatus::SUCCESS);
+    assert_eq!(nfs_write(&mut n, &mut s, &fh, open, 108), Nfsstat4::OK, "unlocked");
+
+    // An NFS write lock to EOF: SMB LOCK is refused, SMB READ and WRITE
+    // into it get STATUS_FILE_LOCK_CONFLICT.
+    let LockAns::Ok(nlock) = nfs_lock(&mut n, &mut s, &fh, open, true, 200, u64::MAX) else {
+        panic!("NFS LOCK refused")
+    };
+    assert_eq!(lock(&mut a, fa, 1 << 40, 1, SHARED | NOWAIT), NtStatus::LOCK_NOT_GRANTED);
+    assert_eq!(a.write(fa, 300, b"smb", false), NtStatus::FILE_LOCK_CONFLICT);
+    assert_eq!(a.read(fa, 200, 4).unwrap_err(), NtStatus::FILE_LOCK_CONFLICT);
+    assert_eq!(a.write(fa, 0, b"smb", false), NtStatus::SUCCESS, "before the range");
+    assert_eq!(lock(&mut a, fa, 0, 200, EXCL | NOWAIT), NtStatus::SUCCESS, "adjacent");
+    assert_eq!(nfs_locku(&mut n, &mut s, &fh, nlock, 200, u64::MAX), Nfsstat4::OK);
+    assert_eq!(a.write(fa, 300, b"smb", false), NtStatus::SUCCESS);
+    assert_eq!(lock(&mut a, fa, 0, 200, LockElement::UNLOCK), NtStatus::SUCCESS);
+    assert_eq!(nfs_close(&mut n, &mut s, &fh, open), Nfsstat4::OK);
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+
+    // SMB deny-write (share read only): NFS write opens are refused,
+    // NFS read opens are not.
+    let fr = open_share(&mut a, "cross", R, 1).unwrap();
+    assert_eq!(
+        nfs_open(&mut n, &mut s, &root, b"o2", "cross", share::ACCESS_WRITE, share::DENY_NONE).unwrap_err(),
+        Nfsstat4::SHARE_DENIED
+    );
+    let (ro, rfh) = nfs_open(&mut n, &mut s, &root, b"o3", "cross", share::ACCESS_READ, share::DENY_NONE)
+        .expect("an NFS read open next to an SMB deny-write open");
+    assert_eq!(nfs_close(&mut n, &mut s, &rfh, ro), Nfsstat4::OK);
+    assert_eq!(a.close(fr), NtStatus::SUCCESS);
+    let (wo, wfh) = nfs_open(&mut n, &mut s, &root, b"o2", "cross", share::ACCESS_WRITE, share::DENY_NONE)
+        .expect("the SMB open is closed");
+    assert_eq!(nfs_close(&mut n, &mut s, &wfh, wo), Nfsstat4::OK);
+
+    // NFS share_deny WRITE: SMB opens for writing get a sharing
+    // violation, SMB readers do not.
+    let (dn, dfh) = nfs_open(&mut n, &mut s, &root, b"o4", "cross", share::ACCESS_READ, share::DENY_WRITE).unwrap();
+    assert_eq!(open_share(&mut a, "cross", RW, 7).unwrap_err(), NtStatus::SHARING_VIOLATION);
+    let fr = open_share(&mut a, "cross", R, 7).expect("an SMB reader next to NFS deny-write");
+    assert_eq!(a.close(fr), NtStatus::SUCCESS);
+    assert_eq!(nfs_close(&mut n, &mut s, &dfh, dn), Nfsstat4::OK);
+    let fw = open_share(&mut a, "cross", RW, 7).expect("the NFS open is closed");
+    assert_eq!(a.close(fw), NtStatus::SUCCESS);
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}

@@ -1,0 +1,351 @@
+//! Caching grants: SMB oplocks and leases, NFSv4 delegations, one model.
+//!
+//! A grant lets one client cache: reads ([`Level::R`]), writes
+//! ([`Level::W`]) or open handles ([`Level::H`]). The bits are those of
+//! the SMB2 lease state (MS-SMB2 2.2.13.2.8: READ_CACHING 0x1,
+//! HANDLE_CACHING 0x2, WRITE_CACHING 0x4); an oplock is a lease of one
+//! open (level II = R, exclusive = RW, batch = RWH, MS-SMB2 3.3.5.9.8 /
+//! MS-FSA 2.1.5.17), an NFSv4 read delegation R and a write delegation RW
+//! (RFC 8881 10.4).
+//!
+//! Life of a grant: granted at a level -> another client's open (or
+//! write) conflicts -> breaking towards a lower level with a deadline ->
+//! the holder acknowledges (granted at the lower level, or gone at none)
+//! or the deadline passes and it is revoked ([`super::Table::handle_timeout`]).
+//! A break that only takes away read caching needs no acknowledgement
+//! (MS-SMB2 3.3.4.7: a level II oplock break to none is not acknowledged;
+//! RFC 8881 10.4.1 read delegations do not cover writes): the grant is
+//! lowered at once and the opener does not wait. The holder's own opens
+//! (same protocol and client) never break its grant; a file that was just
+//! recalled is granted nothing new for `recall_backoff_ns`.
+//!
+//! Nothing grants leases yet: this is the tested model that the SMB lease
+//! and NFS delegation work will drive.
+
+use std::collections::HashMap;
+
+use super::{FileId, Holder, Protocol, Share, Table};
+
+/// Caching rights, as SMB2 lease state bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Level(pub u8);
+
+impl Level {
+    pub const NONE: Level = Level(0);
+    pub const R: Level = Level(0x1);
+    pub const H: Level = Level(0x2);
+    pub const W: Level = Level(0x4);
+    pub const RH: Level = Level(0x3);
+    pub const RW: Level = Level(0x5);
+    pub const RWH: Level = Level(0x7);
+
+    pub fn has(self, o: Level) -> bool {
+        self.0 & o.0 == o.0 && o.0 != 0
+    }
+
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
+    fn and(self, o: Level) -> Level {
+        Level(self.0 & o.0)
+    }
+
+    fn without(self, o: Level) -> Level {
+        Level(self.0 & !o.0)
+    }
+
+    /// Whether `self` asks for nothing `o` lacks.
+    pub fn within(self, o: Level) -> bool {
+        self.0 & !o.0 == 0
+    }
+
+    /// A valid level: handle or write caching only with read caching
+    /// (MS-SMB2 2.2.13.2.8 lists R, RH, RW, RWH).
+    fn normal(self) -> Level {
+        if self.0 & 0x1 == 0 {
+            Level::NONE
+        } else {
+            Level(self.0 & 0x7)
+        }
+    }
+}
+
+/// A grant's name in the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GrantId(pub u64);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Granted,
+    Breaking { to: Level, deadline: i64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct GrantRec {
+    file: FileId,
+    holder: Holder,
+    level: Level,
+    state: State,
+}
+
+/// A break to tell a holder about (SMB OPLOCK_BREAK / LEASE_BREAK
+/// notification, NFSv4 CB_RECALL).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Break {
+    pub grant: GrantId,
+    pub holder: Holder,
+    pub from: Level,
+    pub to: Level,
+    /// Whether the holder must acknowledge (the opener waits for it).
+    pub ack_needed: bool,
+}
+
+/// Why an acknowledgement was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckError {
+    /// No such grant (revoked already, or never granted).
+    Unknown,
+    /// The grant is not being broken (MS-SMB2 3.3.5.22.1:
+    /// STATUS_INVALID_OPLOCK_PROTOCOL / 3.3.5.22.2
+    /// STATUS_UNSUCCESSFUL).
+    NotBreaking,
+    /// The holder kept more than the break left it (MS-SMB2 3.3.5.22.2:
+    /// STATUS_INVALID_PARAMETER).
+    TooHigh,
+}
+
+/// The grants of the table.
+#[derive(Debug, Default)]
+pub(crate) struct Grants {
+    by_id: HashMap<GrantId, GrantRec>,
+    next: u64,
+}
+
+impl Grants {
+    pub(crate) fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub(crate) fn breaking(&self) -> usize {
+        self.by_id.values().filter(|g| matches!(g.state, State::Breaking { .. })).count()
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<i64> {
+        self.by_id
+            .values()
+            .filter_map(|g| match g.state {
+                State::Breaking { deadline, .. } => Some(deadline),
+                State::Granted => None,
+            })
+            .min()
+    }
+
+    pub(crate) fn overdue(&self, now: i64) -> Vec<(GrantId, Holder)> {
+        let mut v: Vec<(GrantId, Holder)> = self
+            .by_id
+            .iter()
+            .filter(|(_, g)| matches!(g.state, State::Breaking { deadline, .. } if deadline <= now))
+            .map(|(id, g)| (*id, g.holder))
+            .collect();
+        v.sort();
+        v
+    }
+
+    pub(crate) fn of_holder_on(&self, file: FileId, holder: &Holder) -> Vec<GrantId> {
+        self.by_id
+            .iter()
+            .filter(|(_, g)| g.file == file && g.holder == *holder)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    pub(crate) fn of_client_on(&self, file: FileId, proto: Protocol, client: u64) -> Vec<GrantId> {
+        self.by_id
+            .iter()
+            .filter(|(_, g)| g.file == file && g.holder.proto == proto && g.holder.client == client)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+}
+
+fn same_client(a: &Holder, b: &Holder) -> bool {
+    a.proto == b.proto && a.client == b.client
+}
+
+impl Table {
+    /// Asks for caching rights on `file` (an SMB CREATE with an oplock or
+    /// lease request, an NFSv4 OPEN that could get a delegation). Grants
+    /// what does not conflict with other clients' opens and grants:
+    /// read caching only while nobody else writes or caches writes, write
+    /// caching only while nobody else has the file open or cached, handle
+    /// caching only with read caching. Nothing while the file was just
+    /// recalled, while a break on it is in progress, or over the limit.
+    /// A holder asking again gets its grant raised, never lowered.
+    /// Returns the grant and its level, or None for no grant.
+    pub fn request_grant(&mut self, file: FileId, holder: Holder, want: Level, now: i64) -> Option<(GrantId, Level)> {
+        let f = self.files.get(&file);
+        if f.and_then(|f| f.no_grant_until).is_some_and(|t| now < t) {
+            return None;
+        }
+        let grants: Vec<(GrantId, GrantRec)> = f
+            .map(|f| f.grants.iter().filter_map(|g| self.grants.by_id.get(g).map(|r| (*g, *r))).collect())
+            .unwrap_or_default();
+        if grants.iter().any(|(_, g)| matches!(g.state, State::Breaking { .. })) {
+            return None;
+        }
+        let mut level = want.normal();
+        let others_open = f.map_or(Vec::new(), |f| {
+            f.opens.iter().filter(|o| !same_client(&o.holder, &holder)).map(|o| o.share).collect()
+        });
+        let others_grant: Vec<Level> =
+            grants.iter().filter(|(_, g)| !same_client(&g.holder, &holder)).map(|(_, g)| g.level).collect();
+        if others_open.iter().any(|s| s.access & super::share::WRITE != 0) || others_grant.iter().any(|l| l.has(Level::W)) {
+            level = Level::NONE;
+        }
+        if others_open.iter().any(|s| s.access != 0) || others_grant.iter().any(|l| !l.is_none()) {
+            level = level.without(Level::W);
+        }
+        let level = level.normal();
+        if let Some((id, g)) = grants.iter().find(|(_, g)| g.holder == holder) {
+            let raised = Level(g.level.0 | level.0).normal();
+            if let Some(r) = self.grants.by_id.get_mut(id) {
+                r.level = raised;
+            }
+            return Some((*id, raised));
+        }
+        if level.is_none() || self.grants.len() >= self.limits.grants {
+            return None;
+        }
+        self.grants.next += 1;
+        let id = GrantId(self.grants.next);
+        self.grants.by_id.insert(id, GrantRec { file, holder, level, state: State::Granted });
+        self.touch(file, &holder).grants.push(id);
+        Some((id, level))
+    }
+
+    /// An open of `file` by `opener` with `share` is about to happen:
+    /// breaks what other clients cache that it contradicts. A writing open
+    /// leaves them handle caching at most, a reading one takes away write
+    /// caching, and one whose share mode the holders' own opens refuse
+    /// takes away handle caching too (so that the holder closes what it
+    /// kept open and the open can succeed). Returns the breaks to send
+    /// and, if the opener must wait for acknowledgements, until when.
+    pub fn break_for_open(&mut self, file: FileId, opener: &Holder, share: Share, now: i64) -> (Vec<Break>, Option<i64>) {
+        let mut out = Vec::new();
+        let Some(f) = self.files.get(&file) else { return (out, None) };
+        let ids: Vec<GrantId> = f.grants.clone();
+        // Whose opens refuse this one's share mode.
+        let refused: Vec<Holder> = f
+            .opens
+            .iter()
+            .filter(|o| !o.share.compatible(&share))
+            .map(|o| o.holder)
+            .collect();
+        let timeout = self.limits.break_timeout_ns;
+        for id in ids {
+            let Some(g) = self.grants.by_id.get_mut(&id) else { continue };
+            if same_client(&g.holder, opener) {
+                continue;
+            }
+            let current = match g.state {
+                State::Granted => g.level,
+                State::Breaking { to, .. } => to,
+            };
+            let mut to = if share.access & super::share::WRITE != 0 {
+                current.and(Level::H)
+            } else if share.access != 0 {
+                current.without(Level::W)
+            } else {
+                current
+            };
+            if refused.iter().any(|h| same_client(h, &g.holder)) {
+                to = to.without(Level::H);
+            }
+            // H alone is no SMB lease state; a writer leaves the holder H
+            // only where it keeps read caching too, so H alone goes.
+            let to = to.normal();
+            if to == current {
+                continue;
+            }
+            let ack_needed = current.has(Level::W) || current.has(Level::H);
+            let from = g.level;
+            if ack_needed {
+                let deadline = match g.state {
+                    State::Breaking { deadline, .. } => deadline,
+                    State::Granted => now.saturating_add(timeout),
+                };
+                g.state = State::Breaking { to, deadline };
+            } else {
+                g.level = to;
+            }
+            out.push(Break { grant: id, holder: g.holder, from, to, ack_needed });
+        }
+        if !out.is_empty() {
+            let until = now.saturating_add(self.limits.recall_backoff_ns);
+            if let Some(f) = self.files.get_mut(&file) {
+                f.no_grant_until = Some(until);
+            }
+        }
+        // Lowered to nothing without an acknowledgement: gone.
+        for b in &out {
+            if !b.ack_needed && b.to.is_none() {
+                self.release_grant(b.grant);
+            }
+        }
+        let wait = self.break_deadline(file, opener);
+        (out, wait)
+    }
+
+    /// When the breaks that `opener` waits for on `file` run out, if any
+    /// are in progress.
+    pub fn break_deadline(&self, file: FileId, opener: &Holder) -> Option<i64> {
+        let f = self.files.get(&file)?;
+        f.grants
+            .iter()
+            .filter_map(|g| self.grants.by_id.get(g))
+            .filter(|g| !same_client(&g.holder, opener))
+            .filter_map(|g| match g.state {
+                State::Breaking { deadline, .. } => Some(deadline),
+                State::Granted => None,
+            })
+            .max()
+    }
+
+    /// The holder acknowledges a break keeping `level` (SMB OPLOCK_BREAK /
+    /// LEASE_BREAK acknowledgement, NFSv4 DELEGRETURN as `Level::NONE`).
+    pub fn ack(&mut self, id: GrantId, level: Level) -> Result<(), AckError> {
+        let g = self.grants.by_id.get_mut(&id).ok_or(AckError::Unknown)?;
+        let State::Breaking { to, .. } = g.state else {
+            return Err(AckError::NotBreaking);
+        };
+        if !level.within(to) {
+            return Err(AckError::TooHigh);
+        }
+        g.level = level.normal();
+        g.state = State::Granted;
+        if g.level.is_none() {
+            self.release_grant(id);
+        }
+        Ok(())
+    }
+
+    /// A grant's level and whether a break of it is in progress.
+    pub fn grant(&self, id: GrantId) -> Option<(Level, bool)> {
+        self.grants
+            .by_id
+            .get(&id)
+            .map(|g| (g.level, matches!(g.state, State::Breaking { .. })))
+    }
+
+    /// Gives a grant back (SMB close of the lease's last open, NFSv4
+    /// DELEGRETURN outside a recall).
+    pub fn release_grant(&mut self, id: GrantId) {
+        if let Some(g) = self.grants.by_id.remove(&id) {
+            if let Some(f) = self.files.get_mut(&g.file) {
+                f.grants.retain(|x| *x != id);
+            }
+            self.tidy(g.file);
+        }
+    }
+}

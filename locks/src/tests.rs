@@ -1,0 +1,414 @@
+use super::*;
+
+const F: FileId = 42;
+
+fn smb(conn: u64, open: u64) -> Holder {
+    Holder::new(Protocol::Smb, conn, open)
+}
+
+fn nfs(client: u64, owner: u64) -> Holder {
+    Holder::new(Protocol::Nfs4, client, owner)
+}
+
+fn r(o: u64, l: u64) -> Range {
+    Range::smb(o, l).unwrap()
+}
+
+fn n(o: u64, l: u64) -> Range {
+    Range::nfs(o, l).unwrap()
+}
+
+// MS-SMB2 access bits.
+const READ_DATA: u32 = 0x1;
+const WRITE_DATA: u32 = 0x2;
+const DELETE: u32 = 0x1_0000;
+const READ_ATTRS: u32 = 0x80;
+
+#[test]
+fn smb_share_modes_follow_ms_fsa() {
+    let mut t = Table::default();
+    assert_eq!(t.open(F, smb(1, 1), Share::smb(READ_DATA, 1)), Ok(()));
+    // Reading is shared; writing is not.
+    assert_eq!(t.open(F, smb(1, 2), Share::smb(READ_DATA, 3)), Ok(()));
+    assert_eq!(t.open(F, smb(2, 1), Share::smb(WRITE_DATA, 3)), Err(false));
+    // The new open must share what the old ones use.
+    assert_eq!(t.open(F, smb(2, 2), Share::smb(READ_DATA, 2)), Err(false));
+    // Attribute-only opens never conflict, whatever they share.
+    assert_eq!(t.open(F, smb(2, 3), Share::smb(READ_ATTRS, 0)), Ok(()));
+    assert_eq!(t.open(F, smb(2, 4), Share::smb(DELETE, 3)), Err(false));
+    t.close(F, &smb(1, 1));
+    t.close(F, &smb(1, 2));
+    assert_eq!(t.open(F, smb(2, 5), Share::smb(WRITE_DATA | DELETE, 0)), Ok(()));
+    assert_eq!(t.other_opens(F, &smb(2, 5)), 1);
+    t.release_client(Protocol::Smb, 2);
+    assert_eq!(t.counts(), Counts::default());
+}
+
+#[test]
+fn nfs_share_reservations_follow_rfc_8881() {
+    let mut t = Table::default();
+    // RFC 8881 9.7: OPEN4_SHARE_ACCESS_READ with DENY_WRITE.
+    assert_eq!(t.open(F, nfs(1, 1), Share::nfs(1, 2)), Ok(()));
+    assert_eq!(t.open(F, nfs(2, 1), Share::nfs(2, 0)), Err(false));
+    assert_eq!(t.open(F, nfs(2, 1), Share::nfs(1, 0)), Ok(()));
+    // The second opener reads: nobody may now deny reads.
+    assert_eq!(t.open(F, nfs(3, 1), Share::nfs(1, 1)), Err(false));
+    // An upgrade by the same owner is checked against the others only,
+    // with the union of its modes.
+    assert_eq!(t.open(F, nfs(1, 1), Share::nfs(2, 0)), Ok(()), "the other opener only reads");
+    assert_eq!(t.open(F, nfs(2, 1), Share::nfs(1, 1)), Err(false), "owner 1 now reads and writes");
+}
+
+#[test]
+fn nfs_upgrade_and_downgrade() {
+    let mut t = Table::default();
+    assert_eq!(t.open(F, nfs(1, 1), Share::nfs(1, 0)), Ok(()));
+    assert_eq!(t.open(F, nfs(1, 1), Share::nfs(2, 2)), Ok(()), "upgrade to read+write deny write");
+    assert_eq!(t.open(F, nfs(2, 1), Share::nfs(2, 0)), Err(false));
+    t.set_share(F, &nfs(1, 1), Share::nfs(1, 0));
+    assert_eq!(t.open(F, nfs(2, 1), Share::nfs(2, 0)), Ok(()));
+    assert_eq!(t.counts().opens, 2);
+}
+
+#[test]
+fn share_modes_hold_across_protocols() {
+    let mut t = Table::default();
+    // SMB read with FILE_SHARE_READ only: NFS writers are refused.
+    assert_eq!(t.open(F, smb(1, 1), Share::smb(READ_DATA, 1)), Ok(()));
+    assert_eq!(t.open(F, nfs(7, 1), Share::nfs(2, 0)), Err(false));
+    assert_eq!(t.open(F, nfs(7, 1), Share::nfs(1, 0)), Ok(()));
+    t.release_client(Protocol::Smb, 1);
+    // NFS deny-write: SMB writers get a sharing violation, readers not.
+    assert_eq!(t.open(F, nfs(7, 2), Share::nfs(1, 2)), Ok(()));
+    assert_eq!(t.open(F, smb(1, 2), Share::smb(WRITE_DATA, 7)), Err(false));
+    assert_eq!(t.open(F, smb(1, 3), Share::smb(READ_DATA, 7)), Ok(()));
+    // An SMB DELETE open is not refused by NFS (no delete access there).
+    assert_eq!(t.open(F, smb(1, 4), Share::smb(DELETE, 7)), Ok(()));
+}
+
+#[test]
+fn open_limit() {
+    let mut t = Table::new(Limits { opens: 2, ..Limits::default() });
+    assert!(t.open(1, smb(1, 1), Share::smb(READ_DATA, 7)).is_ok());
+    assert!(t.open(2, smb(1, 2), Share::smb(READ_DATA, 7)).is_ok());
+    assert_eq!(t.open(3, smb(1, 3), Share::smb(READ_DATA, 7)), Err(true));
+    // An upgrade of an existing open is not a new one.
+    assert!(t.open(2, smb(1, 2), Share::smb(READ_DATA, 3)).is_ok());
+    t.close(1, &smb(1, 1));
+    assert!(t.open(3, smb(1, 3), Share::smb(READ_DATA, 7)).is_ok());
+}
+
+#[test]
+fn smb_locks_stack_and_conflict() {
+    let mut t = Table::default();
+    let (a, b) = (smb(1, 1), smb(2, 1));
+    t.lock(F, a, r(0, 10), false).unwrap();
+    // Shared locks stack, from anyone.
+    t.lock(F, a, r(5, 10), false).unwrap();
+    t.lock(F, b, r(0, 10), false).unwrap();
+    // No exclusive lock over a shared one, not even the holder's own.
+    assert!(matches!(t.lock(F, a, r(9, 1), true), Err(LockError::Conflict(_))));
+    t.lock(F, a, r(100, 10), true).unwrap();
+    // A shared lock stacks on the same open's exclusive lock, not on
+    // another's; an exclusive one overlaps nothing, own locks included.
+    t.lock(F, a, r(105, 1), false).unwrap();
+    assert!(matches!(t.lock(F, a, r(105, 1), true), Err(LockError::Conflict(_))));
+    let Err(LockError::Conflict(c)) = t.lock(F, b, r(109, 5), false) else { panic!() };
+    assert_eq!((c.holder, c.range, c.exclusive), (a, r(100, 10), true));
+    // Adjacent ranges do not conflict.
+    t.lock(F, b, r(110, 1), true).unwrap();
+    assert_eq!(t.counts().locks, 6);
+}
+
+#[test]
+fn smb_unlock_is_exact() {
+    let mut t = Table::default();
+    let a = smb(1, 1);
+    t.lock(F, a, r(0, 10), false).unwrap();
+    t.lock(F, a, r(0, 10), false).unwrap();
+    assert!(t.unlock_exact(F, &a, &r(0, 5)).is_err());
+    assert!(t.unlock_exact(F, &smb(1, 2), &r(0, 10)).is_err(), "another open's unlock");
+    assert!(t.unlock_exact(F, &a, &r(0, 10)).is_ok());
+    assert!(t.holds_exact(F, &a, &r(0, 10)), "one of the stacked pair stays");
+    assert!(t.unlock_exact(F, &a, &r(0, 10)).is_ok());
+    assert!(t.unlock_exact(F, &a, &r(0, 10)).is_err());
+    assert_eq!(t.counts(), Counts::default());
+}
+
+#[test]
+fn smb_zero_length_locks() {
+    let mut t = Table::default();
+    let (a, b) = (smb(1, 1), smb(2, 1));
+    t.lock(F, a, r(0, 0), true).unwrap();
+    t.lock(F, b, r(0, 0), true).unwrap();
+    t.lock(F, a, r(10, 0), true).unwrap();
+    // {10, 0} meets a range over bytes 9 and 10.
+    assert!(t.lock(F, b, r(5, 10), true).is_err());
+    assert!(t.lock(F, b, r(10, 5), true).is_ok());
+}
+
+#[test]
+fn io_checks_follow_ms_fsa_2_1_4_10() {
+    let mut t = Table::default();
+    let (a, b) = (smb(1, 1), smb(2, 1));
+    t.lock(F, a, r(0, 10), true).unwrap();
+    t.lock(F, a, r(100, 10), false).unwrap();
+    // The holder of an exclusive lock reads and writes it.
+    assert!(t.check_io(F, &a, &Range::io(0, 10), false).is_none());
+    assert!(t.check_io(F, &a, &Range::io(0, 10), true).is_none());
+    // Others do neither.
+    assert!(t.check_io(F, &b, &Range::io(5, 1), false).is_some());
+    assert!(t.check_io(F, &b, &Range::io(9, 100), true).is_some());
+    // A shared lock lets everyone read and nobody write, its holder too.
+    assert!(t.check_io(F, &b, &Range::io(100, 10), false).is_none());
+    assert!(t.check_io(F, &a, &Range::io(100, 1), true).is_some());
+    assert!(t.check_io(F, &b, &Range::io(105, 1), true).is_some());
+    // Outside and zero bytes: free.
+    assert!(t.check_io(F, &b, &Range::io(10, 90), true).is_none());
+    assert!(t.check_io(F, &b, &Range::io(5, 0), true).is_none());
+}
+
+#[test]
+fn nfs_locks_are_posix() {
+    let mut t = Table::default();
+    let o = nfs(1, 1);
+    t.lock(F, o, n(0, 100), false).unwrap();
+    // The owner's own lock is replaced: upgrade of the middle.
+    t.lock(F, o, n(10, 10), true).unwrap();
+    assert_eq!(t.locks(F).len(), 3);
+    let other = nfs(2, 1);
+    assert!(t.test_lock(F, &other, &n(0, 5), false).is_none());
+    let c = t.test_lock(F, &other, &n(15, 1), false).unwrap();
+    assert_eq!((c.range.first(), c.range.last(), c.exclusive), (10, 19, true));
+    assert!(t.test_lock(F, &other, &n(50, 1), true).is_some());
+    // Unlock splits.
+    t.unlock_range(F, &o, &n(40, 20));
+    assert!(t.test_lock(F, &other, &n(45, 10), true).is_none());
+    assert!(t.test_lock(F, &other, &n(39, 2), true).is_some());
+    // To EOF.
+    t.lock(F, o, Range::nfs(1000, u64::MAX).unwrap(), true).unwrap();
+    let c = t.test_lock(F, &other, &n(u64::MAX - 1, 1), false).unwrap();
+    assert_eq!(c.range.nfs_length(), u64::MAX);
+    t.unlock_range(F, &o, &Range::from(0));
+    assert!(!t.has_locks(F, &o));
+    assert_eq!(t.counts(), Counts::default());
+}
+
+#[test]
+fn nfs_io_is_advisory_among_nfs_but_bound_by_smb() {
+    let mut t = Table::default();
+    let (s, o1, o2) = (smb(1, 1), nfs(1, 1), nfs(2, 1));
+    t.lock(F, o1, n(0, 10), true).unwrap();
+    // NFS I/O ignores NFS locks (advisory, RFC 8881 9.1.1 leaves it to
+    // the server; POSIX clients expect advisory locks).
+    assert!(t.check_io(F, &o2, &Range::io(0, 10), true).is_none());
+    // SMB I/O honours them (mandatory semantics across protocols).
+    assert!(t.check_io(F, &s, &Range::io(0, 10), false).is_some());
+    t.lock(F, s, r(100, 10), false).unwrap();
+    // NFS I/O honours SMB locks: NFS4ERR_LOCKED.
+    assert!(t.check_io(F, &o2, &Range::io(100, 1), true).is_some());
+    assert!(t.check_io(F, &o2, &Range::io(100, 1), false).is_none());
+}
+
+#[test]
+fn smb_and_nfs_locks_conflict() {
+    let mut t = Table::default();
+    let (s, o) = (smb(1, 1), nfs(9, 3));
+    t.lock(F, s, r(0, 10), true).unwrap();
+    let Err(LockError::Conflict(c)) = t.lock(F, o, n(5, 1), false) else { panic!() };
+    assert_eq!(c.holder, s);
+    t.lock(F, o, n(10, u64::MAX), false).unwrap();
+    let Err(LockError::Conflict(c)) = t.lock(F, s, r(1 << 40, 1), true) else { panic!() };
+    assert_eq!(c.holder, o);
+    // Shared with shared is fine across protocols.
+    t.lock(F, s, r(20, 1), false).unwrap();
+}
+
+#[test]
+fn lock_limits() {
+    let mut t = Table::new(Limits { locks_per_file: 3, locks_per_holder: 2, locks: 4, ..Limits::default() });
+    let (a, b, c) = (smb(1, 1), smb(1, 2), smb(1, 3));
+    t.lock(1, a, r(0, 1), false).unwrap();
+    t.lock(1, a, r(1, 1), false).unwrap();
+    assert_eq!(t.lock(1, a, r(2, 1), false), Err(LockError::Limit), "per holder");
+    t.lock(1, b, r(2, 1), false).unwrap();
+    assert_eq!(t.lock(1, c, r(3, 1), false), Err(LockError::Limit), "per file");
+    t.lock(2, c, r(3, 1), false).unwrap();
+    assert_eq!(t.lock(3, c, r(3, 1), false), Err(LockError::Limit), "in all");
+    t.release_client(Protocol::Smb, 1);
+    assert_eq!(t.counts(), Counts::default());
+}
+
+#[test]
+fn waiters_are_granted_in_order_on_unlock() {
+    let mut t = Table::default();
+    let (a, b, c) = (smb(1, 1), smb(2, 1), smb(3, 1));
+    t.lock(F, a, r(0, 10), true).unwrap();
+    let wb = t.lock_or_wait(F, b, r(0, 10), true, None, 77).unwrap().unwrap();
+    let wc = t.lock_or_wait(F, c, r(5, 1), false, None, 78).unwrap().unwrap();
+    assert_eq!(t.counts().waiters, 2);
+    // Free now: granted at once.
+    assert_eq!(t.lock_or_wait(F, c, r(50, 1), false, None, 79), Ok(None));
+    let woke = t.unlock_exact(F, &a, &r(0, 10)).unwrap();
+    // b first; c conflicts with b's new exclusive lock and keeps waiting.
+    assert_eq!(woke, vec![Outcome::Granted { id: wb, file: F, holder: b, tag: 77 }]);
+    assert!(t.is_waiting(wc));
+    assert_eq!(t.take_outcomes(Protocol::Smb, 2), woke);
+    assert!(t.take_outcomes(Protocol::Smb, 2).is_empty());
+    assert!(t.check_io(F, &a, &Range::io(0, 1), false).is_some(), "b holds it now");
+    // b's connection drops: c gets its lock.
+    let woke = t.release_client(Protocol::Smb, 2);
+    assert_eq!(woke, vec![Outcome::Granted { id: wc, file: F, holder: c, tag: 78 }]);
+    assert!(t.has_outcomes(Protocol::Smb, 3));
+}
+
+#[test]
+fn waiters_cancel_expire_and_drop() {
+    let mut t = Table::new(Limits { waiters_per_file: 2, ..Limits::default() });
+    let (a, b, c, d) = (smb(1, 1), smb(2, 1), smb(3, 1), smb(4, 1));
+    t.lock(F, a, r(0, 10), true).unwrap();
+    let wb = t.lock_or_wait(F, b, r(0, 1), true, Some(1_000), 1).unwrap().unwrap();
+    let wc = t.lock_or_wait(F, c, r(0, 1), true, Some(500), 2).unwrap().unwrap();
+    assert_eq!(t.lock_or_wait(F, d, r(0, 1), true, None, 3), Err(LockError::Limit));
+    assert_eq!(t.poll_timeout(), Some(500));
+    let out = t.handle_timeout(499);
+    assert!(out.expired.is_empty());
+    let out = t.handle_timeout(500);
+    assert_eq!(out.expired, vec![Outcome::Expired { id: wc, file: F, holder: c, tag: 2 }]);
+    assert_eq!(t.take_outcomes(Protocol::Smb, 3), out.expired);
+    assert_eq!(t.poll_timeout(), Some(1_000));
+    assert!(t.cancel(wb));
+    assert!(!t.cancel(wb));
+    assert!(t.take_outcomes(Protocol::Smb, 2).is_empty(), "a cancel is answered by its caller");
+    assert_eq!(t.poll_timeout(), None);
+    // A waiter whose open closes is dropped.
+    let wd = t.lock_or_wait(F, d, r(0, 1), true, None, 4).unwrap().unwrap();
+    let out = t.release(F, &d);
+    assert_eq!(out, vec![Outcome::Dropped { id: wd, file: F, holder: d, tag: 4 }]);
+    assert_eq!(t.counts().waiters, 0);
+}
+
+#[test]
+fn nfs_waiter_is_granted_when_smb_unlocks() {
+    let mut t = Table::default();
+    let (s, o) = (smb(1, 1), nfs(5, 5));
+    t.lock(F, s, r(0, 100), false).unwrap();
+    let w = t.lock_or_wait(F, o, n(50, u64::MAX), true, Some(10), 9).unwrap().unwrap();
+    t.unlock_exact(F, &s, &r(0, 100)).unwrap();
+    assert_eq!(t.take_outcomes(Protocol::Nfs4, 5), vec![Outcome::Granted { id: w, file: F, holder: o, tag: 9 }]);
+    assert!(t.check_io(F, &s, &Range::io(60, 1), false).is_some());
+}
+
+#[test]
+fn grants_follow_the_model() {
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 1_000, ..Limits::default() });
+    let (a, a2, b) = (smb(1, 1), smb(1, 2), smb(2, 1));
+    t.open(F, a, Share::smb(READ_DATA, 7)).unwrap();
+    let (g, l) = t.request_grant(F, a, Level::RWH, 0).unwrap();
+    assert_eq!(l, Level::RWH);
+    // The holder's own second open breaks nothing.
+    let (breaks, wait) = t.break_for_open(F, &a2, Share::smb(READ_DATA, 7), 5);
+    assert!(breaks.is_empty() && wait.is_none());
+    // Another client's reader: write caching goes, with an ack awaited.
+    let (breaks, wait) = t.break_for_open(F, &b, Share::smb(READ_DATA, 7), 10);
+    assert_eq!(breaks, vec![Break { grant: g, holder: a, from: Level::RWH, to: Level::RH, ack_needed: true }]);
+    assert_eq!(wait, Some(110));
+    assert_eq!(t.grant(g), Some((Level::RWH, true)));
+    assert_eq!(t.counts().breaking, 1);
+    assert_eq!(t.poll_timeout(), Some(110));
+    // Nothing new while the break runs or just after.
+    assert!(t.request_grant(F, b, Level::R, 20).is_none());
+    assert_eq!(t.ack(g, Level::RWH), Err(AckError::TooHigh));
+    assert_eq!(t.ack(g, Level::RH), Ok(()));
+    assert_eq!(t.ack(g, Level::RH), Err(AckError::NotBreaking));
+    assert_eq!(t.grant(g), Some((Level::RH, false)));
+    assert!(t.break_deadline(F, &b).is_none());
+    assert!(t.request_grant(F, b, Level::R, 500).is_none(), "recalled a moment ago");
+    // After the backoff, a reader may share read caching.
+    t.open(F, b, Share::smb(READ_DATA, 7)).unwrap();
+    let (gb, lb) = t.request_grant(F, b, Level::RW, 2_000).unwrap();
+    assert_eq!(lb, Level::R, "write caching needs the file to itself");
+    // A writer of a third client: R goes from both. b's R-only grant
+    // lowers to nothing at once; a's RH breaks to H... which is no lease
+    // state, so to none, acknowledged.
+    let c = nfs(3, 1);
+    let (breaks, wait) = t.break_for_open(F, &c, Share::nfs(2, 0), 3_000);
+    assert_eq!(breaks.len(), 2);
+    let bb = breaks.iter().find(|x| x.grant == gb).unwrap();
+    assert!(!bb.ack_needed && bb.to.is_none());
+    assert!(t.grant(gb).is_none(), "gone without an ack");
+    assert_eq!(wait, Some(3_100));
+    // a never answers: revoked at the deadline.
+    assert!(t.handle_timeout(3_099).revoked.is_empty());
+    let out = t.handle_timeout(3_100);
+    assert_eq!(out.revoked, vec![(g, a)]);
+    assert!(t.grant(g).is_none());
+    assert_eq!(t.ack(g, Level::NONE), Err(AckError::Unknown));
+    assert_eq!(t.counts().grants, 0);
+}
+
+#[test]
+fn grants_respect_other_opens_and_limits() {
+    let mut t = Table::new(Limits { grants: 1, ..Limits::default() });
+    let (a, b) = (nfs(1, 1), nfs(2, 1));
+    t.open(F, b, Share::nfs(2, 0)).unwrap();
+    // Someone else writes: no read caching (no read delegation).
+    assert!(t.request_grant(F, a, Level::R, 0).is_none());
+    t.close(F, &b);
+    t.open(F, b, Share::nfs(1, 0)).unwrap();
+    assert_eq!(t.request_grant(F, a, Level::RW, 0).map(|x| x.1), Some(Level::R));
+    // Asking again raises, and the limit counts grants, not requests.
+    assert_eq!(t.request_grant(F, a, Level::R, 0).map(|x| x.1), Some(Level::R));
+    assert!(t.request_grant(F + 1, a, Level::R, 0).is_none(), "over the limit");
+    // H or W without R is no level.
+    assert!(t.request_grant(F + 2, b, Level::H, 0).is_none());
+    // Releasing the holder releases its grants.
+    t.release(F, &a);
+    assert_eq!(t.counts().grants, 0);
+}
+
+#[test]
+fn deny_mode_conflict_breaks_handle_caching() {
+    let mut t = Table::default();
+    let (a, b) = (smb(1, 1), smb(2, 1));
+    t.open(F, a, Share::smb(READ_DATA, 1)).unwrap();
+    let (g, _) = t.request_grant(F, a, Level::RH, 0).unwrap();
+    // b wants to write; a's open does not share writes: a is asked to
+    // give up its handle so the open may go through.
+    let (breaks, wait) = t.break_for_open(F, &b, Share::smb(WRITE_DATA, 7), 0);
+    assert_eq!(breaks.len(), 1);
+    assert_eq!(breaks[0].to, Level::NONE);
+    assert!(wait.is_some());
+    t.ack(g, Level::NONE).unwrap();
+    assert!(t.grant(g).is_none());
+    assert!(t.break_deadline(F, &b).is_none());
+}
+
+#[test]
+fn release_client_clears_everything() {
+    let mut t = Table::default();
+    for f in 0..10 {
+        let h = nfs(4, f);
+        t.open(f, h, Share::nfs(3, 0)).unwrap();
+        t.lock(f, h, n(0, 10), true).unwrap();
+        t.request_grant(f, h, Level::RW, 0).unwrap();
+    }
+    t.lock(3, smb(1, 1), r(20, 1), true).unwrap();
+    let w = t.lock_or_wait(3, smb(1, 1), r(0, 1), true, None, 0).unwrap().unwrap();
+    let out = t.release_client(Protocol::Nfs4, 4);
+    assert_eq!(out, vec![Outcome::Granted { id: w, file: 3, holder: smb(1, 1), tag: 0 }]);
+    let c = t.counts();
+    assert_eq!((c.opens, c.locks, c.waiters, c.grants, c.files), (0, 2, 0, 0, 1));
+}
+
+#[test]
+fn manager_is_shared() {
+    let m = std::sync::Arc::new(LockManager::default());
+    let m2 = m.clone();
+    std::thread::spawn(move || {
+        m2.table().lock(F, smb(1, 1), r(0, 1), true).unwrap();
+    })
+    .join()
+    .unwrap();
+    assert!(m.table().lock(F, nfs(1, 1), n(0, 1), false).is_err());
+}

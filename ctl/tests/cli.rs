@@ -520,9 +520,9 @@ fn audit_table() {
     assert_eq!(f.request().path, "/v1/audit");
     assert_eq!(
         stdout(&o),
-        "TIME                  WHO    FROM            ACTION             OUTCOME\n\
+        "TIME                  WHO    FROM            ACTION            OUTCOME\n\
          2026-12-01T22:45:39Z  token  127.0.0.1:4000  ShareRemove(\"x\")  ok\n\
-         2026-12-01T22:45:40Z  admin  10.0.0.9:5000   admin logon        refused: wrong token, user or password\n"
+         2026-12-01T22:45:40Z  admin  10.0.0.9:5000   admin logon       refused: wrong token, user or password\n"
     );
     let o = run(&f, &["audit", "--last", "1"]);
     assert_eq!(stdout(&o).lines().count(), 2);

@@ -9,8 +9,10 @@ command -v make >/dev/null 2>&1 || need+=(make)
 # Real clients the test suite drives: smbtorture and smbclient (SMB),
 # libnfs-utils (NFS), pynfs (../shared/conformance/pynfs-run: python3 and
 # its ply module), and qemu with a Debian kernel for the kernel-client
-# tests (../shared/vmclient/linux-client).
-for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod "$@"; do
+# tests (../shared/vmclient/linux-client); the Prometheus project's Python
+# client, whose OpenMetrics parser checks /metrics (appliance/tests/metrics.rs);
+# util-linux's script(1) gives duetctl's confirmation test a terminal.
+for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod python3-prometheus-client bsdutils "$@"; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -107,7 +107,7 @@ impl HttpRequest {
             out.extend_from_slice(v.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
-        let wants_length = !self.body.is_empty() || self.method == "POST" || self.method == "PUT";
+        let wants_length = !self.body.is_empty() || self.method == "POST" || self.method == "PUT" || self.method == "PATCH";
         if wants_length && self.header("content-length").is_none() {
             out.extend_from_slice(format!("Content-Length: {}\r\n", self.body.len()).as_bytes());
         }

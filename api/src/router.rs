@@ -7,14 +7,21 @@
 //! | GET    | /v1/shares                   | ShareList      | 200 [Share]      |
 //! | POST   | /v1/shares                   | ShareAdd       | 201 Share        |
 //! | GET    | /v1/shares/{name}            | ShareShow      | 200 Share        |
+//! | PATCH  | /v1/shares/{name}            | ShareModify    | 200 Share        |
 //! | DELETE | /v1/shares/{name}            | ShareRemove    | 204              |
 //! | GET    | /v1/users                    | UserList       | 200 [UserInfo]   |
 //! | POST   | /v1/users                    | UserAdd        | 201 UserInfo     |
 //! | PUT    | /v1/users/{name}/password    | UserPasswd     | 204              |
+//! | PATCH  | /v1/users/{name}             | UserModify     | 200 UserInfo     |
 //! | DELETE | /v1/users/{name}             | UserRemove     | 204              |
 //! | GET    | /v1/stats                    | Stats          | 200 Stats        |
 //! | POST   | /v1/fsck                     | Fsck           | 200 FsckReport   |
 //! | POST   | /v1/faults                   | Fault          | 204              |
+//! | GET    | /v1/audit                    | Audit          | 200 [AuditEntry] |
+//!
+//!
+//! `GET /metrics` (Prometheus/OpenMetrics text) is served by duetd outside
+//! this router, without authentication.
 //!
 //! Errors are [`ApiError`] bodies with the status of [`ApiError::http_status`].
 //! [`route`] does not authenticate: the server calls [`credentials`] and
@@ -37,15 +44,19 @@ pub enum AdminRequest {
     ShareShow(String),
     ShareAdd(Share),
     ShareRemove(String),
+    ShareModify { name: String, changes: ShareChanges },
     UserList,
     UserAdd(NewUser),
     UserPasswd { name: String, password: String },
     UserRemove(String),
+    UserModify { name: String, changes: UserChanges },
     Stats,
     Fsck,
     /// Test-only I/O fault injection (refused unless duetd runs with
     /// `[testing] fault_injection = true`).
     Fault(FaultSpec),
+    /// The newest audit log entries.
+    Audit,
 }
 
 impl fmt::Debug for AdminRequest {
@@ -57,6 +68,12 @@ impl fmt::Debug for AdminRequest {
             AdminRequest::ShareShow(n) => f.debug_tuple("ShareShow").field(n).finish(),
             AdminRequest::ShareAdd(s) => f.debug_tuple("ShareAdd").field(s).finish(),
             AdminRequest::ShareRemove(n) => f.debug_tuple("ShareRemove").field(n).finish(),
+            AdminRequest::ShareModify { name, changes } => {
+                f.debug_struct("ShareModify").field("name", name).field("changes", changes).finish()
+            }
+            AdminRequest::UserModify { name, changes } => {
+                f.debug_struct("UserModify").field("name", name).field("changes", changes).finish()
+            }
             AdminRequest::UserList => f.write_str("UserList"),
             AdminRequest::UserAdd(u) => f.debug_tuple("UserAdd").field(u).finish(),
             AdminRequest::UserPasswd { name, .. } => f
@@ -68,11 +85,28 @@ impl fmt::Debug for AdminRequest {
             AdminRequest::Stats => f.write_str("Stats"),
             AdminRequest::Fsck => f.write_str("Fsck"),
             AdminRequest::Fault(s) => f.debug_tuple("Fault").field(s).finish(),
+            AdminRequest::Audit => f.write_str("Audit"),
         }
     }
 }
 
 impl AdminRequest {
+    /// Whether this request changes something (and so goes to the audit
+    /// log).
+    pub fn is_change(&self) -> bool {
+        matches!(
+            self,
+            AdminRequest::ShareAdd(_)
+                | AdminRequest::ShareRemove(_)
+                | AdminRequest::ShareModify { .. }
+                | AdminRequest::UserAdd(_)
+                | AdminRequest::UserPasswd { .. }
+                | AdminRequest::UserRemove(_)
+                | AdminRequest::UserModify { .. }
+                | AdminRequest::Fault(_)
+        )
+    }
+
     /// Validates the arguments (what [`route`] checks after decoding).
     pub fn validate(&self) -> Result<(), ApiError> {
         match self {
@@ -84,11 +118,20 @@ impl AdminRequest {
                 validate_password(password)
             }
             AdminRequest::UserRemove(n) => validate_user_name(n),
+            AdminRequest::ShareModify { name, changes } => {
+                validate_share_name(name)?;
+                changes.validate()
+            }
+            AdminRequest::UserModify { name, changes } => {
+                validate_user_name(name)?;
+                changes.validate()
+            }
             AdminRequest::Fault(s) => s.validate(),
             AdminRequest::Status
             | AdminRequest::ShareList
             | AdminRequest::UserList
             | AdminRequest::Stats
+            | AdminRequest::Audit
             | AdminRequest::Fsck => Ok(()),
         }
     }
@@ -102,6 +145,8 @@ impl AdminRequest {
             AdminRequest::ShareShow(n) => ("GET", format!("/v1/shares/{}", seg(n))),
             AdminRequest::ShareAdd(_) => ("POST", "/v1/shares".into()),
             AdminRequest::ShareRemove(n) => ("DELETE", format!("/v1/shares/{}", seg(n))),
+            AdminRequest::ShareModify { name, .. } => ("PATCH", format!("/v1/shares/{}", seg(name))),
+            AdminRequest::UserModify { name, .. } => ("PATCH", format!("/v1/users/{}", seg(name))),
             AdminRequest::UserList => ("GET", "/v1/users".into()),
             AdminRequest::UserAdd(_) => ("POST", "/v1/users".into()),
             AdminRequest::UserPasswd { name, .. } => {
@@ -111,6 +156,7 @@ impl AdminRequest {
             AdminRequest::Stats => ("GET", "/v1/stats".into()),
             AdminRequest::Fsck => ("POST", "/v1/fsck".into()),
             AdminRequest::Fault(_) => ("POST", "/v1/faults".into()),
+            AdminRequest::Audit => ("GET", "/v1/audit".into()),
         }
     }
 
@@ -120,6 +166,8 @@ impl AdminRequest {
             AdminRequest::ShareAdd(s) => Some(to_json(s)),
             AdminRequest::UserAdd(u) => Some(to_json(u)),
             AdminRequest::Fault(f) => Some(to_json(f)),
+            AdminRequest::ShareModify { changes, .. } => Some(to_json(changes)),
+            AdminRequest::UserModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::UserPasswd { password, .. } => Some(to_json(&PasswordChange {
                 password: password.clone(),
             })),
@@ -166,10 +214,14 @@ pub enum AdminResponse {
     Users(Vec<UserInfo>),
     /// 201, POST /v1/users.
     UserCreated(UserInfo),
+    /// 200, PATCH /v1/users/{name}.
+    User(UserInfo),
     /// 200, GET /v1/stats.
     Stats(Stats),
     /// 200, POST /v1/fsck.
     Fsck(FsckReport),
+    /// 200, GET /v1/audit.
+    Audit(Vec<AuditEntry>),
     /// 204: DELETE share/user, PUT password.
     NoContent,
 }
@@ -190,9 +242,10 @@ impl AdminResponse {
             AdminResponse::Shares(s) => to_json(s),
             AdminResponse::Share(s) | AdminResponse::ShareCreated(s) => to_json(s),
             AdminResponse::Users(u) => to_json(u),
-            AdminResponse::UserCreated(u) => to_json(u),
+            AdminResponse::UserCreated(u) | AdminResponse::User(u) => to_json(u),
             AdminResponse::Stats(s) => to_json(s),
             AdminResponse::Fsck(f) => to_json(f),
+            AdminResponse::Audit(a) => to_json(a),
             AdminResponse::NoContent => return None,
         })
     }
@@ -255,7 +308,8 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
             match m {
                 "GET" => AdminRequest::ShareShow(name),
                 "DELETE" => AdminRequest::ShareRemove(name),
-                _ => return Err(wrong_method("GET, DELETE")),
+                "PATCH" => AdminRequest::ShareModify { name, changes: json_body(req)? },
+                _ => return Err(wrong_method("GET, PATCH, DELETE")),
             }
         }
         ["users"] => match m {
@@ -265,7 +319,8 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
         },
         ["users", name] => match m {
             "DELETE" => AdminRequest::UserRemove(percent_decode(name)?),
-            _ => return Err(wrong_method("DELETE")),
+            "PATCH" => AdminRequest::UserModify { name: percent_decode(name)?, changes: json_body(req)? },
+            _ => return Err(wrong_method("PATCH, DELETE")),
         },
         ["users", name, "password"] => match m {
             "PUT" => {
@@ -285,6 +340,10 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
         ["fsck"] => match m {
             "POST" => AdminRequest::Fsck,
             _ => return Err(wrong_method("POST")),
+        },
+        ["audit"] => match m {
+            "GET" => AdminRequest::Audit,
+            _ => return Err(wrong_method("GET")),
         },
         ["faults"] => match m {
             "POST" => AdminRequest::Fault(json_body(req)?),
@@ -328,7 +387,8 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
     Ok(match req {
         AdminRequest::Status => AdminResponse::Status(body(resp)?),
         AdminRequest::ShareList => AdminResponse::Shares(body(resp)?),
-        AdminRequest::ShareShow(_) => AdminResponse::Share(body(resp)?),
+        AdminRequest::ShareShow(_) | AdminRequest::ShareModify { .. } => AdminResponse::Share(body(resp)?),
+        AdminRequest::UserModify { .. } => AdminResponse::User(body(resp)?),
         AdminRequest::ShareAdd(_) => {
             expect(201)?;
             AdminResponse::ShareCreated(body(resp)?)
@@ -340,6 +400,7 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
         }
         AdminRequest::Stats => AdminResponse::Stats(body(resp)?),
         AdminRequest::Fsck => AdminResponse::Fsck(body(resp)?),
+        AdminRequest::Audit => AdminResponse::Audit(body(resp)?),
         AdminRequest::ShareRemove(_)
         | AdminRequest::UserPasswd { .. }
         | AdminRequest::UserRemove(_)
@@ -518,8 +579,17 @@ mod tests {
                 password: "new".into(),
             },
             AdminRequest::UserRemove("alice".into()),
+            AdminRequest::ShareModify {
+                name: "media".into(),
+                changes: ShareChanges { read_only: Some(false), users: Some(vec![]), ..Default::default() },
+            },
+            AdminRequest::UserModify {
+                name: "alice".into(),
+                changes: UserChanges { enabled: Some(false), gid: Some(7), ..Default::default() },
+            },
             AdminRequest::Stats,
             AdminRequest::Fsck,
+            AdminRequest::Audit,
         ]
     }
 
@@ -599,6 +669,12 @@ mod tests {
         assert_eq!(code("POST", "/v1/status", ""), codes::METHOD_NOT_ALLOWED);
         assert_eq!(code("GET", "/v1/fsck", ""), codes::METHOD_NOT_ALLOWED);
         assert_eq!(code("PUT", "/v1/shares/x", ""), codes::METHOD_NOT_ALLOWED);
+        assert_eq!(code("PATCH", "/v1/shares/x", "{}"), codes::INVALID_ARGUMENT);
+        assert_eq!(code("PATCH", "/v1/shares/x", r#"{"readonly":true}"#), codes::INVALID_ARGUMENT);
+        assert_eq!(code("PATCH", "/v1/shares/x", r#"{"nfs_clients":["1.2.3.4/40"]}"#), codes::INVALID_ARGUMENT);
+        assert_eq!(code("PATCH", "/v1/shares/x", r#"{"protocols":[]}"#), codes::INVALID_ARGUMENT);
+        assert_eq!(code("PATCH", "/v1/users/x", "{}"), codes::INVALID_ARGUMENT);
+        assert_eq!(code("PATCH", "/v1/users/x", r#"{"uid":4294967295}"#), codes::INVALID_ARGUMENT);
         assert_eq!(
             code("GET", "/v1/users/x/password", ""),
             codes::METHOD_NOT_ALLOWED
@@ -730,6 +806,7 @@ mod tests {
             users: 2,
             files: 3,
             metadata_failed: false,
+            capacity: Some(CapacityInfo { total_bytes: 100, free_bytes: 50, avail_bytes: 40, reserve_bytes: 10 }),
         };
         let stats = Stats {
             batches: 3,
@@ -802,6 +879,19 @@ mod tests {
                 204,
             ),
             (AdminRequest::Stats, AdminResponse::Stats(stats), 200),
+            (
+                AdminRequest::UserModify { name: "u".into(), changes: UserChanges { uid: Some(3), ..Default::default() } },
+                AdminResponse::User(UserInfo { name: "u".into(), uid: 3, gid: 2, enabled: true }),
+                200,
+            ),
+            (
+                AdminRequest::ShareModify {
+                    name: "a".into(),
+                    changes: ShareChanges { guest_ok: Some(true), ..Default::default() },
+                },
+                AdminResponse::Share(Share::new("a", "/a")),
+                200,
+            ),
             (
                 AdminRequest::Fsck,
                 AdminResponse::Fsck(FsckReport {

@@ -302,6 +302,112 @@ impl Share {
     }
 }
 
+/// Body of PATCH /v1/shares/{name}: the options to change, in place (the
+/// share's name and path stay; connected clients stay connected and see
+/// the new options within about a second). Absent fields keep their value.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShareChanges {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocols: Option<Vec<Protocol>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_ok: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs_clients: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_squash: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub append_extension: Option<bool>,
+    /// SMB users allowed to connect; empty: every user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users: Option<Vec<String>>,
+}
+
+impl ShareChanges {
+    pub fn is_empty(&self) -> bool {
+        *self == ShareChanges::default()
+    }
+
+    /// `share` with these changes made (validate the result).
+    pub fn apply(&self, share: &Share) -> Share {
+        let mut s = share.clone();
+        if let Some(p) = &self.protocols {
+            s.protocols = p.clone();
+        }
+        if let Some(v) = self.read_only {
+            s.read_only = v;
+        }
+        if let Some(v) = self.guest_ok {
+            s.guest_ok = v;
+        }
+        if let Some(c) = &self.nfs_clients {
+            s.nfs.clients = c.clone();
+        }
+        if let Some(v) = self.root_squash {
+            s.nfs.root_squash = v;
+        }
+        if let Some(v) = self.append_extension {
+            s.nfs.append_extension = v;
+        }
+        if let Some(u) = &self.users {
+            s.users = u.clone();
+        }
+        s
+    }
+
+    /// Checks what can be checked without the share: at least one change,
+    /// and each given value valid on its own.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if self.is_empty() {
+            return Err(ApiError::invalid_argument("nothing to change: give at least one option"));
+        }
+        let mut probe = Share::new("probe", "/probe");
+        probe.protocols = vec![Protocol::Smb];
+        probe.nfs.clients = vec!["*".into()];
+        let mut changed = self.apply(&probe);
+        if self.protocols.is_none() {
+            changed.protocols = Protocol::ALL.to_vec();
+        }
+        if self.nfs_clients.is_none() {
+            changed.nfs.clients = vec!["*".into()];
+        } else if self.protocols.is_none() && changed.nfs.clients.is_empty() {
+            // Whether an empty list is allowed depends on the protocols.
+            changed.protocols = vec![Protocol::Smb];
+        }
+        changed.validate()
+    }
+}
+
+/// Body of PATCH /v1/users/{name}: absent fields keep their value.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserChanges {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// A disabled user cannot log on (SMB SESSION_SETUP is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+impl UserChanges {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if *self == UserChanges::default() {
+            return Err(ApiError::invalid_argument("nothing to change: give --uid, --gid, --enable or --disable"));
+        }
+        if let Some(uid) = self.uid {
+            validate_id("uid", uid)?;
+        }
+        if let Some(gid) = self.gid {
+            validate_id("gid", gid)?;
+        }
+        Ok(())
+    }
+}
+
 /// Share names: 1-80 characters of `[A-Za-z0-9._-]`, not starting with '.'.
 pub fn validate_share_name(name: &str) -> Result<(), ApiError> {
     if name.is_empty() || name.len() > MAX_SHARE_NAME {
@@ -491,6 +597,37 @@ pub struct StatusInfo {
     /// A metadata write failed: changes are refused until restart.
     #[serde(default)]
     pub metadata_failed: bool,
+    /// The data volume (absent from daemons that did not report it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityInfo>,
+}
+
+impl StatusInfo {
+    /// Why the node is unhealthy, if it is (what `duetctl status` exits
+    /// non-zero for).
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.metadata_failed {
+            p.push("metadata FAILED: a metadata write failed; changes are refused until duetd restarts".to_string());
+        }
+        p
+    }
+}
+
+/// The data volume's capacity as clients see it: statvfs of the data
+/// directory, with `[limits] disk_reserve_mib` taken off the free and
+/// available space (SMB FS_SIZE/FS_FULL_SIZE information, NFS FSSTAT and
+/// the NFSv4 space_* attributes report the same figures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CapacityInfo {
+    /// Size of the volume.
+    pub total_bytes: u64,
+    /// Free bytes, less the reserve.
+    pub free_bytes: u64,
+    /// Free bytes unprivileged writers may use, less the reserve.
+    pub avail_bytes: u64,
+    /// `[limits] disk_reserve_mib`, in bytes.
+    pub reserve_bytes: u64,
 }
 
 /// Where `POST /v1/faults` can make I/O fail (test-only).
@@ -533,6 +670,41 @@ pub struct RequestStats {
     pub rocksdb_writes: u64,
     pub chunk_reads: u64,
     pub chunk_writes: u64,
+    /// File bytes READ returned.
+    #[serde(default)]
+    pub bytes_read: u64,
+    /// File bytes WRITE and server-side COPY wrote.
+    #[serde(default)]
+    pub bytes_written: u64,
+}
+
+/// Operations that failed with one error kind over one protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ErrorCount {
+    /// "smb", "nfs", "internal".
+    pub protocol: String,
+    /// The file-system error: "NotFound", "Exists", "NoSpace", "Io", ...
+    pub kind: String,
+    pub count: u64,
+}
+
+/// Client connections: open now, accepted and refused since start.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ConnectionStats {
+    pub open: u64,
+    pub accepted_smb: u64,
+    pub accepted_nfs: u64,
+    /// Refused over `[limits] connections`.
+    pub refused_connections_limit: u64,
+    /// Refused over `[limits] connections_per_client`.
+    pub refused_per_client_limit: u64,
+    /// Closed for a message over `[limits] smb_message_max` or a record
+    /// over `nfs_record_max`.
+    pub oversize_closed: u64,
+    /// SMB SESSION_SETUPs refused with STATUS_LOGON_FAILURE.
+    pub smb_logon_failures: u64,
+    /// Admin API requests refused for their credentials.
+    pub admin_auth_failures: u64,
 }
 
 /// Body of GET /v1/stats: totals since start, and per request kind.
@@ -547,6 +719,47 @@ pub struct Stats {
     pub chunk_writes: u64,
     pub log_writes: u64,
     pub by_request: Vec<RequestStats>,
+    /// fsyncs by volume (they add up to `fsyncs`).
+    #[serde(default)]
+    pub fsyncs_metadata: u64,
+    #[serde(default)]
+    pub fsyncs_log: u64,
+    #[serde(default)]
+    pub fsyncs_chunk: u64,
+    /// Sums of the per-request byte counts.
+    #[serde(default)]
+    pub bytes_read: u64,
+    #[serde(default)]
+    pub bytes_written: u64,
+    /// Write-log records destaged into chunk files since start.
+    #[serde(default)]
+    pub destaged_records: u64,
+    /// Write-log records not yet destaged.
+    #[serde(default)]
+    pub destage_backlog: u64,
+    /// Operations that failed, by protocol and kind.
+    #[serde(default)]
+    pub errors: Vec<ErrorCount>,
+    #[serde(default)]
+    pub connections: ConnectionStats,
+}
+
+/// One line of the audit log (GET /v1/audit returns the newest, oldest
+/// first).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Nanoseconds since the Unix epoch.
+    pub time_ns: i64,
+    /// "token" (the API token), the admin user's name, or the SMB user
+    /// whose logon failed.
+    pub who: String,
+    /// The client's address.
+    pub from: String,
+    /// The change ("ShareAdd(...)", "UserPasswd { name: \"alice\", password: \"<redacted>\" }"),
+    /// or "admin logon" / "smb logon".
+    pub action: String,
+    /// "ok", "refused: ..." or the error.
+    pub outcome: String,
 }
 
 /// Body of POST /v1/fsck.

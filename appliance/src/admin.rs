@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use duet_admin_api::http::{Parsed, RequestParser};
 use duet_admin_api::{
-    credentials, encode_response, route, AdminRequest, AdminResponse, ApiError, Credentials, FsckReport,
+    credentials, encode_response, route, AdminRequest, AdminResponse, ApiError, ConnectionStats, Credentials, ErrorCount, FsckReport,
     ListenerInfo, NewUser, NfsExportRules, Protocol, RaftInfo, RequestStats, Share, Stats, StatusInfo, UserInfo,
 };
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
@@ -35,6 +35,16 @@ pub struct Admin {
     pub node: NodeInfo,
     /// `[testing] fault_injection`: whether `POST /v1/faults` is served.
     pub fault_injection: bool,
+    /// The data volume's capacity as the protocols report it.
+    pub space: std::sync::Arc<duet_protocols::space::Space>,
+    /// `[limits] disk_reserve_mib` in bytes.
+    pub reserve: u64,
+    /// The client connection table (counts for stats and metrics).
+    pub conns: std::sync::Arc<crate::frontend::ConnTable>,
+    /// Requests refused for their credentials.
+    pub auth_failures: std::cell::Cell<u64>,
+    /// Admin changes and refused logons.
+    pub audit: std::sync::Arc<crate::audit::AuditLog>,
 }
 
 /// Accepts admin connections until `stop` fires.
@@ -160,30 +170,95 @@ impl Admin {
                 Parsed::Error(e) => break Err(ApiError::from(e)),
             }
         };
+        if let Ok(r) = &req {
+            if r.path_only() == "/metrics" {
+                // Unauthenticated: counts only (docs/metrics.md).
+                let reply = self.metrics_reply(r).await;
+                stream.write_all(&reply).await?;
+                stream.flush().await?;
+                let _ = stream.shutdown(std::net::Shutdown::Both).await;
+                return Ok(());
+            }
+        }
+        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
         let result = match req {
-            Ok(req) => match self.authenticate(credentials(&req)).await {
-                Ok(()) => match route(&req) {
-                    Ok(r) => {
-                        let what = format!("{r:?}");
-                        let out = self.handle(r).await;
-                        if let Err(e) = &out {
-                            tracing::info!("admin: {what}: {}", e.message);
+            Ok(req) => {
+                let creds = credentials(&req);
+                let who = match &creds {
+                    Some(Credentials::Bearer(_)) => "token".to_string(),
+                    Some(Credentials::Basic { user, .. }) => user.clone(),
+                    None => "-".to_string(),
+                };
+                match self.authenticate(creds).await {
+                    Ok(()) => match route(&req) {
+                        Ok(r) => {
+                            let what = format!("{r:?}");
+                            let change = r.is_change();
+                            let out = self.handle(r).await;
+                            if let Err(e) = &out {
+                                tracing::info!("admin: {what}: {}", e.message);
+                            }
+                            if change {
+                                let outcome = match &out {
+                                    Ok(_) => "ok".to_string(),
+                                    Err(e) => format!("{}: {}", e.code, e.message),
+                                };
+                                self.audit.record(&who, &peer, &what, &outcome);
+                            }
+                            out
                         }
-                        out
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => {
+                        self.auth_failures.set(self.auth_failures.get() + 1);
+                        tracing::warn!(%peer, "admin API: authentication failed");
+                        self.audit.record(&who, &peer, "admin logon", &format!("refused: {}", e.message));
+                        Err(e)
                     }
-                    Err(e) => Err(e),
-                },
-                Err(e) => {
-                    tracing::warn!(peer = ?stream.peer_addr().ok(), "admin API: authentication failed");
-                    Err(e)
                 }
-            },
+            }
             Err(e) => Err(e),
         };
         stream.write_all(&encode_response(&result)).await?;
         stream.flush().await?;
         let _ = stream.shutdown(std::net::Shutdown::Both).await;
         Ok(())
+    }
+
+    /// The reply to `GET /metrics` (405 for other methods).
+    async fn metrics_reply(&self, r: &duet_admin_api::HttpRequest) -> Vec<u8> {
+        if r.method != "GET" && r.method != "HEAD" {
+            let e = ApiError::method_not_allowed(format!("{} is not allowed on /metrics (allowed: GET)", r.method));
+            return encode_response(&Err(e));
+        }
+        let stats = self.stats();
+        let (term, commit, applied) = match self.query(Query::RaftStatus).await {
+            Ok(QueryAnswer::Raft(r)) => (r.term, r.commit_index, r.applied_index),
+            _ => (0, 0, 0),
+        };
+        let gauges = crate::metrics::Gauges {
+            capacity: Some(self.capacity()),
+            metadata_failed: self.engine.store.failed(),
+            raft_term: term,
+            raft_commit_index: commit,
+            raft_applied_index: applied,
+            uptime_s: self.node.started.elapsed().as_secs(),
+            executors: self.node.executors,
+        };
+        let body = crate::metrics::render(&stats, &gauges, &self.engine.stats.latency);
+        let body = if r.method == "HEAD" { Vec::new() } else { body.into_bytes() };
+        duet_admin_api::encode_http_response(200, &[("Content-Type", crate::metrics::CONTENT_TYPE)], &body)
+    }
+
+    /// The capacity the protocols report now.
+    fn capacity(&self) -> duet_admin_api::CapacityInfo {
+        let f = self.space.get();
+        duet_admin_api::CapacityInfo {
+            total_bytes: f.total,
+            free_bytes: f.free,
+            avail_bytes: f.avail,
+            reserve_bytes: self.reserve,
+        }
     }
 
     async fn secret(&self, name: &str) -> Option<Vec<u8>> {
@@ -252,6 +327,7 @@ impl Admin {
                     users: users.len() as u32,
                     files,
                     metadata_failed: self.engine.store.failed(),
+                    capacity: Some(self.capacity()),
                 }))
             }
             AdminRequest::Fault(spec) => {
@@ -283,6 +359,33 @@ impl Admin {
                 share.validate()?;
                 self.command(Command::PutShare { share: share_from_api(&share), replace: false, now_ns: now_ns() }).await?;
                 Ok(AdminResponse::ShareCreated(share))
+            }
+            AdminRequest::ShareModify { name, changes } => {
+                let QueryAnswer::Share(Some(current)) = self.query(Query::Share(name.clone())).await? else {
+                    return Err(ApiError::not_found(format!("share {name} not found")));
+                };
+                let share = changes.apply(&share_to_api(current));
+                share.validate()?;
+                // In place: the protocol executors pick the new options up
+                // at their next catalog refresh; no connection is closed.
+                self.command(Command::PutShare { share: share_from_api(&share), replace: true, now_ns: now_ns() }).await?;
+                Ok(AdminResponse::Share(share))
+            }
+            AdminRequest::UserModify { name, changes } => {
+                let QueryAnswer::User(Some(mut u)) = self.query(Query::User(name.clone())).await? else {
+                    return Err(ApiError::not_found(format!("user {name} not found")));
+                };
+                if let Some(uid) = changes.uid {
+                    u.uid = uid;
+                }
+                if let Some(gid) = changes.gid {
+                    u.gid = gid;
+                }
+                if let Some(enabled) = changes.enabled {
+                    u.enabled = enabled;
+                }
+                self.command(Command::PutUser { user: u.clone(), replace: true }).await?;
+                Ok(AdminResponse::User(user_info(&u)))
             }
             AdminRequest::ShareRemove(name) => {
                 self.command(Command::RemoveShare { name }).await?;
@@ -319,6 +422,7 @@ impl Admin {
                 Ok(AdminResponse::NoContent)
             }
             AdminRequest::Stats => Ok(AdminResponse::Stats(self.stats())),
+            AdminRequest::Audit => self.audit.tail().map(AdminResponse::Audit).map_err(internal),
             AdminRequest::Fsck => {
                 // Let the destager settle first so that queued data does not
                 // hide a missing chunk.
@@ -335,33 +439,62 @@ impl Admin {
         let c = self.engine.store.counters();
         let d = &self.engine.data.counters;
         let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let by_request: Vec<RequestStats> = self
+            .engine
+            .stats
+            .snapshot()
+            .into_iter()
+            .map(|(tag, n)| RequestStats {
+                protocol: tag.protocol,
+                request: tag.request,
+                count: n.count,
+                batches: n.count,
+                proposals: n.cost.proposals,
+                fsyncs: n.cost.fsyncs,
+                rocksdb_reads: n.cost.rocksdb_reads,
+                rocksdb_writes: n.cost.rocksdb_writes,
+                chunk_reads: n.cost.chunk_reads,
+                chunk_writes: n.cost.chunk_writes,
+                bytes_read: n.bytes_read,
+                bytes_written: n.bytes_written,
+            })
+            .collect();
+        let conn = &self.conns.counters;
+        let (fm, fl, fc) = (ld(&c.fsyncs), ld(&d.log_fsyncs), ld(&d.chunk_fsyncs));
         Stats {
             batches: ld(&c.batches),
             proposals: ld(&c.proposals),
-            fsyncs: ld(&c.fsyncs) + ld(&d.log_fsyncs) + ld(&d.chunk_fsyncs),
+            fsyncs: fm + fl + fc,
             rocksdb_reads: ld(&c.rocksdb_reads),
             rocksdb_writes: ld(&c.rocksdb_writes),
             chunk_reads: ld(&d.chunk_reads),
             chunk_writes: ld(&d.chunk_writes),
             log_writes: ld(&d.log_writes),
-            by_request: self
+            fsyncs_metadata: fm,
+            fsyncs_log: fl,
+            fsyncs_chunk: fc,
+            bytes_read: by_request.iter().map(|r| r.bytes_read).sum(),
+            bytes_written: by_request.iter().map(|r| r.bytes_written).sum(),
+            by_request,
+            destaged_records: ld(&d.destaged_records),
+            destage_backlog: self.engine.data.live_records() as u64,
+            errors: self
                 .engine
                 .stats
-                .snapshot()
+                .errors()
                 .into_iter()
-                .map(|(tag, n, cost)| RequestStats {
-                    protocol: tag.protocol,
-                    request: tag.request,
-                    count: n,
-                    batches: n,
-                    proposals: cost.proposals,
-                    fsyncs: cost.fsyncs,
-                    rocksdb_reads: cost.rocksdb_reads,
-                    rocksdb_writes: cost.rocksdb_writes,
-                    chunk_reads: cost.chunk_reads,
-                    chunk_writes: cost.chunk_writes,
-                })
+                .map(|(protocol, kind, count)| ErrorCount { protocol, kind: kind.to_string(), count })
                 .collect(),
+            connections: ConnectionStats {
+                open: self.conns.open() as u64,
+                accepted_smb: ld(&conn.accepted_smb),
+                accepted_nfs: ld(&conn.accepted_nfs),
+                refused_connections_limit: ld(&conn.refused_total_limit),
+                refused_per_client_limit: ld(&conn.refused_per_client_limit),
+                oversize_closed: ld(&conn.oversize_closed),
+                smb_logon_failures: ld(&conn.smb_logon_failures),
+                admin_auth_failures: self.auth_failures.get(),
+            },
         }
     }
 }

@@ -50,26 +50,65 @@ pub enum EngineError {
     Closed,
 }
 
-/// Statistics by request type.
+/// What one kind of protocol request has cost so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestCounts {
+    /// Batches of this kind.
+    pub count: u64,
+    pub cost: BatchCost,
+    /// File bytes READ returned, and WRITE (and server-side COPY) wrote.
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// Statistics by request type, the errors operations returned, and the
+/// latency histograms (`/metrics`).
 #[derive(Default)]
 pub struct Stats {
-    by_request: Mutex<BTreeMap<RequestTag, (u64, BatchCost)>>,
+    by_request: Mutex<BTreeMap<RequestTag, RequestCounts>>,
+    /// (protocol, FsError kind) -> operations that failed with it.
+    errors: Mutex<BTreeMap<(String, &'static str), u64>>,
+    pub latency: crate::metrics::Latency,
 }
 
 impl Stats {
-    pub fn record(&self, tag: &RequestTag, cost: &BatchCost) {
+    /// Counts one batch of `tag` that took `elapsed` from submission to
+    /// its result.
+    pub fn record(&self, tag: &RequestTag, cost: &BatchCost, results: &[Result<OpOutput, duet_fs::FsError>], elapsed: Duration) {
+        let (mut read, mut written) = (0u64, 0u64);
+        let mut failed: Vec<&'static str> = Vec::new();
+        for r in results {
+            match r {
+                Ok(OpOutput::Read { data, .. }) => read += data.len() as u64,
+                Ok(OpOutput::Written { count, .. }) | Ok(OpOutput::Copied { count, .. }) => written += count,
+                Ok(_) | Err(duet_fs::FsError::Skipped) => {}
+                Err(e) => failed.push(crate::metrics::error_kind(e)),
+            }
+        }
         if let Ok(mut m) = self.by_request.lock() {
             let e = m.entry(tag.clone()).or_default();
-            e.0 += 1;
-            e.1.add(cost);
+            e.count += 1;
+            e.cost.add(cost);
+            e.bytes_read += read;
+            e.bytes_written += written;
         }
+        if !failed.is_empty() {
+            if let Ok(mut m) = self.errors.lock() {
+                for kind in failed {
+                    *m.entry((tag.protocol.clone(), kind)).or_default() += 1;
+                }
+            }
+        }
+        self.latency.observe(tag, elapsed);
     }
 
-    pub fn snapshot(&self) -> Vec<(RequestTag, u64, BatchCost)> {
-        self.by_request
-            .lock()
-            .map(|m| m.iter().map(|(t, (n, c))| (t.clone(), *n, *c)).collect())
-            .unwrap_or_default()
+    pub fn snapshot(&self) -> Vec<(RequestTag, RequestCounts)> {
+        self.by_request.lock().map(|m| m.iter().map(|(t, c)| (t.clone(), *c)).collect()).unwrap_or_default()
+    }
+
+    /// (protocol, error kind, operations).
+    pub fn errors(&self) -> Vec<(String, &'static str, u64)> {
+        self.errors.lock().map(|m| m.iter().map(|((p, k), n)| (p.clone(), *k, *n)).collect()).unwrap_or_default()
     }
 }
 
@@ -134,6 +173,7 @@ impl EngineHandle {
     /// commit, from the calling executor: the same space check, commit,
     /// chunk reads (on the data executor), destager wake-up and counting.
     async fn run_direct(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+        let started = std::time::Instant::now();
         let n_ops = batch.ops.len();
         if let Some(need) = crate::datapath::growth(&batch) {
             let d = &self.direct;
@@ -168,7 +208,7 @@ impl EngineHandle {
         if !applied.queued.is_empty() {
             let _ = self.direct.wake_destager.try_send(());
         }
-        self.stats.record(&tag, &cost);
+        self.stats.record(&tag, &cost, &applied.results, started.elapsed());
         Ok(BatchResult { results: applied.results, cost })
     }
 }
@@ -337,6 +377,7 @@ impl Engine {
 
     /// Runs one batch end to end.
     pub async fn run(&self, mut batch: Batch, tag: &RequestTag) -> Result<BatchResult, EngineError> {
+        let started = std::time::Instant::now();
         // A full volume refuses what would grow it, before anything is
         // written (datapath::growth; removals still run and free space).
         if let Some(need) = crate::datapath::growth(&batch) {
@@ -413,7 +454,7 @@ impl Engine {
         if !applied.queued.is_empty() {
             let _ = self.wake_destager.try_send(());
         }
-        self.stats.record(tag, &cost);
+        self.stats.record(tag, &cost, &applied.results, started.elapsed());
         Ok(BatchResult { results: applied.results, cost })
     }
 }

@@ -33,6 +33,26 @@ pub struct ConnTable {
     max_per_client: usize,
     inner: Mutex<(usize, HashMap<IpAddr, usize>)>,
     refused: std::sync::atomic::AtomicU64,
+    /// What `/metrics` and `duetctl stats` show about connections.
+    pub counters: ConnCounters,
+    /// Where refused SMB logons are recorded (set once at start).
+    pub audit: std::sync::OnceLock<Arc<crate::audit::AuditLog>>,
+}
+
+/// Connection counters for `/metrics` and `duetctl stats`.
+#[derive(Default, Debug)]
+pub struct ConnCounters {
+    pub accepted_smb: std::sync::atomic::AtomicU64,
+    pub accepted_nfs: std::sync::atomic::AtomicU64,
+    /// Refused over `[limits] connections`.
+    pub refused_total_limit: std::sync::atomic::AtomicU64,
+    /// Refused over `[limits] connections_per_client`.
+    pub refused_per_client_limit: std::sync::atomic::AtomicU64,
+    /// Closed for a message or record over `[limits] smb_message_max` /
+    /// `nfs_record_max` (or not framed as the protocol frames them).
+    pub oversize_closed: std::sync::atomic::AtomicU64,
+    /// SMB SESSION_SETUPs answered STATUS_LOGON_FAILURE.
+    pub smb_logon_failures: std::sync::atomic::AtomicU64,
 }
 
 /// One admitted connection; gives its place back when dropped.
@@ -48,6 +68,8 @@ impl ConnTable {
             max_per_client: limits.connections_per_client,
             inner: Mutex::new((0, HashMap::new())),
             refused: Default::default(),
+            counters: ConnCounters::default(),
+            audit: std::sync::OnceLock::new(),
         })
     }
 
@@ -65,11 +87,22 @@ impl ConnTable {
         };
         if let Some(why) = why {
             self.refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let c = if *total >= self.max_total {
+                &self.counters.refused_total_limit
+            } else {
+                &self.counters.refused_per_client_limit
+            };
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(why);
         }
         *total += 1;
         *per.entry(peer).or_insert(0) += 1;
         Ok(ConnSlot { table: self.clone(), peer })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).0
     }
 
     /// Connections refused so far.
@@ -254,6 +287,9 @@ pub struct FrontendPlan {
     /// Where the owners of the NFSv4 clients holding state are kept, for
     /// their reclaims after a restart.
     pub nfs_clients_file: std::path::PathBuf,
+    /// The data volume's capacity, kept current by the appliance
+    /// (`capacity::refresh`), reported by both protocols.
+    pub space: Arc<duet_protocols::space::Space>,
 }
 
 /// The file in the data directory that lists NFSv4 client owners (hex, one
@@ -357,6 +393,7 @@ pub async fn run(
             grace_s: plan.nfs_grace_s,
             reclaimers: load_nfs_clients(&plan.nfs_clients_file),
             locks: plan.locks.clone(),
+            space: plan.space.clone(),
             ..NfsServerConfig::default()
         };
         if !cfg.reclaimers.is_empty() {
@@ -377,6 +414,7 @@ pub async fn run(
         // Never reached: the driver keeps batches and held frames within
         // requests_per_connection.
         max_pending: plan.limits.requests_per_connection.max(256),
+        space: plan.space.clone(),
         ..smb::ServerConfig::default()
     };
     let ctx = Rc::new(Ctx {
@@ -468,6 +506,8 @@ async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>) {
                     }
                 };
                 let c = ctx.clone();
+                let accepted = if proto == "smb" { &c.conns.counters.accepted_smb } else { &c.conns.counters.accepted_nfs };
+                accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 c.connections.set(c.connections.get() + 1);
                 glommio::spawn_local(async move {
                     let r = if proto == "smb" { smb_conn(stream, &c).await } else { nfs_conn(stream, &c).await };
@@ -592,6 +632,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
         while in_flight + conn.held() < limit && buf.len() >= 4 {
             let len = u32::from_be_bytes([0, buf[1], buf[2], buf[3]]) as usize;
             if buf[0] != 0 || len > ctx.limits.smb_message_max {
+                ctx.conns.counters.oversize_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Ok(()); // not direct TCP, or over the limit: drop
             }
             if buf.len() < 4 + len {
@@ -647,6 +688,10 @@ async fn smb_events(
                 if logon_failed(&bytes) {
                     // Who and when, never what was typed: NTLM carries no
                     // password, and nothing of the request is logged.
+                    ctx.conns.counters.smb_logon_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(a) = ctx.conns.audit.get() {
+                        a.record("-", &peer.to_string(), "smb logon", "refused: STATUS_LOGON_FAILURE");
+                    }
                     tracing::warn!(%peer, "SMB logon failed (STATUS_LOGON_FAILURE)");
                 }
                 stream.write_all(&bytes).await?
@@ -683,6 +728,7 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 let used = match asm.push(&inbuf[off..]) {
                     Ok(u) => u,
                     Err(e) => {
+                        ctx.conns.counters.oversize_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::info!(%peer, "closing NFS connection: {e:?}");
                         return Ok(());
                     }

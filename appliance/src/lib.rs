@@ -6,9 +6,12 @@
 //! to those crates and does the I/O they ask for.
 
 pub mod admin;
+pub mod audit;
+pub mod capacity;
 pub mod config;
 pub mod datapath;
 pub mod engine;
 pub mod frontend;
+pub mod metrics;
 pub mod secrets;
 pub mod server;

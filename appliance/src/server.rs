@@ -175,6 +175,12 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let space_reserve = cfg.limits.disk_reserve_mib << 20;
     let fault_injection = cfg.testing.fault_injection;
     let listeners = std::sync::Arc::new(std::sync::Mutex::new(Vec::<ListenerInfo>::new()));
+    // The data volume's capacity, measured now and about once a second.
+    let space = crate::capacity::initial(&cfg.data_dir, space_reserve);
+    let conns = frontend::ConnTable::new(&cfg.limits);
+    let audit = std::sync::Arc::new(crate::audit::AuditLog::open(&cfg.data_dir));
+    let _ = conns.audit.set(audit.clone());
+    let (admin_space, admin_conns) = (space.clone(), conns.clone());
     let node = NodeInfo {
         node_id: cfg.node_id,
         executors: executors as u32,
@@ -203,7 +209,17 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
                 }
             };
             let bound = listener.local_addr().unwrap_or(admin_addr);
-            let admin = std::rc::Rc::new(Admin { engine: eng.clone(), node, fault_injection });
+            glommio::spawn_local(crate::capacity::refresh(admin_space.clone(), data_dir.clone(), space_reserve)).detach();
+            let admin = std::rc::Rc::new(Admin {
+                engine: eng.clone(),
+                node,
+                fault_injection,
+                space: admin_space,
+                reserve: space_reserve,
+                conns: admin_conns,
+                auth_failures: Default::default(),
+                audit,
+            });
             glommio::spawn_local(admin::serve(admin, listener, stop_rx)).detach();
             let _ = ready_tx.send(Ok((handle, bound)));
             drop(ready_tx);
@@ -247,6 +263,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             conns: conns.clone(),
             nfs_grace_s: cfg.nfs.grace_secs,
             nfs_clients_file: cfg.data_dir.join(NFS_CLIENTS_FILE),
+            space: space.clone(),
         };
         let (bound_tx, bound_rx) = flume::bounded(1);
         let (stop_tx, stop_rx) = flume::bounded::<()>(1);

@@ -212,7 +212,7 @@ fn cp_and_rm_round_trip() {
         let listed = v.listdir_recursive(&dst).await.unwrap();
         assert_eq!(listed.len(), 40 + 1 + 10 + 1 + 2);
 
-        let out = d.ok(&["rm", "-r", "--server", &url, "src", "dst"]);
+        let out = d.ok(&["rm", "-r", "--yes", "--server", &url, "src", "dst"]);
         assert!(out.contains("removed"), "{out}");
         let left = v.listdir_recursive(&root).await.unwrap();
         assert!(left.iter().all(|e| !e.path.starts_with("src") && !e.path.starts_with("dst")), "{left:?}");

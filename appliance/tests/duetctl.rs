@@ -116,7 +116,17 @@ fn duetctl_drives_every_command_against_duetd() {
     assert_eq!(json["shares"], 1);
     assert_eq!(json["metadata_failed"], false);
     // I/O fault injection is for tests only: off unless configured.
-    d.fails(&["fault", "wal-sync"], 2, "fault injection is off");
+    d.fails(&["fault", "wal-sync"], 5, "fault injection is off");
+    // The data volume's real capacity (statvfs of the data directory, less
+    // [limits] disk_reserve_mib, 256 MiB by default).
+    let cap = &json["capacity"];
+    let vfs = statvfs(&d.data);
+    assert_eq!(cap["total_bytes"].as_u64(), Some(vfs.0), "{cap}");
+    assert_eq!(cap["reserve_bytes"].as_u64(), Some(256 << 20));
+    let avail = cap["avail_bytes"].as_u64().unwrap();
+    let want = vfs.2.saturating_sub(256 << 20);
+    assert!(avail.abs_diff(want) < 64 << 20, "available {avail} vs statvfs {want}");
+    assert!(status.contains("capacity:"), "{status}");
 
     // Shares.
     assert!(d.ok(&["share", "list"]).contains("public"));
@@ -125,17 +135,30 @@ fn duetctl_drives_every_command_against_duetd() {
     let share: serde_json::Value = serde_json::from_str(&show).unwrap();
     assert_eq!(share["read_only"], true);
     assert_eq!(share["nfs"]["clients"], serde_json::json!(["10.0.0.0/8", "::1"]));
-    d.fails(&["share", "add", "projects", "--path", "/elsewhere"], 2, "already exists");
-    d.fails(&["share", "show", "nope"], 2, "not found");
-    d.fails(&["share", "remove", "nope"], 2, "not found");
+    d.fails(&["share", "add", "projects", "--path", "/elsewhere"], 4, "already exists");
+    d.fails(&["share", "show", "nope"], 3, "not found");
+    d.fails(&["share", "remove", "--yes", "nope"], 3, "not found");
+    // Modified in place: only the options given change.
+    let out = d.ok(&["share", "modify", "projects", "--read-write", "--users", "alice,bob", "--nfs-clients", "*"]);
+    assert!(out.contains("changed share projects"), "{out}");
+    let share: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "share", "show", "projects"])).unwrap();
+    assert_eq!(share["read_only"], false);
+    assert_eq!(share["users"], serde_json::json!(["alice", "bob"]));
+    assert_eq!(share["nfs"]["clients"], serde_json::json!(["*"]));
+    assert_eq!(share["path"], "/data/projects");
+    assert_eq!(share["nfs"]["root_squash"], true, "unchanged");
+    d.fails(&["share", "modify", "nope", "--read-only"], 3, "not found");
+    d.fails(&["share", "modify", "projects", "--protocols", "nfs", "--nfs-clients", ""], 2, "");
+    // Destructive: refused without a terminal unless --yes.
+    d.fails(&["share", "remove", "projects"], 2, "pass --yes");
     d.fails(&["share", "add", "bad", "--path", "/x", "--nfs-clients", "10.0.0.0/99"], 2, "");
     d.fails(&["share", "add", "bad", "--path", "relative"], 2, "");
-    d.ok(&["share", "remove", "projects"]);
+    d.ok(&["share", "remove", "projects", "--yes"]);
     assert!(!d.ok(&["share", "list"]).contains("projects"));
 
     // Users.
     d.ok(&["user", "add", "alice", "--password", "s3cret", "--uid", "1500"]);
-    d.fails(&["user", "add", "alice", "--password", "other"], 2, "already exists");
+    d.fails(&["user", "add", "alice", "--password", "other"], 4, "already exists");
     let users = d.ok(&["user", "list"]);
     assert!(users.contains("alice") && users.contains("1500"), "{users}");
     d.ok(&["user", "add", "bob", "--password", "pw"]);
@@ -143,9 +166,17 @@ fn duetctl_drives_every_command_against_duetd() {
     let bob = users.as_array().unwrap().iter().find(|u| u["name"] == "bob").unwrap();
     assert!(bob["uid"].as_u64().unwrap() >= 2000, "an automatic uid: {bob}");
     d.ok(&["user", "passwd", "alice", "--password", "n3w"]);
-    d.fails(&["user", "passwd", "carol", "--password", "x"], 2, "not found");
+    d.fails(&["user", "passwd", "carol", "--password", "x"], 3, "not found");
+    // uid/gid and enabled change in place.
+    d.ok(&["user", "modify", "alice", "--uid", "1600", "--gid", "160", "--disable"]);
+    let users: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "user", "list"])).unwrap();
+    let alice = users.as_array().unwrap().iter().find(|u| u["name"] == "alice").unwrap().clone();
+    assert_eq!(alice, serde_json::json!({"name": "alice", "uid": 1600, "gid": 160, "enabled": false}));
+    d.ok(&["user", "modify", "alice", "--enable"]);
+    assert!(d.ok(&["user", "list"]).lines().any(|l| l.starts_with("alice") && l.contains("1600") && l.ends_with("yes")));
+    d.fails(&["user", "modify", "carol", "--enable"], 3, "not found");
     d.ok(&["user", "remove", "alice"]);
-    d.fails(&["user", "remove", "alice"], 2, "not found");
+    d.fails(&["user", "remove", "alice"], 3, "not found");
 
     // Stats and fsck.
     let stats: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "stats"])).unwrap();
@@ -153,17 +184,44 @@ fn duetctl_drives_every_command_against_duetd() {
     d.ok(&["stats"]);
     assert!(d.ok(&["fsck"]).contains("file system is consistent"));
 
-    // The admin user's password, printed once on first start, works; a wrong one does not.
+    // The admin user's password, printed once on first start, works (from
+    // a file or the environment, never the command line); a wrong one does not.
+    let pwfile = tmp.path().join("admin.pw");
+    std::fs::write(&pwfile, format!("{}\n", d.password)).unwrap();
     let o = Command::new(duetctl())
-        .args(["--addr", &d.addr, "--user", "admin", "--password", &d.password, "--token-file", "/nonexistent", "status"])
+        .args(["--addr", &d.addr, "--user", "admin", "--admin-password-file", pwfile.to_str().unwrap()])
+        .args(["--token-file", "/nonexistent", "status"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let o = Command::new(duetctl())
-        .args(["--addr", &d.addr, "--user", "admin", "--password", "wrong", "status"])
+        .env("DUET_ADMIN_PASSWORD", "wrong")
+        .args(["--addr", &d.addr, "--user", "admin", "status"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(5), "unauthorised");
+
+    // The audit log: who changed what from where, and the refused logon;
+    // never a password.
+    let audit: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "audit"])).unwrap();
+    let entries = audit.as_array().unwrap();
+    let find = |action: &str| entries.iter().find(|e| e["action"].as_str().unwrap().starts_with(action));
+    let add = find("ShareAdd").expect("share add is audited");
+    assert_eq!(add["who"], "token");
+    assert!(add["from"].as_str().unwrap().starts_with("127.0.0.1:"), "{add}");
+    assert_eq!(add["outcome"], "ok");
+    assert!(entries.iter().any(|e| e["action"].as_str().unwrap().starts_with("ShareAdd") && e["outcome"].as_str().unwrap().starts_with("already_exists")));
+    assert!(find("UserModify").is_some() && find("ShareModify").is_some() && find("ShareRemove").is_some());
+    let refused = find("admin logon").expect("the wrong admin password is audited");
+    assert_eq!(refused["who"], "admin");
+    let text = serde_json::to_string(&audit).unwrap();
+    assert!(!text.contains("s3cret") && !text.contains("n3w"), "no password in the audit log");
+    assert!(text.contains("<redacted>"));
+    let table = d.ok(&["audit", "--last", "3"]);
+    assert_eq!(table.lines().count(), 4, "a header and the 3 newest: {table}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.data.join("audit.log")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the audit log is private");
 
     // SIGTERM drains and exits cleanly; a restart keeps everything.
     // SAFETY: kill(2) on our own child.
@@ -179,6 +237,19 @@ fn duetctl_drives_every_command_against_duetd() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
+}
+
+/// (total, free, available) bytes of the volume holding `path`.
+fn statvfs(path: &Path) -> (u64, u64, u64) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statvfs with a NUL-terminated path and a local out struct.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(c.as_ptr(), &mut st), 0);
+        let u = st.f_frsize as u64;
+        (st.f_blocks as u64 * u, st.f_bfree as u64 * u, st.f_bavail as u64 * u)
+    }
 }
 
 #[test]

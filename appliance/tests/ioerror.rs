@@ -187,7 +187,7 @@ fn injected_io_errors_fail_the_request_and_damage_nothing() {
     assert_eq!(n.lookup3(&root, b"nfs-before"), Err(Nfsstat3::IO), "LOOKUP while metadata reads fail");
     assert_eq!(n.create3(&root, "meta-read-nfs"), Err(Nfsstat3::IO), "CREATE while metadata reads fail");
     d.ok(&["fault", "meta-read", "--count", "0"]);
-    assert!(d.ok(&["status"]).contains("FAILED"), "a read error while applying stops changes");
+    assert_unhealthy(&d, "a read error while applying stops changes");
     assert_eq!(c.create("refused.bin").err(), Some(IO_ERROR), "changes refused after a read error while applying");
     check(&mut c, &mut n, &stored, &nfs_bytes, "reads after a metadata read error");
     drop((c, n));
@@ -200,7 +200,7 @@ fn injected_io_errors_fail_the_request_and_damage_nothing() {
     //    go on; a restart recovers and keeps everything acknowledged.
     d.ok(&["fault", "meta-sync"]);
     assert_eq!(smb_put(&mut c, "meta.bin", &pattern(7, 1000)), IO_ERROR, "CREATE when the raft log write fails");
-    assert!(d.ok(&["status"]).contains("FAILED"), "status shows the failed metadata store");
+    assert_unhealthy(&d, "status shows the failed metadata store");
     assert_eq!(c.create("refused.bin").err(), Some(IO_ERROR), "changes refused after a metadata write error");
     assert_eq!(n.create3(&root, "refused-nfs"), Err(Nfsstat3::IO));
     check(&mut c, &mut n, &stored, &nfs_bytes, "reads after a metadata write error");
@@ -219,4 +219,11 @@ fn injected_io_errors_fail_the_request_and_damage_nothing() {
     check(&mut c, &mut n, &stored, &nfs_bytes, "after SIGKILL");
     assert!(d.ok(&["fsck"]).contains("file system is consistent"), "fsck after SIGKILL");
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")), "{}", d.log_text());
+}
+
+/// `duetctl status` says FAILED and exits 7 (unhealthy), for health checks.
+fn assert_unhealthy(d: &Daemon, why: &str) {
+    let o = d.ctl(&["status"]);
+    assert_eq!(o.status.code(), Some(7), "{why}: duetctl status exits 7 when unhealthy");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("FAILED"), "{why}");
 }

@@ -635,7 +635,7 @@ pub struct RmArgs {
     /// The NFSv4.1 server and export: nfs4://HOST:PORT/EXPORT
     #[arg(long, value_name = "URL")]
     pub server: String,
-    /// Remove directories and their contents
+    /// Remove directories and their contents (asks first unless --yes)
     #[arg(short = 'r', long)]
     pub recursive: bool,
     /// Paths in the export

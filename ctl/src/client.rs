@@ -105,14 +105,22 @@ impl Client {
                 Parsed::Complete(r) => break r,
                 Parsed::Incomplete => {}
                 Parsed::Error(e) => {
-                    return Err(CtlError::Transport(format!(
+                    return Err(CtlError::BadReply(format!(
                         "bad reply from duetd at {}: {e}",
                         self.addr
                     )))
                 }
             }
         };
-        let response = decode_response(req, &resp).map_err(CtlError::Api)?;
+        let response = decode_response(req, &resp).map_err(|e| {
+            // A 2xx reply whose body does not decode is a bad reply, not
+            // the daemon's verdict.
+            if resp.is_success() {
+                CtlError::BadReply(e.message)
+            } else {
+                CtlError::Api(e)
+            }
+        })?;
         Ok(Reply {
             response,
             raw: resp.body,

@@ -1,4 +1,44 @@
-//! duetctl's errors. Every one of them exits with status 2.
+//! duetctl's errors and exit statuses.
+
+/// duetctl's exit statuses (also in `duetctl --help` and the README).
+pub mod exit {
+    /// Success.
+    #[allow(dead_code)]
+    pub const OK: u8 = 0;
+    /// The command ran and found problems: `fsck` found inconsistencies,
+    /// `bench` results failed verification.
+    pub const PROBLEMS: u8 = 1;
+    /// Bad arguments (clap's usage errors too), or arguments the daemon
+    /// refused as invalid.
+    pub const USAGE: u8 = 2;
+    /// The share, user or endpoint does not exist.
+    pub const NOT_FOUND: u8 = 3;
+    /// It already exists.
+    pub const CONFLICT: u8 = 4;
+    /// No credentials, or the daemon refused them; or the request is
+    /// forbidden in this configuration.
+    pub const UNAUTHORIZED: u8 = 5;
+    /// duetd could not be reached (refused, timed out, connection lost).
+    pub const UNREACHABLE: u8 = 6;
+    /// `status`: the node is unhealthy (metadata store FAILED).
+    pub const UNHEALTHY: u8 = 7;
+    /// Anything else: the daemon's internal error, an undecodable reply,
+    /// a local I/O error.
+    pub const FAILED: u8 = 8;
+}
+
+/// The text `--help` ends with.
+pub const EXIT_HELP: &str = "\
+Exit status:
+  0  success
+  1  problems found (fsck found inconsistencies, bench failed verification)
+  2  usage error, or arguments the daemon refused as invalid
+  3  not found (share, user)
+  4  conflict (already exists)
+  5  unauthorised (no credentials, refused credentials, forbidden)
+  6  duetd unreachable (connection refused, timed out or lost)
+  7  unhealthy (status: the metadata store FAILED)
+  8  other errors (the daemon's internal error, an undecodable reply)";
 
 use std::io;
 
@@ -18,6 +58,12 @@ pub enum CtlError {
     /// Sending the request or reading the reply failed.
     #[error("{0}")]
     Transport(String),
+    /// The daemon's reply could not be parsed.
+    #[error("{0}")]
+    BadReply(String),
+    /// A local I/O error (writing man pages, reading a password file).
+    #[error("{0}")]
+    Io(String),
     /// The daemon answered with an error.
     #[error("{0}")]
     Api(ApiError),
@@ -26,6 +72,23 @@ pub enum CtlError {
 impl CtlError {
     pub fn usage(e: ApiError) -> CtlError {
         CtlError::Usage(e.message)
+    }
+
+    /// The exit status for this error ([`exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CtlError::Usage(_) => exit::USAGE,
+            CtlError::Credentials(_) => exit::UNAUTHORIZED,
+            CtlError::Connect { .. } | CtlError::Transport(_) => exit::UNREACHABLE,
+            CtlError::BadReply(_) | CtlError::Io(_) => exit::FAILED,
+            CtlError::Api(e) => match e.code.as_str() {
+                codes::INVALID_ARGUMENT | codes::TOO_LARGE => exit::USAGE,
+                codes::NOT_FOUND => exit::NOT_FOUND,
+                codes::ALREADY_EXISTS => exit::CONFLICT,
+                codes::UNAUTHORIZED | codes::FORBIDDEN => exit::UNAUTHORIZED,
+                _ => exit::FAILED,
+            },
+        }
     }
 
     pub fn is_unauthorized(&self) -> bool {

@@ -1,8 +1,7 @@
 //! duetctl: the admin CLI of duet. It talks to duetd's admin API (HTTP/1.1
 //! + JSON, see the duet-admin-api crate).
 //!
-//! Exit status: 0 success; 1 `fsck` found problems; 2 usage, connection or
-//! API errors.
+//! Exit statuses: see [`error::exit`] (and `duetctl --help`).
 
 mod bench;
 mod bench_cmd;
@@ -17,21 +16,22 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use duet_admin_api::{
     validate_id, validate_share_name, validate_user_name, AdminRequest, AdminResponse, Credentials,
-    NewUser, Protocol, Share, DEFAULT_ADDR, DEFAULT_DATA_DIR, TOKEN_FILE_NAME,
+    NewUser, Protocol, Share, ShareChanges, UserChanges, DEFAULT_ADDR, DEFAULT_DATA_DIR, TOKEN_FILE_NAME,
 };
 
 use client::Client;
-use error::CtlError;
+use error::{exit, CtlError};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "duetctl",
     version,
     about = "Administer a duet NAS appliance",
-    propagate_version = true
+    propagate_version = true,
+    after_help = error::EXIT_HELP
 )]
 struct Cli {
     /// Admin API address of duetd
@@ -62,7 +62,9 @@ struct Cli {
     #[arg(long, global = true, help_heading = "Global options", env = "DUET_DATA_DIR", default_value = DEFAULT_DATA_DIR, value_name = "DIR")]
     data_dir: PathBuf,
 
-    /// Authenticate as this admin user (HTTP Basic) instead of with the token
+    /// Authenticate as this admin user (HTTP Basic) instead of with the
+    /// token; its password comes from --admin-password-file,
+    /// --admin-password-stdin, $DUET_ADMIN_PASSWORD or a prompt
     #[arg(
         long,
         global = true,
@@ -71,15 +73,17 @@ struct Cli {
     )]
     user: Option<String>,
 
-    /// Password of --user (give it before the command; prompted for if absent on a terminal)
-    #[arg(
-        long = "password",
-        help_heading = "Global options",
-        env = "DUET_ADMIN_PASSWORD",
-        hide_env_values = true,
-        value_name = "PASSWORD"
-    )]
-    admin_password: Option<String>,
+    /// Read the password of --user from the first line of this file
+    #[arg(long, global = true, help_heading = "Global options", value_name = "PATH", conflicts_with = "admin_password_stdin")]
+    admin_password_file: Option<PathBuf>,
+
+    /// Read the password of --user from one line of stdin
+    #[arg(long, global = true, help_heading = "Global options")]
+    admin_password_stdin: bool,
+
+    /// Do not ask before destructive commands (share remove, rm -r)
+    #[arg(long, short = 'y', global = true, help_heading = "Global options")]
+    yes: bool,
 
     /// Print the daemon's raw JSON instead of tables
     #[arg(long, global = true, help_heading = "Global options")]
@@ -91,7 +95,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Show the daemon's status
+    /// Show the daemon's status (exit status 7 when the node is unhealthy)
     Status,
     /// Manage shares
     #[command(subcommand)]
@@ -109,6 +113,24 @@ enum Command {
     Cp(bench_cmd::CpArgs),
     /// Remove files or trees on an NFSv4.1 server (vectorised COMPOUNDs)
     Rm(bench_cmd::RmArgs),
+    /// Show the audit log: admin changes and refused logons, newest last
+    Audit {
+        /// How many of the newest entries to show
+        #[arg(long, default_value_t = 50, value_name = "N")]
+        last: usize,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print duetctl's man page, or write every page (duetctl.1,
+    /// duetctl-share.1, ...) into --out
+    Man {
+        /// Directory to write the pages into
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Testing only: make the next COUNT I/Os at POINT fail with EIO
     /// (needs `[testing] fault_injection = true` in duetd's configuration)
     #[command(hide = true)]
@@ -130,9 +152,59 @@ enum ShareCmd {
     List,
     /// Show one share
     Show { name: String },
-    /// Remove a share (the files stay)
+    /// Change a share's options in place (clients stay connected)
+    Modify(ShareModifyArgs),
+    /// Remove a share (the files stay; asks first unless --yes)
     #[command(visible_alias = "rm")]
     Remove { name: String },
+}
+
+#[derive(Args, Debug)]
+struct ShareModifyArgs {
+    /// Share name
+    name: String,
+    /// Protocols to serve the share over
+    #[arg(long, value_name = "smb,nfs")]
+    protocols: Option<String>,
+    /// Export read-only
+    #[arg(long, conflicts_with = "read_write")]
+    read_only: bool,
+    /// Export read-write
+    #[arg(long)]
+    read_write: bool,
+    /// Allow guest (unauthenticated) SMB access
+    #[arg(long, conflicts_with = "no_guest_ok")]
+    guest_ok: bool,
+    /// Refuse guest SMB access
+    #[arg(long)]
+    no_guest_ok: bool,
+    /// NFS clients allowed to mount: CIDRs, addresses or *
+    #[arg(long, value_name = "CIDR,...")]
+    nfs_clients: Option<String>,
+    /// Map NFS root (uid 0) to the anonymous user
+    #[arg(long, conflicts_with = "no_root_squash")]
+    root_squash: bool,
+    /// Do not map NFS root to the anonymous user
+    #[arg(long)]
+    no_root_squash: bool,
+    /// Allow the NFS append extension
+    #[arg(long, conflicts_with = "no_append_extension")]
+    append_extension: bool,
+    /// Refuse the NFS append extension
+    #[arg(long)]
+    no_append_extension: bool,
+    /// SMB users allowed to connect ("" for every user)
+    #[arg(long, value_name = "USER,...")]
+    users: Option<String>,
+}
+
+/// `Some(true)` for `--x`, `Some(false)` for `--no-x`, None for neither.
+fn flag_pair(on: bool, off: bool) -> Option<bool> {
+    match (on, off) {
+        (true, _) => Some(true),
+        (_, true) => Some(false),
+        _ => None,
+    }
 }
 
 #[derive(Args, Debug)]
@@ -165,22 +237,32 @@ struct ShareAddArgs {
     users: String,
 }
 
+/// The new password of a user (never the admin's: that is
+/// --admin-password-file / --admin-password-stdin).
 #[derive(Args, Debug)]
 struct PasswordArgs {
-    /// The user's password (visible to other local users; prefer --password-stdin)
-    #[arg(long, value_name = "PASSWORD", conflicts_with = "password_stdin")]
-    password: Option<String>,
-    /// Read the password from one line of stdin
-    #[arg(long)]
+    /// Read the user's password from one line of stdin
+    #[arg(long, conflicts_with_all = ["password", "password_file"])]
     password_stdin: bool,
+    /// Read the user's password from the first line of this file
+    #[arg(long, value_name = "PATH", conflicts_with = "password")]
+    password_file: Option<PathBuf>,
+    /// The user's password on the command line (visible to other local
+    /// users: prefer --password-file or --password-stdin)
+    #[arg(long, value_name = "PASSWORD")]
+    password: Option<String>,
 }
 
 impl PasswordArgs {
     fn source(&self) -> password::Source {
-        match (&self.password, self.password_stdin) {
-            (Some(p), _) => password::Source::Given(p.clone()),
-            (None, true) => password::Source::Stdin,
-            (None, false) => password::Source::Prompt,
+        if let Some(p) = &self.password {
+            password::Source::Given(p.clone())
+        } else if let Some(f) = &self.password_file {
+            password::Source::File(f.clone())
+        } else if self.password_stdin {
+            password::Source::Stdin
+        } else {
+            password::Source::Prompt
         }
     }
 }
@@ -202,6 +284,22 @@ enum UserCmd {
     /// List users
     #[command(visible_alias = "ls")]
     List,
+    /// Change a user's uid, gid, or whether it may log on
+    Modify {
+        name: String,
+        /// New POSIX uid
+        #[arg(long)]
+        uid: Option<u32>,
+        /// New POSIX gid
+        #[arg(long)]
+        gid: Option<u32>,
+        /// Let the user log on
+        #[arg(long, conflicts_with = "disable")]
+        enable: bool,
+        /// Refuse the user's logons (its files stay)
+        #[arg(long)]
+        disable: bool,
+    },
     /// Change a user's password
     Passwd {
         name: String,
@@ -253,13 +351,38 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
         Command::Status => ready(AdminRequest::Status),
         Command::Stats => ready(AdminRequest::Stats),
         Command::Fsck => ready(AdminRequest::Fsck),
+        Command::Audit { .. } => ready(AdminRequest::Audit),
         Command::Fault { point, count } => {
             let spec = duet_admin_api::FaultSpec { point: point.clone(), count: *count };
             spec.validate().map_err(CtlError::usage)?;
             ready(AdminRequest::Fault(spec))
         }
-        Command::Bench(_) | Command::Cp(_) | Command::Rm(_) => {
-            Err(CtlError::Usage("bench, cp and rm do not use the admin API request path".into()))
+        Command::Bench(_) | Command::Cp(_) | Command::Rm(_) | Command::Completions { .. } | Command::Man { .. } => {
+            Err(CtlError::Usage("this command does not use the admin API request path".into()))
+        }
+        Command::Share(ShareCmd::Modify(a)) => {
+            validate_share_name(&a.name).map_err(CtlError::usage)?;
+            let protocols = match &a.protocols {
+                Some(p) => Some(
+                    split_list(p).iter().map(|p| p.parse::<Protocol>()).collect::<Result<Vec<_>, _>>().map_err(CtlError::usage)?,
+                ),
+                None => None,
+            };
+            let changes = ShareChanges {
+                protocols,
+                read_only: flag_pair(a.read_only, a.read_write),
+                guest_ok: flag_pair(a.guest_ok, a.no_guest_ok),
+                nfs_clients: a.nfs_clients.as_deref().map(split_list),
+                root_squash: flag_pair(a.root_squash, a.no_root_squash),
+                append_extension: flag_pair(a.append_extension, a.no_append_extension),
+                users: a.users.as_deref().map(split_list),
+            };
+            ready(AdminRequest::ShareModify { name: a.name.clone(), changes })
+        }
+        Command::User(UserCmd::Modify { name, uid, gid, enable, disable }) => {
+            validate_user_name(name).map_err(CtlError::usage)?;
+            let changes = UserChanges { uid: *uid, gid: *gid, enabled: flag_pair(*enable, *disable) };
+            ready(AdminRequest::UserModify { name: name.clone(), changes })
         }
         Command::Share(ShareCmd::List) => ready(AdminRequest::ShareList),
         Command::Share(ShareCmd::Show { name }) => ready(AdminRequest::ShareShow(name.clone())),
@@ -341,14 +464,18 @@ impl Cli {
 
     fn credentials(&self) -> Result<(Credentials, AuthSource), CtlError> {
         if let Some(user) = &self.user {
-            let password = match &self.admin_password {
-                Some(p) => p.clone(),
-                None if password::stdin_is_terminal() => password::prompt_hidden(&format!("Password for {user}: "))?,
-                None => {
-                    return Err(CtlError::Credentials(format!(
-                        "--user {user} needs a password: give --password before the command, or set DUET_ADMIN_PASSWORD"
-                    )))
-                }
+            let password = if let Some(f) = &self.admin_password_file {
+                password::read_file_line(f).map_err(|e| CtlError::Credentials(e.to_string()))?
+            } else if self.admin_password_stdin {
+                password::read_stdin_line()?
+            } else if let Ok(p) = std::env::var("DUET_ADMIN_PASSWORD") {
+                p
+            } else if password::stdin_is_terminal() {
+                password::prompt_hidden(&format!("Password for {user}: "))?
+            } else {
+                return Err(CtlError::Credentials(format!(
+                    "--user {user} needs a password: --admin-password-file, --admin-password-stdin or DUET_ADMIN_PASSWORD"
+                )));
             };
             return Ok((
                 Credentials::Basic {
@@ -415,8 +542,34 @@ fn out(s: &str) {
     let _ = stdout.flush();
 }
 
+/// Asks before a destructive command unless --yes; without a terminal it
+/// refuses.
+fn confirm_destructive(cli: &Cli, what: &str) -> Result<(), CtlError> {
+    if cli.yes {
+        return Ok(());
+    }
+    if !password::stdin_is_terminal() {
+        return Err(CtlError::Usage(format!("{what}: refusing without a terminal to ask on; pass --yes")));
+    }
+    if password::confirm(&format!("{what}?"))? {
+        Ok(())
+    } else {
+        Err(CtlError::Usage("not confirmed; nothing was changed".into()))
+    }
+}
+
 fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
     let prepared = prepare(&cli.command)?;
+    if let AdminRequest::ShareRemove(name) = &prepared.request {
+        confirm_destructive(cli, &format!("remove share {name} (its files stay)"))?;
+    }
+    if cli.admin_password_stdin && cli.user.is_some() && prepared.password.as_ref().is_some_and(|p| {
+        matches!(p, password::Source::Stdin) || (matches!(p, password::Source::Prompt) && !password::stdin_is_terminal())
+    }) {
+        return Err(CtlError::Usage(
+            "--admin-password-stdin and the user's password cannot both come from stdin: use --password-file".into(),
+        ));
+    }
     let (creds, auth) = cli.credentials()?;
     let request = match &prepared.password {
         None => prepared.request,
@@ -435,11 +588,15 @@ fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
                 "duetctl: hint: {}",
                 unauthorized_hint(&auth, &cli.token_file())
             );
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(exit::UNAUTHORIZED));
         }
         Err(e) => return Err(e),
     };
     let fsck_failed = matches!(&reply.response, AdminResponse::Fsck(r) if !r.problems.is_empty());
+    let unhealthy = match &reply.response {
+        AdminResponse::Status(s) => s.problems(),
+        _ => Vec::new(),
+    };
     if cli.json {
         if !reply.raw.is_empty() {
             let mut text = String::from_utf8_lossy(&reply.raw).into_owned();
@@ -449,19 +606,31 @@ fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
             out(&text);
         }
     } else {
-        out(&human(&request, &reply.response));
+        let last = match &cli.command {
+            Command::Audit { last } => *last,
+            _ => usize::MAX,
+        };
+        out(&human(&request, &reply.response, last));
+    }
+    for p in &unhealthy {
+        eprintln!("duetctl: unhealthy: {p}");
     }
     Ok(if fsck_failed {
-        ExitCode::from(1)
+        ExitCode::from(exit::PROBLEMS)
+    } else if !unhealthy.is_empty() {
+        ExitCode::from(exit::UNHEALTHY)
     } else {
         ExitCode::SUCCESS
     })
 }
 
-fn human(request: &AdminRequest, response: &AdminResponse) -> String {
+fn human(request: &AdminRequest, response: &AdminResponse, last: usize) -> String {
     match (request, response) {
         (_, AdminResponse::Status(s)) => output::status(s),
         (_, AdminResponse::Shares(s)) => output::share_list(s),
+        (AdminRequest::ShareModify { .. }, AdminResponse::Share(s)) => {
+            format!("changed share {}\n{}", s.name, output::share_show(s))
+        }
         (_, AdminResponse::Share(s)) => output::share_show(s),
         (_, AdminResponse::ShareCreated(s)) => format!(
             "added share {} at {} ({})\n",
@@ -474,11 +643,19 @@ fn human(request: &AdminRequest, response: &AdminResponse) -> String {
                 .join(", ")
         ),
         (_, AdminResponse::Users(u)) => output::user_list(u),
+        (_, AdminResponse::User(u)) => format!(
+            "changed user {} (uid {}, gid {}, {})\n",
+            u.name,
+            u.uid,
+            u.gid,
+            if u.enabled { "enabled" } else { "disabled" }
+        ),
         (_, AdminResponse::UserCreated(u)) => {
             format!("added user {} (uid {}, gid {})\n", u.name, u.uid, u.gid)
         }
         (_, AdminResponse::Stats(s)) => output::stats(s),
         (_, AdminResponse::Fsck(r)) => output::fsck(r),
+        (_, AdminResponse::Audit(a)) => output::audit(a, last),
         (AdminRequest::ShareRemove(n), AdminResponse::NoContent) => format!("removed share {n}\n"),
         (AdminRequest::UserRemove(n), AdminResponse::NoContent) => format!("removed user {n}\n"),
         (AdminRequest::UserPasswd { name, .. }, AdminResponse::NoContent) => {
@@ -501,7 +678,7 @@ fn run_client_command(cli: &Cli) -> Option<ExitCode> {
                     Ok((c, _)) => Some(c),
                     Err(e) => {
                         eprintln!("duetctl: {e}");
-                        return Some(ExitCode::from(2));
+                        return Some(ExitCode::from(e.exit_code()));
                     }
                 }
             } else {
@@ -516,13 +693,37 @@ fn run_client_command(cli: &Cli) -> Option<ExitCode> {
             })
         }
         Command::Cp(a) => bench_cmd::cp_main(a),
-        Command::Rm(a) => bench_cmd::rm_main(a),
+        Command::Rm(a) => {
+            if a.recursive {
+                let what = format!("remove {} and everything under it on {}", a.paths.join(", "), a.server);
+                if let Err(e) = confirm_destructive(cli, &what) {
+                    eprintln!("duetctl: {e}");
+                    return Some(ExitCode::from(e.exit_code()));
+                }
+            }
+            bench_cmd::rm_main(a)
+        }
+        Command::Completions { shell } => {
+            let mut buf = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "duetctl", &mut buf);
+            out(&String::from_utf8_lossy(&buf));
+            return Some(ExitCode::SUCCESS);
+        }
+        Command::Man { out: dir } => {
+            return Some(match man_pages(dir.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("duetctl: {e}");
+                    ExitCode::from(e.exit_code())
+                }
+            })
+        }
         _ => return None,
     };
     Some(match r {
         Ok(s) if s == "FAILED" => {
             eprintln!("duetctl bench: some results failed verification");
-            ExitCode::from(1)
+            ExitCode::from(exit::PROBLEMS)
         }
         Ok(s) => {
             out(&s);
@@ -530,9 +731,42 @@ fn run_client_command(cli: &Cli) -> Option<ExitCode> {
         }
         Err(e) => {
             eprintln!("duetctl: {e}");
-            ExitCode::from(2)
+            ExitCode::from(exit::FAILED)
         }
     })
+}
+
+/// Renders one man page.
+fn render_man(cmd: clap::Command) -> Result<Vec<u8>, CtlError> {
+    let mut buf = Vec::new();
+    clap_mangen::Man::new(cmd).render(&mut buf).map_err(|e| CtlError::Io(format!("man page: {e}")))?;
+    Ok(buf)
+}
+
+/// `duetctl man`: the main page on stdout, or every page into `dir`
+/// (`duetctl.1`, `duetctl-share.1`, `duetctl-share-add.1`, ...).
+fn man_pages(dir: Option<&std::path::Path>) -> Result<(), CtlError> {
+    let cmd = Cli::command();
+    let Some(dir) = dir else {
+        out(&String::from_utf8_lossy(&render_man(cmd)?));
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).map_err(|e| CtlError::Io(format!("cannot create {}: {e}", dir.display())))?;
+    fn walk(cmd: clap::Command, prefix: &str, dir: &std::path::Path) -> Result<(), CtlError> {
+        let name = if prefix.is_empty() { cmd.get_name().to_string() } else { format!("{prefix}-{}", cmd.get_name()) };
+        // A page per command, named after its path; the name lives as
+        // long as this short-lived process.
+        let page = cmd.clone().name(&*Box::leak(name.clone().into_boxed_str()));
+        let path = dir.join(format!("{name}.1"));
+        std::fs::write(&path, render_man(page)?).map_err(|e| CtlError::Io(format!("cannot write {}: {e}", path.display())))?;
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(sub.clone(), &name, dir)?;
+        }
+        Ok(())
+    }
+    let mut cmd = cmd;
+    cmd.build();
+    walk(cmd, "", dir)
 }
 
 fn main() -> ExitCode {
@@ -547,7 +781,7 @@ fn main() -> ExitCode {
             if let Some(hint) = e.connect_hint() {
                 eprintln!("duetctl: hint: {hint}");
             }
-            ExitCode::from(2)
+            ExitCode::from(e.exit_code())
         }
     }
 }
@@ -555,7 +789,6 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {
@@ -648,27 +881,39 @@ mod tests {
     }
 
     #[test]
-    fn admin_password_is_top_level() {
+    fn admin_and_user_passwords_are_different_options() {
         let cli = parse(&[
             "--user",
             "admin",
-            "--password",
-            "pw",
+            "--admin-password-file",
+            "/tmp/pw",
             "user",
             "add",
             "bob",
-            "--password",
-            "bobpw",
+            "--password-file",
+            "/tmp/bobpw",
         ]);
-        assert_eq!(cli.admin_password.as_deref(), Some("pw"));
+        assert_eq!(cli.admin_password_file.as_deref(), Some(std::path::Path::new("/tmp/pw")));
         let p = prepare(&cli.command).unwrap();
-        let AdminRequest::UserAdd(u) = p.request else {
-            panic!()
-        };
-        assert_eq!(u.password, "bobpw");
+        assert_eq!(p.password, Some(password::Source::File("/tmp/bobpw".into())));
+        // The admin's password is not taken from --password.
+        assert!(Cli::try_parse_from(["duetctl", "--user", "admin", "--password", "x", "status"]).is_err());
         // Global options work after the command too.
         let cli = parse(&["share", "list", "--json", "--addr", "10.0.0.1:1"]);
         assert!(cli.json);
         assert_eq!(cli.addr, "10.0.0.1:1");
+    }
+
+    #[test]
+    fn share_modify_changes_only_what_is_given() {
+        let cli = parse(&["share", "modify", "media", "--read-only", "--users", "", "--no-root-squash"]);
+        let AdminRequest::ShareModify { name, changes } = prepare(&cli.command).unwrap().request else { panic!() };
+        assert_eq!(name, "media");
+        assert_eq!(
+            changes,
+            ShareChanges { read_only: Some(true), users: Some(vec![]), root_squash: Some(false), ..Default::default() }
+        );
+        assert!(matches!(prepare(&parse(&["share", "modify", "media"]).command), Err(CtlError::Usage(_))));
+        assert!(Cli::try_parse_from(["duetctl", "share", "modify", "m", "--read-only", "--read-write"]).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! Human-readable output: aligned tables and `key: value` blocks.
 
-use duet_admin_api::{FsckReport, Share, Stats, StatusInfo, UserInfo};
+use duet_admin_api::{AuditEntry, FsckReport, Share, Stats, StatusInfo, UserInfo};
 
 /// Column alignment.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -114,7 +114,7 @@ pub fn status(s: &StatusInfo) -> String {
         .map(u64::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    key_values(&[
+    let mut pairs = vec![
         ("version", s.version.clone()),
         ("node id", s.node_id.to_string()),
         ("uptime", duration(s.uptime_s)),
@@ -139,7 +139,36 @@ pub fn status(s: &StatusInfo) -> String {
                 "ok".to_string()
             },
         ),
-    ])
+    ];
+    if let Some(c) = &s.capacity {
+        pairs.push((
+            "capacity",
+            format!(
+                "{} total, {} free, {} available{} (reserve {})",
+                bytes(c.total_bytes),
+                bytes(c.free_bytes),
+                bytes(c.avail_bytes),
+                if c.avail_bytes == 0 { " FULL" } else { "" },
+                bytes(c.reserve_bytes)
+            ),
+        ));
+    }
+    key_values(&pairs)
+}
+
+/// "1.5 GiB", "512 MiB", "17 B": binary units, one decimal from KiB up.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
 }
 
 pub fn share_list(shares: &[Share]) -> String {
@@ -293,6 +322,45 @@ pub fn stats(s: &Stats) -> String {
     out
 }
 
+/// "2026-12-01T22:45:39Z" for nanoseconds since the epoch (UTC).
+pub fn utc(ns: i64) -> String {
+    let secs = ns.div_euclid(1_000_000_000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// The newest `last` audit entries, oldest first.
+pub fn audit(entries: &[AuditEntry], last: usize) -> String {
+    if entries.is_empty() {
+        return "no audit entries\n".to_string();
+    }
+    let skip = entries.len().saturating_sub(last);
+    let rows: Vec<Vec<String>> = entries[skip..]
+        .iter()
+        .map(|e| vec![utc(e.time_ns), e.who.clone(), e.from.clone(), e.action.clone(), e.outcome.clone()])
+        .collect();
+    table(
+        &[
+            ("TIME", Align::Left),
+            ("WHO", Align::Left),
+            ("FROM", Align::Left),
+            ("ACTION", Align::Left),
+            ("OUTCOME", Align::Left),
+        ],
+        &rows,
+    )
+}
+
 pub fn fsck(r: &FsckReport) -> String {
     let mut out = key_values(&[
         ("nodes", r.nodes.to_string()),
@@ -348,6 +416,21 @@ mod tests {
         assert_eq!(duration(61), "1m 1s");
         assert_eq!(duration(3600), "1h 0m 0s");
         assert_eq!(duration(93_784), "1d 2h 3m 4s");
+    }
+
+    #[test]
+    fn byte_units() {
+        assert_eq!(bytes(17), "17 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(256 << 20), "256.0 MiB");
+        assert_eq!(bytes(252 << 30), "252.0 GiB");
+    }
+
+    #[test]
+    fn utc_times() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(951_782_400 * 1_000_000_000), "2000-02-29T00:00:00Z");
+        assert_eq!(utc(1_796_165_139 * 1_000_000_000 + 5), "2026-12-01T22:45:39Z");
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub enum Source {
     Given(String),
     /// `--password-stdin`: one line of stdin.
     Stdin,
+    /// `--password-file`: the first line of a file.
+    File(std::path::PathBuf),
     /// Neither: prompt twice if stdin is a terminal, else read one line.
     Prompt,
 }
@@ -29,6 +31,26 @@ pub fn read_stdin_line() -> Result<String, CtlError> {
         }
     }
     Ok(line)
+}
+
+/// The first line of a file, without its line ending (a password file).
+pub fn read_file_line(path: &std::path::Path) -> Result<String, CtlError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CtlError::Usage(format!("cannot read the password from {}: {e}", path.display())))?;
+    let line = text.lines().next().unwrap_or("");
+    Ok(line.strip_suffix('\r').unwrap_or(line).to_string())
+}
+
+/// Asks `question [y/N]` on the terminal; true for y or yes. Without a
+/// terminal it refuses (the caller says to pass --yes).
+pub fn confirm(question: &str) -> Result<bool, CtlError> {
+    if !stdin_is_terminal() {
+        return Ok(false);
+    }
+    eprint!("{question} [y/N] ");
+    let _ = io::stderr().flush();
+    let answer = read_stdin_line()?;
+    Ok(matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
 }
 
 /// Restores the terminal's attributes when dropped.
@@ -86,6 +108,7 @@ pub fn read_new_password(source: &Source) -> Result<String, CtlError> {
     match source {
         Source::Given(p) => Ok(p.clone()),
         Source::Stdin => read_stdin_line(),
+        Source::File(p) => read_file_line(p),
         Source::Prompt if stdin_is_terminal() => {
             let first = prompt_hidden("New password: ")?;
             let second = prompt_hidden("Retype new password: ")?;

@@ -152,6 +152,12 @@ fn status_info() -> StatusInfo {
         users: 1,
         files: 1234,
         metadata_failed: false,
+        capacity: Some(CapacityInfo {
+            total_bytes: 252 << 30,
+            free_bytes: 80 << 30,
+            avail_bytes: 79 << 30,
+            reserve_bytes: 256 << 20,
+        }),
     }
 }
 
@@ -179,8 +185,24 @@ fn status_human() {
          shares:    2\n\
          users:     1\n\
          files:     1234\n\
-         metadata:  ok\n"
+         metadata:  ok\n\
+         capacity:  252.0 GiB total, 80.0 GiB free, 79.0 GiB available (reserve 256.0 MiB)\n"
     );
+}
+
+#[test]
+fn status_unhealthy_exits_7() {
+    let mut s = status_info();
+    s.metadata_failed = true;
+    let f = fake(vec![ok(AdminResponse::Status(s.clone())), ok(AdminResponse::Status(s))]);
+    let o = run(&f, &["status"]);
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+    assert!(stdout(&o).contains("metadata:  FAILED"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("duetctl: unhealthy: metadata FAILED"), "{}", stderr(&o));
+    // --json too, for health checks that parse the output.
+    let o = run(&f, &["--json", "status"]);
+    assert_eq!(code(&o), 7);
+    assert_eq!(serde_json::from_str::<StatusInfo>(&stdout(&o)).unwrap().metadata_failed, true);
 }
 
 #[test]
@@ -332,7 +354,7 @@ fn share_show_and_not_found() {
          users:                everyone\n"
     );
     let o = run(&f, &["share", "show", "nope"]);
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 3, "not found");
     assert_eq!(stderr(&o), "duetctl: share nope not found\n");
     assert!(stdout(&o).is_empty());
 }
@@ -343,7 +365,12 @@ fn share_remove() {
         ok(AdminResponse::NoContent),
         ok(AdminResponse::NoContent),
     ]);
+    // Without a terminal to ask on and without --yes: refused, nothing sent.
     let o = run(&f, &["share", "remove", "public"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("pass --yes"), "{}", stderr(&o));
+    f.no_request();
+    let o = run(&f, &["share", "remove", "public", "--yes"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let req = f.request();
     assert_eq!(
@@ -351,18 +378,174 @@ fn share_remove() {
         ("DELETE", "/v1/shares/public")
     );
     assert_eq!(stdout(&o), "removed share public\n");
-    let o = run(&f, &["--json", "share", "rm", "public"]);
+    let o = run(&f, &["--json", "-y", "share", "rm", "public"]);
     assert_eq!(code(&o), 0);
     assert_eq!(stdout(&o), "");
 }
 
+/// `share remove` on a terminal asks; only "y"/"yes" goes ahead. Runs
+/// duetctl under `script(1)` for a real pseudo-terminal.
 #[test]
-fn already_exists_is_exit_2() {
+fn share_remove_asks_on_a_terminal() {
+    let f = fake(vec![ok(AdminResponse::NoContent)]);
+    let bin = env!("CARGO_BIN_EXE_duetctl");
+    let ask = |answer: &str| {
+        let cmd = format!("{bin} --addr {} --token t0k share remove public", f.addr);
+        let mut child = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .env_remove("DUET_ADMIN_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("script(1) from util-linux runs duetctl on a pseudo-terminal");
+        let mut input = child.stdin.take().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        input.write_all(answer.as_bytes()).unwrap();
+        drop(input);
+        child.wait_with_output().unwrap()
+    };
+    let o = ask("n\n");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("remove share public (its files stay)? [y/N]"), "{text}");
+    assert!(text.contains("not confirmed"), "{text}");
+    f.no_request();
+    let o = ask("y\n");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("removed share public"), "{text}");
+    assert_eq!(f.request().method, "DELETE");
+}
+
+#[test]
+fn share_modify_sends_only_the_changes() {
+    let mut after = Share::new("media", "/media");
+    after.read_only = true;
+    after.users = vec!["alice".into()];
+    let f = fake(vec![ok(AdminResponse::Share(after.clone())), err(ApiError::not_found("share nope not found"))]);
+    let o = run(&f, &["share", "modify", "media", "--read-only", "--users", "alice", "--no-guest-ok"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let req = f.request();
+    assert_eq!((req.method.as_str(), req.path.as_str()), ("PATCH", "/v1/shares/media"));
+    assert_eq!(json(&req), serde_json::json!({"read_only": true, "guest_ok": false, "users": ["alice"]}));
+    assert!(stdout(&o).starts_with("changed share media\nname:"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("read only:            yes"), "{}", stdout(&o));
+    let o = run(&f, &["share", "modify", "nope", "--read-write"]);
+    assert_eq!(code(&o), 3);
+    // Nothing to change, or a bad value: refused before the daemon.
+    let g = fake(vec![]);
+    for args in [
+        &["share", "modify", "media"][..],
+        &["share", "modify", "media", "--nfs-clients", "10.0.0.0/40"],
+        &["share", "modify", "media", "--protocols", "afp"],
+        &["share", "modify", "media", "--read-only", "--read-write"],
+    ] {
+        assert_eq!(code(&run(&g, args)), 2, "{args:?}");
+    }
+    g.no_request();
+}
+
+#[test]
+fn user_modify_uid_gid_and_enable() {
+    let info = UserInfo { name: "bob".into(), uid: 3000, gid: 300, enabled: false };
+    let f = fake(vec![ok(AdminResponse::User(info.clone())), ok(AdminResponse::User(info))]);
+    let o = run(&f, &["user", "modify", "bob", "--uid", "3000", "--gid", "300", "--disable"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let req = f.request();
+    assert_eq!((req.method.as_str(), req.path.as_str()), ("PATCH", "/v1/users/bob"));
+    assert_eq!(json(&req), serde_json::json!({"uid": 3000, "gid": 300, "enabled": false}));
+    assert_eq!(stdout(&o), "changed user bob (uid 3000, gid 300, disabled)\n");
+    let o = run(&f, &["user", "modify", "bob", "--enable"]);
+    assert_eq!(code(&o), 0);
+    assert_eq!(json(&f.request()), serde_json::json!({"enabled": true}));
+    let g = fake(vec![]);
+    for args in [
+        &["user", "modify", "bob"][..],
+        &["user", "modify", "bob", "--enable", "--disable"],
+        &["user", "modify", "bob", "--uid", "4294967295"],
+    ] {
+        assert_eq!(code(&run(&g, args)), 2, "{args:?}");
+    }
+    g.no_request();
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_clap_definitions() {
+    for (shell, marker) in [("bash", "complete -F"), ("zsh", "#compdef duetctl"), ("fish", "complete -c duetctl")] {
+        let o = duetctl(&["completions", shell], "");
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        let text = stdout(&o);
+        assert!(text.contains(marker), "{shell}: {text}");
+        for word in ["share", "modify", "completions", "--admin-password-file"] {
+            assert!(text.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    assert_eq!(code(&duetctl(&["completions", "tcsh"], "")), 2);
+    let o = duetctl(&["man"], "");
+    assert_eq!(code(&o), 0);
+    let page = stdout(&o);
+    assert!(page.starts_with(".ie") || page.contains(".TH duetctl 1"), "{page}");
+    assert!(page.contains("Exit status"), "the exit statuses are in the man page");
+    let dir = std::env::temp_dir().join(format!("duetctl-man-{}", std::process::id()));
+    let o = duetctl(&["man", "--out", dir.to_str().unwrap()], "");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for page in ["duetctl.1", "duetctl-share.1", "duetctl-share-modify.1", "duetctl-user-modify.1", "duetctl-status.1"] {
+        let text = std::fs::read_to_string(dir.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.contains(".TH"), "{page}");
+    }
+    assert!(!dir.join("duetctl-fault.1").exists(), "hidden commands get no page");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn audit_table() {
+    let entries = vec![
+        AuditEntry {
+            time_ns: 1_796_165_139_000_000_000,
+            who: "token".into(),
+            from: "127.0.0.1:4000".into(),
+            action: "ShareRemove(\"x\")".into(),
+            outcome: "ok".into(),
+        },
+        AuditEntry {
+            time_ns: 1_796_165_140_000_000_000,
+            who: "admin".into(),
+            from: "10.0.0.9:5000".into(),
+            action: "admin logon".into(),
+            outcome: "refused: wrong token, user or password".into(),
+        },
+    ];
+    let f = fake(vec![ok(AdminResponse::Audit(entries.clone())), ok(AdminResponse::Audit(entries))]);
+    let o = run(&f, &["audit"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(f.request().path, "/v1/audit");
+    assert_eq!(
+        stdout(&o),
+        "TIME                  WHO    FROM            ACTION            OUTCOME\n\
+         2026-12-01T22:45:39Z  token  127.0.0.1:4000  ShareRemove(\"x\")  ok\n\
+         2026-12-01T22:45:40Z  admin  10.0.0.9:5000   admin logon       refused: wrong token, user or password\n"
+    );
+    let o = run(&f, &["audit", "--last", "1"]);
+    assert_eq!(stdout(&o).lines().count(), 2);
+    assert!(stdout(&o).contains("admin logon"));
+}
+
+#[test]
+fn help_documents_the_exit_statuses() {
+    let o = duetctl(&["--help"], "");
+    assert_eq!(code(&o), 0);
+    let text = stdout(&o);
+    for line in ["3  not found", "4  conflict", "5  unauthorised", "6  duetd unreachable", "7  unhealthy"] {
+        assert!(text.contains(line), "{line:?} missing from --help:\n{text}");
+    }
+}
+
+#[test]
+fn already_exists_is_exit_4() {
     let f = fake(vec![err(ApiError::already_exists(
         "share public already exists",
     ))]);
     let o = run(&f, &["share", "add", "public", "--path", "/public"]);
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 4);
     assert_eq!(stderr(&o), "duetctl: share public already exists\n");
 }
 
@@ -385,7 +568,7 @@ fn unauthorized_hints_at_token_file() {
         ],
         "",
     );
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 5);
     // The token came from <data-dir>/admin.token, trimmed.
     assert_eq!(
         f.request().header("authorization"),
@@ -402,7 +585,7 @@ fn unauthorized_hints_at_token_file() {
     );
     // With --token, the hint names the default token file.
     let o = duetctl(&["--addr", &f.addr, "--token", "bad", "status"], "");
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 5);
     assert!(
         stderr(&o).contains("/var/lib/duet/admin.token"),
         "{}",
@@ -463,7 +646,7 @@ fn missing_token_file() {
         ],
         "",
     );
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 5);
     let e = stderr(&o);
     assert!(
         e.starts_with("duetctl: cannot read the API token from /nonexistent/duet/admin.token"),
@@ -476,20 +659,24 @@ fn basic_auth() {
     let f = fake(vec![
         ok(AdminResponse::Users(vec![])),
         ok(AdminResponse::Users(vec![])),
+        ok(AdminResponse::Users(vec![])),
     ]);
+    let pwfile = std::env::temp_dir().join(format!("duetctl-adminpw-{}", std::process::id()));
+    std::fs::write(&pwfile, "s3cret\nsecond line ignored\n").unwrap();
     let o = duetctl(
         &[
             "--addr",
             &f.addr,
             "--user",
             "admin",
-            "--password",
-            "s3cret",
+            "--admin-password-file",
+            pwfile.to_str().unwrap(),
             "user",
             "list",
         ],
         "",
     );
+    std::fs::remove_file(&pwfile).unwrap();
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(
         credentials(&f.request()),
@@ -519,10 +706,28 @@ fn basic_auth() {
             password: "envpw".into()
         })
     );
+    // From stdin.
+    let o = duetctl(&["--addr", &f.addr, "--user", "admin", "--admin-password-stdin", "user", "list"], "fromstdin\n");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(
+        credentials(&f.request()),
+        Some(Credentials::Basic { user: "admin".into(), password: "fromstdin".into() })
+    );
     // No password and no terminal.
     let o = duetctl(&["--addr", &f.addr, "--user", "admin", "user", "list"], "");
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 5);
     assert!(stderr(&o).contains("DUET_ADMIN_PASSWORD"), "{}", stderr(&o));
+    // --password is a user's new password, never the admin's.
+    let o = duetctl(&["--addr", &f.addr, "--user", "admin", "--password", "x", "user", "list"], "");
+    assert_eq!(code(&o), 2);
+    // Both passwords from stdin: refused.
+    let o = duetctl(
+        &["--addr", &f.addr, "--user", "admin", "--admin-password-stdin", "user", "add", "bob", "--password-stdin"],
+        "a\nb\n",
+    );
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("--password-file"), "{}", stderr(&o));
+    f.no_request();
 }
 
 #[test]
@@ -532,7 +737,7 @@ fn connection_refused_names_the_address() {
         l.local_addr().unwrap().to_string()
     };
     let o = duetctl(&["--addr", &addr, "--token", "x", "status"], "");
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 6, "unreachable");
     let e = stderr(&o);
     assert!(
         e.starts_with(&format!("duetctl: cannot connect to duetd at {addr}: ")),
@@ -569,6 +774,14 @@ fn user_add_password_stdin() {
         serde_json::json!({"name": "alice", "password": "pä ss", "uid": 1000})
     );
     assert_eq!(stdout(&o), "added user alice (uid 1000, gid 100)\n");
+    // From a file.
+    let pw = std::env::temp_dir().join(format!("duetctl-userpw-{}", std::process::id()));
+    std::fs::write(&pw, "fromfile\n").unwrap();
+    let f2 = fake(vec![ok(AdminResponse::UserCreated(UserInfo { name: "carol".into(), uid: 1, gid: 1, enabled: true }))]);
+    let o = run(&f2, &["user", "add", "carol", "--password-file", pw.to_str().unwrap()]);
+    std::fs::remove_file(&pw).unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&f2.request()), serde_json::json!({"name": "carol", "password": "fromfile"}));
     // Neither option, stdin not a terminal: one line of stdin.
     let o = run_stdin(&f, &["user", "add", "alice", "--gid", "100"], "fromstdin\n");
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -663,6 +876,7 @@ fn stats_table() {
                 rocksdb_writes: 5,
                 chunk_reads: 0,
                 chunk_writes: 2,
+                ..Default::default()
             },
             RequestStats {
                 protocol: "nfs4".into(),
@@ -671,6 +885,7 @@ fn stats_table() {
                 ..Default::default()
             },
         ],
+        ..Default::default()
     };
     let f = fake(vec![ok(AdminResponse::Stats(stats))]);
     let o = run(&f, &["stats"]);
@@ -751,17 +966,17 @@ fn internal_error_and_garbage_reply() {
         b"garbage\r\n\r\n".to_vec(),
     ]);
     let o = run(&f, &["status"]);
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 8);
     assert_eq!(stderr(&o), "duetctl: rocksdb: IO error\n");
     let o = run(&f, &["status"]);
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 8);
     assert!(
         stderr(&o).starts_with("duetctl: cannot decode the daemon's response"),
         "{}",
         stderr(&o)
     );
     let o = run(&f, &["status"]);
-    assert_eq!(code(&o), 2);
+    assert_eq!(code(&o), 8);
     assert!(
         stderr(&o).starts_with("duetctl: bad reply from duetd"),
         "{}",

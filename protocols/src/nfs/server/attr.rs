@@ -167,6 +167,7 @@ pub struct FsInfo {
     pub max_write: u32,
     pub space_total: u64,
     pub space_free: u64,
+    pub space_avail: u64,
     pub files_total: u64,
     pub files_free: u64,
 }
@@ -338,7 +339,7 @@ pub fn fattr4_vals_into(
             specdata1: (a.rdev >> 32) as u32,
             specdata2: a.rdev as u32,
         }),
-        space_avail: Some(info.space_free),
+        space_avail: Some(info.space_avail),
         space_free: Some(info.space_free),
         space_total: Some(info.space_total),
         space_used: Some(a.alloc_size),

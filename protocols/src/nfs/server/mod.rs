@@ -124,9 +124,10 @@ pub struct NfsServerConfig {
     pub max_cookies: usize,
     pub max_pending: usize,
     pub max_mounts: usize,
-    /// Reported by FSSTAT / space_* attributes.
-    pub space_total: u64,
-    pub space_free: u64,
+    /// Reported by FSSTAT (RFC 1813 3.3.18: tbytes, fbytes, abytes) and
+    /// the space_total/space_free/space_avail attributes (RFC 8881
+    /// 5.8.2): the appliance keeps it current.
+    pub space: std::sync::Arc<crate::space::Space>,
     pub files_total: u64,
     pub files_free: u64,
     /// EXCHANGE_ID server_owner major id and server_scope.
@@ -162,8 +163,7 @@ impl Default for NfsServerConfig {
             max_cookies: 1 << 16,
             max_pending: 4096,
             max_mounts: 4096,
-            space_total: 1 << 50,
-            space_free: 1 << 49,
+            space: std::sync::Arc::new(crate::space::Space::default()),
             files_total: 1 << 40,
             files_free: 1 << 39,
             server_owner: b"duet".to_vec(),

@@ -957,12 +957,13 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>) -> E
         },
         Kind::FsStat => {
             let c = &srv.cfg;
+            let space = c.space.get();
             let v: FsStat3Res = match post(r0, fsid) {
                 Some(a) => Nfs3Res::Ok(FsStat3ResOk {
                     obj_attributes: Some(a),
-                    tbytes: c.space_total,
-                    fbytes: c.space_free,
-                    abytes: c.space_free,
+                    tbytes: space.total,
+                    fbytes: space.free,
+                    abytes: space.avail,
                     tfiles: c.files_total,
                     ffiles: c.files_free,
                     afiles: c.files_free,

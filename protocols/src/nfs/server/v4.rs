@@ -237,12 +237,14 @@ fn limits(srv: &NfsServer) -> CompoundLimits {
 
 fn fs_info(srv: &NfsServer) -> FsInfo {
     let c = &srv.cfg;
+    let space = c.space.get();
     FsInfo {
         lease_time: c.lease_time_s,
         max_read: c.max_io,
         max_write: c.max_io,
-        space_total: c.space_total,
-        space_free: c.space_free,
+        space_total: space.total,
+        space_free: space.free,
+        space_avail: space.avail,
         files_total: c.files_total,
         files_free: c.files_free,
     }

@@ -1607,10 +1607,13 @@ impl Connection {
                 .encode(&mut out);
                 24
             }
+            // MS-FSCC 2.5.8: AvailableAllocationUnits is what the caller
+            // may use; 2.5.4 gives the caller's share and the volume's.
             fs_info_class::SIZE => {
+                let space = self.cfg.space.get();
                 fscc::FileFsSizeInformation {
-                    total_allocation_units: self.cfg.total_bytes / unit,
-                    available_allocation_units: self.cfg.free_bytes / unit,
+                    total_allocation_units: space.total / unit,
+                    available_allocation_units: space.avail / unit,
                     sectors_per_allocation_unit: 8,
                     bytes_per_sector: 512,
                 }
@@ -1618,10 +1621,11 @@ impl Connection {
                 24
             }
             fs_info_class::FULL_SIZE => {
+                let space = self.cfg.space.get();
                 fscc::FileFsFullSizeInformation {
-                    total_allocation_units: self.cfg.total_bytes / unit,
-                    caller_available_allocation_units: self.cfg.free_bytes / unit,
-                    actual_available_allocation_units: self.cfg.free_bytes / unit,
+                    total_allocation_units: space.total / unit,
+                    caller_available_allocation_units: space.avail / unit,
+                    actual_available_allocation_units: space.free / unit,
                     sectors_per_allocation_unit: 8,
                     bytes_per_sector: 512,
                 }

@@ -71,9 +71,9 @@ pub struct ServerConfig {
     /// Credentials of the guest (anonymous logons on guest shares).
     pub guest_uid: u32,
     pub guest_gid: u32,
-    /// What FileFsSizeInformation reports.
-    pub total_bytes: u64,
-    pub free_bytes: u64,
+    /// What FileFsSizeInformation and FileFsFullSizeInformation report
+    /// (MS-FSCC 2.5.8, 2.5.4): the appliance keeps it current.
+    pub space: Arc<crate::space::Space>,
     /// The local address of this connection, for
     /// FSCTL_QUERY_NETWORK_INTERFACE_INFO; None answers NOT_SUPPORTED.
     pub interface: Option<SocketAddr>,
@@ -111,8 +111,7 @@ impl Default for ServerConfig {
             max_pending: 256,
             guest_uid: 65534,
             guest_gid: 65534,
-            total_bytes: 1 << 40,
-            free_bytes: 1 << 39,
+            space: Arc::new(crate::space::Space::new(1 << 40, 1 << 39, 1 << 39)),
             interface: None,
             link_speed: 10_000_000_000,
             share_modes: Arc::new(ShareModes::new()),

@@ -246,7 +246,6 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     // executor: share modes, byte-range locks (duet_locks).
     let locks = std::sync::Arc::new(duet_locks::LockManager::default());
     let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(locks.clone()));
-    let conns = frontend::ConnTable::new(&cfg.limits);
     for i in 0..executors {
         let plan = FrontendPlan {
             index: i,

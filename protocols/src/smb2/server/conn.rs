@@ -1915,7 +1915,10 @@ impl Connection {
         } else if let Some(k) = &a.sign {
             k.sign_in_place(&mut out);
         }
-        vec![Event::Send(transport(out))]
+        match transport(out) {
+            Some(f) => vec![Event::Send(f)],
+            None => self.close(),
+        }
     }
 
     // ---- IOCTL ---------------------------------------------------------

@@ -41,6 +41,9 @@ portmap = true
 # and locks reclaim them; new ones wait (NFS4ERR_GRACE). It ends as soon as
 # every such client has reclaimed.
 grace_secs = 90
+# NFSv4 lease time, in seconds (5 to 3600): a client that does not renew
+# within it loses its opens and locks once another client conflicts.
+lease_secs = 90
 
 [cache]
 # Size of one write-log segment file, in MiB.
@@ -149,6 +152,9 @@ pub struct ListenerConfig {
     /// NFS only: the NFSv4 grace period after a restart, seconds.
     #[serde(default = "grace_default")]
     pub grace_secs: u32,
+    /// NFS only: the NFSv4 lease time, seconds (RFC 8881 §8.3).
+    #[serde(default = "grace_default")]
+    pub lease_secs: u32,
 }
 
 fn grace_default() -> u32 {
@@ -250,6 +256,7 @@ impl Default for Config {
                 require_signing: false,
                 encrypt: false,
                 grace_secs: grace_default(),
+                lease_secs: grace_default(),
             },
             nfs: ListenerConfig {
                 enabled: true,
@@ -258,6 +265,7 @@ impl Default for Config {
                 require_signing: false,
                 encrypt: false,
                 grace_secs: grace_default(),
+                lease_secs: grace_default(),
             },
             cache: CacheConfig::default(),
             limits: LimitsConfig::default(),
@@ -345,6 +353,9 @@ impl Config {
                 "nfs.require_signing",
                 "require_signing and encrypt are SMB settings ([smb]); NFS has none".into(),
             );
+        }
+        if !(5..=3600).contains(&self.nfs.lease_secs) {
+            return invalid("nfs.lease_secs", format!("{} is outside 5..=3600", self.nfs.lease_secs));
         }
         if !(1..=4096).contains(&self.cache.log_segment_mib) {
             return invalid("cache.log_segment_mib", format!("{} is outside 1..=4096", self.cache.log_segment_mib));

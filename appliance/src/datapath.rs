@@ -721,10 +721,21 @@ impl DataPath {
                     let from = offset.max(*o);
                     let to = end.min(o + l);
                     if from < to {
-                        // Gone from the log means already destaged into the chunk.
-                        if let Some(d) = self.log_read(*lsn, from - o, to - from).await? {
-                            reads += 1;
-                            patch(&mut buf, offset, from, &d);
+                        match self.log_read(*lsn, from - o, to - from).await? {
+                            Some(d) => {
+                                reads += 1;
+                                patch(&mut buf, offset, from, &d);
+                            }
+                            // Gone from the log: the destager wrote it into the
+                            // chunks (synced before the log record is dropped),
+                            // possibly after `buf` was read from them. Records
+                            // destage in order, so the chunks now hold this
+                            // record and every earlier one for the range.
+                            None => {
+                                let (d, r) = self.read_chunks(plan.file, from, to - from).await?;
+                                reads += r;
+                                patch(&mut buf, offset, from, &d);
+                            }
                         }
                     }
                 }

@@ -284,6 +284,8 @@ pub struct FrontendPlan {
     pub conns: Arc<ConnTable>,
     /// NFSv4 grace period after a restart, seconds.
     pub nfs_grace_s: u32,
+    /// NFSv4 lease time, seconds.
+    pub nfs_lease_s: u32,
     /// Where the owners of the NFSv4 clients holding state are kept, for
     /// their reclaims after a restart.
     pub nfs_clients_file: std::path::PathBuf,
@@ -391,6 +393,7 @@ pub async fn run(
             max_opens_per_client: plan.limits.nfs_open_files_per_client,
             max_readdir: plan.limits.nfs_readdir_max,
             grace_s: plan.nfs_grace_s,
+            lease_time_s: plan.nfs_lease_s,
             reclaimers: load_nfs_clients(&plan.nfs_clients_file),
             locks: plan.locks.clone(),
             space: plan.space.clone(),

@@ -117,6 +117,8 @@ fn metrics_parse_and_match_duetctl_stats_after_a_workload() {
     let d = Daemon::start(tmp.path());
     d.ok(&["user", "add", "bench", "--password", "benchpw"]);
     std::thread::sleep(Duration::from_millis(2500));
+    // The harness's readiness probe connected once to each port.
+    let start = stats(&d);
 
     // A failed logon, then SMB: a 100 KiB file (through the write log), a
     // small one, reads, an open of a missing name.
@@ -200,10 +202,11 @@ fn metrics_parse_and_match_duetctl_stats_after_a_workload() {
     let c_after = &after["connections"];
     assert_eq!(get(&m, "duet_connections_accepted_total", &[("protocol", "smb")]), u(&c_after["accepted_smb"]));
     assert_eq!(get(&m, "duet_connections_accepted_total", &[("protocol", "nfs")]), u(&c_after["accepted_nfs"]));
-    // KNOWN BUG (NOTES.md): since the lock-table merge the connection
-    // counters read 0 in both /metrics and `stats`; the absolute checks of
-    // the accepted and open counts are off until it is found.
+    let accepted = |p: &str| u(&c_after[p]) - u(&start["connections"][p]);
+    assert_eq!(accepted("accepted_smb"), 2.0, "the failed logon's and the client's");
+    assert_eq!(accepted("accepted_nfs"), 1.0);
     assert_eq!(get(&m, "duet_connections_open", &[]), u(&c_after["open"]));
+    assert_eq!(u(&c_after["open"]), 2.0, "the SMB and NFS clients are still connected");
     assert_eq!(get(&m, "duet_smb_logon_failures_total", &[]), 1.0);
     assert_eq!(u(&c_after["smb_logon_failures"]), 1.0);
     assert_eq!(get(&m, "duet_limit_hits_total", &[("limit", "connections")]), 0.0);

@@ -5,8 +5,8 @@
 //! a listed test that passes is reported ("xpass") so that the list
 //! shrinks. pynfs-run builds its copy under `$PYNFS_DIR` (default
 //! `/tmp/pynfs-build`) once; it needs python3 with ply
-//! (`scripts/install-deps.sh`). Some tests sleep one or two lease periods
-//! (90 s): the run takes about ten minutes.
+//! (`scripts/install-deps.sh`). Some tests sleep one or two lease periods,
+//! so the daemon runs with a 15 s lease (`[nfs] lease_secs`).
 
 mod common;
 
@@ -46,7 +46,9 @@ fn pynfs_nfs41_all() {
     let tmp = tempfile::tempdir().unwrap();
     // The default share `public` is exported to everyone (root squashed:
     // pynfs sends uid 0, which works as nobody in the world-writable root).
-    let mut d = Daemon::start(tmp.path());
+    // A short lease: pynfs tests that wait out a lease (courtesy, expiry)
+    // sleep its multiples, and 90 s ones made the run take ten minutes.
+    let mut d = Daemon::start_config(tmp.path(), "", "portmap = false\nlease_secs = 15");
     let t0 = Instant::now();
     let out = Command::new("bash")
         .arg(&harness)

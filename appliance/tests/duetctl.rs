@@ -7,23 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn duetctl() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let bin = root.join("target/debug/duetctl");
-    if !bin.exists() {
-        let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "-p", "duet-ctl"])
-            .current_dir(&root)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-    bin
-}
+mod common;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use common::{duetctl, free_port, statvfs};
 
 struct Daemon {
     child: Child,
@@ -237,19 +223,6 @@ fn duetctl_drives_every_command_against_duetd() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "{status:?}");
-}
-
-/// (total, free, available) bytes of the volume holding `path`.
-fn statvfs(path: &Path) -> (u64, u64, u64) {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: statvfs with a NUL-terminated path and a local out struct.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        assert_eq!(libc::statvfs(c.as_ptr(), &mut st), 0);
-        let u = st.f_frsize as u64;
-        (st.f_blocks as u64 * u, st.f_bfree as u64 * u, st.f_bavail as u64 * u)
-    }
 }
 
 #[test]

@@ -17,12 +17,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use clients::*;
-use common::Daemon;
+use common::{statvfs, Daemon};
 use duet_protocols::nfs::nfs3::*;
 use duet_protocols::nfs::xdr::Opaque;
 use duet_protocols::smb2::status::NtStatus;
@@ -240,19 +239,6 @@ fn metrics_parse_and_match_duetctl_stats_after_a_workload() {
     assert_eq!(http(&d.admin, "POST", "/metrics").0, 405);
     assert_eq!(http(&d.admin, "GET", "/v1/stats").0, 401);
     assert!(u(&stats(&d)["connections"]["admin_auth_failures"]) >= 1.0);
-}
-
-/// (total, free, available) bytes of the volume holding `path`.
-fn statvfs(path: &Path) -> (u64, u64, u64) {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
-    // SAFETY: statvfs with a NUL-terminated path and a local out struct.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        assert_eq!(libc::statvfs(c.as_ptr(), &mut st), 0);
-        let u = st.f_frsize as u64;
-        (st.f_blocks as u64 * u, st.f_bfree as u64 * u, st.f_bavail as u64 * u)
-    }
 }
 
 /// Free space moves while the daemon runs (its own RocksDB and write

@@ -37,15 +37,14 @@ impl Drop for Kill {
     }
 }
 
-#[test]
-fn smbtorture_tier_a() {
-    let harness = root().join("../shared/conformance/smbtorture-run");
-    let list = root().join("../shared/conformance/smb2-tier-a.txt");
-    assert!(
-        harness.exists() && list.exists(),
-        "the conformance harness is missing: {} (CI clones shared/ beside the repository)",
-        harness.display()
-    );
+/// A real duetd serving SMB only, with user `bench`/`benchpw`.
+struct Served {
+    smb: u16,
+    _daemon: Kill,
+    _dir: tempfile::TempDir,
+}
+
+fn serve() -> Served {
     let dir = tempfile::tempdir().unwrap();
     let (admin, smb) = (free_port(), free_port());
     let config = dir.path().join("duetd.toml");
@@ -58,7 +57,7 @@ fn smbtorture_tier_a() {
         ),
     )
     .unwrap();
-    let _daemon = Kill(
+    let daemon = Kill(
         Command::new(env!("CARGO_BIN_EXE_duetd"))
             .args(["--config", config.to_str().unwrap()])
             .stdout(Stdio::null())
@@ -77,40 +76,61 @@ fn smbtorture_tier_a() {
     assert!(ctl.status.success(), "user add: {}", String::from_utf8_lossy(&ctl.stderr));
     // Users reach the SMB executors with the next catalog refresh (1 s).
     std::thread::sleep(Duration::from_millis(1500));
-    // A test smbtorture skips (the server lacks what it needs) has not
-    // passed: the harness counts it apart, and every skip must be listed in
-    // the known-failures file with its reason, like a failure.
-    let run = |list: &Path, known: Option<PathBuf>| {
-        let mut cmd = Command::new("bash");
-        cmd.arg(&harness).arg(list).arg("//127.0.0.1/public").arg(smb.to_string()).arg("bench%benchpw");
-        let listed = known.as_ref().map(|k| known_names(k)).unwrap_or_default();
-        if let Some(k) = known {
-            cmd.env("KNOWN_FAILURES", k);
-        }
-        let out = cmd.output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        println!("{text}{}", String::from_utf8_lossy(&out.stderr));
-        let summary = text
-            .lines()
-            .rev()
-            .find(|l| l.ends_with(" failed") && l.contains(" passed, "))
-            .expect("the harness printed its summary")
-            .to_string();
-        let passed: usize = summary.split_whitespace().next().unwrap().parse().unwrap();
-        let skipped: Vec<String> =
-            text.lines().filter_map(|l| l.strip_prefix("skip  ")).map(|l| l.split_whitespace().next().unwrap().to_string()).collect();
-        let unlisted: Vec<&String> = skipped.iter().filter(|t| !listed.contains(t)).collect();
-        assert!(out.status.success(), "{}: tests failed that are not known failures: {summary}", list.display());
-        assert!(unlisted.is_empty(), "{}: skipped, not passed, and not in the known-failures list: {unlisted:?}", list.display());
-        (passed, skipped.len())
-    };
+    Served { smb, _daemon: daemon, _dir: dir }
+}
+
+fn harness() -> PathBuf {
+    let harness = root().join("../shared/conformance/smbtorture-run");
+    assert!(
+        harness.exists(),
+        "the conformance harness is missing: {} (CI clones shared/ beside the repository)",
+        harness.display()
+    );
+    harness
+}
+
+/// Runs the tests of `list` one by one against `s`; returns how many
+/// passed and how many were skipped. Fails when a test not in `known`
+/// fails, or is skipped: a test smbtorture skips (the server lacks what
+/// it needs) has not passed, so every skip must be listed with its
+/// reason, like a failure.
+fn run(s: &Served, list: &Path, known: Option<&Path>) -> (usize, usize) {
+    let mut cmd = Command::new("bash");
+    cmd.arg(harness()).arg(list).arg("//127.0.0.1/public").arg(s.smb.to_string()).arg("bench%benchpw");
+    let listed = known.map(known_names).unwrap_or_default();
+    if let Some(k) = known {
+        cmd.env("KNOWN_FAILURES", k);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    let summary = text
+        .lines()
+        .rev()
+        .find(|l| l.ends_with(" failed") && l.contains(" passed, "))
+        .expect("the harness printed its summary")
+        .to_string();
+    let passed: usize = summary.split_whitespace().next().unwrap().parse().unwrap();
+    let skipped: Vec<String> =
+        text.lines().filter_map(|l| l.strip_prefix("skip  ")).map(|l| l.split_whitespace().next().unwrap().to_string()).collect();
+    let unlisted: Vec<&String> = skipped.iter().filter(|t| !listed.contains(t)).collect();
+    assert!(out.status.success(), "{}: tests failed that are not known failures: {summary}", list.display());
+    assert!(unlisted.is_empty(), "{}: skipped, not passed, and not in the known-failures list: {unlisted:?}", list.display());
+    (passed, skipped.len())
+}
+
+#[test]
+fn smbtorture_tier_a() {
+    let list = root().join("../shared/conformance/smb2-tier-a.txt");
+    assert!(list.exists(), "the tier-A list is missing: {}", list.display());
+    let s = serve();
     // Server-side copy (FSCTL_SRV_REQUEST_RESUME_KEY, FSCTL_SRV_COPYCHUNK
     // and _WRITE): the copy-chunk tests of tier B, every one must pass.
     let copychunk = root().join("conformance/smb2-tier-b-copychunk.txt");
     let n = std::fs::read_to_string(&copychunk).unwrap().lines().filter(|l| !l.trim().is_empty()).count();
-    assert_eq!(run(&copychunk, None), (n, 0), "every copy-chunk test passes (none skipped)");
+    assert_eq!(run(&s, &copychunk, None), (n, 0), "every copy-chunk test passes (none skipped)");
     let known_file = root().join("conformance/smb2-tier-a.known-failures");
-    let (passed, skipped) = run(&list, Some(known_file.clone()));
+    let (passed, skipped) = run(&s, &list, Some(&known_file));
     let known = known_names(&known_file).len();
     println!("tier A: {passed} passed, {skipped} skipped, {known} listed as known failures or skips");
     assert!(passed >= 73 - known, "only {passed} of 73 tier-A tests passed");
@@ -129,62 +149,13 @@ fn known_names(file: &Path) -> Vec<String> {
 /// The tier-B byte-range lock tests (`conformance/smb2-tier-b-lock.txt`,
 /// the `smb2.lock` lines of `../shared/conformance/smb2-tier-b.txt`):
 /// every test not in `conformance/smb2-tier-b-lock.known-failures` must
-/// pass (18 of 25 when the list was made; 7 before the shared lock table).
-/// About 30 s.
+/// pass (18 of 25 when the list was made; 7 before the shared lock table),
+/// and a skip counts as a failure unless listed. About 30 s.
 #[test]
 fn smbtorture_tier_b_lock() {
-    let harness = root().join("../shared/conformance/smbtorture-run");
-    assert!(harness.exists(), "the conformance harness is missing: {}", harness.display());
-    let dir = tempfile::tempdir().unwrap();
-    let (admin, smb) = (free_port(), free_port());
-    let config = dir.path().join("duetd.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "data_dir = {:?}\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
-             [smb]\nlisten = \"127.0.0.1:{smb}\"\n[nfs]\nenabled = false\nlisten = \"127.0.0.1:0\"\nportmap = false\n",
-            dir.path().join("data")
-        ),
-    )
-    .unwrap();
-    let _daemon = Kill(
-        Command::new(env!("CARGO_BIN_EXE_duetd"))
-            .args(["--config", config.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_port(&format!("127.0.0.1:{admin}"));
-    wait_port(&format!("127.0.0.1:{smb}"));
-    let ctl = Command::new(root().join("target/debug/duetctl"))
-        .args(["--addr", &format!("127.0.0.1:{admin}")])
-        .args(["--data-dir", dir.path().join("data").to_str().unwrap()])
-        .args(["user", "add", "bench", "--password", "benchpw"])
-        .output()
-        .expect("duetctl runs (cargo test builds it with the workspace)");
-    assert!(ctl.status.success(), "user add: {}", String::from_utf8_lossy(&ctl.stderr));
-    std::thread::sleep(Duration::from_millis(1500));
+    let s = serve();
     let list = root().join("conformance/smb2-tier-b-lock.txt");
     let known = root().join("conformance/smb2-tier-b-lock.known-failures");
-    let out = Command::new("bash")
-        .arg(&harness)
-        .arg(&list)
-        .arg("//127.0.0.1/public")
-        .arg(smb.to_string())
-        .arg("bench%benchpw")
-        .env("KNOWN_FAILURES", &known)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    println!("{text}{}", String::from_utf8_lossy(&out.stderr));
-    let summary = text
-        .lines()
-        .rev()
-        .find(|l| l.ends_with(" failed") && l.contains(" passed, "))
-        .expect("the harness printed its summary")
-        .to_string();
-    assert!(out.status.success(), "smb2.lock tests failed that are not known failures: {summary}");
-    let passed: usize = summary.split_whitespace().next().unwrap().parse().unwrap();
+    let (passed, _) = run(&s, &list, Some(&known));
     assert!(passed >= 18, "only {passed} of the 25 smb2.lock tests passed");
 }

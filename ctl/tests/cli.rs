@@ -432,13 +432,18 @@ fn share_modify_sends_only_the_changes() {
     let o = run(&f, &["share", "modify", "nope", "--read-write"]);
     assert_eq!(code(&o), 3);
     // Nothing to change, or a bad value: refused before the daemon.
-    let g = fake(vec![]);
-    for args in [
-        &["share", "modify", "media"][..],
+    refused_before_the_daemon(&[
+        &["share", "modify", "media"],
         &["share", "modify", "media", "--nfs-clients", "10.0.0.0/40"],
         &["share", "modify", "media", "--protocols", "afp"],
         &["share", "modify", "media", "--read-only", "--read-write"],
-    ] {
+    ]);
+}
+
+/// Each command line is a usage error (exit 2) and sends no request.
+fn refused_before_the_daemon(lines: &[&[&str]]) {
+    let g = fake(vec![]);
+    for args in lines {
         assert_eq!(code(&run(&g, args)), 2, "{args:?}");
     }
     g.no_request();
@@ -457,15 +462,11 @@ fn user_modify_uid_gid_and_enable() {
     let o = run(&f, &["user", "modify", "bob", "--enable"]);
     assert_eq!(code(&o), 0);
     assert_eq!(json(&f.request()), serde_json::json!({"enabled": true}));
-    let g = fake(vec![]);
-    for args in [
-        &["user", "modify", "bob"][..],
+    refused_before_the_daemon(&[
+        &["user", "modify", "bob"],
         &["user", "modify", "bob", "--enable", "--disable"],
         &["user", "modify", "bob", "--uid", "4294967295"],
-    ] {
-        assert_eq!(code(&run(&g, args)), 2, "{args:?}");
-    }
-    g.no_request();
+    ]);
 }
 
 #[test]

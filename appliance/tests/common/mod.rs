@@ -222,3 +222,16 @@ impl Drop for Daemon {
         let _ = self.child.wait();
     }
 }
+
+/// (total, free, available) bytes of the volume holding `path`.
+pub fn statvfs(path: &Path) -> (u64, u64, u64) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: statvfs with a NUL-terminated path and a local out struct.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(c.as_ptr(), &mut st), 0);
+        let u = st.f_frsize as u64;
+        (st.f_blocks as u64 * u, st.f_bfree as u64 * u, st.f_bavail as u64 * u)
+    }
+}

@@ -4,6 +4,7 @@
 //! | method | path                         | request        | success          |
 //! |--------|------------------------------|----------------|------------------|
 //! | GET    | /v1/status                   | Status         | 200 StatusInfo   |
+//! | GET    | /v1/cluster                  | Cluster        | 200 ClusterStatus|
 //! | GET    | /v1/shares                   | ShareList      | 200 [Share]      |
 //! | POST   | /v1/shares                   | ShareAdd       | 201 Share        |
 //! | GET    | /v1/shares/{name}            | ShareShow      | 200 Share        |
@@ -40,6 +41,8 @@ use crate::types::*;
 #[derive(Clone, PartialEq, Eq)]
 pub enum AdminRequest {
     Status,
+    /// The raft group: leader, term, voters, nodes.
+    Cluster,
     ShareList,
     ShareShow(String),
     ShareAdd(Share),
@@ -64,6 +67,7 @@ impl fmt::Debug for AdminRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AdminRequest::Status => f.write_str("Status"),
+            AdminRequest::Cluster => f.write_str("Cluster"),
             AdminRequest::ShareList => f.write_str("ShareList"),
             AdminRequest::ShareShow(n) => f.debug_tuple("ShareShow").field(n).finish(),
             AdminRequest::ShareAdd(s) => f.debug_tuple("ShareAdd").field(s).finish(),
@@ -128,6 +132,7 @@ impl AdminRequest {
             }
             AdminRequest::Fault(s) => s.validate(),
             AdminRequest::Status
+            | AdminRequest::Cluster
             | AdminRequest::ShareList
             | AdminRequest::UserList
             | AdminRequest::Stats
@@ -141,6 +146,7 @@ impl AdminRequest {
         let seg = |s: &str| percent_encode(s);
         match self {
             AdminRequest::Status => ("GET", "/v1/status".into()),
+            AdminRequest::Cluster => ("GET", "/v1/cluster".into()),
             AdminRequest::ShareList => ("GET", "/v1/shares".into()),
             AdminRequest::ShareShow(n) => ("GET", format!("/v1/shares/{}", seg(n))),
             AdminRequest::ShareAdd(_) => ("POST", "/v1/shares".into()),
@@ -204,6 +210,8 @@ impl AdminRequest {
 pub enum AdminResponse {
     /// 200, GET /v1/status.
     Status(StatusInfo),
+    /// 200, GET /v1/cluster.
+    Cluster(ClusterStatus),
     /// 200, GET /v1/shares.
     Shares(Vec<Share>),
     /// 200, GET /v1/shares/{name}.
@@ -239,6 +247,7 @@ impl AdminResponse {
     pub fn body(&self) -> Option<Vec<u8>> {
         Some(match self {
             AdminResponse::Status(s) => to_json(s),
+            AdminResponse::Cluster(c) => to_json(c),
             AdminResponse::Shares(s) => to_json(s),
             AdminResponse::Share(s) | AdminResponse::ShareCreated(s) => to_json(s),
             AdminResponse::Users(u) => to_json(u),
@@ -296,6 +305,10 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
     let r = match segs.as_slice() {
         ["status"] => match m {
             "GET" => AdminRequest::Status,
+            _ => return Err(wrong_method("GET")),
+        },
+        ["cluster"] => match m {
+            "GET" => AdminRequest::Cluster,
             _ => return Err(wrong_method("GET")),
         },
         ["shares"] => match m {
@@ -386,6 +399,7 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
     };
     Ok(match req {
         AdminRequest::Status => AdminResponse::Status(body(resp)?),
+        AdminRequest::Cluster => AdminResponse::Cluster(body(resp)?),
         AdminRequest::ShareList => AdminResponse::Shares(body(resp)?),
         AdminRequest::ShareShow(_) | AdminRequest::ShareModify { .. } => AdminResponse::Share(body(resp)?),
         AdminRequest::UserModify { .. } => AdminResponse::User(body(resp)?),
@@ -563,6 +577,7 @@ mod tests {
         share.nfs.append_extension = true;
         vec![
             AdminRequest::Status,
+            AdminRequest::Cluster,
             AdminRequest::ShareList,
             AdminRequest::ShareShow("media".into()),
             AdminRequest::ShareAdd(share),
@@ -621,6 +636,8 @@ mod tests {
             route(&req("GET", "/v1/stats", "")).unwrap(),
             AdminRequest::Stats
         );
+        assert_eq!(route(&req("GET", "/v1/cluster", "")).unwrap(), AdminRequest::Cluster);
+        assert_eq!(route(&req("POST", "/v1/cluster", "")).unwrap_err().code, codes::METHOD_NOT_ALLOWED);
         assert_eq!(
             route(&req("POST", "/v1/fsck", "")).unwrap(),
             AdminRequest::Fsck
@@ -820,6 +837,16 @@ mod tests {
         };
         let cases = vec![
             (AdminRequest::Status, AdminResponse::Status(status), 200),
+            (
+                AdminRequest::Cluster,
+                AdminResponse::Cluster(ClusterStatus {
+                    leader: None,
+                    term: 4,
+                    voters: vec![1],
+                    nodes: vec![ClusterNode { id: 1, addr: "127.0.0.1:7446".into(), applied: 9, healthy: true }],
+                }),
+                200,
+            ),
             (
                 AdminRequest::ShareList,
                 AdminResponse::Shares(vec![Share::new("a", "/a")]),

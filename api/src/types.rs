@@ -614,6 +614,47 @@ impl StatusInfo {
     }
 }
 
+/// Body of GET /v1/cluster: the metadata raft group as this node sees it
+/// (`duetctl cluster status`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The leader's id; null while there is none (an election).
+    pub leader: Option<u64>,
+    /// The raft term this node is in.
+    pub term: u64,
+    /// The voters of raft's current configuration, ascending.
+    pub voters: Vec<u64>,
+    /// The nodes this node has figures for (today: itself).
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One node of [`ClusterStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ClusterNode {
+    pub id: u64,
+    /// Its cluster address (`[cluster] peers` entry, or `[cluster] listen`).
+    pub addr: String,
+    /// The last raft index its state machine applied.
+    pub applied: u64,
+    /// Whether it serves: reachable and its metadata store not FAILED.
+    pub healthy: bool,
+}
+
+impl ClusterStatus {
+    /// Why the cluster is unhealthy, if it is (what `duetctl cluster
+    /// status` exits non-zero for).
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.leader.is_none() {
+            p.push(format!("no leader in term {} (an election is on, or no majority of voters is up)", self.term));
+        }
+        for n in self.nodes.iter().filter(|n| !n.healthy) {
+            p.push(format!("node {} ({}) is unhealthy", n.id, n.addr));
+        }
+        p
+    }
+}
+
 /// The data volume's capacity as clients see it: statvfs of the data
 /// directory, with `[limits] disk_reserve_mib` taken off the free and
 /// available space (SMB FS_SIZE/FS_FULL_SIZE information, NFS FSSTAT and
@@ -933,6 +974,26 @@ mod tests {
                 s
             );
         }
+    }
+
+    #[test]
+    fn cluster_status_json_shape() {
+        let c = ClusterStatus {
+            leader: Some(1),
+            term: 3,
+            voters: vec![1],
+            nodes: vec![ClusterNode { id: 1, addr: "127.0.0.11:7446".into(), applied: 812, healthy: true }],
+        };
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"leader": 1, "term": 3, "voters": [1],
+                "nodes": [{"id": 1, "addr": "127.0.0.11:7446", "applied": 812, "healthy": true}]})
+        );
+        assert!(c.problems().is_empty());
+        let none = ClusterStatus { leader: None, nodes: vec![ClusterNode { healthy: false, ..c.nodes[0].clone() }], ..c };
+        assert_eq!(serde_json::to_value(&none).unwrap()["leader"], serde_json::Value::Null);
+        assert_eq!(none.problems().len(), 2, "{:?}", none.problems());
     }
 
     #[test]

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use duet_admin_api::http::{Parsed, RequestParser};
 use duet_admin_api::{
-    credentials, encode_response, route, AdminRequest, AdminResponse, ApiError, ConnectionStats, Credentials, ErrorCount, FsckReport,
+    credentials, encode_response, route, AdminRequest, AdminResponse, ApiError, ClusterNode, ClusterStatus, ConnectionStats, Credentials,
+    ErrorCount, FsckReport,
     ListenerInfo, NewUser, NfsExportRules, Protocol, RaftInfo, RequestStats, Share, Stats, StatusInfo, UserInfo,
 };
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
@@ -28,6 +29,8 @@ pub struct NodeInfo {
     pub data_dir: String,
     pub listeners: std::sync::Arc<std::sync::Mutex<Vec<ListenerInfo>>>,
     pub started: Instant,
+    /// This node's cluster address (`config::ClusterPlan::addr`).
+    pub cluster_addr: String,
 }
 
 pub struct Admin {
@@ -330,6 +333,7 @@ impl Admin {
                     capacity: Some(self.capacity()),
                 }))
             }
+            AdminRequest::Cluster => self.cluster().await.map(AdminResponse::Cluster),
             AdminRequest::Fault(spec) => {
                 if !self.fault_injection {
                     return Err(ApiError::forbidden(
@@ -433,6 +437,26 @@ impl Admin {
                 Ok(AdminResponse::Fsck(FsckReport { nodes: r.nodes, edges: r.edges, chunks: r.chunks, problems: r.problems }))
             }
         }
+    }
+
+    /// `GET /v1/cluster`: the raft group from this node's raft state. The
+    /// only node with figures is this one: figures of other nodes would
+    /// come over the cluster transport, which is not built yet (and a
+    /// multi-node `[cluster]` is refused at start).
+    async fn cluster(&self) -> Result<ClusterStatus, ApiError> {
+        let QueryAnswer::Raft(raft) = self.query(Query::RaftStatus).await? else { return Err(internal("raft")) };
+        let me = ClusterNode {
+            id: raft.node_id,
+            addr: self.node.cluster_addr.clone(),
+            applied: raft.applied_index,
+            healthy: !self.engine.store.failed(),
+        };
+        Ok(ClusterStatus {
+            leader: (raft.leader_id != 0).then_some(raft.leader_id),
+            term: raft.term,
+            voters: raft.voters,
+            nodes: vec![me],
+        })
     }
 
     fn stats(&self) -> Stats {

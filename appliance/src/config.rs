@@ -96,6 +96,22 @@ nfs_readdir_max = 1048576
 # 0 turns the check off.
 disk_reserve_mib = 256
 
+[cluster]
+# The metadata raft group (docs/cluster.md). Without `peers`, or with a
+# list of this node alone, duetd is a single node: a one-voter group that
+# makes no network traffic.
+# Address:port of the raft transport between nodes.
+listen = "0.0.0.0:7446"
+# The voters, as "ID@ADDRESS:PORT", the same list on every node; node_id
+# must be one of the ids. Example:
+#   peers = ["1@127.0.0.11:7446", "2@127.0.0.12:7446", "3@127.0.0.13:7446"]
+# NOTE: this version serves single nodes only; a list of more than one
+# node is refused at start (the transport between nodes is not built yet).
+peers = []
+# File holding the cluster secret (at least 32 bytes, the same content on
+# every node) that authenticates nodes to each other. Required when
+# `peers` names more than one node. Example: secret_file = "/etc/duet/cluster.secret"
+
 [log]
 # tracing env-filter syntax; RUST_LOG overrides it.
 filter = "info"
@@ -123,6 +139,7 @@ pub struct Config {
     pub nfs: ListenerConfig,
     pub cache: CacheConfig,
     pub limits: LimitsConfig,
+    pub cluster: ClusterConfig,
     pub log: LogConfig,
     pub testing: TestingConfig,
     pub default_share: DefaultShare,
@@ -222,6 +239,71 @@ impl LimitsConfig {
     }
 }
 
+/// `[cluster]`: the metadata raft group (docs/cluster.md).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Address:port of the raft transport between nodes.
+    pub listen: String,
+    /// The voters, `ID@ADDRESS:PORT`, the same list on every node.
+    pub peers: Vec<String>,
+    /// The cluster secret's file (required with more than one peer).
+    pub secret_file: Option<PathBuf>,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig { listen: CLUSTER_LISTEN_DEFAULT.into(), peers: Vec::new(), secret_file: None }
+    }
+}
+
+/// `[cluster] listen`'s default.
+pub const CLUSTER_LISTEN_DEFAULT: &str = "0.0.0.0:7446";
+/// The shortest cluster secret accepted, in bytes.
+pub const CLUSTER_SECRET_MIN: usize = 32;
+
+/// One voter of `[cluster] peers`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub id: u64,
+    pub addr: SocketAddr,
+}
+
+impl Peer {
+    /// Parses `ID@ADDRESS:PORT` (ID at least 1).
+    pub fn parse(s: &str) -> Result<Peer, String> {
+        let (id, addr) = s
+            .split_once('@')
+            .ok_or_else(|| format!("{s:?} is not ID@ADDRESS:PORT such as \"1@127.0.0.11:7446\""))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: the id {id:?} is not a number (ID@ADDRESS:PORT)"))?;
+        if id == 0 {
+            return Err(format!("{s:?}: ids start at 1 (raft ids)"));
+        }
+        let addr: SocketAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: {addr:?} is not an address:port such as 127.0.0.11:7446"))?;
+        Ok(Peer { id, addr })
+    }
+}
+
+/// What `[cluster]` makes of this node, once the secret file was read
+/// ([`Config::cluster_plan`]).
+#[derive(Clone, Debug)]
+pub struct ClusterPlan {
+    pub node_id: u64,
+    /// The voters (this node alone without `peers`).
+    pub voters: Vec<Peer>,
+    /// The address this node is known by in the cluster: its own entry of
+    /// `peers`, or `listen` without one.
+    pub addr: String,
+    /// The cluster secret (read from `secret_file`), if one is configured.
+    pub secret: Option<Vec<u8>>,
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
@@ -269,6 +351,7 @@ impl Default for Config {
             },
             cache: CacheConfig::default(),
             limits: LimitsConfig::default(),
+            cluster: ClusterConfig::default(),
             log: LogConfig::default(),
             testing: TestingConfig::default(),
             default_share: DefaultShare::default(),
@@ -386,6 +469,7 @@ impl Config {
                 return invalid(key, format!("{v} is outside {lo}..={hi}"));
             }
         }
+        self.validate_cluster()?;
         if let Err(e) = duet_admin_api::validate_share_name(&self.default_share.name) {
             return invalid("default_share.name", e.message);
         }
@@ -393,6 +477,111 @@ impl Config {
             return invalid("default_share.path", e.message);
         }
         Ok(())
+    }
+
+    /// `[cluster]` without reading anything: the address, the peers (each
+    /// `ID@ADDR`, ids unique and at least 1, addresses unique, `node_id`
+    /// among them), and a `secret_file` when there is more than one peer.
+    fn validate_cluster(&self) -> Result<(), ConfigError> {
+        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
+        let c = &self.cluster;
+        if c.listen.parse::<SocketAddr>().is_err() {
+            return invalid("cluster.listen", format!("{:?} is not an address:port such as 0.0.0.0:7446", c.listen));
+        }
+        let mut peers: Vec<Peer> = Vec::with_capacity(c.peers.len());
+        for text in &c.peers {
+            let p = Peer::parse(text).map_err(|message| ConfigError::Invalid { key: "cluster.peers", message })?;
+            if peers.iter().any(|q| q.id == p.id) {
+                return invalid("cluster.peers", format!("the id {} is listed twice", p.id));
+            }
+            if peers.iter().any(|q| q.addr == p.addr) {
+                return invalid("cluster.peers", format!("the address {} is listed twice", p.addr));
+            }
+            peers.push(p);
+        }
+        if !peers.is_empty() && !peers.iter().any(|p| p.id == self.node_id) {
+            let ids: Vec<String> = peers.iter().map(|p| p.id.to_string()).collect();
+            return invalid(
+                "cluster.peers",
+                format!("this node's node_id {} is not among the peers' ids ({})", self.node_id, ids.join(", ")),
+            );
+        }
+        if let Some(f) = &c.secret_file {
+            if f.as_os_str().is_empty() {
+                return invalid("cluster.secret_file", "must not be empty (leave the key out for none)".into());
+            }
+        } else if peers.len() > 1 {
+            return invalid(
+                "cluster.secret_file",
+                format!(
+                    "a cluster of {} nodes needs a secret_file: a file of at least {CLUSTER_SECRET_MIN} bytes, \
+                     the same on every node, that authenticates the nodes to each other",
+                    peers.len()
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The cluster this node belongs to, with the secret read from
+    /// `[cluster] secret_file` (a file that is missing, unreadable or
+    /// shorter than [`CLUSTER_SECRET_MIN`] bytes is refused, key named).
+    ///
+    /// A group of more than one voter is refused too: the raft transport
+    /// between processes is not built yet, and such a node must not run
+    /// as a single node of its own (it would diverge from the others).
+    /// Call after [`Config::validate`].
+    pub fn cluster_plan(&self) -> Result<ClusterPlan, ConfigError> {
+        self.validate_cluster()?;
+        let c = &self.cluster;
+        let mut voters = Vec::with_capacity(c.peers.len());
+        for text in &c.peers {
+            voters.push(Peer::parse(text).map_err(|message| ConfigError::Invalid { key: "cluster.peers", message })?);
+        }
+        let secret = match &c.secret_file {
+            None => None,
+            Some(path) => {
+                let bytes = std::fs::read(path).map_err(|e| ConfigError::Invalid {
+                    key: "cluster.secret_file",
+                    message: format!("cannot read {}: {e}", path.display()),
+                })?;
+                if bytes.len() < CLUSTER_SECRET_MIN {
+                    return Err(ConfigError::Invalid {
+                        key: "cluster.secret_file",
+                        message: format!(
+                            "{} holds {} bytes; a cluster secret needs at least {CLUSTER_SECRET_MIN} \
+                             (e.g. head -c 32 /dev/urandom > {})",
+                            path.display(),
+                            bytes.len(),
+                            path.display()
+                        ),
+                    });
+                }
+                Some(bytes)
+            }
+        };
+        if voters.len() > 1 {
+            let list: Vec<String> = voters.iter().map(|p| format!("{}@{}", p.id, p.addr)).collect();
+            return Err(ConfigError::Invalid {
+                key: "cluster.peers",
+                message: format!(
+                    "multi-node clusters are not served yet: this version has no raft transport between \
+                     nodes, so a group of {} voters ({}) cannot form; list only this node \
+                     (\"{}@ADDRESS:PORT\") or leave peers out to run a single node",
+                    voters.len(),
+                    list.join(", "),
+                    self.node_id
+                ),
+            });
+        }
+        let addr = voters.iter().find(|p| p.id == self.node_id).map(|p| p.addr.to_string()).unwrap_or_else(|| c.listen.clone());
+        if voters.is_empty() {
+            // validate_cluster checked it parses
+            if let Ok(addr) = c.listen.parse() {
+                voters.push(Peer { id: self.node_id, addr });
+            }
+        }
+        Ok(ClusterPlan { node_id: self.node_id, voters, addr, secret })
     }
 
     pub fn executors(&self) -> usize {
@@ -422,6 +611,7 @@ mod tests {
         assert_eq!(c.smb.listen, d.smb.listen);
         assert_eq!(c.cache.log_segment_mib, d.cache.log_segment_mib);
         assert_eq!(c.limits, d.limits, "DEFAULT_CONFIG documents every limit's default");
+        assert_eq!(c.cluster, d.cluster, "DEFAULT_CONFIG documents [cluster]'s defaults");
         assert_eq!(c.default_share.name, "public");
         assert!(!c.testing.fault_injection && !d.testing.fault_injection);
     }
@@ -448,5 +638,78 @@ mod tests {
         assert!(e.contains("limits.smb_message_max"), "{e}");
         let e = Config::parse("[default_share]\nname = \"a b\"", "t").unwrap_err().to_string();
         assert!(e.contains("default_share.name"), "{e}");
+    }
+
+    fn key_of(text: &str) -> String {
+        match Config::parse(text, "t") {
+            Err(ConfigError::Invalid { key, message }) => format!("{key}: {message}"),
+            Err(e) => panic!("{text}: not a key error: {e}"),
+            Ok(c) => match c.cluster_plan() {
+                Err(ConfigError::Invalid { key, message }) => format!("{key}: {message}"),
+                Err(e) => panic!("{text}: not a key error: {e}"),
+                Ok(_) => "ok".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn peers_are_parsed_and_checked() {
+        assert_eq!(Peer::parse("3@127.0.0.13:7446").unwrap(), Peer { id: 3, addr: "127.0.0.13:7446".parse().unwrap() });
+        assert_eq!(Peer::parse("12@[::1]:7000").unwrap().id, 12);
+        for bad in ["", "1", "@127.0.0.1:1", "0@127.0.0.1:1", "x@127.0.0.1:1", "1@127.0.0.1", "1@host:1", "-1@127.0.0.1:1"] {
+            assert!(Peer::parse(bad).is_err(), "{bad:?}");
+        }
+        let e = key_of("[cluster]\npeers = [\"1@127.0.0.1\"]");
+        assert!(e.starts_with("cluster.peers: "), "{e}");
+        let e = key_of("[cluster]\npeers = [\"0@127.0.0.1:1\"]");
+        assert!(e.starts_with("cluster.peers: ") && e.contains("start at 1"), "{e}");
+        let e = key_of("[cluster]\npeers = [\"1@127.0.0.1:1\", \"1@127.0.0.2:1\"]\nsecret_file = \"/x\"");
+        assert!(e.starts_with("cluster.peers: ") && e.contains("id 1 is listed twice"), "{e}");
+        let e = key_of("[cluster]\npeers = [\"1@127.0.0.1:1\", \"2@127.0.0.1:1\"]\nsecret_file = \"/x\"");
+        assert!(e.starts_with("cluster.peers: ") && e.contains("listed twice"), "{e}");
+        let e = key_of("node_id = 4\n[cluster]\npeers = [\"1@127.0.0.1:1\"]");
+        assert!(e.starts_with("cluster.peers: ") && e.contains("node_id 4"), "{e}");
+        let e = key_of("[cluster]\nlisten = \"7446\"");
+        assert!(e.starts_with("cluster.listen: "), "{e}");
+        let e = key_of("[cluster]\npeers = [\"1@127.0.0.1:1\", \"2@127.0.0.2:1\"]");
+        assert!(e.starts_with("cluster.secret_file: ") && e.contains("2 nodes"), "{e}");
+        let e = key_of("[cluster]\nsecret_file = \"\"");
+        assert!(e.starts_with("cluster.secret_file: "), "{e}");
+        let e = Config::parse("[cluster]\nsecrets = 1", "t").unwrap_err().to_string();
+        assert!(e.contains("unknown field"), "{e}");
+    }
+
+    #[test]
+    fn single_node_plans_and_multi_node_refusal() {
+        let dir = std::env::temp_dir().join(format!("duet-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.secret");
+        std::fs::write(&good, [7u8; 32]).unwrap();
+        let short = dir.join("short.secret");
+        std::fs::write(&short, [7u8; 31]).unwrap();
+        // No [cluster]: one voter, this node, at the listen address.
+        let p = Config::parse("node_id = 5", "t").unwrap().cluster_plan().unwrap();
+        assert_eq!(p.voters, vec![Peer { id: 5, addr: CLUSTER_LISTEN_DEFAULT.parse().unwrap() }]);
+        assert_eq!(p.addr, CLUSTER_LISTEN_DEFAULT);
+        assert!(p.secret.is_none());
+        // A list of this node alone: its own entry's address.
+        let p = Config::parse("node_id = 2\n[cluster]\npeers = [\"2@127.0.0.12:7446\"]", "t").unwrap().cluster_plan().unwrap();
+        assert_eq!(p.addr, "127.0.0.12:7446");
+        assert_eq!(p.voters.len(), 1);
+        // A secret is read and checked even for one node.
+        let text = format!("[cluster]\nsecret_file = {good:?}");
+        let p = Config::parse(&text, "t").unwrap().cluster_plan().unwrap();
+        assert_eq!(p.secret.as_deref(), Some(&[7u8; 32][..]));
+        let e = key_of(&format!("[cluster]\nsecret_file = {short:?}"));
+        assert!(e.starts_with("cluster.secret_file: ") && e.contains("31 bytes"), "{e}");
+        let e = key_of(&format!("[cluster]\nsecret_file = {:?}", dir.join("missing")));
+        assert!(e.starts_with("cluster.secret_file: ") && e.contains("cannot read"), "{e}");
+        // A valid three-node configuration is refused, not run as one node.
+        let three = format!(
+            "[cluster]\npeers = [\"1@127.0.0.11:7446\", \"2@127.0.0.12:7446\", \"3@127.0.0.13:7446\"]\nsecret_file = {good:?}"
+        );
+        let e = key_of(&three);
+        assert!(e.starts_with("cluster.peers: multi-node clusters are not served yet"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -60,6 +60,11 @@ fn main() -> ExitCode {
         eprintln!("duetd: {e}");
         return ExitCode::from(2);
     }
+    // [cluster]: reads the secret file; refuses what cannot be served.
+    if let Err(e) = cfg.cluster_plan() {
+        eprintln!("duetd: {e}");
+        return ExitCode::from(2);
+    }
     if args.check_config {
         println!("duetd: configuration is valid");
         return ExitCode::SUCCESS;

@@ -155,6 +155,9 @@ pub struct Running {
 /// Starts everything. Returns once the admin API listens.
 pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let executors = cfg.executors();
+    // A multi-node [cluster] is refused here too (not only by duetd's
+    // main): nothing may run it as a single node.
+    let cluster = cfg.cluster_plan().map_err(|e| StartError::Other(e.to_string()))?;
     if let Err(e) = raise_memlock((executors as u64 + 1) * (cfg.io_memory_mib as u64) * (1 << 20) + (1 << 20)) {
         // glommio then runs without registered buffers: correct, a little slower.
         tracing::warn!("{e}; continuing without registered io_uring buffers");
@@ -187,6 +190,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         data_dir: cfg.data_dir.display().to_string(),
         listeners: listeners.clone(),
         started: Instant::now(),
+        cluster_addr: cluster.addr.clone(),
     };
     let data_thread = LocalExecutorBuilder::new(Placement::Unbound)
         .name("duet-data")

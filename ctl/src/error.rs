@@ -20,7 +20,8 @@ pub mod exit {
     pub const UNAUTHORIZED: u8 = 5;
     /// duetd could not be reached (refused, timed out, connection lost).
     pub const UNREACHABLE: u8 = 6;
-    /// `status`: the node is unhealthy (metadata store FAILED).
+    /// `status`: the node is unhealthy (metadata store FAILED);
+    /// `cluster status`: no leader, or a node is unhealthy.
     pub const UNHEALTHY: u8 = 7;
     /// Anything else: the daemon's internal error, an undecodable reply,
     /// a local I/O error.
@@ -37,7 +38,8 @@ Exit status:
   4  conflict (already exists)
   5  unauthorised (no credentials, refused credentials, forbidden)
   6  duetd unreachable (connection refused, timed out or lost)
-  7  unhealthy (status: the metadata store FAILED)
+  7  unhealthy (status: the metadata store FAILED; cluster status: no
+     leader or an unhealthy node)
   8  other errors (the daemon's internal error, an undecodable reply)";
 
 use std::io;

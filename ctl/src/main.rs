@@ -97,6 +97,9 @@ struct Cli {
 enum Command {
     /// Show the daemon's status (exit status 7 when the node is unhealthy)
     Status,
+    /// The metadata raft group: leader, term, voters, nodes
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
     /// Manage shares
     #[command(subcommand)]
     Share(ShareCmd),
@@ -141,6 +144,14 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// Show the leader, term, voters and each node's address, applied
+    /// index and health (exit status 7 without a leader or with an
+    /// unhealthy node)
+    Status,
 }
 
 #[derive(Subcommand, Debug)]
@@ -349,6 +360,7 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
         };
     match cmd {
         Command::Status => ready(AdminRequest::Status),
+        Command::Cluster(ClusterCmd::Status) => ready(AdminRequest::Cluster),
         Command::Stats => ready(AdminRequest::Stats),
         Command::Fsck => ready(AdminRequest::Fsck),
         Command::Audit { .. } => ready(AdminRequest::Audit),
@@ -595,6 +607,7 @@ fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
     let fsck_failed = matches!(&reply.response, AdminResponse::Fsck(r) if !r.problems.is_empty());
     let unhealthy = match &reply.response {
         AdminResponse::Status(s) => s.problems(),
+        AdminResponse::Cluster(c) => c.problems(),
         _ => Vec::new(),
     };
     if cli.json {
@@ -627,6 +640,7 @@ fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
 fn human(request: &AdminRequest, response: &AdminResponse, last: usize) -> String {
     match (request, response) {
         (_, AdminResponse::Status(s)) => output::status(s),
+        (_, AdminResponse::Cluster(c)) => output::cluster(c),
         (_, AdminResponse::Shares(s)) => output::share_list(s),
         (AdminRequest::ShareModify { .. }, AdminResponse::Share(s)) => {
             format!("changed share {}\n{}", s.name, output::share_show(s))

@@ -1,6 +1,6 @@
 //! Human-readable output: aligned tables and `key: value` blocks.
 
-use duet_admin_api::{AuditEntry, FsckReport, Share, Stats, StatusInfo, UserInfo};
+use duet_admin_api::{AuditEntry, ClusterStatus, FsckReport, Share, Stats, StatusInfo, UserInfo};
 
 /// Column alignment.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -154,6 +154,30 @@ pub fn status(s: &StatusInfo) -> String {
         ));
     }
     key_values(&pairs)
+}
+
+/// `cluster status`: leader, term and voters, then a row per node.
+pub fn cluster(c: &ClusterStatus) -> String {
+    let voters = c.voters.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let leader = match c.leader {
+        Some(id) => id.to_string(),
+        None => "none (no leader: an election is on)".to_string(),
+    };
+    let mut out = key_values(&[("leader", leader), ("term", c.term.to_string()), ("voters", format!("[{voters}]"))]);
+    out.push('\n');
+    let rows: Vec<Vec<String>> = c
+        .nodes
+        .iter()
+        .map(|n| {
+            let role = if c.leader == Some(n.id) { "leader" } else if c.voters.contains(&n.id) { "voter" } else { "-" };
+            vec![n.id.to_string(), n.addr.clone(), role.to_string(), n.applied.to_string(), yes_no(n.healthy)]
+        })
+        .collect();
+    out.push_str(&table(
+        &[("ID", Align::Right), ("ADDRESS", Align::Left), ("ROLE", Align::Left), ("APPLIED", Align::Right), ("HEALTHY", Align::Left)],
+        &rows,
+    ));
+    out
 }
 
 /// "1.5 GiB", "512 MiB", "17 B": binary units, one decimal from KiB up.

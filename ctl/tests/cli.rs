@@ -216,6 +216,74 @@ fn status_json_is_raw() {
     assert!(stdout(&o).ends_with('\n'));
 }
 
+fn cluster_three() -> ClusterStatus {
+    let node = |id: u64, applied: u64, healthy: bool| ClusterNode {
+        id,
+        addr: format!("127.0.0.1{id}:7446"),
+        applied,
+        healthy,
+    };
+    ClusterStatus {
+        leader: Some(1),
+        term: 3,
+        voters: vec![1, 2, 3],
+        nodes: vec![node(1, 812, true), node(2, 812, true), node(3, 97, true)],
+    }
+}
+
+#[test]
+fn cluster_status_human_and_json() {
+    let f = fake(vec![ok(AdminResponse::Cluster(cluster_three())), ok(AdminResponse::Cluster(cluster_three()))]);
+    let o = run(&f, &["cluster", "status"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let req = f.request();
+    assert_eq!((req.method.as_str(), req.path.as_str()), ("GET", "/v1/cluster"));
+    assert_eq!(req.header("authorization"), Some("Bearer t0k"));
+    assert_eq!(
+        stdout(&o),
+        "leader: 1\n\
+         term:   3\n\
+         voters: [1,2,3]\n\
+         \n\
+         ID  ADDRESS          ROLE    APPLIED  HEALTHY\n \
+         1  127.0.0.11:7446  leader      812  yes\n \
+         2  127.0.0.12:7446  voter       812  yes\n \
+         3  127.0.0.13:7446  voter        97  yes\n"
+    );
+    let o = run(&f, &["cluster", "status", "--json"]);
+    assert_eq!(code(&o), 0);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"leader": 1, "term": 3, "voters": [1, 2, 3], "nodes": [
+            {"id": 1, "addr": "127.0.0.11:7446", "applied": 812, "healthy": true},
+            {"id": 2, "addr": "127.0.0.12:7446", "applied": 812, "healthy": true},
+            {"id": 3, "addr": "127.0.0.13:7446", "applied": 97, "healthy": true}]})
+    );
+}
+
+#[test]
+fn cluster_status_without_a_leader_or_with_a_sick_node_exits_7() {
+    let mut c = cluster_three();
+    c.leader = None;
+    c.nodes[2].healthy = false;
+    let f = fake(vec![ok(AdminResponse::Cluster(c.clone())), ok(AdminResponse::Cluster(c))]);
+    let o = run(&f, &["cluster", "status"]);
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("leader: none"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("3  127.0.0.13:7446  voter       97  no\n"), "{}", stdout(&o));
+    assert!(stderr(&o).contains("duetctl: unhealthy: no leader in term 3"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("duetctl: unhealthy: node 3 (127.0.0.13:7446) is unhealthy"), "{}", stderr(&o));
+    let o = run(&f, &["--json", "cluster", "status"]);
+    assert_eq!(code(&o), 7);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["leader"], serde_json::Value::Null);
+    // No made-up membership commands.
+    for sub in ["add", "remove", "transfer-leader"] {
+        assert_eq!(code(&duetctl(&["cluster", sub, "2"], "")), 2, "cluster {sub} does not exist yet");
+    }
+}
+
 #[test]
 fn share_add_request_and_output() {
     let mut share = Share::new("media", "/data/media");

@@ -130,6 +130,16 @@ impl RaftNode {
         self.raw.raft.term
     }
 
+    /// The voters of the configuration raft is in (its ConfState), in
+    /// ascending order; in a joint configuration, both halves.
+    pub fn voters(&self) -> Vec<u64> {
+        let cs = self.raw.raft.prs().conf().to_conf_state();
+        let mut v: Vec<u64> = cs.get_voters().iter().chain(cs.get_voters_outgoing()).copied().collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     pub fn commit_index(&self) -> u64 {
         self.raw.raft.raft_log.committed
     }
@@ -258,6 +268,8 @@ mod tests {
         assert_eq!(committed.last().unwrap().term, p2.term);
         n.applied(idx2);
         assert!(n.take_messages().is_empty(), "a one-voter group sends nothing");
+        assert_eq!(n.voters(), vec![1]);
+        assert_eq!(n.leader_id(), 1);
     }
 
     #[test]

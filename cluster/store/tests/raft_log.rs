@@ -138,3 +138,36 @@ fn legacy_bincode_entries_left_unapplied_are_applied_at_open() {
     let s = Store::open(tmp.path(), 1).unwrap();
     assert!(lookup(&s, "legacy") && lookup(&s, "new"));
 }
+
+/// The raft status the admin API reports comes from the node's raft
+/// state: its id, the ConfState's voters, the leader it knows, the term,
+/// and an applied index that moves with every proposal (and survives a
+/// restart, where the term grows: the node campaigns again).
+#[test]
+fn raft_status_is_the_nodes_raft_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let status = |s: &Store| match s.handle().query_blocking(Query::RaftStatus).unwrap() {
+        QueryAnswer::Raft(r) => r,
+        _ => unreachable!(),
+    };
+    let s = Store::open(tmp.path(), 7).unwrap();
+    s.handle().command_blocking(Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
+    let a = status(&s);
+    assert_eq!((a.node_id, a.leader_id, a.voters.clone()), (7, 7, vec![7]));
+    assert!(a.leader && a.term >= 1 && a.applied_index >= 1);
+    for i in 0..3 {
+        s.handle().batch_blocking(mkdir_batch(&format!("d{i}"))).unwrap();
+    }
+    let b = status(&s);
+    assert_eq!(b.applied_index, a.applied_index + 3, "one entry per mutating batch");
+    assert_eq!(b.commit_index, b.applied_index);
+    // A read-only batch proposes nothing.
+    assert!(lookup(&s, "d0"));
+    assert_eq!(status(&s).applied_index, b.applied_index);
+    s.shutdown();
+    let s = Store::open(tmp.path(), 7).unwrap();
+    let c = status(&s);
+    assert!(c.term > b.term, "a restarted single node campaigns in a new term");
+    assert!(c.applied_index > b.applied_index, "the new term's empty entry is applied");
+    assert_eq!((c.leader_id, c.voters), (7, vec![7]));
+}

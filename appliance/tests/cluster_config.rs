@@ -9,12 +9,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{duetctl, free_port};
+use common::{duetctl, free_port, Daemon};
 
 /// Runs duetd on `config_text` (it must be refused), returning its exit
 /// status and stderr. A duetd that starts anyway is killed and fails the
@@ -128,118 +128,20 @@ fn bad_cluster_configurations_are_refused_with_the_key_named() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
-/// A running duetd started from a configuration of the test's own (the
-/// common helper writes no `node_id`).
-struct Node {
-    child: Child,
-    config: PathBuf,
-    admin: String,
-    data: PathBuf,
-    log: PathBuf,
+/// A running duetd with this `node_id` and these extra tables (the
+/// common helper's configuration otherwise).
+fn start_node(dir: &Path, node_id: u64, tables: &str) -> Daemon {
+    Daemon::start_top(dir, &format!("node_id = {node_id}"), "", &format!("portmap = false\n{tables}"))
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `duetctl --json cluster status`.
+fn cluster(n: &Daemon) -> serde_json::Value {
+    serde_json::from_str(&n.ok(&["cluster", "status", "--json"])).unwrap()
 }
 
-impl Node {
-    fn start(dir: &Path, node_id: u64, tables: &str) -> Node {
-        let admin_port = free_port();
-        let data = dir.join("data");
-        let config = dir.join("duetd.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "data_dir = {data:?}\nnode_id = {node_id}\nexecutors = 1\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
-                 [smb]\nlisten = \"127.0.0.1:{}\"\n[nfs]\nlisten = \"127.0.0.1:{}\"\nportmap = false\n{tables}\n",
-                free_port(),
-                free_port()
-            ),
-        )
-        .unwrap();
-        let log = dir.join("duetd.log");
-        let mut n = Node {
-            child: Node::spawn(&config, &log),
-            config,
-            admin: format!("127.0.0.1:{admin_port}"),
-            data,
-            log,
-        };
-        n.wait_serving(0);
-        n
-    }
-
-    fn spawn(config: &Path, log: &Path) -> Child {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_duetd"))
-            .args(["--config", config.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while out.read_line(&mut line).unwrap_or(0) > 0 {
-                line.clear();
-            }
-        });
-        child
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn wait_serving(&mut self, before: usize) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.log_text().matches("duetd is serving").count() <= before {
-            assert!(self.child.try_wait().unwrap().is_none(), "duetd exited while starting:\n{}", self.log_text());
-            assert!(Instant::now() < deadline, "duetd did not start in 60 s:\n{}", self.log_text());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn restart(&mut self) {
-        let before = self.log_text().matches("duetd is serving").count();
-        // SAFETY: kill(2) on our own child.
-        unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
-        }
-        let _ = self.child.wait();
-        self.child = Node::spawn(&self.config, &self.log);
-        self.wait_serving(before);
-    }
-
-    fn ctl(&self, args: &[&str]) -> Output {
-        Command::new(duetctl())
-            .args(["--addr", &self.admin, "--data-dir", self.data.to_str().unwrap()])
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.ctl(args);
-        assert!(
-            o.status.success(),
-            "duetctl {args:?}: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
-    }
-
-    fn cluster(&self) -> serde_json::Value {
-        serde_json::from_str(&self.ok(&["cluster", "status", "--json"])).unwrap()
-    }
-
-    fn status(&self) -> serde_json::Value {
-        serde_json::from_str(&self.ok(&["status", "--json"])).unwrap()
-    }
+/// `duetctl --json status`.
+fn status(n: &Daemon) -> serde_json::Value {
+    serde_json::from_str(&n.ok(&["status", "--json"])).unwrap()
 }
 
 fn applied(c: &serde_json::Value) -> u64 {
@@ -252,9 +154,9 @@ fn cluster_status_reports_the_single_nodes_raft_state() {
     let secret = tmp.path().join("cluster.secret");
     std::fs::write(&secret, [0x5au8; 48]).unwrap();
     let tables = format!("[cluster]\npeers = [\"3@127.0.0.13:7446\"]\nsecret_file = {secret:?}\n");
-    let mut n = Node::start(tmp.path(), 3, &tables);
+    let mut n = start_node(tmp.path(), 3, &tables);
 
-    let c = n.cluster();
+    let c = cluster(&n);
     // Exactly the fields the issue names, and only those.
     let sorted_keys = |v: &serde_json::Value| {
         let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
@@ -272,17 +174,17 @@ fn cluster_status_reports_the_single_nodes_raft_state() {
     let term = c["term"].as_u64().unwrap();
     assert!(term >= 1, "{c}");
     // The same raft state as /v1/status reports.
-    let s = n.status();
+    let s = status(&n);
     assert_eq!(s["raft"]["term"].as_u64(), Some(term));
     assert_eq!(s["raft"]["voters"], serde_json::json!([3]));
     assert!(s["raft"]["applied_index"].as_u64().unwrap() >= applied(&c));
 
     // Every admin change is one raft entry: the applied index follows.
-    let before = applied(&n.cluster());
+    let before = applied(&cluster(&n));
     for i in 0..5 {
         n.ok(&["share", "add", &format!("s{i}"), "--path", &format!("/s{i}")]);
     }
-    let after = n.cluster();
+    let after = cluster(&n);
     assert!(applied(&after) >= before + 5, "5 changes applied: {before} -> {after}");
     assert_eq!(after["term"].as_u64(), Some(term), "no election on a single node");
     assert_eq!(after["leader"], 3);
@@ -290,7 +192,7 @@ fn cluster_status_reports_the_single_nodes_raft_state() {
     let a = applied(&after);
     n.ok(&["share", "list"]);
     n.ok(&["status"]);
-    assert_eq!(applied(&n.cluster()), a, "reads make no raft entry");
+    assert_eq!(applied(&cluster(&n)), a, "reads make no raft entry");
 
     // The human table.
     let text = n.ok(&["cluster", "status"]);
@@ -302,7 +204,7 @@ fn cluster_status_reports_the_single_nodes_raft_state() {
     // A restart: the node campaigns again, in a new term, and applies that
     // term's empty entry; everything applied before is still applied.
     n.restart();
-    let r = n.cluster();
+    let r = cluster(&n);
     assert!(r["term"].as_u64().unwrap() > term, "{r}");
     assert!(applied(&r) > a, "{r}");
     assert_eq!((r["leader"].clone(), r["voters"].clone()), (serde_json::json!(3), serde_json::json!([3])));
@@ -312,14 +214,14 @@ fn cluster_status_reports_the_single_nodes_raft_state() {
 #[test]
 fn cluster_status_of_a_node_without_peers_and_of_a_failed_store() {
     let tmp = tempfile::tempdir().unwrap();
-    let n = Node::start(tmp.path(), 1, "[testing]\nfault_injection = true\n");
-    let c = n.cluster();
+    let n = start_node(tmp.path(), 1, "[testing]\nfault_injection = true\n");
+    let c = cluster(&n);
     assert_eq!(c["leader"], 1, "{c}");
     assert_eq!(c["voters"], serde_json::json!([1]));
     assert_eq!(c["nodes"][0]["addr"], "0.0.0.0:7446", "[cluster] listen's default");
     // Nothing listens on the cluster port: a single node makes no network
     // traffic (and this version has no transport).
-    let mut listeners: Vec<String> = n.status()["listeners"]
+    let mut listeners: Vec<String> = status(&n)["listeners"]
         .as_array()
         .unwrap()
         .iter()

@@ -88,6 +88,12 @@ impl Daemon {
     /// As [`Daemon::start`], with extra keys for the `[smb]` and `[nfs]`
     /// tables.
     pub fn start_config(dir: &Path, smb_extra: &str, nfs_extra: &str) -> Daemon {
+        Daemon::start_top(dir, "", smb_extra, nfs_extra)
+    }
+
+    /// As [`Daemon::start_config`], with top-level keys too (such as
+    /// `node_id`); `nfs_extra` may end with further tables.
+    pub fn start_top(dir: &Path, top: &str, smb_extra: &str, nfs_extra: &str) -> Daemon {
         let (admin_port, smb_port, nfs_port) = (free_port(), free_port(), free_port());
         let data = dir.join("data");
         let config = dir.join("duetd.toml");
@@ -95,7 +101,7 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "data_dir = {data:?}\nexecutors = 1\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+                "data_dir = {data:?}\nexecutors = 1\n{top}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
                  [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n{smb_extra}\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\n{nfs_extra}\n"
             ),
         )

@@ -170,11 +170,15 @@ pub struct ListenerConfig {
     #[serde(default = "grace_default")]
     pub grace_secs: u32,
     /// NFS only: the NFSv4 lease time, seconds (RFC 8881 §8.3).
-    #[serde(default = "grace_default")]
+    #[serde(default = "lease_default")]
     pub lease_secs: u32,
 }
 
 fn grace_default() -> u32 {
+    90
+}
+
+fn lease_default() -> u32 {
     90
 }
 
@@ -338,7 +342,7 @@ impl Default for Config {
                 require_signing: false,
                 encrypt: false,
                 grace_secs: grace_default(),
-                lease_secs: grace_default(),
+                lease_secs: lease_default(),
             },
             nfs: ListenerConfig {
                 enabled: true,
@@ -347,7 +351,7 @@ impl Default for Config {
                 require_signing: false,
                 encrypt: false,
                 grace_secs: grace_default(),
-                lease_secs: grace_default(),
+                lease_secs: lease_default(),
             },
             cache: CacheConfig::default(),
             limits: LimitsConfig::default(),

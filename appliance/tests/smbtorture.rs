@@ -9,17 +9,13 @@
 //! tier-B server-side copy tests (`conformance/smb2-tier-b-copychunk.txt`)
 //! run first and must all pass.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use common::{free_port, repo_root as root};
 
 fn wait_port(addr: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -40,6 +40,9 @@ pub mod codes {
     pub const TOO_LARGE: &str = "too_large";
     pub const FORBIDDEN: &str = "forbidden";
     pub const INTERNAL: &str = "internal";
+    /// A change sent to a node that is not the raft leader (the message
+    /// names the leader).
+    pub const NOT_LEADER: &str = "not_leader";
 }
 
 /// The error body of every non-2xx response.
@@ -91,6 +94,11 @@ impl ApiError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(codes::INTERNAL, message)
     }
+    /// 421 (Misdirected Request, RFC 9110 section 15.5.20): this node is
+    /// not the raft leader; the message names the leader.
+    pub fn not_leader(message: impl Into<String>) -> Self {
+        Self::new(codes::NOT_LEADER, message)
+    }
 
     /// The HTTP status code for this error's code (500 for unknown codes).
     pub fn http_status(&self) -> u16 {
@@ -102,6 +110,7 @@ impl ApiError {
             codes::ALREADY_EXISTS => 409,
             codes::TOO_LARGE => 413,
             codes::FORBIDDEN => 403,
+            codes::NOT_LEADER => 421,
             _ => 500,
         }
     }
@@ -116,6 +125,7 @@ impl ApiError {
             405 => codes::METHOD_NOT_ALLOWED,
             409 => codes::ALREADY_EXISTS,
             413 | 431 => codes::TOO_LARGE,
+            421 => codes::NOT_LEADER,
             _ => codes::INTERNAL,
         }
     }

@@ -15,7 +15,7 @@ use duet_admin_api::{
 };
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
 use duet_cluster::machine::AdminError;
-use duet_cluster_store::{Query, QueryAnswer};
+use duet_cluster_store::{Query, QueryAnswer, StoreError};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
@@ -31,6 +31,20 @@ pub struct NodeInfo {
     pub started: Instant,
     /// This node's cluster address (`config::ClusterPlan::addr`).
     pub cluster_addr: String,
+    /// The voters and what the transport knows of them.
+    pub cluster: ClusterInfo,
+    /// A multi-node cluster's per-node API token (its hash; the token is
+    /// `admin.token` in this node's data directory). None: the token is
+    /// the one in the metadata (a single node).
+    pub local_token: Option<Vec<u8>>,
+}
+
+/// The voters of `[cluster] peers` (this node among them) and, in a
+/// multi-node cluster, the transport's view of the others.
+#[derive(Clone, Default)]
+pub struct ClusterInfo {
+    pub voters: Vec<(u64, String)>,
+    pub health: Option<std::sync::Arc<crate::peers::PeerHealth>>,
 }
 
 pub struct Admin {
@@ -273,9 +287,12 @@ impl Admin {
 
     async fn authenticate(&self, c: Option<Credentials>) -> Result<(), ApiError> {
         let ok = match &c {
-            Some(Credentials::Bearer(token)) => match self.secret("token").await {
-                Some(stored) => secrets::verify_secret(token, &stored),
-                None => false,
+            Some(Credentials::Bearer(token)) => match &self.node.local_token {
+                Some(local) => secrets::verify_secret(token, local),
+                None => match self.secret("token").await {
+                    Some(stored) => secrets::verify_secret(token, &stored),
+                    None => false,
+                },
             },
             Some(Credentials::Basic { user, password }) => match self.secret(&format!("user:{user}")).await {
                 Some(stored) => secrets::verify_secret(password, &stored),
@@ -295,10 +312,23 @@ impl Admin {
     }
 
     async fn command(&self, cmd: Command) -> Result<(), ApiError> {
-        let out = self.engine.store.command(cmd).await.map_err(internal)?;
+        let out = self.engine.store.command(cmd).await.map_err(|e| self.store_err(e))?;
         match out.applied.admin {
             Some(Ok(())) | None => Ok(()),
             Some(Err(e)) => Err(admin_err(e)),
+        }
+    }
+
+    /// A store error as the API's: a change made on a follower names the
+    /// leader and its cluster address.
+    fn store_err(&self, e: StoreError) -> ApiError {
+        match e {
+            StoreError::NotLeader { leader: Some(l), .. } => {
+                let addr = self.node.cluster.voters.iter().find(|v| v.0 == l).map(|v| v.1.clone()).unwrap_or_default();
+                ApiError::not_leader(format!("{e}; node {l}'s cluster address is {addr}"))
+            }
+            StoreError::NotLeader { .. } => ApiError::not_leader(e.to_string()),
+            e => internal(e),
         }
     }
 
@@ -439,10 +469,12 @@ impl Admin {
         }
     }
 
-    /// `GET /v1/cluster`: the raft group from this node's raft state. The
-    /// only node with figures is this one: figures of other nodes would
-    /// come over the cluster transport, which is not built yet (and a
-    /// multi-node `[cluster]` is refused at start).
+    /// `GET /v1/cluster`: the raft group from this node's raft state.
+    /// This node: its applied index and its store's health. Another node,
+    /// as this node knows it: on the leader, `applied` is raft's matched
+    /// index of that node (the last entry the leader knows it holds); on a
+    /// follower, which does not track the others, 0. `healthy`: this
+    /// node's authenticated connection to it is up.
     async fn cluster(&self) -> Result<ClusterStatus, ApiError> {
         let QueryAnswer::Raft(raft) = self.query(Query::RaftStatus).await? else { return Err(internal("raft")) };
         let me = ClusterNode {
@@ -451,11 +483,21 @@ impl Admin {
             applied: raft.applied_index,
             healthy: !self.engine.store.failed(),
         };
+        let mut nodes = vec![me];
+        for (id, addr) in &self.node.cluster.voters {
+            if *id == raft.node_id {
+                continue;
+            }
+            let applied = raft.progress.iter().find(|p| p.0 == *id).map(|p| p.1).unwrap_or(0);
+            let healthy = self.node.cluster.health.as_ref().is_some_and(|h| h.connected(*id));
+            nodes.push(ClusterNode { id: *id, addr: addr.clone(), applied, healthy });
+        }
+        nodes.sort_by_key(|n| n.id);
         Ok(ClusterStatus {
             leader: (raft.leader_id != 0).then_some(raft.leader_id),
             term: raft.term,
             voters: raft.voters,
-            nodes: vec![me],
+            nodes,
         })
     }
 

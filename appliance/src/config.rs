@@ -105,8 +105,9 @@ listen = "0.0.0.0:7446"
 # The voters, as "ID@ADDRESS:PORT", the same list on every node; node_id
 # must be one of the ids. Example:
 #   peers = ["1@127.0.0.11:7446", "2@127.0.0.12:7446", "3@127.0.0.13:7446"]
-# NOTE: this version serves single nodes only; a list of more than one
-# node is refused at start (the transport between nodes is not built yet).
+# NOTE: with more than one node, this version replicates metadata only:
+# SMB and NFS are not served (write data is not replicated yet); the admin
+# API and `duetctl cluster status` are (docs/cluster.md).
 peers = []
 # File holding the cluster secret (at least 32 bytes, the same content on
 # every node) that authenticates nodes to each other. Required when
@@ -531,9 +532,6 @@ impl Config {
     /// `[cluster] secret_file` (a file that is missing, unreadable or
     /// shorter than [`CLUSTER_SECRET_MIN`] bytes is refused, key named).
     ///
-    /// A group of more than one voter is refused too: the raft transport
-    /// between processes is not built yet, and such a node must not run
-    /// as a single node of its own (it would diverge from the others).
     /// Call after [`Config::validate`].
     pub fn cluster_plan(&self) -> Result<ClusterPlan, ConfigError> {
         self.validate_cluster()?;
@@ -564,20 +562,6 @@ impl Config {
                 Some(bytes)
             }
         };
-        if voters.len() > 1 {
-            let list: Vec<String> = voters.iter().map(|p| format!("{}@{}", p.id, p.addr)).collect();
-            return Err(ConfigError::Invalid {
-                key: "cluster.peers",
-                message: format!(
-                    "multi-node clusters are not served yet: this version has no raft transport between \
-                     nodes, so a group of {} voters ({}) cannot form; list only this node \
-                     (\"{}@ADDRESS:PORT\") or leave peers out to run a single node",
-                    voters.len(),
-                    list.join(", "),
-                    self.node_id
-                ),
-            });
-        }
         let addr = voters.iter().find(|p| p.id == self.node_id).map(|p| p.addr.to_string()).unwrap_or_else(|| c.listen.clone());
         if voters.is_empty() {
             // validate_cluster checked it parses
@@ -708,12 +692,15 @@ mod tests {
         assert!(e.starts_with("cluster.secret_file: ") && e.contains("31 bytes"), "{e}");
         let e = key_of(&format!("[cluster]\nsecret_file = {:?}", dir.join("missing")));
         assert!(e.starts_with("cluster.secret_file: ") && e.contains("cannot read"), "{e}");
-        // A valid three-node configuration is refused, not run as one node.
+        // A valid three-node configuration: three voters, this node's
+        // address its own entry, the secret read.
         let three = format!(
-            "[cluster]\npeers = [\"1@127.0.0.11:7446\", \"2@127.0.0.12:7446\", \"3@127.0.0.13:7446\"]\nsecret_file = {good:?}"
+            "node_id = 2\n[cluster]\npeers = [\"1@127.0.0.11:7446\", \"2@127.0.0.12:7446\", \"3@127.0.0.13:7446\"]\nsecret_file = {good:?}"
         );
-        let e = key_of(&three);
-        assert!(e.starts_with("cluster.peers: multi-node clusters are not served yet"), "{e}");
+        let p = Config::parse(&three, "t").unwrap().cluster_plan().unwrap();
+        assert_eq!(p.voters.iter().map(|v| v.id).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(p.addr, "127.0.0.12:7446");
+        assert!(p.secret.is_some());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

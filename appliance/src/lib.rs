@@ -13,5 +13,6 @@ pub mod datapath;
 pub mod engine;
 pub mod frontend;
 pub mod metrics;
+pub mod peers;
 pub mod secrets;
 pub mod server;

@@ -7,14 +7,19 @@ use std::time::{Duration, Instant};
 
 use duet_admin_api::ListenerInfo;
 use duet_cluster::records::{Command, ShareRecord};
-use duet_cluster_store::{metadata_dir, Query, QueryAnswer, Store, StoreHandle};
+use duet_cluster_store::{metadata_dir, Group, Query, QueryAnswer, Store, StoreError, StoreHandle};
 use glommio::{LocalExecutorBuilder, Placement};
 
-use crate::admin::{self, Admin, NodeInfo};
+use crate::admin::{self, Admin, ClusterInfo, NodeInfo};
 use crate::frontend::{self, FrontendPlan, NFS_CLIENTS_FILE};
 use crate::config::Config;
 use crate::engine::{self, EngineHandle};
+use crate::peers::{Peers, PeersHandle};
 use crate::secrets;
+
+/// How long a node of a multi-node cluster waits at its first start for
+/// the group to elect a leader and initialise the metadata.
+pub const CLUSTER_JOIN_WAIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -80,17 +85,7 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<u64, StartError>
     if !initialized {
         let password = secrets::random_password();
         let token = secrets::random_hex(32);
-        let share = ShareRecord {
-            name: cfg.default_share.name.clone(),
-            path: cfg.default_share.path.clone(),
-            smb: true,
-            nfs: true,
-            read_only: false,
-            guest_ok: false,
-            nfs_clients: vec!["*".into()],
-            root_squash: true,
-            append_extension: false,
-        };
+        let share = default_share(cfg);
         let out = store.command_blocking(Command::Init {
             now_ns: now,
             admin_secrets: vec![
@@ -138,6 +133,99 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<u64, StartError>
     Ok(key)
 }
 
+/// First start of a node of a multi-node cluster: the leader initialises
+/// the cluster's metadata (root, default share, admin user, NFS handle
+/// key) once; the others wait until that is applied here. The API token
+/// is per node (`admin.token` in each data directory, its hash kept in
+/// memory, never replicated): returns the NFS handle key and the token's
+/// hash.
+pub fn first_start_cluster(cfg: &Config, store: &StoreHandle) -> Result<(u64, Vec<u8>), StartError> {
+    let deadline = Instant::now() + CLUSTER_JOIN_WAIT;
+    let mut waiting_logged = false;
+    loop {
+        let QueryAnswer::Bool(initialized) = store.query_blocking(Query::Initialized)? else {
+            return Err(StartError::Other("unexpected answer from the store".into()));
+        };
+        if initialized {
+            break;
+        }
+        let QueryAnswer::Raft(raft) = store.query_blocking(Query::RaftStatus)? else {
+            return Err(StartError::Other("unexpected answer from the store".into()));
+        };
+        if raft.leader {
+            let password = secrets::random_password();
+            let share = default_share(cfg);
+            let out = store.command_blocking(Command::Init {
+                now_ns: admin::now_ns(),
+                admin_secrets: vec![
+                    ("user:admin".into(), secrets::hash_secret(&password)),
+                    ("nfs_handle_key".into(), secrets::random_hex(8).into_bytes()),
+                ],
+                shares: vec![share],
+            });
+            match out {
+                Ok(out) => {
+                    if let Some(Err(e)) = out.applied.admin {
+                        return Err(StartError::Other(format!("first start: {e}")));
+                    }
+                    println!("duetd: first start of the cluster, initialised by node {}", cfg.node_id);
+                    println!("duetd: admin user: admin   password: {password}   (shown once; keep it; valid on every node)");
+                    let _ = std::io::stdout().flush();
+                    break;
+                }
+                // Leadership moved before the entry committed: look again.
+                Err(StoreError::NotLeader { .. } | StoreError::Superseded { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        } else if !waiting_logged {
+            tracing::info!("first start: waiting for the cluster to elect a leader and initialise the metadata");
+            waiting_logged = true;
+        }
+        if Instant::now() > deadline {
+            return Err(StartError::Other(format!(
+                "first start of a cluster node: no leader initialised the metadata within {} s; are a majority \
+                 of [cluster] peers running, reachable on their cluster addresses, and configured with the same \
+                 secret file? (refused peers are logged)",
+                CLUSTER_JOIN_WAIT.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let key = match store.query_blocking(Query::AdminSecret("nfs_handle_key".into()))? {
+        QueryAnswer::Secret(Some(k)) => k,
+        _ => return Err(StartError::Other("the cluster's metadata has no NFS handle key".into())),
+    };
+    let key = std::str::from_utf8(&key).ok().and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0x6475_6574);
+    // This node's API token.
+    let tpath = token_path(&cfg.data_dir);
+    let token = match std::fs::read_to_string(&tpath) {
+        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+        _ => {
+            let t = secrets::random_hex(32);
+            write_private(&tpath, &format!("{t}\n"))
+                .map_err(|e| StartError::Other(format!("cannot write {}: {e}", tpath.display())))?;
+            println!("duetd: API token of node {} written to {} (duetctl reads it)", cfg.node_id, tpath.display());
+            let _ = std::io::stdout().flush();
+            t
+        }
+    };
+    Ok((key, secrets::hash_secret(&token)))
+}
+
+fn default_share(cfg: &Config) -> ShareRecord {
+    ShareRecord {
+        name: cfg.default_share.name.clone(),
+        path: cfg.default_share.path.clone(),
+        smb: true,
+        nfs: true,
+        read_only: false,
+        guest_ok: false,
+        nfs_clients: vec!["*".into()],
+        root_squash: true,
+        append_extension: false,
+    }
+}
+
 /// A running appliance.
 pub struct Running {
     fronts: Vec<(flume::Sender<()>, glommio::ExecutorJoinHandle<()>)>,
@@ -148,6 +236,8 @@ pub struct Running {
     stop_engine: flume::Sender<()>,
     data_thread: Option<glommio::ExecutorJoinHandle<()>>,
     store: Option<Store>,
+    /// The raft transport (multi-node clusters only).
+    peers: Option<PeersHandle>,
     pub admin_addr: std::net::SocketAddr,
     data_dir: PathBuf,
 }
@@ -155,18 +245,34 @@ pub struct Running {
 /// Starts everything. Returns once the admin API listens.
 pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let executors = cfg.executors();
-    // A multi-node [cluster] is refused here too (not only by duetd's
-    // main): nothing may run it as a single node.
     let cluster = cfg.cluster_plan().map_err(|e| StartError::Other(e.to_string()))?;
+    let multi = cluster.voters.len() > 1;
     if let Err(e) = raise_memlock((executors as u64 + 1) * (cfg.io_memory_mib as u64) * (1 << 20) + (1 << 20)) {
         // glommio then runs without registered buffers: correct, a little slower.
         tracing::warn!("{e}; continuing without registered io_uring buffers");
     }
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| StartError::Other(format!("cannot create data directory {}: {e}", cfg.data_dir.display())))?;
-    let store = Store::open(&metadata_dir(&cfg.data_dir), cfg.node_id)?;
+    let (store, peers) = if multi {
+        // Several voters: raft over the transport (peers.rs).
+        let secret = cluster.secret.clone().ok_or_else(|| StartError::Other("cluster.secret_file: required".into()))?;
+        let listen = cfg.cluster.listen.parse().map_err(|_| StartError::Other("cluster.listen: not an address".into()))?;
+        let voters: Vec<(u64, std::net::SocketAddr)> = cluster.voters.iter().map(|p| (p.id, p.addr)).collect();
+        let peers = Peers::new(cfg.node_id, listen, &voters, secret);
+        let group = Group::Voters { voters: voters.iter().map(|v| v.0).collect(), outbox: peers.outbox() };
+        let store = Store::open_group(&metadata_dir(&cfg.data_dir), cfg.node_id, group)?;
+        let handle = peers.start(store.handle())?;
+        (store, Some(handle))
+    } else {
+        (Store::open(&metadata_dir(&cfg.data_dir), cfg.node_id)?, None)
+    };
     let sh = store.handle();
-    let handle_key = first_start(cfg, &sh)?;
+    let (handle_key, local_token) = if multi {
+        let (k, t) = first_start_cluster(cfg, &sh)?;
+        (k, Some(t))
+    } else {
+        (first_start(cfg, &sh)?, None)
+    };
 
     let (ready_tx, ready_rx) = flume::bounded::<Result<(EngineHandle, std::net::SocketAddr), String>>(1);
     let (stop_tx, stop_rx) = flume::bounded::<()>(1);
@@ -191,6 +297,11 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         listeners: listeners.clone(),
         started: Instant::now(),
         cluster_addr: cluster.addr.clone(),
+        cluster: ClusterInfo {
+            voters: cluster.voters.iter().map(|p| (p.id, p.addr.to_string())).collect(),
+            health: peers.as_ref().map(|p| p.health.clone()),
+        },
+        local_token,
     };
     let data_thread = LocalExecutorBuilder::new(Placement::Unbound)
         .name("duet-data")
@@ -237,6 +348,9 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     };
     if let Ok(mut l) = listeners.lock() {
         l.push(ListenerInfo { protocol: "admin".into(), addr: admin_addr.to_string() });
+        if let Some(p) = &peers {
+            l.push(ListenerInfo { protocol: "cluster".into(), addr: p.listen.to_string() });
+        }
     }
     // Protocol executors, one per core. The first binds the configured
     // addresses (port 0 picks one) and the others join it on the same port.
@@ -250,7 +364,15 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     // executor: share modes, byte-range locks (duet_locks).
     let locks = std::sync::Arc::new(duet_locks::LockManager::default());
     let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(locks.clone()));
-    for i in 0..executors {
+    if multi {
+        tracing::warn!(
+            "multi-node cluster: SMB and NFS are not served by this version (issue 12: write data is not \
+             replicated yet, so a write acknowledged here could be lost with this node); metadata is \
+             replicated by raft and the admin API serves"
+        );
+    }
+    let serve_clients = if multi { 0 } else { executors };
+    for i in 0..serve_clients {
         let plan = FrontendPlan {
             index: i,
             smb: smb_addr,
@@ -296,7 +418,18 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         tracing::info!(protocol = %l.protocol, addr = %l.addr, "listening");
     }
     tracing::info!(executors, data_dir = %cfg.data_dir.display(), "duetd is serving");
-    Ok(Running { fronts, listeners: listening, engine: Some(engine), stop_admin: stop_tx, stop_engine: stop_engine_tx, data_thread: Some(data_thread), store: Some(store), admin_addr, data_dir: cfg.data_dir.clone() })
+    Ok(Running {
+        fronts,
+        listeners: listening,
+        engine: Some(engine),
+        stop_admin: stop_tx,
+        stop_engine: stop_engine_tx,
+        data_thread: Some(data_thread),
+        store: Some(store),
+        peers,
+        admin_addr,
+        data_dir: cfg.data_dir.clone(),
+    })
 }
 
 impl Running {
@@ -333,6 +466,7 @@ impl Running {
         if let Some(s) = self.store.take() {
             s.shutdown();
         }
+        self.peers.take();
     }
 }
 

@@ -38,6 +38,9 @@ pub struct Daemon {
     pub data: PathBuf,
     pub log: PathBuf,
     config: PathBuf,
+    /// Whether it serves SMB and NFS (a node of a multi-node cluster does
+    /// not, in this version): the ports waited for.
+    clients: bool,
 }
 
 /// Starts duetd; on a first start, waits for the line that names the
@@ -115,6 +118,7 @@ impl Daemon {
             data,
             log,
             config,
+            clients: true,
         };
         d.wait_serving(0);
         d.wait_listening();
@@ -149,7 +153,7 @@ impl Daemon {
         self.wait_listening();
     }
 
-    fn serving_count(&self) -> usize {
+    pub fn serving_count(&self) -> usize {
         self.log_text().matches("duetd is serving").count()
     }
 
@@ -173,10 +177,60 @@ impl Daemon {
         }
     }
 
+    /// A node of a multi-node cluster: `config_text` is the whole
+    /// configuration (its `[admin] listen` must be `admin`, its
+    /// `data_dir` `data`). Returns at once: the nodes of a new cluster
+    /// wait for each other, so start them all, then
+    /// [`Daemon::wait_started`] each.
+    pub fn spawn_cluster_node(dir: &Path, admin: &str, data: &Path, config_text: &str) -> Daemon {
+        let config = dir.join("duetd.toml");
+        let log = dir.join("duetd.log");
+        std::fs::write(&config, config_text).unwrap();
+        let child = spawn(&config, &log, false);
+        Daemon {
+            child,
+            admin: admin.to_string(),
+            smb_port: 0,
+            nfs_port: 0,
+            data: data.to_path_buf(),
+            log,
+            config,
+            clients: false,
+        }
+    }
+
+    /// Waits until the daemon says "duetd is serving" (`before` is how
+    /// often it said so before this start) and its listeners accept.
+    pub fn wait_started(&mut self, before: usize) {
+        self.wait_serving(before);
+        self.wait_listening();
+    }
+
+    /// SIGKILL, and wait for the exit.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the killed daemon again on the same configuration and data,
+    /// and waits until it serves.
+    pub fn start_again(&mut self) {
+        assert!(!self.alive(), "start_again on a running daemon");
+        let serving = self.serving_count();
+        self.child = spawn(&self.config, &self.log, false);
+        self.wait_serving(serving);
+        self.wait_listening();
+    }
+
     fn wait_listening(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         let port = |a: &str| a.rsplit(':').next().unwrap().parse::<u16>().unwrap();
-        for port in [port(&self.admin), self.smb_port, self.nfs_port] {
+        let ports = if self.clients {
+            vec![port(&self.admin), self.smb_port, self.nfs_port]
+        } else {
+            vec![port(&self.admin)]
+        };
+        for port in ports {
             while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
                 assert!(
                     Instant::now() < deadline,

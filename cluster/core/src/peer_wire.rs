@@ -271,7 +271,9 @@ impl Handshake {
         hello(self.my_id, &self.my_nonce)
     }
 
-    /// Bytes from the peer. An error ends the handshake for good.
+    /// Bytes from the peer. An error ends the handshake for good. After a
+    /// `Continue` with bytes to send, send them and feed again (an empty
+    /// slice is fine): the peer's proof may already be buffered.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<HandshakeStep, PeerWireError> {
         if let HsState::Failed(e) = &self.state {
             return Err(e.clone());
@@ -350,6 +352,10 @@ impl Handshake {
             send.extend_from_slice(&hmac(&self.secret, &[label, &transcript]));
             self.buf.drain(..HELLO_LEN);
             self.state = HsState::Proof { peer_id, transcript };
+            // Our proof leaves before the peer's is checked, even when it
+            // came in the same read: the caller sends this, then feeds
+            // again (possibly nothing) to check what is buffered.
+            return Ok(HandshakeStep::Continue { send });
         }
         let HsState::Proof { peer_id, transcript } = &self.state else {
             return Err(PeerWireError::HandshakeOver);
@@ -632,6 +638,30 @@ mod tests {
         assert_eq!(sr.receiver.next_frame().unwrap(), None);
         assert_eq!(r.feed(b"x").unwrap_err(), PeerWireError::HandshakeOver);
         r.finish().unwrap();
+    }
+
+    /// The hello and the proof in one read: the proof to send comes out
+    /// first, the peer's is checked on the next feed.
+    #[test]
+    fn our_proof_leaves_before_the_peers_is_checked() {
+        for other in [SECRET, &b"another cluster's secret, 32 bytes long"[..]] {
+            let mut i = Handshake::initiator(SECRET, 1, 2, nonce(1)).unwrap();
+            let mut r = Handshake::responder(other, 2, &[1], nonce(2)).unwrap();
+            let HandshakeStep::Continue { send: pr } = r.feed(&i.hello()).unwrap() else { panic!() };
+            let mut both = r.hello().to_vec();
+            both.extend_from_slice(&pr);
+            let HandshakeStep::Continue { send: pi } = i.feed(&both).unwrap() else { panic!("checked too early") };
+            assert_eq!(pi.len(), TAG_LEN);
+            let checked = i.feed(&[]);
+            let answered = r.feed(&pi);
+            if other == SECRET {
+                assert!(matches!(checked, Ok(HandshakeStep::Established { .. })));
+                assert!(matches!(answered, Ok(HandshakeStep::Established { .. })));
+            } else {
+                assert_eq!(checked.unwrap_err(), PeerWireError::BadProof);
+                assert_eq!(answered.unwrap_err(), PeerWireError::BadProof, "the responder saw our proof and refused it");
+            }
+        }
     }
 
     #[test]

@@ -111,6 +111,11 @@ impl RaftNode {
             applied: rec.applied_index,
             max_size_per_msg: 16 << 20,
             max_inflight_msgs: 256,
+            // Several voters: a node that was cut off asks before it
+            // disrupts a term (pre-vote), and a leader that lost its
+            // quorum steps down (check quorum). Raft thesis 9.6, 6.2.
+            pre_vote: voters.len() > 1,
+            check_quorum: voters.len() > 1,
             ..Default::default()
         };
         let raw = RawNode::new(&cfg, storage, &discard_logger())?;
@@ -167,6 +172,24 @@ impl RaftNode {
 
     pub fn tick(&mut self) {
         self.raw.tick();
+    }
+
+    /// The transport cannot reach voter `id` (raft-rs then probes it
+    /// instead of streaming entries to it).
+    pub fn report_unreachable(&mut self, id: u64) {
+        self.raw.report_unreachable(id);
+    }
+
+    /// On the leader: each voter's matched index (the last entry raft
+    /// knows it holds), ascending by id; empty on a follower, which does
+    /// not track the others' progress.
+    pub fn progress(&self) -> Vec<(u64, u64)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let mut v: Vec<(u64, u64)> = self.raw.raft.prs().iter().map(|(id, pr)| (*id, pr.matched)).collect();
+        v.sort_unstable();
+        v
     }
 
     /// Starts an election now.
@@ -270,6 +293,64 @@ mod tests {
         assert!(n.take_messages().is_empty(), "a one-voter group sends nothing");
         assert_eq!(n.voters(), vec![1]);
         assert_eq!(n.leader_id(), 1);
+        assert_eq!(n.progress(), vec![(1, idx2)]);
+    }
+
+    /// Three voters in memory: messages routed by hand. Nobody campaigns
+    /// until its election timer runs out; one leader emerges, a follower
+    /// refuses proposals, and every voter applies the leader's entry.
+    #[test]
+    fn three_voters_elect_by_ticks_and_replicate() {
+        let voters = [1, 2, 3];
+        let mut nodes: Vec<RaftNode> =
+            voters.iter().map(|&id| RaftNode::with_voters(id, &voters, Recovered::default()).unwrap()).collect();
+        let mut applied: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 3];
+        let mut pump = |nodes: &mut Vec<RaftNode>, applied: &mut Vec<Vec<Vec<u8>>>| {
+            for _ in 0..20 {
+                let mut msgs = Vec::new();
+                for (i, n) in nodes.iter_mut().enumerate() {
+                    for e in drive(n) {
+                        if !e.data.is_empty() {
+                            applied[i].push(e.data.to_vec());
+                        }
+                    }
+                    msgs.extend(n.take_messages());
+                }
+                if msgs.is_empty() {
+                    break;
+                }
+                for m in msgs {
+                    let to = m.to as usize - 1;
+                    nodes[to].step(m).unwrap();
+                }
+            }
+        };
+        pump(&mut nodes, &mut applied);
+        assert!(nodes.iter().all(|n| n.leader_id() == 0), "nobody campaigns before its timer");
+        for _ in 0..30 {
+            for n in nodes.iter_mut() {
+                n.tick();
+            }
+            pump(&mut nodes, &mut applied);
+            if nodes.iter().any(|n| n.is_leader()) {
+                break;
+            }
+        }
+        let leader = nodes.iter().position(|n| n.is_leader()).expect("a leader within 30 ticks");
+        pump(&mut nodes, &mut applied);
+        let lid = nodes[leader].raw.raft.id;
+        assert!(nodes.iter().all(|n| n.leader_id() == lid));
+        let follower = (leader + 1) % 3;
+        assert!(matches!(nodes[follower].propose(b"no".to_vec()), Err(raft::Error::ProposalDropped)));
+        let p = nodes[leader].propose(b"yes".to_vec()).unwrap();
+        pump(&mut nodes, &mut applied);
+        for a in &applied {
+            assert_eq!(a, &vec![b"yes".to_vec()]);
+        }
+        let prog = nodes[leader].progress();
+        assert_eq!(prog.iter().map(|p| p.0).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert!(prog.iter().all(|&(_, m)| m == p.index), "{prog:?}");
+        assert!(nodes[follower].progress().is_empty());
     }
 
     #[test]

@@ -111,15 +111,21 @@ impl RaftNode {
             applied: rec.applied_index,
             max_size_per_msg: 16 << 20,
             max_inflight_msgs: 256,
-            // Several voters: a node that was cut off asks before it
-            // disrupts a term (pre-vote), and a leader that lost its
-            // quorum steps down (check quorum). Raft thesis 9.6, 6.2.
-            pre_vote: voters.len() > 1,
-            check_quorum: voters.len() > 1,
             ..Default::default()
         };
         let raw = RawNode::new(&cfg, storage, &discard_logger())?;
         Ok(RaftNode { raw, outbox: Vec::new(), retain: LOG_RETAIN_MULTI })
+    }
+
+    /// Turns on the election guards a group of real processes needs: a
+    /// node that was cut off (or restarted) asks before it disrupts the
+    /// term (pre-vote, Raft thesis section 9.6), and a leader that no
+    /// longer hears a quorum steps down (check quorum, section 6.2). Off
+    /// by default: the in-memory tests elect by explicit `campaign`.
+    pub fn with_election_guards(mut self) -> Self {
+        self.raw.raft.pre_vote = true;
+        self.raw.raft.set_check_quorum(true);
+        self
     }
 
     pub fn is_leader(&self) -> bool {
@@ -302,8 +308,10 @@ mod tests {
     #[test]
     fn three_voters_elect_by_ticks_and_replicate() {
         let voters = [1, 2, 3];
-        let mut nodes: Vec<RaftNode> =
-            voters.iter().map(|&id| RaftNode::with_voters(id, &voters, Recovered::default()).unwrap()).collect();
+        let mut nodes: Vec<RaftNode> = voters
+            .iter()
+            .map(|&id| RaftNode::with_voters(id, &voters, Recovered::default()).unwrap().with_election_guards())
+            .collect();
         let mut applied: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 3];
         let mut pump = |nodes: &mut Vec<RaftNode>, applied: &mut Vec<Vec<Vec<u8>>>| {
             for _ in 0..20 {

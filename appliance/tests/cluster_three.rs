@@ -6,17 +6,22 @@
 //! other two elect a new one in a higher term; the killed node restarts,
 //! rejoins as a follower and catches up. A fourth process with another
 //! secret, posing as a member, is refused and logged with its address,
-//! and the group is unchanged.
+//! and the group is unchanged; so is a connection that proves the secret
+//! and then sends a frame with a wrong tag, a raft message that does not
+//! decode, or one that claims another sender: each is dropped and logged.
 //!
 //! Every wait is bounded (a poll with a deadline); nothing sleeps as an
 //! assertion.
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{free_port, Daemon};
+use duet_cluster::peer_wire::{FrameKind, Handshake, HandshakeStep, Session};
 use serde_json::Value;
 
 /// How long a group may take to elect (raft: 1 to 2 s of ticks, plus
@@ -252,4 +257,71 @@ fn a_node_with_another_secret_is_refused_and_changes_nothing() {
     let v = status(&nodes[leader as usize - 1]);
     assert!(v["nodes"].as_array().unwrap().iter().all(|n| n["healthy"] == true), "{v}");
     impostor.kill9();
+
+    // A client that holds the secret but sends what raft must never see.
+    let target = &nodes[0];
+    let addr = format!("127.0.0.11:{port}");
+    let cases: [(&str, &dyn Fn(&mut Session) -> Vec<u8>); 3] = [
+        ("wrong authentication tag", &|s: &mut Session| {
+            let mut f = s.sender.frame(FrameKind::Raft, &[1, 2, 3]).unwrap();
+            let last = f.len() - 1;
+            f[last] ^= 1;
+            f
+        }),
+        ("undecodable raft message", &|s: &mut Session| s.sender.frame(FrameKind::Raft, &[0xff; 12]).unwrap()),
+        ("raft message from node 9 to node 1 on the connection of node 2", &|s: &mut Session| {
+            let mut m = duet_cluster::raft_node::RaftMessage::default();
+            m.from = 9;
+            m.to = 1;
+            s.sender.frame(FrameKind::Raft, &protobuf::Message::write_to_bytes(&m).unwrap()).unwrap()
+        }),
+    ];
+    for (i, (words, frame)) in cases.iter().enumerate() {
+        let mut sess = raw_session(&addr, &std::fs::read(&secret).unwrap(), 2, 1, i as u8);
+        let bytes = frame(&mut sess.1);
+        sess.0.write_all(&bytes).unwrap();
+        let deadline = Instant::now() + WAIT;
+        while target.log_text().matches(words).count() == 0 {
+            assert!(Instant::now() < deadline, "{words:?} not logged:\n{}", target.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // And the connection is closed by the node.
+        let mut buf = [0u8; 16];
+        sess.0.set_read_timeout(Some(WAIT)).unwrap();
+        assert!(matches!(sess.0.read(&mut buf), Ok(0) | Err(_)), "{words}: connection kept");
+    }
+    let refs: Vec<&Daemon> = nodes.iter().collect();
+    let after = wait_for(&refs, "the group as before", |s| agreed(s, &[1, 2, 3]));
+    assert_eq!((after[0]["leader"].as_u64(), after[0]["term"].as_u64()), (Some(leader), Some(term)), "{after:?}");
+}
+
+/// A handshake with the node at `addr` as node `me` (dialling node
+/// `peer`), done by hand with the sans-I/O codec.
+fn raw_session(addr: &str, secret: &[u8], me: u64, peer: u64, salt: u8) -> (TcpStream, Session) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let mut nonce = [0x77u8; 32];
+    nonce[0] = salt;
+    nonce[1] = std::process::id() as u8;
+    let mut hs = Handshake::initiator(secret, me, peer, nonce).unwrap();
+    stream.write_all(&hs.hello()).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the node closed the handshake");
+        let mut step = hs.feed(&buf[..n]).unwrap();
+        loop {
+            match step {
+                HandshakeStep::Continue { send } if send.is_empty() => break,
+                HandshakeStep::Continue { send } => {
+                    stream.write_all(&send).unwrap();
+                    step = hs.feed(&[]).unwrap();
+                }
+                HandshakeStep::Established { send, session } => {
+                    stream.write_all(&send).unwrap();
+                    return (stream, session);
+                }
+            }
+        }
+    }
 }

@@ -25,7 +25,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,10 @@ use rand::RngCore;
 
 /// Raft messages queued per peer before the transport drops new ones.
 pub const PEER_QUEUE_MAX: usize = 1024;
+/// Inbound connections served at once (authenticated or still in their
+/// handshake); more are closed at once, so strangers cannot pile up
+/// threads.
+pub const INBOUND_MAX: usize = 64;
 /// Messages written to one peer per batch (one flush).
 const BATCH_MAX: usize = 64;
 /// Backoff between connection attempts to a peer: doubles from the first
@@ -153,7 +157,8 @@ impl Peers {
             };
             std::thread::Builder::new().name(format!("duet-peer-{peer}")).spawn(move || ctx.run())?;
         }
-        let inbound = Inbound { node_id: self.node_id, members, secret, store, stop: stop.clone() };
+        let inbound =
+            Inbound { node_id: self.node_id, members, secret, store, stop: stop.clone(), open: AtomicUsize::new(0) };
         std::thread::Builder::new().name("duet-peer-listen".into()).spawn(move || inbound.accept(listener))?;
         tracing::info!(addr = %listen, node = self.node_id, "cluster transport listening");
         Ok(PeersHandle { stop, health: self.health, listen })
@@ -342,6 +347,8 @@ struct Inbound {
     secret: Arc<[u8]>,
     store: StoreHandle,
     stop: Arc<AtomicBool>,
+    /// Inbound connections being served.
+    open: AtomicUsize,
 }
 
 impl Inbound {
@@ -360,9 +367,18 @@ impl Inbound {
                 }
             };
             let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown address".into());
-            let me = me.clone();
-            let spawned = std::thread::Builder::new().name("duet-peer-in".into()).spawn(move || me.serve(stream, addr));
+            if me.open.fetch_add(1, Ordering::Relaxed) >= INBOUND_MAX {
+                me.open.fetch_sub(1, Ordering::Relaxed);
+                tracing::warn!(addr = %addr, "cluster: refused a peer connection from {addr}: {INBOUND_MAX} inbound connections already");
+                continue;
+            }
+            let me2 = me.clone();
+            let spawned = std::thread::Builder::new().name("duet-peer-in".into()).spawn(move || {
+                me2.serve(stream, addr);
+                me2.open.fetch_sub(1, Ordering::Relaxed);
+            });
             if let Err(e) = spawned {
+                me.open.fetch_sub(1, Ordering::Relaxed);
                 tracing::warn!("cluster: cannot start a thread for an inbound peer connection: {e}");
             }
         }

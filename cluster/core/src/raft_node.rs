@@ -313,7 +313,7 @@ mod tests {
             .map(|&id| RaftNode::with_voters(id, &voters, Recovered::default()).unwrap().with_election_guards())
             .collect();
         let mut applied: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 3];
-        let mut pump = |nodes: &mut Vec<RaftNode>, applied: &mut Vec<Vec<Vec<u8>>>| {
+        let pump = |nodes: &mut Vec<RaftNode>, applied: &mut Vec<Vec<Vec<u8>>>| {
             for _ in 0..20 {
                 let mut msgs = Vec::new();
                 for (i, n) in nodes.iter_mut().enumerate() {

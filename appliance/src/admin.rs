@@ -39,6 +39,10 @@ pub struct NodeInfo {
     pub local_token: Option<Vec<u8>>,
 }
 
+/// How long an admin change waits for its raft entry in a multi-node
+/// cluster before the API answers that it was not committed.
+pub const COMMIT_WAIT: Duration = Duration::from_secs(5);
+
 /// The voters of `[cluster] peers` (this node among them) and, in a
 /// multi-node cluster, the transport's view of the others.
 #[derive(Clone, Default)]
@@ -312,7 +316,27 @@ impl Admin {
     }
 
     async fn command(&self, cmd: Command) -> Result<(), ApiError> {
-        let out = self.engine.store.command(cmd).await.map_err(|e| self.store_err(e))?;
+        let store = &self.engine.store;
+        let out = if self.node.cluster.health.is_some() {
+            // Several voters: a leader cut off from its majority would keep
+            // the change waiting (until it steps down or the partition
+            // heals); the caller gets an answer within COMMIT_WAIT.
+            let timed = futures_lite::future::or(async { Some(store.command(cmd).await) }, async {
+                glommio::timer::sleep(COMMIT_WAIT).await;
+                None
+            })
+            .await;
+            timed.ok_or_else(|| {
+                ApiError::internal(format!(
+                    "the change was not committed within {} s: is a majority of the cluster's voters running \
+                     and connected (duetctl cluster status)? It may still be applied later",
+                    COMMIT_WAIT.as_secs()
+                ))
+            })?
+        } else {
+            store.command(cmd).await
+        };
+        let out = out.map_err(|e| self.store_err(e))?;
         match out.applied.admin {
             Some(Ok(())) | None => Ok(()),
             Some(Err(e)) => Err(admin_err(e)),

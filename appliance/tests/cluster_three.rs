@@ -4,7 +4,9 @@
 //! an admin change made on the leader is seen on a follower and refused
 //! on a follower with the leader named; the leader is SIGKILLed and the
 //! other two elect a new one in a higher term; the killed node restarts,
-//! rejoins as a follower and catches up. A fourth process with another
+//! rejoins as a follower and catches up; with both followers dead, a
+//! change on the leader is refused within a bound and the leader steps
+//! down. A fourth process with another
 //! secret, posing as a member, is refused and logged with its address,
 //! and the group is unchanged; so is a connection that proves the secret
 //! and then sends a frame with a wrong tag, a raft message that does not
@@ -211,6 +213,31 @@ fn three_nodes_elect_replicate_fail_over_and_rejoin() {
     assert_eq!(s3[0]["leader"].as_u64(), Some(leader2), "the restarted node did not take over: {s3:?}");
     assert_eq!(s3[li]["term"].as_u64(), Some(term2), "{s3:?}");
     assert!(nodes[li].ok(&["share", "list"]).contains("after-kill"), "caught up through the log");
+
+    // Both followers die: the leader alone has no majority. A change there
+    // is refused within a bound (never hangs), and the leader steps down
+    // (check quorum): then it answers that no leader is elected.
+    for i in (0..3).filter(|&i| i != l2) {
+        nodes[i].kill9();
+    }
+    let deadline = Instant::now() + WAIT + Duration::from_secs(15);
+    loop {
+        let t = Instant::now();
+        let o = nodes[l2].ctl(&["share", "add", "alone", "--path", "/alone"]);
+        let took = t.elapsed();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!o.status.success(), "one voter of three committed a change");
+        assert!(took < Duration::from_secs(9), "a change waited {took:?}: {err}");
+        if err.contains("no leader is elected yet") {
+            break;
+        }
+        assert!(err.contains("not committed within 5 s") || err.contains("not the raft leader"), "{err}");
+        assert!(Instant::now() < deadline, "the lone leader did not step down: {err}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let v = status(&nodes[l2]);
+    assert_eq!(v["leader"], Value::Null, "{v}");
+    assert!(!nodes[l2].ok(&["share", "list"]).contains("alone"));
 }
 
 #[test]

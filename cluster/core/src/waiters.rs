@@ -81,6 +81,17 @@ impl<W> Waiters<W> {
             .collect()
     }
 
+    /// This node's raft log now ends at `last_index` (a new leader
+    /// replaced a suffix of it with a shorter one): the waiters past it
+    /// lost their entries and are settled as superseded (`by_term` 0).
+    /// Without this they would wait until the log grew past them again.
+    pub fn truncated(&mut self, last_index: u64) -> Vec<Settled<W>> {
+        let gone = self.by_index.split_off(&(last_index.saturating_add(1)));
+        gone.into_iter()
+            .map(|(i, (t, waiter))| Settled::Superseded { waiter, proposed: Proposed { term: t, index: i }, by_term: 0 })
+            .collect()
+    }
+
     /// Removes every waiter (the node stops): the caller fails them.
     pub fn drain(&mut self) -> impl Iterator<Item = (Proposed, W)> + '_ {
         std::mem::take(&mut self.by_index).into_iter().map(|(index, (term, w))| (Proposed { term, index }, w))
@@ -93,6 +104,25 @@ mod tests {
 
     fn p(term: u64, index: u64) -> Proposed {
         Proposed { term, index }
+    }
+
+    #[test]
+    fn waiters_past_a_truncated_log_are_superseded() {
+        let mut w = Waiters::new();
+        for i in 5..=8 {
+            assert!(w.insert(p(2, i), i).is_none());
+        }
+        assert!(w.truncated(8).is_empty());
+        let gone = w.truncated(6);
+        assert_eq!(
+            gone,
+            vec![
+                Settled::Superseded { waiter: 7, proposed: p(2, 7), by_term: 0 },
+                Settled::Superseded { waiter: 8, proposed: p(2, 8), by_term: 0 }
+            ]
+        );
+        assert_eq!(w.len(), 2);
+        assert_eq!(w.applied(2, 6), vec![Settled::Superseded { waiter: 5, proposed: p(2, 5), by_term: 0 }, Settled::Committed(6)]);
     }
 
     #[test]

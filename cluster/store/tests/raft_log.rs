@@ -173,57 +173,104 @@ fn raft_status_is_the_nodes_raft_state() {
     assert_eq!((c.leader_id, c.voters), (7, vec![7]));
 }
 
-/// Three stores in one process, their outboxes wired to each other's
-/// `step` by a router thread per store (no network): nobody campaigns
-/// until an election timer runs out, which it does by elapsed time even
-/// while the queues are kept busy with queries; a change on a follower is
-/// refused naming the leader; a change on the leader is applied by every
-/// member; a member that is cut off is reported unreachable and the other
+/// Three stores of one group in one process, their outboxes wired to each
+/// other's `step` by a router thread per store (no network; a protobuf
+/// round trip as the transport does). `cut` names a node whose messages
+/// are lost (0: none).
+struct Wired {
+    stores: Vec<Store>,
+    handles: std::sync::Arc<std::sync::Mutex<Vec<Option<duet_cluster_store::StoreHandle>>>>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Wired {
+    fn open(dir: &std::path::Path) -> Wired {
+        use duet_cluster::raft_node::RaftMessage;
+        use duet_cluster_store::Group;
+        use std::sync::atomic::Ordering;
+        use std::sync::{Arc, Mutex};
+        let handles = Arc::new(Mutex::new(vec![None, None, None]));
+        let cut = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut stores = Vec::new();
+        for id in 1..=3u64 {
+            let (tx, rx) = flume::unbounded::<Vec<RaftMessage>>();
+            let outbox: duet_cluster_store::Outbox = Box::new(move |m| {
+                let _ = tx.send(m);
+            });
+            let group = Group::Voters { voters: vec![1, 2, 3], outbox };
+            let s = Store::open_group(&dir.join(format!("n{id}")), id, group).unwrap();
+            handles.lock().unwrap()[id as usize - 1] = Some(s.handle());
+            let (hs, cut) = (handles.clone(), cut.clone());
+            std::thread::spawn(move || {
+                for msgs in rx.iter() {
+                    for m in msgs {
+                        let m = RaftMessage::parse_from_bytes(&m.write_to_bytes().unwrap()).unwrap();
+                        let c = cut.load(Ordering::Relaxed);
+                        if c != 0 && (m.to == c || m.from == c) {
+                            continue;
+                        }
+                        let h = hs.lock().unwrap().get(m.to as usize - 1).cloned().flatten();
+                        if let Some(h) = h {
+                            h.step(m);
+                        }
+                    }
+                }
+            });
+            stores.push(s);
+        }
+        Wired { stores, handles, cut }
+    }
+
+    fn status(&self, id: u64) -> duet_cluster_store::RaftStatus {
+        match self.stores[id as usize - 1].handle().query_blocking(Query::RaftStatus).unwrap() {
+            QueryAnswer::Raft(r) => r,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Waits until the nodes not cut off agree on a leader; returns it.
+    fn leader(&self, what: &str) -> u64 {
+        use std::time::{Duration, Instant};
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let cut = self.cut.load(std::sync::atomic::Ordering::Relaxed);
+        loop {
+            let st: Vec<_> = (1..=3).filter(|&id| id != cut).map(|id| self.status(id)).collect();
+            if let Some(l) = st.iter().find(|r| r.leader) {
+                if st.iter().all(|r| r.leader_id == l.node_id && r.term == l.term) {
+                    return l.node_id;
+                }
+            }
+            assert!(Instant::now() < deadline, "{what}: no leader within 20 s: {st:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Wired {
+    fn drop(&mut self) {
+        if let Ok(mut h) = self.handles.lock() {
+            h.clear();
+        }
+    }
+}
+
+/// Nobody campaigns until an election timer runs out, which it does by
+/// elapsed time even while the queues are kept busy with queries; a
+/// change on a follower is refused naming the leader; a change on the
+/// leader is applied by every member; with one member cut off the other
 /// two go on.
 #[test]
 fn three_stores_elect_by_elapsed_time_and_replicate() {
-    use duet_cluster::raft_node::RaftMessage;
-    use duet_cluster_store::{Group, StoreHandle};
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     let tmp = tempfile::tempdir().unwrap();
-    let handles: Arc<Mutex<Vec<Option<StoreHandle>>>> = Arc::new(Mutex::new(vec![None, None, None]));
-    let cut = Arc::new(AtomicBool::new(false)); // node 3 cut off
-    let mut stores = Vec::new();
-    for id in 1..=3u64 {
-        let (tx, rx) = flume::unbounded::<Vec<RaftMessage>>();
-        let outbox: duet_cluster_store::Outbox = Box::new(move |m| {
-            let _ = tx.send(m);
-        });
-        let s = Store::open_group(&tmp.path().join(format!("n{id}")), id, Group::Voters { voters: vec![1, 2, 3], outbox })
-            .unwrap();
-        handles.lock().unwrap()[id as usize - 1] = Some(s.handle());
-        let (hs, cut) = (handles.clone(), cut.clone());
-        std::thread::spawn(move || {
-            for msgs in rx.iter() {
-                for m in msgs {
-                    // A protobuf round trip, as the transport does.
-                    let m = RaftMessage::parse_from_bytes(&m.write_to_bytes().unwrap()).unwrap();
-                    if cut.load(Ordering::Relaxed) && (m.to == 3 || m.from == 3) {
-                        continue;
-                    }
-                    if let Some(Some(h)) = hs.lock().unwrap().get(m.to as usize - 1) {
-                        h.step(m);
-                    }
-                }
-            }
-        });
-        stores.push(s);
-    }
-    let status = |s: &Store| match s.handle().query_blocking(Query::RaftStatus).unwrap() {
-        QueryAnswer::Raft(r) => r,
-        _ => unreachable!(),
-    };
+    let g = Wired::open(tmp.path());
     // Keep every queue busy: ticks must come anyway.
     let busy = Arc::new(AtomicBool::new(true));
-    let pounders: Vec<_> = stores
+    let pounders: Vec<_> = g
+        .stores
         .iter()
         .map(|s| {
             let (h, busy) = (s.handle(), busy.clone());
@@ -234,46 +281,35 @@ fn three_stores_elect_by_elapsed_time_and_replicate() {
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let leader = loop {
-        let st: Vec<_> = stores.iter().map(status).collect();
-        if let Some(l) = st.iter().find(|r| r.leader) {
-            if st.iter().all(|r| r.leader_id == l.node_id && r.term == l.term) {
-                break l.node_id;
-            }
-        }
-        assert!(Instant::now() < deadline, "no leader within 20 s under load: {st:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let leader = g.leader("under load");
     busy.store(false, Ordering::Relaxed);
     for p in pounders {
         p.join().unwrap();
     }
     let follower = if leader == 1 { 2 } else { 1 };
-    match stores[follower as usize - 1].handle().batch_blocking(mkdir_batch("x")) {
+    match g.stores[follower as usize - 1].handle().batch_blocking(mkdir_batch("x")) {
         Err(e @ StoreError::NotLeader { .. }) => {
             assert!(e.to_string().contains(&format!("node {leader} is")), "{e}");
         }
         other => panic!("a follower took a change: {:?}", other.map(|o| o.applied.results.len())),
     }
-    let h = stores[leader as usize - 1].handle();
+    let h = g.stores[leader as usize - 1].handle();
     h.command_blocking(Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
     h.batch_blocking(mkdir_batch("everywhere")).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !stores.iter().all(|s| lookup(s, "everywhere")) {
+    while !g.stores.iter().all(|s| lookup(s, "everywhere")) {
         assert!(Instant::now() < deadline, "not applied everywhere");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let st = status(&stores[leader as usize - 1]);
+    let st = g.status(leader);
     assert_eq!(st.progress.iter().map(|p| p.0).collect::<Vec<_>>(), vec![1, 2, 3]);
-    assert!(status(&stores[follower as usize - 1]).progress.is_empty());
-    // Node 3 cut off: two of three still commit (unless 3 led: then the
-    // other two elect one first).
-    cut.store(true, Ordering::Relaxed);
+    assert!(g.status(follower).progress.is_empty());
+    // Node 3 cut off: two of three still commit (if 3 led, the other two
+    // elect one first).
+    g.cut.store(3, Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let l = stores[..2].iter().find(|s| status(s).leader);
-        if let Some(l) = l {
+        if let Some(l) = g.stores[..2].iter().find(|s| matches!(s.handle().query_blocking(Query::RaftStatus), Ok(QueryAnswer::Raft(r)) if r.leader)) {
             if l.handle().batch_blocking(mkdir_batch("two-of-three")).is_ok() {
                 break;
             }
@@ -281,6 +317,66 @@ fn three_stores_elect_by_elapsed_time_and_replicate() {
         assert!(Instant::now() < deadline, "the two connected stores did not commit");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(!lookup(&stores[2], "two-of-three"));
-    handles.lock().unwrap().clear();
+    assert!(!lookup(&g.stores[2], "two-of-three"));
+}
+
+/// A leader cut off appends five proposals that never commit; the other
+/// two elect a new leader, whose shorter log replaces that suffix when the
+/// old leader rejoins. The proposers are answered "superseded", and the
+/// replaced entries are gone from the old leader's stored raft log too:
+/// they do not come back at its next start.
+#[test]
+fn a_replaced_log_suffix_is_deleted_from_rocksdb() {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = Wired::open(tmp.path());
+    let old = g.leader("first election");
+    let h = g.stores[old as usize - 1].handle();
+    h.command_blocking(Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
+    let before = g.status(old).last_index;
+    g.cut.store(old, Ordering::Relaxed);
+    let proposers: Vec<_> = (0..5)
+        .map(|i| {
+            let h = h.clone();
+            std::thread::spawn(move || h.batch_blocking(mkdir_batch(&format!("stale{i}"))).map(|_| ()))
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while g.status(old).last_index < before + 5 {
+        assert!(Instant::now() < deadline, "the cut-off leader did not append: {:?}", g.status(old));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let new = g.leader("the two others");
+    assert_ne!(new, old);
+    assert!(g.status(new).last_index < before + 5, "the new leader's log is shorter: {:?}", g.status(new));
+    g.cut.store(0, Ordering::Relaxed);
+    for p in proposers {
+        match p.join().unwrap() {
+            Err(StoreError::Superseded { .. }) => {}
+            other => panic!("a stale proposal was answered {other:?}"),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while g.status(old).applied_index < g.status(new).applied_index {
+        assert!(Instant::now() < deadline, "the old leader did not catch up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let last = g.status(old).last_index;
+    assert!(!lookup(&g.stores[old as usize - 1], "stale0"));
+    // Stop the old leader and read its stored raft log.
+    let s = g.stores.remove(old as usize - 1);
+    s.shutdown();
+    let db = rocksdb::DB::open_default(tmp.path().join(format!("n{old}"))).unwrap();
+    for kv in db.prefix_iterator([keys::RAFT_LOG]) {
+        let (k, v) = kv.unwrap();
+        if k.first() != Some(&keys::RAFT_LOG) {
+            break;
+        }
+        let idx = keys::u64_at(&k, 1).unwrap();
+        assert!(idx <= last, "entry {idx} past the log's end {last} is still stored");
+        let e = Entry::parse_from_bytes(&v).unwrap();
+        assert!(!e.data.windows(5).any(|w| w == b"stale"), "a replaced entry is still stored at {idx}");
+    }
 }

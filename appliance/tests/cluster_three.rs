@@ -178,7 +178,7 @@ fn three_nodes_elect_replicate_fail_over_and_rejoin() {
     // A change on a follower is refused, naming the leader.
     let o = nodes[fi].ctl(&["share", "add", "elsewhere", "--path", "/elsewhere"]);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "a follower accepted a change: {err}");
+    assert_eq!(o.status.code(), Some(8), "a follower's refusal is duetctl's FAILED: {err}");
     assert!(err.contains(&format!("not the raft leader: node {leader} is")), "{err}");
     assert!(err.contains(&format!("127.0.0.1{leader}:{port}")), "{err}");
     assert!(!nodes[li].ok(&["share", "list"]).contains("elsewhere"));

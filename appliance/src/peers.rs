@@ -54,6 +54,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// that hears nothing for [`IDLE_TIMEOUT`] is dropped.
 const PING_EVERY: Duration = Duration::from_secs(1);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A write to a peer that takes longer drops the connection (it is
+/// retried with backoff; raft resends).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What this node knows of its connections, for `duetctl cluster status`.
 #[derive(Debug, Default)]
@@ -294,6 +297,9 @@ impl Outbound {
     fn connect(&self) -> Result<(TcpStream, Session), LinkError> {
         let mut stream = dial(self.source, self.addr)?;
         stream.set_nodelay(true)?;
+        // A peer that stops reading (stopped, or cut off without a reset)
+        // fails the write instead of holding this thread forever.
+        stream.set_write_timeout(Some(WRITE_TIMEOUT))?;
         let hs = Handshake::initiator(&self.secret, self.node_id, self.peer, nonce())?;
         let session = handshake(&mut stream, hs)?;
         Ok((stream, session))

@@ -10,7 +10,8 @@
 //! secret, posing as a member, is refused and logged with its address,
 //! and the group is unchanged; so is a connection that proves the secret
 //! and then sends a frame with a wrong tag, a raft message that does not
-//! decode, or one that claims another sender: each is dropped and logged.
+//! decode, or one that claims another sender: each is dropped and logged;
+//! a SIGSTOPped follower does not stop the other two and catches up.
 //!
 //! Every wait is bounded (a poll with a deadline); nothing sleeps as an
 //! assertion.
@@ -320,6 +321,18 @@ fn a_node_with_another_secret_is_refused_and_changes_nothing() {
     let refs: Vec<&Daemon> = nodes.iter().collect();
     let after = wait_for(&refs, "the group as before", |s| agreed(s, &[1, 2, 3]));
     assert_eq!((after[0]["leader"].as_u64(), after[0]["term"].as_u64()), (Some(leader), Some(term)), "{after:?}");
+
+    // A follower stopped (SIGSTOP): the other two commit without it; once
+    // continued it catches up, and the leader never changed.
+    let li = leader as usize - 1;
+    let fi = (li + 1) % 3;
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(nodes[fi].child.id() as i32, libc::SIGSTOP) };
+    nodes[li].ok(&["share", "add", "while-stopped", "--path", "/while-stopped"]);
+    unsafe { libc::kill(nodes[fi].child.id() as i32, libc::SIGCONT) };
+    let after = wait_for(&refs, "the stopped follower catches up", |s| agreed(s, &[1, 2, 3]));
+    assert_eq!(after[0]["leader"].as_u64(), Some(leader), "{after:?}");
+    assert!(nodes[fi].ok(&["share", "list"]).contains("while-stopped"));
 }
 
 /// A handshake with the node at `addr` as node `me` (dialling node

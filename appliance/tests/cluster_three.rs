@@ -11,7 +11,9 @@
 //! and the group is unchanged; so is a connection that proves the secret
 //! and then sends a frame with a wrong tag, a raft message that does not
 //! decode, or one that claims another sender: each is dropped and logged;
-//! a SIGSTOPped follower does not stop the other two and catches up.
+//! a SIGSTOPped follower does not stop the other two and catches up; a
+//! follower down while the others move on and restart catches up from the
+//! raft log they reloaded.
 //!
 //! Every wait is bounded (a poll with a deadline); nothing sleeps as an
 //! assertion.
@@ -249,6 +251,7 @@ fn a_node_with_another_secret_is_refused_and_changes_nothing() {
     let secret = write_secret(root, "cluster.secret", 0x33);
     let (nodes, s) = start_three(root, port, &secret);
     let (leader, term) = (s[0]["leader"].as_u64().unwrap(), s[0]["term"].as_u64().unwrap());
+    let nodes = nodes;
 
     // (c) A fourth process poses as node 3 from 127.0.0.14 with another
     // secret; nodes 1 and 2 refuse it and log its address.
@@ -333,6 +336,30 @@ fn a_node_with_another_secret_is_refused_and_changes_nothing() {
     let after = wait_for(&refs, "the stopped follower catches up", |s| agreed(s, &[1, 2, 3]));
     assert_eq!(after[0]["leader"].as_u64(), Some(leader), "{after:?}");
     assert!(nodes[fi].ok(&["share", "list"]).contains("while-stopped"));
+
+    // A follower is down while the group moves on, then both others
+    // restart (their raft logs reloaded from RocksDB): the follower, back,
+    // catches up from the log they kept (no snapshot is needed).
+    let mut nodes = nodes;
+    nodes[fi].kill9();
+    nodes[li].ok(&["share", "add", "while-down", "--path", "/while-down"]);
+    for i in (0..3).filter(|&i| i != fi) {
+        nodes[i].kill9();
+    }
+    for i in (0..3).filter(|&i| i != fi) {
+        nodes[i].start_again();
+    }
+    let two: Vec<&Daemon> = (0..3).filter(|&i| i != fi).map(|i| &nodes[i]).collect();
+    let ids: Vec<u64> = (0..3).filter(|&i| i != fi).map(|i| i as u64 + 1).collect();
+    wait_for(&two, "the restarted pair elects a leader", |s| {
+        s[0]["leader"].as_u64().is_some_and(|l| ids.contains(&l)) && s.iter().all(|v| v["leader"] == s[0]["leader"])
+    });
+    nodes[fi].start_again();
+    let all: Vec<&Daemon> = nodes.iter().collect();
+    let s = wait_for(&all, "the follower that was down catches up", |s| agreed(s, &[1, 2, 3]));
+    assert_eq!(own(&s[fi], fi as u64 + 1)["healthy"], true, "{s:?}");
+    assert!(nodes[fi].ok(&["share", "list"]).contains("while-down"));
+    assert!(!nodes[fi].log_text().contains("snapshot"), "{}", nodes[fi].log_text());
 }
 
 /// A handshake with the node at `addr` as node `me` (dialling node

@@ -61,6 +61,10 @@ pub struct Recovered {
     pub applied_term: u64,
     /// Persisted entries after `applied_index`, in order.
     pub entries: Vec<Entry>,
+    /// Applied entries still stored, ending at `applied_index` (a
+    /// multi-voter group keeps the last [`LOG_RETAIN_MULTI`] for followers
+    /// that lag, across restarts too); empty for a one-voter group.
+    pub retained: Vec<Entry>,
 }
 
 fn discard_logger() -> slog::Logger {
@@ -85,7 +89,24 @@ impl RaftNode {
         let storage = MemStorage::new_with_conf_state(conf());
         {
             let mut w = storage.wl();
-            if rec.applied_index > 0 {
+            // The retained applied entries, if they end at the applied
+            // index: the log starts after the first of them (its index and
+            // term stand as the snapshot's), so a lagging follower can be
+            // sent the rest.
+            let retained = match rec.retained.last() {
+                Some(l) if l.index == rec.applied_index && rec.applied_index > 0 => &rec.retained[..],
+                _ => &[],
+            };
+            if let Some(first) = retained.first() {
+                let mut snap = Snapshot::default();
+                snap.mut_metadata().index = first.index;
+                snap.mut_metadata().term = first.term;
+                snap.mut_metadata().set_conf_state(conf());
+                w.apply_snapshot(snap)?;
+                if retained.len() > 1 {
+                    w.append(&retained[1..])?;
+                }
+            } else if rec.applied_index > 0 {
                 let mut snap = Snapshot::default();
                 snap.mut_metadata().index = rec.applied_index;
                 snap.mut_metadata().term = rec.applied_term;
@@ -380,7 +401,7 @@ mod tests {
         }
         let term = n.term();
         // Restart with nothing applied: the leader re-commits and hands the entries out again.
-        let rec = Recovered { hard_state: hs, applied_index: 0, applied_term: 0, entries: persisted };
+        let rec = Recovered { hard_state: hs, applied_index: 0, applied_term: 0, entries: persisted, retained: Vec::new() };
         let mut m = RaftNode::single(1, rec).unwrap();
         let committed = drive(&mut m);
         assert!(m.term() > term);

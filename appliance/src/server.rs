@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use duet_admin_api::ListenerInfo;
+use duet_cluster::machine::AdminError;
 use duet_cluster::records::{Command, ShareRecord};
 use duet_cluster_store::{metadata_dir, Group, Query, QueryAnswer, Store, StoreError, StoreHandle};
 use glommio::{LocalExecutorBuilder, Placement};
@@ -133,37 +134,61 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<u64, StartError>
     Ok(key)
 }
 
-/// First start of a node of a multi-node cluster: the leader initialises
-/// the cluster's metadata (root, default share, admin user, NFS handle
-/// key) once; the others wait until that is applied here. The API token
+/// First start of a node of a multi-node cluster: a leader claims the
+/// first start with the root and the default share (the first such entry
+/// applied wins), then the winner adds the admin user and the NFS handle
+/// key; the others wait until those are applied here. The API token
 /// is per node (`admin.token` in each data directory, its hash kept in
 /// memory, never replicated): returns the NFS handle key and the token's
 /// hash.
 pub fn first_start_cluster(cfg: &Config, store: &StoreHandle) -> Result<(u64, Vec<u8>), StartError> {
     let deadline = Instant::now() + CLUSTER_JOIN_WAIT;
     let mut waiting_logged = false;
+    // Whether this node's claim (the default share) was the first applied.
+    let mut won = false;
+    // Since when the metadata has its root but no secrets yet.
+    let mut orphan_since: Option<Instant> = None;
+    let unexpected = || StartError::Other("unexpected answer from the store".into());
     loop {
-        let QueryAnswer::Bool(initialized) = store.query_blocking(Query::Initialized)? else {
-            return Err(StartError::Other("unexpected answer from the store".into()));
-        };
-        if initialized {
+        // Done once the cluster's secrets are there (the last step).
+        if let QueryAnswer::Secret(Some(_)) = store.query_blocking(Query::AdminSecret("nfs_handle_key".into()))? {
             break;
         }
-        let QueryAnswer::Raft(raft) = store.query_blocking(Query::RaftStatus)? else {
-            return Err(StartError::Other("unexpected answer from the store".into()));
-        };
-        if raft.leader {
+        let QueryAnswer::Bool(initialized) = store.query_blocking(Query::Initialized)? else { return Err(unexpected()) };
+        let QueryAnswer::Raft(raft) = store.query_blocking(Query::RaftStatus)? else { return Err(unexpected()) };
+        if initialized {
+            orphan_since.get_or_insert_with(Instant::now);
+        }
+        if raft.leader && !initialized {
+            // Two leaders in a row may both claim: the root and the
+            // default share go in first, alone, and the claim whose share
+            // is applied first wins (the other gets "already exists").
+            let claim = Command::Init { now_ns: admin::now_ns(), admin_secrets: vec![], shares: vec![default_share(cfg)] };
+            match store.command_blocking(claim) {
+                Ok(out) => match out.applied.admin {
+                    Some(Err(AdminError::Exists(_))) => {}
+                    Some(Err(e)) => return Err(StartError::Other(format!("first start: {e}"))),
+                    _ => won = true,
+                },
+                // Leadership moved before the entry committed: look again.
+                Err(StoreError::NotLeader { .. } | StoreError::Superseded { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // The winner sets the admin password and the NFS handle key; if it
+        // lost its leadership meanwhile, the leader does after 5 s.
+        let orphaned = orphan_since.is_some_and(|t| t.elapsed() > Duration::from_secs(5));
+        if raft.leader && initialized && (won || orphaned) {
             let password = secrets::random_password();
-            let share = default_share(cfg);
-            let out = store.command_blocking(Command::Init {
+            let secrets_cmd = Command::Init {
                 now_ns: admin::now_ns(),
                 admin_secrets: vec![
                     ("user:admin".into(), secrets::hash_secret(&password)),
                     ("nfs_handle_key".into(), secrets::random_hex(8).into_bytes()),
                 ],
-                shares: vec![share],
-            });
-            match out {
+                shares: vec![],
+            };
+            match store.command_blocking(secrets_cmd) {
                 Ok(out) => {
                     if let Some(Err(e)) = out.applied.admin {
                         return Err(StartError::Other(format!("first start: {e}")));
@@ -171,13 +196,12 @@ pub fn first_start_cluster(cfg: &Config, store: &StoreHandle) -> Result<(u64, Ve
                     println!("duetd: first start of the cluster, initialised by node {}", cfg.node_id);
                     println!("duetd: admin user: admin   password: {password}   (shown once; keep it; valid on every node)");
                     let _ = std::io::stdout().flush();
-                    break;
+                    continue;
                 }
-                // Leadership moved before the entry committed: look again.
                 Err(StoreError::NotLeader { .. } | StoreError::Superseded { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
-        } else if !waiting_logged {
+        } else if !raft.leader && !waiting_logged {
             tracing::info!("first start: waiting for the cluster to elect a leader and initialise the metadata");
             waiting_logged = true;
         }

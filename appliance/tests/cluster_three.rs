@@ -146,7 +146,6 @@ fn three_nodes_elect_replicate_fail_over_and_rejoin() {
 
     // (a) One leader, one term, three voters; every node lists all three.
     let leader = s[0]["leader"].as_u64().unwrap();
-    let term = s[0]["term"].as_u64().unwrap();
     for (i, v) in s.iter().enumerate() {
         let ids: Vec<u64> = v["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_u64().unwrap()).collect();
         assert_eq!(ids, [1, 2, 3], "node {}: {v}", i + 1);
@@ -178,13 +177,32 @@ fn three_nodes_elect_replicate_fail_over_and_rejoin() {
         assert!(Instant::now() < deadline, "the share did not reach node {}", fi + 1);
         std::thread::sleep(Duration::from_millis(100));
     }
-    // A change on a follower is refused, naming the leader.
-    let o = nodes[fi].ctl(&["share", "add", "elsewhere", "--path", "/elsewhere"]);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(8), "a follower's refusal is duetctl's FAILED: {err}");
-    assert!(err.contains(&format!("not the raft leader: node {leader} is")), "{err}");
-    assert!(err.contains(&format!("127.0.0.1{leader}:{port}")), "{err}");
-    assert!(!nodes[li].ok(&["share", "list"]).contains("elsewhere"));
+    // A change on a follower is refused, naming the leader. (Should the
+    // leadership move under a loaded machine, the node asked may have
+    // become the leader: then its term is later, and the next try asks a
+    // follower again.)
+    let mut tries = 0;
+    let (leader, li) = loop {
+        tries += 1;
+        assert!(tries <= 5, "no stable follower to ask");
+        let s = wait_for(&[&nodes[0], &nodes[1], &nodes[2]], "agreement", |s| agreed(s, &[1, 2, 3]));
+        let leader = s[0]["leader"].as_u64().unwrap();
+        let (li, fi) = (leader as usize - 1, leader as usize % 3);
+        let name = format!("elsewhere{tries}");
+        let o = nodes[fi].ctl(&["share", "add", &name, "--path", "/elsewhere"]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        if o.status.success() {
+            let now = status(&nodes[fi]);
+            assert!(now["term"].as_u64() > s[0]["term"].as_u64(), "a follower took a change in its term: {now}");
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(8), "a follower's refusal is duetctl's FAILED: {err}");
+        assert!(err.contains(&format!("not the raft leader: node {leader} is")), "{err}");
+        assert!(err.contains(&format!("127.0.0.1{leader}:{port}")), "{err}");
+        assert!(!nodes[li].ok(&["share", "list"]).contains(&name));
+        break (leader, li);
+    };
+    let term = status(&nodes[li])["term"].as_u64().unwrap();
 
     // (b) SIGKILL the leader: the other two elect another, in a later term.
     nodes[li].kill9();

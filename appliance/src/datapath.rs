@@ -5,10 +5,11 @@
 //! Write path: data that will not live inline is appended to the write log
 //! and made durable (one fdatasync shared by every append of the group)
 //! before its metadata commit is proposed. The commit queues a data record
-//! naming the log sequence number; the destager applies queued records in
-//! order to the chunk files, syncs them, and only then commits `Destaged`,
-//! which drops the records. A crash anywhere replays the queue: applying a
-//! record again gives the same bytes.
+//! naming the extent (this node's id and its next extent sequence, see
+//! `duet_cache::SeqAlloc`); the destager applies queued records in order
+//! to the chunk files, syncs them, and only then records (node-locally)
+//! that they are destaged, which drops them. A crash anywhere replays the
+//! queue: applying a record again gives the same bytes.
 //!
 //! Log records that no commit names (the batch failed, or the process died
 //! before committing) are never applied and their segment is deleted.
@@ -22,12 +23,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use duet_cluster::machine::ReadPlan;
-use duet_cluster::records::{Command, DataOp};
+use duet_cluster::records::DataOp;
 use duet_cluster_store::{Query, QueryAnswer, StoreHandle};
-use duet_fs::{NodeId, CHUNK_SIZE};
+use duet_fs::{ExtentId, NodeId, CHUNK_SIZE};
 use glommio::io::{DmaFile, OpenOptions};
 
-use duet_cache::{align_up, cut, decode_header, encode_record, patch, record_len, releasable, verify, SegmentSpan, ALIGN, HEADER_LEN as HEADER};
+use duet_cache::{
+    align_up, cut, decode_floor, decode_header, encode_floor, encode_record, patch, record_len, verify, ExtentIndex,
+    Location, SeqAlloc, ALIGN, HEADER_LEN, HEADER_READ,
+};
+
+/// The durable floor of this node's extent sequences, in `wal/`.
+const SEQ_FLOOR_FILE: &str = "extent-seq";
+
 /// Most data records one destage round takes.
 const DESTAGE_BATCH: usize = 256;
 
@@ -164,17 +172,16 @@ fn io_err(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
 struct Segment {
     file: Rc<DmaFile>,
     path: PathBuf,
-    first_lsn: u64,
-    last_lsn: u64,
     /// Next write position.
     len: u64,
 }
 
 struct LogState {
     segments: BTreeMap<u64, Segment>,
-    /// lsn -> (segment, record position, data length)
-    index: HashMap<u64, (u64, u64, u64)>,
-    next_lsn: u64,
+    /// Where each extent the log holds is.
+    index: ExtentIndex,
+    /// This node's next extent sequences.
+    seqs: SeqAlloc,
     current: u64,
     /// A write or sync failed in the current segment (a hole may follow a
     /// record): the next append starts a new segment, so that recovery,
@@ -199,10 +206,13 @@ struct SyncState {
 pub struct DataPath {
     dir: PathBuf,
     segment_max: u64,
+    /// This node's id: the origin of the extents it appends, and what
+    /// legacy names (`ExtentId::LEGACY_LOCAL`) resolve to.
+    node_id: u64,
     log: RefCell<LogState>,
     sync: RefCell<SyncState>,
-    /// Log sequence numbers still needed: appended and not yet destaged.
-    live: RefCell<BTreeSet<u64>>,
+    /// Extents still needed (resolved names): appended and not yet destaged.
+    live: RefCell<BTreeSet<ExtentId>>,
     reserve: glommio::sync::Semaphore,
     destaged_upto: Cell<u64>,
     /// Bytes kept free on the data and metadata volumes
@@ -218,6 +228,7 @@ impl DataPath {
     /// Opens the write log and chunk store under `dir`, recovering the log.
     /// `store` tells which logged records are still queued.
     pub async fn open(dir: &Path, segment_max: u64, store: &StoreHandle) -> io::Result<Rc<DataPath>> {
+        let node_id = store.node_id();
         probe_iopoll(dir).await?;
         let wal = dir.join("wal");
         let chunks = dir.join("chunks");
@@ -236,43 +247,45 @@ impl DataPath {
             })
             .collect();
         names.sort();
-        let mut state = LogState { segments: BTreeMap::new(), index: HashMap::new(), next_lsn: 1, current: 0, roll: false };
+        let mut index = ExtentIndex::default();
+        let mut segments = BTreeMap::new();
+        let mut current = 0;
         for (seq, path) in names {
             let file = OpenOptions::new().read(true).write(true).dma_open(&path).await
                 .map_err(|e| io_err("cannot open", &path, e))?;
             let size = file.file_size().await.map_err(|e| io_err("cannot stat", &path, e))?;
             let mut pos = 0u64;
-            let (mut first, mut last) = (u64::MAX, 0u64);
-            while pos + HEADER <= size {
-                let h = file.read_at(pos, HEADER as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
+            while pos + HEADER_READ <= size {
+                let h = file.read_at(pos, HEADER_READ as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
                 let Some(h) = decode_header(&h, segment_max) else { break };
-                let (lsn, len) = (h.lsn, h.len);
-                if pos + HEADER + len > size {
+                let data_pos = pos + h.header_len;
+                if data_pos + h.len > size {
                     break; // torn tail
                 }
-                let data = file.read_at(pos + HEADER, len as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
+                let data = file.read_at(data_pos, h.len as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
                 if !verify(&h, &data) {
                     break;
                 }
-                state.index.insert(lsn, (seq, pos, len));
-                first = first.min(lsn);
-                last = last.max(lsn);
-                state.next_lsn = state.next_lsn.max(lsn + 1);
-                pos = align_up(pos + HEADER + len);
+                index.insert(h.extent.resolved(node_id), Location { segment: seq, data_pos, len: h.len });
+                pos = align_up(data_pos + h.len);
             }
-            state.segments.insert(seq, Segment { file: Rc::new(file), path, first_lsn: first, last_lsn: last, len: pos });
-            state.current = state.current.max(seq);
+            segments.insert(seq, Segment { file: Rc::new(file), path, len: pos });
+            current = current.max(seq);
         }
+        let seqs = SeqAlloc::recover(read_floor(&wal)?, index.high(node_id));
+        write_floor(&wal, seqs.limit())?;
+        let mut state = LogState { segments, index, seqs, current, roll: false };
         // Always start a fresh segment: never append after a torn tail.
         let seq = state.current + 1;
         let path = wal.join(format!("{seq:016x}.log"));
         let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
             .map_err(|e| io_err("cannot create", &path, e))?;
-        state.segments.insert(seq, Segment { file: Rc::new(file), path, first_lsn: u64::MAX, last_lsn: 0, len: 0 });
+        state.segments.insert(seq, Segment { file: Rc::new(file), path, len: 0 });
         state.current = seq;
         let dp = Rc::new(DataPath {
             dir: dir.to_path_buf(),
             segment_max,
+            node_id,
             log: RefCell::new(state),
             sync: RefCell::new(SyncState::default()),
             live: RefCell::new(BTreeSet::new()),
@@ -294,8 +307,8 @@ impl DataPath {
             };
             let Some(last) = recs.last().map(|(d, _)| *d) else { break };
             for (_, r) in &recs {
-                if let DataOp::WriteLogged { lsn, .. } = r.op {
-                    dp.live.borrow_mut().insert(lsn);
+                if let Some((_, extent, _)) = r.op.logged() {
+                    dp.live.borrow_mut().insert(extent.resolved(node_id));
                 }
             }
             after = last;
@@ -304,11 +317,11 @@ impl DataPath {
         Ok(dp)
     }
 
-    /// Appends `data` to the write log and waits until it is durable.
-    /// Returns its log sequence number.
-    pub async fn log_append(&self, data: &[u8]) -> io::Result<u64> {
+    /// Appends `data` to the write log as a new extent of this node and
+    /// waits until it is durable. Returns the extent's name.
+    pub async fn log_append(&self, data: &[u8]) -> io::Result<ExtentId> {
         let total = record_len(data.len() as u64);
-        let (file, pos, lsn, seq) = {
+        let (file, pos, extent, seq) = {
             let _permit = self.reserve.acquire_permit(1).await.map_err(ge)?;
             let need_new = {
                 let log = self.log.borrow();
@@ -321,43 +334,51 @@ impl DataPath {
                 let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
                     .map_err(|e| io_err("cannot create", &path, e))?;
                 let mut log = self.log.borrow_mut();
-                log.segments.insert(seq, Segment { file: Rc::new(file), path, first_lsn: u64::MAX, last_lsn: 0, len: 0 });
+                log.segments.insert(seq, Segment { file: Rc::new(file), path, len: 0 });
                 log.current = seq;
                 log.roll = false;
             }
             let mut log = self.log.borrow_mut();
-            let lsn = log.next_lsn;
-            log.next_lsn += 1;
+            let n = match log.seqs.take() {
+                Some(n) => n,
+                None => {
+                    // The reserved range is used up (once per SEQ_RESERVE
+                    // appends): a higher durable floor first.
+                    let floor = log.seqs.reserve();
+                    write_floor(&self.dir.join("wal"), floor)?;
+                    log.seqs.take().ok_or_else(|| io::Error::other("extent sequences exhausted"))?
+                }
+            };
+            let extent = ExtentId { origin: self.node_id, seq: n };
             let seq = log.current;
             let seg = log.segments.get_mut(&seq).ok_or_else(|| io::Error::other("no current log segment"))?;
             let pos = seg.len;
             seg.len += total;
-            seg.first_lsn = seg.first_lsn.min(lsn);
-            seg.last_lsn = seg.last_lsn.max(lsn);
             let file = seg.file.clone();
-            log.index.insert(lsn, (seq, pos, data.len() as u64));
-            self.live.borrow_mut().insert(lsn);
-            (file, pos, lsn, seq)
+            let fresh = log.index.insert(extent, Location { segment: seq, data_pos: pos + HEADER_LEN, len: data.len() as u64 });
+            assert!(fresh, "extent {extent:?} named twice by this node");
+            self.live.borrow_mut().insert(extent);
+            (file, pos, extent, seq)
         };
         let mut buf = file.alloc_dma_buffer(total as usize);
-        encode_record(buf.as_bytes_mut(), lsn, data);
+        encode_record(buf.as_bytes_mut(), extent, data);
         let written = match self.fault(FaultPoint::WalWrite) {
             Err(e) => Err(e),
             Ok(()) => file.write_at(buf, pos).await.map(|_| ()).map_err(|e| keep_kind(&e, e.to_string())),
         };
         if let Err(e) = written {
-            self.forget(&[lsn]);
+            self.forget(&[extent]);
             self.log.borrow_mut().roll = true;
             return Err(keep_kind(&e, format!("write log append: {e}")));
         }
         self.counters.log_writes.fetch_add(1, Ordering::Relaxed);
         self.sync.borrow_mut().dirty.insert(seq);
         if let Err(e) = self.wait_durable().await {
-            self.forget(&[lsn]);
+            self.forget(&[extent]);
             self.log.borrow_mut().roll = true;
             return Err(e);
         }
-        Ok(lsn)
+        Ok(extent)
     }
 
     /// Group commit of the log: waits for an fdatasync that started after
@@ -462,21 +483,23 @@ impl DataPath {
         space_low_at(&self.dir, self.space_reserve.load(Ordering::Relaxed), need)
     }
 
-    /// These log records will never be applied (their batch failed).
-    pub fn forget(&self, lsns: &[u64]) {
+    /// These extents will never be applied (their batch failed), or are
+    /// destaged.
+    pub fn forget(&self, extents: &[ExtentId]) {
         let mut live = self.live.borrow_mut();
-        for l in lsns {
-            live.remove(l);
+        for e in extents {
+            live.remove(&e.resolved(self.node_id));
         }
     }
 
-    /// Reads `n` bytes at `skip` of the data of log record `lsn`.
-    async fn log_read(&self, lsn: u64, skip: u64, n: u64) -> io::Result<Option<Vec<u8>>> {
+    /// Reads `n` bytes at `skip` of the data of `extent`; `None` if the log
+    /// no longer holds it.
+    async fn log_read(&self, extent: ExtentId, skip: u64, n: u64) -> io::Result<Option<Vec<u8>>> {
         let (file, pos, len) = {
             let log = self.log.borrow();
-            let Some(&(seq, pos, len)) = log.index.get(&lsn) else { return Ok(None) };
-            let Some(seg) = log.segments.get(&seq) else { return Ok(None) };
-            (seg.file.clone(), pos, len)
+            let Some(loc) = log.index.get(&extent.resolved(self.node_id)) else { return Ok(None) };
+            let Some(seg) = log.segments.get(&loc.segment) else { return Ok(None) };
+            (seg.file.clone(), loc.data_pos, loc.len)
         };
         let skip = skip.min(len);
         let n = n.min(len - skip);
@@ -484,20 +507,16 @@ impl DataPath {
             return Ok(Some(Vec::new()));
         }
         self.fault(FaultPoint::DataRead)?;
-        let r = file.read_at(pos + HEADER + skip, n as usize).await.map_err(|e| io::Error::other(format!("write log read: {e}")))?;
+        let r = file.read_at(pos + skip, n as usize).await.map_err(|e| io::Error::other(format!("write log read: {e}")))?;
         Ok(Some(r.to_vec()))
     }
 
-    /// Deletes log segments that hold no live record.
+    /// Deletes log segments that hold no live extent.
     async fn release_segments(&self) {
         let doomed: Vec<(u64, PathBuf)> = {
             let log = self.log.borrow();
-            let spans: Vec<SegmentSpan> = log
-                .segments
-                .iter()
-                .map(|(seq, s)| SegmentSpan { seq: *seq, first_lsn: s.first_lsn, last_lsn: s.last_lsn })
-                .collect();
-            releasable(&spans, log.current, &self.live.borrow())
+            log.index
+                .releasable(log.segments.keys().copied(), log.current, &self.live.borrow())
                 .into_iter()
                 .filter_map(|seq| Some((seq, log.segments.get(&seq)?.path.clone())))
                 .collect()
@@ -506,7 +525,7 @@ impl DataPath {
             {
                 let mut log = self.log.borrow_mut();
                 log.segments.remove(&seq);
-                log.index.retain(|_, (s, _, _)| *s != seq);
+                log.index.drop_segment(seq);
             }
             if let Err(e) = std::fs::remove_file(&path) {
                 tracing::warn!("cannot delete write-log segment {}: {e}", path.display());
@@ -717,11 +736,12 @@ impl DataPath {
         for (_, rec) in &plan.overlay {
             match &rec.op {
                 DataOp::WriteInline { offset: o, data } => patch(&mut buf, offset, *o, data),
-                DataOp::WriteLogged { offset: o, lsn, len: l } => {
-                    let from = offset.max(*o);
+                DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
+                    let Some((o, extent, l)) = rec.op.logged() else { continue };
+                    let from = offset.max(o);
                     let to = end.min(o + l);
                     if from < to {
-                        match self.log_read(*lsn, from - o, to - from).await? {
+                        match self.log_read(extent, from - o, to - from).await? {
                             Some(d) => {
                                 reads += 1;
                                 patch(&mut buf, offset, from, &d);
@@ -767,16 +787,23 @@ impl DataPath {
         let Some(upto) = recs.last().map(|(d, _)| *d) else { return Ok(0) };
         let mut open: HashMap<(NodeId, u64), Rc<DmaFile>> = HashMap::new();
         let mut reclaimed = Vec::new();
-        let mut lsns = Vec::new();
+        let mut extents = Vec::new();
         for (dseq, rec) in &recs {
             match &rec.op {
                 DataOp::WriteInline { offset, data } => self.write_chunks(&mut open, rec.file, *offset, data).await?,
-                DataOp::WriteLogged { offset, lsn, len } => {
-                    match self.log_read(*lsn, 0, *len).await? {
-                        Some(d) => self.write_chunks(&mut open, rec.file, *offset, &d).await?,
-                        None => tracing::error!(dseq, lsn, file = rec.file, "queued write's log record is missing"),
+                DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
+                    let Some((offset, extent, len)) = rec.op.logged() else { continue };
+                    match self.log_read(extent, 0, len).await? {
+                        Some(d) => self.write_chunks(&mut open, rec.file, offset, &d).await?,
+                        None => tracing::error!(
+                            dseq,
+                            origin = extent.origin,
+                            seq = extent.seq,
+                            file = rec.file,
+                            "queued write's log extent is missing"
+                        ),
                     }
-                    lsns.push(*lsn);
+                    extents.push(extent);
                 }
                 DataOp::Truncate { size } => self.truncate_chunks(&mut open, rec.file, *size).await?,
                 DataOp::Zero { offset, len } => self.zero_chunks(&mut open, rec.file, *offset, *len).await?,
@@ -795,18 +822,54 @@ impl DataPath {
             f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
             self.counters.chunk_fsyncs.fetch_add(1, Ordering::Relaxed);
         }
-        store.command(Command::Destaged { upto, reclaimed }).await.map_err(ge)?;
+        // Node-local progress: each node destages into its own chunks.
+        store.destaged(upto, reclaimed).await.map_err(ge)?;
         self.destaged_upto.set(upto);
         self.counters.destaged_records.fetch_add(recs.len() as u64, Ordering::Relaxed);
-        self.forget(&lsns);
+        self.forget(&extents);
         self.release_segments().await;
         Ok(recs.len())
     }
 
-    /// Log sequence numbers still needed (for tests and status).
+    /// Extents still needed (for tests and status).
     pub fn live_records(&self) -> usize {
         self.live.borrow().len()
     }
+}
+
+/// The durable floor of this node's extent sequences (0 when the file
+/// does not exist: a data directory from before extents had names, or a
+/// new one). A damaged file stops the start: reading it as a lower floor
+/// could name two extents alike.
+fn read_floor(wal: &Path) -> io::Result<u64> {
+    let path = wal.join(SEQ_FLOOR_FILE);
+    match std::fs::read(&path) {
+        Ok(b) => decode_floor(&b).ok_or_else(|| {
+            io::Error::other(format!(
+                "{} is damaged ({} bytes, checksum mismatch); refusing to name new write-log extents. \
+                 It holds this node's extent sequence floor: restore it, or replace it with a floor above \
+                 every sequence this node ever used",
+                path.display(),
+                b.len()
+            ))
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(io_err("cannot read", &path, e)),
+    }
+}
+
+/// Makes `floor` the durable floor: written aside, synced, renamed over
+/// the old one, and the directory synced.
+fn write_floor(wal: &Path, floor: u64) -> io::Result<()> {
+    use std::io::Write;
+    let tmp = wal.join(format!("{SEQ_FLOOR_FILE}.tmp"));
+    let path = wal.join(SEQ_FLOOR_FILE);
+    let mut f = std::fs::File::create(&tmp).map_err(|e| io_err("cannot create", &tmp, e))?;
+    f.write_all(&encode_floor(floor)).map_err(|e| io_err("cannot write", &tmp, e))?;
+    f.sync_all().map_err(|e| io_err("cannot sync", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| io_err("cannot rename", &tmp, e))?;
+    std::fs::File::open(wal).and_then(|d| d.sync_all()).map_err(|e| io_err("cannot sync", wal, e))?;
+    Ok(())
 }
 
 /// glommio decides once per device whether reads may use the io_uring poll

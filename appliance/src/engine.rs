@@ -18,9 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use duet_cluster::machine::ReadPlan;
-use duet_cluster::records::DataOp;
 use duet_cluster_store::{StoreError, StoreHandle};
-use duet_fs::{Batch, BatchCost, BatchResult, ObjRef, Op, OpOutput, WriteData, INLINE_MAX};
+use duet_fs::{Batch, BatchCost, BatchResult, ExtentId, ObjRef, Op, OpOutput, WriteData, INLINE_MAX};
 
 use crate::datapath::{DataCounters, DataPath};
 
@@ -148,7 +147,7 @@ fn needs_data_path(batch: &Batch) -> bool {
     batch.ops.iter().any(|op| match op {
         Op::Copy { .. } => true,
         Op::Write { data: WriteData::Bytes(b), .. } => b.len() as u64 > INLINE_MAX,
-        Op::Write { data: WriteData::Logged { .. }, .. } => true,
+        Op::Write { data: WriteData::Logged { .. } | WriteData::Extent { .. }, .. } => true,
         _ => false,
     })
 }
@@ -395,7 +394,7 @@ impl Engine {
             if let Op::Write { data, .. } = op {
                 if let WriteData::Bytes(b) = data {
                     if b.len() as u64 > INLINE_MAX {
-                        let lsn = match self.data.log_append(b).await {
+                        let extent = match self.data.log_append(b).await {
                             Ok(l) => l,
                             Err(e) => {
                                 self.data.forget(&logged);
@@ -405,10 +404,10 @@ impl Engine {
                                 return Err(e.into());
                             }
                         };
-                        logged.push(lsn);
+                        logged.push(extent);
                         cost.log_writes += 1;
                         cost.fsyncs += 1;
-                        *data = WriteData::Logged { lsn, len: b.len() as u64 };
+                        *data = WriteData::Extent { extent, len: b.len() as u64 };
                     }
                 }
             }
@@ -427,15 +426,9 @@ impl Engine {
         let mut applied = outcome.applied;
         cost.add(&outcome.cost);
         if !logged.is_empty() {
-            let queued: HashSet<u64> = applied
-                .queued
-                .iter()
-                .filter_map(|(_, r)| match r.op {
-                    DataOp::WriteLogged { lsn, .. } => Some(lsn),
-                    _ => None,
-                })
-                .collect();
-            let unused: Vec<u64> = logged.iter().copied().filter(|l| !queued.contains(l)).collect();
+            let queued: HashSet<ExtentId> =
+                applied.queued.iter().filter_map(|(_, r)| r.op.logged()).map(|(_, e, _)| e).collect();
+            let unused: Vec<ExtentId> = logged.iter().copied().filter(|e| !queued.contains(e)).collect();
             self.data.forget(&unused);
         }
         for plan in std::mem::take(&mut applied.reads) {

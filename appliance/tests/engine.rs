@@ -178,3 +178,77 @@ fn concurrent_large_and_small_writes() {
     assert!(fsck_via_api(&r).is_empty());
     r.shutdown();
 }
+
+/// The extents (origin, sequence) of every record in the write log's segments.
+fn logged_extents(dir: &std::path::Path) -> Vec<duet_fs::ExtentId> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir.join("wal")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().and_then(|x| x.to_str()) != Some("log") {
+            continue;
+        }
+        let b = std::fs::read(&p).unwrap();
+        let mut pos = 0;
+        while pos < b.len() {
+            if let Some(h) = duet_cache::decode_header(&b[pos..], u64::MAX) {
+                assert_eq!(h.header_len, duet_cache::HEADER_LEN, "new records are version 2");
+                out.push(h.extent);
+            }
+            pos += duet_cache::ALIGN as usize;
+        }
+    }
+    out.sort();
+    out
+}
+
+fn floor(dir: &std::path::Path) -> u64 {
+    duet_cache::decode_floor(&std::fs::read(dir.join("wal").join("extent-seq")).unwrap()).expect("floor decodes")
+}
+
+#[test]
+fn extent_names_are_never_reused_across_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let first = pattern(11, 100_000);
+    let r = server::start(&cfg(dir)).unwrap();
+    let e = r.engine().clone();
+    let id1 = create(&e, ROOT_ID, "one", &first);
+    let logged = logged_extents(dir);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert_eq!(logged[0].origin, 1, "named by this node's id");
+    let f1 = floor(dir);
+    assert!(f1 > logged[0].seq, "the floor {f1} is above every sequence handed out ({logged:?})");
+    settle(&e);
+    r.shutdown();
+
+    // Restart: the destaged segment is deleted, so the log no longer
+    // remembers sequence 1; the floor does.
+    let r = server::start(&cfg(dir)).unwrap();
+    let e = r.engine().clone();
+    assert!(logged_extents(dir).is_empty(), "the destaged record's segment is released at start");
+    let f2 = floor(dir);
+    assert!(f2 > f1, "a new floor is made durable at start: {f1} -> {f2}");
+    let second = pattern(12, 100_000);
+    let id2 = create(&e, ROOT_ID, "two", &second);
+    let logged = logged_extents(dir);
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    assert!(logged[0].seq >= f1, "sequence {} reused below the old floor {f1}", logged[0].seq);
+    assert_eq!(read(&e, id1, 0, 200_000), first);
+    assert_eq!(read(&e, id2, 0, 200_000), second);
+    r.shutdown();
+
+    // A damaged floor stops the start with the file named, rather than
+    // risk naming two extents alike.
+    let path = dir.join("wal").join("extent-seq");
+    let mut b = std::fs::read(&path).unwrap();
+    b[0] ^= 0xFF;
+    std::fs::write(&path, &b).unwrap();
+    let err = match server::start(&cfg(dir)) {
+        Ok(r) => {
+            r.shutdown();
+            panic!("duetd started with a damaged extent-seq")
+        }
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("extent-seq") && err.contains("damaged"), "{err}");
+}

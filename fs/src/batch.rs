@@ -60,21 +60,64 @@ pub struct Access {
     pub execute: bool,
 }
 
+/// The name of a piece of write data, the same on every node of a cluster:
+/// the node that took it in from a client (`origin`, a node id, from 1)
+/// and that node's sequence number for it (`seq`, from 1, never reused).
+/// The data itself lives in the write logs of the nodes that hold a copy.
+///
+/// Origin [`ExtentId::LEGACY_LOCAL`] (0) names a record of *this* node's
+/// log by its log sequence number: what commands of format version 1 and
+/// older, and queue records written before extents had names, mean.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ExtentId {
+    pub origin: u64,
+    pub seq: u64,
+}
+
+impl ExtentId {
+    /// The origin of data named before extents had cluster-wide names.
+    pub const LEGACY_LOCAL: u64 = 0;
+
+    /// The name with [`ExtentId::LEGACY_LOCAL`] resolved to `node`.
+    pub fn resolved(self, node: u64) -> ExtentId {
+        if self.origin == Self::LEGACY_LOCAL {
+            ExtentId { origin: node, seq: self.seq }
+        } else {
+            self
+        }
+    }
+}
+
 /// Data of a write. Protocols hand over bytes; the engine moves data that
-/// will not live inline into the write log first and proposes only its
-/// log sequence number.
+/// will not live inline into the write log first and proposes only the
+/// extent's name.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WriteData {
     Bytes(#[serde(with = "serde_bytes_compat")] Vec<u8>),
-    /// Made durable in the write log at `lsn`.
+    /// Made durable in this node's write log at `lsn`. Only decoded from
+    /// old raft entries (legacy bincode, command format 1); the engine
+    /// proposes [`WriteData::Extent`]. Same as an extent of origin
+    /// [`ExtentId::LEGACY_LOCAL`].
     Logged { lsn: u64, len: u64 },
+    /// Made durable in the write log as `extent`.
+    /// (Appended last: legacy bincode entries keep decoding.)
+    Extent { extent: ExtentId, len: u64 },
 }
 
 impl WriteData {
     pub fn len(&self) -> u64 {
         match self {
             WriteData::Bytes(b) => b.len() as u64,
-            WriteData::Logged { len, .. } => *len,
+            WriteData::Logged { len, .. } | WriteData::Extent { len, .. } => *len,
+        }
+    }
+
+    /// The extent that holds the data, if it is in a write log.
+    pub fn extent(&self) -> Option<ExtentId> {
+        match self {
+            WriteData::Bytes(_) => None,
+            WriteData::Logged { lsn, .. } => Some(ExtentId { origin: ExtentId::LEGACY_LOCAL, seq: *lsn }),
+            WriteData::Extent { extent, .. } => Some(*extent),
         }
     }
     pub fn is_empty(&self) -> bool {

@@ -5,7 +5,7 @@
 //! protocol-facing and change with the protocols): every field is written
 //! explicitly, in a fixed order, with [`crate::wire`]'s primitives.
 //!
-//! Layout: one version byte ([`COMMAND_V1`]), then the command: a one-byte
+//! Layout: one version byte ([`COMMAND_V2`]), then the command: a one-byte
 //! tag and its fields. Tags are numbered here, by hand, and a number is
 //! never reused. There are no sentinel values on the wire: what the
 //! in-memory types express with a magic value (`CTIME_KEEP`,
@@ -28,9 +28,18 @@
 //!
 //! A new field or meaning is a new version: the encoder writes only the
 //! newest, the decoder reads every version it knows.
+//!
+//! Versions:
+//! - 1 ([`COMMAND_V1`]): logged write data is named by this node's log
+//!   sequence number (`DATA_LOGGED`).
+//! - 2 ([`COMMAND_V2`]): adds `DATA_EXTENT`, logged write data named by a
+//!   cluster-wide extent (origin node, origin's sequence, both from 1,
+//!   then the length). What the engine proposes. `DATA_LOGGED` stays
+//!   readable (and is what a legacy `WriteData::Logged` encodes to); no
+//!   other change.
 
 use duet_fs::{
-    Access, Batch, CreateKind, Credentials, IfExists, ObjRef, Op, SetAttrs, SetTime, TimeNs, WriteData,
+    Access, Batch, CreateKind, Credentials, ExtentId, IfExists, ObjRef, Op, SetAttrs, SetTime, TimeNs, WriteData,
     ALLOC_TRUNCATES, CTIME_KEEP,
 };
 
@@ -40,6 +49,9 @@ use crate::wire::{Reader, WireError, Writer};
 /// The first byte of every command in the versioned format, version 1.
 /// Chosen above any first byte of a legacy (bincode) command.
 pub const COMMAND_V1: u8 = 0xD1;
+/// Version 2: write-log data named by [`duet_fs::ExtentId`]. What the
+/// encoder writes.
+pub const COMMAND_V2: u8 = 0xD2;
 
 /// Why a command cannot be decoded.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -104,7 +116,7 @@ const OP_ZERO_RANGE: u8 = 18;
 /// Encodes `cmd` in the newest format. Cannot fail.
 pub fn encode_command(cmd: &Command) -> Vec<u8> {
     let mut w = Writer::new();
-    w.u8(COMMAND_V1);
+    w.u8(COMMAND_V2);
     put_command(&mut w, cmd);
     w.buf
 }
@@ -113,10 +125,10 @@ pub fn encode_command(cmd: &Command) -> Vec<u8> {
 pub fn decode_command(b: &[u8]) -> Result<Command, CommandError> {
     match b.first() {
         None => Err(CommandError::Empty),
-        Some(&COMMAND_V1) => {
+        Some(&v @ (COMMAND_V1 | COMMAND_V2)) => {
             let mut r = Reader::new(b);
             r.u8("version")?;
-            let cmd = get_command(&mut r)?;
+            let cmd = get_command(&mut r, v)?;
             r.finish()?;
             Ok(cmd)
         }
@@ -410,7 +422,10 @@ fn put_set_attrs(w: &mut Writer, a: &SetAttrs) {
 }
 
 const DATA_BYTES: u8 = 0;
+/// This node's log sequence number, length (what version 1 wrote).
 const DATA_LOGGED: u8 = 1;
+/// Version 2 on: extent origin, extent sequence, length.
+const DATA_EXTENT: u8 = 2;
 
 // Remove: what may be removed.
 const REMOVE_ANY: u8 = 0;
@@ -466,6 +481,12 @@ fn put_op(w: &mut Writer, op: &Op) {
                 WriteData::Logged { lsn, len } => {
                     w.u8(DATA_LOGGED);
                     w.u64(*lsn);
+                    w.u64(*len);
+                }
+                WriteData::Extent { extent, len } => {
+                    w.u8(DATA_EXTENT);
+                    w.u64(extent.origin);
+                    w.u64(extent.seq);
                     w.u64(*len);
                 }
             }
@@ -566,7 +587,7 @@ fn put_op(w: &mut Writer, op: &Op) {
 
 type R<T> = Result<T, WireError>;
 
-fn get_command(r: &mut Reader<'_>) -> R<Command> {
+fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
     let tag = r.tag("command")?;
     Ok(match tag {
         CMD_INIT => {
@@ -583,7 +604,7 @@ fn get_command(r: &mut Reader<'_>) -> R<Command> {
             }
             Command::Init { now_ns, admin_secrets, shares }
         }
-        CMD_BATCH => Command::Batch(get_batch(r)?),
+        CMD_BATCH => Command::Batch(get_batch(r, v)?),
         CMD_PUT_SHARE => {
             let share = get_share(r)?;
             let replace = r.bool("replace")?;
@@ -651,7 +672,7 @@ fn get_user(r: &mut Reader<'_>) -> R<UserRecord> {
     Ok(UserRecord { name, uid, gid, nt_hash, enabled })
 }
 
-fn get_batch(r: &mut Reader<'_>) -> R<Batch> {
+fn get_batch(r: &mut Reader<'_>, v: u8) -> R<Batch> {
     let cred = get_cred(r)?;
     let stop_on_error = r.bool("batch stop_on_error")?;
     let read_only = r.bool("batch read_only")?;
@@ -659,7 +680,7 @@ fn get_batch(r: &mut Reader<'_>) -> R<Batch> {
     let n = r.count("batch ops")?;
     let mut ops = Vec::with_capacity(n);
     for _ in 0..n {
-        ops.push(get_op(r)?);
+        ops.push(get_op(r, v)?);
     }
     Ok(Batch { cred, ops, stop_on_error, read_only, now_ns })
 }
@@ -762,7 +783,23 @@ fn get_set_attrs(r: &mut Reader<'_>) -> R<SetAttrs> {
     Ok(SetAttrs { mode, uid, gid, size, alloc_size, dos_attrs, btime, atime, mtime, ctime })
 }
 
-fn get_op(r: &mut Reader<'_>) -> R<Op> {
+/// An extent name: origin and sequence, both from 1 (origin 0, "this
+/// node's lsn", is `DATA_LOGGED`'s meaning, never an extent's).
+fn get_extent(r: &mut Reader<'_>) -> R<ExtentId> {
+    let at = r.pos();
+    let origin = r.u64("extent origin")?;
+    if origin == ExtentId::LEGACY_LOCAL {
+        return r.invalid(at, "extent origin (0)");
+    }
+    let at = r.pos();
+    let seq = r.u64("extent sequence")?;
+    if seq == 0 {
+        return r.invalid(at, "extent sequence (0)");
+    }
+    Ok(ExtentId { origin, seq })
+}
+
+fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
     let tag = r.tag("op")?;
     Ok(match tag {
         OP_LOOKUP => Op::Lookup { dir: get_ref(r)?, name: r.string("name")? },
@@ -786,6 +823,7 @@ fn get_op(r: &mut Reader<'_>) -> R<Op> {
             let data = match r.tag("write data")? {
                 DATA_BYTES => WriteData::Bytes(r.bytes("write bytes")?),
                 DATA_LOGGED => WriteData::Logged { lsn: r.u64("lsn")?, len: r.u64("len")? },
+                DATA_EXTENT if v >= COMMAND_V2 => WriteData::Extent { extent: get_extent(r)?, len: r.u64("len")? },
                 t => return r.unknown("write data", t),
             };
             Op::Write { obj, offset, data, append: r.bool("append")? }

@@ -7,7 +7,7 @@
 //! the store.
 
 use duet_fs::{
-    check_name, Access, Attrs, Batch, CreateKind, DirEntry, FileType, FsError, IfExists, NodeId,
+    check_name, Access, Attrs, Batch, CreateKind, DirEntry, ExtentId, FileType, FsError, IfExists, NodeId,
     ObjRef, Op, OpOutput, OpResult, SetAttrs, SetTime, TimeNs, WriteData, CHUNK_SIZE,
     FILE_SIZE_MAX, INLINE_MAX, ROOT_ID,
 };
@@ -953,7 +953,12 @@ fn write<R: KvRead + ?Sized>(
                 attach_chunks(txn, id, offset, len);
                 let op = match data {
                     WriteData::Bytes(b) => DataOp::WriteInline { offset, data: b.clone() },
-                    WriteData::Logged { lsn, len } => DataOp::WriteLogged { offset, lsn: *lsn, len: *len },
+                    WriteData::Logged { lsn, len } => DataOp::WriteExtent {
+                        offset,
+                        extent: ExtentId { origin: ExtentId::LEGACY_LOCAL, seq: *lsn },
+                        len: *len,
+                    },
+                    WriteData::Extent { extent, len } => DataOp::WriteExtent { offset, extent: *extent, len: *len },
                 };
                 queue(txn, ex, id, op);
             }

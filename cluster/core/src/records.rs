@@ -1,6 +1,6 @@
 //! What the schema stores, and the commands a raft entry carries.
 
-use duet_fs::{Attrs, Batch, FileType, NodeId, TimeNs};
+use duet_fs::{Attrs, Batch, ExtentId, FileType, NodeId, TimeNs};
 use serde::{Deserialize, Serialize};
 
 /// A node record (`n` id).
@@ -72,8 +72,27 @@ pub enum DataOp {
     /// The file is gone: delete all its chunks.
     Reclaim,
     /// `[offset, offset+len)` reads as zeros (a punched hole).
-    /// (Appended last: stored queue records keep decoding.)
+    /// (Appended after Reclaim: stored queue records keep decoding.)
     Zero { offset: u64, len: u64 },
+    /// Bytes of the write-log extent `extent` (named cluster-wide). What
+    /// `machine::apply` queues for logged writes; old records keep
+    /// `WriteLogged`. (Appended last: stored queue records keep decoding.)
+    WriteExtent { offset: u64, extent: ExtentId, len: u64 },
+}
+
+impl DataOp {
+    /// A write whose bytes are in a write log: (file offset, extent, length).
+    /// `WriteLogged` (this node's lsn) is an extent of origin
+    /// [`ExtentId::LEGACY_LOCAL`].
+    pub fn logged(&self) -> Option<(u64, ExtentId, u64)> {
+        match *self {
+            DataOp::WriteLogged { offset, lsn, len } => {
+                Some((offset, ExtentId { origin: ExtentId::LEGACY_LOCAL, seq: lsn }, len))
+            }
+            DataOp::WriteExtent { offset, extent, len } => Some((offset, extent, len)),
+            _ => None,
+        }
+    }
 }
 
 /// A share (`s` name).

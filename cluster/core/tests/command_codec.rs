@@ -3,11 +3,11 @@
 //! on the wire, and every malformed input is refused (never decoded into
 //! something else).
 
-use duet_cluster::command::{decode_command, decode_entry, encode_command, CommandError, COMMAND_V1};
+use duet_cluster::command::{decode_command, decode_entry, encode_command, CommandError, COMMAND_V1, COMMAND_V2};
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
 use duet_cluster::wire::WireError;
 use duet_fs::{
-    Access, Batch, CreateKind, Credentials, IfExists, ObjRef, Op, SetAttrs, SetTime, WriteData, ALLOC_TRUNCATES,
+    Access, Batch, CreateKind, Credentials, ExtentId, IfExists, ObjRef, Op, SetAttrs, SetTime, WriteData, ALLOC_TRUNCATES,
     CTIME_KEEP,
 };
 
@@ -157,10 +157,13 @@ impl Gen {
             5 => Op::Write {
                 obj: self.obj(),
                 offset: self.u64(),
-                data: if self.bool() {
-                    WriteData::Bytes(self.bytes())
-                } else {
-                    WriteData::Logged { lsn: self.u64(), len: self.u64() }
+                data: match self.below(3) {
+                    0 => WriteData::Bytes(self.bytes()),
+                    1 => WriteData::Logged { lsn: self.u64(), len: self.u64() },
+                    _ => WriteData::Extent {
+                        extent: ExtentId { origin: self.u64().max(1), seq: self.u64().max(1) },
+                        len: self.u64(),
+                    },
                 },
                 append: self.bool(),
             },
@@ -254,7 +257,7 @@ const COMMAND_VARIANTS: u64 = 7;
 
 fn round_trip(cmd: &Command) -> Vec<u8> {
     let b = encode_command(cmd);
-    assert_eq!(b[0], COMMAND_V1);
+    assert_eq!(b[0], COMMAND_V2);
     match decode_command(&b) {
         Ok(back) => assert_eq!(&back, cmd),
         Err(e) => panic!("{cmd:?} does not decode: {e}"),
@@ -344,7 +347,7 @@ fn the_wire_layout_is_pinned() {
     let b = round_trip(&cmd);
     #[rustfmt::skip]
     let want: Vec<u8> = vec![
-        0xD1,               // version 1
+        0xD2,               // version 2
         2,                  // Batch
         0xE8, 0x07, 100, 0, // cred uid 1000, gid 100, no groups
         1, 0,               // stop_on_error, not read_only
@@ -366,10 +369,81 @@ fn the_wire_layout_is_pinned() {
         replace: false,
     };
     let b = round_trip(&user);
-    let mut want = vec![0xD1, 5, 1, b'u', 0, 1, 5];
+    let mut want = vec![0xD2, 5, 1, b'u', 0, 1, 5];
     want.extend_from_slice(&[9; 16]);
     want.extend_from_slice(&[1, 0]);
     assert_eq!(b, want);
+
+    // A write of a logged extent (version 2's addition).
+    let mut wb = Batch::new(Credentials::root(), 0);
+    wb.push(Op::Write {
+        obj: ObjRef::Id(7),
+        offset: 4096,
+        data: WriteData::Extent { extent: ExtentId { origin: 3, seq: 300 }, len: 65536 },
+        append: false,
+    });
+    let b = round_trip(&Command::Batch(wb));
+    #[rustfmt::skip]
+    let tail: Vec<u8> = vec![
+        6,                  // Write
+        0, 7,               // ObjRef::Id(7)
+        0x80, 0x20,         // offset 4096
+        2,                  // DATA_EXTENT
+        3,                  // origin 3
+        0xAC, 0x02,         // sequence 300
+        0x80, 0x80, 0x04,   // length 65536
+        0,                  // not append
+    ];
+    assert_eq!(&b[b.len() - tail.len()..], &tail[..], "{b:?}");
+}
+
+#[test]
+fn version_1_commands_still_decode_and_extents_are_version_2_only() {
+    // Version 2 changed nothing but adding DATA_EXTENT: a version-1 entry
+    // without an extent is the same bytes under another version byte.
+    for seed in 0..2000u64 {
+        let mut g = Gen::new(seed);
+        let which = g.below(COMMAND_VARIANTS);
+        let cmd = g.command(which);
+        let mut b = encode_command(&cmd);
+        b[0] = COMMAND_V1;
+        let has_extent = matches!(&cmd, Command::Batch(bt) if bt.ops.iter().any(|op| matches!(op, Op::Write { data: WriteData::Extent { .. }, .. })));
+        match decode_command(&b) {
+            Ok(back) => {
+                assert!(!has_extent, "seed {seed}: version 1 decoded an extent");
+                assert_eq!(back, cmd, "seed {seed}");
+            }
+            Err(e) => {
+                assert!(has_extent, "seed {seed}: version-1 bytes of {cmd:?} refused: {e}");
+                assert!(matches!(e, CommandError::Wire(WireError::UnknownTag { what: "write data", tag: 2, .. })), "{e}");
+            }
+        }
+    }
+    // What a binary of version 1 wrote for a logged write (lsn 9, 70000 bytes).
+    let mut wb = Batch::new(Credentials::root(), 0);
+    wb.push(Op::Write { obj: ObjRef::Id(7), offset: 0, data: WriteData::Logged { lsn: 9, len: 70000 }, append: true });
+    let mut b = encode_command(&Command::Batch(wb.clone()));
+    b[0] = COMMAND_V1;
+    assert_eq!(&b[b.len() - 10..], &[6, 0, 7, 0, 1, 9, 0xF0, 0xA2, 0x04, 1][..]);
+    assert_eq!(decode_command(&b), Ok(Command::Batch(wb)));
+}
+
+#[test]
+fn an_extent_is_never_origin_or_sequence_0() {
+    for (origin, seq, what) in [(0, 5, "extent origin (0)"), (4, 0, "extent sequence (0)")] {
+        let mut wb = Batch::new(Credentials::root(), 0);
+        wb.push(Op::Write {
+            obj: ObjRef::Id(7),
+            offset: 0,
+            data: WriteData::Extent { extent: ExtentId { origin, seq }, len: 1 },
+            append: false,
+        });
+        let b = encode_command(&Command::Batch(wb));
+        match decode_command(&b) {
+            Err(CommandError::Wire(WireError::Invalid { what: w, .. })) => assert_eq!(w, what),
+            other => panic!("extent ({origin}, {seq}) gave {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -424,7 +498,7 @@ fn encode_varint(v: u64) -> Vec<u8> {
 fn malformed_commands_are_refused() {
     assert_eq!(decode_command(&[]), Err(CommandError::Empty));
     assert_eq!(decode_command(&[0x42, 1, 2, 3]), Err(CommandError::UnknownVersion(0x42)));
-    assert_eq!(decode_command(&[0xD2, 2]), Err(CommandError::UnknownVersion(0xD2)));
+    assert_eq!(decode_command(&[0xD3, 2]), Err(CommandError::UnknownVersion(0xD3)));
     assert!(matches!(
         decode_command(&[COMMAND_V1, 99]),
         Err(CommandError::Wire(WireError::UnknownTag { what: "command", tag: 99, at: 1 }))
@@ -464,7 +538,7 @@ fn random_garbage_never_panics() {
         let n = g.below(64) as usize;
         let mut b: Vec<u8> = (0..n).map(|_| g.next() as u8).collect();
         if !b.is_empty() && g.bool() {
-            b[0] = COMMAND_V1;
+            b[0] = if g.bool() { COMMAND_V1 } else { COMMAND_V2 };
         }
         let _ = decode_command(&b);
     }

@@ -23,6 +23,10 @@ pub use raft::eraftpb::Message as RaftMessage;
 /// lag (a one-voter group keeps none).
 pub const LOG_RETAIN_MULTI: u64 = 4096;
 
+/// Election timeout of [`RaftNode::member`], in ticks (raft-rs randomises
+/// it in [this, 2 * this)).
+pub const MEMBER_ELECTION_TICK: usize = 20;
+
 pub struct RaftNode {
     raw: RawNode<MemStorage>,
     /// Messages for other voters, ready to send.
@@ -85,6 +89,19 @@ impl RaftNode {
     /// member), from recovered state. It does not campaign: its election
     /// timer ([`RaftNode::tick`]) or [`RaftNode::campaign`] does.
     pub fn with_voters(id: u64, voters: &[u64], rec: Recovered) -> Result<Self, raft::Error> {
+        Self::build(id, voters, rec, 10, false)
+    }
+
+    /// A member of a group of real processes (the multi-voter store):
+    /// [`MEMBER_ELECTION_TICK`] ticks without a leader before an election
+    /// (ticks of 100 ms: 2 to 4 s, so that a node starved of CPU for a
+    /// second on a loaded machine does not depose a live leader), with
+    /// pre-vote and check quorum ([`RaftNode::with_election_guards`]).
+    pub fn member(id: u64, voters: &[u64], rec: Recovered) -> Result<Self, raft::Error> {
+        Self::build(id, voters, rec, MEMBER_ELECTION_TICK, true)
+    }
+
+    fn build(id: u64, voters: &[u64], rec: Recovered, election_tick: usize, guards: bool) -> Result<Self, raft::Error> {
         let conf = || ConfState::from((voters.to_vec(), vec![]));
         let storage = MemStorage::new_with_conf_state(conf());
         {
@@ -127,8 +144,10 @@ impl RaftNode {
         }
         let cfg = Config {
             id,
-            election_tick: 10,
+            election_tick,
             heartbeat_tick: 3,
+            pre_vote: guards,
+            check_quorum: guards,
             applied: rec.applied_index,
             max_size_per_msg: 16 << 20,
             max_inflight_msgs: 256,

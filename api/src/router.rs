@@ -5,6 +5,7 @@
 //! |--------|------------------------------|----------------|------------------|
 //! | GET    | /v1/status                   | Status         | 200 StatusInfo   |
 //! | GET    | /v1/cluster                  | Cluster        | 200 ClusterStatus|
+//! | POST   | /v1/cluster/transfer-leader  | TransferLeader | 200 ClusterStatus|
 //! | GET    | /v1/shares                   | ShareList      | 200 [Share]      |
 //! | POST   | /v1/shares                   | ShareAdd       | 201 Share        |
 //! | GET    | /v1/shares/{name}            | ShareShow      | 200 Share        |
@@ -43,6 +44,8 @@ pub enum AdminRequest {
     Status,
     /// The raft group: leader, term, voters, nodes.
     Cluster,
+    /// Move raft leadership to voter `to` (answered once it has moved).
+    TransferLeader(LeaderTransfer),
     ShareList,
     ShareShow(String),
     ShareAdd(Share),
@@ -68,6 +71,7 @@ impl fmt::Debug for AdminRequest {
         match self {
             AdminRequest::Status => f.write_str("Status"),
             AdminRequest::Cluster => f.write_str("Cluster"),
+            AdminRequest::TransferLeader(t) => f.debug_tuple("TransferLeader").field(t).finish(),
             AdminRequest::ShareList => f.write_str("ShareList"),
             AdminRequest::ShareShow(n) => f.debug_tuple("ShareShow").field(n).finish(),
             AdminRequest::ShareAdd(s) => f.debug_tuple("ShareAdd").field(s).finish(),
@@ -108,6 +112,7 @@ impl AdminRequest {
                 | AdminRequest::UserRemove(_)
                 | AdminRequest::UserModify { .. }
                 | AdminRequest::Fault(_)
+                | AdminRequest::TransferLeader(_)
         )
     }
 
@@ -131,6 +136,7 @@ impl AdminRequest {
                 changes.validate()
             }
             AdminRequest::Fault(s) => s.validate(),
+            AdminRequest::TransferLeader(t) => t.validate(),
             AdminRequest::Status
             | AdminRequest::Cluster
             | AdminRequest::ShareList
@@ -147,6 +153,7 @@ impl AdminRequest {
         match self {
             AdminRequest::Status => ("GET", "/v1/status".into()),
             AdminRequest::Cluster => ("GET", "/v1/cluster".into()),
+            AdminRequest::TransferLeader(_) => ("POST", "/v1/cluster/transfer-leader".into()),
             AdminRequest::ShareList => ("GET", "/v1/shares".into()),
             AdminRequest::ShareShow(n) => ("GET", format!("/v1/shares/{}", seg(n))),
             AdminRequest::ShareAdd(_) => ("POST", "/v1/shares".into()),
@@ -172,6 +179,7 @@ impl AdminRequest {
             AdminRequest::ShareAdd(s) => Some(to_json(s)),
             AdminRequest::UserAdd(u) => Some(to_json(u)),
             AdminRequest::Fault(f) => Some(to_json(f)),
+            AdminRequest::TransferLeader(t) => Some(to_json(t)),
             AdminRequest::ShareModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::UserModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::UserPasswd { password, .. } => Some(to_json(&PasswordChange {
@@ -311,6 +319,10 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
             "GET" => AdminRequest::Cluster,
             _ => return Err(wrong_method("GET")),
         },
+        ["cluster", "transfer-leader"] => match m {
+            "POST" => AdminRequest::TransferLeader(json_body(req)?),
+            _ => return Err(wrong_method("POST")),
+        },
         ["shares"] => match m {
             "GET" => AdminRequest::ShareList,
             "POST" => AdminRequest::ShareAdd(json_body(req)?),
@@ -399,7 +411,7 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
     };
     Ok(match req {
         AdminRequest::Status => AdminResponse::Status(body(resp)?),
-        AdminRequest::Cluster => AdminResponse::Cluster(body(resp)?),
+        AdminRequest::Cluster | AdminRequest::TransferLeader(_) => AdminResponse::Cluster(body(resp)?),
         AdminRequest::ShareList => AdminResponse::Shares(body(resp)?),
         AdminRequest::ShareShow(_) | AdminRequest::ShareModify { .. } => AdminResponse::Share(body(resp)?),
         AdminRequest::UserModify { .. } => AdminResponse::User(body(resp)?),
@@ -578,6 +590,7 @@ mod tests {
         vec![
             AdminRequest::Status,
             AdminRequest::Cluster,
+            AdminRequest::TransferLeader(LeaderTransfer { to: 2 }),
             AdminRequest::ShareList,
             AdminRequest::ShareShow("media".into()),
             AdminRequest::ShareAdd(share),

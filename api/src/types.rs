@@ -624,6 +624,23 @@ impl StatusInfo {
     }
 }
 
+/// Body of POST /v1/cluster/transfer-leader (`duetctl cluster
+/// transfer-leader ID`): the voter to hand raft leadership to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaderTransfer {
+    pub to: u64,
+}
+
+impl LeaderTransfer {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if self.to == 0 {
+            return Err(ApiError::invalid_argument("to: node ids start at 1"));
+        }
+        Ok(())
+    }
+}
+
 /// Body of GET /v1/cluster: the metadata raft group as this node sees it
 /// (`duetctl cluster status`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

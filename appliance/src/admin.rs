@@ -43,6 +43,9 @@ pub struct NodeInfo {
 /// cluster before the API answers that it was not committed.
 pub const COMMIT_WAIT: Duration = Duration::from_secs(5);
 
+/// How long `POST /v1/cluster/transfer-leader` waits for the new leader.
+pub const TRANSFER_WAIT: Duration = Duration::from_secs(10);
+
 /// The voters of `[cluster] peers` (this node among them) and, in a
 /// multi-node cluster, the transport's view of the others.
 #[derive(Clone, Default)]
@@ -352,6 +355,7 @@ impl Admin {
                 ApiError::not_leader(format!("{e}; node {l}'s cluster address is {addr}"))
             }
             StoreError::NotLeader { .. } => ApiError::not_leader(e.to_string()),
+            StoreError::NotAVoter { .. } => ApiError::invalid_argument(e.to_string()),
             e => internal(e),
         }
     }
@@ -388,6 +392,7 @@ impl Admin {
                 }))
             }
             AdminRequest::Cluster => self.cluster().await.map(AdminResponse::Cluster),
+            AdminRequest::TransferLeader(t) => self.transfer_leader(t.to).await.map(AdminResponse::Cluster),
             AdminRequest::Fault(spec) => {
                 if !self.fault_injection {
                     return Err(ApiError::forbidden(
@@ -490,6 +495,30 @@ impl Admin {
                 };
                 Ok(AdminResponse::Fsck(FsckReport { nodes: r.nodes, edges: r.edges, chunks: r.chunks, problems: r.problems }))
             }
+        }
+    }
+
+    /// `POST /v1/cluster/transfer-leader`: asks raft to move leadership
+    /// to `to`, then waits (at most [`TRANSFER_WAIT`]) until this node
+    /// sees `to` lead; answers the group's status then.
+    async fn transfer_leader(&self, to: u64) -> Result<ClusterStatus, ApiError> {
+        self.engine.store.transfer_leader(to).await.map_err(|e| self.store_err(e))?;
+        let start = std::time::Instant::now();
+        loop {
+            let status = self.cluster().await?;
+            if status.leader == Some(to) {
+                return Ok(status);
+            }
+            if start.elapsed() >= TRANSFER_WAIT {
+                return Err(ApiError::internal(format!(
+                    "leadership did not move to node {to} within {} s (leader now: {}, term {}): is node {to} \
+                     running, connected and caught up (duetctl cluster status)?",
+                    TRANSFER_WAIT.as_secs(),
+                    status.leader.map_or("none".to_string(), |l| format!("node {l}")),
+                    status.term
+                )));
+            }
+            glommio::timer::sleep(Duration::from_millis(50)).await;
         }
     }
 

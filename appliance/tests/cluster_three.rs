@@ -235,6 +235,31 @@ fn three_nodes_elect_replicate_fail_over_and_rejoin() {
     assert_eq!(s3[li]["term"].as_u64(), Some(term2), "{s3:?}");
     assert!(nodes[li].ok(&["share", "list"]).contains("after-kill"), "caught up through the log");
 
+    // (c) Leadership moves on request to the restarted node. Asked of a
+    // follower it is refused naming the leader; a non-voter is refused.
+    let target = li as u64 + 1;
+    let o = nodes[li].ctl(&["cluster", "transfer-leader", &target.to_string()]);
+    assert_eq!(o.status.code(), Some(8), "transfer asked of a follower: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains(&format!("node {leader2} is")), "{o:?}");
+    let o = nodes[l2].ctl(&["cluster", "transfer-leader", "9"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("node 9 is not a voter"), "{o:?}");
+    let t0 = Instant::now();
+    let o = nodes[l2].ctl(&["cluster", "transfer-leader", &target.to_string()]);
+    let moved_in = t0.elapsed();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        matches!(o.status.code(), Some(0) | Some(7)) && text.contains(&format!("node {target} is the leader now")),
+        "{o:?}"
+    );
+    let s4 = wait_for(&all, "every node sees the new leader", |s| {
+        agreed(s, &[1, 2, 3]) && s[0]["leader"].as_u64() == Some(target)
+    });
+    assert!(s4[0]["term"].as_u64().unwrap() > term2, "a transfer is an election in a later term: {s4:?}");
+    eprintln!("leadership moved from {leader2} to {target} in {moved_in:?}");
+    nodes[li].ok(&["share", "add", "after-transfer", "--path", "/after-transfer"]);
+    let l2 = li;
+
     // Both followers die: the leader alone has no majority. A change there
     // is refused within a bound (never hangs), and the leader steps down
     // (check quorum): then it answers that no leader is elected.

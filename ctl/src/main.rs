@@ -152,6 +152,12 @@ enum ClusterCmd {
     /// index and health (exit status 7 without a leader or with an
     /// unhealthy node)
     Status,
+    /// Hand raft leadership to voter ID (ask the current leader; waits
+    /// until ID leads, at most 10 s)
+    TransferLeader {
+        /// The voter to make leader
+        id: u64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -361,6 +367,9 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
     match cmd {
         Command::Status => ready(AdminRequest::Status),
         Command::Cluster(ClusterCmd::Status) => ready(AdminRequest::Cluster),
+        Command::Cluster(ClusterCmd::TransferLeader { id }) => {
+            ready(AdminRequest::TransferLeader(duet_admin_api::LeaderTransfer { to: *id }))
+        }
         Command::Stats => ready(AdminRequest::Stats),
         Command::Fsck => ready(AdminRequest::Fsck),
         Command::Audit { .. } => ready(AdminRequest::Audit),
@@ -640,6 +649,9 @@ fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
 fn human(request: &AdminRequest, response: &AdminResponse, last: usize) -> String {
     match (request, response) {
         (_, AdminResponse::Status(s)) => output::status(s),
+        (AdminRequest::TransferLeader(t), AdminResponse::Cluster(c)) => {
+            format!("node {} is the leader now (term {})\n{}", t.to, c.term, output::cluster(c))
+        }
         (_, AdminResponse::Cluster(c)) => output::cluster(c),
         (_, AdminResponse::Shares(s)) => output::share_list(s),
         (AdminRequest::ShareModify { .. }, AdminResponse::Share(s)) => {

@@ -279,9 +279,29 @@ fn cluster_status_without_a_leader_or_with_a_sick_node_exits_7() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["leader"], serde_json::Value::Null);
     // No made-up membership commands.
-    for sub in ["add", "remove", "transfer-leader"] {
+    for sub in ["add", "remove"] {
         assert_eq!(code(&duetctl(&["cluster", sub, "2"], "")), 2, "cluster {sub} does not exist yet");
     }
+}
+
+#[test]
+fn cluster_transfer_leader_request_and_output() {
+    let mut c = cluster_three();
+    c.leader = Some(2);
+    c.term = 4;
+    let f = fake(vec![ok(AdminResponse::Cluster(c))]);
+    let o = run(&f, &["cluster", "transfer-leader", "2"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let req = f.request();
+    assert_eq!((req.method.as_str(), req.path.as_str()), ("POST", "/v1/cluster/transfer-leader"));
+    assert_eq!(json(&req), serde_json::json!({"to": 2}));
+    assert_eq!(route(&req).unwrap(), AdminRequest::TransferLeader(duet_admin_api::LeaderTransfer { to: 2 }));
+    assert!(stdout(&o).starts_with("node 2 is the leader now (term 4)\nleader: 2"), "{}", stdout(&o));
+    // Refused before contacting anything: not a number, or node 0.
+    assert_eq!(code(&duetctl(&["cluster", "transfer-leader", "two"], "")), 2);
+    let o = duetctl(&["--addr", "127.0.0.1:1", "cluster", "transfer-leader", "0"], "");
+    assert_ne!(code(&o), 0);
+    assert!(stderr(&o).contains("node ids start at 1"), "{}", stderr(&o));
 }
 
 #[test]

@@ -216,6 +216,13 @@ impl RaftNode {
         Ok(Proposed { term, index })
     }
 
+    /// Starts handing leadership to voter `to` (raft-rs `transfer_leader`:
+    /// the leader stops taking proposals, brings `to` up to date and sends
+    /// it TimeoutNow; it gives up after an election timeout).
+    pub fn transfer_leader(&mut self, to: u64) {
+        self.raw.transfer_leader(to);
+    }
+
     pub fn tick(&mut self) {
         self.raw.tick();
     }

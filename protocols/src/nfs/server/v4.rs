@@ -96,6 +96,11 @@ enum Step {
         opnum: u32,
         op: usize,
     },
+    /// LOOKUPP: `dir`, the current filehandle's attributes; `op`, its "..".
+    LookupP {
+        dir: usize,
+        op: usize,
+    },
     SecInfo {
         op: usize,
     },
@@ -284,6 +289,22 @@ fn needs_empty_batch(op: &ArgOp4<'_>) -> bool {
             | ArgOp4::DestroyClientId(_)
             | ArgOp4::BindConnToSession(_)
     )
+}
+
+/// LOOKUPP of a filehandle an earlier operation of this batch yields
+/// (LOOKUP, LOOKUPP, CREATE...) waits for that batch: whether it is an
+/// export's root, whose parent is the pseudo-root and not the root itself,
+/// is known only from the node id (RFC 8881 18.14: LOOKUPP gives the
+/// handle LOOKUP gave for the parent).
+fn needs_known_fh(c: &Compound, op: &ArgOp4<'_>) -> bool {
+    matches!(op, ArgOp4::LookupP(()))
+        && matches!(
+            c.cfh,
+            Fh::Obj {
+                obj: ObjRef::Result(_),
+                ..
+            }
+        )
 }
 
 fn is_sessionless(op: &ArgOp4<'_>) -> bool {
@@ -540,7 +561,7 @@ fn translate(srv: &mut NfsServer, c: &mut Compound, ops: &[ArgOp4<'_>], now: i64
     c.read_only = false;
     while c.next_op < ops.len() {
         let Some(op) = ops.get(c.next_op) else { break };
-        if needs_empty_batch(op) && !b.ops.is_empty() {
+        if (needs_empty_batch(op) || needs_known_fh(c, op)) && !b.ops.is_empty() {
             break;
         }
         let flow = translate_op(srv, c, op, &mut b, now);
@@ -592,6 +613,16 @@ fn ok_status(c: &mut Compound, opnum: u32) -> Flow {
 }
 
 impl Compound {
+    /// Sets the current filehandle from an operation that gives no
+    /// stateid (PUTFH, PUTROOTFH, PUTPUBFH, LOOKUP, LOOKUPP, CREATE,
+    /// SECINFO...): the current stateid becomes invalid, so a later use of
+    /// the current-stateid value fails (RFC 8881 16.2.3.1.2). RESTOREFH and
+    /// OPEN set both themselves.
+    fn set_cfh(&mut self, fh: Fh) {
+        self.cfh = fh;
+        self.cur_sid = None;
+    }
+
     fn export(&self, fsid: u64) -> Option<&ExportEntry> {
         self.exports.iter().find(|e| e.fsid == fsid)
     }
@@ -802,7 +833,7 @@ fn translate_inner(
 /// PUTFH (RFC 8881 18.19).
 fn op_putfh(srv: &mut NfsServer, c: &mut Compound, a: &PutFh4Args<'_>) -> Result<Flow, Nfsstat4> {
     let key = srv.cfg.handle_key;
-    c.cfh = match FileHandle::decode(key, a.object.0).map_err(|_| Nfsstat4::BADHANDLE)? {
+    let fh = match FileHandle::decode(key, a.object.0).map_err(|_| Nfsstat4::BADHANDLE)? {
         FileHandle::Pseudo => Fh::Pseudo,
         FileHandle::Object { fsid, id } => {
             let e = c.export(fsid).ok_or(Nfsstat4::STALE)?;
@@ -815,18 +846,19 @@ fn op_putfh(srv: &mut NfsServer, c: &mut Compound, a: &PutFh4Args<'_>) -> Result
             }
         }
     };
+    c.set_cfh(fh);
     Ok(ok_status(c, opnum::PUTFH))
 }
 
 /// PUTROOTFH (RFC 8881 18.21).
 fn op_putrootfh(c: &mut Compound) -> Result<Flow, Nfsstat4> {
-    c.cfh = Fh::Pseudo;
+    c.set_cfh(Fh::Pseudo);
     Ok(ok_status(c, opnum::PUTROOTFH))
 }
 
 /// PUTPUBFH (RFC 8881 18.20).
 fn op_putpubfh(c: &mut Compound) -> Result<Flow, Nfsstat4> {
-    c.cfh = Fh::Pseudo;
+    c.set_cfh(Fh::Pseudo);
     Ok(ok_status(c, opnum::PUTPUBFH))
 }
 
@@ -900,10 +932,10 @@ fn op_lookup(c: &mut Compound, a: &Lookup4Args<'_>, b: &mut Batch) -> Result<Flo
             if !e.allows_uid(c.cred.uid) {
                 return Err(Nfsstat4::ACCESS);
             }
-            c.cfh = Fh::Obj {
+            c.set_cfh(Fh::Obj {
                 fsid: e.fsid,
                 obj: ObjRef::Id(e.root),
-            };
+            });
             ok_status(c, opnum::LOOKUP)
         }
         Fh::Obj { .. } => {
@@ -913,7 +945,7 @@ fn op_lookup(c: &mut Compound, a: &Lookup4Args<'_>, b: &mut Batch) -> Result<Flo
                 opnum: opnum::LOOKUP,
                 op: b.ops.len() - 1,
             });
-            c.cfh = Fh::Obj { fsid, obj: r };
+            c.set_cfh(Fh::Obj { fsid, obj: r });
             Flow::Next
         }
     })
@@ -927,19 +959,23 @@ fn op_lookupp(c: &mut Compound, b: &mut Batch) -> Result<Flow, Nfsstat4> {
         Fh::Obj { fsid, obj } => {
             let root = c.export(fsid).map(|e| e.root);
             if obj == ObjRef::Id(root.unwrap_or(0)) {
-                c.cfh = Fh::Pseudo;
+                c.set_cfh(Fh::Pseudo);
                 ok_status(c, opnum::LOOKUPP)
             } else {
+                // The directory's attributes first: a symlink's LOOKUPP
+                // is NFS4ERR_SYMLINK, any other non-directory's
+                // NFS4ERR_NOTDIR (RFC 8881 18.14.3).
                 let (fsid, dir) = c.obj()?;
+                b.push(Op::GetAttr { obj: dir });
                 let r = b.push(Op::Lookup {
                     dir,
                     name: "..".into(),
                 });
-                c.steps.push(Step::Status {
-                    opnum: opnum::LOOKUPP,
+                c.steps.push(Step::LookupP {
+                    dir: b.ops.len() - 2,
                     op: b.ops.len() - 1,
                 });
-                c.cfh = Fh::Obj { fsid, obj: r };
+                c.set_cfh(Fh::Obj { fsid, obj: r });
                 Flow::Next
             }
         }
@@ -1029,7 +1065,7 @@ fn op_secinfo(c: &mut Compound, a: &SecInfo4Args<'_>, b: &mut Batch) -> Result<F
                 .iter()
                 .find(|e| e.name == name)
                 .ok_or(Nfsstat4::NOENT)?;
-            c.cfh = Fh::None;
+            c.set_cfh(Fh::None);
             ready(
                 c,
                 ResOp4::SecInfo(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
@@ -1041,7 +1077,7 @@ fn op_secinfo(c: &mut Compound, a: &SecInfo4Args<'_>, b: &mut Batch) -> Result<F
             c.steps.push(Step::SecInfo {
                 op: b.ops.len() - 1,
             });
-            c.cfh = Fh::None;
+            c.set_cfh(Fh::None);
             Flow::Next
         }
     })
@@ -1059,7 +1095,7 @@ fn op_secinfo_no_name(c: &mut Compound, style: &SecInfoStyle4) -> Result<Flow, N
     if *style == SecInfoStyle4::Parent && c.cfh == Fh::Pseudo {
         return Err(Nfsstat4::NOENT);
     }
-    c.cfh = Fh::None;
+    c.set_cfh(Fh::None);
     Ok(ready(
         c,
         ResOp4::SecInfoNoName(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
@@ -1169,7 +1205,7 @@ fn op_create(c: &mut Compound, a: &Create4Args<'_>, b: &mut Batch) -> Result<Flo
         op: b.ops.len() - 1,
         attrset,
     });
-    c.cfh = Fh::Obj { fsid, obj: r };
+    c.set_cfh(Fh::Obj { fsid, obj: r });
     Ok(Flow::Next)
 }
 
@@ -1868,7 +1904,12 @@ fn create_session(
     let max_req = f.maxrequestsize.min(cfg.max_request);
     let max_resp = f.maxresponsesize.min(cfg.max_response);
     let max_cached = f.maxresponsesize_cached.min(cfg.max_response_cached);
-    let max_ops = cfg.max_ops;
+    // RFC 8881 18.36.3: the server may lower but not raise what the
+    // client asked for; SEQUENCE then checks a COMPOUND's operation count
+    // against this ca_maxoperations and its size against ca_maxrequestsize
+    // (18.46.3), so a client that sends as many operations as it was
+    // granted stays under the size it asked for.
+    let max_ops = f.maxoperations.min(cfg.max_ops).max(1);
     let id = srv.state.add_session(
         a.clientid, slots, max_ops, max_req, max_resp, max_cached, c.conn,
     )?;
@@ -2187,6 +2228,13 @@ fn finish_step(
             }),
         ),
         Step::Status { opnum, op } => (opnum, out_of(results, op).map(|_| put_ok(c, opnum))),
+        Step::LookupP { dir, op } => (
+            opnum::LOOKUPP,
+            attrs_of(results, dir).and_then(|a| match out_of(results, op) {
+                Err(Nfsstat4::NOTDIR) if a.ftype == FileType::Symlink => Err(Nfsstat4::SYMLINK),
+                r => r.map(|_| put_ok(c, opnum::LOOKUPP)),
+            }),
+        ),
         Step::SecInfo { op } => (
             opnum::SECINFO,
             out_of(results, op).map(|_| {

@@ -2184,231 +2184,26 @@ fn finish_step(
     step: Step,
     results: &[OpResult],
 ) -> Nfsstat4 {
-    let key = srv.cfg.handle_key;
-    let info = fs_info(srv);
     let (opnum, r): (u32, Result<Nfsstat4, Nfsstat4>) = match step {
         Step::Ready { status, bytes } => {
             c.results.put_raw(&bytes);
             return status;
         }
-        Step::GetFh { fsid, op } => (
-            opnum::GETFH,
-            attrs_of(results, op).map(|a| {
-                let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
-                put(
-                    c,
-                    ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
-                        object: Opaque(&fh),
-                    })),
-                )
-            }),
-        ),
-        Step::GetAttr { fsid, op, req } => (
-            opnum::GETATTR,
-            attrs_of(results, op).map(|a| {
-                let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
-                let ctx = ObjCtx {
-                    fsid: Fsid4 {
-                        major: fsid,
-                        minor: 0,
-                    },
-                    fh: &fh,
-                    mounted_on: a.id,
-                };
-                let (mask, vals) = fattr4_vals(a, &ctx, &info, &req);
-                put(
-                    c,
-                    ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
-                        obj_attributes: Fattr4 {
-                            attrmask: mask,
-                            attr_vals: Opaque(&vals),
-                        },
-                    })),
-                )
-            }),
-        ),
+        Step::GetFh { fsid, op } => finish_get_fh(srv, c, results, fsid, op),
+        Step::GetAttr { fsid, op, req } => finish_get_attr(srv, c, results, fsid, op, req),
         Step::Status { opnum, op } => (opnum, out_of(results, op).map(|_| put_ok(c, opnum))),
-        Step::LookupP { dir, op } => (
-            opnum::LOOKUPP,
-            attrs_of(results, dir).and_then(|a| match out_of(results, op) {
-                Err(Nfsstat4::NOTDIR) if a.ftype == FileType::Symlink => Err(Nfsstat4::SYMLINK),
-                r => r.map(|_| put_ok(c, opnum::LOOKUPP)),
-            }),
-        ),
-        Step::SecInfo { op } => (
-            opnum::SECINFO,
-            out_of(results, op).map(|_| {
-                put(
-                    c,
-                    ResOp4::SecInfo(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
-                )
-            }),
-        ),
-        Step::Access { op, req, ro } => (
-            opnum::ACCESS,
-            attrs_of(results, op).map(|a| {
-                let cred = c.cred.clone();
-                let granted = attr::access_bits(&cred, a, req, ro);
-                put(
-                    c,
-                    ResOp4::Access(Nfs4Res::Ok(Access4ResOk {
-                        supported: req & 0x3f,
-                        access: granted,
-                    })),
-                )
-            }),
-        ),
+        Step::LookupP { dir, op } => finish_lookup_p(c, results, dir, op),
+        Step::SecInfo { op } => finish_sec_info(c, results, op),
+        Step::Access { op, req, ro } => finish_access(c, results, op, req, ro),
         Step::Open(o) => (opnum::OPEN, finish_open(srv, c, &o, results)),
-        Step::Close { op, other } => (
-            opnum::CLOSE,
-            // CLOSE ends the open state, which the stateid names: it
-            // succeeds when the file went while open (a RENAME over it or
-            // a REMOVE of its last name, which duet does not defer), as
-            // it would on a server that keeps unlinked open files (RFC
-            // 8881 18.2.3; pynfs RNM21).
-            match results.get(op) {
-                Some(Err(duet_fs::FsError::Stale)) => Ok(()),
-                _ => out_of(results, op).map(|_| ()),
-            }
-            .map(|()| {
-                let actual = c.actual(&other).flatten().map_or(other, |s| s.other);
-                srv.state.remove_open(&actual);
-                c.cur_sid = Some(CLOSED);
-                put(c, ResOp4::Close(Nfs4Res::Ok(CLOSED)))
-            }),
-        ),
-        Step::Read { op, plus, offset } => (
-            if plus { opnum::READ_PLUS } else { opnum::READ },
-            match out_of(results, op) {
-                Ok(OpOutput::Read { data, eof, .. }) => Ok(if plus {
-                    let contents = if data.is_empty() {
-                        Vec::new()
-                    } else {
-                        vec![ReadPlusContent::Data(Data4 {
-                            offset,
-                            data: Opaque(data),
-                        })]
-                    };
-                    put(
-                        c,
-                        ResOp4::ReadPlus(Nfs4Res::Ok(ReadPlus4ResOk {
-                            eof: *eof,
-                            contents: List(contents),
-                        })),
-                    )
-                } else {
-                    put(
-                        c,
-                        ResOp4::Read(Nfs4Res::Ok(Read4ResOk {
-                            eof: *eof,
-                            data: Opaque(data),
-                        })),
-                    )
-                }),
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Write { op } => (
-            opnum::WRITE,
-            match out_of(results, op) {
-                Ok(OpOutput::Written { count, .. }) => {
-                    let verf = srv.write_verf;
-                    Ok(put(
-                        c,
-                        ResOp4::Write(Nfs4Res::Ok(Write4ResOk {
-                            count: *count as u32,
-                            committed: StableHow4::FileSync,
-                            writeverf: verf,
-                        })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Create { op, attrset } => (
-            opnum::CREATE,
-            match out_of(results, op) {
-                Ok(OpOutput::Object {
-                    dir_before,
-                    dir_after,
-                    ..
-                }) => {
-                    let ci = cinfo(dir_before.as_ref(), dir_after.as_ref());
-                    Ok(put(
-                        c,
-                        ResOp4::Create(Nfs4Res::Ok(Create4ResOk { cinfo: ci, attrset })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Remove { op } => (
-            opnum::REMOVE,
-            match out_of(results, op) {
-                Ok(OpOutput::Dirs { changed, .. }) => {
-                    let ci = changed
-                        .first()
-                        .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
-                    Ok(put(
-                        c,
-                        ResOp4::Remove(Nfs4Res::Ok(Remove4ResOk { cinfo: ci })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Rename { op } => (
-            opnum::RENAME,
-            match out_of(results, op) {
-                Ok(OpOutput::Dirs { changed, .. }) => {
-                    let s = changed
-                        .first()
-                        .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
-                    let t = changed
-                        .get(1)
-                        .map_or(s.clone(), |(b, a)| cinfo(Some(b), Some(a)));
-                    Ok(put(
-                        c,
-                        ResOp4::Rename(Nfs4Res::Ok(Rename4ResOk {
-                            source_cinfo: s,
-                            target_cinfo: t,
-                        })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Link { op } => (
-            opnum::LINK,
-            match out_of(results, op) {
-                Ok(OpOutput::Dirs { changed, .. }) => {
-                    let ci = changed
-                        .first()
-                        .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
-                    Ok(put(c, ResOp4::Link(Nfs4Res::Ok(Link4ResOk { cinfo: ci }))))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::ReadLink { op } => (
-            opnum::READLINK,
-            match out_of(results, op) {
-                Ok(OpOutput::Link { target, .. }) => Ok(put(
-                    c,
-                    ResOp4::ReadLink(Nfs4Res::Ok(ReadLink4ResOk {
-                        link: Opaque(target.as_bytes()),
-                    })),
-                )),
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
+        Step::Close { op, other } => finish_close(srv, c, results, op, other),
+        Step::Read { op, plus, offset } => finish_read(c, results, op, plus, offset),
+        Step::Write { op } => finish_write(srv, c, results, op),
+        Step::Create { op, attrset } => finish_create(c, results, op, attrset),
+        Step::Remove { op } => finish_remove(c, results, op),
+        Step::Rename { op } => finish_rename(c, results, op),
+        Step::Link { op } => finish_link(c, results, op),
+        Step::ReadLink { op } => finish_read_link(c, results, op),
         Step::ReadDir {
             op,
             fsid,
@@ -2417,143 +2212,25 @@ fn finish_step(
             base,
             maxcount,
             dircount,
-        } => (
-            opnum::READDIR,
-            match out_of(results, op) {
-                Ok(OpOutput::Dir {
-                    entries,
-                    eof,
-                    attrs,
-                }) => {
-                    let list: Vec<(&str, NodeId, Option<&Attrs>)> = entries
-                        .iter()
-                        .skip(skip.min(usize::MAX as u64) as usize)
-                        .map(|e| (e.name.as_str(), e.id, e.attrs.as_ref()))
-                        .collect();
-                    readdir_reply(
-                        srv, c, fsid, attrs.id, &list, *eof, &req, base, maxcount, dircount, true,
-                    )
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
+        } => finish_read_dir(
+            srv, c, results, op, fsid, req, skip, base, maxcount, dircount,
         ),
         Step::PseudoReadDir {
             roots,
             req,
             start,
             maxcount,
-        } => {
-            let mut list: Vec<(String, u64, Attrs)> = Vec::new();
-            for (name, fsid, op) in &roots {
-                if let Ok(a) = attrs_of(results, *op) {
-                    list.push((name.clone(), *fsid, a.clone()));
-                }
-            }
-            (
-                opnum::READDIR,
-                pseudo_readdir_reply(srv, c, &list, &req, start, maxcount),
-            )
-        }
-        Step::SetAttr { op, attrset } => {
-            let st = match out_of(results, op) {
-                Ok(_) => SetAttr4Res {
-                    status: Nfsstat4::OK,
-                    attrsset: attrset,
-                },
-                Err(e) => SetAttr4Res {
-                    status: e,
-                    attrsset: Bitmap4::new(),
-                },
-            };
-            let status = st.status;
-            put(c, ResOp4::SetAttr(st));
-            return status;
-        }
+        } => finish_pseudo_read_dir(srv, c, results, roots, req, start, maxcount),
+        Step::SetAttr { op, attrset } => return finish_set_attr(c, results, op, attrset),
         Step::Verify {
             op,
             fsid,
             mask,
             vals,
             negate,
-        } => (
-            if negate {
-                opnum::NVERIFY
-            } else {
-                opnum::VERIFY
-            },
-            attrs_of(results, op).map(|a| {
-                let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
-                let ctx = ObjCtx {
-                    fsid: Fsid4 {
-                        major: fsid,
-                        minor: 0,
-                    },
-                    fh: &fh,
-                    mounted_on: a.id,
-                };
-                let (m, v) = fattr4_vals(a, &ctx, &info, &mask);
-                let same = m == mask && v == vals;
-                let status = match (negate, same) {
-                    (false, true) | (true, false) => Nfsstat4::OK,
-                    (false, false) => Nfsstat4::NOT_SAME,
-                    (true, true) => Nfsstat4::SAME,
-                };
-                let opn = if negate {
-                    opnum::NVERIFY
-                } else {
-                    opnum::VERIFY
-                };
-                c.results.put_raw(&err_bytes(opn, status));
-                status
-            }),
-        ),
-        Step::Copy { op } => (
-            opnum::COPY,
-            match out_of(results, op) {
-                Ok(OpOutput::Copied { count, .. }) => {
-                    let verf = srv.write_verf;
-                    Ok(put(
-                        c,
-                        ResOp4::Copy(Copy4Res::Ok(Copy4ResOk {
-                            response: WriteResponse4 {
-                                callback_id: List(Vec::new()),
-                                count: *count,
-                                committed: StableHow4::FileSync,
-                                writeverf: verf,
-                            },
-                            requirements: CopyRequirements4 {
-                                consecutive: true,
-                                synchronous: true,
-                            },
-                        })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Seek { op, offset, data } => (
-            opnum::SEEK,
-            attrs_of(results, op).and_then(|a| {
-                if a.ftype == FileType::Directory {
-                    return Err(Nfsstat4::ISDIR);
-                }
-                if offset >= a.size {
-                    return Err(Nfsstat4::NXIO);
-                }
-                // No holes are tracked: data runs to EOF, the hole is EOF.
-                let res = if data {
-                    Seek4ResOk { eof: false, offset }
-                } else {
-                    Seek4ResOk {
-                        eof: true,
-                        offset: a.size,
-                    }
-                };
-                Ok(put(c, ResOp4::Seek(Nfs4Res::Ok(res))))
-            }),
-        ),
+        } => finish_verify(srv, c, results, op, fsid, mask, vals, negate),
+        Step::Copy { op } => finish_copy(srv, c, results, op),
+        Step::Seek { op, offset, data } => finish_seek(c, results, op, offset, data),
     };
     match r {
         Ok(s) => s,
@@ -2562,6 +2239,537 @@ fn finish_step(
             st
         }
     }
+}
+
+/// The result of GETFH (RFC 8881 18.8) once its batch ran.
+fn finish_get_fh(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    fsid: u64,
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    let key = srv.cfg.handle_key;
+    (
+        opnum::GETFH,
+        attrs_of(results, op).map(|a| {
+            let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+            put(
+                c,
+                ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
+                    object: Opaque(&fh),
+                })),
+            )
+        }),
+    )
+}
+
+/// The result of GETATTR (RFC 8881 18.7) once its batch ran.
+fn finish_get_attr(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    fsid: u64,
+    op: usize,
+    req: Bitmap4,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    let key = srv.cfg.handle_key;
+    let info = fs_info(srv);
+    (
+        opnum::GETATTR,
+        attrs_of(results, op).map(|a| {
+            let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+            let ctx = ObjCtx {
+                fsid: Fsid4 {
+                    major: fsid,
+                    minor: 0,
+                },
+                fh: &fh,
+                mounted_on: a.id,
+            };
+            let (mask, vals) = fattr4_vals(a, &ctx, &info, &req);
+            put(
+                c,
+                ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
+                    obj_attributes: Fattr4 {
+                        attrmask: mask,
+                        attr_vals: Opaque(&vals),
+                    },
+                })),
+            )
+        }),
+    )
+}
+
+/// The result of LOOKUPP (RFC 8881 18.14.3) once its batch ran.
+fn finish_lookup_p(
+    c: &mut Compound,
+    results: &[OpResult],
+    dir: usize,
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::LOOKUPP,
+        attrs_of(results, dir).and_then(|a| match out_of(results, op) {
+            Err(Nfsstat4::NOTDIR) if a.ftype == FileType::Symlink => Err(Nfsstat4::SYMLINK),
+            r => r.map(|_| put_ok(c, opnum::LOOKUPP)),
+        }),
+    )
+}
+
+/// The result of SECINFO (RFC 8881 18.29) once its batch ran.
+fn finish_sec_info(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::SECINFO,
+        out_of(results, op).map(|_| {
+            put(
+                c,
+                ResOp4::SecInfo(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
+            )
+        }),
+    )
+}
+
+/// The result of ACCESS (RFC 8881 18.1) once its batch ran.
+fn finish_access(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    req: u32,
+    ro: bool,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::ACCESS,
+        attrs_of(results, op).map(|a| {
+            let cred = c.cred.clone();
+            let granted = attr::access_bits(&cred, a, req, ro);
+            put(
+                c,
+                ResOp4::Access(Nfs4Res::Ok(Access4ResOk {
+                    supported: req & 0x3f,
+                    access: granted,
+                })),
+            )
+        }),
+    )
+}
+
+/// The result of CLOSE (RFC 8881 18.2) once its batch ran.
+fn finish_close(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    other: Other,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::CLOSE,
+        // CLOSE ends the open state, which the stateid names: it
+        // succeeds when the file went while open (a RENAME over it or
+        // a REMOVE of its last name, which duet does not defer), as
+        // it would on a server that keeps unlinked open files (RFC
+        // 8881 18.2.3; pynfs RNM21).
+        match results.get(op) {
+            Some(Err(duet_fs::FsError::Stale)) => Ok(()),
+            _ => out_of(results, op).map(|_| ()),
+        }
+        .map(|()| {
+            let actual = c.actual(&other).flatten().map_or(other, |s| s.other);
+            srv.state.remove_open(&actual);
+            c.cur_sid = Some(CLOSED);
+            put(c, ResOp4::Close(Nfs4Res::Ok(CLOSED)))
+        }),
+    )
+}
+
+/// The result of READ and READ_PLUS (RFC 8881 18.22, RFC 7862 15.10) once its batch ran.
+fn finish_read(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    plus: bool,
+    offset: u64,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        if plus { opnum::READ_PLUS } else { opnum::READ },
+        match out_of(results, op) {
+            Ok(OpOutput::Read { data, eof, .. }) => Ok(if plus {
+                let contents = if data.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![ReadPlusContent::Data(Data4 {
+                        offset,
+                        data: Opaque(data),
+                    })]
+                };
+                put(
+                    c,
+                    ResOp4::ReadPlus(Nfs4Res::Ok(ReadPlus4ResOk {
+                        eof: *eof,
+                        contents: List(contents),
+                    })),
+                )
+            } else {
+                put(
+                    c,
+                    ResOp4::Read(Nfs4Res::Ok(Read4ResOk {
+                        eof: *eof,
+                        data: Opaque(data),
+                    })),
+                )
+            }),
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of WRITE (RFC 8881 18.32) once its batch ran.
+fn finish_write(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::WRITE,
+        match out_of(results, op) {
+            Ok(OpOutput::Written { count, .. }) => {
+                let verf = srv.write_verf;
+                Ok(put(
+                    c,
+                    ResOp4::Write(Nfs4Res::Ok(Write4ResOk {
+                        count: *count as u32,
+                        committed: StableHow4::FileSync,
+                        writeverf: verf,
+                    })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of CREATE (RFC 8881 18.4) once its batch ran.
+fn finish_create(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    attrset: Bitmap4,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::CREATE,
+        match out_of(results, op) {
+            Ok(OpOutput::Object {
+                dir_before,
+                dir_after,
+                ..
+            }) => {
+                let ci = cinfo(dir_before.as_ref(), dir_after.as_ref());
+                Ok(put(
+                    c,
+                    ResOp4::Create(Nfs4Res::Ok(Create4ResOk { cinfo: ci, attrset })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of REMOVE (RFC 8881 18.25) once its batch ran.
+fn finish_remove(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::REMOVE,
+        match out_of(results, op) {
+            Ok(OpOutput::Dirs { changed, .. }) => {
+                let ci = changed
+                    .first()
+                    .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
+                Ok(put(
+                    c,
+                    ResOp4::Remove(Nfs4Res::Ok(Remove4ResOk { cinfo: ci })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of RENAME (RFC 8881 18.26) once its batch ran.
+fn finish_rename(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::RENAME,
+        match out_of(results, op) {
+            Ok(OpOutput::Dirs { changed, .. }) => {
+                let s = changed
+                    .first()
+                    .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
+                let t = changed
+                    .get(1)
+                    .map_or(s.clone(), |(b, a)| cinfo(Some(b), Some(a)));
+                Ok(put(
+                    c,
+                    ResOp4::Rename(Nfs4Res::Ok(Rename4ResOk {
+                        source_cinfo: s,
+                        target_cinfo: t,
+                    })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of LINK (RFC 8881 18.9) once its batch ran.
+fn finish_link(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::LINK,
+        match out_of(results, op) {
+            Ok(OpOutput::Dirs { changed, .. }) => {
+                let ci = changed
+                    .first()
+                    .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
+                Ok(put(c, ResOp4::Link(Nfs4Res::Ok(Link4ResOk { cinfo: ci }))))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of READLINK (RFC 8881 18.24) once its batch ran.
+fn finish_read_link(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::READLINK,
+        match out_of(results, op) {
+            Ok(OpOutput::Link { target, .. }) => Ok(put(
+                c,
+                ResOp4::ReadLink(Nfs4Res::Ok(ReadLink4ResOk {
+                    link: Opaque(target.as_bytes()),
+                })),
+            )),
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of READDIR (RFC 8881 18.23) once its batch ran.
+#[allow(clippy::too_many_arguments)]
+fn finish_read_dir(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    fsid: u64,
+    req: Bitmap4,
+    skip: u64,
+    base: u64,
+    maxcount: u32,
+    dircount: u32,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::READDIR,
+        match out_of(results, op) {
+            Ok(OpOutput::Dir {
+                entries,
+                eof,
+                attrs,
+            }) => {
+                let list: Vec<(&str, NodeId, Option<&Attrs>)> = entries
+                    .iter()
+                    .skip(skip.min(usize::MAX as u64) as usize)
+                    .map(|e| (e.name.as_str(), e.id, e.attrs.as_ref()))
+                    .collect();
+                readdir_reply(
+                    srv, c, fsid, attrs.id, &list, *eof, &req, base, maxcount, dircount, true,
+                )
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of READDIR of the pseudo-root (RFC 8881 18.23, 7.4) once its batch ran.
+fn finish_pseudo_read_dir(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    roots: Vec<(String, u64, usize)>,
+    req: Bitmap4,
+    start: usize,
+    maxcount: u32,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    let mut list: Vec<(String, u64, Attrs)> = Vec::new();
+    for (name, fsid, op) in &roots {
+        if let Ok(a) = attrs_of(results, *op) {
+            list.push((name.clone(), *fsid, a.clone()));
+        }
+    }
+    (
+        opnum::READDIR,
+        pseudo_readdir_reply(srv, c, &list, &req, start, maxcount),
+    )
+}
+
+/// The result of SETATTR (RFC 8881 18.30) once its batch ran.
+fn finish_set_attr(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    attrset: Bitmap4,
+) -> Nfsstat4 {
+    let st = match out_of(results, op) {
+        Ok(_) => SetAttr4Res {
+            status: Nfsstat4::OK,
+            attrsset: attrset,
+        },
+        Err(e) => SetAttr4Res {
+            status: e,
+            attrsset: Bitmap4::new(),
+        },
+    };
+    let status = st.status;
+    put(c, ResOp4::SetAttr(st));
+    status
+}
+
+/// The result of VERIFY and NVERIFY (RFC 8881 18.31, 18.15) once its batch ran.
+#[allow(clippy::too_many_arguments)]
+fn finish_verify(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    fsid: u64,
+    mask: Bitmap4,
+    vals: Vec<u8>,
+    negate: bool,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    let key = srv.cfg.handle_key;
+    let info = fs_info(srv);
+    (
+        if negate {
+            opnum::NVERIFY
+        } else {
+            opnum::VERIFY
+        },
+        attrs_of(results, op).map(|a| {
+            let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+            let ctx = ObjCtx {
+                fsid: Fsid4 {
+                    major: fsid,
+                    minor: 0,
+                },
+                fh: &fh,
+                mounted_on: a.id,
+            };
+            let (m, v) = fattr4_vals(a, &ctx, &info, &mask);
+            let same = m == mask && v == vals;
+            let status = match (negate, same) {
+                (false, true) | (true, false) => Nfsstat4::OK,
+                (false, false) => Nfsstat4::NOT_SAME,
+                (true, true) => Nfsstat4::SAME,
+            };
+            let opn = if negate {
+                opnum::NVERIFY
+            } else {
+                opnum::VERIFY
+            };
+            c.results.put_raw(&err_bytes(opn, status));
+            status
+        }),
+    )
+}
+
+/// The result of COPY (RFC 7862 15.2) once its batch ran.
+fn finish_copy(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::COPY,
+        match out_of(results, op) {
+            Ok(OpOutput::Copied { count, .. }) => {
+                let verf = srv.write_verf;
+                Ok(put(
+                    c,
+                    ResOp4::Copy(Copy4Res::Ok(Copy4ResOk {
+                        response: WriteResponse4 {
+                            callback_id: List(Vec::new()),
+                            count: *count,
+                            committed: StableHow4::FileSync,
+                            writeverf: verf,
+                        },
+                        requirements: CopyRequirements4 {
+                            consecutive: true,
+                            synchronous: true,
+                        },
+                    })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of SEEK (RFC 7862 15.11) once its batch ran.
+fn finish_seek(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    offset: u64,
+    data: bool,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::SEEK,
+        attrs_of(results, op).and_then(|a| {
+            if a.ftype == FileType::Directory {
+                return Err(Nfsstat4::ISDIR);
+            }
+            if offset >= a.size {
+                return Err(Nfsstat4::NXIO);
+            }
+            // No holes are tracked: data runs to EOF, the hole is EOF.
+            let res = if data {
+                Seek4ResOk { eof: false, offset }
+            } else {
+                Seek4ResOk {
+                    eof: true,
+                    offset: a.size,
+                }
+            };
+            Ok(put(c, ResOp4::Seek(Nfs4Res::Ok(res))))
+        }),
+    )
 }
 
 fn put(c: &mut Compound, res: ResOp4<'_>) -> Nfsstat4 {

@@ -2652,3 +2652,162 @@ mod replay {
         assert_eq!(mismatches, 0);
     }
 }
+
+fn getfh_of<'a>(r: &'a Compound4Res<'a>, i: usize) -> &'a [u8] {
+    match &r.results[i] {
+        ResOp4::GetFh(Nfs4Res::Ok(fh)) => fh.object.0,
+        other => panic!("result {i}: {other:?}"),
+    }
+}
+
+/// RFC 8881 18.14: LOOKUPP gives the handle LOOKUP gave for the parent,
+/// the pseudo-root from an export's root even when the export root was
+/// reached by an earlier LOOKUPP of the same COMPOUND (pynfs LKPP1d);
+/// 18.14.3: a symlink's LOOKUPP is NFS4ERR_SYMLINK (LKPP1a), another
+/// non-directory's NFS4ERR_NOTDIR.
+#[test]
+fn nfs41_lookupp_walks_back_to_the_same_handles() {
+    let mut h = Harness::new();
+    let mut s = session(&mut h);
+    let root = share_root(&mut h, &mut s);
+    let none = Fattr4 {
+        attrmask: Bitmap4::new(),
+        attr_vals: Opaque(b""),
+    };
+    let create = |h: &mut Harness, s: &mut Sess, objtype: CreateType4<'_>, name: &[u8]| {
+        let rep = h.v4(vec![
+            s.sequence(),
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+            ArgOp4::Create(Create4Args {
+                objtype,
+                objname: Name(name),
+                createattrs: none.clone(),
+            }),
+        ]);
+        assert_eq!(res4(&rep).status, Nfsstat4::OK, "{:?}", res4(&rep));
+    };
+    create(&mut h, &mut s, CreateType4::Other(NfsFtype4::Dir), b"up");
+    create(&mut h, &mut s, CreateType4::Lnk(Opaque(b"up")), b"ln");
+    create(&mut h, &mut s, CreateType4::Other(NfsFtype4::Fifo), b"fifo");
+    let lookup = |n: &'static [u8]| ArgOp4::Lookup(Lookup4Args { objname: Name(n) });
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutRootFh(()),
+        ArgOp4::GetFh(()),
+        lookup(b"share"),
+        ArgOp4::GetFh(()),
+        lookup(b"up"),
+        ArgOp4::GetFh(()),
+        ArgOp4::LookupP(()),
+        ArgOp4::GetFh(()),
+        ArgOp4::LookupP(()),
+        ArgOp4::GetFh(()),
+    ]);
+    let r = res4(&rep);
+    assert_eq!(statuses(&r), vec![Nfsstat4::OK; 11], "{r:?}");
+    assert_eq!(getfh_of(&r, 2), &h.srv.handle(FileHandle::Pseudo)[..]);
+    assert_eq!(getfh_of(&r, 4), &root[..]);
+    assert_ne!(getfh_of(&r, 6), &root[..], "up has a handle of its own");
+    assert_eq!(getfh_of(&r, 8), getfh_of(&r, 4), "LOOKUPP of up is the export root");
+    assert_eq!(getfh_of(&r, 10), getfh_of(&r, 2), "LOOKUPP of the export root is the pseudo-root");
+    for (name, want) in [(&b"ln"[..], Nfsstat4::SYMLINK), (b"fifo", Nfsstat4::NOTDIR)] {
+        let rep = h.v4(vec![
+            s.sequence(),
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+            ArgOp4::Lookup(Lookup4Args { objname: Name(name) }),
+            ArgOp4::LookupP(()),
+        ]);
+        let r = res4(&rep);
+        assert_eq!(statuses(&r), vec![Nfsstat4::OK, Nfsstat4::OK, Nfsstat4::OK, want], "{r:?}");
+    }
+}
+
+/// RFC 8881 16.2.3.1.2: an operation that sets the current filehandle
+/// without giving a stateid (LOOKUP, PUTFH) makes the current stateid
+/// invalid, so CLOSE of the current stateid fails (pynfs CSID5); RESTOREFH
+/// brings back the one SAVEFH saved with the filehandle.
+#[test]
+fn nfs41_current_stateid_follows_the_filehandle() {
+    let mut h = Harness::new();
+    let mut s = session(&mut h);
+    let root = share_root(&mut h, &mut s);
+    let (mask, vals) = mode_attr(0o600);
+    let close_current = ArgOp4::Close(Close4Args {
+        seqid: 0,
+        open_stateid: Stateid4::CURRENT,
+    });
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+        open_create(&s, b"csid", &vals, mask),
+        ArgOp4::GetFh(()),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+        ArgOp4::Lookup(Lookup4Args { objname: Name(b"csid") }),
+        close_current.clone(),
+    ]);
+    let r = res4(&rep);
+    assert_eq!(
+        statuses(&r),
+        vec![Nfsstat4::OK, Nfsstat4::OK, Nfsstat4::OK, Nfsstat4::OK, Nfsstat4::OK, Nfsstat4::OK, Nfsstat4::BAD_STATEID],
+        "{r:?}"
+    );
+    let ResOp4::Open(Nfs4Res::Ok(o)) = &r.results[2] else { panic!() };
+    let sid = o.stateid;
+    let fh = getfh_of(&r, 3).to_vec();
+    // PUTFH alone clears it too.
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }), close_current.clone()]);
+    assert_eq!(res4(&rep).status, Nfsstat4::BAD_STATEID);
+    // The open is still there: CLOSE by its stateid works.
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+        ArgOp4::Close(Close4Args { seqid: 0, open_stateid: sid }),
+    ]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "{:?}", res4(&rep));
+    // SAVEFH keeps the OPEN's stateid with its filehandle, RESTOREFH
+    // brings both back.
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+        open_create(&s, b"csid2", &vals, mask),
+        ArgOp4::SaveFh(()),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+        ArgOp4::RestoreFh(()),
+        close_current,
+    ]);
+    let r = res4(&rep);
+    assert_eq!(statuses(&r), vec![Nfsstat4::OK; 7], "{r:?}");
+}
+
+/// RFC 8881 18.36.3: CREATE_SESSION grants no more operations than the
+/// client asked for; a COMPOUND of exactly that many is served (its size
+/// checked against the granted ca_maxrequestsize), one more is
+/// NFS4ERR_TOO_MANY_OPS (18.46.3; pynfs SEQ7).
+#[test]
+fn nfs41_compound_of_the_granted_operation_count() {
+    let mut h = Harness::new();
+    let (clientid, seq, _) = exchange(&mut h, b"fourops", 1, 0).unwrap();
+    let fore = ChannelAttrs4 {
+        maxrequestsize: 8192,
+        maxresponsesize: 8192,
+        maxresponsesize_cached: 8192,
+        maxoperations: 4,
+        ..chan(8192)
+    };
+    let rep = h.v4(vec![create_session_args(clientid, seq, fore, chan(4096))]);
+    let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &res4(&rep).results[..] else {
+        panic!("{:?}", res4(&rep))
+    };
+    assert_eq!(cs.fore_chan_attrs.maxoperations, 4, "the client's ca_maxoperations");
+    assert_eq!(cs.fore_chan_attrs.maxrequestsize, 8192);
+    let mut s = Sess {
+        clientid,
+        id: cs.sessionid,
+        seq: 0,
+    };
+    let getattr = || ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::new() });
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(()), ArgOp4::GetFh(()), getattr()]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "{:?}", res4(&rep));
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(()), ArgOp4::GetFh(()), getattr(), getattr()]);
+    assert_eq!(res4(&rep).status, Nfsstat4::TOO_MANY_OPS);
+}

@@ -96,6 +96,11 @@ enum Step {
         opnum: u32,
         op: usize,
     },
+    /// LOOKUPP: `dir`, the current filehandle's attributes; `op`, its "..".
+    LookupP {
+        dir: usize,
+        op: usize,
+    },
     SecInfo {
         op: usize,
     },
@@ -284,6 +289,22 @@ fn needs_empty_batch(op: &ArgOp4<'_>) -> bool {
             | ArgOp4::DestroyClientId(_)
             | ArgOp4::BindConnToSession(_)
     )
+}
+
+/// LOOKUPP of a filehandle an earlier operation of this batch yields
+/// (LOOKUP, LOOKUPP, CREATE...) waits for that batch: whether it is an
+/// export's root, whose parent is the pseudo-root and not the root itself,
+/// is known only from the node id (RFC 8881 18.14: LOOKUPP gives the
+/// handle LOOKUP gave for the parent).
+fn needs_known_fh(c: &Compound, op: &ArgOp4<'_>) -> bool {
+    matches!(op, ArgOp4::LookupP(()))
+        && matches!(
+            c.cfh,
+            Fh::Obj {
+                obj: ObjRef::Result(_),
+                ..
+            }
+        )
 }
 
 fn is_sessionless(op: &ArgOp4<'_>) -> bool {
@@ -540,7 +561,7 @@ fn translate(srv: &mut NfsServer, c: &mut Compound, ops: &[ArgOp4<'_>], now: i64
     c.read_only = false;
     while c.next_op < ops.len() {
         let Some(op) = ops.get(c.next_op) else { break };
-        if needs_empty_batch(op) && !b.ops.is_empty() {
+        if (needs_empty_batch(op) || needs_known_fh(c, op)) && !b.ops.is_empty() {
             break;
         }
         let flow = translate_op(srv, c, op, &mut b, now);
@@ -592,6 +613,16 @@ fn ok_status(c: &mut Compound, opnum: u32) -> Flow {
 }
 
 impl Compound {
+    /// Sets the current filehandle from an operation that gives no
+    /// stateid (PUTFH, PUTROOTFH, PUTPUBFH, LOOKUP, LOOKUPP, CREATE,
+    /// SECINFO...): the current stateid becomes invalid, so a later use of
+    /// the current-stateid value fails (RFC 8881 16.2.3.1.2). RESTOREFH and
+    /// OPEN set both themselves.
+    fn set_cfh(&mut self, fh: Fh) {
+        self.cfh = fh;
+        self.cur_sid = None;
+    }
+
     fn export(&self, fsid: u64) -> Option<&ExportEntry> {
         self.exports.iter().find(|e| e.fsid == fsid)
     }
@@ -690,8 +721,16 @@ fn push_read(
             return Err(Nfsstat4::LOCKED);
         }
     }
-    b.push(Op::Read { obj, offset, len: u64::from(count.min(srv.cfg.max_io)) });
-    c.steps.push(Step::Read { op: b.ops.len() - 1, plus, offset });
+    b.push(Op::Read {
+        obj,
+        offset,
+        len: u64::from(count.min(srv.cfg.max_io)),
+    });
+    c.steps.push(Step::Read {
+        op: b.ops.len() - 1,
+        plus,
+        offset,
+    });
     Ok(Flow::Next)
 }
 
@@ -733,7 +772,7 @@ fn need_session(c: &Compound) -> Result<u64, Nfsstat4> {
     c.clientid.ok_or(Nfsstat4::OP_NOT_IN_SESSION)
 }
 
-#[allow(clippy::cognitive_complexity)]
+/// One operation of a COMPOUND, dispatched to its handler.
 fn translate_inner(
     srv: &mut NfsServer,
     c: &mut Compound,
@@ -741,810 +780,1034 @@ fn translate_inner(
     b: &mut Batch,
     now: i64,
 ) -> Result<Flow, Nfsstat4> {
+    match op {
+        ArgOp4::Sequence(_) => Err(Nfsstat4::SEQUENCE_POS),
+        ArgOp4::PutFh(a) => op_putfh(srv, c, a),
+        ArgOp4::PutRootFh(()) => op_putrootfh(c),
+        ArgOp4::PutPubFh(()) => op_putpubfh(c),
+        ArgOp4::SaveFh(()) => op_savefh(c),
+        ArgOp4::RestoreFh(()) => op_restorefh(c),
+        ArgOp4::GetFh(()) => op_getfh(srv, c),
+        ArgOp4::Lookup(a) => op_lookup(c, a, b),
+        ArgOp4::LookupP(()) => op_lookupp(c, b),
+        ArgOp4::GetAttr(a) => op_getattr(srv, c, a, b),
+        ArgOp4::Access(a) => op_access(c, a, b),
+        ArgOp4::SecInfo(a) => op_secinfo(c, a, b),
+        ArgOp4::SecInfoNoName(style) => op_secinfo_no_name(c, style),
+        ArgOp4::Open(a) => open(srv, c, a, b),
+        ArgOp4::Close(a) => op_close(srv, c, a, b),
+        ArgOp4::Read(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, false),
+        ArgOp4::ReadPlus(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, true),
+        ArgOp4::Write(a) => op_write(srv, c, a, b),
+        ArgOp4::Commit(_) => op_commit(srv, c),
+        ArgOp4::Create(a) => op_create(c, a, b),
+        ArgOp4::Remove(a) => op_remove(c, a, b),
+        ArgOp4::Rename(a) => op_rename(c, a, b),
+        ArgOp4::Link(a) => op_link(c, a, b),
+        ArgOp4::ReadLink(()) => op_readlink(c, b),
+        ArgOp4::ReadDir(a) => op_readdir(srv, c, a, b),
+        ArgOp4::SetAttr(a) => op_setattr(srv, c, a, b),
+        ArgOp4::Verify(a) => op_verify(srv, c, a, b, false),
+        ArgOp4::NVerify(a) => op_verify(srv, c, a, b, true),
+        ArgOp4::Copy(a) => op_copy(srv, c, a, b),
+        ArgOp4::Clone(a) => op_clone(srv, c, a, b),
+        ArgOp4::Seek(a) => op_seek(srv, c, a, b),
+        ArgOp4::Allocate(a) => op_allocate(srv, c, a, b),
+        ArgOp4::Deallocate(a) => op_deallocate(srv, c, a, b),
+        ArgOp4::DelegReturn(_) => Err(Nfsstat4::BAD_STATEID),
+        ArgOp4::OpenDowngrade(a) => op_open_downgrade(srv, c, a),
+        ArgOp4::Lock(a) => lock(srv, c, a),
+        ArgOp4::LockT(a) => op_lockt(srv, c, a),
+        ArgOp4::LockU(a) => op_locku(srv, c, a),
+        ArgOp4::TestStateid(a) => op_test_stateid(srv, c, a),
+        ArgOp4::FreeStateid(a) => op_free_stateid(srv, c, a),
+        ArgOp4::ReclaimComplete(a) => op_reclaim_complete(srv, c, a),
+        ArgOp4::ExchangeId(a) => op_exchange_id(srv, c, a, now),
+        ArgOp4::CreateSession(a) => create_session(srv, c, a),
+        ArgOp4::DestroySession(a) => op_destroy_session(srv, c, a),
+        ArgOp4::BindConnToSession(a) => op_bind_conn_to_session(srv, c, a),
+        ArgOp4::DestroyClientId(a) => op_destroy_clientid(srv, c, a),
+    }
+}
+
+/// PUTFH (RFC 8881 18.19).
+fn op_putfh(srv: &mut NfsServer, c: &mut Compound, a: &PutFh4Args<'_>) -> Result<Flow, Nfsstat4> {
     let key = srv.cfg.handle_key;
-    Ok(match op {
-        ArgOp4::Sequence(_) => return Err(Nfsstat4::SEQUENCE_POS),
-        ArgOp4::PutFh(a) => {
-            c.cfh = match FileHandle::decode(key, a.object.0).map_err(|_| Nfsstat4::BADHANDLE)? {
-                FileHandle::Pseudo => Fh::Pseudo,
-                FileHandle::Object { fsid, id } => {
-                    let e = c.export(fsid).ok_or(Nfsstat4::STALE)?;
-                    if !e.allows(c.peer) || !e.allows_uid(c.cred.uid) {
-                        return Err(Nfsstat4::ACCESS);
-                    }
-                    Fh::Obj {
-                        fsid,
-                        obj: ObjRef::Id(id),
-                    }
-                }
-            };
-            ok_status(c, opnum::PUTFH)
-        }
-        ArgOp4::PutRootFh(()) => {
-            c.cfh = Fh::Pseudo;
-            ok_status(c, opnum::PUTROOTFH)
-        }
-        ArgOp4::PutPubFh(()) => {
-            c.cfh = Fh::Pseudo;
-            ok_status(c, opnum::PUTPUBFH)
-        }
-        ArgOp4::SaveFh(()) => {
-            if c.cfh == Fh::None {
-                return Err(Nfsstat4::NOFILEHANDLE);
-            }
-            c.sfh = c.cfh;
-            c.saved_sid = c.cur_sid;
-            ok_status(c, opnum::SAVEFH)
-        }
-        ArgOp4::RestoreFh(()) => {
-            if c.sfh == Fh::None {
-                return Err(Nfsstat4::RESTOREFH);
-            }
-            c.cfh = c.sfh;
-            c.cur_sid = c.saved_sid;
-            ok_status(c, opnum::RESTOREFH)
-        }
-        ArgOp4::GetFh(()) => match c.cfh {
-            Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
-            Fh::Pseudo => {
-                let fh = FileHandle::Pseudo.encode(key);
-                ready(
-                    c,
-                    ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
-                        object: Opaque(&fh),
-                    })),
-                )
+    let fh = match FileHandle::decode(key, a.object.0).map_err(|_| Nfsstat4::BADHANDLE)? {
+        FileHandle::Pseudo => Fh::Pseudo,
+        FileHandle::Object { fsid, id } => {
+            let e = c.export(fsid).ok_or(Nfsstat4::STALE)?;
+            if !e.allows(c.peer) || !e.allows_uid(c.cred.uid) {
+                return Err(Nfsstat4::ACCESS);
             }
             Fh::Obj {
                 fsid,
                 obj: ObjRef::Id(id),
-            } => {
-                let fh = FileHandle::Object { fsid, id }.encode(key);
-                ready(
-                    c,
-                    ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
-                        object: Opaque(&fh),
-                    })),
-                )
-            }
-            Fh::Obj {
-                fsid,
-                obj: ObjRef::Result(op),
-            } => {
-                c.steps.push(Step::GetFh { fsid, op });
-                Flow::Next
-            }
-        },
-        ArgOp4::Lookup(a) => {
-            let name = utf8_name(a.objname.0)?;
-            match c.cfh {
-                Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
-                Fh::Pseudo => {
-                    let e = c
-                        .exports
-                        .iter()
-                        .find(|e| e.name == name && e.allows(c.peer))
-                        .ok_or(Nfsstat4::NOENT)?;
-                    if !e.allows_uid(c.cred.uid) {
-                        return Err(Nfsstat4::ACCESS);
-                    }
-                    c.cfh = Fh::Obj {
-                        fsid: e.fsid,
-                        obj: ObjRef::Id(e.root),
-                    };
-                    ok_status(c, opnum::LOOKUP)
-                }
-                Fh::Obj { .. } => {
-                    let (fsid, dir) = c.obj()?;
-                    let r = b.push(Op::Lookup { dir, name });
-                    c.steps.push(Step::Status {
-                        opnum: opnum::LOOKUP,
-                        op: b.ops.len() - 1,
-                    });
-                    c.cfh = Fh::Obj { fsid, obj: r };
-                    Flow::Next
-                }
             }
         }
-        ArgOp4::LookupP(()) => match c.cfh {
-            Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
-            Fh::Pseudo => return Err(Nfsstat4::NOENT),
-            Fh::Obj { fsid, obj } => {
-                let root = c.export(fsid).map(|e| e.root);
-                if obj == ObjRef::Id(root.unwrap_or(0)) {
-                    c.cfh = Fh::Pseudo;
-                    ok_status(c, opnum::LOOKUPP)
-                } else {
-                    let (fsid, dir) = c.obj()?;
-                    let r = b.push(Op::Lookup {
-                        dir,
-                        name: "..".into(),
-                    });
-                    c.steps.push(Step::Status {
-                        opnum: opnum::LOOKUPP,
-                        op: b.ops.len() - 1,
-                    });
-                    c.cfh = Fh::Obj { fsid, obj: r };
-                    Flow::Next
-                }
-            }
-        },
-        ArgOp4::GetAttr(a) => match c.cfh {
-            Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
-            Fh::Pseudo => {
-                let attrs = pseudo_attrs(&c.exports);
-                let fh = FileHandle::Pseudo.encode(key);
-                let ctx = ObjCtx {
-                    fsid: Fsid4 {
-                        major: PSEUDO_FSID,
-                        minor: 0,
-                    },
-                    fh: &fh,
-                    mounted_on: PSEUDO_FILEID,
-                };
-                let (mask, vals) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &a.attr_request);
-                ready(
-                    c,
-                    ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
-                        obj_attributes: Fattr4 {
-                            attrmask: mask,
-                            attr_vals: Opaque(&vals),
-                        },
-                    })),
-                )
-            }
-            Fh::Obj { .. } => {
-                let (fsid, obj) = c.obj()?;
-                b.push(Op::GetAttr { obj });
-                c.steps.push(Step::GetAttr {
-                    fsid,
-                    op: b.ops.len() - 1,
-                    req: a.attr_request,
-                });
-                Flow::Next
-            }
-        },
-        ArgOp4::Access(a) => match c.cfh {
-            Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
-            Fh::Pseudo => {
-                let ok = a.access & (access4::READ | access4::LOOKUP);
-                ready(
-                    c,
-                    ResOp4::Access(Nfs4Res::Ok(Access4ResOk {
-                        supported: a.access & 0x3f,
-                        access: ok,
-                    })),
-                )
-            }
-            Fh::Obj { fsid, .. } => {
-                let ro = c.export(fsid).is_some_and(|e| e.read_only);
-                let (_, obj) = c.obj()?;
-                b.push(Op::GetAttr { obj });
-                c.steps.push(Step::Access {
-                    op: b.ops.len() - 1,
-                    req: a.access,
-                    ro,
-                });
-                Flow::Next
-            }
-        },
-        ArgOp4::SecInfo(a) => {
-            let name = utf8_name(a.name.0)?;
-            match c.cfh {
-                Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
-                Fh::Pseudo => {
-                    c.exports
-                        .iter()
-                        .find(|e| e.name == name)
-                        .ok_or(Nfsstat4::NOENT)?;
-                    c.cfh = Fh::None;
-                    ready(
-                        c,
-                        ResOp4::SecInfo(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
-                    )
-                }
-                Fh::Obj { .. } => {
-                    let (_, dir) = c.obj()?;
-                    b.push(Op::Lookup { dir, name });
-                    c.steps.push(Step::SecInfo {
-                        op: b.ops.len() - 1,
-                    });
-                    c.cfh = Fh::None;
-                    Flow::Next
-                }
-            }
-        }
-        ArgOp4::SecInfoNoName(style) => {
-            if c.cfh == Fh::None {
-                return Err(Nfsstat4::NOFILEHANDLE);
-            }
-            // RFC 8881 18.45.3: SECINFO_STYLE4_PARENT asks about the
-            // parent of the current filehandle; the pseudo-root has none
-            // (NFS4ERR_NOENT). An export's root has the pseudo-root, any
-            // other directory its parent in the export: the same flavors.
-            if *style == SecInfoStyle4::Parent && c.cfh == Fh::Pseudo {
-                return Err(Nfsstat4::NOENT);
-            }
-            c.cfh = Fh::None;
+    };
+    c.set_cfh(fh);
+    Ok(ok_status(c, opnum::PUTFH))
+}
+
+/// PUTROOTFH (RFC 8881 18.21).
+fn op_putrootfh(c: &mut Compound) -> Result<Flow, Nfsstat4> {
+    c.set_cfh(Fh::Pseudo);
+    Ok(ok_status(c, opnum::PUTROOTFH))
+}
+
+/// PUTPUBFH (RFC 8881 18.20).
+fn op_putpubfh(c: &mut Compound) -> Result<Flow, Nfsstat4> {
+    c.set_cfh(Fh::Pseudo);
+    Ok(ok_status(c, opnum::PUTPUBFH))
+}
+
+/// SAVEFH (RFC 8881 18.28).
+fn op_savefh(c: &mut Compound) -> Result<Flow, Nfsstat4> {
+    if c.cfh == Fh::None {
+        return Err(Nfsstat4::NOFILEHANDLE);
+    }
+    c.sfh = c.cfh;
+    c.saved_sid = c.cur_sid;
+    Ok(ok_status(c, opnum::SAVEFH))
+}
+
+/// RESTOREFH (RFC 8881 18.27).
+fn op_restorefh(c: &mut Compound) -> Result<Flow, Nfsstat4> {
+    if c.sfh == Fh::None {
+        return Err(Nfsstat4::RESTOREFH);
+    }
+    c.cfh = c.sfh;
+    c.cur_sid = c.saved_sid;
+    Ok(ok_status(c, opnum::RESTOREFH))
+}
+
+/// GETFH (RFC 8881 18.8).
+fn op_getfh(srv: &mut NfsServer, c: &mut Compound) -> Result<Flow, Nfsstat4> {
+    let key = srv.cfg.handle_key;
+    Ok(match c.cfh {
+        Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+        Fh::Pseudo => {
+            let fh = FileHandle::Pseudo.encode(key);
             ready(
                 c,
-                ResOp4::SecInfoNoName(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
-            )
-        }
-        ArgOp4::Open(a) => return open(srv, c, a, b),
-        ArgOp4::Close(a) => {
-            need_session(c)?;
-            let (_, obj) = c.obj()?;
-            let other = resolve_sid(srv, c, &a.open_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
-            if !is_open_sid(srv, c, &other) {
-                return Err(Nfsstat4::BAD_STATEID);
-            }
-            if srv.state.open_has_locks(&other) {
-                return Err(Nfsstat4::LOCKS_HELD);
-            }
-            b.push(Op::Close { obj });
-            c.steps.push(Step::Close {
-                op: b.ops.len() - 1,
-                other,
-            });
-            Flow::Next
-        }
-        ArgOp4::Read(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, false)?,
-        ArgOp4::ReadPlus(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, true)?,
-        ArgOp4::Write(a) => {
-            let (fsid, obj) = c.obj()?;
-            resolve_sid(srv, c, &a.stateid)?;
-            if a.data.0.len() > srv.cfg.max_io as usize {
-                return Err(Nfsstat4::INVAL);
-            }
-            let append = a.offset == u64::MAX && c.export(fsid).is_some_and(|e| e.append_extension);
-            // An SMB client's lock on the range forbids the write (RFC
-            // 8881 18.32.3: NFS4ERR_LOCKED).
-            if let (ObjRef::Id(node), false) = (obj, append) {
-                if srv.state.io_conflict(node, a.offset, a.data.0.len() as u64, true) {
-                    return Err(Nfsstat4::LOCKED);
-                }
-            }
-            b.push(Op::Write {
-                obj,
-                offset: a.offset,
-                data: WriteData::Bytes(a.data.0.to_vec()),
-                append,
-            });
-            c.steps.push(Step::Write {
-                op: b.ops.len() - 1,
-            });
-            Flow::Next
-        }
-        ArgOp4::Commit(_) => {
-            c.obj()?;
-            let verf = srv.write_verf;
-            ready(
-                c,
-                ResOp4::Commit(Nfs4Res::Ok(Commit4ResOk { writeverf: verf })),
-            )
-        }
-        ArgOp4::Create(a) => {
-            if c.cfh == Fh::Pseudo {
-                return Err(Nfsstat4::ROFS);
-            }
-            let (fsid, dir) = c.obj()?;
-            let name = utf8_name(a.objname.0)?;
-            let kind = match &a.objtype {
-                CreateType4::Lnk(t) => CreateKind::Symlink {
-                    target: String::from_utf8(t.0.to_vec()).map_err(|_| Nfsstat4::INVAL)?,
-                },
-                CreateType4::Blk(d) => CreateKind::BlockDevice {
-                    rdev: attr::rdev_of(d.specdata1, d.specdata2),
-                },
-                CreateType4::Chr(d) => CreateKind::CharDevice {
-                    rdev: attr::rdev_of(d.specdata1, d.specdata2),
-                },
-                CreateType4::Other(NfsFtype4::Dir) => CreateKind::Directory,
-                CreateType4::Other(NfsFtype4::Sock) => CreateKind::Socket,
-                CreateType4::Other(NfsFtype4::Fifo) => CreateKind::Fifo,
-                CreateType4::Other(_) => return Err(Nfsstat4::BADTYPE),
-            };
-            let (attrs, attrset) = fattr4_to_set(&a.createattrs, SETTABLE)?;
-            let r = b.push(Op::Create {
-                dir,
-                name,
-                kind,
-                attrs,
-                if_exists: IfExists::Fail,
-            });
-            c.steps.push(Step::Create {
-                op: b.ops.len() - 1,
-                attrset,
-            });
-            c.cfh = Fh::Obj { fsid, obj: r };
-            Flow::Next
-        }
-        ArgOp4::Remove(a) => {
-            if c.cfh == Fh::Pseudo {
-                return Err(Nfsstat4::ROFS);
-            }
-            let (_, dir) = c.obj()?;
-            let name = utf8_name(a.target.0)?;
-            b.push(Op::Remove {
-                dir,
-                name,
-                dir_only: None,
-            });
-            c.steps.push(Step::Remove {
-                op: b.ops.len() - 1,
-            });
-            Flow::Next
-        }
-        ArgOp4::Rename(a) => {
-            if c.cfh == Fh::Pseudo || c.sfh == Fh::Pseudo {
-                return Err(Nfsstat4::ROFS);
-            }
-            let (sfs, src_dir) = c.saved_obj()?;
-            let (dfs, dst_dir) = c.obj()?;
-            if sfs != dfs {
-                return Err(Nfsstat4::XDEV);
-            }
-            let src_name = utf8_name(a.oldname.0)?;
-            let dst_name = utf8_name(a.newname.0)?;
-            b.push(Op::Rename {
-                src_dir,
-                src_name,
-                dst_dir,
-                dst_name,
-                replace: true,
-            });
-            c.steps.push(Step::Rename {
-                op: b.ops.len() - 1,
-            });
-            Flow::Next
-        }
-        ArgOp4::Link(a) => {
-            if c.cfh == Fh::Pseudo {
-                return Err(Nfsstat4::ROFS);
-            }
-            let (sfs, src) = c.saved_obj()?;
-            let (dfs, dir) = c.obj()?;
-            if sfs != dfs {
-                return Err(Nfsstat4::XDEV);
-            }
-            let name = utf8_name(a.newname.0)?;
-            b.push(Op::Link {
-                obj: src,
-                dir,
-                name,
-            });
-            c.steps.push(Step::Link {
-                op: b.ops.len() - 1,
-            });
-            Flow::Next
-        }
-        ArgOp4::ReadLink(()) => {
-            let (_, obj) = c.obj().map_err(|e| {
-                if e == Nfsstat4::ISDIR {
-                    Nfsstat4::INVAL
-                } else {
-                    e
-                }
-            })?;
-            b.push(Op::ReadLink { obj });
-            c.steps.push(Step::ReadLink {
-                op: b.ops.len() - 1,
-            });
-            Flow::Next
-        }
-        ArgOp4::ReadDir(a) => {
-            if a.cookie != 0 && a.cookieverf != [0; 8] && a.cookieverf != srv.cookieverf {
-                return Err(Nfsstat4::NOT_SAME);
-            }
-            match c.cfh {
-                Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
-                Fh::Pseudo => {
-                    let start = match a.cookie {
-                        0 => 0,
-                        1 | 2 => return Err(Nfsstat4::BAD_COOKIE),
-                        n if n - 3 < 1 << 20 => (n - 2) as usize,
-                        _ => return Err(Nfsstat4::BAD_COOKIE),
-                    };
-                    let peer = c.peer;
-                    let list: Vec<(String, u64, NodeId)> = c
-                        .exports
-                        .iter()
-                        .filter(|e| e.allows(peer))
-                        .skip(start)
-                        .take(256)
-                        .map(|e| (e.name.clone(), e.fsid, e.root))
-                        .collect();
-                    let mut roots = Vec::with_capacity(list.len());
-                    for (name, fsid, root) in list {
-                        c.touch(fsid);
-                        b.push(Op::GetAttr {
-                            obj: ObjRef::Id(root),
-                        });
-                        roots.push((name, fsid, b.ops.len() - 1));
-                    }
-                    c.steps.push(Step::PseudoReadDir {
-                        roots,
-                        req: a.attr_request,
-                        start,
-                        maxcount: a.maxcount,
-                    });
-                    Flow::Next
-                }
-                Fh::Obj { .. } => {
-                    let (fsid, dir) = c.obj()?;
-                    let known = match dir {
-                        ObjRef::Id(id) => Some(id),
-                        ObjRef::Result(_) => None,
-                    };
-                    let resume = srv
-                        .cookies
-                        .resume(known, a.cookie)
-                        .ok_or(Nfsstat4::BAD_COOKIE)?;
-                    // Entries to read: about as many as the reply can hold,
-                    // so a large directory takes few round trips without
-                    // reading entries that do not fit (an entry costs 16
-                    // bytes and its name against dircount; against maxcount
-                    // about 40, 12 per requested attribute and the handle).
-                    let maxcount = a.maxcount.min(srv.cfg.max_readdir);
-                    let fh = if a.attr_request.is_set(fa::FILEHANDLE) {
-                        4 + super::fh::FH_LEN as u32
-                    } else {
-                        0
-                    };
-                    let per = 40 + 12 * a.attr_request.iter().count() as u32 + fh;
-                    let by_dir = if a.dircount > 0 {
-                        a.dircount / 24
-                    } else {
-                        u32::MAX
-                    };
-                    let n = u64::from((maxcount / per).min(by_dir)).clamp(1, 8192);
-                    let (after, max, skip, base) = match resume {
-                        Resume::Start => (None, n, 0, 0),
-                        Resume::After { name, pos } => (Some(name), n, 0, pos),
-                        Resume::Skip(pos) => (None, (pos + n).min(MAX_POSITION), pos, pos),
-                    };
-                    b.push(Op::ReadDir {
-                        dir,
-                        after,
-                        max_entries: max as u32,
-                        with_attrs: true,
-                    });
-                    c.steps.push(Step::ReadDir {
-                        op: b.ops.len() - 1,
-                        fsid,
-                        req: a.attr_request,
-                        skip,
-                        base,
-                        // The daemon's enumeration limit (NfsServerConfig::max_readdir).
-                        maxcount: a.maxcount.min(srv.cfg.max_readdir),
-                        dircount: a.dircount,
-                    });
-                    Flow::Next
-                }
-            }
-        }
-        ArgOp4::SetAttr(a) => {
-            if c.cfh == Fh::Pseudo {
-                return Err(Nfsstat4::ROFS);
-            }
-            let (_, obj) = c.obj()?;
-            resolve_sid(srv, c, &a.stateid)?;
-            let (attrs, attrset) = fattr4_to_set(&a.obj_attributes, SETTABLE)?;
-            b.push(Op::SetAttr { obj, attrs });
-            c.steps.push(Step::SetAttr {
-                op: b.ops.len() - 1,
-                attrset,
-            });
-            Flow::Next
-        }
-        ArgOp4::Verify(a) | ArgOp4::NVerify(a) => {
-            let negate = matches!(op, ArgOp4::NVerify(_));
-            let mask = a.obj_attributes.attrmask;
-            for bit in mask.iter() {
-                if bit == fa::RDATTR_ERROR {
-                    return Err(Nfsstat4::INVAL);
-                }
-                if !GETTABLE.contains(&bit) {
-                    return Err(Nfsstat4::ATTRNOTSUPP);
-                }
-            }
-            let vals = a.obj_attributes.attr_vals.0.to_vec();
-            match c.cfh {
-                Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
-                Fh::Pseudo => {
-                    let attrs = pseudo_attrs(&c.exports);
-                    let fh = FileHandle::Pseudo.encode(key);
-                    let ctx = ObjCtx {
-                        fsid: Fsid4 {
-                            major: PSEUDO_FSID,
-                            minor: 0,
-                        },
-                        fh: &fh,
-                        mounted_on: PSEUDO_FILEID,
-                    };
-                    let (m, v) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &mask);
-                    let same = m == mask && v == vals;
-                    return Ok(verify_result(c, negate, same));
-                }
-                Fh::Obj { .. } => {
-                    let (fsid, obj) = c.obj()?;
-                    b.push(Op::GetAttr { obj });
-                    c.steps.push(Step::Verify {
-                        op: b.ops.len() - 1,
-                        fsid,
-                        mask,
-                        vals,
-                        negate,
-                    });
-                    Flow::Barrier
-                }
-            }
-        }
-        ArgOp4::Copy(a) => {
-            let (_, src) = c.saved_obj()?;
-            let (_, dst) = c.obj()?;
-            resolve_sid(srv, c, &a.src_stateid)?;
-            resolve_sid(srv, c, &a.dst_stateid)?;
-            if !a.source_server.0.is_empty() {
-                return Err(Nfsstat4::NOTSUPP);
-            }
-            let len = if a.count == 0 { u64::MAX } else { a.count };
-            b.push(Op::Copy {
-                src,
-                src_offset: a.src_offset,
-                dst,
-                dst_offset: a.dst_offset,
-                len,
-            });
-            c.steps.push(Step::Copy {
-                op: b.ops.len() - 1,
-            });
-            Flow::Next
-        }
-        ArgOp4::Clone(a) => {
-            let (_, src) = c.saved_obj()?;
-            let (_, dst) = c.obj()?;
-            resolve_sid(srv, c, &a.src_stateid)?;
-            resolve_sid(srv, c, &a.dst_stateid)?;
-            let len = if a.count == 0 { u64::MAX } else { a.count };
-            b.push(Op::Copy {
-                src,
-                src_offset: a.src_offset,
-                dst,
-                dst_offset: a.dst_offset,
-                len,
-            });
-            c.steps.push(Step::Status {
-                opnum: opnum::CLONE,
-                op: b.ops.len() - 1,
-            });
-            Flow::Next
-        }
-        ArgOp4::Seek(a) => {
-            let (_, obj) = c.obj()?;
-            resolve_sid(srv, c, &a.stateid)?;
-            b.push(Op::GetAttr { obj });
-            c.steps.push(Step::Seek {
-                op: b.ops.len() - 1,
-                offset: a.offset,
-                data: a.what == DataContent4::Data,
-            });
-            Flow::Next
-        }
-        ArgOp4::Allocate(a) => {
-            let (_, obj) = c.obj()?;
-            resolve_sid(srv, c, &a.stateid)?;
-            let end = a.offset.checked_add(a.length).ok_or(Nfsstat4::INVAL)?;
-            b.push(Op::SetAttr {
-                obj,
-                attrs: SetAttrs {
-                    alloc_size: Some(end),
-                    ..Default::default()
-                },
-            });
-            c.steps.push(Step::Status {
-                opnum: opnum::ALLOCATE,
-                op: b.ops.len() - 1,
-            });
-            Flow::Next
-        }
-        ArgOp4::Deallocate(a) => {
-            // RFC 7862 15.4: the range reads as zeros afterwards; the size
-            // does not change.
-            let (_, obj) = c.obj()?;
-            resolve_sid(srv, c, &a.stateid)?;
-            a.offset.checked_add(a.length).ok_or(Nfsstat4::INVAL)?;
-            b.push(Op::ZeroRange {
-                obj,
-                offset: a.offset,
-                len: a.length,
-            });
-            c.steps.push(Step::Status {
-                opnum: opnum::DEALLOCATE,
-                op: b.ops.len() - 1,
-            });
-            Flow::Next
-        }
-        ArgOp4::DelegReturn(_) => return Err(Nfsstat4::BAD_STATEID),
-        ArgOp4::OpenDowngrade(a) => {
-            need_session(c)?;
-            let other = resolve_sid(srv, c, &a.open_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
-            let sid =
-                srv.state
-                    .downgrade(&other, a.share_access & share::ACCESS_BOTH, a.share_deny)?;
-            c.cur_sid = Some(sid);
-            ready(c, ResOp4::OpenDowngrade(Nfs4Res::Ok(sid)))
-        }
-        ArgOp4::Lock(a) => return lock(srv, c, a),
-        ArgOp4::LockT(a) => {
-            need_session(c)?;
-            let (_, node) = c.node()?;
-            let end = range_end(a.offset, a.length)?;
-            let write = matches!(a.locktype, NfsLockType4::Write | NfsLockType4::WriteW);
-            match srv.state.test_lock(
-                node,
-                a.owner.clientid,
-                a.owner.owner.0,
-                a.offset,
-                end,
-                write,
-            ) {
-                None => ready(c, ResOp4::LockT(LockT4Res::Ok)),
-                Some(k) => ready(
-                    c,
-                    ResOp4::LockT(LockT4Res::Denied(Lock4Denied {
-                        offset: k.offset,
-                        length: k.length,
-                        locktype: if k.write {
-                            NfsLockType4::Write
-                        } else {
-                            NfsLockType4::Read
-                        },
-                        owner: StateOwner4 {
-                            clientid: k.clientid,
-                            owner: Opaque(&k.owner),
-                        },
-                    })),
-                ),
-            }
-        }
-        ArgOp4::LockU(a) => {
-            need_session(c)?;
-            let other = resolve_sid(srv, c, &a.lock_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
-            if !srv.state.locks.contains_key(&other) {
-                return Err(Nfsstat4::BAD_STATEID);
-            }
-            let end = range_end(a.offset, a.length)?;
-            let sid = srv.state.unlock(&other, a.offset, end)?;
-            c.cur_sid = Some(sid);
-            ready(c, ResOp4::LockU(Nfs4Res::Ok(sid)))
-        }
-        ArgOp4::TestStateid(a) => {
-            need_session(c)?;
-            let codes = a
-                .stateids
-                .0
-                .iter()
-                .map(|s| match srv.state.check_stateid(s, c.clientid) {
-                    Ok(_) => Nfsstat4::OK,
-                    Err(e) => e,
-                })
-                .collect();
-            ready(
-                c,
-                ResOp4::TestStateid(Nfs4Res::Ok(TestStateid4ResOk {
-                    status_codes: List(codes),
+                ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
+                    object: Opaque(&fh),
                 })),
             )
         }
-        ArgOp4::FreeStateid(a) => {
-            need_session(c)?;
-            let other = resolve_sid(srv, c, &a.stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
-            let st = srv.state.free_stateid(&other);
-            if st != Nfsstat4::OK {
-                return Err(st);
-            }
-            ok_status(c, opnum::FREE_STATEID)
-        }
-        ArgOp4::ReclaimComplete(a) => {
-            let client = need_session(c)?;
-            let Some(cl) = srv.state.clients.get_mut(&client) else {
-                return Err(Nfsstat4::BADSESSION);
-            };
-            if !a.one_fs {
-                if cl.reclaim_done {
-                    return Err(Nfsstat4::COMPLETE_ALREADY);
-                }
-                cl.reclaim_done = true;
-                let owner = cl.owner.clone();
-                srv.reclaim_complete(&owner);
-            }
-            ok_status(c, opnum::RECLAIM_COMPLETE)
-        }
-        ArgOp4::ExchangeId(a) => {
-            // RFC 8881 18.35.3: bits not defined for eia_flags (and
-            // CONFIRMED_R, a reply-only bit) are NFS4ERR_INVAL.
-            if a.flags & !EXCHGID_ARG_FLAGS != 0 {
-                return Err(Nfsstat4::INVAL);
-            }
-            if !matches!(a.state_protect, StateProtect4A::None) {
-                return Err(Nfsstat4::NOTSUPP);
-            }
-            let (id, seq, confirmed) = srv.state.exchange_id(
-                a.clientowner.ownerid.0,
-                a.clientowner.verifier,
-                principal(&c.cred),
-                a.flags & exchgid4_flag::UPD_CONFIRMED_REC_A != 0,
-                now,
-            )?;
-            let mut flags = exchgid4_flag::USE_NON_PNFS;
-            if confirmed {
-                flags |= exchgid4_flag::CONFIRMED_R;
-            }
-            let owner = srv.cfg.server_owner.clone();
+        Fh::Obj {
+            fsid,
+            obj: ObjRef::Id(id),
+        } => {
+            let fh = FileHandle::Object { fsid, id }.encode(key);
             ready(
                 c,
-                ResOp4::ExchangeId(Nfs4Res::Ok(ExchangeId4ResOk {
-                    clientid: id,
-                    sequenceid: seq,
-                    flags,
-                    state_protect: StateProtect4R::None,
-                    server_owner: ServerOwner4 {
-                        minor_id: 0,
-                        major_id: Opaque(&owner),
-                    },
-                    server_scope: Opaque(&owner),
-                    server_impl_id: List(vec![NfsImplId4 {
-                        domain: Opaque(b"duet"),
-                        name: Opaque(b"duet nfs"),
-                        date: NfsTime4 {
-                            seconds: 0,
-                            nseconds: 0,
-                        },
-                    }]),
+                ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
+                    object: Opaque(&fh),
                 })),
             )
         }
-        ArgOp4::CreateSession(a) => return create_session(srv, c, a),
-        ArgOp4::DestroySession(a) => {
-            if !srv.state.destroy_session(&a.sessionid) {
-                return Err(Nfsstat4::BADSESSION);
-            }
-            ok_status(c, opnum::DESTROY_SESSION)
-        }
-        ArgOp4::BindConnToSession(a) => {
-            if !srv.state.bind_conn(&a.sessid, c.conn) {
-                return Err(Nfsstat4::BADSESSION);
-            }
-            let dir = match a.dir {
-                ChannelDirFromClient4::Fore => ChannelDirFromServer4::Fore,
-                ChannelDirFromClient4::Back => ChannelDirFromServer4::Back,
-                _ => ChannelDirFromServer4::Both,
-            };
-            ready(
-                c,
-                ResOp4::BindConnToSession(Nfs4Res::Ok(BindConnToSession4ResOk {
-                    sessid: a.sessid,
-                    dir,
-                    use_conn_in_rdma_mode: false,
-                })),
-            )
-        }
-        ArgOp4::DestroyClientId(a) => {
-            // RFC 8881 18.50.3: unknown: STALE_CLIENTID; one that still
-            // has sessions (the one this COMPOUND's SEQUENCE uses too),
-            // opens or locks: CLIENTID_BUSY.
-            if !srv.state.clients.contains_key(&a.clientid) {
-                return Err(Nfsstat4::STALE_CLIENTID);
-            }
-            if srv.state.has_state(a.clientid) {
-                return Err(Nfsstat4::CLIENTID_BUSY);
-            }
-            srv.state.purge_client(a.clientid);
-            ok_status(c, opnum::DESTROY_CLIENTID)
+        Fh::Obj {
+            fsid,
+            obj: ObjRef::Result(op),
+        } => {
+            c.steps.push(Step::GetFh { fsid, op });
+            Flow::Next
         }
     })
+}
+
+/// LOOKUP (RFC 8881 18.13).
+fn op_lookup(c: &mut Compound, a: &Lookup4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    let name = utf8_name(a.objname.0)?;
+    Ok(match c.cfh {
+        Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+        Fh::Pseudo => {
+            let e = c
+                .exports
+                .iter()
+                .find(|e| e.name == name && e.allows(c.peer))
+                .ok_or(Nfsstat4::NOENT)?;
+            if !e.allows_uid(c.cred.uid) {
+                return Err(Nfsstat4::ACCESS);
+            }
+            c.set_cfh(Fh::Obj {
+                fsid: e.fsid,
+                obj: ObjRef::Id(e.root),
+            });
+            ok_status(c, opnum::LOOKUP)
+        }
+        Fh::Obj { .. } => {
+            let (fsid, dir) = c.obj()?;
+            let r = b.push(Op::Lookup { dir, name });
+            c.steps.push(Step::Status {
+                opnum: opnum::LOOKUP,
+                op: b.ops.len() - 1,
+            });
+            c.set_cfh(Fh::Obj { fsid, obj: r });
+            Flow::Next
+        }
+    })
+}
+
+/// LOOKUPP (RFC 8881 18.14).
+fn op_lookupp(c: &mut Compound, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    Ok(match c.cfh {
+        Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+        Fh::Pseudo => return Err(Nfsstat4::NOENT),
+        Fh::Obj { fsid, obj } => {
+            let root = c.export(fsid).map(|e| e.root);
+            if obj == ObjRef::Id(root.unwrap_or(0)) {
+                c.set_cfh(Fh::Pseudo);
+                ok_status(c, opnum::LOOKUPP)
+            } else {
+                // The directory's attributes first: a symlink's LOOKUPP
+                // is NFS4ERR_SYMLINK, any other non-directory's
+                // NFS4ERR_NOTDIR (RFC 8881 18.14.3).
+                let (fsid, dir) = c.obj()?;
+                b.push(Op::GetAttr { obj: dir });
+                let r = b.push(Op::Lookup {
+                    dir,
+                    name: "..".into(),
+                });
+                c.steps.push(Step::LookupP {
+                    dir: b.ops.len() - 2,
+                    op: b.ops.len() - 1,
+                });
+                c.set_cfh(Fh::Obj { fsid, obj: r });
+                Flow::Next
+            }
+        }
+    })
+}
+
+/// GETATTR (RFC 8881 18.7).
+fn op_getattr(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &GetAttr4Args,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    let key = srv.cfg.handle_key;
+    Ok(match c.cfh {
+        Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+        Fh::Pseudo => {
+            let attrs = pseudo_attrs(&c.exports);
+            let fh = FileHandle::Pseudo.encode(key);
+            let ctx = ObjCtx {
+                fsid: Fsid4 {
+                    major: PSEUDO_FSID,
+                    minor: 0,
+                },
+                fh: &fh,
+                mounted_on: PSEUDO_FILEID,
+            };
+            let (mask, vals) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &a.attr_request);
+            ready(
+                c,
+                ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
+                    obj_attributes: Fattr4 {
+                        attrmask: mask,
+                        attr_vals: Opaque(&vals),
+                    },
+                })),
+            )
+        }
+        Fh::Obj { .. } => {
+            let (fsid, obj) = c.obj()?;
+            b.push(Op::GetAttr { obj });
+            c.steps.push(Step::GetAttr {
+                fsid,
+                op: b.ops.len() - 1,
+                req: a.attr_request,
+            });
+            Flow::Next
+        }
+    })
+}
+
+/// ACCESS (RFC 8881 18.1).
+fn op_access(c: &mut Compound, a: &Access4Args, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    Ok(match c.cfh {
+        Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+        Fh::Pseudo => {
+            let ok = a.access & (access4::READ | access4::LOOKUP);
+            ready(
+                c,
+                ResOp4::Access(Nfs4Res::Ok(Access4ResOk {
+                    supported: a.access & 0x3f,
+                    access: ok,
+                })),
+            )
+        }
+        Fh::Obj { fsid, .. } => {
+            let ro = c.export(fsid).is_some_and(|e| e.read_only);
+            let (_, obj) = c.obj()?;
+            b.push(Op::GetAttr { obj });
+            c.steps.push(Step::Access {
+                op: b.ops.len() - 1,
+                req: a.access,
+                ro,
+            });
+            Flow::Next
+        }
+    })
+}
+
+/// SECINFO (RFC 8881 18.29).
+fn op_secinfo(c: &mut Compound, a: &SecInfo4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    let name = utf8_name(a.name.0)?;
+    Ok(match c.cfh {
+        Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+        Fh::Pseudo => {
+            c.exports
+                .iter()
+                .find(|e| e.name == name)
+                .ok_or(Nfsstat4::NOENT)?;
+            c.set_cfh(Fh::None);
+            ready(
+                c,
+                ResOp4::SecInfo(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
+            )
+        }
+        Fh::Obj { .. } => {
+            let (_, dir) = c.obj()?;
+            b.push(Op::Lookup { dir, name });
+            c.steps.push(Step::SecInfo {
+                op: b.ops.len() - 1,
+            });
+            c.set_cfh(Fh::None);
+            Flow::Next
+        }
+    })
+}
+
+/// SECINFO_NO_NAME (RFC 8881 18.45).
+fn op_secinfo_no_name(c: &mut Compound, style: &SecInfoStyle4) -> Result<Flow, Nfsstat4> {
+    if c.cfh == Fh::None {
+        return Err(Nfsstat4::NOFILEHANDLE);
+    }
+    // RFC 8881 18.45.3: SECINFO_STYLE4_PARENT asks about the
+    // parent of the current filehandle; the pseudo-root has none
+    // (NFS4ERR_NOENT). An export's root has the pseudo-root, any
+    // other directory its parent in the export: the same flavors.
+    if *style == SecInfoStyle4::Parent && c.cfh == Fh::Pseudo {
+        return Err(Nfsstat4::NOENT);
+    }
+    c.set_cfh(Fh::None);
+    Ok(ready(
+        c,
+        ResOp4::SecInfoNoName(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
+    ))
+}
+
+/// CLOSE (RFC 8881 18.2).
+fn op_close(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Close4Args,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    need_session(c)?;
+    let (_, obj) = c.obj()?;
+    let other = resolve_sid(srv, c, &a.open_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+    if !is_open_sid(srv, c, &other) {
+        return Err(Nfsstat4::BAD_STATEID);
+    }
+    if srv.state.open_has_locks(&other) {
+        return Err(Nfsstat4::LOCKS_HELD);
+    }
+    b.push(Op::Close { obj });
+    c.steps.push(Step::Close {
+        op: b.ops.len() - 1,
+        other,
+    });
+    Ok(Flow::Next)
+}
+
+/// WRITE (RFC 8881 18.32).
+fn op_write(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Write4Args<'_>,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    let (fsid, obj) = c.obj()?;
+    resolve_sid(srv, c, &a.stateid)?;
+    if a.data.0.len() > srv.cfg.max_io as usize {
+        return Err(Nfsstat4::INVAL);
+    }
+    let append = a.offset == u64::MAX && c.export(fsid).is_some_and(|e| e.append_extension);
+    // An SMB client's lock on the range forbids the write (RFC
+    // 8881 18.32.3: NFS4ERR_LOCKED).
+    if let (ObjRef::Id(node), false) = (obj, append) {
+        if srv
+            .state
+            .io_conflict(node, a.offset, a.data.0.len() as u64, true)
+        {
+            return Err(Nfsstat4::LOCKED);
+        }
+    }
+    b.push(Op::Write {
+        obj,
+        offset: a.offset,
+        data: WriteData::Bytes(a.data.0.to_vec()),
+        append,
+    });
+    c.steps.push(Step::Write {
+        op: b.ops.len() - 1,
+    });
+    Ok(Flow::Next)
+}
+
+/// COMMIT (RFC 8881 18.3).
+fn op_commit(srv: &mut NfsServer, c: &mut Compound) -> Result<Flow, Nfsstat4> {
+    c.obj()?;
+    let verf = srv.write_verf;
+    Ok(ready(
+        c,
+        ResOp4::Commit(Nfs4Res::Ok(Commit4ResOk { writeverf: verf })),
+    ))
+}
+
+/// CREATE (RFC 8881 18.4).
+fn op_create(c: &mut Compound, a: &Create4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    if c.cfh == Fh::Pseudo {
+        return Err(Nfsstat4::ROFS);
+    }
+    let (fsid, dir) = c.obj()?;
+    let name = utf8_name(a.objname.0)?;
+    let kind = match &a.objtype {
+        CreateType4::Lnk(t) => CreateKind::Symlink {
+            target: String::from_utf8(t.0.to_vec()).map_err(|_| Nfsstat4::INVAL)?,
+        },
+        CreateType4::Blk(d) => CreateKind::BlockDevice {
+            rdev: attr::rdev_of(d.specdata1, d.specdata2),
+        },
+        CreateType4::Chr(d) => CreateKind::CharDevice {
+            rdev: attr::rdev_of(d.specdata1, d.specdata2),
+        },
+        CreateType4::Other(NfsFtype4::Dir) => CreateKind::Directory,
+        CreateType4::Other(NfsFtype4::Sock) => CreateKind::Socket,
+        CreateType4::Other(NfsFtype4::Fifo) => CreateKind::Fifo,
+        CreateType4::Other(_) => return Err(Nfsstat4::BADTYPE),
+    };
+    let (attrs, attrset) = fattr4_to_set(&a.createattrs, SETTABLE)?;
+    let r = b.push(Op::Create {
+        dir,
+        name,
+        kind,
+        attrs,
+        if_exists: IfExists::Fail,
+    });
+    c.steps.push(Step::Create {
+        op: b.ops.len() - 1,
+        attrset,
+    });
+    c.set_cfh(Fh::Obj { fsid, obj: r });
+    Ok(Flow::Next)
+}
+
+/// REMOVE (RFC 8881 18.25).
+fn op_remove(c: &mut Compound, a: &Remove4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    if c.cfh == Fh::Pseudo {
+        return Err(Nfsstat4::ROFS);
+    }
+    let (_, dir) = c.obj()?;
+    let name = utf8_name(a.target.0)?;
+    b.push(Op::Remove {
+        dir,
+        name,
+        dir_only: None,
+    });
+    c.steps.push(Step::Remove {
+        op: b.ops.len() - 1,
+    });
+    Ok(Flow::Next)
+}
+
+/// RENAME (RFC 8881 18.26).
+fn op_rename(c: &mut Compound, a: &Rename4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    if c.cfh == Fh::Pseudo || c.sfh == Fh::Pseudo {
+        return Err(Nfsstat4::ROFS);
+    }
+    let (sfs, src_dir) = c.saved_obj()?;
+    let (dfs, dst_dir) = c.obj()?;
+    if sfs != dfs {
+        return Err(Nfsstat4::XDEV);
+    }
+    let src_name = utf8_name(a.oldname.0)?;
+    let dst_name = utf8_name(a.newname.0)?;
+    b.push(Op::Rename {
+        src_dir,
+        src_name,
+        dst_dir,
+        dst_name,
+        replace: true,
+    });
+    c.steps.push(Step::Rename {
+        op: b.ops.len() - 1,
+    });
+    Ok(Flow::Next)
+}
+
+/// LINK (RFC 8881 18.9).
+fn op_link(c: &mut Compound, a: &Link4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    if c.cfh == Fh::Pseudo {
+        return Err(Nfsstat4::ROFS);
+    }
+    let (sfs, src) = c.saved_obj()?;
+    let (dfs, dir) = c.obj()?;
+    if sfs != dfs {
+        return Err(Nfsstat4::XDEV);
+    }
+    let name = utf8_name(a.newname.0)?;
+    b.push(Op::Link {
+        obj: src,
+        dir,
+        name,
+    });
+    c.steps.push(Step::Link {
+        op: b.ops.len() - 1,
+    });
+    Ok(Flow::Next)
+}
+
+/// READLINK (RFC 8881 18.24).
+fn op_readlink(c: &mut Compound, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    let (_, obj) = c.obj().map_err(|e| {
+        if e == Nfsstat4::ISDIR {
+            Nfsstat4::INVAL
+        } else {
+            e
+        }
+    })?;
+    b.push(Op::ReadLink { obj });
+    c.steps.push(Step::ReadLink {
+        op: b.ops.len() - 1,
+    });
+    Ok(Flow::Next)
+}
+
+/// READDIR (RFC 8881 18.23).
+fn op_readdir(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &ReadDir4Args,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    if a.cookie != 0 && a.cookieverf != [0; 8] && a.cookieverf != srv.cookieverf {
+        return Err(Nfsstat4::NOT_SAME);
+    }
+    Ok(match c.cfh {
+        Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+        Fh::Pseudo => {
+            let start = match a.cookie {
+                0 => 0,
+                1 | 2 => return Err(Nfsstat4::BAD_COOKIE),
+                n if n - 3 < 1 << 20 => (n - 2) as usize,
+                _ => return Err(Nfsstat4::BAD_COOKIE),
+            };
+            let peer = c.peer;
+            let list: Vec<(String, u64, NodeId)> = c
+                .exports
+                .iter()
+                .filter(|e| e.allows(peer))
+                .skip(start)
+                .take(256)
+                .map(|e| (e.name.clone(), e.fsid, e.root))
+                .collect();
+            let mut roots = Vec::with_capacity(list.len());
+            for (name, fsid, root) in list {
+                c.touch(fsid);
+                b.push(Op::GetAttr {
+                    obj: ObjRef::Id(root),
+                });
+                roots.push((name, fsid, b.ops.len() - 1));
+            }
+            c.steps.push(Step::PseudoReadDir {
+                roots,
+                req: a.attr_request,
+                start,
+                maxcount: a.maxcount,
+            });
+            Flow::Next
+        }
+        Fh::Obj { .. } => {
+            let (fsid, dir) = c.obj()?;
+            let known = match dir {
+                ObjRef::Id(id) => Some(id),
+                ObjRef::Result(_) => None,
+            };
+            let resume = srv
+                .cookies
+                .resume(known, a.cookie)
+                .ok_or(Nfsstat4::BAD_COOKIE)?;
+            // Entries to read: about as many as the reply can hold,
+            // so a large directory takes few round trips without
+            // reading entries that do not fit (an entry costs 16
+            // bytes and its name against dircount; against maxcount
+            // about 40, 12 per requested attribute and the handle).
+            let maxcount = a.maxcount.min(srv.cfg.max_readdir);
+            let fh = if a.attr_request.is_set(fa::FILEHANDLE) {
+                4 + super::fh::FH_LEN as u32
+            } else {
+                0
+            };
+            let per = 40 + 12 * a.attr_request.iter().count() as u32 + fh;
+            let by_dir = if a.dircount > 0 {
+                a.dircount / 24
+            } else {
+                u32::MAX
+            };
+            let n = u64::from((maxcount / per).min(by_dir)).clamp(1, 8192);
+            let (after, max, skip, base) = match resume {
+                Resume::Start => (None, n, 0, 0),
+                Resume::After { name, pos } => (Some(name), n, 0, pos),
+                Resume::Skip(pos) => (None, (pos + n).min(MAX_POSITION), pos, pos),
+            };
+            b.push(Op::ReadDir {
+                dir,
+                after,
+                max_entries: max as u32,
+                with_attrs: true,
+            });
+            c.steps.push(Step::ReadDir {
+                op: b.ops.len() - 1,
+                fsid,
+                req: a.attr_request,
+                skip,
+                base,
+                // The daemon's enumeration limit (NfsServerConfig::max_readdir).
+                maxcount: a.maxcount.min(srv.cfg.max_readdir),
+                dircount: a.dircount,
+            });
+            Flow::Next
+        }
+    })
+}
+
+/// SETATTR (RFC 8881 18.30).
+fn op_setattr(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &SetAttr4Args<'_>,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    if c.cfh == Fh::Pseudo {
+        return Err(Nfsstat4::ROFS);
+    }
+    let (_, obj) = c.obj()?;
+    resolve_sid(srv, c, &a.stateid)?;
+    let (attrs, attrset) = fattr4_to_set(&a.obj_attributes, SETTABLE)?;
+    b.push(Op::SetAttr { obj, attrs });
+    c.steps.push(Step::SetAttr {
+        op: b.ops.len() - 1,
+        attrset,
+    });
+    Ok(Flow::Next)
+}
+
+/// VERIFY (RFC 8881 18.31) and NVERIFY (RFC 8881 18.15, `negate`).
+fn op_verify(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Verify4Args<'_>,
+    b: &mut Batch,
+    negate: bool,
+) -> Result<Flow, Nfsstat4> {
+    let key = srv.cfg.handle_key;
+    let mask = a.obj_attributes.attrmask;
+    for bit in mask.iter() {
+        if bit == fa::RDATTR_ERROR {
+            return Err(Nfsstat4::INVAL);
+        }
+        if !GETTABLE.contains(&bit) {
+            return Err(Nfsstat4::ATTRNOTSUPP);
+        }
+    }
+    let vals = a.obj_attributes.attr_vals.0.to_vec();
+    Ok(match c.cfh {
+        Fh::None => return Err(Nfsstat4::NOFILEHANDLE),
+        Fh::Pseudo => {
+            let attrs = pseudo_attrs(&c.exports);
+            let fh = FileHandle::Pseudo.encode(key);
+            let ctx = ObjCtx {
+                fsid: Fsid4 {
+                    major: PSEUDO_FSID,
+                    minor: 0,
+                },
+                fh: &fh,
+                mounted_on: PSEUDO_FILEID,
+            };
+            let (m, v) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &mask);
+            let same = m == mask && v == vals;
+            return Ok(verify_result(c, negate, same));
+        }
+        Fh::Obj { .. } => {
+            let (fsid, obj) = c.obj()?;
+            b.push(Op::GetAttr { obj });
+            c.steps.push(Step::Verify {
+                op: b.ops.len() - 1,
+                fsid,
+                mask,
+                vals,
+                negate,
+            });
+            Flow::Barrier
+        }
+    })
+}
+
+/// COPY (RFC 7862 15.2).
+fn op_copy(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Copy4Args<'_>,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    let (_, src) = c.saved_obj()?;
+    let (_, dst) = c.obj()?;
+    resolve_sid(srv, c, &a.src_stateid)?;
+    resolve_sid(srv, c, &a.dst_stateid)?;
+    if !a.source_server.0.is_empty() {
+        return Err(Nfsstat4::NOTSUPP);
+    }
+    let len = if a.count == 0 { u64::MAX } else { a.count };
+    b.push(Op::Copy {
+        src,
+        src_offset: a.src_offset,
+        dst,
+        dst_offset: a.dst_offset,
+        len,
+    });
+    c.steps.push(Step::Copy {
+        op: b.ops.len() - 1,
+    });
+    Ok(Flow::Next)
+}
+
+/// CLONE (RFC 7862 15.13).
+fn op_clone(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Clone4Args,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    let (_, src) = c.saved_obj()?;
+    let (_, dst) = c.obj()?;
+    resolve_sid(srv, c, &a.src_stateid)?;
+    resolve_sid(srv, c, &a.dst_stateid)?;
+    let len = if a.count == 0 { u64::MAX } else { a.count };
+    b.push(Op::Copy {
+        src,
+        src_offset: a.src_offset,
+        dst,
+        dst_offset: a.dst_offset,
+        len,
+    });
+    c.steps.push(Step::Status {
+        opnum: opnum::CLONE,
+        op: b.ops.len() - 1,
+    });
+    Ok(Flow::Next)
+}
+
+/// SEEK (RFC 7862 15.11).
+fn op_seek(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Seek4Args,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    let (_, obj) = c.obj()?;
+    resolve_sid(srv, c, &a.stateid)?;
+    b.push(Op::GetAttr { obj });
+    c.steps.push(Step::Seek {
+        op: b.ops.len() - 1,
+        offset: a.offset,
+        data: a.what == DataContent4::Data,
+    });
+    Ok(Flow::Next)
+}
+
+/// ALLOCATE (RFC 7862 15.1).
+fn op_allocate(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Allocate4Args,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    let (_, obj) = c.obj()?;
+    resolve_sid(srv, c, &a.stateid)?;
+    let end = a.offset.checked_add(a.length).ok_or(Nfsstat4::INVAL)?;
+    b.push(Op::SetAttr {
+        obj,
+        attrs: SetAttrs {
+            alloc_size: Some(end),
+            ..Default::default()
+        },
+    });
+    c.steps.push(Step::Status {
+        opnum: opnum::ALLOCATE,
+        op: b.ops.len() - 1,
+    });
+    Ok(Flow::Next)
+}
+
+/// DEALLOCATE (RFC 7862 15.4).
+fn op_deallocate(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Deallocate4Args,
+    b: &mut Batch,
+) -> Result<Flow, Nfsstat4> {
+    // RFC 7862 15.4: the range reads as zeros afterwards; the size
+    // does not change.
+    let (_, obj) = c.obj()?;
+    resolve_sid(srv, c, &a.stateid)?;
+    a.offset.checked_add(a.length).ok_or(Nfsstat4::INVAL)?;
+    b.push(Op::ZeroRange {
+        obj,
+        offset: a.offset,
+        len: a.length,
+    });
+    c.steps.push(Step::Status {
+        opnum: opnum::DEALLOCATE,
+        op: b.ops.len() - 1,
+    });
+    Ok(Flow::Next)
+}
+
+/// OPEN_DOWNGRADE (RFC 8881 18.18).
+fn op_open_downgrade(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &OpenDowngrade4Args,
+) -> Result<Flow, Nfsstat4> {
+    need_session(c)?;
+    let other = resolve_sid(srv, c, &a.open_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+    let sid = srv
+        .state
+        .downgrade(&other, a.share_access & share::ACCESS_BOTH, a.share_deny)?;
+    c.cur_sid = Some(sid);
+    Ok(ready(c, ResOp4::OpenDowngrade(Nfs4Res::Ok(sid))))
+}
+
+/// LOCKT (RFC 8881 18.11).
+fn op_lockt(srv: &mut NfsServer, c: &mut Compound, a: &LockT4Args<'_>) -> Result<Flow, Nfsstat4> {
+    need_session(c)?;
+    let (_, node) = c.node()?;
+    let end = range_end(a.offset, a.length)?;
+    let write = matches!(a.locktype, NfsLockType4::Write | NfsLockType4::WriteW);
+    Ok(
+        match srv.state.test_lock(
+            node,
+            a.owner.clientid,
+            a.owner.owner.0,
+            a.offset,
+            end,
+            write,
+        ) {
+            None => ready(c, ResOp4::LockT(LockT4Res::Ok)),
+            Some(k) => ready(
+                c,
+                ResOp4::LockT(LockT4Res::Denied(Lock4Denied {
+                    offset: k.offset,
+                    length: k.length,
+                    locktype: if k.write {
+                        NfsLockType4::Write
+                    } else {
+                        NfsLockType4::Read
+                    },
+                    owner: StateOwner4 {
+                        clientid: k.clientid,
+                        owner: Opaque(&k.owner),
+                    },
+                })),
+            ),
+        },
+    )
+}
+
+/// LOCKU (RFC 8881 18.12).
+fn op_locku(srv: &mut NfsServer, c: &mut Compound, a: &LockU4Args) -> Result<Flow, Nfsstat4> {
+    need_session(c)?;
+    let other = resolve_sid(srv, c, &a.lock_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+    if !srv.state.locks.contains_key(&other) {
+        return Err(Nfsstat4::BAD_STATEID);
+    }
+    let end = range_end(a.offset, a.length)?;
+    let sid = srv.state.unlock(&other, a.offset, end)?;
+    c.cur_sid = Some(sid);
+    Ok(ready(c, ResOp4::LockU(Nfs4Res::Ok(sid))))
+}
+
+/// TEST_STATEID (RFC 8881 18.48).
+fn op_test_stateid(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &TestStateid4Args,
+) -> Result<Flow, Nfsstat4> {
+    need_session(c)?;
+    let codes = a
+        .stateids
+        .0
+        .iter()
+        .map(|s| match srv.state.check_stateid(s, c.clientid) {
+            Ok(_) => Nfsstat4::OK,
+            Err(e) => e,
+        })
+        .collect();
+    Ok(ready(
+        c,
+        ResOp4::TestStateid(Nfs4Res::Ok(TestStateid4ResOk {
+            status_codes: List(codes),
+        })),
+    ))
+}
+
+/// FREE_STATEID (RFC 8881 18.38).
+fn op_free_stateid(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &FreeStateid4Args,
+) -> Result<Flow, Nfsstat4> {
+    need_session(c)?;
+    let other = resolve_sid(srv, c, &a.stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
+    let st = srv.state.free_stateid(&other);
+    if st != Nfsstat4::OK {
+        return Err(st);
+    }
+    Ok(ok_status(c, opnum::FREE_STATEID))
+}
+
+/// RECLAIM_COMPLETE (RFC 8881 18.51).
+fn op_reclaim_complete(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &ReclaimComplete4Args,
+) -> Result<Flow, Nfsstat4> {
+    let client = need_session(c)?;
+    let Some(cl) = srv.state.clients.get_mut(&client) else {
+        return Err(Nfsstat4::BADSESSION);
+    };
+    if !a.one_fs {
+        if cl.reclaim_done {
+            return Err(Nfsstat4::COMPLETE_ALREADY);
+        }
+        cl.reclaim_done = true;
+        let owner = cl.owner.clone();
+        srv.reclaim_complete(&owner);
+    }
+    Ok(ok_status(c, opnum::RECLAIM_COMPLETE))
+}
+
+/// EXCHANGE_ID (RFC 8881 18.35).
+fn op_exchange_id(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &ExchangeId4Args<'_>,
+    now: i64,
+) -> Result<Flow, Nfsstat4> {
+    // RFC 8881 18.35.3: bits not defined for eia_flags (and
+    // CONFIRMED_R, a reply-only bit) are NFS4ERR_INVAL.
+    if a.flags & !EXCHGID_ARG_FLAGS != 0 {
+        return Err(Nfsstat4::INVAL);
+    }
+    if !matches!(a.state_protect, StateProtect4A::None) {
+        return Err(Nfsstat4::NOTSUPP);
+    }
+    let (id, seq, confirmed) = srv.state.exchange_id(
+        a.clientowner.ownerid.0,
+        a.clientowner.verifier,
+        principal(&c.cred),
+        a.flags & exchgid4_flag::UPD_CONFIRMED_REC_A != 0,
+        now,
+    )?;
+    let mut flags = exchgid4_flag::USE_NON_PNFS;
+    if confirmed {
+        flags |= exchgid4_flag::CONFIRMED_R;
+    }
+    let owner = srv.cfg.server_owner.clone();
+    Ok(ready(
+        c,
+        ResOp4::ExchangeId(Nfs4Res::Ok(ExchangeId4ResOk {
+            clientid: id,
+            sequenceid: seq,
+            flags,
+            state_protect: StateProtect4R::None,
+            server_owner: ServerOwner4 {
+                minor_id: 0,
+                major_id: Opaque(&owner),
+            },
+            server_scope: Opaque(&owner),
+            server_impl_id: List(vec![NfsImplId4 {
+                domain: Opaque(b"duet"),
+                name: Opaque(b"duet nfs"),
+                date: NfsTime4 {
+                    seconds: 0,
+                    nseconds: 0,
+                },
+            }]),
+        })),
+    ))
+}
+
+/// DESTROY_SESSION (RFC 8881 18.37).
+fn op_destroy_session(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &DestroySession4Args,
+) -> Result<Flow, Nfsstat4> {
+    if !srv.state.destroy_session(&a.sessionid) {
+        return Err(Nfsstat4::BADSESSION);
+    }
+    Ok(ok_status(c, opnum::DESTROY_SESSION))
+}
+
+/// BIND_CONN_TO_SESSION (RFC 8881 18.34).
+fn op_bind_conn_to_session(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &BindConnToSession4Args,
+) -> Result<Flow, Nfsstat4> {
+    if !srv.state.bind_conn(&a.sessid, c.conn) {
+        return Err(Nfsstat4::BADSESSION);
+    }
+    let dir = match a.dir {
+        ChannelDirFromClient4::Fore => ChannelDirFromServer4::Fore,
+        ChannelDirFromClient4::Back => ChannelDirFromServer4::Back,
+        _ => ChannelDirFromServer4::Both,
+    };
+    Ok(ready(
+        c,
+        ResOp4::BindConnToSession(Nfs4Res::Ok(BindConnToSession4ResOk {
+            sessid: a.sessid,
+            dir,
+            use_conn_in_rdma_mode: false,
+        })),
+    ))
+}
+
+/// DESTROY_CLIENTID (RFC 8881 18.50).
+fn op_destroy_clientid(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &DestroyClientId4Args,
+) -> Result<Flow, Nfsstat4> {
+    // RFC 8881 18.50.3: unknown: STALE_CLIENTID; one that still
+    // has sessions (the one this COMPOUND's SEQUENCE uses too),
+    // opens or locks: CLIENTID_BUSY.
+    if !srv.state.clients.contains_key(&a.clientid) {
+        return Err(Nfsstat4::STALE_CLIENTID);
+    }
+    if srv.state.has_state(a.clientid) {
+        return Err(Nfsstat4::CLIENTID_BUSY);
+    }
+    srv.state.purge_client(a.clientid);
+    Ok(ok_status(c, opnum::DESTROY_CLIENTID))
 }
 
 fn verify_result(c: &mut Compound, negate: bool, same: bool) -> Flow {
@@ -1641,7 +1904,12 @@ fn create_session(
     let max_req = f.maxrequestsize.min(cfg.max_request);
     let max_resp = f.maxresponsesize.min(cfg.max_response);
     let max_cached = f.maxresponsesize_cached.min(cfg.max_response_cached);
-    let max_ops = cfg.max_ops;
+    // RFC 8881 18.36.3: the server may lower but not raise what the
+    // client asked for; SEQUENCE then checks a COMPOUND's operation count
+    // against this ca_maxoperations and its size against ca_maxrequestsize
+    // (18.46.3), so a client that sends as many operations as it was
+    // granted stays under the size it asked for.
+    let max_ops = f.maxoperations.min(cfg.max_ops).max(1);
     let id = srv.state.add_session(
         a.clientid, slots, max_ops, max_req, max_resp, max_cached, c.conn,
     )?;
@@ -1916,224 +2184,26 @@ fn finish_step(
     step: Step,
     results: &[OpResult],
 ) -> Nfsstat4 {
-    let key = srv.cfg.handle_key;
-    let info = fs_info(srv);
     let (opnum, r): (u32, Result<Nfsstat4, Nfsstat4>) = match step {
         Step::Ready { status, bytes } => {
             c.results.put_raw(&bytes);
             return status;
         }
-        Step::GetFh { fsid, op } => (
-            opnum::GETFH,
-            attrs_of(results, op).map(|a| {
-                let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
-                put(
-                    c,
-                    ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
-                        object: Opaque(&fh),
-                    })),
-                )
-            }),
-        ),
-        Step::GetAttr { fsid, op, req } => (
-            opnum::GETATTR,
-            attrs_of(results, op).map(|a| {
-                let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
-                let ctx = ObjCtx {
-                    fsid: Fsid4 {
-                        major: fsid,
-                        minor: 0,
-                    },
-                    fh: &fh,
-                    mounted_on: a.id,
-                };
-                let (mask, vals) = fattr4_vals(a, &ctx, &info, &req);
-                put(
-                    c,
-                    ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
-                        obj_attributes: Fattr4 {
-                            attrmask: mask,
-                            attr_vals: Opaque(&vals),
-                        },
-                    })),
-                )
-            }),
-        ),
+        Step::GetFh { fsid, op } => finish_get_fh(srv, c, results, fsid, op),
+        Step::GetAttr { fsid, op, req } => finish_get_attr(srv, c, results, fsid, op, req),
         Step::Status { opnum, op } => (opnum, out_of(results, op).map(|_| put_ok(c, opnum))),
-        Step::SecInfo { op } => (
-            opnum::SECINFO,
-            out_of(results, op).map(|_| {
-                put(
-                    c,
-                    ResOp4::SecInfo(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
-                )
-            }),
-        ),
-        Step::Access { op, req, ro } => (
-            opnum::ACCESS,
-            attrs_of(results, op).map(|a| {
-                let cred = c.cred.clone();
-                let granted = attr::access_bits(&cred, a, req, ro);
-                put(
-                    c,
-                    ResOp4::Access(Nfs4Res::Ok(Access4ResOk {
-                        supported: req & 0x3f,
-                        access: granted,
-                    })),
-                )
-            }),
-        ),
+        Step::LookupP { dir, op } => finish_lookup_p(c, results, dir, op),
+        Step::SecInfo { op } => finish_sec_info(c, results, op),
+        Step::Access { op, req, ro } => finish_access(c, results, op, req, ro),
         Step::Open(o) => (opnum::OPEN, finish_open(srv, c, &o, results)),
-        Step::Close { op, other } => (
-            opnum::CLOSE,
-            // CLOSE ends the open state, which the stateid names: it
-            // succeeds when the file went while open (a RENAME over it or
-            // a REMOVE of its last name, which duet does not defer), as
-            // it would on a server that keeps unlinked open files (RFC
-            // 8881 18.2.3; pynfs RNM21).
-            match results.get(op) {
-                Some(Err(duet_fs::FsError::Stale)) => Ok(()),
-                _ => out_of(results, op).map(|_| ()),
-            }
-            .map(|()| {
-                let actual = c.actual(&other).flatten().map_or(other, |s| s.other);
-                srv.state.remove_open(&actual);
-                c.cur_sid = Some(CLOSED);
-                put(c, ResOp4::Close(Nfs4Res::Ok(CLOSED)))
-            }),
-        ),
-        Step::Read { op, plus, offset } => (
-            if plus { opnum::READ_PLUS } else { opnum::READ },
-            match out_of(results, op) {
-                Ok(OpOutput::Read { data, eof, .. }) => Ok(if plus {
-                    let contents = if data.is_empty() {
-                        Vec::new()
-                    } else {
-                        vec![ReadPlusContent::Data(Data4 {
-                            offset,
-                            data: Opaque(data),
-                        })]
-                    };
-                    put(
-                        c,
-                        ResOp4::ReadPlus(Nfs4Res::Ok(ReadPlus4ResOk {
-                            eof: *eof,
-                            contents: List(contents),
-                        })),
-                    )
-                } else {
-                    put(
-                        c,
-                        ResOp4::Read(Nfs4Res::Ok(Read4ResOk {
-                            eof: *eof,
-                            data: Opaque(data),
-                        })),
-                    )
-                }),
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Write { op } => (
-            opnum::WRITE,
-            match out_of(results, op) {
-                Ok(OpOutput::Written { count, .. }) => {
-                    let verf = srv.write_verf;
-                    Ok(put(
-                        c,
-                        ResOp4::Write(Nfs4Res::Ok(Write4ResOk {
-                            count: *count as u32,
-                            committed: StableHow4::FileSync,
-                            writeverf: verf,
-                        })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Create { op, attrset } => (
-            opnum::CREATE,
-            match out_of(results, op) {
-                Ok(OpOutput::Object {
-                    dir_before,
-                    dir_after,
-                    ..
-                }) => {
-                    let ci = cinfo(dir_before.as_ref(), dir_after.as_ref());
-                    Ok(put(
-                        c,
-                        ResOp4::Create(Nfs4Res::Ok(Create4ResOk { cinfo: ci, attrset })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Remove { op } => (
-            opnum::REMOVE,
-            match out_of(results, op) {
-                Ok(OpOutput::Dirs { changed, .. }) => {
-                    let ci = changed
-                        .first()
-                        .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
-                    Ok(put(
-                        c,
-                        ResOp4::Remove(Nfs4Res::Ok(Remove4ResOk { cinfo: ci })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Rename { op } => (
-            opnum::RENAME,
-            match out_of(results, op) {
-                Ok(OpOutput::Dirs { changed, .. }) => {
-                    let s = changed
-                        .first()
-                        .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
-                    let t = changed
-                        .get(1)
-                        .map_or(s.clone(), |(b, a)| cinfo(Some(b), Some(a)));
-                    Ok(put(
-                        c,
-                        ResOp4::Rename(Nfs4Res::Ok(Rename4ResOk {
-                            source_cinfo: s,
-                            target_cinfo: t,
-                        })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Link { op } => (
-            opnum::LINK,
-            match out_of(results, op) {
-                Ok(OpOutput::Dirs { changed, .. }) => {
-                    let ci = changed
-                        .first()
-                        .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
-                    Ok(put(c, ResOp4::Link(Nfs4Res::Ok(Link4ResOk { cinfo: ci }))))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::ReadLink { op } => (
-            opnum::READLINK,
-            match out_of(results, op) {
-                Ok(OpOutput::Link { target, .. }) => Ok(put(
-                    c,
-                    ResOp4::ReadLink(Nfs4Res::Ok(ReadLink4ResOk {
-                        link: Opaque(target.as_bytes()),
-                    })),
-                )),
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
+        Step::Close { op, other } => finish_close(srv, c, results, op, other),
+        Step::Read { op, plus, offset } => finish_read(c, results, op, plus, offset),
+        Step::Write { op } => finish_write(srv, c, results, op),
+        Step::Create { op, attrset } => finish_create(c, results, op, attrset),
+        Step::Remove { op } => finish_remove(c, results, op),
+        Step::Rename { op } => finish_rename(c, results, op),
+        Step::Link { op } => finish_link(c, results, op),
+        Step::ReadLink { op } => finish_read_link(c, results, op),
         Step::ReadDir {
             op,
             fsid,
@@ -2142,143 +2212,25 @@ fn finish_step(
             base,
             maxcount,
             dircount,
-        } => (
-            opnum::READDIR,
-            match out_of(results, op) {
-                Ok(OpOutput::Dir {
-                    entries,
-                    eof,
-                    attrs,
-                }) => {
-                    let list: Vec<(&str, NodeId, Option<&Attrs>)> = entries
-                        .iter()
-                        .skip(skip.min(usize::MAX as u64) as usize)
-                        .map(|e| (e.name.as_str(), e.id, e.attrs.as_ref()))
-                        .collect();
-                    readdir_reply(
-                        srv, c, fsid, attrs.id, &list, *eof, &req, base, maxcount, dircount, true,
-                    )
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
+        } => finish_read_dir(
+            srv, c, results, op, fsid, req, skip, base, maxcount, dircount,
         ),
         Step::PseudoReadDir {
             roots,
             req,
             start,
             maxcount,
-        } => {
-            let mut list: Vec<(String, u64, Attrs)> = Vec::new();
-            for (name, fsid, op) in &roots {
-                if let Ok(a) = attrs_of(results, *op) {
-                    list.push((name.clone(), *fsid, a.clone()));
-                }
-            }
-            (
-                opnum::READDIR,
-                pseudo_readdir_reply(srv, c, &list, &req, start, maxcount),
-            )
-        }
-        Step::SetAttr { op, attrset } => {
-            let st = match out_of(results, op) {
-                Ok(_) => SetAttr4Res {
-                    status: Nfsstat4::OK,
-                    attrsset: attrset,
-                },
-                Err(e) => SetAttr4Res {
-                    status: e,
-                    attrsset: Bitmap4::new(),
-                },
-            };
-            let status = st.status;
-            put(c, ResOp4::SetAttr(st));
-            return status;
-        }
+        } => finish_pseudo_read_dir(srv, c, results, roots, req, start, maxcount),
+        Step::SetAttr { op, attrset } => return finish_set_attr(c, results, op, attrset),
         Step::Verify {
             op,
             fsid,
             mask,
             vals,
             negate,
-        } => (
-            if negate {
-                opnum::NVERIFY
-            } else {
-                opnum::VERIFY
-            },
-            attrs_of(results, op).map(|a| {
-                let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
-                let ctx = ObjCtx {
-                    fsid: Fsid4 {
-                        major: fsid,
-                        minor: 0,
-                    },
-                    fh: &fh,
-                    mounted_on: a.id,
-                };
-                let (m, v) = fattr4_vals(a, &ctx, &info, &mask);
-                let same = m == mask && v == vals;
-                let status = match (negate, same) {
-                    (false, true) | (true, false) => Nfsstat4::OK,
-                    (false, false) => Nfsstat4::NOT_SAME,
-                    (true, true) => Nfsstat4::SAME,
-                };
-                let opn = if negate {
-                    opnum::NVERIFY
-                } else {
-                    opnum::VERIFY
-                };
-                c.results.put_raw(&err_bytes(opn, status));
-                status
-            }),
-        ),
-        Step::Copy { op } => (
-            opnum::COPY,
-            match out_of(results, op) {
-                Ok(OpOutput::Copied { count, .. }) => {
-                    let verf = srv.write_verf;
-                    Ok(put(
-                        c,
-                        ResOp4::Copy(Copy4Res::Ok(Copy4ResOk {
-                            response: WriteResponse4 {
-                                callback_id: List(Vec::new()),
-                                count: *count,
-                                committed: StableHow4::FileSync,
-                                writeverf: verf,
-                            },
-                            requirements: CopyRequirements4 {
-                                consecutive: true,
-                                synchronous: true,
-                            },
-                        })),
-                    ))
-                }
-                Ok(_) => Err(Nfsstat4::SERVERFAULT),
-                Err(e) => Err(e),
-            },
-        ),
-        Step::Seek { op, offset, data } => (
-            opnum::SEEK,
-            attrs_of(results, op).and_then(|a| {
-                if a.ftype == FileType::Directory {
-                    return Err(Nfsstat4::ISDIR);
-                }
-                if offset >= a.size {
-                    return Err(Nfsstat4::NXIO);
-                }
-                // No holes are tracked: data runs to EOF, the hole is EOF.
-                let res = if data {
-                    Seek4ResOk { eof: false, offset }
-                } else {
-                    Seek4ResOk {
-                        eof: true,
-                        offset: a.size,
-                    }
-                };
-                Ok(put(c, ResOp4::Seek(Nfs4Res::Ok(res))))
-            }),
-        ),
+        } => finish_verify(srv, c, results, op, fsid, mask, vals, negate),
+        Step::Copy { op } => finish_copy(srv, c, results, op),
+        Step::Seek { op, offset, data } => finish_seek(c, results, op, offset, data),
     };
     match r {
         Ok(s) => s,
@@ -2287,6 +2239,537 @@ fn finish_step(
             st
         }
     }
+}
+
+/// The result of GETFH (RFC 8881 18.8) once its batch ran.
+fn finish_get_fh(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    fsid: u64,
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    let key = srv.cfg.handle_key;
+    (
+        opnum::GETFH,
+        attrs_of(results, op).map(|a| {
+            let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+            put(
+                c,
+                ResOp4::GetFh(Nfs4Res::Ok(GetFh4ResOk {
+                    object: Opaque(&fh),
+                })),
+            )
+        }),
+    )
+}
+
+/// The result of GETATTR (RFC 8881 18.7) once its batch ran.
+fn finish_get_attr(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    fsid: u64,
+    op: usize,
+    req: Bitmap4,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    let key = srv.cfg.handle_key;
+    let info = fs_info(srv);
+    (
+        opnum::GETATTR,
+        attrs_of(results, op).map(|a| {
+            let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+            let ctx = ObjCtx {
+                fsid: Fsid4 {
+                    major: fsid,
+                    minor: 0,
+                },
+                fh: &fh,
+                mounted_on: a.id,
+            };
+            let (mask, vals) = fattr4_vals(a, &ctx, &info, &req);
+            put(
+                c,
+                ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
+                    obj_attributes: Fattr4 {
+                        attrmask: mask,
+                        attr_vals: Opaque(&vals),
+                    },
+                })),
+            )
+        }),
+    )
+}
+
+/// The result of LOOKUPP (RFC 8881 18.14.3) once its batch ran.
+fn finish_lookup_p(
+    c: &mut Compound,
+    results: &[OpResult],
+    dir: usize,
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::LOOKUPP,
+        attrs_of(results, dir).and_then(|a| match out_of(results, op) {
+            Err(Nfsstat4::NOTDIR) if a.ftype == FileType::Symlink => Err(Nfsstat4::SYMLINK),
+            r => r.map(|_| put_ok(c, opnum::LOOKUPP)),
+        }),
+    )
+}
+
+/// The result of SECINFO (RFC 8881 18.29) once its batch ran.
+fn finish_sec_info(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::SECINFO,
+        out_of(results, op).map(|_| {
+            put(
+                c,
+                ResOp4::SecInfo(Nfs4Res::Ok(List(vec![SecInfo4::Flavor(AUTH_SYS)]))),
+            )
+        }),
+    )
+}
+
+/// The result of ACCESS (RFC 8881 18.1) once its batch ran.
+fn finish_access(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    req: u32,
+    ro: bool,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::ACCESS,
+        attrs_of(results, op).map(|a| {
+            let cred = c.cred.clone();
+            let granted = attr::access_bits(&cred, a, req, ro);
+            put(
+                c,
+                ResOp4::Access(Nfs4Res::Ok(Access4ResOk {
+                    supported: req & 0x3f,
+                    access: granted,
+                })),
+            )
+        }),
+    )
+}
+
+/// The result of CLOSE (RFC 8881 18.2) once its batch ran.
+fn finish_close(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    other: Other,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::CLOSE,
+        // CLOSE ends the open state, which the stateid names: it
+        // succeeds when the file went while open (a RENAME over it or
+        // a REMOVE of its last name, which duet does not defer), as
+        // it would on a server that keeps unlinked open files (RFC
+        // 8881 18.2.3; pynfs RNM21).
+        match results.get(op) {
+            Some(Err(duet_fs::FsError::Stale)) => Ok(()),
+            _ => out_of(results, op).map(|_| ()),
+        }
+        .map(|()| {
+            let actual = c.actual(&other).flatten().map_or(other, |s| s.other);
+            srv.state.remove_open(&actual);
+            c.cur_sid = Some(CLOSED);
+            put(c, ResOp4::Close(Nfs4Res::Ok(CLOSED)))
+        }),
+    )
+}
+
+/// The result of READ and READ_PLUS (RFC 8881 18.22, RFC 7862 15.10) once its batch ran.
+fn finish_read(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    plus: bool,
+    offset: u64,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        if plus { opnum::READ_PLUS } else { opnum::READ },
+        match out_of(results, op) {
+            Ok(OpOutput::Read { data, eof, .. }) => Ok(if plus {
+                let contents = if data.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![ReadPlusContent::Data(Data4 {
+                        offset,
+                        data: Opaque(data),
+                    })]
+                };
+                put(
+                    c,
+                    ResOp4::ReadPlus(Nfs4Res::Ok(ReadPlus4ResOk {
+                        eof: *eof,
+                        contents: List(contents),
+                    })),
+                )
+            } else {
+                put(
+                    c,
+                    ResOp4::Read(Nfs4Res::Ok(Read4ResOk {
+                        eof: *eof,
+                        data: Opaque(data),
+                    })),
+                )
+            }),
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of WRITE (RFC 8881 18.32) once its batch ran.
+fn finish_write(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::WRITE,
+        match out_of(results, op) {
+            Ok(OpOutput::Written { count, .. }) => {
+                let verf = srv.write_verf;
+                Ok(put(
+                    c,
+                    ResOp4::Write(Nfs4Res::Ok(Write4ResOk {
+                        count: *count as u32,
+                        committed: StableHow4::FileSync,
+                        writeverf: verf,
+                    })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of CREATE (RFC 8881 18.4) once its batch ran.
+fn finish_create(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    attrset: Bitmap4,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::CREATE,
+        match out_of(results, op) {
+            Ok(OpOutput::Object {
+                dir_before,
+                dir_after,
+                ..
+            }) => {
+                let ci = cinfo(dir_before.as_ref(), dir_after.as_ref());
+                Ok(put(
+                    c,
+                    ResOp4::Create(Nfs4Res::Ok(Create4ResOk { cinfo: ci, attrset })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of REMOVE (RFC 8881 18.25) once its batch ran.
+fn finish_remove(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::REMOVE,
+        match out_of(results, op) {
+            Ok(OpOutput::Dirs { changed, .. }) => {
+                let ci = changed
+                    .first()
+                    .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
+                Ok(put(
+                    c,
+                    ResOp4::Remove(Nfs4Res::Ok(Remove4ResOk { cinfo: ci })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of RENAME (RFC 8881 18.26) once its batch ran.
+fn finish_rename(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::RENAME,
+        match out_of(results, op) {
+            Ok(OpOutput::Dirs { changed, .. }) => {
+                let s = changed
+                    .first()
+                    .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
+                let t = changed
+                    .get(1)
+                    .map_or(s.clone(), |(b, a)| cinfo(Some(b), Some(a)));
+                Ok(put(
+                    c,
+                    ResOp4::Rename(Nfs4Res::Ok(Rename4ResOk {
+                        source_cinfo: s,
+                        target_cinfo: t,
+                    })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of LINK (RFC 8881 18.9) once its batch ran.
+fn finish_link(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::LINK,
+        match out_of(results, op) {
+            Ok(OpOutput::Dirs { changed, .. }) => {
+                let ci = changed
+                    .first()
+                    .map_or(cinfo(None, None), |(b, a)| cinfo(Some(b), Some(a)));
+                Ok(put(c, ResOp4::Link(Nfs4Res::Ok(Link4ResOk { cinfo: ci }))))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of READLINK (RFC 8881 18.24) once its batch ran.
+fn finish_read_link(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::READLINK,
+        match out_of(results, op) {
+            Ok(OpOutput::Link { target, .. }) => Ok(put(
+                c,
+                ResOp4::ReadLink(Nfs4Res::Ok(ReadLink4ResOk {
+                    link: Opaque(target.as_bytes()),
+                })),
+            )),
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of READDIR (RFC 8881 18.23) once its batch ran.
+#[allow(clippy::too_many_arguments)]
+fn finish_read_dir(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    fsid: u64,
+    req: Bitmap4,
+    skip: u64,
+    base: u64,
+    maxcount: u32,
+    dircount: u32,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::READDIR,
+        match out_of(results, op) {
+            Ok(OpOutput::Dir {
+                entries,
+                eof,
+                attrs,
+            }) => {
+                let list: Vec<(&str, NodeId, Option<&Attrs>)> = entries
+                    .iter()
+                    .skip(skip.min(usize::MAX as u64) as usize)
+                    .map(|e| (e.name.as_str(), e.id, e.attrs.as_ref()))
+                    .collect();
+                readdir_reply(
+                    srv, c, fsid, attrs.id, &list, *eof, &req, base, maxcount, dircount, true,
+                )
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of READDIR of the pseudo-root (RFC 8881 18.23, 7.4) once its batch ran.
+fn finish_pseudo_read_dir(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    roots: Vec<(String, u64, usize)>,
+    req: Bitmap4,
+    start: usize,
+    maxcount: u32,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    let mut list: Vec<(String, u64, Attrs)> = Vec::new();
+    for (name, fsid, op) in &roots {
+        if let Ok(a) = attrs_of(results, *op) {
+            list.push((name.clone(), *fsid, a.clone()));
+        }
+    }
+    (
+        opnum::READDIR,
+        pseudo_readdir_reply(srv, c, &list, &req, start, maxcount),
+    )
+}
+
+/// The result of SETATTR (RFC 8881 18.30) once its batch ran.
+fn finish_set_attr(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    attrset: Bitmap4,
+) -> Nfsstat4 {
+    let st = match out_of(results, op) {
+        Ok(_) => SetAttr4Res {
+            status: Nfsstat4::OK,
+            attrsset: attrset,
+        },
+        Err(e) => SetAttr4Res {
+            status: e,
+            attrsset: Bitmap4::new(),
+        },
+    };
+    let status = st.status;
+    put(c, ResOp4::SetAttr(st));
+    status
+}
+
+/// The result of VERIFY and NVERIFY (RFC 8881 18.31, 18.15) once its batch ran.
+#[allow(clippy::too_many_arguments)]
+fn finish_verify(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    fsid: u64,
+    mask: Bitmap4,
+    vals: Vec<u8>,
+    negate: bool,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    let key = srv.cfg.handle_key;
+    let info = fs_info(srv);
+    (
+        if negate {
+            opnum::NVERIFY
+        } else {
+            opnum::VERIFY
+        },
+        attrs_of(results, op).map(|a| {
+            let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+            let ctx = ObjCtx {
+                fsid: Fsid4 {
+                    major: fsid,
+                    minor: 0,
+                },
+                fh: &fh,
+                mounted_on: a.id,
+            };
+            let (m, v) = fattr4_vals(a, &ctx, &info, &mask);
+            let same = m == mask && v == vals;
+            let status = match (negate, same) {
+                (false, true) | (true, false) => Nfsstat4::OK,
+                (false, false) => Nfsstat4::NOT_SAME,
+                (true, true) => Nfsstat4::SAME,
+            };
+            let opn = if negate {
+                opnum::NVERIFY
+            } else {
+                opnum::VERIFY
+            };
+            c.results.put_raw(&err_bytes(opn, status));
+            status
+        }),
+    )
+}
+
+/// The result of COPY (RFC 7862 15.2) once its batch ran.
+fn finish_copy(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::COPY,
+        match out_of(results, op) {
+            Ok(OpOutput::Copied { count, .. }) => {
+                let verf = srv.write_verf;
+                Ok(put(
+                    c,
+                    ResOp4::Copy(Copy4Res::Ok(Copy4ResOk {
+                        response: WriteResponse4 {
+                            callback_id: List(Vec::new()),
+                            count: *count,
+                            committed: StableHow4::FileSync,
+                            writeverf: verf,
+                        },
+                        requirements: CopyRequirements4 {
+                            consecutive: true,
+                            synchronous: true,
+                        },
+                    })),
+                ))
+            }
+            Ok(_) => Err(Nfsstat4::SERVERFAULT),
+            Err(e) => Err(e),
+        },
+    )
+}
+
+/// The result of SEEK (RFC 7862 15.11) once its batch ran.
+fn finish_seek(
+    c: &mut Compound,
+    results: &[OpResult],
+    op: usize,
+    offset: u64,
+    data: bool,
+) -> (u32, Result<Nfsstat4, Nfsstat4>) {
+    (
+        opnum::SEEK,
+        attrs_of(results, op).and_then(|a| {
+            if a.ftype == FileType::Directory {
+                return Err(Nfsstat4::ISDIR);
+            }
+            if offset >= a.size {
+                return Err(Nfsstat4::NXIO);
+            }
+            // No holes are tracked: data runs to EOF, the hole is EOF.
+            let res = if data {
+                Seek4ResOk { eof: false, offset }
+            } else {
+                Seek4ResOk {
+                    eof: true,
+                    offset: a.size,
+                }
+            };
+            Ok(put(c, ResOp4::Seek(Nfs4Res::Ok(res))))
+        }),
+    )
 }
 
 fn put(c: &mut Compound, res: ResOp4<'_>) -> Nfsstat4 {

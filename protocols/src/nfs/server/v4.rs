@@ -604,6 +604,14 @@ fn fail(c: &mut Compound, opnum: u32, status: Nfsstat4) -> Flow {
     Flow::Halt
 }
 
+/// Pushes `op` with the step that answers `opnum` with its status alone;
+/// returns the op's result reference.
+fn push_status(c: &mut Compound, b: &mut Batch, opnum: u32, op: Op) -> ObjRef {
+    let r = b.push(op);
+    c.steps.push(Step::Status { opnum, op: b.ops.len() - 1 });
+    r
+}
+
 fn ok_status(c: &mut Compound, opnum: u32) -> Flow {
     c.steps.push(Step::Ready {
         status: Nfsstat4::OK,
@@ -940,11 +948,7 @@ fn op_lookup(c: &mut Compound, a: &Lookup4Args<'_>, b: &mut Batch) -> Result<Flo
         }
         Fh::Obj { .. } => {
             let (fsid, dir) = c.obj()?;
-            let r = b.push(Op::Lookup { dir, name });
-            c.steps.push(Step::Status {
-                opnum: opnum::LOOKUP,
-                op: b.ops.len() - 1,
-            });
+            let r = push_status(c, b, opnum::LOOKUP, Op::Lookup { dir, name });
             c.set_cfh(Fh::Obj { fsid, obj: r });
             Flow::Next
         }
@@ -1500,16 +1504,12 @@ fn op_clone(
     resolve_sid(srv, c, &a.src_stateid)?;
     resolve_sid(srv, c, &a.dst_stateid)?;
     let len = if a.count == 0 { u64::MAX } else { a.count };
-    b.push(Op::Copy {
+    push_status(c, b, opnum::CLONE, Op::Copy {
         src,
         src_offset: a.src_offset,
         dst,
         dst_offset: a.dst_offset,
         len,
-    });
-    c.steps.push(Step::Status {
-        opnum: opnum::CLONE,
-        op: b.ops.len() - 1,
     });
     Ok(Flow::Next)
 }
@@ -1542,16 +1542,12 @@ fn op_allocate(
     let (_, obj) = c.obj()?;
     resolve_sid(srv, c, &a.stateid)?;
     let end = a.offset.checked_add(a.length).ok_or(Nfsstat4::INVAL)?;
-    b.push(Op::SetAttr {
+    push_status(c, b, opnum::ALLOCATE, Op::SetAttr {
         obj,
         attrs: SetAttrs {
             alloc_size: Some(end),
             ..Default::default()
         },
-    });
-    c.steps.push(Step::Status {
-        opnum: opnum::ALLOCATE,
-        op: b.ops.len() - 1,
     });
     Ok(Flow::Next)
 }
@@ -1568,14 +1564,10 @@ fn op_deallocate(
     let (_, obj) = c.obj()?;
     resolve_sid(srv, c, &a.stateid)?;
     a.offset.checked_add(a.length).ok_or(Nfsstat4::INVAL)?;
-    b.push(Op::ZeroRange {
+    push_status(c, b, opnum::DEALLOCATE, Op::ZeroRange {
         obj,
         offset: a.offset,
         len: a.length,
-    });
-    c.steps.push(Step::Status {
-        opnum: opnum::DEALLOCATE,
-        op: b.ops.len() - 1,
     });
     Ok(Flow::Next)
 }

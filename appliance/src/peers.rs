@@ -16,6 +16,12 @@
 //!   runs the responder handshake and hands each authenticated, decoded
 //!   message to the store ([`StoreHandle::step`]).
 //!
+//! Besides raft, a connection carries frames of other kinds (write-cache
+//! data, forwarded batches): one-way messages, each queued to its peer
+//! with [`PeerSender::send`] and handed on arrival to the handler
+//! registered for its kind ([`PeersHandle::on`]). A request and its
+//! reply are two such messages, each on its sender's outbound connection.
+//!
 //! A connection that fails the handshake (another secret, an unknown
 //! node id, not the peer protocol) is refused and logged with its address.
 //! A frame that fails its tag, or a raft message that does not decode or
@@ -26,7 +32,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use duet_cluster::peer_wire::{FrameKind, Handshake, HandshakeStep, PeerWireError, Session, NONCE_LEN};
@@ -58,6 +64,40 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// retried with backoff; raft resends).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What goes to a peer: a raft message, or a frame of another kind whose
+/// payload its owner encoded.
+pub enum Outgoing {
+    Raft(RaftMessage),
+    Frame(FrameKind, Vec<u8>),
+}
+
+/// Takes an authenticated frame of one kind: (the peer that sent it, its
+/// payload). Runs on the connection's thread: hand long work elsewhere.
+pub type FrameHandler = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
+
+type Handlers = Arc<RwLock<HashMap<FrameKind, FrameHandler>>>;
+
+/// Queues frames to peers (cloneable, any thread).
+#[derive(Clone)]
+pub struct PeerSender {
+    senders: HashMap<u64, flume::Sender<Outgoing>>,
+}
+
+impl PeerSender {
+    /// Queues a frame to `to`. False when `to` is not a peer or its queue
+    /// is full (the frame is dropped: the caller retries or gives up).
+    pub fn send(&self, to: u64, kind: FrameKind, payload: Vec<u8>) -> bool {
+        self.senders.get(&to).is_some_and(|tx| tx.try_send(Outgoing::Frame(kind, payload)).is_ok())
+    }
+
+    /// The peers' ids.
+    pub fn peers(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.senders.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
 /// What this node knows of its connections, for `duetctl cluster status`.
 #[derive(Debug, Default)]
 pub struct PeerHealth {
@@ -87,16 +127,35 @@ pub struct Peers {
     /// The other voters and their cluster addresses.
     others: Vec<(u64, SocketAddr)>,
     secret: Vec<u8>,
-    senders: HashMap<u64, flume::Sender<RaftMessage>>,
-    receivers: Vec<(u64, SocketAddr, flume::Receiver<RaftMessage>)>,
+    senders: HashMap<u64, flume::Sender<Outgoing>>,
+    receivers: Vec<(u64, SocketAddr, flume::Receiver<Outgoing>)>,
+    handlers: Handlers,
     pub health: Arc<PeerHealth>,
 }
 
 /// The running transport; dropping it asks its threads to stop.
 pub struct PeersHandle {
     stop: Arc<AtomicBool>,
+    handlers: Handlers,
+    sender: PeerSender,
     pub health: Arc<PeerHealth>,
     pub listen: SocketAddr,
+}
+
+impl PeersHandle {
+    /// Hands every frame of `kind` that arrives from then on to `handler`
+    /// (one per kind; a later one replaces it). Frames of a kind without
+    /// a handler are dropped (logged at debug).
+    pub fn on(&self, kind: FrameKind, handler: FrameHandler) {
+        if let Ok(mut h) = self.handlers.write() {
+            h.insert(kind, handler);
+        }
+    }
+
+    /// Queues frames to peers.
+    pub fn sender(&self) -> PeerSender {
+        self.sender.clone()
+    }
 }
 
 impl Drop for PeersHandle {
@@ -118,7 +177,16 @@ impl Peers {
             senders.insert(id, tx);
             receivers.push((id, addr, rx));
         }
-        Peers { node_id, listen, others, secret, senders, receivers, health: Arc::new(PeerHealth::default()) }
+        Peers {
+            node_id,
+            listen,
+            others,
+            secret,
+            senders,
+            receivers,
+            handlers: Default::default(),
+            health: Arc::new(PeerHealth::default()),
+        }
     }
 
     /// The store's outbox: each message to its peer's queue; a full queue
@@ -128,7 +196,7 @@ impl Peers {
         Box::new(move |msgs: Vec<RaftMessage>| {
             for m in msgs {
                 if let Some(tx) = senders.get(&m.to) {
-                    if tx.try_send(m).is_err() {
+                    if tx.try_send(Outgoing::Raft(m)).is_err() {
                         tracing::debug!("cluster: queue to a peer is full; a raft message is dropped");
                     }
                 }
@@ -160,11 +228,24 @@ impl Peers {
             };
             std::thread::Builder::new().name(format!("duet-peer-{peer}")).spawn(move || ctx.run())?;
         }
-        let inbound =
-            Inbound { node_id: self.node_id, members, secret, store, stop: stop.clone(), open: AtomicUsize::new(0) };
+        let inbound = Inbound {
+            node_id: self.node_id,
+            members,
+            secret,
+            store,
+            handlers: self.handlers.clone(),
+            stop: stop.clone(),
+            open: AtomicUsize::new(0),
+        };
         std::thread::Builder::new().name("duet-peer-listen".into()).spawn(move || inbound.accept(listener))?;
         tracing::info!(addr = %listen, node = self.node_id, "cluster transport listening");
-        Ok(PeersHandle { stop, health: self.health, listen })
+        Ok(PeersHandle {
+            stop,
+            handlers: self.handlers,
+            sender: PeerSender { senders: self.senders },
+            health: self.health,
+            listen,
+        })
     }
 }
 
@@ -242,7 +323,7 @@ struct Outbound {
     peer: u64,
     addr: SocketAddr,
     secret: Arc<[u8]>,
-    rx: flume::Receiver<RaftMessage>,
+    rx: flume::Receiver<Outgoing>,
     store: StoreHandle,
     health: Arc<PeerHealth>,
     stop: Arc<AtomicBool>,
@@ -324,11 +405,14 @@ impl Outbound {
                         }
                     }
                     for m in batch {
-                        let bytes = match m.write_to_bytes() {
-                            Ok(b) => b,
-                            Err(e) => return LinkError::Undecodable(e.to_string()),
+                        let (kind, bytes) = match m {
+                            Outgoing::Raft(m) => match m.write_to_bytes() {
+                                Ok(b) => (FrameKind::Raft, b),
+                                Err(e) => return LinkError::Undecodable(e.to_string()),
+                            },
+                            Outgoing::Frame(kind, payload) => (kind, payload),
                         };
-                        match session.sender.frame(FrameKind::Raft, &bytes) {
+                        match session.sender.frame(kind, &bytes) {
                             Ok(f) => out.extend_from_slice(&f),
                             Err(e) => return e.into(),
                         }
@@ -352,6 +436,7 @@ struct Inbound {
     members: Vec<u64>,
     secret: Arc<[u8]>,
     store: StoreHandle,
+    handlers: Handlers,
     stop: Arc<AtomicBool>,
     /// Inbound connections being served.
     open: AtomicUsize,
@@ -431,8 +516,17 @@ impl Inbound {
                     Ok(None) => break,
                     Err(e) => return e.into(),
                 };
-                if frame.kind != FrameKind::Raft {
-                    continue;
+                match frame.kind {
+                    FrameKind::Raft => {}
+                    FrameKind::Ping => continue,
+                    kind => {
+                        let handler = self.handlers.read().ok().and_then(|h| h.get(&kind).cloned());
+                        match handler {
+                            Some(h) => h(peer, frame.payload),
+                            None => tracing::debug!(peer, ?kind, "cluster: a frame without a handler is dropped"),
+                        }
+                        continue;
+                    }
                 }
                 let m = match RaftMessage::parse_from_bytes(&frame.payload) {
                     Ok(m) => m,

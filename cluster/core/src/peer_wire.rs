@@ -75,12 +75,18 @@ const KEY_I2R: &[u8] = b"duet-peer-v1 key initiator to responder";
 const KEY_R2I: &[u8] = b"duet-peer-v1 key responder to initiator";
 
 /// What a frame carries. Numbered by hand; a number is never reused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FrameKind {
     /// A raft-rs message (`eraftpb::Message`, protobuf-encoded).
     Raft = 1,
     /// A keep-alive; the payload is empty.
     Ping = 2,
+    /// Write-cache data between replicas (extents pushed, acknowledged,
+    /// fetched); its owner encodes the payload, versioned.
+    Data = 3,
+    /// A client batch forwarded by a follower to the leader, or its
+    /// reply; its owner encodes the payload, versioned.
+    Forward = 4,
 }
 
 impl FrameKind {
@@ -88,6 +94,8 @@ impl FrameKind {
         match b {
             1 => Some(FrameKind::Raft),
             2 => Some(FrameKind::Ping),
+            3 => Some(FrameKind::Data),
+            4 => Some(FrameKind::Forward),
             _ => None,
         }
     }

@@ -70,8 +70,9 @@ smb_message_max = 8454144
 # Largest ONC RPC record (NFS, MOUNT, portmap), in bytes. Over it the
 # connection is closed. NFSv4 ca_maxrequestsize and rtmax/wtmax fit in it.
 nfs_record_max = 1179648
-# Operations in one NFSv4.1 COMPOUND (CREATE_SESSION ca_maxoperations);
-# more get NFS4ERR_TOO_MANY_OPS.
+# The most operations in one NFSv4.1 COMPOUND that CREATE_SESSION grants
+# (ca_maxoperations; a client that asks for fewer gets its own number);
+# a COMPOUND with more than its session's gets NFS4ERR_TOO_MANY_OPS.
 nfs_compound_ops = 1024
 # SMB credits one connection may hold; a request outside the granted
 # window closes the connection (MS-SMB2 3.3.5.2.3).

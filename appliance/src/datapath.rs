@@ -145,7 +145,7 @@ pub fn growth(batch: &duet_fs::Batch) -> Option<u64> {
         match op {
             Op::Write { data: WriteData::Bytes(b), .. } if !b.is_empty() => add(b.len() as u64),
             Op::Write { data: WriteData::Logged { len, .. }, .. } if *len > 0 => add(*len),
-            Op::Create { .. } | Op::Link { .. } => add(4096),
+            Op::Create { .. } | Op::CreateCaseless { .. } | Op::Link { .. } => add(4096),
             Op::SetEas { eas, .. } if eas.iter().any(|(_, v)| !v.is_empty()) => add(4096),
             // A COPY's length may be "to the end" (NFSv4.2 count 0 arrives
             // as u64::MAX) and its source size is not known here: count at

@@ -201,6 +201,13 @@ pub enum Op {
     /// the size never changes (NFSv4.2 DEALLOCATE, RFC 7862 15.4; SMB
     /// FSCTL_SET_ZERO_DATA, MS-FSCC 2.3.85). Produces `OpOutput::Attrs`.
     ZeroRange { obj: ObjRef, offset: u64, len: u64 },
+    /// As [`Op::Create`], for clients that see names case-insensitively
+    /// (SMB, MS-FSCC 2.1.5): an entry whose name equals `name` ignoring
+    /// case counts as existing (`IfExists::Fail` gives `Exists`, the
+    /// others act on it); an existing entry, exact or not, produces
+    /// `OpOutput::Found` with its real name. (Appended last: stored raft
+    /// entries keep decoding.)
+    CreateCaseless { dir: ObjRef, name: String, kind: CreateKind, attrs: SetAttrs, if_exists: IfExists },
 }
 
 impl Op {
@@ -222,7 +229,7 @@ impl Op {
             Op::Lookup { .. } | Op::LookupCaseless { .. } => "lookup",
             Op::SetEas { .. } => "seteas",
             Op::GetEas { .. } => "geteas",
-            Op::Create { .. } => "create",
+            Op::Create { .. } | Op::CreateCaseless { .. } => "create",
             Op::Open { .. } => "open",
             Op::GetAttr { .. } => "getattr",
             Op::SetAttr { .. } => "setattr",

@@ -2788,3 +2788,43 @@ fn query_directory_reports_ea_size_through_the_marker() {
     // The single-name path (GetEas) agrees.
     assert_eq!(list_ea_sizes(&mut c, "old.txt"), vec![("old.txt".to_string(), size)]);
 }
+
+#[test]
+fn a_name_that_exists_in_another_case_is_the_same_name() {
+    // MS-FSCC 2.1.5: names are case-insensitive to SMB clients, so a
+    // CREATE of a case variant of an existing name meets that file.
+    let mut c = Client::connected();
+    let r = write_file(&mut c, "Report.TXT", b"first");
+    assert!(r.iter().all(|x| x.status() == NtStatus::SUCCESS), "{:?}", statuses(&r));
+    let open = |c: &mut Client, name: &str, disposition: u32| {
+        c.call(vec![
+            msg(Request::Create(create(name, disposition, create_options::NON_DIRECTORY_FILE, RW)), false),
+            close_related(),
+        ])
+    };
+    let r = open(&mut c, "report.txt", create_disposition::CREATE);
+    assert_eq!(r[0].status(), NtStatus::OBJECT_NAME_COLLISION);
+    let r = open(&mut c, "REPORT.txt", create_disposition::OPEN_IF);
+    assert_eq!(r[0].status(), NtStatus::SUCCESS);
+    let Response::Create(cr) = r[0].body() else { panic!("{:?}", r[0].status()) };
+    assert_eq!(cr.create_action, 1, "OPEN_IF opened the existing file");
+    assert_eq!(cr.end_of_file, 5);
+    let r = write_file(&mut c, "report.TXT", b"second!");
+    assert!(r.iter().all(|x| x.status() == NtStatus::SUCCESS), "{:?}", statuses(&r));
+    let Response::Create(cr) = r[0].body() else { panic!() };
+    assert_eq!(cr.create_action, 3, "OVERWRITE_IF overwrote the existing file");
+    // Still one entry, under the name it was created with.
+    let names: Vec<String> =
+        list(&mut c, "", "*").into_iter().filter(|n| n.eq_ignore_ascii_case("report.txt")).collect();
+    assert_eq!(names, vec!["Report.TXT".to_string()]);
+    assert_eq!(read_file(&mut c, "Report.TXT").1, b"second!");
+    // A directory too.
+    let mk = |c: &mut Client, name: &str| {
+        c.call(vec![
+            msg(Request::Create(create(name, create_disposition::CREATE, create_options::DIRECTORY_FILE, RW)), false),
+            close_related(),
+        ])
+    };
+    assert_eq!(mk(&mut c, "Photos")[0].status(), NtStatus::SUCCESS);
+    assert_eq!(mk(&mut c, "PHOTOS")[0].status(), NtStatus::OBJECT_NAME_COLLISION);
+}

@@ -112,6 +112,7 @@ const OP_LOOKUP_CASELESS: u8 = 15;
 const OP_SET_EAS: u8 = 16;
 const OP_GET_EAS: u8 = 17;
 const OP_ZERO_RANGE: u8 = 18;
+const OP_CREATE_CASELESS: u8 = 19;
 
 /// Encodes `cmd` in the newest format. Cannot fail.
 pub fn encode_command(cmd: &Command) -> Vec<u8> {
@@ -443,8 +444,8 @@ fn put_op(w: &mut Writer, op: &Op) {
             put_ref(w, dir);
             w.str(name);
         }
-        Op::Create { dir, name, kind, attrs, if_exists } => {
-            w.u8(OP_CREATE);
+        Op::Create { dir, name, kind, attrs, if_exists } | Op::CreateCaseless { dir, name, kind, attrs, if_exists } => {
+            w.u8(if matches!(op, Op::Create { .. }) { OP_CREATE } else { OP_CREATE_CASELESS });
             put_ref(w, dir);
             w.str(name);
             put_kind(w, kind);
@@ -804,6 +805,13 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
     Ok(match tag {
         OP_LOOKUP => Op::Lookup { dir: get_ref(r)?, name: r.string("name")? },
         OP_CREATE => Op::Create {
+            dir: get_ref(r)?,
+            name: r.string("name")?,
+            kind: get_kind(r)?,
+            attrs: get_set_attrs(r)?,
+            if_exists: get_if_exists(r)?,
+        },
+        OP_CREATE_CASELESS => Op::CreateCaseless {
             dir: get_ref(r)?,
             name: r.string("name")?,
             kind: get_kind(r)?,

@@ -38,11 +38,14 @@ pub struct Txn<'a, R: KvRead + ?Sized> {
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     pub reads: u64,
     pub write_count: u64,
+    /// The first record that failed to encode: the transaction must not
+    /// be written (see [`Txn::unencodable`]).
+    unencodable: Option<String>,
 }
 
 impl<'a, R: KvRead + ?Sized> Txn<'a, R> {
     pub fn new(base: &'a R) -> Self {
-        Txn { base, writes: BTreeMap::new(), reads: 0, write_count: 0 }
+        Txn { base, writes: BTreeMap::new(), reads: 0, write_count: 0, unencodable: None }
     }
 
     pub fn get(&mut self, key: &[u8]) -> Option<Vec<u8>> {
@@ -67,6 +70,24 @@ impl<'a, R: KvRead + ?Sized> Txn<'a, R> {
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.write_count += 1;
         self.writes.insert(key, Some(value));
+    }
+
+    /// Puts a record encoded by [`crate::records::encode`]. One that fails
+    /// to encode is not written, and marks the transaction unwritable.
+    pub fn put_record<T: serde::Serialize>(&mut self, key: Vec<u8>, value: &T) {
+        match crate::records::encode(value) {
+            Ok(v) => self.put(key, v),
+            Err(e) => {
+                let what = format!("record under key {key:02x?}: {e}");
+                self.unencodable.get_or_insert(what);
+            }
+        }
+    }
+
+    /// Why this transaction must not be written (a record failed to
+    /// encode), if it must not.
+    pub fn unencodable(&self) -> Option<&str> {
+        self.unencodable.as_deref()
     }
 
     pub fn delete(&mut self, key: Vec<u8>) {
@@ -141,6 +162,28 @@ impl<'a, R: KvRead + ?Sized> Txn<'a, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A value whose serialisation fails.
+    struct Unencodable;
+    impl serde::Serialize for Unencodable {
+        fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom("refuses to encode"))
+        }
+    }
+
+    #[test]
+    fn a_record_that_does_not_encode_marks_the_transaction_and_writes_nothing() {
+        let base = BTreeMap::new();
+        let mut t = Txn::new(&base);
+        t.put_record(vec![b'n', 1], &7u64);
+        assert_eq!(t.unencodable(), None);
+        t.put_record(vec![b'n', 2], &Unencodable);
+        let why = t.unencodable().expect("marked");
+        assert!(why.contains("refuses to encode"), "{why}");
+        // The failed record is not there as an empty value.
+        assert_eq!(t.get(&[b'n', 2]), None);
+        assert!(crate::records::encode(&Unencodable).is_err());
+    }
 
     #[test]
     fn scan_merges_overlay_with_base() {

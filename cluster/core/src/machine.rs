@@ -14,7 +14,7 @@ use duet_fs::{
 
 use crate::keys;
 use crate::kv::{KvRead, Txn};
-use crate::records::{decode, encode, Command, DataOp, DataRecord, Edge, Node, ShareRecord, UserRecord};
+use crate::records::{decode, Command, DataOp, DataRecord, Edge, Node, ShareRecord, UserRecord};
 
 /// Most links one node may have.
 pub const LINK_MAX: u32 = 65_000;
@@ -107,7 +107,7 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
                         u.gid = uid;
                     }
                 }
-                txn.put(key, encode(&u));
+                txn.put_record(key, &u);
                 Ok(())
             };
             Applied { admin: Some(r), ..Default::default() }
@@ -198,7 +198,7 @@ fn put_share<R: KvRead + ?Sized>(
             }
         }
     }
-    txn.put(key, encode(share));
+    txn.put_record(key, share);
     Ok(())
 }
 
@@ -238,7 +238,7 @@ fn get_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Result<Node
 }
 
 fn put_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) {
-    txn.put(keys::node(n.attrs.id), encode(n));
+    txn.put_record(keys::node(n.attrs.id), n);
 }
 
 fn get_edge<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &str) -> Option<Edge> {
@@ -440,7 +440,10 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             put_node(txn, &n);
             Ok(OpOutput::Attrs { before: Some(before), attrs: n.attrs })
         }
-        Op::Create { dir, name, kind, attrs, if_exists } => create(txn, ex, *dir, name, kind, attrs, *if_exists),
+        Op::Create { dir, name, kind, attrs, if_exists } => create(txn, ex, *dir, name, kind, attrs, *if_exists, false),
+        Op::CreateCaseless { dir, name, kind, attrs, if_exists } => {
+            create(txn, ex, *dir, name, kind, attrs, *if_exists, true)
+        }
         Op::Open { obj, access, truncate } => {
             let mut n = get_node(txn, resolve(ex, *obj)?)?;
             check_access(cred, &n.attrs, *access)?;
@@ -515,7 +518,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             n.attrs.nlink += 1;
             touch(&mut n.attrs, now, false);
             put_node(txn, &n);
-            txn.put(keys::edge(d.attrs.id, name), encode(&edge_for(&n)));
+            txn.put_record(keys::edge(d.attrs.id, name), &edge_for(&n));
             touch(&mut d.attrs, now, true);
             put_node(txn, &d);
             Ok(OpOutput::Dirs { changed: vec![(before, d.attrs)], target: Some(n.attrs) })
@@ -619,12 +622,18 @@ fn create<R: KvRead + ?Sized>(
     kind: &CreateKind,
     set: &SetAttrs,
     if_exists: IfExists,
+    caseless: bool,
 ) -> OpResult {
     let cred = &ex.batch.cred;
     let now = ex.batch.now_ns;
     let mut d = load_dir(txn, ex, dir)?;
     check_name(name)?;
-    if let Some(e) = get_edge(txn, d.attrs.id, name) {
+    let existing = match get_edge(txn, d.attrs.id, name) {
+        Some(e) => Some((name.to_string(), e)),
+        None if caseless => find_caseless(txn, d.attrs.id, name),
+        None => None,
+    };
+    if let Some((real, e)) = existing {
         if !may(cred, &d.attrs, 1) {
             return Err(FsError::Access);
         }
@@ -650,6 +659,10 @@ fn create<R: KvRead + ?Sized>(
                     put_node(txn, &n);
                 }
             }
+        }
+        if caseless {
+            // The entry's real name: it may differ in case from `name`.
+            return Ok(OpOutput::Found { name: real, attrs: n.attrs });
         }
         return Ok(OpOutput::Object { attrs: n.attrs, created: false, dir_before: None, dir_after: None });
     }
@@ -705,7 +718,7 @@ fn create<R: KvRead + ?Sized>(
         }
     }
     put_node(txn, &n);
-    txn.put(keys::edge(d.attrs.id, name), encode(&edge_for(&n)));
+    txn.put_record(keys::edge(d.attrs.id, name), &edge_for(&n));
     let before = d.attrs.clone();
     if ftype == FileType::Directory {
         d.attrs.nlink += 1;
@@ -818,7 +831,7 @@ fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: Obj
         // Keep the directory's edge in step for path-walk permission checks.
         let name = find_name(txn, n.parent, n.attrs.id);
         if let Some(name) = name {
-            txn.put(keys::edge(n.parent, &name), encode(&edge_for(&n)));
+            txn.put_record(keys::edge(n.parent, &name), &edge_for(&n));
         }
     }
     Ok(OpOutput::Attrs { before: Some(before), attrs: n.attrs })
@@ -843,7 +856,7 @@ fn queue<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, file: Node
     let dseq = counter(txn, "next_dseq").max(1);
     put_counter(txn, "next_dseq", dseq + 1);
     let rec = DataRecord { file, op };
-    txn.put(keys::dq(dseq), encode(&rec));
+    txn.put_record(keys::dq(dseq), &rec);
     txn.put(keys::dq_by_file(file, dseq), Vec::new());
     ex.out.queued.push((dseq, rec));
 }
@@ -1208,7 +1221,7 @@ fn rename<R: KvRead + ?Sized>(
     }
     touch(&mut moving.attrs, now, false);
     put_node(txn, &moving);
-    txn.put(keys::edge(dd.attrs.id, dst_name), encode(&edge_for(&moving)));
+    txn.put_record(keys::edge(dd.attrs.id, dst_name), &edge_for(&moving));
     let same = sd.attrs.id == dd.attrs.id;
     let mut s = get_node(txn, sd.attrs.id)?;
     let s_before = sd.attrs.clone();

@@ -146,10 +146,11 @@ pub enum Command {
 }
 
 /// Encodes a stored record (RocksDB). Raft commands use
-/// [`crate::command::encode_command`] instead.
-pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    // Serialising these plain types into a Vec cannot fail.
-    bincode::serialize(v).unwrap_or_default()
+/// [`crate::command::encode_command`] instead. The state machine writes
+/// records through [`crate::kv::Txn::put_record`], which refuses the
+/// whole transaction when one fails to encode (never an empty record).
+pub fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, String> {
+    bincode::serialize(v).map_err(|e| e.to_string())
 }
 
 /// Decodes a record; `None` if the bytes are not one.

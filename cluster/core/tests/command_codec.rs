@@ -199,7 +199,14 @@ impl Gen {
             14 => Op::LookupCaseless { dir: self.obj(), name: self.string() },
             15 => Op::SetEas { obj: self.obj(), eas: self.vec(4, |g| (g.string(), g.bytes())) },
             16 => Op::GetEas { obj: self.obj() },
-            _ => Op::ZeroRange { obj: self.obj(), offset: self.u64(), len: self.u64() },
+            17 => Op::ZeroRange { obj: self.obj(), offset: self.u64(), len: self.u64() },
+            _ => Op::CreateCaseless {
+                dir: self.obj(),
+                name: self.string(),
+                kind: self.kind(),
+                attrs: self.set_attrs(),
+                if_exists: [IfExists::Fail, IfExists::Open, IfExists::Truncate][self.below(3) as usize],
+            },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -252,7 +259,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 18;
+const OP_VARIANTS: u64 = 19;
 const COMMAND_VARIANTS: u64 = 7;
 
 fn round_trip(cmd: &Command) -> Vec<u8> {
@@ -316,6 +323,7 @@ fn every_command_and_op_variant_round_trips() {
             Op::SetEas { .. } => 15,
             Op::GetEas { .. } => 16,
             Op::ZeroRange { .. } => 17,
+            Op::CreateCaseless { .. } => 18,
         };
         assert_eq!(n, which);
     }

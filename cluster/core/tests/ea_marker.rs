@@ -148,12 +148,12 @@ fn nodes_stored_before_the_marker_still_read_with_their_eas() {
     for id in [f, g] {
         let n = node(&kv, id);
         let old = OldNode { attrs: n.attrs, parent: n.parent, target: n.target, chunked: n.chunked };
-        kv.insert(keys::node(id), encode(&old));
+        kv.insert(keys::node(id), encode(&old).unwrap());
     }
     kv.insert(keys::ea(f, "LEGACY"), b"kept".to_vec());
     assert!(node(&kv, f).may_have_eas && node(&kv, g).may_have_eas, "old nodes may have EAs");
     // ... and an older binary reads a new record (ignoring the marker).
-    let new = encode(&node(&kv, d));
+    let new = encode(&node(&kv, d)).unwrap();
     assert_eq!(duet_cluster::records::decode::<OldNode>(&new).map(|o| o.attrs.id), Some(d));
     assert_eq!(node(&kv, f).attrs.id, f);
 
@@ -182,7 +182,7 @@ fn nodes_stored_before_the_marker_still_read_with_their_eas() {
     // Removing an old node with EAs deletes them (fsck: nothing left).
     let h = create(&mut kv, d, "old-gone", CreateKind::File);
     let n = node(&kv, h);
-    kv.insert(keys::node(h), encode(&OldNode { attrs: n.attrs, parent: n.parent, target: n.target, chunked: n.chunked }));
+    kv.insert(keys::node(h), encode(&OldNode { attrs: n.attrs, parent: n.parent, target: n.target, chunked: n.chunked }).unwrap());
     kv.insert(keys::ea(h, "X"), b"y".to_vec());
     let r = run(&mut kv, vec![Op::Remove { dir: ObjRef::Id(d), name: "old-gone".into(), dir_only: Some(false) }]);
     assert!(r[0].is_ok());

@@ -538,8 +538,11 @@ impl Connection {
                 alloc_size: alloc,
                 ..Default::default()
             };
+            // A name that exists in another case is the same name to an
+            // SMB client (MS-FSCC 2.1.5): CREATE of it collides, the
+            // other dispositions open or overwrite it.
             let create = |fp: &mut FramePlan, if_exists| {
-                fp.push(Op::Create {
+                fp.push(Op::CreateCaseless {
                     dir,
                     name: leaf.clone(),
                     kind: kind.clone(),

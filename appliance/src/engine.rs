@@ -221,7 +221,23 @@ impl EngineHandle {
                     if !batch.mutates() && !self.leads_now().await {
                         // fall through to wait and route again
                     } else {
-                        match self.submit_local(batch.clone(), tag.clone()).await {
+                        // A leader that lost its quorum holds an accepted
+                        // proposal until a new term settles it: bounded
+                        // here, as a forwarded batch is (outcome unknown).
+                        let local = futures_lite::future::or(
+                            async { Some(self.submit_local(batch.clone(), tag.clone()).await) },
+                            async {
+                                glommio::timer::sleep(f.timeout).await;
+                                None
+                            },
+                        );
+                        let Some(r) = local.await else {
+                            return Err(EngineError::Unavailable(format!(
+                                "not committed within {} ms (no quorum?); the batch may still commit",
+                                f.timeout.as_millis()
+                            )));
+                        };
+                        match r {
                             // Lost the leadership before proposing (nothing
                             // was proposed): route again.
                             // Superseded: proposed, then its place went to

@@ -285,5 +285,21 @@ fn three_nodes_serve_smb_and_nfs_through_a_leader_kill() {
     for n in &nodes {
         assert!(n.ok(&["fsck"]).contains("file system is consistent"));
     }
-    eprintln!("the restarted node serves all 400 as the leader; whole test {:?}", t_all.elapsed());
+    eprintln!("the restarted node serves all 400 as the leader");
+
+    // Without a majority nothing commits: the leader left alone answers a
+    // put with the retry status, within its bounds (leader_wait_ms 5 s,
+    // forward_timeout_ms 10 s), never with success.
+    for i in 0..3 {
+        if i != li {
+            nodes[i].kill9();
+        }
+    }
+    let t = Instant::now();
+    let (ok, text) = smbclient(HOSTS[li], smb, &local, "put f000.bin alone.bin");
+    let took = t.elapsed();
+    eprintln!("a put on a node without a majority answered in {took:?}: {}", text.lines().find(|l| l.contains("NT_STATUS")).unwrap_or(""));
+    assert!(!ok && text.contains("NT_STATUS_INSUFFICIENT_RESOURCES"), "a put without a majority: {text}");
+    assert!(took < Duration::from_secs(16), "the retry answer took {took:?}");
+    eprintln!("whole test {:?}", t_all.elapsed());
 }

@@ -106,13 +106,22 @@ listen = "0.0.0.0:7446"
 # The voters, as "ID@ADDRESS:PORT", the same list on every node; node_id
 # must be one of the ids. Example:
 #   peers = ["1@127.0.0.11:7446", "2@127.0.0.12:7446", "3@127.0.0.13:7446"]
-# NOTE: with more than one node, this version replicates metadata only:
-# SMB and NFS are not served (write data is not replicated yet); the admin
-# API and `duetctl cluster status` are (docs/cluster.md).
+# Every node serves SMB and NFS; a follower forwards each client batch to
+# the leader, which runs it (docs/cluster.md).
 peers = []
 # File holding the cluster secret (at least 32 bytes, the same content on
 # every node) that authenticates nodes to each other. Required when
 # `peers` names more than one node. Example: secret_file = "/etc/duet/cluster.secret"
+# Client batches a follower has forwarded to the leader and not yet had
+# answered; more wait for a place (then get the retry answer).
+forward_max = 256
+# A forwarded batch not answered within this gets a retryable error
+# (its outcome is unknown: it is not sent again).
+forward_timeout_ms = 10000
+# How long a batch waits for a leader (an election) before the client
+# gets the retry answer (NFS4ERR_DELAY, NFS3ERR_JUKEBOX, SMB
+# STATUS_INSUFFICIENT_RESOURCES).
+leader_wait_ms = 5000
 
 [log]
 # tracing env-filter syntax; RUST_LOG overrides it.
@@ -255,11 +264,24 @@ pub struct ClusterConfig {
     pub peers: Vec<String>,
     /// The cluster secret's file (required with more than one peer).
     pub secret_file: Option<PathBuf>,
+    /// Forwarded batches in flight from this node to the leader.
+    pub forward_max: usize,
+    /// A forwarded batch unanswered after this gets a retryable error.
+    pub forward_timeout_ms: u64,
+    /// How long a batch waits for a leader before the retry answer.
+    pub leader_wait_ms: u64,
 }
 
 impl Default for ClusterConfig {
     fn default() -> Self {
-        ClusterConfig { listen: CLUSTER_LISTEN_DEFAULT.into(), peers: Vec::new(), secret_file: None }
+        ClusterConfig {
+            listen: CLUSTER_LISTEN_DEFAULT.into(),
+            peers: Vec::new(),
+            secret_file: None,
+            forward_max: 256,
+            forward_timeout_ms: 10_000,
+            leader_wait_ms: 5_000,
+        }
     }
 }
 
@@ -512,6 +534,15 @@ impl Config {
                 format!("this node's node_id {} is not among the peers' ids ({})", self.node_id, ids.join(", ")),
             );
         }
+        if c.forward_max == 0 || c.forward_max > 65_536 {
+            return invalid("cluster.forward_max", format!("{} is not between 1 and 65536", c.forward_max));
+        }
+        if c.forward_timeout_ms < 100 || c.forward_timeout_ms > 600_000 {
+            return invalid("cluster.forward_timeout_ms", format!("{} is not between 100 and 600000", c.forward_timeout_ms));
+        }
+        if c.leader_wait_ms > 600_000 {
+            return invalid("cluster.leader_wait_ms", format!("{} is more than 600000", c.leader_wait_ms));
+        }
         if let Some(f) = &c.secret_file {
             if f.as_os_str().is_empty() {
                 return invalid("cluster.secret_file", "must not be empty (leave the key out for none)".into());
@@ -660,6 +691,10 @@ mod tests {
         assert!(e.starts_with("cluster.peers: ") && e.contains("node_id 4"), "{e}");
         let e = key_of("[cluster]\nlisten = \"7446\"");
         assert!(e.starts_with("cluster.listen: "), "{e}");
+        let e = key_of("[cluster]\nforward_max = 0");
+        assert!(e.starts_with("cluster.forward_max: "), "{e}");
+        let e = key_of("[cluster]\nforward_timeout_ms = 5");
+        assert!(e.starts_with("cluster.forward_timeout_ms: "), "{e}");
         let e = key_of("[cluster]\npeers = [\"1@127.0.0.1:1\", \"2@127.0.0.2:1\"]");
         assert!(e.starts_with("cluster.secret_file: ") && e.contains("2 nodes"), "{e}");
         let e = key_of("[cluster]\nsecret_file = \"\"");

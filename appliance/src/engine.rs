@@ -22,6 +22,8 @@ use duet_cluster_store::{StoreError, StoreHandle};
 use duet_fs::{Batch, BatchCost, BatchResult, ExtentId, ObjRef, Op, OpOutput, WriteData, INLINE_MAX};
 
 use crate::datapath::{DataCounters, DataPath};
+use crate::forward::{Call, Forwarder, ROUTE_POLL};
+use duet_cluster::forward_wire::ForwardOutcome;
 
 /// The most bytes one server-side copy operation moves.
 pub const COPY_MAX: u64 = 64 << 20;
@@ -47,6 +49,30 @@ pub enum EngineError {
     Io(#[from] std::io::Error),
     #[error("the engine is shutting down")]
     Closed,
+    /// A cluster node could not run the batch now: no leader within
+    /// `[cluster] leader_wait_ms`, or a forwarded batch whose outcome is
+    /// unknown. The client gets the protocol's retry answer.
+    #[error("cluster: {0}")]
+    Unavailable(String),
+    /// A forwarded batch failed on the leader as a local batch fails.
+    #[error("on the leader: {0}")]
+    Remote(String),
+}
+
+impl EngineError {
+    /// What a client's operations get for a batch that failed whole: the
+    /// retry answer when the cluster could not run it (no leader, an
+    /// unknown outcome, a leadership change before the commit), an I/O
+    /// error otherwise.
+    pub fn fs_error(&self) -> duet_fs::FsError {
+        match self {
+            EngineError::Unavailable(_)
+            | EngineError::Store(StoreError::NotLeader { .. } | StoreError::Superseded { .. }) => {
+                duet_fs::FsError::Unavailable
+            }
+            _ => duet_fs::FsError::Io,
+        }
+    }
 }
 
 /// What one kind of protocol request has cost so far.
@@ -121,6 +147,9 @@ pub enum EngineRequest {
     Batch { batch: Batch, tag: RequestTag, reply: flume::Sender<Result<BatchResult, EngineError>> },
     /// The chunk reads of a batch committed on the direct path.
     Reads { plans: Vec<ReadPlan>, reply: flume::Sender<Result<Filled, EngineError>> },
+    /// A batch a follower forwarded to this node (the leader, it thinks):
+    /// run as a local client's batch; `reply` sends the outcome back.
+    Forwarded { batch: Batch, reply: Box<dyn FnOnce(ForwardOutcome) + Send> },
 }
 
 /// What the direct path needs of the data path, shareable across threads.
@@ -139,6 +168,10 @@ pub struct EngineHandle {
     pub stats: Arc<Stats>,
     pub data_counters: Arc<DataCounters>,
     direct: Direct,
+    /// A node of a multi-node cluster: routes every batch to the leader
+    /// (`forward.rs`). None on a single node, which makes no network
+    /// traffic.
+    forward: Option<Arc<Forwarder>>,
 }
 
 /// Whether a batch needs the data path before its commit: large write
@@ -153,7 +186,98 @@ fn needs_data_path(batch: &Batch) -> bool {
 }
 
 impl EngineHandle {
+    /// Makes this handle (and its clones made after) route batches to the
+    /// cluster's leader.
+    pub fn set_forwarder(&mut self, f: Arc<Forwarder>) {
+        self.forward = Some(f);
+    }
+
+    /// The queue of the data executor (for forwarded batches to reach it).
+    pub fn requests(&self) -> flume::Sender<EngineRequest> {
+        self.tx.clone()
+    }
+
+    /// Runs a client batch. On a node of a multi-node cluster, the batch
+    /// runs here when this node leads, else on the leader (forwarded),
+    /// read-only batches included; while there is no leader it waits up to
+    /// `[cluster] leader_wait_ms`, then fails with
+    /// [`EngineError::Unavailable`] (the protocols' retry answer).
     pub async fn submit(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+        match &self.forward {
+            None => self.submit_local(batch, tag).await,
+            Some(f) => self.submit_routed(f, batch, tag).await,
+        }
+    }
+
+    async fn submit_routed(&self, f: &Forwarder, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+        let started = std::time::Instant::now();
+        let deadline = started + f.leader_wait;
+        loop {
+            match f.view.leader() {
+                Some(l) if l == f.node_id => {
+                    // This node leads. A read-only batch asks raft first
+                    // (the view may be one poll old): a deposed leader
+                    // does not serve reads it would answer from stale state.
+                    if !batch.mutates() && !self.leads_now().await {
+                        // fall through to wait and route again
+                    } else {
+                        // A leader that lost its quorum holds an accepted
+                        // proposal until a new term settles it: bounded
+                        // here, as a forwarded batch is (outcome unknown).
+                        let local = futures_lite::future::or(
+                            async { Some(self.submit_local(batch.clone(), tag.clone()).await) },
+                            async {
+                                glommio::timer::sleep(f.timeout).await;
+                                None
+                            },
+                        );
+                        let Some(r) = local.await else {
+                            return Err(EngineError::Unavailable(format!(
+                                "not committed within {} ms (no quorum?); the batch may still commit",
+                                f.timeout.as_millis()
+                            )));
+                        };
+                        match r {
+                            // Lost the leadership before proposing (nothing
+                            // was proposed): route again.
+                            // Superseded: proposed, then its place went to
+                            // another entry in a new term: not applied either.
+                            Err(EngineError::Store(StoreError::NotLeader { .. } | StoreError::Superseded { .. })) => {}
+                            r => return r,
+                        }
+                    }
+                }
+                Some(l) if f.reachable(l) => match f.call(l, &batch, deadline).await {
+                    Call::Done(r) => {
+                        self.stats.record(&tag, &r.cost, &r.results, started.elapsed());
+                        return Ok(r);
+                    }
+                    Call::Again => {}
+                    Call::Failed(t) => return Err(EngineError::Remote(t)),
+                    Call::Unknown(t) => return Err(EngineError::Unavailable(t)),
+                },
+                _ => {}
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(EngineError::Unavailable(match f.view.leader() {
+                    Some(l) => format!("the leader (node {l}) did not take the batch within {} ms", f.leader_wait.as_millis()),
+                    None => format!("no leader elected within {} ms", f.leader_wait.as_millis()),
+                }));
+            }
+            glommio::timer::sleep(ROUTE_POLL).await;
+        }
+    }
+
+    /// Whether this node's raft says, now, that it leads.
+    async fn leads_now(&self) -> bool {
+        matches!(
+            self.store.query(duet_cluster_store::Query::RaftStatus).await,
+            Ok(duet_cluster_store::QueryAnswer::Raft(s)) if s.leader
+        )
+    }
+
+    /// Runs a batch on this node (the single node, or the cluster's leader).
+    async fn submit_local(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
         if !needs_data_path(&batch) {
             return self.run_direct(batch, tag).await;
         }
@@ -235,7 +359,7 @@ pub async fn start(
         Direct { data_dir: data.dir().to_path_buf(), reserve: data.space_reserve_handle(), wake_destager: wake_tx.clone() };
     let engine = Rc::new(Engine { data: data.clone(), store: store.clone(), stats: stats.clone(), wake_destager: wake_tx });
     let (tx, rx) = flume::bounded(4096);
-    let handle = EngineHandle { tx, store: store.clone(), stats, data_counters: data.counters.clone(), direct };
+    let handle = EngineHandle { tx, store: store.clone(), stats, data_counters: data.counters.clone(), direct, forward: None };
     // The destager: runs when woken by a commit that queued data, and on a timer.
     glommio::spawn_local(async move {
         loop {
@@ -300,6 +424,7 @@ pub async fn serve(engine: Rc<Engine>, rx: flume::Receiver<EngineRequest>, stop:
                     }
                     let _ = reply.send(result.map(|()| filled));
                 }
+                EngineRequest::Forwarded { batch, reply } => reply(e.run_forwarded(batch).await),
             }
             n.set(n.get() - 1);
         })
@@ -312,6 +437,27 @@ pub async fn serve(engine: Rc<Engine>, rx: flume::Receiver<EngineRequest>, stop:
 }
 
 impl Engine {
+    /// Runs a batch a follower forwarded, as a local client's batch, if
+    /// this node leads; says who does otherwise (nothing is proposed).
+    async fn run_forwarded(&self, batch: Batch) -> ForwardOutcome {
+        let status = match self.store.query(duet_cluster_store::Query::RaftStatus).await {
+            Ok(duet_cluster_store::QueryAnswer::Raft(s)) => s,
+            Ok(_) => return ForwardOutcome::Failed("unexpected answer from the store".into()),
+            Err(e) => return ForwardOutcome::Failed(e.to_string()),
+        };
+        if !status.leader {
+            return ForwardOutcome::NotLeader { leader: (status.leader_id != 0).then_some(status.leader_id) };
+        }
+        match self.run(batch, &RequestTag::new("cluster", "forwarded")).await {
+            Ok(r) => ForwardOutcome::Done(r),
+            // Not proposed, or proposed and superseded (not applied): the
+            // follower routes it again.
+            Err(EngineError::Store(StoreError::NotLeader { leader, .. })) => ForwardOutcome::NotLeader { leader },
+            Err(EngineError::Store(StoreError::Superseded { .. })) => ForwardOutcome::NotLeader { leader: None },
+            Err(e) => ForwardOutcome::Failed(e.to_string()),
+        }
+    }
+
     /// Turns each server-side copy whose source is a known file into a
     /// write of the source's bytes, read first (chunk store and queued
     /// records included) in a read-only batch: the state machine cannot

@@ -530,8 +530,10 @@ async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>) {
     }
 }
 
-fn failed(batch_len: usize) -> BatchResult {
-    BatchResult { results: vec![Err(FsError::Io); batch_len], cost: Default::default() }
+/// Every operation of a batch that failed whole: the retry answer when the
+/// cluster could not run it now (`EngineError::fs_error`), else an I/O error.
+fn failed(batch_len: usize, e: &crate::engine::EngineError) -> BatchResult {
+    BatchResult { results: vec![Err(e.fs_error()); batch_len], cost: Default::default() }
 }
 
 /// Whether a framed SMB2 reply is a SESSION_SETUP refused with
@@ -559,8 +561,12 @@ fn spawn_batch(engine: &EngineHandle, tag: RequestTag, token: u64, batch: Batch,
         let n = batch.ops.len();
         let proto = tag.protocol.clone();
         let r = engine.submit(batch, tag).await.unwrap_or_else(|e| {
-            tracing::error!("{proto} batch: {e}");
-            failed(n)
+            if e.fs_error() == FsError::Unavailable {
+                tracing::warn!("{proto} batch: {e}; the client gets the retry answer");
+            } else {
+                tracing::error!("{proto} batch: {e}");
+            }
+            failed(n, &e)
         });
         // The connection may be gone: its batch still ran, as if the
         // client had disconnected after sending it.

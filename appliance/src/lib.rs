@@ -11,6 +11,7 @@ pub mod capacity;
 pub mod config;
 pub mod datapath;
 pub mod engine;
+pub mod forward;
 pub mod frontend;
 pub mod metrics;
 pub mod peers;

@@ -109,6 +109,7 @@ pub fn error_kind(e: &duet_fs::FsError) -> &'static str {
         E::Skipped => "Skipped",
         E::CrossDevice => "CrossDevice",
         E::RenameIntoSelf => "RenameIntoSelf",
+        E::Unavailable => "Unavailable",
         #[allow(unreachable_patterns)]
         _ => "Other",
     }

@@ -262,6 +262,8 @@ pub struct Running {
     store: Option<Store>,
     /// The raft transport (multi-node clusters only).
     peers: Option<PeersHandle>,
+    /// Who leads, polled for forwarding (multi-node clusters only).
+    view: Option<std::sync::Arc<crate::forward::LeaderView>>,
     pub admin_addr: std::net::SocketAddr,
     data_dir: PathBuf,
 }
@@ -388,15 +390,26 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     // executor: share modes, byte-range locks (duet_locks).
     let locks = std::sync::Arc::new(duet_locks::LockManager::default());
     let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(locks.clone()));
-    if multi {
-        tracing::warn!(
-            "multi-node cluster: SMB and NFS are not served by this version (issue 12: write data is not \
-             replicated yet, so a write acknowledged here could be lost with this node); metadata is \
-             replicated by raft and the admin API serves"
+    // A node of a multi-node cluster serves clients too: its engine routes
+    // every batch to the leader (forward.rs), and runs the batches other
+    // nodes forward when it leads.
+    let mut engine = engine;
+    let mut view = None;
+    if let Some(p) = &peers {
+        let v = crate::forward::LeaderView::start(engine.store.clone())?;
+        let fwd = crate::forward::Forwarder::new(
+            cfg.node_id,
+            p,
+            v.clone(),
+            cfg.cluster.forward_max,
+            Duration::from_millis(cfg.cluster.forward_timeout_ms),
+            Duration::from_millis(cfg.cluster.leader_wait_ms),
         );
+        crate::forward::serve_requests(p, fwd.clone(), engine.requests());
+        engine.set_forwarder(fwd);
+        view = Some(v);
     }
-    let serve_clients = if multi { 0 } else { executors };
-    for i in 0..serve_clients {
+    for i in 0..executors {
         let plan = FrontendPlan {
             index: i,
             smb: smb_addr,
@@ -451,6 +464,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         data_thread: Some(data_thread),
         store: Some(store),
         peers,
+        view,
         admin_addr,
         data_dir: cfg.data_dir.clone(),
     })
@@ -486,6 +500,9 @@ impl Running {
         self.engine.take();
         if let Some(t) = self.data_thread.take() {
             let _ = t.join();
+        }
+        if let Some(v) = self.view.take() {
+            v.stop();
         }
         if let Some(s) = self.store.take() {
             s.shutdown();

@@ -49,4 +49,10 @@ pub enum FsError {
     CrossDevice,
     #[error("invalid rename (directory into itself)")]
     RenameIntoSelf,
+    /// The cluster could not run the batch now (no leader during an
+    /// election, the leader unreachable, or a forwarded batch whose outcome
+    /// is unknown): the client should retry later. NFS3ERR_JUKEBOX,
+    /// NFS4ERR_DELAY, SMB STATUS_INSUFFICIENT_RESOURCES.
+    #[error("the cluster cannot serve this now (no reachable leader); retry")]
+    Unavailable,
 }

@@ -30,6 +30,8 @@ pub fn nfs3_status(e: FsError) -> Nfsstat3 {
         FsError::Skipped => Nfsstat3::SERVERFAULT,
         FsError::CrossDevice => Nfsstat3::XDEV,
         FsError::RenameIntoSelf => Nfsstat3::INVAL,
+        // RFC 1813 2.6: "the client should retry the request later".
+        FsError::Unavailable => Nfsstat3::JUKEBOX,
     }
 }
 
@@ -58,5 +60,7 @@ pub fn nfs4_status(e: FsError) -> Nfsstat4 {
         FsError::Skipped => Nfsstat4::SERVERFAULT,
         FsError::CrossDevice => Nfsstat4::XDEV,
         FsError::RenameIntoSelf => Nfsstat4::INVAL,
+        // RFC 8881 15.1.1.3: the client retries after a delay.
+        FsError::Unavailable => Nfsstat4::DELAY,
     }
 }

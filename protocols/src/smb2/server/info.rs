@@ -61,6 +61,11 @@ pub fn fs_status(e: FsError) -> NtStatus {
         FsError::Skipped => NtStatus::REQUEST_NOT_ACCEPTED,
         FsError::CrossDevice => NtStatus::NOT_SAME_DEVICE,
         FsError::RenameIntoSelf => OBJECT_PATH_INVALID,
+        // A cluster without a reachable leader (docs/cluster.md): MS-ERREF
+        // 2.3.1 STATUS_INSUFFICIENT_RESOURCES, a transient condition; the
+        // Linux client maps it to EAGAIN and retries writes (Windows
+        // returns it itself when short of resources).
+        FsError::Unavailable => NtStatus::INSUFFICIENT_RESOURCES,
     }
 }
 

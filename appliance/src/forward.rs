@@ -1,0 +1,319 @@
+//! Forwarding client batches from a follower to the leader (issue 12).
+//!
+//! Every node of a multi-node cluster serves SMB and NFS. A follower never
+//! commits a batch itself: its engine sends the batch to the leader in a
+//! `FrameKind::Forward` frame (payload: `duet_cluster::forward_wire`), the
+//! leader's engine runs it exactly as a local client's batch (write log,
+//! one raft proposal, chunk reads) and the result comes back in another
+//! Forward frame on the leader's own outbound connection. Read-only
+//! batches go to the leader too: the leader's reads are linearizable but
+//! for the window in which a deposed leader does not know it yet (until
+//! check-quorum steps it down, about an election timeout; read-index is
+//! not done).
+//!
+//! - [`LeaderView`]: which node leads, as this node's raft sees it,
+//!   polled from the store every [`VIEW_POLL`] by a std thread.
+//! - [`Forwarder`]: request ids, the replies' waiters, at most
+//!   `[cluster] forward_max` batches in flight, the timeout.
+//! - [`serve_requests`]: the leader's side, the handler of Forward frames
+//!   (it runs on the connection's thread and only queues work).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use duet_cluster::forward_wire::{self, ForwardMsg, ForwardOutcome};
+use duet_cluster::peer_wire::FrameKind;
+use duet_cluster_store::{Query, QueryAnswer, StoreHandle};
+use duet_fs::{Batch, BatchResult};
+
+use crate::engine::EngineRequest;
+use crate::peers::{PeerHealth, PeerSender, PeersHandle};
+
+/// How often the leader view asks the store who leads.
+pub const VIEW_POLL: Duration = Duration::from_millis(20);
+/// How often a waiting batch looks at the leader view again.
+pub const ROUTE_POLL: Duration = Duration::from_millis(20);
+
+/// Who leads, as this node's raft sees it (refreshed every [`VIEW_POLL`]).
+pub struct LeaderView {
+    /// The leader's id; 0 while there is none.
+    leader: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl LeaderView {
+    /// Starts the polling thread.
+    pub fn start(store: StoreHandle) -> std::io::Result<Arc<LeaderView>> {
+        let view = Arc::new(LeaderView { leader: AtomicU64::new(0), stop: AtomicBool::new(false) });
+        let v = view.clone();
+        std::thread::Builder::new().name("duet-leader-view".into()).spawn(move || {
+            while !v.stop.load(Ordering::Relaxed) {
+                match store.query_blocking(Query::RaftStatus) {
+                    Ok(QueryAnswer::Raft(s)) => v.leader.store(s.leader_id, Ordering::Relaxed),
+                    Ok(_) => {}
+                    // The store is shut down or failed: no leader known here.
+                    Err(_) => v.leader.store(0, Ordering::Relaxed),
+                }
+                std::thread::sleep(VIEW_POLL);
+            }
+        })?;
+        Ok(view)
+    }
+
+    pub fn leader(&self) -> Option<u64> {
+        let l = self.leader.load(Ordering::Relaxed);
+        (l != 0).then_some(l)
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Counters of forwarding, for the log and tests.
+#[derive(Debug, Default)]
+pub struct ForwardCounters {
+    pub sent: AtomicU64,
+    pub answered: AtomicU64,
+    /// Re-routed after the node asked said it was not the leader.
+    pub not_leader: AtomicU64,
+    /// Answered with the retry error: no leader in time, a full queue.
+    pub unavailable: AtomicU64,
+    /// Outcome unknown (the leader died or was cut off, a timeout).
+    pub unknown: AtomicU64,
+    /// Requests served as the leader.
+    pub served: AtomicU64,
+    /// Undecodable Forward payloads dropped.
+    pub refused: AtomicU64,
+}
+
+/// What one forwarded call came to.
+#[derive(Debug)]
+pub enum Call {
+    /// The leader ran it.
+    Done(BatchResult),
+    /// Not run (not the leader, its queue full, ours full): safe to route
+    /// again.
+    Again,
+    /// Failed on the leader as a local batch fails.
+    Failed(String),
+    /// Sent, and no answer: it may have committed; never re-sent.
+    Unknown(String),
+}
+
+/// The follower's side: sends batches to the leader and matches replies.
+pub struct Forwarder {
+    pub node_id: u64,
+    sender: PeerSender,
+    health: Arc<PeerHealth>,
+    pub view: Arc<LeaderView>,
+    pending: Mutex<HashMap<u64, flume::Sender<ForwardOutcome>>>,
+    next_id: AtomicU64,
+    /// Tokens: one per batch that may be in flight (`forward_max`).
+    slots_tx: flume::Sender<()>,
+    slots_rx: flume::Receiver<()>,
+    pub timeout: Duration,
+    pub leader_wait: Duration,
+    pub counters: ForwardCounters,
+}
+
+/// Gives a slot back when the call ends, however it ends.
+struct Slot<'a>(&'a flume::Sender<()>);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.try_send(());
+    }
+}
+
+impl Forwarder {
+    pub fn new(
+        node_id: u64,
+        peers: &PeersHandle,
+        view: Arc<LeaderView>,
+        max: usize,
+        timeout: Duration,
+        leader_wait: Duration,
+    ) -> Arc<Forwarder> {
+        let (slots_tx, slots_rx) = flume::bounded(max.max(1));
+        for _ in 0..max.max(1) {
+            let _ = slots_tx.try_send(());
+        }
+        // Request ids start at a random point so that a restarted node's
+        // ids do not meet replies meant for its previous life.
+        let start = {
+            use rand::RngCore;
+            rand::rngs::OsRng.next_u64() >> 1
+        };
+        Arc::new(Forwarder {
+            node_id,
+            sender: peers.sender(),
+            health: peers.health.clone(),
+            view,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(start),
+            slots_tx,
+            slots_rx,
+            timeout,
+            leader_wait,
+            counters: ForwardCounters::default(),
+        })
+    }
+
+    /// Batches forwarded and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.pending.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    /// Whether this node's authenticated connection to `id` is up.
+    pub fn reachable(&self, id: u64) -> bool {
+        self.health.connected(id)
+    }
+
+    /// A slot, waiting asynchronously up to `deadline`.
+    async fn slot(&self, deadline: Instant) -> Option<Slot<'_>> {
+        if self.slots_rx.try_recv().is_ok() {
+            return Some(Slot(&self.slots_tx));
+        }
+        let left = deadline.checked_duration_since(Instant::now())?;
+        let got = futures_lite::future::or(async { self.slots_rx.recv_async().await.is_ok() }, async {
+            glommio::timer::sleep(left).await;
+            false
+        })
+        .await;
+        got.then(|| Slot(&self.slots_tx))
+    }
+
+    /// Sends `batch` to `leader` and waits for the outcome: at most
+    /// `timeout`, less if the leader changes or its connection drops while
+    /// waiting (then the outcome is unknown).
+    pub async fn call(&self, leader: u64, batch: &Batch, slot_deadline: Instant) -> Call {
+        let Some(_slot) = self.slot(slot_deadline).await else {
+            return Call::Again;
+        };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = flume::bounded(1);
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, tx);
+        }
+        let payload = forward_wire::encode_request(id, batch);
+        if !self.sender.send(leader, FrameKind::Forward, payload) {
+            // Its queue is full: never sent.
+            self.forget(id);
+            return Call::Again;
+        }
+        self.counters.sent.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let outcome = loop {
+            let tick = futures_lite::future::or(async { rx.recv_async().await.ok().map(Some) }, async {
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+                Some(None)
+            })
+            .await;
+            match tick {
+                Some(Some(o)) => break Some(o),
+                None => break None, // the waiter was dropped
+                Some(None) => {}
+            }
+            let moved = self.view.leader() != Some(leader) && self.view.leader().is_some();
+            if started.elapsed() >= self.timeout || moved || !self.reachable(leader) {
+                break None;
+            }
+        };
+        self.forget(id);
+        match outcome {
+            Some(ForwardOutcome::Done(r)) => {
+                self.counters.answered.fetch_add(1, Ordering::Relaxed);
+                Call::Done(r)
+            }
+            Some(ForwardOutcome::NotLeader { .. }) | Some(ForwardOutcome::Busy) => {
+                self.counters.not_leader.fetch_add(1, Ordering::Relaxed);
+                Call::Again
+            }
+            Some(ForwardOutcome::Failed(t)) => Call::Failed(t),
+            Some(ForwardOutcome::Unavailable(t)) => {
+                self.counters.unknown.fetch_add(1, Ordering::Relaxed);
+                Call::Unknown(t)
+            }
+            None => {
+                self.counters.unknown.fetch_add(1, Ordering::Relaxed);
+                Call::Unknown(format!(
+                    "node {leader} did not answer a forwarded batch within {} ms (it died, was cut off or \
+                     lost its leadership); the batch may have committed",
+                    started.elapsed().as_millis()
+                ))
+            }
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.remove(&id);
+        }
+    }
+
+    /// A reply arrived: wake its waiter (a late reply finds none and is
+    /// dropped).
+    fn on_reply(&self, id: u64, outcome: ForwardOutcome) {
+        let w = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+        if let Some(w) = w {
+            let _ = w.try_send(outcome);
+        }
+    }
+}
+
+/// Registers the handler of Forward frames: replies go to `fwd`'s
+/// waiters; requests are queued to the engine on the data executor
+/// (`engine_tx`, bounded; a full queue answers Busy at once), whose task
+/// runs the batch and sends the reply back to the requester.
+pub fn serve_requests(peers: &PeersHandle, fwd: Arc<Forwarder>, engine_tx: flume::Sender<EngineRequest>) {
+    let sender = peers.sender();
+    peers.on(
+        FrameKind::Forward,
+        Arc::new(move |from: u64, payload: Vec<u8>| match forward_wire::decode(&payload) {
+            Ok(ForwardMsg::Reply { id, outcome }) => fwd.on_reply(id, outcome),
+            Ok(ForwardMsg::Request { id, batch }) => {
+                fwd.counters.served.fetch_add(1, Ordering::Relaxed);
+                let s = sender.clone();
+                let reply: Box<dyn FnOnce(ForwardOutcome) + Send> = Box::new(move |outcome: ForwardOutcome| {
+                    let _ = s.send(from, FrameKind::Forward, forward_wire::encode_reply(id, &outcome));
+                });
+                if let Err(e) = engine_tx.try_send(EngineRequest::Forwarded { batch, reply }) {
+                    if let EngineRequest::Forwarded { reply, .. } = e.into_inner() {
+                        reply(ForwardOutcome::Busy);
+                    }
+                }
+            }
+            Err(e) => {
+                // Never acted on: dropped, and said once in a while.
+                let n = fwd.counters.refused.fetch_add(1, Ordering::Relaxed);
+                if n < 16 || n % 1000 == 0 {
+                    tracing::warn!(peer = from, "cluster: dropped an undecodable forwarded message from node {from}: {e}");
+                }
+            }
+        }),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slots_bound_the_calls_in_flight() {
+        // The bound is a channel of tokens: forward_max tokens, one taken
+        // per call, given back when the call ends.
+        let (tx, rx) = flume::bounded::<()>(3);
+        for _ in 0..3 {
+            tx.try_send(()).unwrap();
+        }
+        let held: Vec<super::Slot<'_>> = (0..3).map(|_| {
+            rx.try_recv().unwrap();
+            super::Slot(&tx)
+        }).collect();
+        assert!(rx.try_recv().is_err(), "a fourth call would find no slot");
+        drop(held);
+        assert_eq!(rx.len(), 3, "ended calls give their slots back");
+        assert!(tx.try_send(()).is_err(), "never more than forward_max slots");
+    }
+}

@@ -14,5 +14,6 @@ pub mod engine;
 pub mod frontend;
 pub mod metrics;
 pub mod peers;
+pub mod replica;
 pub mod secrets;
 pub mod server;

@@ -327,11 +327,13 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         },
         local_token,
     };
+    // Multi-node: the write cache's copies travel in Data frames (replica.rs).
+    let replica_link = peers.as_ref().map(crate::replica::link);
     let data_thread = LocalExecutorBuilder::new(Placement::Unbound)
         .name("duet-data")
         .io_memory(cfg.io_memory_mib << 20)
         .spawn(move || async move {
-            let started = engine::start(&data_dir, segment, sh, interval).await;
+            let started = engine::start(&data_dir, segment, sh, interval, replica_link).await;
             let (eng, handle, rx) = match started {
                 Ok(x) => x,
                 Err(e) => {
@@ -390,12 +392,12 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(locks.clone()));
     if multi {
         tracing::warn!(
-            "multi-node cluster: SMB and NFS are not served by this version (issue 12: write data is not \
-             replicated yet, so a write acknowledged here could be lost with this node); metadata is \
-             replicated by raft and the admin API serves"
+            "multi-node cluster: SMB and NFS are served on every node; changes commit on the leader only \
+             (a follower answers them with an error until batches are forwarded, issue 12); write data \
+             is durable on a majority before it is acknowledged"
         );
     }
-    let serve_clients = if multi { 0 } else { executors };
+    let serve_clients = executors;
     for i in 0..serve_clients {
         let plan = FrontendPlan {
             index: i,

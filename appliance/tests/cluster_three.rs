@@ -159,14 +159,14 @@ fn three_nodes_elect_replicate_fail_over_and_rejoin() {
         s[0]["nodes"].as_array().unwrap().iter().all(|n| n["healthy"] == true && n["applied"].as_u64() == Some(me))
     });
     assert!(own(&lv[0], leader)["applied"].as_u64().unwrap() >= 2, "the init entry and the term's entry: {lv:?}");
-    // No SMB or NFS listener in multi-node mode, and the log says why.
+    // Every node serves SMB and NFS besides the admin API and the cluster port.
     for n in &nodes {
-        assert!(n.log_text().contains("SMB and NFS are not served"), "{}", n.log_text());
+        assert!(n.log_text().contains("SMB and NFS are served on every node"), "{}", n.log_text());
         let st: Value = serde_json::from_str(&n.ok(&["status", "--json"])).unwrap();
         let mut protos: Vec<String> =
             st["listeners"].as_array().unwrap().iter().map(|l| l["protocol"].as_str().unwrap().to_string()).collect();
         protos.sort();
-        assert_eq!(protos, ["admin", "cluster"], "{st}");
+        assert_eq!(protos, ["admin", "cluster", "nfs", "smb"], "{st}");
     }
 
     // (d) A share added on the leader is the cluster's: a follower lists it.

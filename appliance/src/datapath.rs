@@ -14,7 +14,7 @@
 //! Log records that no commit names (the batch failed, or the process died
 //! before committing) are never applied and their segment is deleted.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -32,6 +32,9 @@ use duet_cache::{
     align_up, cut, decode_floor, decode_header, encode_floor, encode_record, patch, record_len, verify, ExtentIndex,
     Location, SeqAlloc, ALIGN, HEADER_LEN, HEADER_READ,
 };
+use duet_cache::replica::{FetchRange, Unclaimed};
+
+use crate::replica::Replica;
 
 /// The durable floor of this node's extent sequences, in `wal/`.
 const SEQ_FLOOR_FILE: &str = "extent-seq";
@@ -48,6 +51,9 @@ pub struct DataCounters {
     pub chunk_writes: AtomicU64,
     pub chunk_fsyncs: AtomicU64,
     pub destaged_records: AtomicU64,
+    /// Fetches from peers answered from this node's chunk store (the
+    /// extent no longer in its log).
+    pub fetch_from_chunks: AtomicU64,
 }
 
 /// Where a test can make the data path fail (`[testing] fault_injection`,
@@ -222,6 +228,13 @@ pub struct DataPath {
     /// Injected failures left per [`FaultPoint`] (indexed by the variant: `point as usize`, the order of `ALL`).
     faults: [Cell<u32>; 5],
     pub counters: Arc<DataCounters>,
+    /// The other voters' copies of the write cache (multi-node only; a
+    /// single node has none and makes no network traffic).
+    replica: OnceCell<Rc<Replica>>,
+    /// Copies of other origins' extents no queued record names yet.
+    unclaimed: RefCell<Unclaimed>,
+    /// The monotonic clock [`Unclaimed`] reads.
+    started: std::time::Instant,
 }
 
 impl DataPath {
@@ -294,6 +307,9 @@ impl DataPath {
             space_reserve: Arc::new(AtomicU64::new(0)),
             faults: Default::default(),
             counters: Arc::new(DataCounters::default()),
+            replica: OnceCell::new(),
+            unclaimed: RefCell::new(Unclaimed::default()),
+            started: std::time::Instant::now(),
         });
         // Records still queued keep their log data alive.
         let mut after = 0;
@@ -313,16 +329,82 @@ impl DataPath {
             }
             after = last;
         }
+        // Copies of other origins' extents that nothing queued names yet:
+        // a committed entry this node has not applied may name them, so
+        // they stay until proven unnamed (`Unclaimed`).
+        {
+            let log = dp.log.borrow();
+            let mut live = dp.live.borrow_mut();
+            let mut unclaimed = dp.unclaimed.borrow_mut();
+            for e in log.index.names() {
+                if e.origin != node_id && !live.contains(&e) {
+                    live.insert(e);
+                    unclaimed.add(e, 0);
+                }
+            }
+        }
         dp.release_segments().await;
         Ok(dp)
+    }
+
+    /// Joins this node's write log to the other voters' (multi-node).
+    pub fn set_replica(&self, r: Rc<Replica>) {
+        let _ = self.replica.set(r);
+    }
+
+    pub fn replica(&self) -> Option<&Rc<Replica>> {
+        self.replica.get()
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 
     /// Appends `data` to the write log as a new extent of this node and
     /// waits until it is durable. Returns the extent's name.
     pub async fn log_append(&self, data: &[u8]) -> io::Result<ExtentId> {
+        self.log_append_then(data, |_| {}).await
+    }
+
+    /// [`DataPath::log_append`], calling `named` with the extent's name as
+    /// soon as it has one (before the local write): the engine pushes the
+    /// extent to the other voters while this node writes and syncs it.
+    pub async fn log_append_then(&self, data: &[u8], named: impl FnOnce(ExtentId)) -> io::Result<ExtentId> {
+        let (extent, _) = self.append(None, data, named).await?;
+        Ok(extent)
+    }
+
+    /// Appends a copy of another node's extent (pushed by the leader, or
+    /// fetched from a peer) and waits until it is durable. A name the log
+    /// already holds is not written again (the first copy is kept).
+    pub async fn replica_append(&self, extent: ExtentId, data: &[u8]) -> io::Result<()> {
+        if extent.origin == ExtentId::LEGACY_LOCAL || extent.origin == self.node_id {
+            return Err(io::Error::other(format!("a copy of extent {}:{} names this node or none", extent.origin, extent.seq)));
+        }
+        let (_, fresh) = self.append(Some(extent), data, |_| {}).await?;
+        if fresh {
+            self.unclaimed.borrow_mut().add(extent, self.now_ms());
+        }
+        Ok(())
+    }
+
+    /// Appends a record: `name` for a copy of another node's extent,
+    /// `None` for a new extent of this node. Returns the name and whether
+    /// it was written (false: the log held it already).
+    async fn append(&self, name: Option<ExtentId>, data: &[u8], named: impl FnOnce(ExtentId)) -> io::Result<(ExtentId, bool)> {
         let total = record_len(data.len() as u64);
         let (file, pos, extent, seq) = {
+            if let Some(e) = name {
+                if self.log.borrow().index.get(&e).is_some() {
+                    return Ok((e, false));
+                }
+            }
             let _permit = self.reserve.acquire_permit(1).await.map_err(ge)?;
+            if let Some(e) = name {
+                if self.log.borrow().index.get(&e).is_some() {
+                    return Ok((e, false));
+                }
+            }
             let need_new = {
                 let log = self.log.borrow();
                 let cur = &log.segments[&log.current];
@@ -339,17 +421,22 @@ impl DataPath {
                 log.roll = false;
             }
             let mut log = self.log.borrow_mut();
-            let n = match log.seqs.take() {
-                Some(n) => n,
+            let extent = match name {
+                Some(e) => e,
                 None => {
-                    // The reserved range is used up (once per SEQ_RESERVE
-                    // appends): a higher durable floor first.
-                    let floor = log.seqs.reserve();
-                    write_floor(&self.dir.join("wal"), floor)?;
-                    log.seqs.take().ok_or_else(|| io::Error::other("extent sequences exhausted"))?
+                    let n = match log.seqs.take() {
+                        Some(n) => n,
+                        None => {
+                            // The reserved range is used up (once per SEQ_RESERVE
+                            // appends): a higher durable floor first.
+                            let floor = log.seqs.reserve();
+                            write_floor(&self.dir.join("wal"), floor)?;
+                            log.seqs.take().ok_or_else(|| io::Error::other("extent sequences exhausted"))?
+                        }
+                    };
+                    ExtentId { origin: self.node_id, seq: n }
                 }
             };
-            let extent = ExtentId { origin: self.node_id, seq: n };
             let seq = log.current;
             let seg = log.segments.get_mut(&seq).ok_or_else(|| io::Error::other("no current log segment"))?;
             let pos = seg.len;
@@ -360,6 +447,7 @@ impl DataPath {
             self.live.borrow_mut().insert(extent);
             (file, pos, extent, seq)
         };
+        named(extent);
         let mut buf = file.alloc_dma_buffer(total as usize);
         encode_record(buf.as_bytes_mut(), extent, data);
         let written = match self.fault(FaultPoint::WalWrite) {
@@ -368,6 +456,7 @@ impl DataPath {
         };
         if let Err(e) = written {
             self.forget(&[extent]);
+            self.log.borrow_mut().index.remove(&extent);
             self.log.borrow_mut().roll = true;
             return Err(keep_kind(&e, format!("write log append: {e}")));
         }
@@ -375,10 +464,11 @@ impl DataPath {
         self.sync.borrow_mut().dirty.insert(seq);
         if let Err(e) = self.wait_durable().await {
             self.forget(&[extent]);
+            self.log.borrow_mut().index.remove(&extent);
             self.log.borrow_mut().roll = true;
             return Err(e);
         }
-        Ok(extent)
+        Ok((extent, true))
     }
 
     /// Group commit of the log: waits for an fdatasync that started after
@@ -487,9 +577,84 @@ impl DataPath {
     /// destaged.
     pub fn forget(&self, extents: &[ExtentId]) {
         let mut live = self.live.borrow_mut();
+        let mut unclaimed = self.unclaimed.borrow_mut();
         for e in extents {
             live.remove(&e.resolved(self.node_id));
+            unclaimed.remove(&e.resolved(self.node_id));
         }
+    }
+
+    /// What this node answers a peer's Fetch: the extent from its log, or,
+    /// once it has destaged the record that names it, the record's range
+    /// as its chunks hold it (see `duet_cache::replica::Message::Have`);
+    /// `None` when it has neither.
+    pub async fn answer_fetch(&self, extent: ExtentId, range: FetchRange) -> io::Result<Option<Vec<u8>>> {
+        if let Some(d) = self.log_read(extent, 0, range.len).await? {
+            if d.len() as u64 == range.len {
+                return Ok(Some(d));
+            }
+        }
+        if self.destaged_upto.get() >= range.dseq {
+            let (d, _) = self.read_chunks(range.file, range.offset, range.len).await?;
+            self.counters.fetch_from_chunks.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                origin = extent.origin,
+                seq = extent.seq,
+                file = range.file,
+                "write cache: answered a fetch from the chunk store (the extent is destaged and out of the log)"
+            );
+            return Ok(Some(d));
+        }
+        Ok(None)
+    }
+
+    /// An extent a queued record names is not in this node's log (it was
+    /// down or cut off when the leader pushed it): fetched from a peer and
+    /// appended here. Fails (retryably) when no peer has it; never reads
+    /// as zeros.
+    async fn fetch_into_log(&self, extent: ExtentId, range: FetchRange) -> io::Result<()> {
+        let Some(r) = self.replica.get() else {
+            return Err(io::Error::other(format!("extent {}:{} is missing from the write log", extent.origin, extent.seq)));
+        };
+        let data = r.fetch(extent, range).await?;
+        self.replica_append(extent, &data).await?;
+        // Live until destaged: its record is queued.
+        self.unclaimed.borrow_mut().remove(&extent);
+        Ok(())
+    }
+
+    /// Drops copies of other origins' extents proven unnamed (see
+    /// `duet_cache::replica::Unclaimed`); at most about once a second.
+    pub async fn sweep_unclaimed(&self, store: &StoreHandle) -> io::Result<()> {
+        if self.unclaimed.borrow().is_empty() {
+            return Ok(());
+        }
+        let QueryAnswer::Raft(raft) = store.query(Query::RaftStatus).await.map_err(ge)? else { return Ok(()) };
+        let candidates = self.unclaimed.borrow_mut().step(self.now_ms(), raft.last_index, raft.applied_index);
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let mut queued = BTreeSet::new();
+        let mut after = self.destaged_upto.get();
+        loop {
+            let QueryAnswer::DataQueue(recs) = store.query(Query::DataQueue { after, limit: 4096 }).await.map_err(ge)? else {
+                break;
+            };
+            let Some(last) = recs.last().map(|(d, _)| *d) else { break };
+            for (_, r) in &recs {
+                if let Some((_, e, _)) = r.op.logged() {
+                    queued.insert(e.resolved(self.node_id));
+                }
+            }
+            after = last;
+        }
+        let unnamed: Vec<ExtentId> = candidates.into_iter().filter(|e| !queued.contains(e)).collect();
+        if !unnamed.is_empty() {
+            tracing::info!(extents = unnamed.len(), "write log: dropping copies of extents no entry named");
+            self.forget(&unnamed);
+            self.release_segments().await;
+        }
+        Ok(())
     }
 
     /// Reads `n` bytes at `skip` of the data of `extent`; `None` if the log
@@ -733,7 +898,7 @@ impl DataPath {
         let (offset, len) = (plan.offset, plan.len);
         let (mut buf, mut reads) = self.read_chunks(plan.file, offset, len).await?;
         let end = offset + len;
-        for (_, rec) in &plan.overlay {
+        for (dseq, rec) in &plan.overlay {
             match &rec.op {
                 DataOp::WriteInline { offset: o, data } => patch(&mut buf, offset, *o, data),
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
@@ -741,7 +906,16 @@ impl DataPath {
                     let from = offset.max(o);
                     let to = end.min(o + l);
                     if from < to {
-                        match self.log_read(extent, from - o, to - from).await? {
+                        let mut found = self.log_read(extent, from - o, to - from).await?;
+                        if found.is_none() && self.replica.get().is_some() && *dseq > self.destaged_upto.get() {
+                            // Not destaged here and not in this log: a copy
+                            // this node missed. Fetched, or the read fails
+                            // (retryably), never zeros.
+                            let range = FetchRange { file: plan.file, offset: o, len: l, dseq: *dseq };
+                            self.fetch_into_log(extent, range).await?;
+                            found = self.log_read(extent, from - o, to - from).await?;
+                        }
+                        match found {
                             Some(d) => {
                                 reads += 1;
                                 patch(&mut buf, offset, from, &d);
@@ -793,7 +967,25 @@ impl DataPath {
                 DataOp::WriteInline { offset, data } => self.write_chunks(&mut open, rec.file, *offset, data).await?,
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
                     let Some((offset, extent, len)) = rec.op.logged() else { continue };
-                    match self.log_read(extent, 0, len).await? {
+                    let mut found = self.log_read(extent, 0, len).await?;
+                    if found.is_none() && self.replica.get().is_some() {
+                        // A copy this node never got: fetched before it is
+                        // destaged, never skipped (the round fails and is
+                        // retried while no peer has it).
+                        let range = FetchRange { file: rec.file, offset, len, dseq: *dseq };
+                        if let Err(e) = self.fetch_into_log(extent, range).await {
+                            tracing::error!(
+                                dseq,
+                                origin = extent.origin,
+                                seq = extent.seq,
+                                file = rec.file,
+                                "queued write's log extent is missing here and no peer sent it; destage waits: {e}"
+                            );
+                            return Err(e);
+                        }
+                        found = self.log_read(extent, 0, len).await?;
+                    }
+                    match found {
                         Some(d) => self.write_chunks(&mut open, rec.file, offset, &d).await?,
                         None => tracing::error!(
                             dseq,

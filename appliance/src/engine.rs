@@ -27,6 +27,10 @@ use duet_cluster::forward_wire::ForwardOutcome;
 
 /// The most bytes one server-side copy operation moves.
 pub const COPY_MAX: u64 = 64 << 20;
+/// The most bytes one copy moves on a multi-node cluster: its data is
+/// pushed to the other voters in one message
+/// (`duet_cache::replica::DATA_MAX`).
+pub const REPLICATED_COPY_MAX: u64 = 16 << 20;
 
 /// Names a protocol request for statistics ("smb", "create-chain").
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -351,8 +355,16 @@ pub async fn start(
     segment_max: u64,
     store: StoreHandle,
     destage_interval: Duration,
+    replica: Option<crate::replica::ReplicaLink>,
 ) -> std::io::Result<(Rc<Engine>, EngineHandle, flume::Receiver<EngineRequest>)> {
     let data = DataPath::open(data_dir, segment_max, &store).await?;
+    // Multi-node: the write log in several copies (replica.rs). A single
+    // node has no link and sends nothing.
+    if let Some(link) = replica {
+        let r = crate::replica::Replica::new(&link);
+        data.set_replica(r.clone());
+        glommio::spawn_local(r.serve(data.clone(), link.inbound.clone())).detach();
+    }
     let (wake_tx, wake_rx) = flume::bounded(1);
     let stats = Arc::new(Stats::default());
     let direct =
@@ -362,6 +374,7 @@ pub async fn start(
     let handle = EngineHandle { tx, store: store.clone(), stats, data_counters: data.counters.clone(), direct, forward: None };
     // The destager: runs when woken by a commit that queued data, and on a timer.
     glommio::spawn_local(async move {
+        let mut last_sweep = std::time::Instant::now();
         loop {
             let _ = futures_lite::future::or(
                 async {
@@ -381,6 +394,12 @@ pub async fn start(
                         glommio::timer::sleep(Duration::from_millis(500)).await;
                         break;
                     }
+                }
+            }
+            if data.replica().is_some() && last_sweep.elapsed() >= Duration::from_secs(1) {
+                last_sweep = std::time::Instant::now();
+                if let Err(e) = data.sweep_unclaimed(&store).await {
+                    tracing::warn!("write log: sweeping unclaimed copies: {e}");
                 }
             }
         }
@@ -485,7 +504,8 @@ impl Engine {
                 ObjRef::Result(_) => continue,
             }
             let at = read.ops.len();
-            read.push(Op::Read { obj: src_ref, offset: src_offset, len: len.min(COPY_MAX) });
+            let most = if self.data.replica().is_some() { REPLICATED_COPY_MAX } else { COPY_MAX };
+            read.push(Op::Read { obj: src_ref, offset: src_offset, len: len.min(most) });
             let Ok(outcome) = self.store.batch(read).await else { continue };
             cost.add(&outcome.cost);
             let mut applied = outcome.applied;
@@ -540,10 +560,28 @@ impl Engine {
             if let Op::Write { data, .. } = op {
                 if let WriteData::Bytes(b) = data {
                     if b.len() as u64 > INLINE_MAX {
-                        let extent = match self.data.log_append(b).await {
+                        // On a cluster the extent goes to the other voters
+                        // while this node writes it (replica.rs).
+                        let replica = self.data.replica();
+                        let pushed = std::cell::Cell::new(None);
+                        let appended = self
+                            .data
+                            .log_append_then(b, |extent| {
+                                if let Some(r) = replica {
+                                    r.push(extent, b);
+                                    pushed.set(Some(extent));
+                                }
+                            })
+                            .await;
+                        let extent = match appended {
                             Ok(l) => l,
                             Err(e) => {
                                 self.data.forget(&logged);
+                                if let Some(r) = replica {
+                                    // Nothing will wait for these acks.
+                                    r.finish(&logged);
+                                    r.finish(&pushed.get().into_iter().collect::<Vec<_>>());
+                                }
                                 if crate::datapath::is_enospc(&e) {
                                     return Ok(crate::datapath::no_space(n_ops));
                                 }
@@ -555,6 +593,17 @@ impl Engine {
                         cost.fsyncs += 1;
                         *data = WriteData::Extent { extent, len: b.len() as u64 };
                     }
+                }
+            }
+        }
+        // Architecture Invariant: an extent is durable on a majority of
+        // the voters (this node counted) before the entry naming it is
+        // proposed.
+        if let Some(r) = self.data.replica() {
+            if !logged.is_empty() {
+                if let Err(e) = r.wait_majority(&logged).await {
+                    self.data.forget(&logged);
+                    return Err(e.into());
                 }
             }
         }

@@ -15,5 +15,6 @@ pub mod forward;
 pub mod frontend;
 pub mod metrics;
 pub mod peers;
+pub mod replica;
 pub mod secrets;
 pub mod server;

@@ -329,11 +329,13 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         },
         local_token,
     };
+    // Multi-node: the write cache's copies travel in Data frames (replica.rs).
+    let replica_link = peers.as_ref().map(crate::replica::link);
     let data_thread = LocalExecutorBuilder::new(Placement::Unbound)
         .name("duet-data")
         .io_memory(cfg.io_memory_mib << 20)
         .spawn(move || async move {
-            let started = engine::start(&data_dir, segment, sh, interval).await;
+            let started = engine::start(&data_dir, segment, sh, interval, replica_link).await;
             let (eng, handle, rx) = match started {
                 Ok(x) => x,
                 Err(e) => {

@@ -8,7 +8,7 @@
 //! its chunk store once it destaged them and deleted the log segment;
 //! segments are 8 MiB here, the files 12 MB), and destages them into its
 //! own chunks. More files are written
-//! with all three up; the leader is SIGKILLed; every file reads back
+//! with all three up (through a follower, which forwards them); the leader is SIGKILLed; every file reads back
 //! byte-exact through the new leader, then through the other survivor
 //! after a leadership transfer to it; the once-stopped follower's chunk
 //! files hold every file's bytes.
@@ -277,9 +277,11 @@ fn extents_are_on_a_majority_before_commit_and_a_lagging_follower_fetches_them()
     let answered_from_chunks = [li, fi].iter().any(|&i| nodes[i].d.log_text().contains("answered a fetch from the chunk store"));
     assert!(answered_from_chunks, "no peer answered from its chunks (their segments were deleted)");
 
-    // (3) More writes with all three up.
+    // (3) More writes with all three up, through a follower: it forwards
+    // each batch (its data with it) to the leader, which logs and pushes
+    // the extents like its own.
     let second = random_files("b", &[70_000, 2 << 20, 4 << 20, 333_333]);
-    put_all(nodes[li].smb, &local, &second);
+    put_all(nodes[si].smb, &local, &second);
     let every: Vec<(String, Vec<u8>)> = first.iter().chain(second.iter()).cloned().collect();
 
     // (4) The leader dies; the survivors elect one; every file reads back
@@ -292,6 +294,8 @@ fn extents_are_on_a_majority_before_commit_and_a_lagging_follower_fetches_them()
     let l2 = s2[0]["leader"].as_u64().unwrap();
     let other = if l2 == nodes[si].id { nodes[fi].id } else { nodes[si].id };
     check_all(nodes[l2 as usize - 1].smb, &local, &every, l2);
+    // And through the follower (its reads are forwarded to the leader).
+    check_all(nodes[other as usize - 1].smb, &local, &every, other);
     let o = nodes[l2 as usize - 1].d.ctl(&["cluster", "transfer-leader", &other.to_string()]);
     assert!(matches!(o.status.code(), Some(0) | Some(7)), "transfer-leader: {o:?}");
     wait_for(&rest, "the other survivor leads", |s| s[0]["leader"].as_u64() == Some(other) && agreed(&rest, s));

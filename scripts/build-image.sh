@@ -60,7 +60,7 @@ root_start=1
 data_start=$((root_start + root_mib))
 
 echo "build-image: Debian 12 root file system (mmdebstrap)"
-packages=systemd-sysv,udev,linux-image-amd64,initramfs-tools,e2fsprogs,fdisk,util-linux,kmod,procps,iproute2,less
+packages=systemd-sysv,udev,dbus,linux-image-amd64,initramfs-tools,e2fsprogs,fdisk,util-linux,kmod,procps,iproute2,less
 mmdebstrap --variant=minbase --quiet \
   --include="$packages" \
   --aptopt='Acquire::Retries "3"' \

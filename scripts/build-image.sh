@@ -16,7 +16,8 @@
 # target/images/apt-cache between runs.
 #
 # Environment: DUET_BIN_DIR (duetd and duetctl), DUET_IMAGE_OUT (default
-# target/images), DUET_MIRROR (default: deb.debian.org).
+# target/images), DUET_MIRROR and DUET_SECURITY_MIRROR (default:
+# deb.debian.org; bookworm, bookworm-updates and bookworm-security).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root_dir=$PWD
@@ -24,6 +25,7 @@ t0=$(date +%s)
 
 out="${DUET_IMAGE_OUT:-target/images}"
 mirror="${DUET_MIRROR:-http://deb.debian.org/debian}"
+security="${DUET_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
 if [ -n "${DUET_BIN_DIR:-}" ]; then
   bin="$DUET_BIN_DIR"
 elif [ -x target/release/duetd ] && [ -x target/release/duetctl ]; then
@@ -68,7 +70,10 @@ mmdebstrap --variant=minbase --quiet \
   --setup-hook="sync-in '$out/apt-cache' /var/cache/apt/archives" \
   --customize-hook="sync-out /var/cache/apt/archives '$out/apt-cache'" \
   --skip=essential/unlink \
-  bookworm "$rootfs" "$mirror"
+  bookworm "$rootfs" \
+  "deb $mirror bookworm main" \
+  "deb $mirror bookworm-updates main" \
+  "deb $security bookworm-security main"
 rm -f "$rootfs"/var/cache/apt/archives/*.deb
 
 echo "build-image: duet"

@@ -92,22 +92,7 @@ impl Vm {
     /// The serial console so far, without terminal escapes (systemd
     /// colours unit names).
     fn console_text(&self) -> String {
-        let raw = String::from_utf8_lossy(&std::fs::read(&self.console).unwrap_or_default()).into_owned();
-        let mut out = String::with_capacity(raw.len());
-        let mut chars = raw.chars().peekable();
-        while let Some(c) = chars.next() {
-            if c == '\u{1b}' && chars.peek() == Some(&'[') {
-                chars.next();
-                for d in chars.by_ref() {
-                    if d.is_ascii_alphabetic() {
-                        break;
-                    }
-                }
-            } else {
-                out.push(c);
-            }
-        }
-        out
+        strip_ansi(&String::from_utf8_lossy(&std::fs::read(&self.console).unwrap_or_default()))
     }
 
     fn fail(&mut self, what: &str) -> ! {
@@ -153,6 +138,26 @@ impl Drop for Vm {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Text without terminal escapes (systemd colours unit names on the
+/// console, duetd's tracing colours field names).
+fn strip_ansi(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// TCG unless `DUET_QEMU_ACCEL` says otherwise (`kvm` where /dev/kvm
@@ -352,15 +357,14 @@ fn disk_image_boots_serves_and_keeps_the_password_off_the_journal() {
         );
         // Type=notify: systemd logs "Started" only once duetd sent
         // READY=1, which it does after every listener is bound.
-        let log = String::from_utf8_lossy(&run(&[
+        let log = strip_ansi(&String::from_utf8_lossy(&run(&[
             "journalctl",
             "--directory",
             journal.to_str().unwrap(),
             "--no-pager",
             "-o",
             "cat",
-        ]))
-        .into_owned();
+        ])));
         let serving = log.find("duetd is serving").expect("duetd's 'serving' line is not in the journal");
         let started = log
             .find("Started duetd.service")

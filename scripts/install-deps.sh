@@ -11,8 +11,12 @@ command -v make >/dev/null 2>&1 || need+=(make)
 # its ply module), and qemu with a Debian kernel for the kernel-client
 # tests (../shared/vmclient/linux-client); the Prometheus project's Python
 # client, whose OpenMetrics parser checks /metrics (appliance/tests/metrics.rs);
-# util-linux's script(1) gives duetctl's confirmation test a terminal.
-for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod python3-prometheus-client bsdutils "$@"; do
+# util-linux's script(1) gives duetctl's confirmation test a terminal;
+# scripts/build-image.sh and appliance/tests/image.rs: mmdebstrap,
+# qemu-utils (qemu-img), fdisk (sfdisk), e2fsprogs, extlinux and
+# syslinux-common (the BIOS boot loader), binutils (strip); systemd's
+# journalctl reads the booted image's journal.
+for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod python3-prometheus-client bsdutils mmdebstrap qemu-utils fdisk e2fsprogs extlinux syslinux-common binutils systemd "$@"; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -80,9 +80,73 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // Every listener is bound: tell systemd (Type=notify) we are ready.
+    if let Some(sock) = std::env::var_os("NOTIFY_SOCKET") {
+        if let Err(e) = sd_notify(&sock, "READY=1") {
+            tracing::warn!("cannot notify systemd through {sock:?}: {e}");
+        }
+    }
     let sig = server::wait_for_signal();
     tracing::info!(signal = sig, "stopping: draining in-flight requests");
+    if let Some(sock) = std::env::var_os("NOTIFY_SOCKET") {
+        let _ = sd_notify(&sock, "STOPPING=1");
+    }
     running.shutdown();
     tracing::info!("stopped");
     ExitCode::SUCCESS
+}
+
+/// Sends one sd_notify(3) message (such as `READY=1`) to the unix datagram
+/// socket systemd names in `$NOTIFY_SOCKET`: a path, or a name in the
+/// abstract namespace when it starts with '@'.
+fn sd_notify(socket: &std::ffi::OsStr, msg: &str) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let bytes = socket.as_bytes();
+    let addr = match bytes.split_first() {
+        Some((b'@', name)) => SocketAddr::from_abstract_name(name)?,
+        Some((b'/', _)) => SocketAddr::from_pathname(std::path::Path::new(socket))?,
+        _ => return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "NOTIFY_SOCKET is neither a path nor @name")),
+    };
+    let sock = UnixDatagram::unbound()?;
+    sock.send_to_addr(msg.as_bytes(), &addr)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sd_notify;
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+
+    #[test]
+    fn notify_reaches_a_path_socket() {
+        let dir = std::env::temp_dir().join(format!("duetd-notify-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("notify");
+        let _ = std::fs::remove_file(&path);
+        let rx = UnixDatagram::bind(&path).unwrap();
+        sd_notify(path.as_os_str(), "READY=1").unwrap();
+        let mut buf = [0u8; 64];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn notify_reaches_an_abstract_socket() {
+        let name = format!("duetd-notify-test-{}", std::process::id());
+        let rx = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap()).unwrap();
+        sd_notify(std::ffi::OsStr::new(&format!("@{name}")), "READY=1").unwrap();
+        let mut buf = [0u8; 64];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+    }
+
+    #[test]
+    fn notify_refuses_a_relative_name() {
+        assert!(sd_notify(std::ffi::OsStr::new("relative"), "READY=1").is_err());
+        assert!(sd_notify(std::ffi::OsStr::new(""), "READY=1").is_err());
+    }
 }

@@ -74,6 +74,26 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     f.sync_all()
 }
 
+/// The first admin password: the systemd credential `admin-password`
+/// (`LoadCredential=`, a root-only file the disk image's first boot writes)
+/// when there is one, else a random one that is printed once. Returns the
+/// password and, when given, where it came from (never printed).
+fn initial_admin_password() -> Result<(String, Option<String>), StartError> {
+    if let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY") {
+        let path = Path::new(&dir).join("admin-password");
+        if path.exists() {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| StartError::Other(format!("cannot read {}: {e}", path.display())))?;
+            let pw = text.lines().next().unwrap_or("").trim().to_string();
+            if pw.len() < 8 {
+                return Err(StartError::Other(format!("{}: the admin password needs at least 8 characters", path.display())));
+            }
+            return Ok((pw, Some("the credential admin-password".into())));
+        }
+    }
+    Ok((secrets::random_password(), None))
+}
+
 /// First start: the root, the default share, the admin user and token.
 /// Prints the admin password once. Later starts only recreate a missing
 /// token file.
@@ -84,7 +104,7 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<u64, StartError>
     let tpath = token_path(&cfg.data_dir);
     let now = admin::now_ns();
     if !initialized {
-        let password = secrets::random_password();
+        let (password, given) = initial_admin_password()?;
         let token = secrets::random_hex(32);
         let share = default_share(cfg);
         let out = store.command_blocking(Command::Init {
@@ -102,7 +122,10 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<u64, StartError>
         write_private(&tpath, &format!("{token}\n"))
             .map_err(|e| StartError::Other(format!("cannot write {}: {e}", tpath.display())))?;
         println!("duetd: first start in {}", cfg.data_dir.display());
-        println!("duetd: admin user: admin   password: {password}   (shown once; keep it)");
+        match &given {
+            Some(from) => println!("duetd: admin user: admin   password: the one in {from} (not shown)"),
+            None => println!("duetd: admin user: admin   password: {password}   (shown once; keep it)"),
+        }
         println!("duetd: API token written to {} (duetctl reads it)", tpath.display());
         println!("duetd: share '{}' at {} (SMB and NFS)", cfg.default_share.name, cfg.default_share.path);
         let _ = std::io::stdout().flush();

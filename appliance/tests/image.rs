@@ -201,25 +201,23 @@ fn partitions(raw: &Path) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Whether `needle` occurs in the byte range of `file`.
+/// Whether `needle` occurs in the byte range of `file` (MiB-aligned):
+/// grep over dd, far faster than a byte loop in a debug build.
 fn contains(file: &Path, start: u64, len: u64, needle: &[u8]) -> bool {
-    use std::io::{Seek, SeekFrom};
-    let mut f = std::fs::File::open(file).unwrap();
-    f.seek(SeekFrom::Start(start)).unwrap();
-    let mut f = f.take(len);
-    let mut buf = vec![0u8; 8 << 20];
-    let mut carry: Vec<u8> = Vec::new();
-    loop {
-        let n = f.read(&mut buf).unwrap();
-        if n == 0 {
-            return false;
-        }
-        carry.extend_from_slice(&buf[..n]);
-        if carry.windows(needle.len()).any(|w| w == needle) {
-            return true;
-        }
-        let keep = carry.len().min(needle.len());
-        carry.drain(..carry.len() - keep);
+    const MIB: u64 = 1 << 20;
+    assert!(start % MIB == 0 && len % MIB == 0, "partition not MiB-aligned: {start} {len}");
+    let st = Command::new("sh")
+        .args(["-c", r#"dd if="$F" bs=1M skip="$S" count="$C" status=none | grep -aqF -e "$N""#])
+        .env("F", file)
+        .env("S", (start / MIB).to_string())
+        .env("C", (len / MIB).to_string())
+        .env("N", std::str::from_utf8(needle).unwrap())
+        .status()
+        .unwrap();
+    match st.code() {
+        Some(0) => true,
+        Some(1) => false,
+        _ => panic!("dd | grep failed: {st}"),
     }
 }
 

@@ -804,20 +804,16 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
     let tag = r.tag("op")?;
     Ok(match tag {
         OP_LOOKUP => Op::Lookup { dir: get_ref(r)?, name: r.string("name")? },
-        OP_CREATE => Op::Create {
-            dir: get_ref(r)?,
-            name: r.string("name")?,
-            kind: get_kind(r)?,
-            attrs: get_set_attrs(r)?,
-            if_exists: get_if_exists(r)?,
-        },
-        OP_CREATE_CASELESS => Op::CreateCaseless {
-            dir: get_ref(r)?,
-            name: r.string("name")?,
-            kind: get_kind(r)?,
-            attrs: get_set_attrs(r)?,
-            if_exists: get_if_exists(r)?,
-        },
+        OP_CREATE | OP_CREATE_CASELESS => {
+            // The same fields, in the same order, for both.
+            let (dir, name) = (get_ref(r)?, r.string("name")?);
+            let (kind, attrs, if_exists) = (get_kind(r)?, get_set_attrs(r)?, get_if_exists(r)?);
+            if tag == OP_CREATE {
+                Op::Create { dir, name, kind, attrs, if_exists }
+            } else {
+                Op::CreateCaseless { dir, name, kind, attrs, if_exists }
+            }
+        }
         OP_OPEN => {
             let obj = get_ref(r)?;
             let access = Access { read: r.bool("read")?, write: r.bool("write")?, execute: r.bool("execute")? };

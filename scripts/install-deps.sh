@@ -16,7 +16,7 @@ command -v make >/dev/null 2>&1 || need+=(make)
 # qemu-utils (qemu-img), fdisk (sfdisk), e2fsprogs, extlinux and
 # syslinux-common (the BIOS boot loader), binutils (strip); systemd's
 # journalctl reads the booted image's journal.
-for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod python3-prometheus-client bsdutils mmdebstrap qemu-utils fdisk e2fsprogs extlinux syslinux-common binutils systemd "$@"; do
+for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod python3-prometheus-client bsdutils attr mmdebstrap qemu-utils fdisk e2fsprogs extlinux syslinux-common binutils systemd "$@"; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

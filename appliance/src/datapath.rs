@@ -153,6 +153,7 @@ pub fn growth(batch: &duet_fs::Batch) -> Option<u64> {
             Op::Write { data: WriteData::Logged { len, .. }, .. } if *len > 0 => add(*len),
             Op::Create { .. } | Op::CreateCaseless { .. } | Op::Link { .. } => add(4096),
             Op::SetEas { eas, .. } if eas.iter().any(|(_, v)| !v.is_empty()) => add(4096),
+            Op::SetXattr { how, .. } if *how != duet_fs::XattrHow::Remove => add(4096),
             // A COPY's length may be "to the end" (NFSv4.2 count 0 arrives
             // as u64::MAX) and its source size is not known here: count at
             // most 16 MiB; a larger copy that meets a full volume still gets

@@ -1,6 +1,7 @@
 //! pynfs, the NFSv4 conformance suite NFS servers are measured with
 //! (`../shared/conformance/pynfs-run`, upstream source in `pynfs-src/`),
-//! against a real duetd: NFSv4.1, the tests flagged `all`. Every failure
+//! against a real duetd: NFSv4.1, the tests flagged `all` (and NFSv4.2's
+//! `xattr` tests, which must all pass). Every failure
 //! must be listed, with its reason, in `conformance/pynfs.known-failures`;
 //! a listed test that passes is reported ("xpass") so that the list
 //! shrinks. pynfs-run builds its copy under `$PYNFS_DIR` (default
@@ -34,15 +35,15 @@ fn known_failures() -> BTreeMap<String, String> {
     known
 }
 
-#[test]
-fn pynfs_nfs41_all() {
+/// One run of pynfs-run against a fresh duetd: (tests passed, codes of
+/// the failed tests, the output).
+fn run_pynfs(minor: &str, flags: &str) -> (usize, Vec<String>, String) {
     let harness = repo_root().join("../shared/conformance/pynfs-run");
     assert!(
         harness.exists(),
         "the conformance harness is missing: {} (CI clones shared/ beside the repository)",
         harness.display()
     );
-    let known = known_failures();
     let tmp = tempfile::tempdir().unwrap();
     // The default share `public` is exported to everyone (root squashed:
     // pynfs sends uid 0, which works as nobody in the world-writable root).
@@ -53,7 +54,7 @@ fn pynfs_nfs41_all() {
     let out = Command::new("bash")
         .arg(&harness)
         .arg(format!("127.0.0.1:{}/public", d.nfs_port))
-        .args(["1", "all"])
+        .args([minor, flags])
         .output()
         .expect("bash runs pynfs-run");
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
@@ -74,6 +75,15 @@ fn pynfs_nfs41_all() {
         text.contains("Command line asked for"),
         "pynfs did not run to its end:\n{text}"
     );
+    assert!(d.alive(), "duetd exited during the run; log:\n{}", d.log_text());
+    assert!(!d.log_text().contains("panicked"), "duetd panicked:\n{}", d.log_text());
+    (passed, failed, text)
+}
+
+#[test]
+fn pynfs_nfs41_all() {
+    let known = known_failures();
+    let (passed, failed, _) = run_pynfs("1", "all");
     let unknown: Vec<&String> = failed.iter().filter(|c| !known.contains_key(*c)).collect();
     let xpass: Vec<&String> = known.keys().filter(|c| !failed.contains(*c)).collect();
     for c in &xpass {
@@ -82,8 +92,29 @@ fn pynfs_nfs41_all() {
     println!("pynfs: {passed} passed, {} failed ({} known), {} xpass", failed.len(), failed.len() - unknown.len(), xpass.len());
     assert!(
         unknown.is_empty(),
-        "pynfs tests failed that conformance/pynfs.known-failures does not list: {unknown:?}\n{summary}"
+        "pynfs tests failed that conformance/pynfs.known-failures does not list: {unknown:?}"
     );
-    assert!(d.alive(), "duetd exited during the run; log:\n{}", d.log_text());
-    assert!(!d.log_text().contains("panicked"), "duetd panicked:\n{}", d.log_text());
+}
+
+/// NFSv4.2 extended attributes (RFC 8276): pynfs's `xattr` tests (XATT1-11,
+/// minor version 2), every one passing.
+#[test]
+fn pynfs_nfs42_xattr() {
+    let (passed, failed, text) = run_pynfs("2", "xattr");
+    println!("pynfs xattr: {passed} passed, {} failed", failed.len());
+    assert!(failed.is_empty(), "pynfs xattr tests failed: {failed:?}");
+    // pynfs-run prints only failures; its full output names every test.
+    let full = text
+        .lines()
+        .find_map(|l| l.split_once("full output in ").map(|(_, p)| p.trim().to_string()))
+        .unwrap_or_else(|| panic!("pynfs-run named no output file:\n{text}"));
+    let full = std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{full}: {e}"));
+    for n in 1..=11 {
+        let code = format!("XATT{n}");
+        assert!(
+            full.lines().any(|l| l.split_whitespace().next() == Some(code.as_str()) && l.trim_end().ends_with(": PASS")),
+            "{code} did not pass:\n{full}"
+        );
+    }
+    assert!(passed >= 11, "only {passed} xattr tests passed");
 }

@@ -63,6 +63,9 @@ fn require_vm_tools() {
     if !have("flock") {
         missing.push("util-linux (flock)");
     }
+    if !have("setfattr") || !have("getfattr") {
+        missing.push("attr (setfattr, getfattr)");
+    }
     if !have("modinfo") {
         missing.push("kmod (modinfo)");
     }
@@ -110,7 +113,7 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
     };
 
     let big: u32 = std::env::var("DUET_VM_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    let runs = format!("pseudo:4.1 v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3 restart:4.1 restart:4.2");
+    let runs = format!("pseudo:4.1 v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3 xattr:4.2 restart:4.1 restart:4.2");
     let scripts = repo_root().join("tests/vmclient");
     let guest = tmp.path().join("guest.sh");
     std::fs::write(
@@ -133,7 +136,9 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
         .arg(scripts.join("cross-protocol.sh"))
         .arg("--bin")
         .arg(scripts.join("restart.sh"))
-        .args(["--bin", "flock"])
+        .arg("--bin")
+        .arg(scripts.join("xattr.sh"))
+        .args(["--bin", "flock", "--bin", "setfattr", "--bin", "getfattr"])
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -157,6 +162,7 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
     assert_eq!(text.matches("step locks ok").count(), 3, "flock ran in every NFS run");
     assert_eq!(text.matches("CROSS OK").count(), 2);
     assert_eq!(text.matches("RESTART OK").count(), 2);
+    assert_eq!(text.matches("XATTR OK").count(), 1, "NFSv4.2 xattrs and SMB EAs");
     assert_eq!(restarted, 2, "duetd was restarted twice");
     // The NFSv4 client with a file open across the restart was on the
     // list kept on disk, so the restarted daemon gave it a grace period.

@@ -208,6 +208,28 @@ pub enum Op {
     /// `OpOutput::Found` with its real name. (Appended last: stored raft
     /// entries keep decoding.)
     CreateCaseless { dir: ObjRef, name: String, kind: CreateKind, attrs: SetAttrs, if_exists: IfExists },
+    /// Sets or removes one extended attribute of `obj`, its name compared
+    /// exactly (NFSv4.2 SETXATTR and REMOVEXATTR, RFC 8276 8.4.2 and
+    /// 8.4.4), in the same store as SMB's EAs ([`Op::SetEas`]). `how` says
+    /// whether the name must exist first; a missing one fails with
+    /// `NotFound` (NFS4ERR_NOXATTR), an existing one under
+    /// [`XattrHow::Create`] with `Exists`. Produces `OpOutput::Attrs` with
+    /// `before`. (Appended last: stored raft entries keep decoding.)
+    SetXattr { obj: ObjRef, name: String, value: Vec<u8>, how: XattrHow },
+}
+
+/// How [`Op::SetXattr`] treats an existing attribute (RFC 8276 8.4.2.1:
+/// setxattr_option4, and 8.4.4 REMOVEXATTR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum XattrHow {
+    /// Create it or replace its value (SETXATTR4_EITHER).
+    Either,
+    /// Create it; it must not exist (SETXATTR4_CREATE).
+    Create,
+    /// Replace its value; it must exist (SETXATTR4_REPLACE).
+    Replace,
+    /// Remove it; it must exist (REMOVEXATTR). `value` is empty.
+    Remove,
 }
 
 impl Op {
@@ -229,6 +251,7 @@ impl Op {
             Op::Lookup { .. } | Op::LookupCaseless { .. } => "lookup",
             Op::SetEas { .. } => "seteas",
             Op::GetEas { .. } => "geteas",
+            Op::SetXattr { .. } => "setxattr",
             Op::Create { .. } | Op::CreateCaseless { .. } => "create",
             Op::Open { .. } => "open",
             Op::GetAttr { .. } => "getattr",

@@ -2811,3 +2811,157 @@ fn nfs41_compound_of_the_granted_operation_count() {
     let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(()), ArgOp4::GetFh(()), getattr(), getattr()]);
     assert_eq!(res4(&rep).status, Nfsstat4::TOO_MANY_OPS);
 }
+
+/// NFSv4.2 extended attributes (RFC 8276): SETXATTR's create/replace
+/// rules, GETXATTR, LISTXATTRS in pages, REMOVEXATTR, the errors, and the
+/// store they share with SMB's EAs.
+#[test]
+fn nfs42_xattrs_follow_rfc8276_and_share_the_ea_store() {
+    let mut h = Harness::new();
+    let mut s = session(&mut h);
+    let root = share_root(&mut h, &mut s);
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+        ArgOp4::Create(Create4Args {
+            objtype: CreateType4::Other(NfsFtype4::Dir),
+            objname: Name(b"x"),
+            createattrs: Fattr4 { attrmask: Bitmap4::new(), attr_vals: Opaque(b"") },
+        }),
+        ArgOp4::GetFh(()),
+    ]);
+    let r = res4(&rep);
+    let ResOp4::GetFh(Nfs4Res::Ok(fh)) = &r.results[3] else { panic!("{r:?}") };
+    let fh = fh.object.0.to_vec();
+    let set = |h: &mut Harness, s: &mut Sess, option, key: &[u8], value: &[u8]| -> (Nfsstat4, Option<ChangeInfo4>) {
+        let rep = h.v4(vec![
+            s.sequence(),
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+            ArgOp4::SetXattr(SetXattr4Args { option, key: Name(key), value: Opaque(value) }),
+        ]);
+        let r = res4(&rep);
+        let ci = match &r.results[..] {
+            [_, _, ResOp4::SetXattr(Nfs4Res::Ok(ok))] => Some(ok.cinfo.clone()),
+            _ => None,
+        };
+        (r.status, ci)
+    };
+    let get = |h: &mut Harness, s: &mut Sess, key: &[u8]| -> Result<Vec<u8>, Nfsstat4> {
+        let rep = h.v4(vec![
+            s.sequence(),
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+            ArgOp4::GetXattr(GetXattr4Args { name: Name(key) }),
+        ]);
+        let r = res4(&rep);
+        match &r.results[..] {
+            [_, _, ResOp4::GetXattr(Nfs4Res::Ok(ok))] => Ok(ok.value.0.to_vec()),
+            _ => Err(r.status),
+        }
+    };
+    assert_eq!(get(&mut h, &mut s, b"user.a"), Err(Nfsstat4::NOXATTR));
+    assert_eq!(set(&mut h, &mut s, SetXattrOption4::Replace, b"user.a", b"1").0, Nfsstat4::NOXATTR);
+    let (st, ci) = set(&mut h, &mut s, SetXattrOption4::Create, b"user.a", b"one");
+    assert_eq!(st, Nfsstat4::OK);
+    let ci = ci.unwrap();
+    assert!(ci.atomic && ci.after > ci.before, "{ci:?}");
+    assert_eq!(set(&mut h, &mut s, SetXattrOption4::Create, b"user.a", b"again").0, Nfsstat4::EXIST);
+    assert_eq!(get(&mut h, &mut s, b"user.a").unwrap(), b"one");
+    // Names are exact: another case is another name.
+    assert_eq!(get(&mut h, &mut s, b"USER.A"), Err(Nfsstat4::NOXATTR));
+    assert_eq!(set(&mut h, &mut s, SetXattrOption4::Replace, b"user.a", b"two").0, Nfsstat4::OK);
+    assert_eq!(get(&mut h, &mut s, b"user.a").unwrap(), b"two");
+    assert_eq!(set(&mut h, &mut s, SetXattrOption4::Either, b"user.b", b"").0, Nfsstat4::OK);
+    assert_eq!(get(&mut h, &mut s, b"user.b").unwrap(), b"");
+    for k in [b"user.c", b"user.d", b"user.e"] {
+        assert_eq!(set(&mut h, &mut s, SetXattrOption4::Either, k, b"v").0, Nfsstat4::OK);
+    }
+    // Bounds: a value over 64 KiB, an empty key.
+    assert_eq!(set(&mut h, &mut s, SetXattrOption4::Either, b"user.big", &vec![7; 70_000]).0, Nfsstat4::XATTR2BIG);
+    assert_eq!(set(&mut h, &mut s, SetXattrOption4::Either, b"", b"v").0, Nfsstat4::INVAL);
+
+    // LISTXATTRS in pages of two names ("user.X" is 4 + 8 bytes on the wire).
+    let list = |h: &mut Harness, s: &mut Sess, cookie: u64, maxcount: u32| -> Result<(Vec<String>, u64, bool), Nfsstat4> {
+        let rep = h.v4(vec![
+            s.sequence(),
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+            ArgOp4::ListXattrs(ListXattrs4Args { cookie, maxcount }),
+        ]);
+        let r = res4(&rep);
+        match &r.results[..] {
+            [_, _, ResOp4::ListXattrs(Nfs4Res::Ok(ok))] => Ok((
+                ok.names.0.iter().map(|n| String::from_utf8(n.0.to_vec()).unwrap()).collect(),
+                ok.cookie,
+                ok.eof,
+            )),
+            _ => Err(r.status),
+        }
+    };
+    let (all, _, eof) = list(&mut h, &mut s, 0, 8192).unwrap();
+    assert_eq!(all, ["user.a", "user.b", "user.c", "user.d", "user.e"]);
+    assert!(eof);
+    let mut seen = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let (names, next, eof) = list(&mut h, &mut s, cookie, 16 + 2 * 12).unwrap();
+        assert!(names.len() <= 2);
+        seen.extend(names);
+        cookie = next;
+        if eof {
+            break;
+        }
+    }
+    assert_eq!(seen, all);
+    assert_eq!(list(&mut h, &mut s, 0, 20), Err(Nfsstat4::TOOSMALL));
+    assert_eq!(list(&mut h, &mut s, 99, 8192), Err(Nfsstat4::BAD_COOKIE));
+
+    // REMOVEXATTR.
+    let remove = |h: &mut Harness, s: &mut Sess, key: &[u8]| -> Nfsstat4 {
+        let rep = h.v4(vec![
+            s.sequence(),
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+            ArgOp4::RemoveXattr(RemoveXattr4Args { name: Name(key) }),
+        ]);
+        res4(&rep).status
+    };
+    assert_eq!(remove(&mut h, &mut s, b"user.e"), Nfsstat4::OK);
+    assert_eq!(remove(&mut h, &mut s, b"user.e"), Nfsstat4::NOXATTR);
+    assert_eq!(get(&mut h, &mut s, b"user.e"), Err(Nfsstat4::NOXATTR));
+
+    // ACCESS grants the xattr bits to the owner.
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+        ArgOp4::Access(Access4Args { access: access4::XAREAD | access4::XAWRITE | access4::XALIST }),
+    ]);
+    let r = res4(&rep);
+    let [_, _, ResOp4::Access(Nfs4Res::Ok(a))] = &r.results[..] else { panic!("{r:?}") };
+    assert_eq!(a.supported, access4::XAREAD | access4::XAWRITE | access4::XALIST);
+    assert_eq!(a.access, a.supported);
+
+    // The same store as SMB's EAs: the names NFS set, exactly.
+    let node = {
+        let rep = h.v4(vec![
+            s.sequence(),
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+            ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::from_bits(&[fattr4::FILEID]) }),
+        ]);
+        let r = res4(&rep);
+        let [_, _, ResOp4::GetAttr(Nfs4Res::Ok(g))] = &r.results[..] else { panic!("{r:?}") };
+        let a = A4::decode(&g.obj_attributes.attrmask, g.obj_attributes.attr_vals.0).unwrap();
+        a.fileid.unwrap()
+    };
+    let mut b = Batch::new(duet_fs::Credentials::root(), 5);
+    b.push(Op::GetEas { obj: ObjRef::Id(node) });
+    let res = h.eng.run(&b);
+    let Ok(OpOutput::Eas { eas, .. }) = &res.results[0] else { panic!("{res:?}") };
+    let names: Vec<&str> = eas.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["user.a", "user.b", "user.c", "user.d"]);
+    // An SMB write of the same name in another case replaces NFS's twin.
+    let mut b = Batch::new(duet_fs::Credentials::root(), 6);
+    b.push(Op::SetEas { obj: ObjRef::Id(node), eas: vec![("user.a".into(), b"smb".to_vec())] });
+    assert!(h.eng.run(&b).results[0].is_ok());
+    assert_eq!(get(&mut h, &mut s, b"user.a"), Err(Nfsstat4::NOXATTR));
+    assert_eq!(get(&mut h, &mut s, b"USER.A").unwrap(), b"smb");
+    let (all, _, _) = list(&mut h, &mut s, 0, 8192).unwrap();
+    assert_eq!(all, ["USER.A", "user.b", "user.c", "user.d"]);
+}

@@ -1,12 +1,13 @@
 #!/bin/sh
 # acceptance.sh: the guest side of appliance/tests/vmclient.rs, run by
 # ../shared/vmclient/linux-client with fs-workload.sh, cross-protocol.sh,
-# restart.sh and util-linux's flock given as --bin. The test prepends:
+# restart.sh, xattr.sh, util-linux's flock and attr's setfattr and getfattr
+# given as --bin. The test prepends:
 #   NFS_PORT SMB_PORT SMB_USER SMB_PASS SMB_UID  ports on the host (10.0.2.2)
 #   CTRL_PORT  where the host restarts duetd when asked (restart runs)
 #   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2 pseudo:4.1 smb3.1.1:64"
 #         (NFS version:big file MiB, cross:NFS version, pseudo:NFSv4 minor,
-#         restart:NFSv4 version; smb3.1.1|smb3.0|smb2.1|smbseal:big file
+#         restart:NFSv4 version, xattr:NFSv4 version; smb3.1.1|smb3.0|smb2.1|smbseal:big file
 #         MiB mount cifs with that dialect, smbseal with encryption)
 # Each run prints "RESULT <name> PASS" or "RESULT <name> FAIL <status>".
 H=10.0.2.2
@@ -55,6 +56,14 @@ for run in $RUNS; do
       if mount_nfs "$v" /mnt/xn && mount_smb /mnt/xs; then
         sh -e /bin/cross-protocol.sh /mnt/xn /mnt/xs "$SMB_USER" || rc=$?
         umount /mnt/xn; umount /mnt/xs
+      else
+        rc=32
+      fi ;;
+    xattr)
+      # NFSv4.2 extended attributes and SMB EAs: one store (xattr.sh).
+      if mount_nfs "$arg" /mnt/an && mount_smb /mnt/as; then
+        NFS_PORT=$NFS_PORT sh -e /bin/xattr.sh /mnt/an /mnt/as || rc=$?
+        umount /mnt/an; umount /mnt/as
       else
         rc=32
       fi ;;

@@ -39,7 +39,7 @@
 //!   other change.
 
 use duet_fs::{
-    Access, Batch, CreateKind, Credentials, ExtentId, IfExists, ObjRef, Op, SetAttrs, SetTime, TimeNs, WriteData,
+    Access, Batch, CreateKind, Credentials, ExtentId, IfExists, ObjRef, Op, SetAttrs, SetTime, TimeNs, WriteData, XattrHow,
     ALLOC_TRUNCATES, CTIME_KEEP,
 };
 
@@ -113,6 +113,13 @@ const OP_SET_EAS: u8 = 16;
 const OP_GET_EAS: u8 = 17;
 const OP_ZERO_RANGE: u8 = 18;
 const OP_CREATE_CASELESS: u8 = 19;
+const OP_SET_XATTR: u8 = 20;
+
+// XattrHow of OP_SET_XATTR.
+const XATTR_EITHER: u8 = 0;
+const XATTR_CREATE: u8 = 1;
+const XATTR_REPLACE: u8 = 2;
+const XATTR_REMOVE: u8 = 3;
 
 /// Encodes `cmd` in the newest format. Cannot fail.
 pub fn encode_command(cmd: &Command) -> Vec<u8> {
@@ -581,6 +588,18 @@ fn put_op(w: &mut Writer, op: &Op) {
             w.u64(*offset);
             w.u64(*len);
         }
+        Op::SetXattr { obj, name, value, how } => {
+            w.u8(OP_SET_XATTR);
+            put_ref(w, obj);
+            w.str(name);
+            w.bytes(value);
+            w.u8(match how {
+                XattrHow::Either => XATTR_EITHER,
+                XattrHow::Create => XATTR_CREATE,
+                XattrHow::Replace => XATTR_REPLACE,
+                XattrHow::Remove => XATTR_REMOVE,
+            });
+        }
     }
 }
 
@@ -890,6 +909,19 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
         }
         OP_GET_EAS => Op::GetEas { obj: get_ref(r)? },
         OP_ZERO_RANGE => Op::ZeroRange { obj: get_ref(r)?, offset: r.u64("offset")?, len: r.u64("len")? },
+        OP_SET_XATTR => {
+            let obj = get_ref(r)?;
+            let name = r.string("xattr name")?;
+            let value = r.bytes("xattr value")?;
+            let how = match r.tag("xattr how")? {
+                XATTR_EITHER => XattrHow::Either,
+                XATTR_CREATE => XattrHow::Create,
+                XATTR_REPLACE => XattrHow::Replace,
+                XATTR_REMOVE => XattrHow::Remove,
+                t => return r.unknown("xattr how", t),
+            };
+            Op::SetXattr { obj, name, value, how }
+        }
         t => return r.unknown("op", t),
     })
 }

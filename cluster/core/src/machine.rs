@@ -8,7 +8,7 @@
 
 use duet_fs::{
     check_name, Access, Attrs, Batch, CreateKind, DirEntry, ExtentId, FileType, FsError, IfExists, NodeId,
-    ObjRef, Op, OpOutput, OpResult, SetAttrs, SetTime, TimeNs, WriteData, CHUNK_SIZE,
+    ObjRef, Op, OpOutput, OpResult, SetAttrs, SetTime, TimeNs, WriteData, XattrHow, CHUNK_SIZE,
     FILE_SIZE_MAX, INLINE_MAX, ROOT_ID,
 };
 
@@ -379,11 +379,19 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                     return Err(FsError::Invalid);
                 }
                 let upper = name.to_uppercase();
+                // SMB names are case-insensitive: a twin in another case
+                // (set over NFS, where names are exact) is the same name.
+                let twins: Vec<String> = set.keys().filter(|k| **k != upper && k.to_uppercase() == upper).cloned().collect();
+                for t in twins {
+                    set.remove(&t);
+                    gone.push(t);
+                }
                 if value.is_empty() {
                     if set.remove(&upper).is_some() {
                         gone.push(upper);
                     }
                 } else {
+                    gone.retain(|g| *g != upper);
                     set.insert(upper, value.clone());
                 }
             }
@@ -406,6 +414,43 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             let n = get_node(txn, resolve(ex, *obj)?)?;
             let eas = node_eas(txn, &n);
             Ok(OpOutput::Eas { eas, attrs: n.attrs })
+        }
+        Op::SetXattr { obj, name, value, how } => {
+            let mut n = get_node(txn, resolve(ex, *obj)?)?;
+            let owner = cred.uid == 0 || cred.uid == n.attrs.uid;
+            if !owner && !may(cred, &n.attrs, 2) {
+                return Err(FsError::Access);
+            }
+            // RFC 8276 8.4.2: names are component4s; the store's bounds
+            // are SMB's (MS-FSCC 2.4.15): names of 1..255 bytes, values up
+            // to 64 KiB, 64 KiB in all.
+            if name.is_empty() || name.len() > 255 || name.contains('\0') || value.len() > 65535 {
+                return Err(FsError::Invalid);
+            }
+            let before = n.attrs.clone();
+            let id = n.attrs.id;
+            let mut set: std::collections::BTreeMap<String, Vec<u8>> = node_eas(txn, &n).into_iter().collect();
+            let exists = set.contains_key(name.as_str());
+            match how {
+                XattrHow::Create if exists => return Err(FsError::Exists),
+                XattrHow::Replace | XattrHow::Remove if !exists => return Err(FsError::NotFound),
+                _ => {}
+            }
+            if *how == XattrHow::Remove {
+                set.remove(name.as_str());
+                txn.delete(keys::ea(id, name));
+            } else {
+                set.insert(name.clone(), value.clone());
+                if set.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>() > EA_TOTAL_MAX {
+                    return Err(FsError::NoSpace);
+                }
+                txn.put(keys::ea(id, name), value.clone());
+            }
+            n.attrs.ctime = now;
+            n.attrs.change += 1;
+            n.may_have_eas = !set.is_empty();
+            put_node(txn, &n);
+            Ok(OpOutput::Attrs { before: Some(before), attrs: n.attrs })
         }
         Op::ZeroRange { obj, offset, len } => {
             let mut n = get_node(txn, resolve(ex, *obj)?)?;

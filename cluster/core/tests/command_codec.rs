@@ -7,7 +7,8 @@ use duet_cluster::command::{decode_command, decode_entry, encode_command, Comman
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
 use duet_cluster::wire::WireError;
 use duet_fs::{
-    Access, Batch, CreateKind, Credentials, ExtentId, IfExists, ObjRef, Op, SetAttrs, SetTime, WriteData, ALLOC_TRUNCATES,
+    Access, Batch, CreateKind, Credentials, ExtentId, IfExists, ObjRef, Op, SetAttrs, SetTime, WriteData, XattrHow,
+    ALLOC_TRUNCATES,
     CTIME_KEEP,
 };
 
@@ -200,12 +201,18 @@ impl Gen {
             15 => Op::SetEas { obj: self.obj(), eas: self.vec(4, |g| (g.string(), g.bytes())) },
             16 => Op::GetEas { obj: self.obj() },
             17 => Op::ZeroRange { obj: self.obj(), offset: self.u64(), len: self.u64() },
-            _ => Op::CreateCaseless {
+            18 => Op::CreateCaseless {
                 dir: self.obj(),
                 name: self.string(),
                 kind: self.kind(),
                 attrs: self.set_attrs(),
                 if_exists: [IfExists::Fail, IfExists::Open, IfExists::Truncate][self.below(3) as usize],
+            },
+            _ => Op::SetXattr {
+                obj: self.obj(),
+                name: self.string(),
+                value: self.bytes(),
+                how: [XattrHow::Either, XattrHow::Create, XattrHow::Replace, XattrHow::Remove][self.below(4) as usize],
             },
         }
     }
@@ -259,7 +266,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 19;
+const OP_VARIANTS: u64 = 20;
 const COMMAND_VARIANTS: u64 = 7;
 
 fn round_trip(cmd: &Command) -> Vec<u8> {
@@ -324,6 +331,7 @@ fn every_command_and_op_variant_round_trips() {
             Op::GetEas { .. } => 16,
             Op::ZeroRange { .. } => 17,
             Op::CreateCaseless { .. } => 18,
+            Op::SetXattr { .. } => 19,
         };
         assert_eq!(n, which);
     }
@@ -401,6 +409,20 @@ fn the_wire_layout_is_pinned() {
         0xAC, 0x02,         // sequence 300
         0x80, 0x80, 0x04,   // length 65536
         0,                  // not append
+    ];
+    assert_eq!(&b[b.len() - tail.len()..], &tail[..], "{b:?}");
+
+    // An NFSv4.2 SETXATTR (op tag 20).
+    let mut xb = Batch::new(Credentials::root(), 0);
+    xb.push(Op::SetXattr { obj: ObjRef::Id(7), name: "a".into(), value: vec![9, 8], how: XattrHow::Replace });
+    let b = round_trip(&Command::Batch(xb));
+    #[rustfmt::skip]
+    let tail: Vec<u8> = vec![
+        20,                 // SetXattr
+        0, 7,               // ObjRef::Id(7)
+        1, b'a',            // name
+        2, 9, 8,            // value
+        2,                  // XATTR_REPLACE
     ];
     assert_eq!(&b[b.len() - tail.len()..], &tail[..], "{b:?}");
 }
@@ -519,6 +541,17 @@ fn malformed_commands_are_refused() {
     assert_eq!(bytes[op_at], 4);
     bytes[op_at] = 200;
     assert!(matches!(decode_command(&bytes), Err(CommandError::Wire(WireError::UnknownTag { what: "op", tag: 200, .. }))));
+    // An unknown SETXATTR mode.
+    let mut b = Batch::new(Credentials::root(), 0);
+    b.push(Op::SetXattr { obj: ObjRef::Id(1), name: "n".into(), value: vec![], how: XattrHow::Remove });
+    let mut bytes = encode_command(&Command::Batch(b));
+    let last = bytes.len() - 1;
+    assert_eq!(bytes[last], 3);
+    bytes[last] = 4;
+    assert!(matches!(
+        decode_command(&bytes),
+        Err(CommandError::Wire(WireError::UnknownTag { what: "xattr how", tag: 4, .. }))
+    ));
 
     for seed in 0..300u64 {
         let mut g = Gen::new(seed);

@@ -11,6 +11,7 @@
 use super::ops::*;
 use super::session::*;
 use super::v42::*;
+use super::xattr::*;
 use super::{opnum, Nfs4Res, Nfsstat4, OpStatus, Stateid4, Status4Res, Utf8Str};
 use crate::nfs::xdr::{XdrDecode, XdrEncode, XdrError, XdrReader, XdrWriter};
 
@@ -220,7 +221,7 @@ fn defined_in_minor(op: u32, minorversion: u32) -> bool {
     let last = match minorversion {
         0 => opnum::RELEASE_LOCKOWNER,
         1 => opnum::RECLAIM_COMPLETE,
-        _ => opnum::CLONE,
+        _ => opnum::REMOVEXATTR,
     };
     (opnum::ACCESS..=last).contains(&op)
 }
@@ -389,4 +390,8 @@ compound_ops! { 'a;
     ReadPlus = opnum::READ_PLUS: ReadPlus4Args => Nfs4Res<ReadPlus4ResOk<'a>>,
     Seek = opnum::SEEK: Seek4Args => Nfs4Res<Seek4ResOk>,
     Clone = opnum::CLONE: Clone4Args => Status4Res,
+    GetXattr = opnum::GETXATTR: GetXattr4Args<'a> => Nfs4Res<GetXattr4ResOk<'a>>,
+    SetXattr = opnum::SETXATTR: SetXattr4Args<'a> => Nfs4Res<XattrChange4ResOk>,
+    ListXattrs = opnum::LISTXATTRS: ListXattrs4Args => Nfs4Res<ListXattrs4ResOk<'a>>,
+    RemoveXattr = opnum::REMOVEXATTR: RemoveXattr4Args<'a> => Nfs4Res<XattrChange4ResOk>,
 }

@@ -13,12 +13,14 @@ pub mod compound;
 pub mod ops;
 pub mod session;
 pub mod v42;
+pub mod xattr;
 
 pub use attrs::Attrs;
 pub use compound::{ArgOp4, Compound4Args, Compound4Res, CompoundLimits, CompoundStop, ResOp4};
 pub use ops::*;
 pub use session::*;
 pub use v42::*;
+pub use xattr::*;
 
 use super::xdr::{
     xdr_enum, xdr_status, xdr_struct, Name, Opaque, XdrDecode, XdrEncode, XdrError, XdrReader,
@@ -167,6 +169,9 @@ xdr_status! {
         WRONG_LFS = 10092,
         BADLABEL = 10093,
         OFFLOAD_NO_REQS = 10094,
+        /// RFC 8276 8.5.
+        NOXATTR = 10095,
+        XATTR2BIG = 10096,
     }
 }
 
@@ -247,6 +252,11 @@ pub mod opnum {
     pub const SEEK: u32 = 69;
     pub const WRITE_SAME: u32 = 70;
     pub const CLONE: u32 = 71;
+    /// RFC 8276 section 8 (extended attributes, minor version 2).
+    pub const GETXATTR: u32 = 72;
+    pub const SETXATTR: u32 = 73;
+    pub const LISTXATTRS: u32 = 74;
+    pub const REMOVEXATTR: u32 = 75;
     /// RFC 8881 18.52: the result opcode for an unknown operation.
     pub const ILLEGAL: u32 = 10044;
 }

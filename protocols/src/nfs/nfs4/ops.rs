@@ -23,6 +23,12 @@ pub mod access4 {
     pub const EXTEND: u32 = 0x0008;
     pub const DELETE: u32 = 0x0010;
     pub const EXECUTE: u32 = 0x0020;
+    /// RFC 8276 8.4.5: read, write and list extended attributes.
+    pub const XAREAD: u32 = 0x0040;
+    pub const XAWRITE: u32 = 0x0080;
+    pub const XALIST: u32 = 0x0100;
+    /// Every bit duet answers (RFC 8881 18.1.3's `supported`).
+    pub const ALL: u32 = 0x01ff;
 }
 
 xdr_struct! {

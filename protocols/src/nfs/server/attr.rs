@@ -222,6 +222,7 @@ pub const GETTABLE: &[u32] = &[
     fa::TIME_MODIFY,
     fa::MOUNTED_ON_FILEID,
     fa::SUPPATTR_EXCLCREAT,
+    fa::XATTR_SUPPORT,
 ];
 
 /// Attributes SETATTR / CREATE / OPEN may set.
@@ -308,6 +309,7 @@ pub fn fattr4_vals_into(
         link_support: Some(true),
         symlink_support: Some(true),
         named_attr: Some(false),
+        xattr_support: Some(true),
         fsid: Some(ctx.fsid),
         unique_handles: Some(true),
         lease_time: Some(info.lease_time),

@@ -34,6 +34,8 @@
 //! ids. Linux and vNFS compounds never hit these cases in their common
 //! paths.
 
+mod xattr;
+
 use std::net::IpAddr;
 
 use duet_fs::{
@@ -172,6 +174,7 @@ enum Step {
         offset: u64,
         data: bool,
     },
+    Xattr(xattr::XattrStep),
 }
 
 struct OpenStep {
@@ -822,6 +825,10 @@ fn translate_inner(
         ArgOp4::Seek(a) => op_seek(srv, c, a, b),
         ArgOp4::Allocate(a) => op_allocate(srv, c, a, b),
         ArgOp4::Deallocate(a) => op_deallocate(srv, c, a, b),
+        ArgOp4::GetXattr(a) => xattr::op_getxattr(c, a, b),
+        ArgOp4::SetXattr(a) => xattr::op_setxattr(c, a, b),
+        ArgOp4::ListXattrs(a) => xattr::op_listxattrs(c, a, b),
+        ArgOp4::RemoveXattr(a) => xattr::op_removexattr(c, a, b),
         ArgOp4::DelegReturn(_) => Err(Nfsstat4::BAD_STATEID),
         ArgOp4::OpenDowngrade(a) => op_open_downgrade(srv, c, a),
         ArgOp4::Lock(a) => lock(srv, c, a),
@@ -2223,6 +2230,7 @@ fn finish_step(
         } => finish_verify(srv, c, results, op, fsid, mask, vals, negate),
         Step::Copy { op } => finish_copy(srv, c, results, op),
         Step::Seek { op, offset, data } => finish_seek(c, results, op, offset, data),
+        Step::Xattr(x) => xattr::finish(c, x, results),
     };
     match r {
         Ok(s) => s,
@@ -2338,11 +2346,20 @@ fn finish_access(
         opnum::ACCESS,
         attrs_of(results, op).map(|a| {
             let cred = c.cred.clone();
-            let granted = attr::access_bits(&cred, a, req, ro);
+            let mut granted = attr::access_bits(&cred, a, req, ro);
+            // Extended attributes (RFC 8276 8.4.5): reading and listing
+            // with read permission, writing with write permission.
+            let p = attr::perm_bits(&cred, a);
+            if p & 4 != 0 || cred.uid == 0 {
+                granted |= req & (access4::XAREAD | access4::XALIST);
+            }
+            if (p & 2 != 0 || cred.uid == 0 || cred.uid == a.uid) && !ro {
+                granted |= req & access4::XAWRITE;
+            }
             put(
                 c,
                 ResOp4::Access(Nfs4Res::Ok(Access4ResOk {
-                    supported: req & 0x3f,
+                    supported: req & access4::ALL,
                     access: granted,
                 })),
             )

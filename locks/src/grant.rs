@@ -19,8 +19,9 @@
 //! (same protocol and client) never break its grant; a file that was just
 //! recalled is granted nothing new for `recall_backoff_ns`.
 //!
-//! Nothing grants leases yet: this is the tested model that the SMB lease
-//! and NFS delegation work will drive.
+//! SMB oplocks are granted through it (`duet_protocols::smb2::server`,
+//! [`Table::request_open_grant`]); SMB leases and NFS delegations are not
+//! yet.
 
 use std::collections::HashMap;
 
@@ -81,12 +82,33 @@ enum State {
     Breaking { to: Level, deadline: i64 },
 }
 
+/// Whose opens a grant covers: every open of its client (an SMB lease
+/// key, an NFSv4 client's delegation) or the one open it was granted with
+/// (an SMB oplock belongs to one open, MS-SMB2 3.3.5.9.8: a second open of
+/// the same connection breaks it like anyone's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Client,
+    Open,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct GrantRec {
     file: FileId,
     holder: Holder,
     level: Level,
     state: State,
+    scope: Scope,
+}
+
+impl GrantRec {
+    /// Whether `h`'s opens are this grant's own (they never break it).
+    fn owns(&self, h: &Holder) -> bool {
+        match self.scope {
+            Scope::Client => same_client(&self.holder, h),
+            Scope::Open => self.holder == *h,
+        }
+    }
 }
 
 /// A break to tell a holder about (SMB OPLOCK_BREAK / LEASE_BREAK
@@ -184,6 +206,27 @@ impl Table {
     /// A holder asking again gets its grant raised, never lowered.
     /// Returns the grant and its level, or None for no grant.
     pub fn request_grant(&mut self, file: FileId, holder: Holder, want: Level, now: i64) -> Option<(GrantId, Level)> {
+        self.request_scoped(file, holder, want, now, Scope::Client)
+    }
+
+    /// As [`Table::request_grant`], for a grant of one open (an SMB
+    /// oplock): the holder's other opens count as anyone's.
+    pub fn request_open_grant(&mut self, file: FileId, holder: Holder, want: Level, now: i64) -> Option<(GrantId, Level)> {
+        self.request_scoped(file, holder, want, now, Scope::Open)
+    }
+
+    fn request_scoped(
+        &mut self,
+        file: FileId,
+        holder: Holder,
+        want: Level,
+        now: i64,
+        scope: Scope,
+    ) -> Option<(GrantId, Level)> {
+        let mine = |h: &Holder| match scope {
+            Scope::Client => same_client(h, &holder),
+            Scope::Open => *h == holder,
+        };
         let f = self.files.get(&file);
         if f.and_then(|f| f.no_grant_until).is_some_and(|t| now < t) {
             return None;
@@ -196,10 +239,10 @@ impl Table {
         }
         let mut level = want.normal();
         let others_open = f.map_or(Vec::new(), |f| {
-            f.opens.iter().filter(|o| !same_client(&o.holder, &holder)).map(|o| o.share).collect()
+            f.opens.iter().filter(|o| !mine(&o.holder)).map(|o| o.share).collect()
         });
         let others_grant: Vec<Level> =
-            grants.iter().filter(|(_, g)| !same_client(&g.holder, &holder)).map(|(_, g)| g.level).collect();
+            grants.iter().filter(|(_, g)| !g.owns(&holder) && !mine(&g.holder)).map(|(_, g)| g.level).collect();
         if others_open.iter().any(|s| s.access & super::share::WRITE != 0) || others_grant.iter().any(|l| l.has(Level::W)) {
             level = Level::NONE;
         }
@@ -219,7 +262,7 @@ impl Table {
         }
         self.grants.next += 1;
         let id = GrantId(self.grants.next);
-        self.grants.by_id.insert(id, GrantRec { file, holder, level, state: State::Granted });
+        self.grants.by_id.insert(id, GrantRec { file, holder, level, state: State::Granted, scope });
         self.touch(file, &holder).grants.push(id);
         Some((id, level))
     }
@@ -245,7 +288,7 @@ impl Table {
         let timeout = self.limits.break_timeout_ns;
         for id in ids {
             let Some(g) = self.grants.by_id.get_mut(&id) else { continue };
-            if same_client(&g.holder, opener) {
+            if g.owns(opener) {
                 continue;
             }
             let current = match g.state {
@@ -259,7 +302,7 @@ impl Table {
             } else {
                 current
             };
-            if refused.iter().any(|h| same_client(h, &g.holder)) {
+            if refused.iter().any(|h| g.owns(h)) {
                 to = to.without(Level::H);
             }
             // H alone is no SMB lease state; a writer leaves the holder H
@@ -304,7 +347,7 @@ impl Table {
         f.grants
             .iter()
             .filter_map(|g| self.grants.by_id.get(g))
-            .filter(|g| !same_client(&g.holder, opener))
+            .filter(|g| !g.owns(opener))
             .filter_map(|g| match g.state {
                 State::Breaking { deadline, .. } => Some(deadline),
                 State::Granted => None,

@@ -412,3 +412,25 @@ fn manager_is_shared() {
     .unwrap();
     assert!(m.table().lock(F, nfs(1, 1), n(0, 1), false).is_err());
 }
+
+#[test]
+fn an_oplock_belongs_to_one_open() {
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 0, ..Limits::default() });
+    let (a, a2) = (smb(1, 1), smb(1, 2));
+    t.open(F, a, Share::smb(READ_DATA, 7)).unwrap();
+    let (g, l) = t.request_open_grant(F, a, Level::RWH, 0).unwrap();
+    assert_eq!(l, Level::RWH, "its own open does not count against it");
+    // A second open of the same connection breaks it (MS-SMB2 3.3.5.9.8).
+    let (breaks, wait) = t.break_for_open(F, &a2, Share::smb(READ_DATA, 7), 5);
+    assert_eq!(breaks, vec![Break { grant: g, holder: a, from: Level::RWH, to: Level::RH, ack_needed: true }]);
+    assert_eq!(wait, Some(105));
+    t.ack(g, Level::R).unwrap();
+    t.open(F, a2, Share::smb(READ_DATA, 7)).unwrap();
+    // The second open shares read caching with the first.
+    let (g2, l2) = t.request_open_grant(F, a2, Level::RWH, 10).unwrap();
+    assert_ne!(g2, g);
+    assert_eq!(l2, Level::RH);
+    // A write through a third open takes read caching from both at once.
+    let (breaks, _) = t.break_for_open(F, &smb(1, 3), Share::smb(WRITE_DATA, 7), 20);
+    assert_eq!(breaks.len(), 2);
+}

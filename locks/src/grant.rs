@@ -72,6 +72,21 @@ impl Level {
     }
 }
 
+/// What contradicts others' caching (see [`Table::break_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conflict {
+    /// An open as NFSv4 sees it (RFC 8881 10.4.1): one for writing leaves
+    /// others handle caching at most, one for reading takes write caching.
+    Open,
+    /// An SMB open that does not truncate (MS-FSA 2.1.4.12): write caching
+    /// goes; read caching stays until data actually changes. An open that
+    /// uses nothing (attributes only) breaks nothing.
+    SmbOpen,
+    /// An open that replaces the data (SUPERSEDE, OVERWRITE), or a write
+    /// (MS-FSA 2.1.5.4): only handle caching may stay.
+    Write,
+}
+
 /// A grant's name in the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GrantId(pub u64);
@@ -243,7 +258,12 @@ impl Table {
         });
         let others_grant: Vec<Level> =
             grants.iter().filter(|(_, g)| !g.owns(&holder) && !mine(&g.holder)).map(|(_, g)| g.level).collect();
-        if others_open.iter().any(|s| s.access & super::share::WRITE != 0) || others_grant.iter().any(|l| l.has(Level::W)) {
+        // An oplock (one open's) may share read caching with writers'
+        // opens: their writes break it (MS-FSA 2.1.5.17.2 grants level II
+        // beside other opens).
+        let writer_open =
+            scope == Scope::Client && others_open.iter().any(|s| s.access & super::share::WRITE != 0);
+        if writer_open || others_grant.iter().any(|l| l.has(Level::W)) {
             level = Level::NONE;
         }
         if others_open.iter().any(|s| s.access != 0) || others_grant.iter().any(|l| !l.is_none()) {
@@ -275,6 +295,20 @@ impl Table {
     /// kept open and the open can succeed). Returns the breaks to send
     /// and, if the opener must wait for acknowledgements, until when.
     pub fn break_for_open(&mut self, file: FileId, opener: &Holder, share: Share, now: i64) -> (Vec<Break>, Option<i64>) {
+        self.break_for(file, opener, share, Conflict::Open, now)
+    }
+
+    /// As [`Table::break_for_open`], for what `why` says `opener` does: an
+    /// NFS open, an SMB open, or a change of the data (an overwriting
+    /// open, a write: `share` is then the writer's open).
+    pub fn break_for(
+        &mut self,
+        file: FileId,
+        opener: &Holder,
+        share: Share,
+        why: Conflict,
+        now: i64,
+    ) -> (Vec<Break>, Option<i64>) {
         let mut out = Vec::new();
         let Some(f) = self.files.get(&file) else { return (out, None) };
         let ids: Vec<GrantId> = f.grants.clone();
@@ -295,12 +329,11 @@ impl Table {
                 State::Granted => g.level,
                 State::Breaking { to, .. } => to,
             };
-            let mut to = if share.access & super::share::WRITE != 0 {
-                current.and(Level::H)
-            } else if share.access != 0 {
-                current.without(Level::W)
-            } else {
-                current
+            let mut to = match why {
+                Conflict::Open if share.access & super::share::WRITE != 0 => current.and(Level::H),
+                Conflict::Open | Conflict::SmbOpen if share.access != 0 => current.without(Level::W),
+                Conflict::Open | Conflict::SmbOpen => current,
+                Conflict::Write => current.and(Level::H),
             };
             if refused.iter().any(|h| g.owns(h)) {
                 to = to.without(Level::H);

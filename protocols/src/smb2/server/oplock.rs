@@ -113,6 +113,19 @@ impl Connection {
             now_ns,
         );
         self.outbox.extend(breaks.into_iter().map(Event::Recall));
+        // The writer's own level II goes too (what Windows does; smbtorture
+        // smb2.oplock.batch1 "a self break to none"): no ack.
+        let own = self.opens.get(&file).filter(|o| o.oplock == oplock_level::II).and_then(|o| o.grant);
+        if let Some(g) = own {
+            locks.table().release_grant(g);
+            self.outbox.push(Event::Recall(Break {
+                grant: g,
+                holder: holder((self.conn_key, file)),
+                from: Level::R,
+                to: Level::NONE,
+                ack_needed: false,
+            }));
+        }
     }
 
     /// Grants open `file` of `node` the oplock it asked for, as far as

@@ -96,6 +96,11 @@ nfs_readdir_max = 1048576
 # can be freed. The reserve keeps RocksDB and the write log off ENOSPC.
 # 0 turns the check off.
 disk_reserve_mib = 256
+# How long an SMB client has to acknowledge an oplock break, in
+# milliseconds (MS-SMB2 3.3.2.1: 35 s on Windows). The open that caused
+# the break waits that long at most; then the grant is revoked and it
+# proceeds.
+smb_oplock_break_ms = 35000
 
 [cluster]
 # The metadata raft group (docs/cluster.md). Without `peers`, or with a
@@ -220,6 +225,7 @@ pub struct LimitsConfig {
     pub smb_transact_max: u32,
     pub nfs_readdir_max: u32,
     pub disk_reserve_mib: u64,
+    pub smb_oplock_break_ms: u64,
 }
 
 impl Default for LimitsConfig {
@@ -237,6 +243,7 @@ impl Default for LimitsConfig {
             smb_transact_max: 8 << 20,
             nfs_readdir_max: 1 << 20,
             disk_reserve_mib: 256,
+            smb_oplock_break_ms: 35_000,
         }
     }
 }
@@ -478,7 +485,8 @@ impl Config {
             );
         }
         let l = &self.limits;
-        let ranges: [(&'static str, u64, u64, u64); 12] = [
+        let ranges: [(&'static str, u64, u64, u64); 13] = [
+            ("limits.smb_oplock_break_ms", l.smb_oplock_break_ms, 1, 600_000),
             ("limits.disk_reserve_mib", l.disk_reserve_mib, 0, 1 << 20),
             ("limits.connections", l.connections as u64, 1, 1 << 20),
             ("limits.connections_per_client", l.connections_per_client as u64, 1, 1 << 20),

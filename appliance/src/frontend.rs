@@ -37,6 +37,70 @@ pub struct ConnTable {
     pub counters: ConnCounters,
     /// Where refused SMB logons are recorded (set once at start).
     pub audit: std::sync::OnceLock<Arc<crate::audit::AuditLog>>,
+    /// Every SMB connection of every executor, for server-initiated
+    /// messages (oplock breaks).
+    pub smb_routes: SmbRoutes,
+}
+
+/// How many server-initiated messages may wait for one SMB connection's
+/// task; over it a break is dropped, and its holder, never told, loses the
+/// grant at the break timeout (a break storm cannot grow memory).
+const ROUTE_QUEUE: usize = 4096;
+
+/// The connection registry: each SMB connection, under its
+/// [`smb::Connection::key`] (the lock table's client for its opens), with
+/// the channel its task polls, on whatever executor it runs. A lock-table
+/// decision that names a holder to recall is routed here to the holder's
+/// connection (`flume` channels are Send and their receivers are awaited
+/// on the holder's own glommio executor).
+#[derive(Default)]
+pub struct SmbRoutes {
+    conns: Mutex<HashMap<u64, flume::Sender<duet_locks::Break>>>,
+    /// Breaks dropped: the holder's queue was full or it was gone.
+    pub dropped: std::sync::atomic::AtomicU64,
+}
+
+/// A connection's place in [`SmbRoutes`]; leaves it when dropped.
+pub struct SmbRoute<'a> {
+    routes: &'a SmbRoutes,
+    key: u64,
+    pub rx: flume::Receiver<duet_locks::Break>,
+}
+
+impl SmbRoutes {
+    /// Registers the connection `key`; messages for it arrive on the
+    /// returned route's receiver.
+    pub fn register(&self, key: u64) -> SmbRoute<'_> {
+        let (tx, rx) = flume::bounded(ROUTE_QUEUE);
+        self.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(key, tx);
+        SmbRoute { routes: self, key, rx }
+    }
+
+    /// Delivers a break to its holder's connection. False when that
+    /// connection is gone or its queue is full.
+    pub fn deliver(&self, b: duet_locks::Break) -> bool {
+        let tx = self.conns.lock().unwrap_or_else(|e| e.into_inner()).get(&b.holder.client).cloned();
+        let sent = tx.is_some_and(|tx| tx.try_send(b).is_ok());
+        if !sent {
+            self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        sent
+    }
+
+    /// SMB connections registered now.
+    pub fn len(&self) -> usize {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Drop for SmbRoute<'_> {
+    fn drop(&mut self) {
+        self.routes.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
+    }
 }
 
 /// Connection counters for `/metrics` and `duetctl stats`.
@@ -70,6 +134,7 @@ impl ConnTable {
             refused: Default::default(),
             counters: ConnCounters::default(),
             audit: std::sync::OnceLock::new(),
+            smb_routes: SmbRoutes::default(),
         })
     }
 
@@ -581,6 +646,9 @@ enum Wake {
     Done(Done),
     /// Time to look at the lock table again.
     Tick,
+    /// A break for one of this connection's opens, routed from another
+    /// connection (or this one) through [`SmbRoutes`].
+    Recall(duet_locks::Break),
 }
 
 /// Waits for bytes from the client (only while fewer than `limit`
@@ -598,9 +666,9 @@ async fn next_wake(stream: &mut TcpStream, tmp: &mut [u8], done: &flume::Receive
     futures_lite::future::or(async { Wake::Read(stream.read(tmp).await) }, finished).await
 }
 
-/// How often a connection with blocking LOCKs waiting asks the lock table
-/// whether they were granted (the table is shared by every executor; a
-/// grant is picked up within this).
+/// How often a connection with blocking LOCKs or CREATEs waiting asks the
+/// lock table whether they were granted or their breaks are over (the
+/// table is shared by every executor; a grant is picked up within this).
 const LOCK_POLL: Duration = Duration::from_millis(5);
 
 /// [`next_wake`], or a tick after [`LOCK_POLL`] when `ticking`.
@@ -630,6 +698,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     let mut seed = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut seed);
     let mut conn = smb::Connection::new(cfg, now_ns(), &seed);
+    let route = ctx.conns.smb_routes.register(conn.key());
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 16);
     let mut tmp = vec![0u8; 1 << 18];
     let (done_tx, done_rx) = flume::unbounded::<Done>();
@@ -654,10 +723,22 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 return Ok(());
             }
         }
-        let ticking = conn.waiting_locks() > 0;
-        match next_wake_or_tick(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit, ticking).await {
+        let ticking = conn.waiting_locks() > 0 || conn.parked_opens() > 0;
+        let wake = futures_lite::future::or(
+            async { route.rx.recv_async().await.map(Wake::Recall).unwrap_or(Wake::Tick) },
+            next_wake_or_tick(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit, ticking),
+        )
+        .await;
+        match wake {
+            Wake::Recall(b) => {
+                queue.extend(conn.on_recall(b, now_ns()));
+                if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                    return Ok(());
+                }
+            }
             Wake::Tick => {
                 queue.extend(conn.poll_locks(now_ns()));
+                queue.extend(conn.poll_opens(now_ns(), &*ctx.catalog.borrow()));
                 if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
                     return Ok(());
                 }
@@ -710,6 +791,9 @@ async fn smb_events(
                 *in_flight += 1;
             }
             smb::Event::Close => return Ok(true),
+            smb::Event::Recall(b) => {
+                ctx.conns.smb_routes.deliver(b);
+            }
         }
     }
     Ok(false)
@@ -757,7 +841,7 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             }
             inbuf.drain(..off);
             match next_wake(&mut stream, &mut tmp, &done_rx, in_flight, limit).await {
-                Wake::Tick => {}
+                Wake::Tick | Wake::Recall(_) => {}
                 Wake::Read(r) => {
                     let n = r?;
                     if n == 0 {

@@ -413,7 +413,13 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     guid[8..].copy_from_slice(&cfg.node_id.to_le_bytes());
     // One lock table for every connection of both protocols on every
     // executor: share modes, byte-range locks (duet_locks).
-    let locks = std::sync::Arc::new(duet_locks::LockManager::default());
+    // Oplock breaks time out after `[limits] smb_oplock_break_ms`; a
+    // recalled file may be granted again at once (as Windows does).
+    let locks = std::sync::Arc::new(duet_locks::LockManager::new(duet_locks::Limits {
+        break_timeout_ns: cfg.limits.smb_oplock_break_ms as i64 * 1_000_000,
+        recall_backoff_ns: 0,
+        ..duet_locks::Limits::default()
+    }));
     let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(locks.clone()));
     // A node of a multi-node cluster serves clients too: its engine routes
     // every batch to the leader (forward.rs), and runs the batches other

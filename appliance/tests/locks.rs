@@ -21,10 +21,11 @@ use common::Daemon;
 use duet_protocols::nfs::nfs4::*;
 use duet_protocols::nfs::xdr::{Name, Opaque};
 use duet_protocols::smb2::compound::Compound;
-use duet_protocols::smb2::create::{create_disposition, create_options};
+use duet_protocols::smb2::create::{create_disposition, create_options, oplock_level};
 use duet_protocols::smb2::header::{Command as Cmd, Header, HeaderFlags, HeaderIds};
 use duet_protocols::smb2::lock::{LockElement, LockRequest};
-use duet_protocols::smb2::message::Request;
+use duet_protocols::smb2::message::{Request, Response};
+use duet_protocols::smb2::oplock_break::{OplockBreak, OplockBreakMessage};
 use duet_protocols::smb2::status::NtStatus;
 use duet_protocols::smb2::FileId;
 
@@ -366,4 +367,143 @@ fn smb_and_nfs_locks_and_share_modes_conflict() {
     let fw = open_share(&mut a, "cross", RW, 7).expect("the NFS open is closed");
     assert_eq!(a.close(fw), NtStatus::SUCCESS);
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}
+
+// ---------------------------------------------------------------- oplocks
+
+/// The next message from the server (interim responses and notifications
+/// included) with its bytes, or None when nothing comes within `wait`.
+fn next_msg(c: &mut Smb, wait: Duration) -> Option<(Header, Vec<u8>)> {
+    c.tcp.set_read_timeout(Some(wait)).unwrap();
+    let mut len = [0u8; 4];
+    let got = c.tcp.read_exact(&mut len);
+    c.tcp.set_read_timeout(None).unwrap();
+    got.ok()?;
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    c.tcp.read_exact(&mut buf).unwrap();
+    let m = Compound::new(&buf).next().unwrap().unwrap();
+    Some((m.header, m.bytes.to_vec()))
+}
+
+/// A CREATE (OPEN_IF) asking for `oplock`, sent without waiting.
+fn send_open(c: &mut Smb, name: &str, access: u32, oplock: u8) {
+    let mut req = open_req(name, create_disposition::OPEN_IF, create_options::NON_DIRECTORY_FILE, access);
+    req.requested_oplock_level = oplock;
+    let m = c.message(Request::Create(req), Cmd::CREATE, true);
+    c.send(&m).unwrap();
+}
+
+/// The final CREATE response: (file id, granted oplock level, header).
+fn create_reply(c: &mut Smb) -> (FileId, u8, Header) {
+    let r = c.recv().expect("CREATE reply");
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let Ok(Response::Create(cr)) = Response::decode(&r.header, &r.bytes) else { panic!("create reply") };
+    (cr.file_id, cr.oplock_level, r.header)
+}
+
+fn open_with(c: &mut Smb, name: &str, access: u32, oplock: u8) -> (FileId, u8) {
+    send_open(c, name, access, oplock);
+    let (f, l, _) = create_reply(c);
+    (f, l)
+}
+
+/// An OPLOCK_BREAK notification (MS-SMB2 2.2.23.1): its level and file.
+fn break_note(c: &mut Smb, wait: Duration) -> Option<OplockBreak> {
+    let (h, bytes) = next_msg(c, wait)?;
+    assert_eq!(h.command, Cmd::OPLOCK_BREAK, "a break notification");
+    assert_eq!(h.message_id, u64::MAX, "notifications carry MessageId -1 (MS-SMB2 3.3.4.6)");
+    match OplockBreakMessage::decode(&bytes).unwrap() {
+        OplockBreakMessage::Oplock(b) => Some(b),
+        other => panic!("not an oplock break: {other:?}"),
+    }
+}
+
+fn start_short_breaks() -> (tempfile::TempDir, Daemon) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(dir.path(), "[limits]\nsmb_oplock_break_ms = 1500", "", "portmap = false");
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    (dir, d)
+}
+
+/// The connection registry routes a break decided on one connection to
+/// the holder's: a batch oplock of connection a is broken by connection
+/// b's open (the notification reaches a, b's CREATE answers STATUS_PENDING
+/// and completes only after a's acknowledgment); a holder that never
+/// acknowledges loses its oplock at `smb_oplock_break_ms` and the opener
+/// proceeds; an open for writing breaks level II oplocks to none without
+/// waiting.
+#[test]
+fn oplock_breaks_are_routed_between_connections() {
+    let (_dir, d) = start_short_breaks();
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let mut b = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+
+    // Batch on a file nobody else has open.
+    let (fa, level) = open_with(&mut a, "ob-batch", RW, oplock_level::BATCH);
+    assert_eq!(level, oplock_level::BATCH);
+    // b opens it for writing: a is told to break to level II (an open
+    // takes write and handle caching; data changes take read caching);
+    // b waits.
+    send_open(&mut b, "ob-batch", RW, oplock_level::NONE);
+    let (interim, _) = next_msg(&mut b, Duration::from_secs(5)).expect("an interim response");
+    assert_eq!(interim.status, NtStatus::PENDING);
+    assert!(interim.flags.is_async(), "the interim answer has an AsyncId (MS-SMB2 3.3.4.2)");
+    let note = break_note(&mut a, Duration::from_secs(5)).expect("a break notification on a");
+    assert_eq!((note.oplock_level, note.file_id), (oplock_level::II, fa));
+    assert!(next_msg(&mut b, Duration::from_millis(300)).is_none(), "b waits for a's acknowledgment");
+    // a writes its cached data, then acknowledges.
+    assert_eq!(a.write(fa, 0, b"cached", false), NtStatus::SUCCESS);
+    let ack = OplockBreak { oplock_level: oplock_level::NONE, file_id: fa };
+    let r = a.call(Request::OplockBreak(OplockBreakMessage::Oplock(ack)), Cmd::OPLOCK_BREAK);
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let t0 = Instant::now();
+    let (fb, lb, hb) = create_reply(&mut b);
+    assert!(t0.elapsed() < Duration::from_secs(1), "b proceeds at the acknowledgment");
+    assert!(hb.flags.is_async(), "the final answer is in the ASYNC form");
+    assert_eq!(lb, oplock_level::NONE);
+    assert_eq!(b.read(fb, 0, 6).unwrap(), b"cached".to_vec(), "b sees what a wrote before acking");
+    // An acknowledgment of an oplock that is not breaking is refused.
+    let r = a.call(Request::OplockBreak(OplockBreakMessage::Oplock(ack)), Cmd::OPLOCK_BREAK);
+    assert_eq!(r.status(), NtStatus::INVALID_OPLOCK_PROTOCOL);
+
+    // A holder that never acknowledges: revoked after the timeout.
+    let (_fa2, level) = open_with(&mut a, "ob-silent", RW, oplock_level::EXCLUSIVE);
+    assert_eq!(level, oplock_level::EXCLUSIVE);
+    let t0 = Instant::now();
+    send_open(&mut b, "ob-silent", R, oplock_level::NONE);
+    let note = break_note(&mut a, Duration::from_secs(5)).expect("a break notification");
+    assert_eq!(note.oplock_level, oplock_level::II, "a reader leaves the holder read caching");
+    let (_, _, hb) = create_reply(&mut b);
+    let waited = t0.elapsed();
+    assert!(hb.flags.is_async());
+    assert!(
+        waited >= Duration::from_millis(1400) && waited < Duration::from_secs(6),
+        "b waited for the break timeout (1.5 s), not {waited:?}"
+    );
+
+    // Level II: two readers share it; a write through a third open breaks
+    // both to none at once, and nobody waits.
+    let (_r1, l1) = open_with(&mut a, "ob-l2", R, oplock_level::II);
+    let (_r2, l2) = open_with(&mut b, "ob-l2", R, oplock_level::BATCH);
+    assert_eq!((l1, l2), (oplock_level::II, oplock_level::II), "a second opener gets level II");
+    let mut c = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let (w, lw) = open_with(&mut c, "ob-l2", RW, oplock_level::NONE);
+    assert_eq!(lw, oplock_level::NONE);
+    assert!(next_msg(&mut a, Duration::from_millis(200)).is_none(), "opening for writing is no write");
+    let t0 = Instant::now();
+    assert_eq!(c.write(w, 0, b"new", false), NtStatus::SUCCESS);
+    assert!(t0.elapsed() < Duration::from_secs(1), "no acknowledgment is awaited for level II");
+    for h in [&mut a, &mut b] {
+        let note = break_note(h, Duration::from_secs(5)).expect("a break to none");
+        assert_eq!(note.oplock_level, oplock_level::NONE);
+    }
+    // A dropped holder's oplock goes with its connection: no wait.
+    let (_fx, lx) = open_with(&mut c, "ob-drop", RW, oplock_level::BATCH);
+    assert_eq!(lx, oplock_level::BATCH);
+    drop(c);
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let (_fy, _) = open_with(&mut b, "ob-drop", RW, oplock_level::NONE);
+    assert!(t0.elapsed() < Duration::from_secs(1));
 }

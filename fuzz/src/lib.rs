@@ -729,6 +729,8 @@ impl SmbClient {
                         out.push(f[4..].to_vec());
                     }
                     SmbEvent::Close => assert!(self.conn.is_closed()),
+                    // Breaks for other connections: there are none here.
+                    SmbEvent::Recall(_) => {}
                 }
             }
             events = next;

@@ -19,8 +19,9 @@
 //! (same protocol and client) never break its grant; a file that was just
 //! recalled is granted nothing new for `recall_backoff_ns`.
 //!
-//! Nothing grants leases yet: this is the tested model that the SMB lease
-//! and NFS delegation work will drive.
+//! SMB oplocks are granted through it (`duet_protocols::smb2::server`,
+//! [`Table::request_open_grant`]); SMB leases and NFS delegations are not
+//! yet.
 
 use std::collections::HashMap;
 
@@ -71,6 +72,21 @@ impl Level {
     }
 }
 
+/// What contradicts others' caching (see [`Table::break_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conflict {
+    /// An open as NFSv4 sees it (RFC 8881 10.4.1): one for writing leaves
+    /// others handle caching at most, one for reading takes write caching.
+    Open,
+    /// An SMB open that does not truncate (MS-FSA 2.1.4.12): write caching
+    /// goes; read caching stays until data actually changes. An open that
+    /// uses nothing (attributes only) breaks nothing.
+    SmbOpen,
+    /// An open that replaces the data (SUPERSEDE, OVERWRITE), or a write
+    /// (MS-FSA 2.1.5.4): only handle caching may stay.
+    Write,
+}
+
 /// A grant's name in the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GrantId(pub u64);
@@ -81,12 +97,33 @@ enum State {
     Breaking { to: Level, deadline: i64 },
 }
 
+/// Whose opens a grant covers: every open of its client (an SMB lease
+/// key, an NFSv4 client's delegation) or the one open it was granted with
+/// (an SMB oplock belongs to one open, MS-SMB2 3.3.5.9.8: a second open of
+/// the same connection breaks it like anyone's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    Client,
+    Open,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct GrantRec {
     file: FileId,
     holder: Holder,
     level: Level,
     state: State,
+    scope: Scope,
+}
+
+impl GrantRec {
+    /// Whether `h`'s opens are this grant's own (they never break it).
+    fn owns(&self, h: &Holder) -> bool {
+        match self.scope {
+            Scope::Client => same_client(&self.holder, h),
+            Scope::Open => self.holder == *h,
+        }
+    }
 }
 
 /// A break to tell a holder about (SMB OPLOCK_BREAK / LEASE_BREAK
@@ -184,6 +221,27 @@ impl Table {
     /// A holder asking again gets its grant raised, never lowered.
     /// Returns the grant and its level, or None for no grant.
     pub fn request_grant(&mut self, file: FileId, holder: Holder, want: Level, now: i64) -> Option<(GrantId, Level)> {
+        self.request_scoped(file, holder, want, now, Scope::Client)
+    }
+
+    /// As [`Table::request_grant`], for a grant of one open (an SMB
+    /// oplock): the holder's other opens count as anyone's.
+    pub fn request_open_grant(&mut self, file: FileId, holder: Holder, want: Level, now: i64) -> Option<(GrantId, Level)> {
+        self.request_scoped(file, holder, want, now, Scope::Open)
+    }
+
+    fn request_scoped(
+        &mut self,
+        file: FileId,
+        holder: Holder,
+        want: Level,
+        now: i64,
+        scope: Scope,
+    ) -> Option<(GrantId, Level)> {
+        let mine = |h: &Holder| match scope {
+            Scope::Client => same_client(h, &holder),
+            Scope::Open => *h == holder,
+        };
         let f = self.files.get(&file);
         if f.and_then(|f| f.no_grant_until).is_some_and(|t| now < t) {
             return None;
@@ -196,11 +254,16 @@ impl Table {
         }
         let mut level = want.normal();
         let others_open = f.map_or(Vec::new(), |f| {
-            f.opens.iter().filter(|o| !same_client(&o.holder, &holder)).map(|o| o.share).collect()
+            f.opens.iter().filter(|o| !mine(&o.holder)).map(|o| o.share).collect()
         });
         let others_grant: Vec<Level> =
-            grants.iter().filter(|(_, g)| !same_client(&g.holder, &holder)).map(|(_, g)| g.level).collect();
-        if others_open.iter().any(|s| s.access & super::share::WRITE != 0) || others_grant.iter().any(|l| l.has(Level::W)) {
+            grants.iter().filter(|(_, g)| !g.owns(&holder) && !mine(&g.holder)).map(|(_, g)| g.level).collect();
+        // An oplock (one open's) may share read caching with writers'
+        // opens: their writes break it (MS-FSA 2.1.5.17.2 grants level II
+        // beside other opens).
+        let writer_open =
+            scope == Scope::Client && others_open.iter().any(|s| s.access & super::share::WRITE != 0);
+        if writer_open || others_grant.iter().any(|l| l.has(Level::W)) {
             level = Level::NONE;
         }
         if others_open.iter().any(|s| s.access != 0) || others_grant.iter().any(|l| !l.is_none()) {
@@ -219,7 +282,7 @@ impl Table {
         }
         self.grants.next += 1;
         let id = GrantId(self.grants.next);
-        self.grants.by_id.insert(id, GrantRec { file, holder, level, state: State::Granted });
+        self.grants.by_id.insert(id, GrantRec { file, holder, level, state: State::Granted, scope });
         self.touch(file, &holder).grants.push(id);
         Some((id, level))
     }
@@ -232,6 +295,20 @@ impl Table {
     /// kept open and the open can succeed). Returns the breaks to send
     /// and, if the opener must wait for acknowledgements, until when.
     pub fn break_for_open(&mut self, file: FileId, opener: &Holder, share: Share, now: i64) -> (Vec<Break>, Option<i64>) {
+        self.break_for(file, opener, share, Conflict::Open, now)
+    }
+
+    /// As [`Table::break_for_open`], for what `why` says `opener` does: an
+    /// NFS open, an SMB open, or a change of the data (an overwriting
+    /// open, a write: `share` is then the writer's open).
+    pub fn break_for(
+        &mut self,
+        file: FileId,
+        opener: &Holder,
+        share: Share,
+        why: Conflict,
+        now: i64,
+    ) -> (Vec<Break>, Option<i64>) {
         let mut out = Vec::new();
         let Some(f) = self.files.get(&file) else { return (out, None) };
         let ids: Vec<GrantId> = f.grants.clone();
@@ -245,21 +322,20 @@ impl Table {
         let timeout = self.limits.break_timeout_ns;
         for id in ids {
             let Some(g) = self.grants.by_id.get_mut(&id) else { continue };
-            if same_client(&g.holder, opener) {
+            if g.owns(opener) {
                 continue;
             }
             let current = match g.state {
                 State::Granted => g.level,
                 State::Breaking { to, .. } => to,
             };
-            let mut to = if share.access & super::share::WRITE != 0 {
-                current.and(Level::H)
-            } else if share.access != 0 {
-                current.without(Level::W)
-            } else {
-                current
+            let mut to = match why {
+                Conflict::Open if share.access & super::share::WRITE != 0 => current.and(Level::H),
+                Conflict::Open | Conflict::SmbOpen if share.access != 0 => current.without(Level::W),
+                Conflict::Open | Conflict::SmbOpen => current,
+                Conflict::Write => current.and(Level::H),
             };
-            if refused.iter().any(|h| same_client(h, &g.holder)) {
+            if refused.iter().any(|h| g.owns(h)) {
                 to = to.without(Level::H);
             }
             // H alone is no SMB lease state; a writer leaves the holder H
@@ -304,7 +380,7 @@ impl Table {
         f.grants
             .iter()
             .filter_map(|g| self.grants.by_id.get(g))
-            .filter(|g| !same_client(&g.holder, opener))
+            .filter(|g| !g.owns(opener))
             .filter_map(|g| match g.state {
                 State::Breaking { deadline, .. } => Some(deadline),
                 State::Granted => None,

@@ -31,7 +31,7 @@ use std::sync::{Mutex, MutexGuard};
 pub mod grant;
 mod range;
 
-pub use grant::{AckError, Break, GrantId, Level};
+pub use grant::{AckError, Break, Conflict, GrantId, Level, Scope};
 pub use range::Range;
 
 /// A file (duet's `NodeId`).

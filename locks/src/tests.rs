@@ -412,3 +412,54 @@ fn manager_is_shared() {
     .unwrap();
     assert!(m.table().lock(F, nfs(1, 1), n(0, 1), false).is_err());
 }
+
+#[test]
+fn an_oplock_belongs_to_one_open() {
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 0, ..Limits::default() });
+    let (a, a2) = (smb(1, 1), smb(1, 2));
+    t.open(F, a, Share::smb(READ_DATA, 7)).unwrap();
+    let (g, l) = t.request_open_grant(F, a, Level::RWH, 0).unwrap();
+    assert_eq!(l, Level::RWH, "its own open does not count against it");
+    // A second open of the same connection breaks it (MS-SMB2 3.3.5.9.8).
+    let (breaks, wait) = t.break_for_open(F, &a2, Share::smb(READ_DATA, 7), 5);
+    assert_eq!(breaks, vec![Break { grant: g, holder: a, from: Level::RWH, to: Level::RH, ack_needed: true }]);
+    assert_eq!(wait, Some(105));
+    t.ack(g, Level::R).unwrap();
+    t.open(F, a2, Share::smb(READ_DATA, 7)).unwrap();
+    // The second open shares read caching with the first.
+    let (g2, l2) = t.request_open_grant(F, a2, Level::RWH, 10).unwrap();
+    assert_ne!(g2, g);
+    assert_eq!(l2, Level::RH);
+    // A write through a third open takes read caching from both at once.
+    let (breaks, _) = t.break_for_open(F, &smb(1, 3), Share::smb(WRITE_DATA, 7), 20);
+    assert_eq!(breaks.len(), 2);
+}
+
+#[test]
+fn smb_opens_break_write_caching_and_writes_read_caching() {
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 0, ..Limits::default() });
+    let (a, b, c) = (smb(1, 1), smb(2, 1), smb(3, 1));
+    t.open(F, a, Share::smb(READ_DATA | WRITE_DATA, 7)).unwrap();
+    let (g, _) = t.request_open_grant(F, a, Level::RWH, 0).unwrap();
+    // An SMB open for writing leaves the holder read and handle caching.
+    let (breaks, wait) = t.break_for(F, &b, Share::smb(READ_DATA | WRITE_DATA, 7), Conflict::SmbOpen, 1);
+    assert_eq!(breaks[0].to, Level::RH);
+    assert_eq!(wait, Some(101));
+    t.ack(g, Level::R).unwrap();
+    // Level II beside a writer's open (an oplock is one open's).
+    t.open(F, b, Share::smb(READ_DATA | WRITE_DATA, 7)).unwrap();
+    let (gb, lb) = t.request_open_grant(F, b, Level::RWH, 2).unwrap();
+    assert_eq!(lb, Level::RH);
+    // ... but not a lease or delegation (a client's).
+    assert!(t.request_grant(F, c, Level::R, 2).is_none());
+    // An attribute-only open breaks nothing.
+    let (breaks, _) = t.break_for(F, &c, Share::smb(READ_ATTRS, 0), Conflict::SmbOpen, 3);
+    assert!(breaks.is_empty());
+    // A write through c: read caching goes from both, a's without an ack.
+    let (breaks, _) = t.break_for(F, &c, Share::smb(WRITE_DATA, 7), Conflict::Write, 4);
+    assert_eq!(breaks.len(), 2);
+    let ba = breaks.iter().find(|x| x.grant == g).unwrap();
+    assert!(!ba.ack_needed && ba.to.is_none());
+    let bb = breaks.iter().find(|x| x.grant == gb).unwrap();
+    assert!(bb.ack_needed && bb.to.is_none());
+}

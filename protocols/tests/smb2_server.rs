@@ -180,6 +180,8 @@ struct Client {
     dialect: u16,
     closed: bool,
     nonce: u64,
+    /// Oplock breaks the connection gave out to route (`Event::Recall`).
+    recalls: Vec<duet_locks::Break>,
 }
 
 fn dir_with(engine: &mut Engine) -> TestDir {
@@ -273,6 +275,7 @@ impl Client {
             dialect: 0,
             closed: false,
             nonce: 1,
+            recalls: Vec::new(),
         }
     }
 
@@ -304,6 +307,7 @@ impl Client {
                         self.closed = true;
                         return None;
                     }
+                    Event::Recall(b) => self.recalls.push(b),
                 }
             }
             if next.is_empty() {
@@ -528,7 +532,11 @@ impl Client {
     }
 
     fn connected() -> Client {
-        let mut c = Client::new(ServerConfig::default());
+        Client::connected_with(ServerConfig::default())
+    }
+
+    fn connected_with(cfg: ServerConfig) -> Client {
+        let mut c = Client::new(cfg);
         c.negotiate(
             &[dialect::SMB2_1, dialect::SMB3_0, dialect::SMB3_1_1],
             &[algorithm::AES_128_GCM],
@@ -2700,6 +2708,7 @@ fn close_waits_for_the_requests_in_progress() {
                 ev.extend(c.conn.resume(NOW, &c.dir));
             }
             Event::Close => panic!("connection closed"),
+            Event::Recall(_) => {}
         }
     }
     assert_eq!(c.conn.held(), 0);
@@ -2827,4 +2836,100 @@ fn a_name_that_exists_in_another_case_is_the_same_name() {
     };
     assert_eq!(mk(&mut c, "Photos")[0].status(), NtStatus::SUCCESS);
     assert_eq!(mk(&mut c, "PHOTOS")[0].status(), NtStatus::OBJECT_NAME_COLLISION);
+}
+
+/// Runs the batches of `events` to their responses.
+fn drive(c: &mut Client, mut events: Vec<Event>) -> Vec<Reply> {
+    let mut out = Vec::new();
+    while !events.is_empty() {
+        let mut next = Vec::new();
+        for e in events {
+            match e {
+                Event::Run { token, batch, .. } => {
+                    let r = c.engine.run(&batch);
+                    next.extend(c.conn.on_batch_done(token, r, NOW));
+                }
+                Event::Recall(b) => c.recalls.push(b),
+                e => out.extend(sent_replies(c, vec![e])),
+            }
+        }
+        events = next;
+    }
+    out
+}
+
+/// MS-SMB2 3.3.5.9 / 3.3.4.6 / 3.3.5.22.1: a batch oplock is granted to
+/// the only open; a second open (of the same connection: an oplock is one
+/// open's) breaks it: the break is given out for routing to the holder's
+/// connection, the CREATE is answered STATUS_PENDING in the ASYNC form and
+/// waits; the holder's connection turns the break into an OPLOCK_BREAK
+/// notification; the acknowledgment lets the CREATE finish (in the ASYNC
+/// form, with the same AsyncId); a wrong acknowledgment is refused.
+#[test]
+fn oplock_break_parks_the_create_until_the_ack() {
+    use duet_protocols::smb2::create::oplock_level;
+    use duet_protocols::smb2::oplock_break::{OplockBreak, OplockBreakMessage};
+    // Windows grants again at once after a break (no recall backoff).
+    let locks = duet_locks::LockManager::new(duet_locks::Limits { recall_backoff_ns: 0, ..Default::default() });
+    let share_modes = duet_protocols::smb2::server::ShareModes::with_locks(std::sync::Arc::new(locks));
+    let mut c = Client::connected_with(ServerConfig { share_modes: std::sync::Arc::new(share_modes), ..Default::default() });
+    let mut req = create("oplocked", create_disposition::OPEN_IF, 0, RW);
+    req.requested_oplock_level = oplock_level::BATCH;
+    let r = c.one(Request::Create(req));
+    let Response::Create(cr) = r.body() else { panic!() };
+    assert_eq!(cr.oplock_level, oplock_level::BATCH);
+    let held = cr.file_id;
+    assert!(c.recalls.is_empty());
+    // A reader: the holder is to keep level II; the CREATE waits.
+    let mut req = create("oplocked", create_disposition::OPEN, 0, READ);
+    req.requested_oplock_level = oplock_level::II;
+    let interim = c.one(Request::Create(req));
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    assert!(interim.header.flags.is_async());
+    assert_eq!(c.conn.parked_opens(), 1);
+    assert_eq!(c.recalls.len(), 1);
+    let b = c.recalls.remove(0);
+    assert_eq!(b.holder.client, c.conn.key(), "routed to this connection");
+    assert!(b.ack_needed);
+    let ev = c.conn.poll_opens(NOW, &c.dir);
+    assert!(drive(&mut c, ev).is_empty(), "still waiting");
+    // The holder's side: the notification.
+    let ev = c.conn.on_recall(b, NOW);
+    let note = sent_replies(&c, ev);
+    assert_eq!(note.len(), 1);
+    assert_eq!((note[0].header.command, note[0].header.message_id), (Command::OPLOCK_BREAK, u64::MAX));
+    let Ok(OplockBreakMessage::Oplock(n)) = OplockBreakMessage::decode(&note[0].bytes) else { panic!() };
+    assert_eq!((n.oplock_level, n.file_id), (oplock_level::II, held));
+    // Acknowledging more than the break left is refused (and the oplock goes).
+    let bad = OplockBreak { oplock_level: oplock_level::BATCH, file_id: held };
+    let r = c.one(Request::OplockBreak(OplockBreakMessage::Oplock(bad)));
+    assert_eq!(r.status(), NtStatus::INVALID_OPLOCK_PROTOCOL);
+    // The CREATE goes on, in the ASYNC form, with no second charge.
+    let ev = c.conn.poll_opens(NOW, &c.dir);
+    let done = drive(&mut c, ev);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].status(), NtStatus::SUCCESS);
+    assert_eq!((done[0].header.message_id, done[0].header.ids), (interim.header.message_id, interim.header.ids));
+    assert_eq!(done[0].header.credit, 0, "credits came with the interim answer");
+    let Response::Create(cr2) = done[0].body() else { panic!() };
+    assert_eq!(cr2.oplock_level, oplock_level::II, "the holder has none left: a reader gets level II");
+    assert_eq!(c.conn.parked_opens(), 0);
+    // An open for writing leaves level II alone; one that overwrites
+    // breaks it to none, without waiting.
+    let r = c.one(Request::Create(create("oplocked", create_disposition::OPEN, 0, RW)));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    assert!(c.recalls.is_empty());
+    let r = c.one(Request::Create(create("oplocked", create_disposition::OVERWRITE_IF, 0, RW)));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    assert_eq!(c.recalls.len(), 1);
+    let b = c.recalls.remove(0);
+    assert!(!b.ack_needed);
+    let ev = c.conn.on_recall(b, NOW);
+    let note = sent_replies(&c, ev);
+    let Ok(OplockBreakMessage::Oplock(n)) = OplockBreakMessage::decode(&note[0].bytes) else { panic!() };
+    assert_eq!((n.oplock_level, n.file_id), (oplock_level::NONE, cr2.file_id));
+    // Nothing to acknowledge after a level II break.
+    let ack = OplockBreak { oplock_level: oplock_level::NONE, file_id: cr2.file_id };
+    let r = c.one(Request::OplockBreak(OplockBreakMessage::Oplock(ack)));
+    assert_eq!(r.status(), NtStatus::INVALID_OPLOCK_PROTOCOL);
 }

@@ -151,6 +151,13 @@ pub(super) struct Open {
     pub delete_on_close: bool,
     pub position: u64,
     pub dir: Option<DirState>,
+    /// The oplock held (MS-SMB2 2.2.14 OplockLevel; 0 for none).
+    pub oplock: u8,
+    /// Its grant in the lock table.
+    pub grant: Option<duet_locks::GrantId>,
+    /// The level a break in progress lowers it to (Open.OplockState
+    /// Breaking, MS-SMB2 3.3.1.10).
+    pub breaking_to: Option<u8>,
 }
 
 /// A LOCK waiting in the lock table (MS-SMB2 3.3.5.14.2: a blocking lock
@@ -299,6 +306,15 @@ pub struct Connection {
     nonce_prefix: [u8; 4],
     nonce_counter: u64,
     closed: bool,
+    /// What planning decided for other connections (oplock breaks to
+    /// route), sent out ahead of the frame's own events.
+    pub(super) outbox: Vec<Event>,
+    /// CREATEs waiting for oplock breaks, by AsyncId (`oplock.rs`).
+    pub(super) parked: HashMap<u64, super::oplock::ParkedCreate>,
+    /// Set by a CREATE that must wait: the files whose breaks it awaits.
+    pub(super) park: Option<Vec<NodeId>>,
+    /// The AsyncId of the parked CREATE being run again.
+    pub(super) resuming: Option<u64>,
     /// The session a SESSION_SETUP just created, for its response header.
     last_new_session: u64,
     /// The tree a TREE_CONNECT just made, for its response header.
@@ -341,7 +357,7 @@ fn response_output_bound(req: &Request<'_>) -> u64 {
 /// Wraps one message or compound in the 4-byte Direct TCP header; None
 /// when it is longer than the header can say ([`MAX_FRAME`]): the caller
 /// drops the connection rather than send a length that wrapped.
-fn transport(frame: Vec<u8>) -> Option<Vec<u8>> {
+pub(super) fn transport(frame: Vec<u8>) -> Option<Vec<u8>> {
     if frame.len() > MAX_FRAME {
         return None;
     }
@@ -430,6 +446,10 @@ impl Connection {
             nonce_prefix,
             nonce_counter: 0,
             closed: false,
+            outbox: Vec::new(),
+            parked: HashMap::new(),
+            park: None,
+            resuming: None,
             last_new_session: 0,
             last_new_tree: 0,
         }
@@ -454,6 +474,7 @@ impl Connection {
         self.closed = true;
         self.pending.clear();
         self.held.clear();
+        self.parked.clear();
         vec![Event::Close]
     }
 
@@ -604,7 +625,38 @@ impl Connection {
         }
     }
 
-    fn process(
+    /// This connection's key: the lock table's client for its opens, and
+    /// the key the driver registers it under to route breaks to it.
+    pub fn key(&self) -> u64 {
+        self.conn_key
+    }
+
+    /// Encrypts one message for session `sid` (the next nonce).
+    pub(super) fn seal(&mut self, sid: u64, key: &CipherKey, msg: &[u8]) -> Option<Vec<u8>> {
+        let mut nonce = [0u8; 16];
+        nonce[..4].copy_from_slice(&self.nonce_prefix);
+        nonce[4..12].copy_from_slice(&self.nonce_counter.to_le_bytes());
+        self.nonce_counter += 1;
+        key.encrypt(sid, nonce, msg)
+    }
+
+    pub(super) fn process(
+        &mut self,
+        frame: &[u8],
+        encrypted_by: Option<u64>,
+        now_ns: i64,
+        dir: &dyn Directory,
+    ) -> Vec<Event> {
+        let mut events = self.process_inner(frame, encrypted_by, now_ns, dir);
+        if !self.outbox.is_empty() {
+            let mut out = std::mem::take(&mut self.outbox);
+            out.append(&mut events);
+            events = out;
+        }
+        events
+    }
+
+    fn process_inner(
         &mut self,
         frame: &[u8],
         encrypted_by: Option<u64>,
@@ -648,10 +700,16 @@ impl Connection {
             } else {
                 hdr.credit_charge
             };
-            if !self.credits.consume(hdr.message_id, charge) {
-                return self.close();
-            }
-            let credits = self.credits.grant(hdr.credit, self.cfg.max_credits);
+            // A parked CREATE run again was charged, and granted its
+            // credits in its interim answer (MS-SMB2 3.3.4.2).
+            let credits = if self.resuming.is_some() {
+                0
+            } else {
+                if !self.credits.consume(hdr.message_id, charge) {
+                    return self.close();
+                }
+                self.credits.grant(hdr.credit, self.cfg.max_credits)
+            };
             let related = i > 0 && hdr.flags.is_related();
             if !related {
                 chain = Chain::default();
@@ -716,6 +774,29 @@ impl Connection {
                         self.last_new_tree = 0;
                     }
                 }
+            }
+            // A CREATE waiting for oplock breaks: an interim answer in
+            // the ASYNC form now (MS-SMB2 3.3.4.2), the final one when
+            // `poll_opens` runs the frame again; run again and still
+            // waiting, it is parked again without a second interim.
+            if let Some(nodes) = self.park.take() {
+                let park = super::oplock::ParkedCreate {
+                    frame: frame.to_vec(),
+                    encrypted_by,
+                    nodes,
+                };
+                if let Some(async_id) = self.resuming {
+                    self.parked.insert(async_id, park);
+                    return Vec::new();
+                }
+                let async_id = self.next_async_id;
+                self.next_async_id += 1;
+                hdr.flags.0 |= crate::smb2::header::HeaderFlags::ASYNC_COMMAND;
+                hdr.ids = HeaderIds::Async { async_id };
+                self.parked.insert(async_id, park);
+            } else if let Some(async_id) = self.resuming {
+                hdr.flags.0 |= crate::smb2::header::HeaderFlags::ASYNC_COMMAND;
+                hdr.ids = HeaderIds::Async { async_id };
             }
             // A blocking LOCK that waits: its interim answer is in the
             // ASYNC form (MS-SMB2 3.3.4.2), the final one comes later.
@@ -1037,6 +1118,10 @@ impl Connection {
                     done(NtStatus::NOT_SUPPORTED)
                 })
             }
+            Request::OplockBreak(crate::smb2::oplock_break::OplockBreakMessage::Oplock(a)) => {
+                self.oplock_ack(hdr, &a)
+            }
+            // No leases are granted: there is nothing to acknowledge.
             Request::OplockBreak(_) => done(NtStatus::INVALID_OPLOCK_PROTOCOL),
             Request::Echo(_) => ok(Response::Echo(Default::default())),
             Request::Negotiate(_) | Request::SessionSetup(_) | Request::Cancel(_) => {

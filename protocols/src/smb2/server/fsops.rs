@@ -102,6 +102,8 @@ pub struct CreatePlan {
     /// GetAttr of the share root, when a name directly in it is opened
     /// for DELETE (its permission check needs the root's attributes).
     root_attrs_op: Option<usize>,
+    /// RequestedOplockLevel (MS-SMB2 2.2.13).
+    oplock: u8,
 }
 
 #[derive(Debug)]
@@ -474,6 +476,29 @@ impl Connection {
             .to_string_checked()
             .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
         let comps = split_path(&name)?;
+        // Oplocks of other opens of the file that this open contradicts
+        // are broken first (MS-SMB2 3.3.4.6 / MS-FSA 2.1.5.17); when the
+        // holders must acknowledge, a CREATE alone in its frame waits
+        // (answered STATUS_PENDING, run again by `poll_opens`), one in a
+        // compound goes on at once.
+        let break_access = if desired & access::MAXIMUM_ALLOWED != 0 {
+            access::FILE_ALL_ACCESS
+        } else if matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF) {
+            desired | access::FILE_WRITE_DATA
+        } else {
+            desired
+        };
+        let (_, wait) = {
+            let key = path_key(root, &comps.join("\\"));
+            let share = duet_locks::Share::smb(break_access, req.share_access);
+            let truncate = matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF);
+            self.break_for_create(&key, share, truncate, fp.now_ns)
+        };
+        if wait.is_some() && fp.slots.is_empty() && hdr.next_command == 0 {
+            let key = path_key(root, &comps.join("\\"));
+            self.park = Some(self.cfg.share_modes.nodes_at(&key));
+            return Ok(done(NtStatus::PENDING));
+        }
         // Truncation happens in the batch: check the share modes of the
         // file's current opens first (MS-FSA 2.1.5.1.2.2).
         if matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF)
@@ -629,6 +654,7 @@ impl Connection {
             share_access: req.share_access,
             ea_op,
             root_attrs_op,
+            oplock: req.requested_oplock_level,
         }))))
     }
 
@@ -757,8 +783,16 @@ impl Connection {
                 delete_on_close: doc,
                 position: 0,
                 dir: None,
+                oplock: 0,
+                grant: None,
+                breaking_to: None,
             },
         );
+        let oplock = if is_dir {
+            0
+        } else {
+            self.grant_oplock(attrs.id, id, cp.oplock, fp.now_ns)
+        };
         let action = if created {
             create_action::CREATED
         } else {
@@ -782,7 +816,7 @@ impl Connection {
             });
         }
         let resp = CreateResponse {
-            oplock_level: 0,
+            oplock_level: oplock,
             flags: 0,
             create_action: action,
             creation_time: to_filetime(attrs.btime),
@@ -952,6 +986,9 @@ impl Connection {
         }
         if v.is_dir == Some(true) {
             return done(NtStatus::INVALID_DEVICE_REQUEST);
+        }
+        if let Some(file) = v.file {
+            self.break_for_write(file, fp.now_ns);
         }
         if let (Some(file), Some(node), false) = (v.file, v.node, append) {
             if self.lock_conflict(file, node, w.offset, w.data.len() as u64, true) {

@@ -17,7 +17,9 @@
 //! its results), `info` (FILETIME, NTSTATUS of FsError, access masks,
 //! security descriptors, patterns), `crypto` (PRNG, KDF, signing,
 //! encryption, preauth hash), `pipe` (named pipes on IPC$: the srvsvc
-//! pipe carrying DCE/RPC to `crate::dcerpc`).
+//! pipe carrying DCE/RPC to `crate::dcerpc`), `oplock` (oplock grants,
+//! breaks routed to the holder's connection as [`Event::Recall`], acks,
+//! CREATEs parked until the breaks they caused are over).
 //!
 //! Architecture Invariant: no I/O, no clock, no OS randomness: time comes
 //! as `now_ns`, randomness from the seed given to [`Connection::new`].
@@ -26,6 +28,7 @@ mod conn;
 pub mod crypto;
 mod fsops;
 pub mod info;
+mod oplock;
 mod pipe;
 pub mod sharemode;
 
@@ -169,4 +172,8 @@ pub enum Event {
     },
     /// Close the transport connection.
     Close,
+    /// Deliver this oplock break to the connection whose [`Connection::key`]
+    /// is `holder.client` (this one, or another on any executor), which
+    /// passes it to its [`Connection::on_recall`].
+    Recall(duet_locks::Break),
 }

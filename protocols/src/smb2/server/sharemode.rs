@@ -104,6 +104,14 @@ impl ShareModes {
         self.locks.table().share_conflict(node, None, Share::smb(access, share_access))
     }
 
+    /// The files SMB opens at `path` (a path key) are of now.
+    pub fn nodes_at(&self, path: &str) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> = self.paths().values().filter(|(_, p)| p == path).map(|(n, _)| *n).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+
     /// Whether a file below the directory at `path` is open by an SMB
     /// client.
     pub fn open_below(&self, path: &str) -> bool {

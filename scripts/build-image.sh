@@ -18,9 +18,19 @@
 # Environment: DUET_BIN_DIR (duetd and duetctl), DUET_IMAGE_OUT (default
 # target/images), DUET_MIRROR and DUET_SECURITY_MIRROR (default:
 # deb.debian.org; bookworm, bookworm-updates and bookworm-security).
+#
+# Which images: `scripts/build-image.sh [all|qcow2|oci]` (default all):
+# `oci` runs only scripts/build-oci.sh (target/images/duet-oci.tar), `qcow2`
+# only the disk image; `all` builds the disk image, then the OCI image.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root_dir=$PWD
+kind="${1:-all}"
+case "$kind" in
+  oci) exec scripts/build-oci.sh ;;
+  qcow2|all) ;;
+  *) echo "build-image: unknown image kind '$kind' (all, qcow2, oci)" >&2; exit 2 ;;
+esac
 t0=$(date +%s)
 
 out="${DUET_IMAGE_OUT:-target/images}"
@@ -152,3 +162,6 @@ dd if="$work/data.ext4" of="$raw" bs=1M seek="$data_start" conv=notrunc,sparse s
 qemu-img convert -q -f raw -O qcow2 "$raw" "$out/duet.qcow2.new"
 mv "$out/duet.qcow2.new" "$out/duet.qcow2"
 echo "build-image: $out/duet.qcow2 ($(du -h "$out/duet.qcow2" | cut -f1) on disk, ${disk_mib} MiB virtual; kernel $kver) in $(( $(date +%s) - t0 )) s"
+if [ "$kind" = all ]; then
+  DUET_BIN_DIR="$bin" DUET_IMAGE_OUT="$out" scripts/build-oci.sh
+fi

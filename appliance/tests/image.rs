@@ -270,6 +270,7 @@ fn disk_image_boots_serves_and_keeps_the_password_off_the_journal() {
             assert!(duetctl().starts_with(&bin_dir) || bin_dir.join("duetctl").exists(), "duetctl is not next to duetd");
             let out = repo_root().join("target/images");
             let o = Command::new(repo_root().join("scripts/build-image.sh"))
+                .arg("qcow2")
                 .env("DUET_BIN_DIR", &bin_dir)
                 .env("DUET_IMAGE_OUT", &out)
                 .output()

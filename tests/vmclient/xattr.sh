@@ -6,7 +6,10 @@
 set -e
 n=$1; s=$2
 f=xattr-$$
+# Created over NFS (root is squashed to nobody, the owner) and made
+# writable for the SMB user, who is not the owner.
 echo data > $n/$f
+chmod 666 $n/$f
 setfattr -n user.color -v blue $n/$f
 [ "$(getfattr --only-values -n user.color $n/$f)" = blue ]
 setfattr -n user.color -v green $n/$f

@@ -43,6 +43,8 @@ pub mod codes {
     /// A change sent to a node that is not the raft leader (the message
     /// names the leader).
     pub const NOT_LEADER: &str = "not_leader";
+    /// Too many failed sign-ins from this source: try again later.
+    pub const TOO_MANY_ATTEMPTS: &str = "too_many_attempts";
 }
 
 /// The error body of every non-2xx response.
@@ -90,6 +92,10 @@ impl ApiError {
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(codes::FORBIDDEN, message)
     }
+    /// 429 (RFC 6585 section 4): too many failed sign-ins from this source.
+    pub fn too_many_attempts(message: impl Into<String>) -> Self {
+        Self::new(codes::TOO_MANY_ATTEMPTS, message)
+    }
     /// 500.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(codes::INTERNAL, message)
@@ -111,6 +117,7 @@ impl ApiError {
             codes::TOO_LARGE => 413,
             codes::FORBIDDEN => 403,
             codes::NOT_LEADER => 421,
+            codes::TOO_MANY_ATTEMPTS => 429,
             _ => 500,
         }
     }
@@ -126,6 +133,7 @@ impl ApiError {
             409 => codes::ALREADY_EXISTS,
             413 | 431 => codes::TOO_LARGE,
             421 => codes::NOT_LEADER,
+            429 => codes::TOO_MANY_ATTEMPTS,
             _ => codes::INTERNAL,
         }
     }

@@ -1,6 +1,9 @@
-//! The admin API server: HTTP/1.1 on a loopback port, one request per
-//! connection, authenticated by the API token (the file `admin.token` in the
-//! data directory) or the admin user's password.
+//! The admin API server: HTTP/1.1 (over TLS off loopback, `tls.rs`), one
+//! request per connection, authenticated by the API token (the file
+//! `admin.token` in the data directory), the admin user's password, or a
+//! web console session (`console.rs`: cookie plus CSRF token); repeated
+//! failures from one address are throttled. Also serves `/metrics` and the
+//! console's page.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -16,9 +19,10 @@ use duet_admin_api::{
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
 use duet_cluster::machine::AdminError;
 use duet_cluster_store::{Query, QueryAnswer, StoreError};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
+use crate::console::{self, Console};
 use crate::engine::Engine;
 use crate::secrets;
 
@@ -69,6 +73,10 @@ pub struct Admin {
     pub auth_failures: std::cell::Cell<u64>,
     /// Admin changes and refused logons.
     pub audit: std::sync::Arc<crate::audit::AuditLog>,
+    /// The web console's sessions and the sign-in throttle.
+    pub console: Console,
+    /// TLS on the admin listener (`[admin] tls`), or None.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 /// Accepts admin connections until `stop` fires.
@@ -179,9 +187,35 @@ pub fn now_ns() -> i64 {
 }
 
 impl Admin {
-    async fn connection(&self, mut stream: TcpStream) -> std::io::Result<()> {
+    async fn connection(&self, stream: TcpStream) -> std::io::Result<()> {
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
         stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+        let peer = stream.peer_addr().ok();
+        let Some(cfg) = &self.tls else { return self.exchange(stream, peer, false).await };
+        // A TLS ClientHello starts with the handshake record type 0x16 (RFC
+        // 8446 section 5.1). Anything else is plain HTTP: served to loopback
+        // clients (duetctl on the appliance, the container's health check),
+        // refused to everyone else with a pointer to https.
+        let mut first = [0u8; 1];
+        if stream.peek(&mut first).await? == 0 {
+            return Ok(());
+        }
+        if first[0] == 0x16 {
+            let tls = futures_rustls::TlsAcceptor::from(cfg.clone()).accept(stream).await?;
+            return self.exchange(tls, peer, true).await;
+        }
+        if peer.is_some_and(|p| p.ip().is_loopback()) {
+            return self.exchange(stream, peer, false).await;
+        }
+        let e = ApiError::forbidden("this admin listener serves TLS to clients off loopback: use https://");
+        let mut stream = stream;
+        stream.write_all(&encode_response(&Err(e))).await?;
+        let _ = stream.close().await;
+        Ok(())
+    }
+
+    /// One request and its answer on a connection (plain or TLS).
+    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(&self, mut stream: S, peer: Option<SocketAddr>, secure: bool) -> std::io::Result<()> {
         let mut parser = RequestParser::new();
         let mut buf = vec![0u8; 16 * 1024];
         let req = loop {
@@ -194,59 +228,153 @@ impl Admin {
                 Parsed::Error(e) => break Err(ApiError::from(e)),
             }
         };
-        if let Ok(r) = &req {
-            if r.path_only() == "/metrics" {
-                // Unauthenticated: counts only (docs/metrics.md).
-                let reply = self.metrics_reply(r).await;
-                stream.write_all(&reply).await?;
-                stream.flush().await?;
-                let _ = stream.shutdown(std::net::Shutdown::Both).await;
-                return Ok(());
-            }
+        let reply = match req {
+            Ok(req) => self.reply(&req, peer, secure).await,
+            Err(e) => encode_response(&Err(e)),
+        };
+        stream.write_all(&reply).await?;
+        stream.flush().await?;
+        let _ = stream.close().await;
+        Ok(())
+    }
+
+    /// The answer to one request: `/metrics` (no credentials), the web
+    /// console (`/console/...`), or the API.
+    async fn reply(&self, req: &duet_admin_api::HttpRequest, peer: Option<SocketAddr>, secure: bool) -> Vec<u8> {
+        let path = req.path_only();
+        if path == "/metrics" {
+            // Unauthenticated: counts only (docs/metrics.md).
+            return self.metrics_reply(req).await;
         }
-        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-        let result = match req {
-            Ok(req) => {
-                let creds = credentials(&req);
-                let who = match &creds {
-                    Some(Credentials::Bearer(_)) => "token".to_string(),
-                    Some(Credentials::Basic { user, .. }) => user.clone(),
-                    None => "-".to_string(),
-                };
-                match self.authenticate(creds).await {
-                    Ok(()) => match route(&req) {
-                        Ok(r) => {
-                            let what = format!("{r:?}");
-                            let change = r.is_change();
-                            let out = self.handle(r).await;
-                            if let Err(e) = &out {
-                                tracing::info!("admin: {what}: {}", e.message);
-                            }
-                            if change {
-                                let outcome = match &out {
-                                    Ok(_) => "ok".to_string(),
-                                    Err(e) => format!("{}: {}", e.code, e.message),
-                                };
-                                self.audit.record(&who, &peer, &what, &outcome);
-                            }
-                            out
-                        }
-                        Err(e) => Err(e),
-                    },
-                    Err(e) => {
-                        self.auth_failures.set(self.auth_failures.get() + 1);
-                        tracing::warn!(%peer, "admin API: authentication failed");
-                        self.audit.record(&who, &peer, "admin logon", &format!("refused: {}", e.message));
-                        Err(e)
-                    }
-                }
+        let from = peer.map(|a| a.to_string()).unwrap_or_default();
+        // The throttle counts failures by address, whatever the port.
+        let source = peer.map(|a| a.ip().to_string()).unwrap_or_default();
+        if path == "/" || path == "/console" {
+            return console::redirect();
+        }
+        if path.starts_with("/console/") {
+            return self.console_reply(req, &from, &source, secure).await;
+        }
+        let creds = credentials(req);
+        let session = if creds.is_none() { self.console.session_of(req) } else { None };
+        let who = match (&creds, &session) {
+            (Some(Credentials::Bearer(_)), _) => "token".to_string(),
+            (Some(Credentials::Basic { user, .. }), _) => user.clone(),
+            (None, Some((_, s))) => s.user.clone(),
+            (None, None) => "-".to_string(),
+        };
+        let auth = match (&session, creds.is_some()) {
+            (Some((_, s)), false) => console::csrf_check(req, s),
+            (None, false) if Console::has_cookie(req) => {
+                Err(ApiError::unauthorized("the console session ended (signed out or expired): sign in again"))
             }
+            _ => self.sign_in(creds, &who, &from, &source).await,
+        };
+        let result = match auth {
+            Ok(()) => match route(req) {
+                Ok(r) => {
+                    let what = format!("{r:?}");
+                    let change = r.is_change();
+                    let out = self.handle(r).await;
+                    if let Err(e) = &out {
+                        tracing::info!("admin: {what}: {}", e.message);
+                    }
+                    if change {
+                        let outcome = match &out {
+                            Ok(_) => "ok".to_string(),
+                            Err(e) => format!("{}: {}", e.code, e.message),
+                        };
+                        self.audit.record(&who, &from, &what, &outcome);
+                    }
+                    out
+                }
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
-        stream.write_all(&encode_response(&result)).await?;
-        stream.flush().await?;
-        let _ = stream.shutdown(std::net::Shutdown::Both).await;
-        Ok(())
+        encode_response(&result)
+    }
+
+    /// Checks credentials under the sign-in throttle: a source locked out
+    /// after repeated failures is refused before its credentials are
+    /// looked at; failures are counted, audited and logged.
+    async fn sign_in(&self, creds: Option<Credentials>, who: &str, from: &str, source: &str) -> Result<(), ApiError> {
+        let given = creds.is_some();
+        let checked = match self.console.check_throttle(source) {
+            Ok(()) => self.authenticate(creds).await,
+            Err(e) => Err(e),
+        };
+        match &checked {
+            Ok(()) => self.console.sign_in_ok(source),
+            Err(e) => {
+                if given && e.code != duet_admin_api::codes::TOO_MANY_ATTEMPTS {
+                    self.console.sign_in_failed(source);
+                }
+                self.auth_failures.set(self.auth_failures.get() + 1);
+                tracing::warn!(peer = %from, "admin API: authentication failed: {}", e.message);
+                self.audit.record(who, from, "admin logon", &format!("refused: {}", e.message));
+            }
+        }
+        checked
+    }
+
+    /// `/console/...`: the page's files and the browser session.
+    async fn console_reply(&self, req: &duet_admin_api::HttpRequest, from: &str, source: &str, secure: bool) -> Vec<u8> {
+        let path = req.path_only();
+        if path != "/console/session" {
+            return match console::asset(path) {
+                Some(_) if req.method != "GET" && req.method != "HEAD" => {
+                    console::error_answer(&ApiError::method_not_allowed(format!("{} is not allowed on {path}", req.method)), &[])
+                }
+                Some((ct, body)) => console::answer(200, ct, if req.method == "HEAD" { b"" } else { body }, &[]),
+                None => console::error_answer(&ApiError::not_found(format!("{path} is not part of the console")), &[]),
+            };
+        }
+        match req.method.as_str() {
+            "POST" => {
+                let sign: console::SignIn = match serde_json::from_slice(&req.body) {
+                    Ok(s) => s,
+                    Err(e) => return console::error_answer(&ApiError::invalid_argument(format!("sign-in body: {e}")), &[]),
+                };
+                // A sign-in form posted from another site (login CSRF) is refused.
+                if let (Some(origin), Some(host)) = (req.header("Origin"), req.header("Host")) {
+                    let o = origin.split_once("://").map(|x| x.1).unwrap_or(origin);
+                    if o != host {
+                        return console::error_answer(&ApiError::forbidden(format!("sign-in from another origin ({origin}) is refused")), &[]);
+                    }
+                }
+                let creds = Some(Credentials::Basic { user: sign.user.clone(), password: sign.password });
+                match self.sign_in(creds, &sign.user, from, source).await {
+                    Ok(()) => {
+                        let (id, csrf) = self.console.new_session(&sign.user);
+                        self.audit.record(&sign.user, from, "console sign-in", "ok");
+                        let body = serde_json::to_vec(&console::SessionInfo { user: &sign.user, csrf: &csrf }).unwrap_or_default();
+                        let cookie = duet_admin_api::session::session_cookie(&id, secure);
+                        console::answer(200, "application/json", &body, &[("Set-Cookie", &cookie)])
+                    }
+                    Err(e) => console::error_answer(&e, &[]),
+                }
+            }
+            "GET" => match self.console.session_of(req) {
+                Some((_, s)) => {
+                    let body = serde_json::to_vec(&console::SessionInfo { user: &s.user, csrf: &s.csrf }).unwrap_or_default();
+                    console::answer(200, "application/json", &body, &[])
+                }
+                None => console::error_answer(&ApiError::unauthorized("not signed in"), &[]),
+            },
+            "DELETE" => {
+                if let Some((id, s)) = self.console.session_of(req) {
+                    if let Err(e) = console::csrf_check(req, &s) {
+                        return console::error_answer(&e, &[]);
+                    }
+                    self.console.end_session(&id);
+                    self.audit.record(&s.user, from, "console sign-out", "ok");
+                }
+                let cookie = duet_admin_api::session::cleared_cookie(secure);
+                console::answer(204, "application/json", b"", &[("Set-Cookie", &cookie)])
+            }
+            m => console::error_answer(&ApiError::method_not_allowed(format!("{m} is not allowed on /console/session")), &[]),
+        }
     }
 
     /// The reply to `GET /metrics` (405 for other methods).

@@ -330,6 +330,13 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let segment = cfg.cache.log_segment_mib << 20;
     let interval = Duration::from_millis(cfg.cache.destage_interval_ms);
     let admin_addr = cfg.admin_addr();
+    let admin_tls = if crate::tls::wanted(cfg.admin.tls, admin_addr) {
+        let c = crate::tls::server_config(&cfg.data_dir, admin_addr, cfg.admin.tls_cert.as_deref(), cfg.admin.tls_key.as_deref())
+            .map_err(|e| StartError::Other(e.to_string()))?;
+        Some(c)
+    } else {
+        None
+    };
     let space_reserve = cfg.limits.disk_reserve_mib << 20;
     let fault_injection = cfg.testing.fault_injection;
     let listeners = std::sync::Arc::new(std::sync::Mutex::new(Vec::<ListenerInfo>::new()));
@@ -385,6 +392,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
                 conns: admin_conns,
                 auth_failures: Default::default(),
                 audit,
+                console: Default::default(),
+                tls: admin_tls,
             });
             glommio::spawn_local(admin::serve(admin, listener, stop_rx)).detach();
             let _ = ready_tx.send(Ok((handle, bound)));
@@ -485,6 +494,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     for l in &listening {
         tracing::info!(protocol = %l.protocol, addr = %l.addr, "listening");
     }
+    let scheme = if crate::tls::wanted(cfg.admin.tls, admin_addr) { "https" } else { "http" };
+    tracing::info!("web console: {scheme}://{admin_addr}/console/");
     tracing::info!(executors, data_dir = %cfg.data_dir.display(), "duetd is serving");
     Ok(Running {
         fronts,

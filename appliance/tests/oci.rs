@@ -175,10 +175,15 @@ fn container_image_runs_serves_drains_and_keeps_its_volume() {
     std::fs::write(&pwfile, format!("{password}\n")).unwrap();
     let upw = dir.join("upw");
     std::fs::write(&upw, "oci-pass-1\n").unwrap();
-    let addr = format!("127.0.0.1:{}", ports.admin);
+    // The admin listener is on every address of the container, so it serves
+    // TLS (the host's connections arrive from off loopback); duetctl
+    // trusts the CA duetd made in the volume.
+    let addr = format!("https://127.0.0.1:{}", ports.admin);
+    let ca = volume.join("admin-tls/ca.pem");
+    assert!(ca.exists(), "duetd made no admin-tls/ca.pem in the volume");
     let ctl = |args: &[&str]| -> Output {
         Command::new(duetctl())
-            .args(["--addr", &addr, "--user", "admin", "--admin-password-file", pwfile.to_str().unwrap()])
+            .args(["--addr", &addr, "--tls-ca", ca.to_str().unwrap(), "--user", "admin", "--admin-password-file", pwfile.to_str().unwrap()])
             .args(args)
             .output()
             .unwrap()

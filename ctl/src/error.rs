@@ -87,7 +87,7 @@ impl CtlError {
                 codes::INVALID_ARGUMENT | codes::TOO_LARGE => exit::USAGE,
                 codes::NOT_FOUND => exit::NOT_FOUND,
                 codes::ALREADY_EXISTS => exit::CONFLICT,
-                codes::UNAUTHORIZED | codes::FORBIDDEN => exit::UNAUTHORIZED,
+                codes::UNAUTHORIZED | codes::FORBIDDEN | codes::TOO_MANY_ATTEMPTS => exit::UNAUTHORIZED,
                 _ => exit::FAILED,
             },
         }

@@ -421,29 +421,43 @@ impl Admin {
     }
 
     async fn authenticate(&self, c: Option<Credentials>) -> Result<(), ApiError> {
-        let ok = match &c {
+        // (secret given, stored hash, the admin secret's name when it lives
+        // in the metadata and may need its hash upgraded)
+        let (given, stored, name) = match &c {
             Some(Credentials::Bearer(token)) => match &self.node.local_token {
-                Some(local) => secrets::verify_secret(token, local),
-                None => match self.secret("token").await {
-                    Some(stored) => secrets::verify_secret(token, &stored),
-                    None => false,
-                },
+                Some(local) => (token.clone(), Some(local.clone()), None),
+                None => (token.clone(), self.secret("token").await, Some("token".to_string())),
             },
-            Some(Credentials::Basic { user, password }) => match self.secret(&format!("user:{user}")).await {
-                Some(stored) => secrets::verify_secret(password, &stored),
-                None => false,
-            },
+            Some(Credentials::Basic { user, password }) => {
+                let name = format!("user:{user}");
+                (password.clone(), self.secret(&name).await, Some(name))
+            }
             None => {
                 return Err(ApiError::unauthorized(
                     "credentials required: a bearer token (admin.token in the data directory) or the admin user",
                 ))
             }
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(ApiError::unauthorized("wrong token, user or password"))
+        let Some(stored) = stored else { return Err(ApiError::unauthorized("wrong token, user or password")) };
+        // Argon2id takes tens of milliseconds: not on this executor, which
+        // also runs the data path.
+        let upgrade = secrets::needs_upgrade(&stored);
+        let g = given.clone();
+        let ok = glommio::executor().spawn_blocking(move || secrets::verify_secret(&g, &stored)).await;
+        if !ok {
+            return Err(ApiError::unauthorized("wrong token, user or password"));
         }
+        if let (true, Some(name)) = (upgrade, name) {
+            // A hash of the old PBKDF2 form: replaced by Argon2id now that
+            // the secret is known. Best effort (a follower cannot commit).
+            let hash = glommio::executor().spawn_blocking(move || secrets::hash_secret(&given)).await;
+            let cmd = Command::Init { now_ns: now_ns(), admin_secrets: vec![(name.clone(), hash)], shares: vec![] };
+            match self.command(cmd).await {
+                Ok(()) => tracing::info!("admin secret {name}: hash upgraded from PBKDF2 to Argon2id"),
+                Err(e) => tracing::debug!("admin secret {name}: hash upgrade deferred: {}", e.message),
+            }
+        }
+        Ok(())
     }
 
     async fn command(&self, cmd: Command) -> Result<(), ApiError> {

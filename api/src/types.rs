@@ -43,6 +43,13 @@ pub mod codes {
     /// A change sent to a node that is not the raft leader (the message
     /// names the leader).
     pub const NOT_LEADER: &str = "not_leader";
+    /// A change sent to a follower found no leader within `[cluster]
+    /// leader_wait_ms` (503): nothing was done.
+    pub const NO_LEADER: &str = "no_leader";
+    /// A change forwarded to the leader got no answer within the forward
+    /// timeout (504): it may or may not have been applied; it was not
+    /// sent again.
+    pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
 }
 
 /// The error body of every non-2xx response.
@@ -100,6 +107,15 @@ impl ApiError {
         Self::new(codes::NOT_LEADER, message)
     }
 
+    /// 503: no raft leader within `[cluster] leader_wait_ms`.
+    pub fn no_leader(message: impl Into<String>) -> Self {
+        Self::new(codes::NO_LEADER, message)
+    }
+    /// 504: forwarded to the leader, no answer in time; may have applied.
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        Self::new(codes::OUTCOME_UNKNOWN, message)
+    }
+
     /// The HTTP status code for this error's code (500 for unknown codes).
     pub fn http_status(&self) -> u16 {
         match self.code.as_str() {
@@ -111,6 +127,8 @@ impl ApiError {
             codes::TOO_LARGE => 413,
             codes::FORBIDDEN => 403,
             codes::NOT_LEADER => 421,
+            codes::NO_LEADER => 503,
+            codes::OUTCOME_UNKNOWN => 504,
             _ => 500,
         }
     }
@@ -126,6 +144,8 @@ impl ApiError {
             409 => codes::ALREADY_EXISTS,
             413 | 431 => codes::TOO_LARGE,
             421 => codes::NOT_LEADER,
+            503 => codes::NO_LEADER,
+            504 => codes::OUTCOME_UNKNOWN,
             _ => codes::INTERNAL,
         }
     }

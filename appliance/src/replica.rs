@@ -94,6 +94,13 @@ pub fn link(peers: &PeersHandle) -> ReplicaLink {
     ReplicaLink { sender: peers.sender(), inbound: rx, inbound_bytes: bytes, counters }
 }
 
+impl ReplicaLink {
+    /// The replication counters (for `/metrics`).
+    pub fn counters(&self) -> Arc<ReplicaCounters> {
+        self.counters.clone()
+    }
+}
+
 struct PushWait {
     len: u64,
     sent: BTreeSet<u64>,

@@ -426,9 +426,10 @@ impl AdminLink {
         self.incoming_rx.clone()
     }
 
-    /// Whether this node's connection to `id` is up.
+    /// Whether `id` can take a request and answer: this node's connection
+    /// to it and its connection to this node are both up.
     pub fn reachable(&self, id: u64) -> bool {
-        self.health.connected(id)
+        self.health.reachable(id)
     }
 
     /// Sends `request` to `leader` and waits for its answer, at most

@@ -119,6 +119,9 @@ pub struct PeerState {
     pub connected: bool,
     /// Outbound connections established since start.
     pub connects: u64,
+    /// Its authenticated connections to this node now open (a killed
+    /// peer's close at once, before a write to it fails).
+    pub inbound: u32,
     /// When the last authenticated frame from it arrived.
     pub heard: Option<Instant>,
     /// Its last status frame: its own applied index, term, commit.
@@ -155,6 +158,12 @@ impl PeerHealth {
     /// Whether this node's connection to `id` is up.
     pub fn connected(&self, id: u64) -> bool {
         self.peers.lock().map(|m| m.get(&id).is_some_and(|p| p.connected)).unwrap_or(false)
+    }
+
+    /// Whether `id` can be sent a request and answer it: both directions'
+    /// connections are up.
+    pub fn reachable(&self, id: u64) -> bool {
+        self.peers.lock().map(|m| m.get(&id).is_some_and(|p| p.connected && p.inbound > 0)).unwrap_or(false)
     }
 
     /// What this node knows of `id` (default: nothing yet).
@@ -610,7 +619,9 @@ impl Inbound {
         };
         let peer = session.peer_id;
         tracing::info!(addr = %addr, peer, "cluster: node {peer} connected from {addr}");
+        self.health.with(peer, |p| p.inbound += 1);
         let e = self.receive_loop(&mut stream, session);
+        self.health.with(peer, |p| p.inbound = p.inbound.saturating_sub(1));
         if !self.stop.load(Ordering::Relaxed) {
             tracing::warn!(addr = %addr, peer, "cluster: dropped the connection from node {peer} ({addr}): {e}");
         }

@@ -745,9 +745,9 @@ impl Admin {
     /// This node: its applied index and its store's health. Another node,
     /// as this node knows it: `applied` is the applied index it reported
     /// in its last status frame (every 500 ms on the peer link; before the
-    /// first one, the leader's matched index of it, else 0); `healthy`: an
-    /// authenticated frame from it arrived within
-    /// [`crate::peers::HEARD_WITHIN`].
+    /// first one, the leader's matched index of it, else 0); `healthy`:
+    /// its connection to this node is open and an authenticated frame from
+    /// it arrived within [`crate::peers::HEARD_WITHIN`].
     async fn cluster(&self) -> Result<ClusterStatus, ApiError> {
         let QueryAnswer::Raft(raft) = self.query(Query::RaftStatus).await? else { return Err(internal("raft")) };
         let me = ClusterNode {

@@ -309,6 +309,10 @@ pub fn serve_requests(peers: &PeersHandle, fwd: Arc<Forwarder>, engine_tx: flume
 /// until its `leader_wait_ms`).
 pub const ADMIN_INBOUND_MAX: usize = 64;
 
+/// A leader not heard from for this long (it sends a status frame every
+/// 500 ms) while another is elected will not answer a forwarded change.
+pub const ADMIN_SILENT: Duration = Duration::from_millis(1500);
+
 /// Counters of admin forwarding (`/metrics`).
 #[derive(Debug, Default)]
 pub struct AdminCounters {
@@ -458,8 +462,13 @@ impl AdminLink {
                 None => break None,
                 Some(None) => {}
             }
+            // Another leader and the one asked silent (stopped, cut off):
+            // no answer will come. A leader that moved but still talks
+            // answers within its own bound (a transfer moves it on
+            // purpose).
             let moved = self.view.leader().is_some_and(|l| l != leader);
-            if started.elapsed() >= wait || moved || !self.reachable(leader) {
+            let silent = self.health.peer(leader).heard.is_none_or(|h| h.elapsed() > ADMIN_SILENT);
+            if started.elapsed() >= wait || (moved && silent) || !self.reachable(leader) {
                 break None;
             }
         };

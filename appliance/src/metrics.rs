@@ -99,7 +99,7 @@ fn render_cluster(reg: &mut Registry, c: &ClusterMetrics) {
     peer_gauge(reg, "peer_up", "1 while this node's authenticated outbound connection to the peer is up", p, |x| {
         Some(x.state.connected as u64)
     });
-    peer_gauge(reg, "peer_healthy", "1 while an authenticated frame from the peer arrived within 3 s", p, |x| Some(x.healthy as u64));
+    peer_gauge(reg, "peer_healthy", "1 while the peer's connection to this node is open and a frame from it arrived within 3 s", p, |x| Some(x.healthy as u64));
     peer_gauge(reg, "peer_applied_index", "The applied index the peer last reported (status frames, every 500 ms)", p, |x| {
         x.state.status.map(|s| s.applied)
     });

@@ -140,9 +140,11 @@ pub struct PeerState {
 }
 
 impl PeerState {
-    /// Whether it was heard from within [`HEARD_WITHIN`] of `now`.
+    /// Whether its connection to this node is open and it was heard from
+    /// within [`HEARD_WITHIN`] of `now` (a killed peer is unhealthy at
+    /// once, a stopped or cut-off one after the bound).
     pub fn healthy(&self, now: Instant) -> bool {
-        self.heard.is_some_and(|h| now.saturating_duration_since(h) <= HEARD_WITHIN)
+        self.inbound > 0 && self.heard.is_some_and(|h| now.saturating_duration_since(h) <= HEARD_WITHIN)
     }
 }
 

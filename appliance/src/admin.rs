@@ -485,6 +485,7 @@ impl Admin {
             ]
         });
         Some(crate::metrics::ClusterMetrics {
+            majority_wait: self.replica.as_ref().map(|c| c.majority_wait.clone()),
             last_index: raft.map_or(0, |r| r.last_index),
             peers,
             forwarded_batches,

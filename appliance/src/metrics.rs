@@ -130,6 +130,13 @@ fn render_cluster(reg: &mut Registry, c: &ClusterMetrics) {
     for (name, help, v) in &c.replica {
         counter(reg, name, help, *v);
     }
+    if let Some(h) = &c.majority_wait {
+        reg.register(
+            "replica_majority_wait_seconds",
+            "How long a batch with write data waited until a majority held its extents durably",
+            h.clone(),
+        );
+    }
 }
 
 type HistogramFamily = Family<RequestLabels, Histogram, fn() -> Histogram>;
@@ -217,6 +224,8 @@ pub struct ClusterMetrics {
     pub forwarded_admin: Vec<(&'static str, u64)>,
     /// Write-cache replication counters (name suffix, help, count).
     pub replica: Vec<(&'static str, &'static str, u64)>,
+    /// How long batches waited for a majority to hold their data.
+    pub majority_wait: Option<Histogram>,
 }
 
 /// One peer as this node knows it.
@@ -371,6 +380,11 @@ mod tests {
                 forwarded_batches: vec![("sent", 3)],
                 forwarded_admin: vec![("no_leader", 1)],
                 replica: vec![("replica_pushes", "Extents pushed", 5)],
+                majority_wait: Some({
+                    let h = Histogram::new(exponential_buckets(100e-6, 2.0, 17));
+                    h.observe(0.002);
+                    h
+                }),
             }),
         };
         let text = render(&stats, &g, &lat);
@@ -389,6 +403,7 @@ mod tests {
             "duet_forwarded_batches_total{outcome=\"sent\"} 3\n",
             "duet_forwarded_admin_total{outcome=\"no_leader\"} 1\n",
             "duet_replica_pushes_total 5\n",
+            "duet_replica_majority_wait_seconds_count 1\n",
             "# TYPE duet_request_duration_seconds histogram\n",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");

@@ -706,3 +706,43 @@ impl Inbound {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthy_needs_an_open_connection_and_a_recent_frame() {
+        let now = Instant::now();
+        let mut p = PeerState { heard: Some(now), ..Default::default() };
+        assert!(!p.healthy(now), "heard, but its connection is closed (a killed peer)");
+        p.inbound = 1;
+        assert!(p.healthy(now));
+        assert!(p.healthy(now + HEARD_WITHIN));
+        assert!(!p.healthy(now + HEARD_WITHIN + Duration::from_millis(1)), "silent past the bound (stopped, cut off)");
+        assert!(!PeerState { inbound: 1, ..Default::default() }.healthy(now), "never heard");
+    }
+
+    #[test]
+    fn reachable_needs_both_directions_and_drops_are_counted() {
+        let h = PeerHealth::default();
+        assert!(!h.reachable(2));
+        h.set(2, true);
+        assert!(h.connected(2) && !h.reachable(2), "outbound up, no inbound connection");
+        h.with(2, |p| p.inbound += 1);
+        assert!(h.reachable(2));
+        h.set(2, false);
+        h.set(2, true);
+        assert_eq!(h.peer(2).connects, 2);
+        // A full queue drops and counts; an unknown peer is refused.
+        let (tx, _rx) = flume::bounded(1);
+        let health = Arc::new(PeerHealth::default());
+        let s = PeerSender { senders: HashMap::from([(3u64, tx)]), health: health.clone() };
+        assert!(s.send(3, FrameKind::Admin, vec![1]));
+        assert!(!s.send(3, FrameKind::Admin, vec![2]));
+        assert!(!s.send(9, FrameKind::Admin, vec![3]));
+        assert_eq!(health.peer(3).dropped, 1);
+        h.set_local(NodeStatus { applied: 5, term: 2, commit: 5 });
+        assert_eq!(h.local().applied, 5);
+    }
+}

@@ -257,6 +257,7 @@ fn a_cluster_is_administered_through_any_node() {
     assert!(sample(&mf, "duet_forwarded_batches_total", "outcome=sent") + sample(&metrics(&nodes[f2]), "duet_forwarded_batches_total", "outcome=sent") >= 1.0);
     assert!(sample(&ml, "duet_forwarded_batches_total", "outcome=served") >= 1.0, "smbclient's batches reached the leader");
     assert!(sample(&ml, "duet_replica_acks_total", "") >= 0.0);
+    assert!(sample(&ml, "duet_replica_majority_wait_seconds_count", "") >= 0.0);
 
     // The leader stops (SIGSTOP) with a change in flight: the follower
     // sent it and no answer comes; once the others elect a new leader the

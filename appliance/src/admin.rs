@@ -329,7 +329,9 @@ impl Admin {
                         out => return Answer::Local(out),
                     }
                 }
-                Some(l) if link.reachable(l) => match link.call(l, &msg, wait).await {
+                // Not sent to a leader that is unreachable or silent: the
+                // request waits for the next one instead.
+                Some(l) if link.reachable(l) && !link.silent(l) => match link.call(l, &msg, wait).await {
                     AdminCall::Done { audit, http } => return Answer::Forwarded { leader: l, audit, http },
                     AdminCall::Again => {}
                     AdminCall::Unknown(m) => return Answer::Local(Err(ApiError::outcome_unknown(m))),
@@ -339,7 +341,7 @@ impl Admin {
             if Instant::now() >= deadline {
                 link.counters.no_leader.fetch_add(1, Ordering::Relaxed);
                 let seen = match link.view.leader() {
-                    Some(l) => format!("node {l} is named leader but is not reachable from node {}", self.node.node_id),
+                    Some(l) => format!("node {l} is named leader but is not reachable (both connections up, heard within 1.5 s) from node {}", self.node.node_id),
                     None => "no node leads".to_string(),
                 };
                 return Answer::Local(Err(ApiError::no_leader(format!(

@@ -174,9 +174,12 @@ impl Forwarder {
         self.pending.lock().map(|p| p.len()).unwrap_or(0)
     }
 
-    /// Whether this node's authenticated connection to `id` is up.
+    /// Whether `id` can take a batch and answer: this node's connection
+    /// to it and its connection to this node are both up (a killed
+    /// leader's closes at once, so a batch waits for the next leader
+    /// instead of being sent into a dead socket).
     pub fn reachable(&self, id: u64) -> bool {
-        self.health.connected(id)
+        self.health.reachable(id)
     }
 
     /// A slot, waiting asynchronously up to `deadline`.
@@ -436,6 +439,12 @@ impl AdminLink {
         self.health.reachable(id)
     }
 
+    /// Whether `id` was not heard from within [`ADMIN_SILENT`] (stopped,
+    /// or cut off without a reset): a request is not sent to it.
+    pub fn silent(&self, id: u64) -> bool {
+        self.health.peer(id).heard.is_none_or(|h| h.elapsed() > ADMIN_SILENT)
+    }
+
     /// Sends `request` to `leader` and waits for its answer, at most
     /// `wait` (less if the leader changes or its connection drops: then
     /// the outcome is unknown).
@@ -467,8 +476,7 @@ impl AdminLink {
             // answers within its own bound (a transfer moves it on
             // purpose).
             let moved = self.view.leader().is_some_and(|l| l != leader);
-            let silent = self.health.peer(leader).heard.is_none_or(|h| h.elapsed() > ADMIN_SILENT);
-            if started.elapsed() >= wait || (moved && silent) || !self.reachable(leader) {
+            if started.elapsed() >= wait || (moved && self.silent(leader)) || !self.reachable(leader) {
                 break None;
             }
         };

@@ -194,6 +194,13 @@ fn a_cluster_is_administered_through_any_node() {
     // A change through the other follower, then read on the first.
     nodes[f2].ok(&["share", "modify", "projects", "--read-write"]);
 
+    // Both ends audit a forwarded change: the follower names the leader,
+    // the leader the follower.
+    let fa = nodes[f1].ok(&["audit"]);
+    assert!(fa.contains(&format!("forwarded to node {leader}: ok")), "{fa}");
+    let la = nodes[li].ok(&["audit"]);
+    assert!(la.contains(&format!("via node {}", f1 + 1)), "{la}");
+
     // smbclient uses the share, as the new user, through the other follower.
     let work = root.join("work");
     std::fs::create_dir_all(&work).unwrap();

@@ -134,3 +134,27 @@ impl CtlError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_errors_map_to_their_exit_statuses_and_hints() {
+        let no_leader = CtlError::Api(ApiError::no_leader("no leader"));
+        assert_eq!(no_leader.exit_code(), exit::UNHEALTHY);
+        assert!(no_leader.cluster_hint().unwrap().contains("nothing was changed"));
+        let unknown = CtlError::Api(ApiError::outcome_unknown("no answer"));
+        assert_eq!(unknown.exit_code(), exit::FAILED);
+        assert!(unknown.cluster_hint().unwrap().contains("may or may not have been applied"));
+        // A reply without a JSON body maps by its status.
+        assert_eq!(ApiError::code_for_status(503), codes::NO_LEADER);
+        assert_eq!(ApiError::code_for_status(504), codes::OUTCOME_UNKNOWN);
+        assert_eq!(ApiError::no_leader("x").http_status(), 503);
+        assert_eq!(ApiError::outcome_unknown("x").http_status(), 504);
+        // Existing codes keep their statuses.
+        assert_eq!(CtlError::Api(ApiError::not_leader("x")).exit_code(), exit::FAILED);
+        assert_eq!(CtlError::Api(ApiError::already_exists("x")).exit_code(), exit::CONFLICT);
+        assert!(CtlError::Api(ApiError::already_exists("x")).cluster_hint().is_none());
+    }
+}

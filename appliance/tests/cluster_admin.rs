@@ -1,5 +1,7 @@
 //! A three-node cluster is administered through any node (issue 12):
-//! three real duetd on 127.0.0.11/.12/.13. `duetctl share add` and `user
+//! three real duetd on 127.0.0.11/.12/.13. A peer holding the secret
+//! that sends undecodable admin and status frames to the leader has each
+//! dropped and logged (never acted on). `duetctl share add` and `user
 //! add` sent to a follower are forwarded to the leader over the peer link
 //! and succeed; the share is listed on all three nodes and smbclient uses
 //! it, as the new user, through the other follower; a conflicting change
@@ -18,11 +20,13 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{free_port, Daemon};
+use duet_cluster::peer_wire::{FrameKind, Handshake, HandshakeStep, Session};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -158,6 +162,36 @@ fn metrics(n: &Daemon) -> Vec<(String, String, f64)> {
     parse_metrics(&body)
 }
 
+/// A handshake with the node at `addr` as node `me` (dialling `peer`),
+/// done by hand with the sans-I/O codec: a peer that holds the secret.
+fn raw_session(addr: &str, secret: &[u8], me: u64, peer: u64) -> (TcpStream, Session) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    let mut nonce = [0x5bu8; 32];
+    nonce[1] = std::process::id() as u8;
+    let mut hs = Handshake::initiator(secret, me, peer, nonce).unwrap();
+    stream.write_all(&hs.hello()).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the node closed the handshake");
+        let mut step = hs.feed(&buf[..n]).unwrap();
+        loop {
+            match step {
+                HandshakeStep::Continue { send } if send.is_empty() => break,
+                HandshakeStep::Continue { send } => {
+                    stream.write_all(&send).unwrap();
+                    step = hs.feed(&[]).unwrap();
+                }
+                HandshakeStep::Established { send, session } => {
+                    stream.write_all(&send).unwrap();
+                    return (stream, session);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn a_cluster_is_administered_through_any_node() {
     let tmp = tempfile::tempdir().unwrap();
@@ -173,6 +207,44 @@ fn a_cluster_is_administered_through_any_node() {
     let leader = leader_of(&nodes, &[1, 2, 3]);
     let li = leader as usize - 1;
     let (f1, f2) = ((li + 1) % 3, (li + 2) % 3);
+
+    // A peer that holds the secret sends undecodable admin and status
+    // frames to the leader: each is dropped and logged, never acted on,
+    // and the connection and the group go on.
+    let me = f1 as u64 + 1;
+    let (mut raw, mut sess) = raw_session(&format!("{}:{cluster}", HOSTS[li]), &std::fs::read(&secret).unwrap(), me, leader);
+    let mut truncated = duet_cluster::admin_wire::encode_request(
+        7,
+        &duet_cluster::admin_wire::AdminRequestMsg {
+            who: "mallory".into(),
+            method: "DELETE".into(),
+            target: "/v1/shares/public".into(),
+            body: vec![],
+        },
+    );
+    truncated.pop();
+    for (kind, payload) in
+        [(FrameKind::Admin, vec![0xff; 9]), (FrameKind::Admin, truncated), (FrameKind::Status, vec![1, 0x80])]
+    {
+        let f = sess.sender.frame(kind, &payload).unwrap();
+        raw.write_all(&f).unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let log = nodes[li].log_text();
+        let admin = log.matches(&format!("dropped an undecodable admin message from node {me}")).count();
+        let status = log.matches(&format!("dropped an undecodable status frame from node {me}")).count();
+        if admin == 2 && status == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "forged frames not logged ({admin}, {status}):\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let keepalive = sess.sender.frame(FrameKind::Ping, &[]).unwrap();
+    raw.write_all(&keepalive).expect("the connection is kept: a message is dropped, not the link");
+    drop(raw);
+    assert!(nodes[li].ok(&["share", "list"]).contains("public"), "the truncated DELETE was never run");
+    assert_eq!(sample(&metrics(&nodes[li]), "duet_forwarded_admin_total", "outcome=refused"), 2.0);
 
     // A share and a user added through a follower: forwarded, committed.
     let t = Instant::now();

@@ -45,6 +45,13 @@ pub mod codes {
     pub const NOT_LEADER: &str = "not_leader";
     /// Too many failed sign-ins from this source: try again later.
     pub const TOO_MANY_ATTEMPTS: &str = "too_many_attempts";
+    /// A change sent to a follower found no leader within `[cluster]
+    /// leader_wait_ms` (503): nothing was done.
+    pub const NO_LEADER: &str = "no_leader";
+    /// A change forwarded to the leader got no answer within the forward
+    /// timeout (504): it may or may not have been applied; it was not
+    /// sent again.
+    pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
 }
 
 /// The error body of every non-2xx response.
@@ -106,6 +113,15 @@ impl ApiError {
         Self::new(codes::NOT_LEADER, message)
     }
 
+    /// 503: no raft leader within `[cluster] leader_wait_ms`.
+    pub fn no_leader(message: impl Into<String>) -> Self {
+        Self::new(codes::NO_LEADER, message)
+    }
+    /// 504: forwarded to the leader, no answer in time; may have applied.
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        Self::new(codes::OUTCOME_UNKNOWN, message)
+    }
+
     /// The HTTP status code for this error's code (500 for unknown codes).
     pub fn http_status(&self) -> u16 {
         match self.code.as_str() {
@@ -118,6 +134,8 @@ impl ApiError {
             codes::FORBIDDEN => 403,
             codes::NOT_LEADER => 421,
             codes::TOO_MANY_ATTEMPTS => 429,
+            codes::NO_LEADER => 503,
+            codes::OUTCOME_UNKNOWN => 504,
             _ => 500,
         }
     }
@@ -134,6 +152,8 @@ impl ApiError {
             413 | 431 => codes::TOO_LARGE,
             421 => codes::NOT_LEADER,
             429 => codes::TOO_MANY_ATTEMPTS,
+            503 => codes::NO_LEADER,
+            504 => codes::OUTCOME_UNKNOWN,
             _ => codes::INTERNAL,
         }
     }

@@ -361,6 +361,32 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     };
     // Multi-node: the write cache's copies travel in Data frames (replica.rs).
     let replica_link = peers.as_ref().map(crate::replica::link);
+    let replica_counters = replica_link.as_ref().map(|l| l.counters());
+    // Multi-node: who leads (polled), the batch forwarder, and admin
+    // changes forwarded to the leader (forward.rs).
+    let mut view = None;
+    let mut forwarder = None;
+    let mut admin_link = None;
+    if let Some(p) = &peers {
+        let v = crate::forward::LeaderView::start(sh.clone(), p.health.clone())?;
+        forwarder = Some(crate::forward::Forwarder::new(
+            cfg.node_id,
+            p,
+            v.clone(),
+            cfg.cluster.forward_max,
+            Duration::from_millis(cfg.cluster.forward_timeout_ms),
+            Duration::from_millis(cfg.cluster.leader_wait_ms),
+        ));
+        admin_link = Some(crate::forward::AdminLink::start(
+            cfg.node_id,
+            p,
+            v.clone(),
+            Duration::from_millis(cfg.cluster.forward_timeout_ms),
+            Duration::from_millis(cfg.cluster.leader_wait_ms),
+        ));
+        view = Some(v);
+    }
+    let (admin_forwarder, admin_link2) = (forwarder.clone(), admin_link.clone());
     let data_thread = LocalExecutorBuilder::new(Placement::Unbound)
         .name("duet-data")
         .io_memory(cfg.io_memory_mib << 20)
@@ -394,7 +420,13 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
                 audit,
                 console: Default::default(),
                 tls: admin_tls,
+                link: admin_link2,
+                forwarder: admin_forwarder,
+                replica: replica_counters,
             });
+            if let Some(l) = &admin.link {
+                glommio::spawn_local(admin::serve_forwarded(admin.clone(), l.incoming())).detach();
+            }
             glommio::spawn_local(admin::serve(admin, listener, stop_rx)).detach();
             let _ = ready_tx.send(Ok((handle, bound)));
             drop(ready_tx);
@@ -434,20 +466,9 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     // every batch to the leader (forward.rs), and runs the batches other
     // nodes forward when it leads.
     let mut engine = engine;
-    let mut view = None;
-    if let Some(p) = &peers {
-        let v = crate::forward::LeaderView::start(engine.store.clone())?;
-        let fwd = crate::forward::Forwarder::new(
-            cfg.node_id,
-            p,
-            v.clone(),
-            cfg.cluster.forward_max,
-            Duration::from_millis(cfg.cluster.forward_timeout_ms),
-            Duration::from_millis(cfg.cluster.leader_wait_ms),
-        );
+    if let (Some(p), Some(fwd)) = (&peers, forwarder) {
         crate::forward::serve_requests(p, fwd.clone(), engine.requests());
         engine.set_forwarder(fwd);
-        view = Some(v);
     }
     for i in 0..executors {
         let plan = FrontendPlan {

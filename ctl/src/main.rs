@@ -830,6 +830,9 @@ fn main() -> ExitCode {
             if let Some(hint) = e.connect_hint() {
                 eprintln!("duetctl: hint: {hint}");
             }
+            if let Some(hint) = e.cluster_hint() {
+                eprintln!("duetctl: hint: {hint}");
+            }
             ExitCode::from(e.exit_code())
         }
     }

@@ -361,9 +361,7 @@ impl RequestParser {
                 self.scanned = limit;
                 return Ok(None);
             };
-            let lines = head_lines(&self.buf[..end])?;
-            let (method, path) = parse_request_line(lines[0])?;
-            let headers = parse_headers(&lines[1..])?;
+            let (method, path, headers) = parse_request_head(&self.buf[..end + 4])?;
             let body_len = content_length(&headers, MAX_BODY)?.unwrap_or(0);
             self.pending = Some(PendingRequest {
                 method,
@@ -395,29 +393,58 @@ impl RequestParser {
     }
 }
 
-fn parse_request_line(line: &[u8]) -> Result<(String, String), HttpError> {
-    let mut parts = line.split(|&b| b == b' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+/// A request head (through its final CRLF CRLF), parsed by `httparse`
+/// (RFC 9112 sections 3 and 5), then held to this API's stricter rules:
+/// CRLF line ends only, a short token method, an origin-form target of
+/// visible ASCII, HTTP/1.0 or 1.1, header values without control
+/// characters and in UTF-8.
+fn parse_request_head(head: &[u8]) -> Result<(String, String, Vec<(String, String)>), HttpError> {
+    // httparse accepts a bare LF as a line end; RFC 9112 section 2.2 lets
+    // a server refuse it, and this one does (no request smuggling through
+    // disagreeing parsers).
+    head_lines(&head[..head.len() - 4])?;
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut slots);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(HttpError::Malformed("request head")),
+        Err(httparse::Error::TooManyHeaders) => return Err(HttpError::TooManyHeaders),
+        Err(httparse::Error::Version) => {
+            let line = head.split(|&b| b == b'\r').next().unwrap_or(b"");
+            return Err(if line.rsplit(|&b| b == b' ').next().is_some_and(|v| v.starts_with(b"HTTP/")) {
+                HttpError::Unsupported("HTTP version")
+            } else {
+                HttpError::Malformed("request line")
+            });
+        }
+        Err(httparse::Error::HeaderName) => {
+            let folded = head.windows(3).any(|w| w[0] == b'\n' && (w[1] == b' ' || w[1] == b'\t'));
+            return Err(HttpError::Malformed(if folded { "obsolete header line folding" } else { "invalid header name" }));
+        }
+        Err(httparse::Error::Token) => return Err(HttpError::Malformed("invalid method")),
+        Err(_) => return Err(HttpError::Malformed("request line")),
+    }
+    let (Some(method), Some(target), Some(_)) = (req.method, req.path, req.version) else {
         return Err(HttpError::Malformed("request line"));
     };
-    if method.is_empty() || method.len() > 16 || !method.iter().all(|&b| is_tchar(b)) {
+    if method.is_empty() || method.len() > 16 || !method.bytes().all(is_tchar) {
         return Err(HttpError::Malformed("invalid method"));
     }
-    if target.first() != Some(&b'/') || !target.iter().all(|&b| (0x21..=0x7e).contains(&b)) {
+    if !target.starts_with('/') || !target.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
         return Err(HttpError::Malformed("invalid request target"));
     }
-    match version {
-        b"HTTP/1.1" | b"HTTP/1.0" => {}
-        v if v.starts_with(b"HTTP/") => return Err(HttpError::Unsupported("HTTP version")),
-        _ => return Err(HttpError::Malformed("request line")),
+    let mut headers = Vec::with_capacity(req.headers.len());
+    for h in req.headers.iter() {
+        if h.name.is_empty() || !h.name.bytes().all(is_tchar) {
+            return Err(HttpError::Malformed("invalid header name"));
+        }
+        if h.value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err(HttpError::Malformed("control character in header value"));
+        }
+        let value = std::str::from_utf8(h.value).map_err(|_| HttpError::Malformed("header value is not UTF-8"))?;
+        headers.push((h.name.to_string(), value.trim_matches(|c| c == ' ' || c == '\t').to_string()));
     }
-    // Both are ASCII by the checks above.
-    Ok((
-        String::from_utf8_lossy(method).into_owned(),
-        String::from_utf8_lossy(target).into_owned(),
-    ))
+    Ok((method.to_string(), target.to_string(), headers))
 }
 
 /// Reason phrase for the status codes the API uses.

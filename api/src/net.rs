@@ -11,7 +11,7 @@
 //! containing its mapped form (`::ffff:0:0/96`).
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::str::FromStr;
 
 /// Longest input accepted by the parsers.
@@ -39,81 +39,44 @@ fn err(input: &str, reason: &'static str) -> CidrError {
 }
 
 /// An IPv4 or IPv6 network: an address with its host bits cleared, and a
-/// prefix length (0-32 or 0-128).
+/// prefix length (0-32 or 0-128); the `ipnet` crate's [`ipnet::IpNet`] with
+/// this module's parsing and IPv4-mapped matching around it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Cidr {
-    addr: IpAddr,
-    prefix_len: u8,
-}
-
-fn mask_v4(prefix_len: u8) -> u32 {
-    if prefix_len == 0 {
-        0
-    } else {
-        u32::MAX << (32 - u32::from(prefix_len.min(32)))
-    }
-}
-
-fn mask_v6(prefix_len: u8) -> u128 {
-    if prefix_len == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(prefix_len.min(128)))
-    }
+    net: ipnet::IpNet,
 }
 
 impl Cidr {
     /// The network of `addr` with `prefix_len` bits; host bits are cleared.
     /// None if the prefix is longer than the address.
     pub fn new(addr: IpAddr, prefix_len: u8) -> Option<Cidr> {
-        let addr = match addr {
-            IpAddr::V4(a) if prefix_len <= 32 => {
-                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask_v4(prefix_len)))
-            }
-            IpAddr::V6(a) if prefix_len <= 128 => {
-                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask_v6(prefix_len)))
-            }
-            _ => return None,
-        };
-        Some(Cidr { addr, prefix_len })
+        let net = ipnet::IpNet::new(addr, prefix_len).ok()?.trunc();
+        Some(Cidr { net })
     }
 
     /// One host (/32 or /128).
     pub fn host(addr: IpAddr) -> Cidr {
-        let prefix_len = if addr.is_ipv4() { 32 } else { 128 };
-        Cidr { addr, prefix_len }
+        Cidr { net: ipnet::IpNet::from(addr) }
     }
 
     /// The network address (host bits cleared).
     pub fn addr(&self) -> IpAddr {
-        self.addr
+        self.net.network()
     }
 
     pub fn prefix_len(&self) -> u8 {
-        self.prefix_len
+        self.net.prefix_len()
     }
 
     /// Whether `ip` lies in this network (see the module doc for IPv4-mapped
     /// IPv6 addresses).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => v4_in(net, self.prefix_len, ip),
-            (IpAddr::V4(net), IpAddr::V6(ip)) => match ip.to_ipv4_mapped() {
-                Some(ip) => v4_in(net, self.prefix_len, ip),
-                None => false,
-            },
-            (IpAddr::V6(net), IpAddr::V6(ip)) => v6_in(net, self.prefix_len, ip),
-            (IpAddr::V6(net), IpAddr::V4(ip)) => v6_in(net, self.prefix_len, ip.to_ipv6_mapped()),
+        match (self.net, ip) {
+            (ipnet::IpNet::V4(net), IpAddr::V6(ip)) => ip.to_ipv4_mapped().is_some_and(|v4| net.contains(&v4)),
+            (ipnet::IpNet::V6(net), IpAddr::V4(ip)) => net.contains(&ip.to_ipv6_mapped()),
+            (net, ip) => net.contains(&ip),
         }
     }
-}
-
-fn v4_in(net: Ipv4Addr, prefix_len: u8, ip: Ipv4Addr) -> bool {
-    u32::from(ip) & mask_v4(prefix_len) == u32::from(net)
-}
-
-fn v6_in(net: Ipv6Addr, prefix_len: u8, ip: Ipv6Addr) -> bool {
-    u128::from(ip) & mask_v6(prefix_len) == u128::from(net)
 }
 
 impl FromStr for Cidr {
@@ -194,7 +157,7 @@ fn parse_prefix(p: &str) -> Option<u32> {
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix_len)
+        write!(f, "{}/{}", self.addr(), self.prefix_len())
     }
 }
 

@@ -55,6 +55,10 @@ pub struct ReadyWork {
     pub snapshot: Option<Snapshot>,
     /// Messages that may only leave once this work is durable.
     persisted_messages: Vec<Message>,
+    /// Answers to [`RaftNode::read_index`]: (the request's context, the
+    /// read index). A read may be answered from this node's state once it
+    /// has applied up to that index.
+    pub read_states: Vec<(Vec<u8>, u64)>,
 }
 
 /// State recovered from storage on restart.
@@ -247,6 +251,17 @@ impl RaftNode {
         Ok(Proposed { term, index })
     }
 
+    /// Asks for a read index (Raft thesis section 6.4, raft-rs
+    /// `ReadOnlyOption::Safe`): the leader records its commit index and
+    /// confirms with a quorum's heartbeat that it still leads; a follower
+    /// asks its leader. The answer comes in a later
+    /// [`ReadyWork::read_states`] with `ctx` (unique per request); none
+    /// comes when there is no leader or the confirmation is lost (the
+    /// caller times out).
+    pub fn read_index(&mut self, ctx: Vec<u8>) {
+        self.raw.read_index(ctx);
+    }
+
     /// Starts handing leadership to voter `to` (raft-rs `transfer_leader`:
     /// the leader stops taking proposals, brings `to` up to date and sends
     /// it TimeoutNow; it gives up after an election timeout).
@@ -303,7 +318,8 @@ impl RaftNode {
         let entries = ready.entries().clone();
         let hard_state = ready.hs().cloned();
         let snapshot = if ready.snapshot().is_empty() { None } else { Some(ready.snapshot().clone()) };
-        Some(ReadyWork { ready, entries, hard_state, committed, snapshot, persisted_messages })
+        let read_states = ready.take_read_states().into_iter().map(|r| (r.request_ctx, r.index)).collect();
+        Some(ReadyWork { ready, entries, hard_state, committed, snapshot, persisted_messages, read_states })
     }
 
     /// The caller has made `work` durable: returns the entries committed now.

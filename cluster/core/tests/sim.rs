@@ -199,7 +199,11 @@ pub fn check_register(ops: &[RegOp]) -> Result<(), String> {
 #[derive(Clone, Debug)]
 enum Req {
     Write { file: usize, value: Vec<u8> },
+    /// A read-only batch through the log, answered when it applies.
     Read { file: usize },
+    /// A read by read index (any node: a follower asks the leader),
+    /// answered from the node's state once it has applied that far.
+    ReadIndex { file: usize },
 }
 
 #[derive(Clone, Debug)]
@@ -280,6 +284,11 @@ struct Live {
     raft: RaftNode,
     waiters: Waiters<Waiter>,
     ready_due: bool,
+    /// Read-index requests asked: context -> (waiter, file).
+    asked: BTreeMap<Vec<u8>, (Waiter, usize)>,
+    /// Read-index requests answered, waiting for the apply to reach the
+    /// read index: (index, waiter, file).
+    reads: Vec<(u64, Waiter, usize)>,
 }
 
 struct Node {
@@ -338,6 +347,8 @@ struct Client {
 pub struct Stats {
     pub acked_writes: u64,
     pub reads: u64,
+    /// Of `reads`, those answered by read index (on any node).
+    pub index_reads: u64,
     pub pending: u64,
     pub crashes: u64,
     pub partitions: u64,
@@ -461,7 +472,8 @@ impl Sim {
         };
         let timeout = self.rng.range(20, 40) as usize;
         let raft = RaftNode::member_fixed_timeout(self.nodes[i].id, &VOTERS, rec, timeout).expect("raft node");
-        self.nodes[i].live = Some(Live { raft, waiters: Waiters::new(), ready_due: false });
+        self.nodes[i].live =
+            Some(Live { raft, waiters: Waiters::new(), ready_due: false, asked: BTreeMap::new(), reads: Vec::new() });
         let d = self.rng.range(0, TICK);
         self.at(d, Ev::Tick(i));
         self.log(|| format!("node {} starts (election timeout {timeout} ticks)", i + 1));
@@ -517,6 +529,11 @@ impl Sim {
             }
             let mut committed = work.committed.clone();
             let l = self.nodes[i].live.as_mut().unwrap();
+            for (ctx, index) in &work.read_states {
+                if let Some((w, file)) = l.asked.remove(ctx) {
+                    l.reads.push((*index, w, file));
+                }
+            }
             let more = l.raft.persisted(work).expect("persisted");
             committed.extend(more);
             let last = l.raft.last_index();
@@ -530,6 +547,7 @@ impl Sim {
                 return;
             }
             self.apply(i, &committed);
+            self.answer_reads(i);
             self.send_outbox(i);
         }
         self.send_outbox(i);
@@ -664,6 +682,20 @@ impl Sim {
         self.reply(w.client, w.op, w.attempt, resp);
     }
 
+    /// Answers the read-index reads whose index this node has applied.
+    fn answer_reads(&mut self, i: usize) {
+        let applied = self.nodes[i].disk.applied_index;
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut l.reads).into_iter().partition(|r| r.0 <= applied);
+        l.reads = later;
+        for (_, w, file) in now {
+            match read_file(&self.nodes[i].disk.kv, file) {
+                Ok(v) => self.reply(w.client, w.op, w.attempt, Resp::ReadOk(v)),
+                Err(e) => self.violation(e),
+            }
+        }
+    }
+
     fn reply(&mut self, client: usize, op: u64, attempt: u32, resp: Resp) {
         if self.faults && self.rng.chance(self.drop_p) {
             return;
@@ -711,7 +743,7 @@ impl Sim {
         let now = self.now;
         let Some(l) = self.nodes[i].live.as_mut() else { return };
         if self.bug == Bug::LocalReads {
-            if let Req::Read { file } = req {
+            if let Req::Read { file } | Req::ReadIndex { file } = req {
                 let v = read_file(&self.nodes[i].disk.kv, file);
                 match v {
                     Ok(v) => self.reply(client, op, attempt, Resp::ReadOk(v)),
@@ -719,6 +751,20 @@ impl Sim {
                 }
                 return;
             }
+        }
+        if let Req::ReadIndex { file } = req {
+            if l.raft.leader_id() == 0 {
+                self.reply(client, op, attempt, Resp::NotLeader(0));
+                return;
+            }
+            let mut ctx = Vec::with_capacity(16);
+            ctx.extend_from_slice(&(client as u64).to_be_bytes());
+            ctx.extend_from_slice(&op.to_be_bytes());
+            ctx.extend_from_slice(&attempt.to_be_bytes());
+            l.raft.read_index(ctx.clone());
+            l.asked.insert(ctx, (Waiter { client, op, attempt, write: false, hash: 0 }, file));
+            self.kick(i);
+            return;
         }
         if !l.raft.is_leader() {
             let hint = l.raft.leader_id();
@@ -728,6 +774,7 @@ impl Sim {
         let (batch, write) = match &req {
             Req::Write { file, value } => (write_batch(*file, value, now), true),
             Req::Read { file } => (read_batch(*file, now), false),
+            Req::ReadIndex { .. } => unreachable!("answered above"),
         };
         let data = encode_command(&Command::Batch(batch));
         let h = fnv(&data);
@@ -758,12 +805,16 @@ impl Sim {
         self.clients[c].next_op += 1;
         let req = if self.rng.chance(0.55) {
             Req::Write { file, value: format!("c{c}-{id}").into_bytes() }
-        } else {
+        } else if self.rng.chance(0.5) {
             Req::Read { file }
+        } else {
+            // Read-index reads go to any node: followers serve them too.
+            self.clients[c].target = self.rng.range(0, N as u64) as usize;
+            Req::ReadIndex { file }
         };
         let (write, value) = match &req {
             Req::Write { value, .. } => (true, Some(value.clone())),
-            Req::Read { .. } => (false, None),
+            Req::Read { .. } | Req::ReadIndex { .. } => (false, None),
         };
         self.hist.push((file, RegOp { write, value, call: self.stamp, ret: None }));
         let hist = self.hist.len() - 1;
@@ -806,9 +857,13 @@ impl Sim {
                 self.finish_op(c);
             }
             Resp::ReadOk(v) => {
+                let cur = self.clients[c].current.as_ref().unwrap();
                 self.hist[hist].1.value = v;
                 self.hist[hist].1.ret = Some(self.stamp);
                 self.stats.reads += 1;
+                if matches!(cur.req, Req::ReadIndex { .. }) {
+                    self.stats.index_reads += 1;
+                }
                 self.finish_op(c);
             }
             Resp::NotLeader(_) | Resp::Failed => {
@@ -1055,14 +1110,44 @@ fn seeds() {
             std::env::var("DUET_SIM_SEEDS").ok().map(|s| s.parse::<u64>().expect("DUET_SIM_SEEDS is a number")).unwrap_or(CI_SEEDS),
         ),
     };
+    let threads = std::env::var("DUET_SIM_THREADS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
+        .clamp(1, count.max(1));
     let t0 = Instant::now();
+    // Seeds are dealt round-robin to the threads; each seed's run is the
+    // same whichever thread runs it.
+    let results: Vec<(u64, Result<Stats, String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    let mut failures = 0;
+                    for seed in (from + t..from + count).step_by(threads as usize) {
+                        let r = run_seed(seed, Bug::None);
+                        if r.is_err() {
+                            failures += 1;
+                        }
+                        out.push((seed, r));
+                        if failures >= 3 {
+                            break;
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("sim thread")).collect()
+    });
     let mut total = Stats::default();
     let mut failed = Vec::new();
-    for seed in from..from + count {
-        match run_seed(seed, Bug::None) {
+    for (seed, r) in results {
+        match r {
             Ok(s) => {
                 total.acked_writes += s.acked_writes;
                 total.reads += s.reads;
+                total.index_reads += s.index_reads;
                 total.pending += s.pending;
                 total.crashes += s.crashes;
                 total.partitions += s.partitions;
@@ -1073,17 +1158,15 @@ fn seeds() {
             Err(e) => {
                 eprintln!("seed {seed} FAILED:\n{e}\n{}", replay_line(seed));
                 failed.push(seed);
-                if failed.len() >= 5 {
-                    break;
-                }
             }
         }
     }
     eprintln!(
-        "sim: {count} seeds in {:.1}s: {} acked writes, {} reads, {} pending, {} crashes, {} partitions, {} leaderships, {} entries applied, {} events",
+        "sim: {count} seeds ({threads} threads) in {:.1}s: {} acked writes, {} reads ({} by read index), {} pending writes, {} crashes, {} partitions, {} leaderships, {} entries applied, {} events",
         t0.elapsed().as_secs_f64(),
         total.acked_writes,
         total.reads,
+        total.index_reads,
         total.pending,
         total.crashes,
         total.partitions,

@@ -293,6 +293,8 @@ struct Live {
 
 struct Node {
     id: u64,
+    /// Starts so far.
+    incarnation: u64,
     disk: Disk,
     live: Option<Live>,
     /// Ghost (not lost on a crash): (term, hash of data) of every index
@@ -322,7 +324,9 @@ enum Bug {
 
 #[derive(Debug)]
 enum Ev {
-    Tick(usize),
+    /// A tick of node `.0`'s incarnation `.1` (a restarted node's old
+    /// ticks are dropped: one tick chain per incarnation).
+    Tick(usize, u64),
     Ready(usize),
     Deliver(RaftMessage),
     ClientReq { node: usize, client: usize, op: u64, attempt: u32, req: Req },
@@ -412,7 +416,7 @@ impl Sim {
             }
         }
         let nodes = (0..N)
-            .map(|i| Node { id: VOTERS[i], disk: formatted.clone(), live: None, applied: BTreeMap::new() })
+            .map(|i| Node { id: VOTERS[i], incarnation: 0, disk: formatted.clone(), live: None, applied: BTreeMap::new() })
             .collect();
         let clients =
             (0..CLIENTS).map(|c| Client { target: c % N, next_op: 0, current: None }).collect();
@@ -484,8 +488,9 @@ impl Sim {
         let raft = RaftNode::member_fixed_timeout(self.nodes[i].id, &VOTERS, rec, timeout).expect("raft node");
         self.nodes[i].live =
             Some(Live { raft, waiters: Waiters::new(), ready_due: false, asked: BTreeMap::new(), reads: Vec::new() });
+        self.nodes[i].incarnation += 1;
         let d = self.rng.range(0, TICK);
-        self.at(d, Ev::Tick(i));
+        self.at(d, Ev::Tick(i, self.nodes[i].incarnation));
         self.log(|| format!("node {} starts (election timeout {timeout} ticks)", i + 1));
         self.kick(i);
     }
@@ -983,7 +988,7 @@ impl Sim {
         let Some(((t, _), ev)) = self.events.pop_first() else { return false };
         self.now = t;
         let target = match &ev {
-            Ev::Tick(i) | Ev::Ready(i) => Some(*i),
+            Ev::Tick(i, _) | Ev::Ready(i) => Some(*i),
             Ev::Deliver(m) => Some(m.to as usize - 1),
             Ev::ClientReq { node, .. } => Some(*node),
             _ => None,
@@ -998,12 +1003,13 @@ impl Sim {
         self.stamp += 1;
         self.stats.events += 1;
         match ev {
-            Ev::Tick(i) => {
-                if let Some(l) = self.nodes[i].live.as_mut() {
+            Ev::Tick(i, inc) => {
+                let current = self.nodes[i].incarnation == inc;
+                if let Some(l) = self.nodes[i].live.as_mut().filter(|_| current) {
                     l.raft.tick();
                     // Jitter: a tick comes every 70 to 130 ms.
                     let d = self.rng.range(TICK * 7 / 10, TICK * 13 / 10);
-                    self.at(d, Ev::Tick(i));
+                    self.at(d, Ev::Tick(i, inc));
                     self.kick(i);
                 }
             }

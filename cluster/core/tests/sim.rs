@@ -1317,3 +1317,57 @@ fn leader_local_reads_are_caught() {
     eprintln!("leader-local reads caught by {} of 120 seeds; seed {seed}: {}", caught.len(), &e[..e.len().min(200)]);
     assert!(e.contains("no linearization"), "{e}");
 }
+
+/// What seeds 1 and 7 found: a node recovering with its applied log
+/// retained from index 1 (the store keeps the last 4096 applied entries)
+/// must still be able to send entry 1 to a follower that has nothing,
+/// through the log: the store cannot install a snapshot.
+#[test]
+fn a_restarted_leader_sends_its_whole_log_to_an_empty_follower() {
+    let entries: Vec<RaftEntry> = (1..=3)
+        .map(|i| {
+            let mut e = RaftEntry::default();
+            e.index = i;
+            e.term = 1;
+            e
+        })
+        .collect();
+    let mut hs = HardState::default();
+    hs.term = 1;
+    hs.vote = 1;
+    hs.commit = 3;
+    let rec = Recovered { hard_state: Some(hs), applied_index: 3, applied_term: 1, entries: vec![], retained: entries };
+    let mut nodes = vec![
+        RaftNode::member_fixed_timeout(1, &VOTERS, rec, 20).unwrap(),
+        RaftNode::member_fixed_timeout(2, &VOTERS, Recovered::default(), 20).unwrap(),
+        RaftNode::member_fixed_timeout(3, &VOTERS, Recovered::default(), 20).unwrap(),
+    ];
+    // Node 1 is ahead: its vote wins once its timer runs out.
+    let mut applied = [0u64; 3];
+    let mut snapshots = 0;
+    for round in 0..200 {
+        if round < 60 {
+            nodes[0].tick();
+        }
+        let mut msgs = Vec::new();
+        for (i, n) in nodes.iter_mut().enumerate() {
+            while let Some(work) = n.ready() {
+                snapshots += work.snapshot.is_some() as u32;
+                let mut c = work.committed.clone();
+                c.extend(n.persisted(work).unwrap());
+                if let Some(l) = c.last() {
+                    applied[i] = l.index;
+                    n.applied(l.index);
+                }
+            }
+            msgs.extend(n.take_messages());
+        }
+        for m in msgs {
+            let to = m.to as usize - 1;
+            let _ = nodes[to].step(m);
+        }
+    }
+    assert!(nodes[0].is_leader());
+    assert_eq!(snapshots, 0, "no snapshot needed");
+    assert!(applied[1] >= 4 && applied[2] >= 4, "followers applied entries 1..=4 from the log: {applied:?}");
+}

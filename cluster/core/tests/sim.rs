@@ -6,8 +6,10 @@
 //! (a `BTreeMap`), in virtual time. One seeded RNG decides everything:
 //! message drop, delay (so reordering), duplication, partitions (one node
 //! cut off, the leader cut off, every node alone; healing), node crashes
-//! and restarts, crashes between persisting the log and applying it, and
-//! each node's ticks (jittered) and election timeout.
+//! and restarts, crashes between persisting the log and applying it, a
+//! failed log sync (EIO: the store stops, as on a crash), pauses (a node
+//! SIGSTOPped: its ticks, messages and requests wait, then come at once),
+//! and each node's ticks (jittered) and election timeout.
 //!
 //! Durability model, as the store has it: a node's disk holds the hard
 //! state and log entries it handed back through [`RaftNode::persisted`]
@@ -361,6 +363,7 @@ pub struct Stats {
     pub pending: u64,
     pub crashes: u64,
     pub pauses: u64,
+    pub eio: u64,
     pub partitions: u64,
     pub leaders: u64,
     pub applied_index: u64,
@@ -387,6 +390,7 @@ struct Sim {
     dup_p: f64,
     long_delay_p: f64,
     mid_ready_crash_p: f64,
+    eio_p: f64,
     /// (file, op) history.
     hist: Vec<(usize, RegOp)>,
     /// Acknowledged writes: (term, index, hash of the entry's data).
@@ -404,6 +408,7 @@ impl Sim {
         let dup_p = [0.0, 0.01, 0.05][rng.range(0, 3) as usize];
         let long_delay_p = [0.0, 0.02, 0.1][rng.range(0, 3) as usize];
         let mid_ready_crash_p = [0.0, 0.002, 0.01][rng.range(0, 3) as usize];
+        let eio_p = [0.0, 0.0, 0.002][rng.range(0, 3) as usize];
         // Every node is formatted alike: the root directory (Init) at
         // applied index 0.
         let mut formatted = Disk::default();
@@ -436,6 +441,7 @@ impl Sim {
             dup_p,
             long_delay_p,
             mid_ready_crash_p,
+            eio_p,
             hist: Vec::new(),
             acked: Vec::new(),
             violations: Vec::new(),
@@ -523,6 +529,14 @@ impl Sim {
             let Some(work) = l.raft.ready() else { break };
             if work.snapshot.is_some() {
                 self.violation(format!("node {} was sent a snapshot (not modelled: the log is never compacted this far)", i + 1));
+                return;
+            }
+            // The log's sync fails (EIO): the store stops, nothing of
+            // this ready is durable (a crash at this point).
+            if self.faults && self.rng.chance(self.eio_p) {
+                self.stats.eio += 1;
+                self.log(|| format!("node {}: EIO syncing the raft log", i + 1));
+                self.crash(i);
                 return;
             }
             // Persist the entries and hard state (synced).
@@ -1201,6 +1215,7 @@ fn seeds() {
                 total.pending += s.pending;
                 total.crashes += s.crashes;
                 total.pauses += s.pauses;
+                total.eio += s.eio;
                 total.partitions += s.partitions;
                 total.leaders += s.leaders;
                 total.events += s.events;
@@ -1213,13 +1228,14 @@ fn seeds() {
         }
     }
     eprintln!(
-        "sim: {count} seeds ({threads} threads) in {:.1}s: {} acked writes, {} reads ({} by read index), {} pending writes, {} crashes, {} pauses, {} partitions, {} leaderships, {} entries applied, {} events",
+        "sim: {count} seeds ({threads} threads) in {:.1}s: {} acked writes, {} reads ({} by read index), {} pending writes, {} crashes ({} on EIO), {} pauses, {} partitions, {} leaderships, {} entries applied, {} events",
         t0.elapsed().as_secs_f64(),
         total.acked_writes,
         total.reads,
         total.index_reads,
         total.pending,
         total.crashes,
+        total.eio,
         total.pauses,
         total.partitions,
         total.leaders,

@@ -38,7 +38,8 @@
 //!    ([`check_register`]).
 //!
 //! A failing seed prints itself and the command that replays it.
-//! `DUET_SIM_SEEDS=N` runs N seeds (default [`CI_SEEDS`]);
+//! `DUET_SIM_SEEDS=N` runs N seeds (default [`CI_SEEDS`]) from
+//! `DUET_SIM_FIRST` (default 0), on `DUET_SIM_THREADS` threads;
 //! `DUET_SIM_SEED=N` runs that one, and prints its trace with
 //! `DUET_SIM_TRACE=1`.
 
@@ -216,6 +217,14 @@ enum Resp {
     NotLeader(u64),
     /// Definitely not done: the proposal lost its place in the log.
     Failed,
+}
+
+fn show_req(r: &Req) -> String {
+    match r {
+        Req::Write { file, value } => format!("write f{file} := {}", String::from_utf8_lossy(value)),
+        Req::Read { file } => format!("read f{file} (log)"),
+        Req::ReadIndex { file } => format!("read f{file} (read index)"),
+    }
 }
 
 fn file_name(f: usize) -> String {
@@ -830,7 +839,7 @@ impl Sim {
                     self.acked.push((at.term, at.index, h));
                     self.reply(client, op, attempt, Resp::Acked);
                 }
-                self.log(|| format!("node {} proposes {req:?} at {}/{}", i + 1, at.term, at.index));
+                self.log(|| format!("node {} proposes {} at {}/{}", i + 1, show_req(&req), at.term, at.index));
                 self.kick(i);
             }
             Err(_) => self.reply(client, op, attempt, Resp::NotLeader(0)),
@@ -893,6 +902,7 @@ impl Sim {
         }
         let cur = self.clients[c].current.as_ref().unwrap();
         let hist = cur.hist;
+        self.log(|| format!("client {c} op {op}: {} -> {resp:?}", show_req(&cur.req)));
         match resp {
             Resp::Acked => {
                 self.hist[hist].1.ret = Some(self.stamp);
@@ -936,6 +946,7 @@ impl Sim {
         // Indeterminate: a write stays pending (it may take effect at any
         // later time), a read is dropped.
         let hist = self.clients[c].current.as_ref().unwrap().hist;
+        self.log(|| format!("client {c} op {op}: timed out"));
         if self.hist[hist].1.write {
             self.stats.pending += 1;
         }
@@ -1170,7 +1181,7 @@ fn seeds() {
     let (from, count) = match std::env::var("DUET_SIM_SEED") {
         Ok(s) => (s.parse::<u64>().expect("DUET_SIM_SEED is a number"), 1),
         Err(_) => (
-            0,
+            std::env::var("DUET_SIM_FIRST").ok().map(|s| s.parse::<u64>().expect("DUET_SIM_FIRST is a number")).unwrap_or(0),
             std::env::var("DUET_SIM_SEEDS").ok().map(|s| s.parse::<u64>().expect("DUET_SIM_SEEDS is a number")).unwrap_or(CI_SEEDS),
         ),
     };

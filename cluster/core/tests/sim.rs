@@ -1341,7 +1341,8 @@ fn leader_local_reads_are_caught() {
         (0..120).filter_map(|seed| run_seed(seed, Bug::LeaderLocalReads).err().map(|e| (seed, e))).collect();
     assert!(!caught.is_empty(), "leader-local reads went unnoticed for 120 seeds");
     let (seed, e) = &caught[0];
-    eprintln!("leader-local reads caught by {} of 120 seeds; seed {seed}: {}", caught.len(), &e[..e.len().min(200)]);
+    let seeds: Vec<u64> = caught.iter().map(|c| c.0).collect();
+    eprintln!("leader-local reads caught by seeds {seeds:?} of 0..120; seed {seed}: {}", &e[..e.len().min(200)]);
     assert!(e.contains("no linearization"), "{e}");
 }
 

@@ -55,6 +55,10 @@ pub struct ReadyWork {
     pub snapshot: Option<Snapshot>,
     /// Messages that may only leave once this work is durable.
     persisted_messages: Vec<Message>,
+    /// Answers to [`RaftNode::read_index`]: (the request's context, the
+    /// read index). A read may be answered from this node's state once it
+    /// has applied up to that index.
+    pub read_states: Vec<(Vec<u8>, u64)>,
 }
 
 /// State recovered from storage on restart.
@@ -101,7 +105,29 @@ impl RaftNode {
         Self::build(id, voters, rec, MEMBER_ELECTION_TICK, true)
     }
 
+    /// As [`RaftNode::member`] (pre-vote, check quorum), with the election
+    /// timeout fixed at `election_tick` ticks (at least
+    /// [`MEMBER_ELECTION_TICK`]) instead of raft-rs's pick in
+    /// [tick, 2 * tick), which draws from the thread's RNG: for the
+    /// deterministic simulation (`tests/sim.rs`), whose seeded scheduler
+    /// picks each member's timeout and jitters its ticks instead, so that a
+    /// seed replays exactly.
+    pub fn member_fixed_timeout(id: u64, voters: &[u64], rec: Recovered, election_tick: usize) -> Result<Self, raft::Error> {
+        Self::build_with(id, voters, rec, MEMBER_ELECTION_TICK, true, Some(election_tick.max(MEMBER_ELECTION_TICK)))
+    }
+
     fn build(id: u64, voters: &[u64], rec: Recovered, election_tick: usize, guards: bool) -> Result<Self, raft::Error> {
+        Self::build_with(id, voters, rec, election_tick, guards, None)
+    }
+
+    fn build_with(
+        id: u64,
+        voters: &[u64],
+        rec: Recovered,
+        election_tick: usize,
+        guards: bool,
+        fixed_timeout: Option<usize>,
+    ) -> Result<Self, raft::Error> {
         let conf = || ConfState::from((voters.to_vec(), vec![]));
         let storage = MemStorage::new_with_conf_state(conf());
         {
@@ -114,7 +140,14 @@ impl RaftNode {
                 Some(l) if l.index == rec.applied_index && rec.applied_index > 0 => &rec.retained[..],
                 _ => &[],
             };
-            if let Some(first) = retained.first() {
+            if retained.first().is_some_and(|f| f.index == 1) {
+                // The whole log from its first entry: nothing stands as a
+                // snapshot (the storage starts at index 0, term 0), so a
+                // follower that has nothing can still be sent entry 1
+                // (else it would need a snapshot, which the store cannot
+                // install: found by `tests/sim.rs`).
+                w.append(retained)?;
+            } else if let Some(first) = retained.first() {
                 let mut snap = Snapshot::default();
                 snap.mut_metadata().index = first.index;
                 snap.mut_metadata().term = first.term;
@@ -151,6 +184,8 @@ impl RaftNode {
             applied: rec.applied_index,
             max_size_per_msg: 16 << 20,
             max_inflight_msgs: 256,
+            min_election_tick: fixed_timeout.unwrap_or(0),
+            max_election_tick: fixed_timeout.map_or(0, |t| t + 1),
             ..Default::default()
         };
         let raw = RawNode::new(&cfg, storage, &discard_logger())?;
@@ -216,6 +251,17 @@ impl RaftNode {
         Ok(Proposed { term, index })
     }
 
+    /// Asks for a read index (Raft thesis section 6.4, raft-rs
+    /// `ReadOnlyOption::Safe`): the leader records its commit index and
+    /// confirms with a quorum's heartbeat that it still leads; a follower
+    /// asks its leader. The answer comes in a later
+    /// [`ReadyWork::read_states`] with `ctx` (unique per request); none
+    /// comes when there is no leader or the confirmation is lost (the
+    /// caller times out).
+    pub fn read_index(&mut self, ctx: Vec<u8>) {
+        self.raw.read_index(ctx);
+    }
+
     /// Starts handing leadership to voter `to` (raft-rs `transfer_leader`:
     /// the leader stops taking proposals, brings `to` up to date and sends
     /// it TimeoutNow; it gives up after an election timeout).
@@ -272,7 +318,8 @@ impl RaftNode {
         let entries = ready.entries().clone();
         let hard_state = ready.hs().cloned();
         let snapshot = if ready.snapshot().is_empty() { None } else { Some(ready.snapshot().clone()) };
-        Some(ReadyWork { ready, entries, hard_state, committed, snapshot, persisted_messages })
+        let read_states = ready.take_read_states().into_iter().map(|r| (r.request_ctx, r.index)).collect();
+        Some(ReadyWork { ready, entries, hard_state, committed, snapshot, persisted_messages, read_states })
     }
 
     /// The caller has made `work` durable: returns the entries committed now.

@@ -1,0 +1,1401 @@
+//! Deterministic whole-group simulation of the metadata cluster (issue 12).
+//!
+//! Three voters of the real [`RaftNode`] (pre-vote, check quorum, as the
+//! multi-voter store runs them), each applying committed entries with the
+//! real state machine ([`machine::apply`]) over an in-memory [`KvRead`]
+//! (a `BTreeMap`), in virtual time. One seeded RNG decides everything:
+//! message drop, delay (so reordering), duplication, partitions (one node
+//! cut off, the leader cut off, every node alone; healing), node crashes
+//! and restarts, crashes between persisting the log and applying it, a
+//! failed log sync (EIO: the store stops, as on a crash), pauses (a node
+//! SIGSTOPped: its ticks, messages and requests wait, then come at once),
+//! and each node's ticks (jittered) and election timeout.
+//!
+//! Durability model, as the store has it: a node's disk holds the hard
+//! state and log entries it handed back through [`RaftNode::persisted`]
+//! (synced before that call), and the applied KV state, written in one
+//! write with the applied index and term. A crash loses everything else:
+//! raft's unstable log (proposals not yet through `ready`), messages not
+//! yet sent, waiters.
+//!
+//! Clients submit real [`Batch`]es (create-or-truncate a file and write a
+//! small inline value; a read-only lookup + read), encoded with the real
+//! command format ([`encode_command`]), to whichever node they think
+//! leads. A write is acknowledged only when its (term, index) is applied
+//! on the proposer ([`Waiters`]). A read goes through raft as a read-only
+//! batch and is answered from the proposer's state when it applies: a
+//! position in the log, so linearizable.
+//!
+//! Checked after every run (faults stop, partitions heal, every node
+//! restarts, the group settles):
+//! 1. no acknowledged write lost: each acked (term, index) is applied on
+//!    every node with the proposed bytes;
+//! 2. replicas converge: identical KV maps (the whole map) at the same
+//!    applied index; and during the run no two nodes ever apply different
+//!    entries at one index, and no node applies an index twice;
+//! 3. the per-file history of writes and reads (plus a final read of each
+//!    node's state) is linearizable: a WGL-style checker for a register
+//!    ([`check_register`]).
+//!
+//! A failing seed prints itself and the command that replays it.
+//! `DUET_SIM_SEEDS=N` runs N seeds (default [`CI_SEEDS`]) from
+//! `DUET_SIM_FIRST` (default 0), on `DUET_SIM_THREADS` threads;
+//! `DUET_SIM_SEED=N` runs that one, and prints its trace with
+//! `DUET_SIM_TRACE=1`.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::Instant;
+
+use duet_cluster::command::{decode_entry, encode_command};
+use duet_cluster::kv::{KvRead, Txn};
+use duet_cluster::machine;
+use duet_cluster::raft_node::{RaftEntry, RaftMessage, RaftNode, Recovered, LOG_RETAIN_MULTI};
+use duet_cluster::waiters::{Settled, Waiters};
+use duet_cluster::Command;
+use duet_fs::{Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, WriteData, ROOT_ID};
+use raft::eraftpb::{EntryType, HardState};
+
+/// Seeds run by default (CI).
+const CI_SEEDS: u64 = 1000;
+const N: usize = 3;
+const VOTERS: [u64; 3] = [1, 2, 3];
+const FILES: usize = 3;
+const CLIENTS: usize = 4;
+
+// Virtual time, in microseconds.
+const MS: u64 = 1000;
+const SEC: u64 = 1000 * MS;
+const TICK: u64 = 100 * MS;
+/// Faults and client load run this long; then the group heals and settles.
+const FAULT_PHASE: u64 = 15 * SEC;
+/// Most time the healed group may take to converge.
+const SETTLE_MAX: u64 = 40 * SEC;
+const CLIENT_TIMEOUT: u64 = 2 * SEC;
+/// A client gives an operation up (as not done) after this long of
+/// definite refusals.
+const CLIENT_GIVE_UP: u64 = 4 * SEC;
+
+// ---------------------------------------------------------------------------
+// Seeded RNG: splitmix64.
+
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x5DEE_CE66_D1CE_5EED)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi).
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo).max(1)
+    }
+    /// True with probability `p`.
+    fn chance(&mut self, p: f64) -> bool {
+        ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for x in b {
+        h ^= *x as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+// ---------------------------------------------------------------------------
+// The register linearizability checker (Wing & Gong, with Lowe's
+// memoisation of (linearized set, state)).
+
+/// One operation on a register: a write of a value or a read that
+/// returned one (`None`: the file did not exist). `ret: None`: it never
+/// returned (a timed-out write: it may or may not have taken effect).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegOp {
+    pub write: bool,
+    pub value: Option<Vec<u8>>,
+    pub call: u64,
+    pub ret: Option<u64>,
+}
+
+/// Whether `ops` (one register, starting as `None`) has a linearization:
+/// an order of all completed operations and some of the pending ones that
+/// respects real time (an operation that returned before another was
+/// called comes first) in which every read returns the latest write.
+pub fn check_register(ops: &[RegOp]) -> Result<(), String> {
+    // A pending write nobody read can be left out (a pending operation
+    // may be dropped from a history); pending reads constrain nothing.
+    let read_values: HashSet<Option<Vec<u8>>> =
+        ops.iter().filter(|o| !o.write && o.ret.is_some()).map(|o| o.value.clone()).collect();
+    let ops: Vec<&RegOp> = ops
+        .iter()
+        .filter(|o| o.ret.is_some() || (o.write && read_values.contains(&o.value)))
+        .collect();
+    let n = ops.len();
+    let words = n.div_ceil(64).max(1);
+    let completed: Vec<bool> = ops.iter().map(|o| o.ret.is_some()).collect();
+    let total_completed = completed.iter().filter(|c| **c).count();
+    let ret = |i: usize| ops[i].ret.unwrap_or(u64::MAX);
+    // Depth-first search with an explicit stack of (linearized set, state,
+    // number of completed ops linearized).
+    let mut seen: HashSet<(Vec<u64>, Option<Vec<u8>>)> = HashSet::new();
+    let mut stack: Vec<(Vec<u64>, Option<Vec<u8>>, usize)> = vec![(vec![0; words], None, 0)];
+    let mut steps: u64 = 0;
+    while let Some((set, state, done)) = stack.pop() {
+        if done == total_completed {
+            return Ok(());
+        }
+        steps += 1;
+        if steps > 5_000_000 {
+            return Err(format!("checker gave up after {steps} steps on {n} operations"));
+        }
+        let is_set = |i: usize| set[i / 64] >> (i % 64) & 1 == 1;
+        // An operation may go next if no other unlinearized one returned
+        // before it was called.
+        let min_ret = (0..n).filter(|&i| !is_set(i)).map(ret).min().unwrap_or(u64::MAX);
+        for i in 0..n {
+            if is_set(i) || ops[i].call > min_ret {
+                continue;
+            }
+            let o = ops[i];
+            let next_state = if o.write {
+                o.value.clone()
+            } else if o.value == state {
+                state.clone()
+            } else {
+                continue;
+            };
+            let mut s2 = set.clone();
+            s2[i / 64] |= 1 << (i % 64);
+            let key = (s2, next_state);
+            if seen.insert(key.clone()) {
+                stack.push((key.0, key.1, done + completed[i] as usize));
+            }
+        }
+    }
+    let show = |o: &&RegOp| {
+        format!(
+            "{} {} [{}, {}]",
+            if o.write { "W" } else { "R" },
+            o.value.as_deref().map(String::from_utf8_lossy).unwrap_or("-".into()),
+            o.call,
+            o.ret.map_or("pending".to_string(), |r| r.to_string())
+        )
+    };
+    let mut sorted = ops.clone();
+    sorted.sort_by_key(|o| o.call);
+    let shown: Vec<String> = sorted.iter().take(40).map(show).collect();
+    Err(format!("no linearization of {n} operations: {}", shown.join("; ")))
+}
+
+// ---------------------------------------------------------------------------
+// Client requests.
+
+#[derive(Clone, Debug)]
+enum Req {
+    Write { file: usize, value: Vec<u8> },
+    /// A read-only batch through the log, answered when it applies.
+    Read { file: usize },
+    /// A read by read index (any node: a follower asks the leader),
+    /// answered from the node's state once it has applied that far.
+    ReadIndex { file: usize },
+}
+
+#[derive(Clone, Debug)]
+enum Resp {
+    Acked,
+    ReadOk(Option<Vec<u8>>),
+    /// Definitely not done: not the leader (with the leader it knows of).
+    NotLeader(u64),
+    /// Definitely not done: the proposal lost its place in the log.
+    Failed,
+}
+
+fn show_req(r: &Req) -> String {
+    match r {
+        Req::Write { file, value } => format!("write f{file} := {}", String::from_utf8_lossy(value)),
+        Req::Read { file } => format!("read f{file} (log)"),
+        Req::ReadIndex { file } => format!("read f{file} (read index)"),
+    }
+}
+
+fn file_name(f: usize) -> String {
+    format!("f{f}")
+}
+
+fn write_batch(file: usize, value: &[u8], now: u64) -> Batch {
+    let mut b = Batch::new(Credentials::root(), (now * 1000) as i64);
+    let f = b.push(Op::Create {
+        dir: ObjRef::Id(ROOT_ID),
+        name: file_name(file),
+        kind: CreateKind::File,
+        attrs: Default::default(),
+        if_exists: IfExists::Truncate,
+    });
+    b.push(Op::Write { obj: f, offset: 0, data: WriteData::Bytes(value.to_vec()), append: false });
+    b
+}
+
+fn read_batch(file: usize, now: u64) -> Batch {
+    let mut b = Batch::new(Credentials::root(), (now * 1000) as i64);
+    b.read_only = true;
+    let f = b.push(Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: file_name(file) });
+    b.push(Op::Read { obj: f, offset: 0, len: 64 });
+    b
+}
+
+/// The value a read batch's results say.
+fn read_value(results: &[duet_fs::OpResult]) -> Result<Option<Vec<u8>>, String> {
+    match results {
+        [Err(FsError::NotFound), _] => Ok(None),
+        [Ok(_), Ok(OpOutput::Read { data, .. })] => Ok(Some(data.clone())),
+        other => Err(format!("read batch gave {other:?}")),
+    }
+}
+
+fn read_file<R: KvRead>(kv: &R, file: usize) -> Result<Option<Vec<u8>>, String> {
+    let (out, _) = machine::execute_read_only(kv, &read_batch(file, 0));
+    read_value(&out.results)
+}
+
+// ---------------------------------------------------------------------------
+// Nodes.
+
+/// What survives a crash.
+#[derive(Default, Clone)]
+struct Disk {
+    hard_state: Option<HardState>,
+    /// The persisted log, from index 1 (the simulation never compacts it).
+    log: Vec<RaftEntry>,
+    kv: BTreeMap<Vec<u8>, Vec<u8>>,
+    applied_index: u64,
+    applied_term: u64,
+}
+
+/// A waiting proposal: which client operation (and attempt) it answers.
+#[derive(Clone, Copy, Debug)]
+struct Waiter {
+    client: usize,
+    op: u64,
+    attempt: u32,
+    write: bool,
+    /// Hash of the proposed entry's data.
+    hash: u64,
+}
+
+struct Live {
+    raft: RaftNode,
+    waiters: Waiters<Waiter>,
+    ready_due: bool,
+    /// Read-index requests asked: context -> (waiter, file).
+    asked: BTreeMap<Vec<u8>, (Waiter, usize)>,
+    /// Read-index requests answered, waiting for the apply to reach the
+    /// read index: (index, waiter, file).
+    reads: Vec<(u64, Waiter, usize)>,
+}
+
+struct Node {
+    id: u64,
+    /// Starts so far.
+    incarnation: u64,
+    disk: Disk,
+    live: Option<Live>,
+    /// Ghost (not lost on a crash): (term, hash of data) of every index
+    /// this node applied.
+    applied: BTreeMap<u64, (u64, u64)>,
+}
+
+/// Test-only switch: a deliberately broken node, to show the checks fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bug {
+    None,
+    /// The proposer acknowledges a write as soon as it is proposed, not
+    /// when it is applied.
+    AckOnPropose,
+    /// Any node answers a read from its own applied state at once, without
+    /// going through the leader and the log.
+    LocalReads,
+    /// The node that believes it leads answers reads from its own state
+    /// at once (no read index, no log): what the store does today. A
+    /// deposed leader that has not yet noticed (check quorum) serves
+    /// stale reads.
+    LeaderLocalReads,
+}
+
+// ---------------------------------------------------------------------------
+// Events.
+
+#[derive(Debug)]
+enum Ev {
+    /// A tick of node `.0`'s incarnation `.1` (a restarted node's old
+    /// ticks are dropped: one tick chain per incarnation).
+    Tick(usize, u64),
+    Ready(usize),
+    Deliver(RaftMessage),
+    ClientReq { node: usize, client: usize, op: u64, attempt: u32, req: Req },
+    ClientResp { client: usize, op: u64, attempt: u32, resp: Resp },
+    ClientTimeout { client: usize, op: u64, attempt: u32 },
+    ClientStart(usize),
+    ClientRetry { client: usize, op: u64 },
+    Nemesis,
+    Restart(usize),
+}
+
+struct ClientOp {
+    id: u64,
+    req: Req,
+    hist: usize,
+    attempt: u32,
+    started: u64,
+}
+
+struct Client {
+    target: usize,
+    next_op: u64,
+    current: Option<ClientOp>,
+}
+
+#[derive(Default, Debug, Clone)]
+pub struct Stats {
+    pub acked_writes: u64,
+    pub reads: u64,
+    /// Of `reads`, those answered by read index (on any node).
+    pub index_reads: u64,
+    pub pending: u64,
+    pub crashes: u64,
+    pub pauses: u64,
+    pub eio: u64,
+    pub partitions: u64,
+    pub leaders: u64,
+    pub applied_index: u64,
+    pub events: u64,
+}
+
+struct Sim {
+    bug: Bug,
+    rng: Rng,
+    now: u64,
+    seq: u64,
+    /// Stamp for histories: one per event handled, strictly increasing.
+    stamp: u64,
+    events: BTreeMap<(u64, u64), Ev>,
+    nodes: Vec<Node>,
+    clients: Vec<Client>,
+    /// Partition side of each node: messages pass only within one side.
+    side: [u8; N],
+    /// A paused node (SIGSTOP) handles nothing before this time: its
+    /// ticks, messages and requests wait, then come all at once.
+    paused_until: [u64; N],
+    faults: bool,
+    drop_p: f64,
+    dup_p: f64,
+    long_delay_p: f64,
+    mid_ready_crash_p: f64,
+    eio_p: f64,
+    /// (file, op) history.
+    hist: Vec<(usize, RegOp)>,
+    /// Acknowledged writes: (term, index, hash of the entry's data).
+    acked: Vec<(u64, u64, u64)>,
+    violations: Vec<String>,
+    stats: Stats,
+    leaders_seen: BTreeSet<(u64, u64)>,
+    trace: bool,
+}
+
+impl Sim {
+    fn new(seed: u64, bug: Bug) -> Sim {
+        let mut rng = Rng::new(seed);
+        let drop_p = [0.0, 0.01, 0.05, 0.15][rng.range(0, 4) as usize];
+        let dup_p = [0.0, 0.01, 0.05][rng.range(0, 3) as usize];
+        let long_delay_p = [0.0, 0.02, 0.1][rng.range(0, 3) as usize];
+        let mid_ready_crash_p = [0.0, 0.002, 0.01][rng.range(0, 3) as usize];
+        let eio_p = [0.0, 0.0, 0.002][rng.range(0, 3) as usize];
+        // Every node is formatted alike: the root directory (Init) at
+        // applied index 0.
+        let mut formatted = Disk::default();
+        {
+            let base = BTreeMap::new();
+            let mut txn = Txn::new(&base);
+            machine::apply(&mut txn, &Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] });
+            for (k, v) in txn.into_writes() {
+                formatted.kv.insert(k, v.expect("init only puts"));
+            }
+        }
+        let nodes = (0..N)
+            .map(|i| Node { id: VOTERS[i], incarnation: 0, disk: formatted.clone(), live: None, applied: BTreeMap::new() })
+            .collect();
+        let clients =
+            (0..CLIENTS).map(|c| Client { target: c % N, next_op: 0, current: None }).collect();
+        let mut sim = Sim {
+            bug,
+            rng,
+            now: 0,
+            seq: 0,
+            stamp: 0,
+            events: BTreeMap::new(),
+            nodes,
+            clients,
+            side: [0; N],
+            paused_until: [0; N],
+            faults: true,
+            drop_p,
+            dup_p,
+            long_delay_p,
+            mid_ready_crash_p,
+            eio_p,
+            hist: Vec::new(),
+            acked: Vec::new(),
+            violations: Vec::new(),
+            stats: Stats::default(),
+            leaders_seen: BTreeSet::new(),
+            trace: std::env::var("DUET_SIM_TRACE").is_ok(),
+        };
+        for i in 0..N {
+            sim.start_node(i);
+        }
+        for c in 0..CLIENTS {
+            let d = sim.rng.range(0, 500 * MS);
+            sim.at(d, Ev::ClientStart(c));
+        }
+        let d = sim.rng.range(SEC, 3 * SEC);
+        sim.at(d, Ev::Nemesis);
+        sim
+    }
+
+    fn log(&self, what: impl FnOnce() -> String) {
+        if self.trace {
+            eprintln!("[{:>9.3}s] {}", self.now as f64 / SEC as f64, what());
+        }
+    }
+
+    fn at(&mut self, delay: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.insert((self.now + delay, self.seq), ev);
+    }
+
+    fn violation(&mut self, what: String) {
+        self.log(|| format!("VIOLATION {what}"));
+        self.violations.push(what);
+    }
+
+    // -- nodes --------------------------------------------------------------
+
+    fn start_node(&mut self, i: usize) {
+        let disk = &self.nodes[i].disk;
+        let split = disk.log.partition_point(|e| e.index <= disk.applied_index);
+        let retained_from = split.saturating_sub(LOG_RETAIN_MULTI as usize);
+        let rec = Recovered {
+            hard_state: disk.hard_state.clone(),
+            applied_index: disk.applied_index,
+            applied_term: disk.applied_term,
+            entries: disk.log[split..].to_vec(),
+            retained: disk.log[retained_from..split].to_vec(),
+        };
+        let timeout = self.rng.range(20, 40) as usize;
+        let raft = RaftNode::member_fixed_timeout(self.nodes[i].id, &VOTERS, rec, timeout).expect("raft node");
+        self.nodes[i].live =
+            Some(Live { raft, waiters: Waiters::new(), ready_due: false, asked: BTreeMap::new(), reads: Vec::new() });
+        self.nodes[i].incarnation += 1;
+        let d = self.rng.range(0, TICK);
+        self.at(d, Ev::Tick(i, self.nodes[i].incarnation));
+        self.log(|| format!("node {} starts (election timeout {timeout} ticks)", i + 1));
+        self.kick(i);
+    }
+
+    fn crash(&mut self, i: usize) {
+        if self.nodes[i].live.take().is_some() {
+            self.stats.crashes += 1;
+            self.log(|| format!("node {} crashes", i + 1));
+            let d = self.rng.range(200 * MS, 3 * SEC);
+            self.at(d, Ev::Restart(i));
+        }
+    }
+
+    /// Something changed on node `i`: it will handle its ready work soon
+    /// (until then, what raft holds is not durable).
+    fn kick(&mut self, i: usize) {
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        if !l.ready_due {
+            l.ready_due = true;
+            let d = self.rng.range(0, 3 * MS);
+            self.at(d, Ev::Ready(i));
+        }
+    }
+
+    fn handle_ready(&mut self, i: usize) {
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        l.ready_due = false;
+        loop {
+            let Some(l) = self.nodes[i].live.as_mut() else { return };
+            let Some(work) = l.raft.ready() else { break };
+            if work.snapshot.is_some() {
+                self.violation(format!("node {} was sent a snapshot (not modelled: the log is never compacted this far)", i + 1));
+                return;
+            }
+            // The log's sync fails (EIO): the store stops, nothing of
+            // this ready is durable (a crash at this point).
+            if self.faults && self.rng.chance(self.eio_p) {
+                self.stats.eio += 1;
+                self.log(|| format!("node {}: EIO syncing the raft log", i + 1));
+                self.crash(i);
+                return;
+            }
+            // Persist the entries and hard state (synced).
+            let disk = &mut self.nodes[i].disk;
+            if let Some(first) = work.entries.first() {
+                let keep = disk.log.partition_point(|e| e.index < first.index);
+                if keep < disk.log.len() && first.index <= disk.applied_index {
+                    let what = format!("node {} truncates its log at {} below its applied index {}", i + 1, first.index, disk.applied_index);
+                    self.violation(what);
+                    return;
+                }
+                let disk = &mut self.nodes[i].disk;
+                disk.log.truncate(keep);
+                disk.log.extend(work.entries.iter().cloned());
+            }
+            let disk = &mut self.nodes[i].disk;
+            if let Some(hs) = &work.hard_state {
+                disk.hard_state = Some(hs.clone());
+            }
+            let mut committed = work.committed.clone();
+            let l = self.nodes[i].live.as_mut().unwrap();
+            for (ctx, index) in &work.read_states {
+                if let Some((w, file)) = l.asked.remove(ctx) {
+                    l.reads.push((*index, w, file));
+                }
+            }
+            let more = l.raft.persisted(work).expect("persisted");
+            committed.extend(more);
+            let last = l.raft.last_index();
+            let gone = l.waiters.truncated(last);
+            for s in gone {
+                self.settle(i, s, None, 0, 0);
+            }
+            // A crash after the log is synced, before the apply is written.
+            if !committed.is_empty() && self.faults && self.rng.chance(self.mid_ready_crash_p) {
+                self.crash(i);
+                return;
+            }
+            self.apply(i, &committed);
+            self.answer_reads(i);
+            self.send_outbox(i);
+        }
+        self.send_outbox(i);
+        let l = self.nodes[i].live.as_ref().unwrap();
+        if l.raft.is_leader() {
+            let t = l.raft.term();
+            if self.leaders_seen.insert((t, i as u64)) {
+                self.stats.leaders += 1;
+                self.log(|| format!("node {} leads in term {t}", i + 1));
+            }
+        }
+    }
+
+    /// Applies committed entries in one transaction, written with the
+    /// applied index (the store's one write).
+    fn apply(&mut self, i: usize, entries: &[RaftEntry]) {
+        if entries.is_empty() {
+            return;
+        }
+        let mut outcomes: Vec<(u64, u64, Option<Vec<duet_fs::OpResult>>)> = Vec::new();
+        let node = &mut self.nodes[i];
+        let mut errors = Vec::new();
+        let writes = {
+            let mut txn = Txn::new(&node.disk.kv);
+            let mut expect = node.disk.applied_index + 1;
+            for e in entries {
+                if e.index != expect {
+                    errors.push(format!("node {} applies index {} after {}", node.id, e.index, expect - 1));
+                }
+                expect = e.index + 1;
+                if e.get_entry_type() != EntryType::EntryNormal {
+                    errors.push(format!("node {} got a {:?} entry", node.id, e.get_entry_type()));
+                    continue;
+                }
+                let h = fnv(&e.data);
+                if let Some(&(t, h0)) = node.applied.get(&e.index) {
+                    if (t, h0) != (e.term, h) {
+                        errors.push(format!("node {} applied index {} twice, differently", node.id, e.index));
+                    }
+                }
+                node.applied.insert(e.index, (e.term, h));
+                if e.data.is_empty() {
+                    outcomes.push((e.term, e.index, None));
+                    continue;
+                }
+                match decode_entry(e.term, e.index, &e.data) {
+                    Ok(cmd) => {
+                        let a = machine::apply(&mut txn, &cmd);
+                        outcomes.push((e.term, e.index, Some(a.results)));
+                    }
+                    Err(err) => errors.push(format!("node {}: {err}", node.id)),
+                }
+            }
+            if let Some(why) = txn.unencodable() {
+                errors.push(format!("node {}: {why}", node.id));
+            }
+            txn.into_writes()
+        };
+        for (k, v) in writes {
+            match v {
+                Some(v) => node.disk.kv.insert(k, v),
+                None => node.disk.kv.remove(&k),
+            };
+        }
+        let last = entries.last().unwrap();
+        node.disk.applied_index = last.index;
+        node.disk.applied_term = last.term;
+        let l = node.live.as_mut().unwrap();
+        l.raft.applied(last.index);
+        let mut settled = Vec::new();
+        for (term, index, results) in outcomes {
+            for s in l.waiters.applied(term, index) {
+                settled.push((s, results.clone(), term, index));
+            }
+        }
+        for e in errors {
+            self.violation(e);
+        }
+        // State machine safety across nodes: one entry per index.
+        for e in entries {
+            let h = fnv(&e.data);
+            for other in &self.nodes {
+                if let Some(&(t, h0)) = other.applied.get(&e.index) {
+                    if (t, h0) != (e.term, h) {
+                        let what = format!(
+                            "nodes {} and {} applied different entries at index {}",
+                            i + 1,
+                            other.id,
+                            e.index
+                        );
+                        self.violations.push(what);
+                        return;
+                    }
+                }
+            }
+        }
+        for (s, results, term, index) in settled {
+            self.settle(i, s, results, term, index);
+        }
+    }
+
+    /// A waiter settled on node `i`: answer its client.
+    fn settle(&mut self, i: usize, s: Settled<Waiter>, results: Option<Vec<duet_fs::OpResult>>, term: u64, index: u64) {
+        let (w, resp) = match s {
+            Settled::Committed(w) => {
+                let Some(results) = results else {
+                    self.violation(format!("node {}: a proposal applied as an empty entry", i + 1));
+                    return;
+                };
+                if w.write {
+                    if results.iter().all(|r| r.is_ok()) {
+                        if self.bug != Bug::AckOnPropose {
+                            self.acked.push((term, index, w.hash));
+                        }
+                        (w, Resp::Acked)
+                    } else {
+                        self.violation(format!("write batch failed: {results:?}"));
+                        return;
+                    }
+                } else {
+                    match read_value(&results) {
+                        Ok(v) => (w, Resp::ReadOk(v)),
+                        Err(e) => {
+                            self.violation(e);
+                            return;
+                        }
+                    }
+                }
+            }
+            Settled::Superseded { waiter, .. } => (waiter, Resp::Failed),
+        };
+        self.reply(w.client, w.op, w.attempt, resp);
+    }
+
+    /// Answers the read-index reads whose index this node has applied.
+    fn answer_reads(&mut self, i: usize) {
+        let applied = self.nodes[i].disk.applied_index;
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut l.reads).into_iter().partition(|r| r.0 <= applied);
+        l.reads = later;
+        for (_, w, file) in now {
+            match read_file(&self.nodes[i].disk.kv, file) {
+                Ok(v) => self.reply(w.client, w.op, w.attempt, Resp::ReadOk(v)),
+                Err(e) => self.violation(e),
+            }
+        }
+    }
+
+    fn reply(&mut self, client: usize, op: u64, attempt: u32, resp: Resp) {
+        if self.faults && self.rng.chance(self.drop_p) {
+            return;
+        }
+        let d = self.net_delay();
+        self.at(d, Ev::ClientResp { client, op, attempt, resp });
+    }
+
+    fn net_delay(&mut self) -> u64 {
+        if self.faults && self.rng.chance(self.long_delay_p) {
+            self.rng.range(50 * MS, 600 * MS)
+        } else {
+            self.rng.range(100, 5 * MS)
+        }
+    }
+
+    fn send_outbox(&mut self, i: usize) {
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        let msgs = l.raft.take_messages();
+        for m in msgs {
+            if self.faults && self.rng.chance(self.drop_p) {
+                continue;
+            }
+            if self.faults && self.rng.chance(self.dup_p) {
+                let d = self.net_delay();
+                self.at(d, Ev::Deliver(m.clone()));
+            }
+            let d = self.net_delay();
+            self.at(d, Ev::Deliver(m));
+        }
+    }
+
+    fn deliver(&mut self, m: RaftMessage) {
+        let (from, to) = (m.from as usize - 1, m.to as usize - 1);
+        if self.side[from] != self.side[to] {
+            return;
+        }
+        let Some(l) = self.nodes[to].live.as_mut() else { return };
+        // raft-rs refuses some stale messages with an error: not a fault.
+        let _ = l.raft.step(m);
+        self.kick(to);
+    }
+
+    fn handle_req(&mut self, i: usize, client: usize, op: u64, attempt: u32, req: Req) {
+        let now = self.now;
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        if self.bug == Bug::LocalReads {
+            if let Req::Read { file } | Req::ReadIndex { file } = req {
+                let v = read_file(&self.nodes[i].disk.kv, file);
+                match v {
+                    Ok(v) => self.reply(client, op, attempt, Resp::ReadOk(v)),
+                    Err(e) => self.violation(e),
+                }
+                return;
+            }
+        }
+        if self.bug == Bug::LeaderLocalReads {
+            if let Req::Read { file } | Req::ReadIndex { file } = req {
+                if l.raft.is_leader() {
+                    match read_file(&self.nodes[i].disk.kv, file) {
+                        Ok(v) => self.reply(client, op, attempt, Resp::ReadOk(v)),
+                        Err(e) => self.violation(e),
+                    }
+                } else {
+                    let hint = l.raft.leader_id();
+                    self.reply(client, op, attempt, Resp::NotLeader(hint));
+                }
+                return;
+            }
+        }
+        if let Req::ReadIndex { file } = req {
+            if l.raft.leader_id() == 0 {
+                self.reply(client, op, attempt, Resp::NotLeader(0));
+                return;
+            }
+            let mut ctx = Vec::with_capacity(16);
+            ctx.extend_from_slice(&(client as u64).to_be_bytes());
+            ctx.extend_from_slice(&op.to_be_bytes());
+            ctx.extend_from_slice(&attempt.to_be_bytes());
+            l.raft.read_index(ctx.clone());
+            l.asked.insert(ctx, (Waiter { client, op, attempt, write: false, hash: 0 }, file));
+            self.kick(i);
+            return;
+        }
+        if !l.raft.is_leader() {
+            let hint = l.raft.leader_id();
+            self.reply(client, op, attempt, Resp::NotLeader(hint));
+            return;
+        }
+        let (batch, write) = match &req {
+            Req::Write { file, value } => (write_batch(*file, value, now), true),
+            Req::Read { file } => (read_batch(*file, now), false),
+            Req::ReadIndex { .. } => unreachable!("answered above"),
+        };
+        let data = encode_command(&Command::Batch(batch));
+        let h = fnv(&data);
+        match l.raft.propose(data) {
+            Ok(at) => {
+                if let Some(old) = l.waiters.insert(at, Waiter { client, op, attempt, write, hash: h }) {
+                    self.settle(i, old, None, 0, 0);
+                }
+                if self.bug == Bug::AckOnPropose && write {
+                    self.acked.push((at.term, at.index, h));
+                    self.reply(client, op, attempt, Resp::Acked);
+                }
+                self.log(|| format!("node {} proposes {} at {}/{}", i + 1, show_req(&req), at.term, at.index));
+                self.kick(i);
+            }
+            Err(_) => self.reply(client, op, attempt, Resp::NotLeader(0)),
+        }
+    }
+
+    // -- clients ------------------------------------------------------------
+
+    fn client_start(&mut self, c: usize) {
+        if !self.faults {
+            return;
+        }
+        let file = self.rng.range(0, FILES as u64) as usize;
+        let id = self.clients[c].next_op;
+        self.clients[c].next_op += 1;
+        let req = if self.rng.chance(0.55) {
+            Req::Write { file, value: format!("c{c}-{id}").into_bytes() }
+        } else if self.rng.chance(0.5) {
+            Req::Read { file }
+        } else {
+            // Read-index reads go to any node: followers serve them too.
+            self.clients[c].target = self.rng.range(0, N as u64) as usize;
+            Req::ReadIndex { file }
+        };
+        let (write, value) = match &req {
+            Req::Write { value, .. } => (true, Some(value.clone())),
+            Req::Read { .. } | Req::ReadIndex { .. } => (false, None),
+        };
+        self.hist.push((file, RegOp { write, value, call: self.stamp, ret: None }));
+        let hist = self.hist.len() - 1;
+        self.clients[c].current = Some(ClientOp { id, req, hist, attempt: 0, started: self.now });
+        self.send_attempt(c);
+    }
+
+    fn send_attempt(&mut self, c: usize) {
+        let target = self.clients[c].target;
+        let op = self.clients[c].current.as_mut().unwrap();
+        op.attempt += 1;
+        let (id, attempt, req) = (op.id, op.attempt, op.req.clone());
+        let d = self.net_delay();
+        if !(self.faults && self.rng.chance(self.drop_p)) {
+            self.at(d, Ev::ClientReq { node: target, client: c, op: id, attempt, req });
+        }
+        self.at(CLIENT_TIMEOUT, Ev::ClientTimeout { client: c, op: id, attempt });
+    }
+
+    fn current_is(&self, c: usize, op: u64, attempt: u32) -> bool {
+        matches!(&self.clients[c].current, Some(o) if o.id == op && o.attempt == attempt)
+    }
+
+    fn finish_op(&mut self, c: usize) {
+        self.clients[c].current = None;
+        let d = self.rng.range(0, 50 * MS);
+        self.at(d, Ev::ClientStart(c));
+    }
+
+    fn client_resp(&mut self, c: usize, op: u64, attempt: u32, resp: Resp) {
+        if !self.current_is(c, op, attempt) {
+            return; // a late or duplicate answer
+        }
+        let cur = self.clients[c].current.as_ref().unwrap();
+        let hist = cur.hist;
+        self.log(|| format!("client {c} op {op}: {} -> {resp:?}", show_req(&cur.req)));
+        match resp {
+            Resp::Acked => {
+                self.hist[hist].1.ret = Some(self.stamp);
+                self.stats.acked_writes += 1;
+                self.finish_op(c);
+            }
+            Resp::ReadOk(v) => {
+                let cur = self.clients[c].current.as_ref().unwrap();
+                self.hist[hist].1.value = v;
+                self.hist[hist].1.ret = Some(self.stamp);
+                self.stats.reads += 1;
+                if matches!(cur.req, Req::ReadIndex { .. }) {
+                    self.stats.index_reads += 1;
+                }
+                self.finish_op(c);
+            }
+            Resp::NotLeader(_) | Resp::Failed => {
+                let hint = if let Resp::NotLeader(h) = resp { h } else { 0 };
+                if self.now - cur.started > CLIENT_GIVE_UP {
+                    // Never done: out of the history.
+                    self.hist[hist].1.ret = None;
+                    self.hist[hist].1.write = false; // a pending read constrains nothing
+                    self.finish_op(c);
+                    return;
+                }
+                let (delay, target) = if hint != 0 {
+                    (self.rng.range(0, 5 * MS), hint as usize - 1)
+                } else {
+                    (self.rng.range(50 * MS, 200 * MS), self.rng.range(0, N as u64) as usize)
+                };
+                self.clients[c].target = target;
+                self.at(delay, Ev::ClientRetry { client: c, op });
+            }
+        }
+    }
+
+    fn client_timeout(&mut self, c: usize, op: u64, attempt: u32) {
+        if !self.current_is(c, op, attempt) {
+            return;
+        }
+        // Indeterminate: a write stays pending (it may take effect at any
+        // later time), a read is dropped.
+        let hist = self.clients[c].current.as_ref().unwrap().hist;
+        self.log(|| format!("client {c} op {op}: timed out"));
+        if self.hist[hist].1.write {
+            self.stats.pending += 1;
+        }
+        self.clients[c].target = self.rng.range(0, N as u64) as usize;
+        self.finish_op(c);
+    }
+
+    // -- faults -------------------------------------------------------------
+
+    fn leader(&self) -> Option<usize> {
+        // The live leader of the highest term.
+        (0..N)
+            .filter_map(|i| self.nodes[i].live.as_ref().filter(|l| l.raft.is_leader()).map(|l| (l.raft.term(), i)))
+            .max()
+            .map(|(_, i)| i)
+    }
+
+    fn nemesis(&mut self) {
+        if !self.faults {
+            return;
+        }
+        let r = self.rng.range(0, 100);
+        let victim = if self.rng.chance(0.5) { self.leader() } else { None }
+            .unwrap_or_else(|| self.rng.range(0, N as u64) as usize);
+        match r {
+            0..=24 => {
+                // One node (often the leader) alone: a minority; the other
+                // two are a majority.
+                self.side = [0; N];
+                self.side[victim] = 1;
+                self.stats.partitions += 1;
+                self.log(|| format!("partition: node {} alone", victim + 1));
+            }
+            25..=34 => {
+                self.side = [0, 1, 2];
+                self.stats.partitions += 1;
+                self.log(|| "partition: every node alone".into());
+            }
+            35..=59 => {
+                self.side = [0; N];
+                self.log(|| "heal".into());
+            }
+            60..=74 => self.crash(victim),
+            75..=84 => {
+                let d = self.rng.range(500 * MS, 4 * SEC);
+                self.paused_until[victim] = self.now + d;
+                self.stats.pauses += 1;
+                self.log(|| format!("node {} paused for {} ms", victim + 1, d / MS));
+            }
+            _ => {
+                // Crash two: no majority until one restarts.
+                self.crash(victim);
+                let other = (victim + 1 + self.rng.range(0, 2) as usize) % N;
+                self.crash(other);
+            }
+        }
+        let d = self.rng.range(300 * MS, 2500 * MS);
+        self.at(d, Ev::Nemesis);
+    }
+
+    // -- running ------------------------------------------------------------
+
+    fn step(&mut self) -> bool {
+        let Some(((t, _), ev)) = self.events.pop_first() else { return false };
+        self.now = t;
+        let target = match &ev {
+            Ev::Tick(i, _) | Ev::Ready(i) => Some(*i),
+            Ev::Deliver(m) => Some(m.to as usize - 1),
+            Ev::ClientReq { node, .. } => Some(*node),
+            _ => None,
+        };
+        if let Some(i) = target {
+            if self.paused_until[i] > t {
+                let d = self.paused_until[i] - t + self.rng.range(0, 2 * MS);
+                self.at(d, ev);
+                return true;
+            }
+        }
+        self.stamp += 1;
+        self.stats.events += 1;
+        match ev {
+            Ev::Tick(i, inc) => {
+                let current = self.nodes[i].incarnation == inc;
+                if let Some(l) = self.nodes[i].live.as_mut().filter(|_| current) {
+                    l.raft.tick();
+                    // Jitter: a tick comes every 70 to 130 ms.
+                    let d = self.rng.range(TICK * 7 / 10, TICK * 13 / 10);
+                    self.at(d, Ev::Tick(i, inc));
+                    self.kick(i);
+                }
+            }
+            Ev::Ready(i) => self.handle_ready(i),
+            Ev::Deliver(m) => self.deliver(m),
+            Ev::ClientReq { node, client, op, attempt, req } => self.handle_req(node, client, op, attempt, req),
+            Ev::ClientResp { client, op, attempt, resp } => self.client_resp(client, op, attempt, resp),
+            Ev::ClientTimeout { client, op, attempt } => self.client_timeout(client, op, attempt),
+            Ev::ClientStart(c) => self.client_start(c),
+            Ev::ClientRetry { client, op } => {
+                if matches!(&self.clients[client].current, Some(o) if o.id == op) {
+                    self.send_attempt(client);
+                }
+            }
+            Ev::Nemesis => self.nemesis(),
+            Ev::Restart(i) => {
+                if self.nodes[i].live.is_none() {
+                    self.start_node(i);
+                }
+            }
+        }
+        true
+    }
+
+    fn converged(&self) -> bool {
+        let Some(l) = self.leader() else { return false };
+        let lead = self.nodes[l].live.as_ref().unwrap();
+        let last = lead.raft.last_index();
+        lead.raft.term() == self.nodes[l].disk.applied_term
+            && self.nodes.iter().all(|n| {
+                n.live.as_ref().is_some_and(|x| x.raft.leader_id() == lead.raft.leader_id() && x.raft.last_index() == last)
+                    && n.disk.applied_index == last
+            })
+    }
+
+    fn run(mut self) -> Result<Stats, String> {
+        while self.now < FAULT_PHASE && self.violations.is_empty() {
+            if !self.step() {
+                break;
+            }
+        }
+        // Heal: no more faults, every node up, clients finish what they
+        // have in flight.
+        self.faults = false;
+        self.side = [0; N];
+        self.paused_until = [0; N];
+        for i in 0..N {
+            if self.nodes[i].live.is_none() {
+                self.start_node(i);
+            }
+        }
+        self.log(|| "faults end: healed, all nodes up".into());
+        let end = self.now + SETTLE_MAX;
+        let mut settled = false;
+        while self.now < end && self.violations.is_empty() {
+            if !self.step() {
+                break;
+            }
+            if self.clients.iter().all(|c| c.current.is_none()) && self.converged() {
+                settled = true;
+                break;
+            }
+        }
+        if !self.violations.is_empty() {
+            return Err(self.violations.join("\n"));
+        }
+        if !settled {
+            return Err(format!(
+                "no convergence {}s after healing: applied {:?}, leaders {:?}",
+                SETTLE_MAX / SEC,
+                self.nodes.iter().map(|n| n.disk.applied_index).collect::<Vec<_>>(),
+                self.nodes.iter().map(|n| n.live.as_ref().map(|l| l.raft.leader_id())).collect::<Vec<_>>()
+            ));
+        }
+        self.check()
+    }
+
+    fn check(mut self) -> Result<Stats, String> {
+        let mut errs = Vec::new();
+        // 1. No acknowledged write lost.
+        for &(term, index, h) in &self.acked {
+            for n in &self.nodes {
+                if n.applied.get(&index) != Some(&(term, h)) || n.disk.applied_index < index {
+                    errs.push(format!(
+                        "acknowledged write at term {term} index {index} is not applied on node {} (it has {:?})",
+                        n.id,
+                        n.applied.get(&index)
+                    ));
+                }
+            }
+        }
+        // 2. Identical replicas.
+        let first = &self.nodes[0].disk;
+        for n in &self.nodes[1..] {
+            if n.disk.applied_index != first.applied_index {
+                errs.push(format!("node {} applied {} but node 1 {}", n.id, n.disk.applied_index, first.applied_index));
+            }
+            if n.disk.kv != first.kv {
+                let diff: Vec<_> = n
+                    .disk
+                    .kv
+                    .iter()
+                    .filter(|(k, v)| first.kv.get(*k) != Some(*v))
+                    .map(|(k, _)| k.clone())
+                    .chain(first.kv.keys().filter(|k| !n.disk.kv.contains_key(*k)).cloned())
+                    .take(5)
+                    .collect();
+                errs.push(format!("node {}'s state differs from node 1's, e.g. at keys {diff:02x?}", n.id));
+            }
+        }
+        // 3. Linearizable, with each node's final state read last.
+        let fin = self.stamp + 1;
+        for f in 0..FILES {
+            let mut ops: Vec<RegOp> = self.hist.iter().filter(|(file, _)| *file == f).map(|(_, o)| o.clone()).collect();
+            for n in &self.nodes {
+                match read_file(&n.disk.kv, f) {
+                    Ok(v) => ops.push(RegOp { write: false, value: v, call: fin, ret: Some(fin + 1) }),
+                    Err(e) => errs.push(e),
+                }
+            }
+            if let Err(e) = check_register(&ops) {
+                errs.push(format!("file {f}: {e}"));
+            }
+        }
+        self.stats.applied_index = first.applied_index;
+        if errs.is_empty() {
+            Ok(self.stats)
+        } else {
+            Err(errs.join("\n"))
+        }
+    }
+}
+
+fn run_seed(seed: u64, bug: Bug) -> Result<Stats, String> {
+    Sim::new(seed, bug).run()
+}
+
+fn replay_line(seed: u64) -> String {
+    format!("replay: DUET_SIM_SEED={seed} DUET_SIM_TRACE=1 cargo test -p duet-cluster --test sim -- seeds --nocapture")
+}
+
+#[test]
+fn seeds() {
+    let (from, count) = match std::env::var("DUET_SIM_SEED") {
+        Ok(s) => (s.parse::<u64>().expect("DUET_SIM_SEED is a number"), 1),
+        Err(_) => (
+            std::env::var("DUET_SIM_FIRST").ok().map(|s| s.parse::<u64>().expect("DUET_SIM_FIRST is a number")).unwrap_or(0),
+            std::env::var("DUET_SIM_SEEDS").ok().map(|s| s.parse::<u64>().expect("DUET_SIM_SEEDS is a number")).unwrap_or(CI_SEEDS),
+        ),
+    };
+    let threads = std::env::var("DUET_SIM_THREADS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
+        .clamp(1, count.max(1));
+    let t0 = Instant::now();
+    // Seeds are dealt round-robin to the threads; each seed's run is the
+    // same whichever thread runs it.
+    let results: Vec<(u64, Result<Stats, String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    let mut failures = 0;
+                    for seed in (from + t..from + count).step_by(threads as usize) {
+                        let r = run_seed(seed, Bug::None);
+                        if r.is_err() {
+                            failures += 1;
+                        }
+                        out.push((seed, r));
+                        if failures >= 3 {
+                            break;
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().expect("sim thread")).collect()
+    });
+    let mut total = Stats::default();
+    let mut failed = Vec::new();
+    for (seed, r) in results {
+        match r {
+            Ok(s) => {
+                total.acked_writes += s.acked_writes;
+                total.reads += s.reads;
+                total.index_reads += s.index_reads;
+                total.pending += s.pending;
+                total.crashes += s.crashes;
+                total.pauses += s.pauses;
+                total.eio += s.eio;
+                total.partitions += s.partitions;
+                total.leaders += s.leaders;
+                total.events += s.events;
+                total.applied_index += s.applied_index;
+            }
+            Err(e) => {
+                eprintln!("seed {seed} FAILED:\n{e}\n{}", replay_line(seed));
+                failed.push(seed);
+            }
+        }
+    }
+    eprintln!(
+        "sim: {count} seeds ({threads} threads) in {:.1}s: {} acked writes, {} reads ({} by read index), {} pending writes, {} crashes ({} on EIO), {} pauses, {} partitions, {} leaderships, {} entries applied, {} events",
+        t0.elapsed().as_secs_f64(),
+        total.acked_writes,
+        total.reads,
+        total.index_reads,
+        total.pending,
+        total.crashes,
+        total.eio,
+        total.pauses,
+        total.partitions,
+        total.leaders,
+        total.applied_index,
+        total.events
+    );
+    assert!(failed.is_empty(), "failing seeds {failed:?}; {}", replay_line(failed[0]));
+}
+
+/// The same seed runs the same way (nothing but the seed decides).
+#[test]
+fn a_seed_replays_exactly() {
+    let a = run_seed(7, Bug::None).expect("seed 7");
+    let b = run_seed(7, Bug::None).expect("seed 7");
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    assert!(a.acked_writes > 0 && a.reads > 0, "{a:?}");
+}
+
+/// A node that acknowledges a write on proposal, not on apply: the
+/// checks catch it within a few seeds.
+#[test]
+fn injected_bug_is_caught() {
+    let caught: Vec<(u64, String)> =
+        (0..40).filter_map(|seed| run_seed(seed, Bug::AckOnPropose).err().map(|e| (seed, e))).collect();
+    assert!(!caught.is_empty(), "acknowledging on proposal went unnoticed for 40 seeds");
+    let (seed, e) = &caught[0];
+    eprintln!("ack-on-propose caught by {} of 40 seeds; seed {seed}: {}", caught.len(), e.lines().next().unwrap_or(""));
+    assert!(e.contains("acknowledged write") || e.contains("no linearization"), "{e}");
+}
+
+/// Reads answered from a node's own state, not through the log: the
+/// linearizability checker catches the stale ones.
+#[test]
+fn injected_stale_reads_are_caught() {
+    let caught: Vec<(u64, String)> =
+        (0..40).filter_map(|seed| run_seed(seed, Bug::LocalReads).err().map(|e| (seed, e))).collect();
+    assert!(!caught.is_empty(), "local reads went unnoticed for 40 seeds");
+    let (seed, e) = &caught[0];
+    eprintln!("local reads caught by {} of 40 seeds; seed {seed}: {}", caught.len(), e.lines().next().unwrap_or(""));
+    assert!(e.contains("no linearization"), "{e}");
+}
+
+fn w(v: &str, call: u64, ret: Option<u64>) -> RegOp {
+    RegOp { write: true, value: Some(v.as_bytes().to_vec()), call, ret }
+}
+
+fn r(v: Option<&str>, call: u64, ret: u64) -> RegOp {
+    RegOp { write: false, value: v.map(|v| v.as_bytes().to_vec()), call, ret: Some(ret) }
+}
+
+#[test]
+fn checker_accepts_linearizable_histories() {
+    // Sequential.
+    assert!(check_register(&[r(None, 0, 1), w("a", 2, Some(3)), r(Some("a"), 4, 5)]).is_ok());
+    // Overlapping writes: a read may see either, and two later reads
+    // must agree on the order (b then a).
+    let h = [w("a", 0, Some(10)), w("b", 1, Some(9)), r(Some("b"), 2, 3), r(Some("a"), 11, 12)];
+    assert!(check_register(&h).is_ok());
+    // A read concurrent with a write sees the old or the new value.
+    assert!(check_register(&[w("a", 0, Some(1)), w("b", 2, Some(6)), r(Some("a"), 3, 4), r(Some("b"), 5, 7)]).is_ok());
+    // A pending (timed-out) write may take effect late, or never.
+    assert!(check_register(&[w("a", 0, None), r(None, 1, 2), r(Some("a"), 30, 31)]).is_ok());
+    assert!(check_register(&[w("a", 0, None), r(None, 1, 2)]).is_ok());
+}
+
+#[test]
+fn checker_rejects_non_linearizable_histories() {
+    // A stale read: b was written (and acknowledged) before the read began.
+    let stale = [w("a", 0, Some(1)), w("b", 2, Some(3)), r(Some("a"), 4, 5)];
+    assert!(check_register(&stale).is_err());
+    // A lost acknowledged write: the file reads as never written.
+    assert!(check_register(&[w("a", 0, Some(1)), r(None, 2, 3)]).is_err());
+    // Two reads that see two concurrent writes in opposite orders.
+    let h = [w("a", 0, Some(10)), w("b", 0, Some(10)), r(Some("a"), 11, 12), r(Some("b"), 13, 14), r(Some("a"), 15, 16)];
+    assert!(check_register(&h).is_err());
+    // A value read before its write was called.
+    assert!(check_register(&[r(Some("a"), 0, 1), w("a", 2, Some(3))]).is_err());
+    // A value nobody wrote.
+    assert!(check_register(&[w("a", 0, Some(1)), r(Some("z"), 2, 3)]).is_err());
+    // A timed-out write seen, then the older value again.
+    assert!(check_register(&[w("a", 0, Some(1)), w("b", 2, None), r(Some("b"), 3, 4), r(Some("a"), 5, 6)]).is_err());
+}
+
+/// The read path the store has today: the node that believes it leads
+/// answers from its own state. A paused leader (SIGSTOP) that wakes up
+/// deposed serves stale reads before it hears of the new term: the
+/// checker catches it (which is why reads need a read index, or a lease
+/// bounded by clocks).
+#[test]
+fn leader_local_reads_are_caught() {
+    let caught: Vec<(u64, String)> =
+        (0..120).filter_map(|seed| run_seed(seed, Bug::LeaderLocalReads).err().map(|e| (seed, e))).collect();
+    assert!(!caught.is_empty(), "leader-local reads went unnoticed for 120 seeds");
+    let (seed, e) = &caught[0];
+    let seeds: Vec<u64> = caught.iter().map(|c| c.0).collect();
+    eprintln!("leader-local reads caught by seeds {seeds:?} of 0..120; seed {seed}: {}", &e[..e.len().min(200)]);
+    assert!(e.contains("no linearization"), "{e}");
+}
+
+/// What seeds 1 and 7 found: a node recovering with its applied log
+/// retained from index 1 (the store keeps the last 4096 applied entries)
+/// must still be able to send entry 1 to a follower that has nothing,
+/// through the log: the store cannot install a snapshot.
+#[test]
+fn a_restarted_leader_sends_its_whole_log_to_an_empty_follower() {
+    let entries: Vec<RaftEntry> = (1..=3)
+        .map(|i| {
+            let mut e = RaftEntry::default();
+            e.index = i;
+            e.term = 1;
+            e
+        })
+        .collect();
+    let mut hs = HardState::default();
+    hs.term = 1;
+    hs.vote = 1;
+    hs.commit = 3;
+    let rec = Recovered { hard_state: Some(hs), applied_index: 3, applied_term: 1, entries: vec![], retained: entries };
+    let mut nodes = vec![
+        RaftNode::member_fixed_timeout(1, &VOTERS, rec, 20).unwrap(),
+        RaftNode::member_fixed_timeout(2, &VOTERS, Recovered::default(), 20).unwrap(),
+        RaftNode::member_fixed_timeout(3, &VOTERS, Recovered::default(), 20).unwrap(),
+    ];
+    // Node 1 is ahead: its vote wins once its timer runs out.
+    let mut applied = [0u64; 3];
+    let mut snapshots = 0;
+    for round in 0..200 {
+        if round < 60 {
+            nodes[0].tick();
+        }
+        let mut msgs = Vec::new();
+        for (i, n) in nodes.iter_mut().enumerate() {
+            while let Some(work) = n.ready() {
+                snapshots += work.snapshot.is_some() as u32;
+                let mut c = work.committed.clone();
+                c.extend(n.persisted(work).unwrap());
+                if let Some(l) = c.last() {
+                    applied[i] = l.index;
+                    n.applied(l.index);
+                }
+            }
+            msgs.extend(n.take_messages());
+        }
+        for m in msgs {
+            let to = m.to as usize - 1;
+            let _ = nodes[to].step(m);
+        }
+    }
+    assert!(nodes[0].is_leader());
+    assert_eq!(snapshots, 0, "no snapshot needed");
+    assert!(applied[1] >= 4 && applied[2] >= 4, "followers applied entries 1..=4 from the log: {applied:?}");
+}

@@ -315,6 +315,12 @@ impl Table {
         if writer_open || others_grant.iter().any(|l| l.has(Level::W)) {
             level = Level::NONE;
         }
+        // An oplock is no level II beside another's handle caching lease
+        // (MS-FSA 2.1.5.17.2: level II only beside level II / read
+        // caching).
+        if scope == Scope::Open && others_grant.iter().any(|l| l.has(Level::H)) {
+            level = Level::NONE;
+        }
         if others_open.iter().any(|s| s.access != 0) || others_grant.iter().any(|l| !l.is_none()) {
             level = level.without(Level::W);
         }
@@ -407,7 +413,11 @@ impl Table {
                 Conflict::Write => current.and(Level::H),
             };
             if refused.iter().any(|h| g.owns(h)) {
-                to = to.without(Level::H);
+                // An SMB open the holder's share modes refuse breaks
+                // handle caching only (MS-FSA 2.1.5.1.2.1: the holder may
+                // close what it kept open; if it does not, the open fails
+                // with a sharing violation and takes nothing else).
+                to = if why == Conflict::SmbOpen { current.without(Level::H) } else { to.without(Level::H) };
             }
             // H alone is no SMB lease state; a writer leaves the holder H
             // only where it keeps read caching too, so H alone goes.

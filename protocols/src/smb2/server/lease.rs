@@ -152,14 +152,16 @@ impl Connection {
         if let Some(o) = self.opens.get_mut(&file) {
             o.lease = Some(req.lease_key);
         }
+        // The answer has the lease's version (Lease.Version, set by the
+        // CREATE that made it), whichever context this one sent.
         let rec = &self.leases[&req.lease_key];
         Lease {
             lease_key: req.lease_key,
             lease_state: u32::from(rec.state.0),
             lease_flags: if breaking { Lease::BREAK_IN_PROGRESS } else { 0 }
-                | if rec.parent.is_some() && req.v2.is_some() { Lease::PARENT_LEASE_KEY_SET } else { 0 },
+                | if rec.parent.is_some() && rec.v2 { Lease::PARENT_LEASE_KEY_SET } else { 0 },
             lease_duration: 0,
-            v2: req.v2.map(|_| LeaseV2 { parent_lease_key: rec.parent.unwrap_or_default(), epoch: rec.epoch }),
+            v2: rec.v2.then(|| LeaseV2 { parent_lease_key: rec.parent.unwrap_or_default(), epoch: rec.epoch }),
         }
     }
 

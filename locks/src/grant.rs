@@ -321,6 +321,14 @@ impl Table {
         if scope == Scope::Open && others_grant.iter().any(|l| l.has(Level::H)) {
             level = Level::NONE;
         }
+        // And a lease gets no handle caching beside another open's oplock
+        // (smbtorture smb2.lease.oplock, as Windows: level II beside R).
+        let oplock_beside = grants
+            .iter()
+            .any(|g| g.scope == Scope::Open && !g.owns(holder) && !mine(&g.holder) && !g.level.is_none());
+        if scope == Scope::Lease && oplock_beside {
+            level = level.without(Level::H);
+        }
         if others_open.iter().any(|s| s.access != 0) || others_grant.iter().any(|l| !l.is_none()) {
             level = level.without(Level::W);
         }

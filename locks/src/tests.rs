@@ -538,3 +538,32 @@ fn lease_upgrades_are_all_or_nothing() {
     t.release(F, &o1);
     assert!(t.grant(g).is_none(), "its only open closed");
 }
+
+#[test]
+fn share_conflicts_break_handle_caching_only_and_oplocks_yield_to_handle_leases() {
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 0, ..Limits::default() });
+    let all = READ_DATA | WRITE_DATA;
+    let (l1, l2) = (lease(1, 1), lease(1, 2));
+    let (o1, o2) = (smb(1, 1), smb(1, 2));
+    t.open(F, o1, Share::smb(all, 7)).unwrap();
+    let (g1, _, _) = t.request_lease(F, l1, &[o1], Level::RWH, 0).unwrap();
+    // An open that denies the holder's writing (share READ only): only
+    // handle caching goes (smbtorture smb2.lease.break_twice: RWH to RW).
+    let (breaks, _) = t.break_for(F, &l2, Share::smb(all, 1), Conflict::SmbOpen, 1);
+    assert_eq!((breaks.len(), breaks[0].to), (1, Level::RW));
+    assert_eq!(t.ack(g1, Level::RW), Ok(()));
+    // Still refused: nothing more to break (the open fails on its share mode).
+    assert!(t.break_for(F, &l2, Share::smb(all, 1), Conflict::SmbOpen, 2).0.is_empty());
+    // A compatible one takes write caching.
+    let (breaks, _) = t.break_for(F, &l2, Share::smb(all, 7), Conflict::SmbOpen, 3);
+    assert_eq!(breaks[0].to, Level::R);
+    assert_eq!(t.ack(g1, Level::R), Ok(()));
+    // An oplock beside an R lease keeps no write caching (RH, which the
+    // SMB layer answers as level II); beside an RH lease it gets nothing.
+    t.open(F, o2, Share::smb(all, 7)).unwrap();
+    assert_eq!(t.request_open_grant(F, o2, Level::RWH, 4).map(|x| x.1), Some(Level::RH));
+    t.release(F, &o2);
+    assert_eq!(t.request_lease(F, l1, &[o1], Level::RH, 5).map(|x| x.1), Some(Level::RH));
+    t.open(F, o2, Share::smb(all, 7)).unwrap();
+    assert!(t.request_open_grant(F, o2, Level::R, 6).is_none());
+}

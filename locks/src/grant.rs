@@ -19,9 +19,9 @@
 //! (same protocol and client) never break its grant; a file that was just
 //! recalled is granted nothing new for `recall_backoff_ns`.
 //!
-//! SMB oplocks are granted through it (`duet_protocols::smb2::server`,
-//! [`Table::request_open_grant`]); SMB leases and NFS delegations are not
-//! yet.
+//! SMB oplocks ([`Table::request_open_grant`]) and leases
+//! ([`Table::request_lease`]) are granted through it
+//! (`duet_protocols::smb2::server`); NFS delegations are not yet.
 
 use std::collections::HashMap;
 
@@ -105,15 +105,22 @@ enum State {
 pub enum Scope {
     Client,
     Open,
+    /// An SMB lease (MS-SMB2 3.3.1.12/3.3.1.13): the holder names the lease
+    /// (its lease key), and the opens made with that key are its members
+    /// (Lease.LeaseOpens); an open by the lease's own key (the opener
+    /// being the lease's holder) or by a member never breaks it.
+    Lease,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct GrantRec {
     file: FileId,
     holder: Holder,
     level: Level,
     state: State,
     scope: Scope,
+    /// The opens of a lease ([`Scope::Lease`]); empty otherwise.
+    members: Vec<Holder>,
 }
 
 impl GrantRec {
@@ -122,7 +129,12 @@ impl GrantRec {
         match self.scope {
             Scope::Client => same_client(&self.holder, h),
             Scope::Open => self.holder == *h,
+            Scope::Lease => self.holder == *h || self.members.contains(h),
         }
+    }
+
+    fn breaking(&self) -> bool {
+        matches!(self.state, State::Breaking { .. })
     }
 }
 
@@ -221,13 +233,106 @@ impl Table {
     /// A holder asking again gets its grant raised, never lowered.
     /// Returns the grant and its level, or None for no grant.
     pub fn request_grant(&mut self, file: FileId, holder: Holder, want: Level, now: i64) -> Option<(GrantId, Level)> {
-        self.request_scoped(file, holder, want, now, Scope::Client)
+        self.request_scoped(file, holder, want, now, Scope::Client, &[])
     }
 
     /// As [`Table::request_grant`], for a grant of one open (an SMB
     /// oplock): the holder's other opens count as anyone's.
     pub fn request_open_grant(&mut self, file: FileId, holder: Holder, want: Level, now: i64) -> Option<(GrantId, Level)> {
-        self.request_scoped(file, holder, want, now, Scope::Open)
+        self.request_scoped(file, holder, want, now, Scope::Open, &[])
+    }
+
+    /// An SMB lease (MS-SMB2 3.3.5.9.8 / 3.3.5.9.11): `lease` names it (by
+    /// client and lease key), `opens` are its opens of `file` (the new one
+    /// included), which join it. A new lease gets what the others' opens
+    /// and grants allow (possibly less than asked, or nothing: None). A
+    /// held lease is upgraded only to exactly what is asked, when that is
+    /// more than it holds and all of it can be granted; otherwise, and
+    /// while any break on the file is in progress, it stays as it is.
+    /// Returns the grant, its level and whether a break of it is in
+    /// progress.
+    pub fn request_lease(
+        &mut self,
+        file: FileId,
+        lease: Holder,
+        opens: &[Holder],
+        want: Level,
+        now: i64,
+    ) -> Option<(GrantId, Level, bool)> {
+        let own = self.files.get(&file).and_then(|f| {
+            f.grants
+                .iter()
+                .find(|g| self.grants.by_id.get(g).is_some_and(|r| r.holder == lease && r.scope == Scope::Lease))
+                .copied()
+        });
+        let want = want.normal();
+        if let Some(id) = own {
+            let r = self.grants.by_id.get_mut(&id)?;
+            for o in opens {
+                if !r.members.contains(o) {
+                    r.members.push(*o);
+                }
+            }
+            let (current, breaking) = (r.level, r.breaking());
+            if breaking || want == current || !current.within(want) {
+                return Some((id, current, breaking));
+            }
+            let any_breaking = self.files.get(&file).is_some_and(|f| {
+                f.grants.iter().any(|g| self.grants.by_id.get(g).is_some_and(|r| r.breaking()))
+            });
+            if any_breaking || self.allowed(file, &lease, want, Scope::Lease, opens) != want {
+                return Some((id, current, false));
+            }
+            if let Some(r) = self.grants.by_id.get_mut(&id) {
+                r.level = want;
+            }
+            return Some((id, want, false));
+        }
+        self.request_scoped(file, lease, want, now, Scope::Lease, opens).map(|(id, l)| (id, l, false))
+    }
+
+    /// What of `want` the other opens and grants of `file` leave to
+    /// `holder` (whose own opens, for a lease, are `members`).
+    fn allowed(&self, file: FileId, holder: &Holder, want: Level, scope: Scope, members: &[Holder]) -> Level {
+        let mine = |h: &Holder| match scope {
+            Scope::Client => same_client(h, holder),
+            Scope::Open => h == holder,
+            Scope::Lease => h == holder || members.contains(h),
+        };
+        let f = self.files.get(&file);
+        let grants: Vec<&GrantRec> =
+            f.map(|f| f.grants.iter().filter_map(|g| self.grants.by_id.get(g)).collect()).unwrap_or_default();
+        let mut level = want.normal();
+        let others_open: Vec<Share> =
+            f.map_or(Vec::new(), |f| f.opens.iter().filter(|o| !mine(&o.holder)).map(|o| o.share).collect());
+        let others_grant: Vec<Level> =
+            grants.iter().filter(|g| !g.owns(holder) && !mine(&g.holder)).map(|g| g.level).collect();
+        // An oplock or lease may share read caching with writers' opens:
+        // their writes break it (MS-FSA 2.1.5.17.2 grants level II beside
+        // other opens); an NFS delegation may not.
+        let writer_open =
+            scope == Scope::Client && others_open.iter().any(|s| s.access & super::share::WRITE != 0);
+        if writer_open || others_grant.iter().any(|l| l.has(Level::W)) {
+            level = Level::NONE;
+        }
+        // An oplock is no level II beside another's handle caching lease
+        // (MS-FSA 2.1.5.17.2: level II only beside level II / read
+        // caching).
+        if scope == Scope::Open && others_grant.iter().any(|l| l.has(Level::H)) {
+            level = Level::NONE;
+        }
+        // And a lease gets no handle caching beside another open's oplock
+        // (smbtorture smb2.lease.oplock, as Windows: level II beside R).
+        let oplock_beside = grants
+            .iter()
+            .any(|g| g.scope == Scope::Open && !g.owns(holder) && !mine(&g.holder) && !g.level.is_none());
+        if scope == Scope::Lease && oplock_beside {
+            level = level.without(Level::H);
+        }
+        if others_open.iter().any(|s| s.access != 0) || others_grant.iter().any(|l| !l.is_none()) {
+            level = level.without(Level::W);
+        }
+        level.normal()
     }
 
     fn request_scoped(
@@ -237,39 +342,19 @@ impl Table {
         want: Level,
         now: i64,
         scope: Scope,
+        members: &[Holder],
     ) -> Option<(GrantId, Level)> {
-        let mine = |h: &Holder| match scope {
-            Scope::Client => same_client(h, &holder),
-            Scope::Open => *h == holder,
-        };
         let f = self.files.get(&file);
         if f.and_then(|f| f.no_grant_until).is_some_and(|t| now < t) {
             return None;
         }
         let grants: Vec<(GrantId, GrantRec)> = f
-            .map(|f| f.grants.iter().filter_map(|g| self.grants.by_id.get(g).map(|r| (*g, *r))).collect())
+            .map(|f| f.grants.iter().filter_map(|g| self.grants.by_id.get(g).map(|r| (*g, r.clone()))).collect())
             .unwrap_or_default();
-        if grants.iter().any(|(_, g)| matches!(g.state, State::Breaking { .. })) {
+        if grants.iter().any(|(_, g)| g.breaking()) {
             return None;
         }
-        let mut level = want.normal();
-        let others_open = f.map_or(Vec::new(), |f| {
-            f.opens.iter().filter(|o| !mine(&o.holder)).map(|o| o.share).collect()
-        });
-        let others_grant: Vec<Level> =
-            grants.iter().filter(|(_, g)| !g.owns(&holder) && !mine(&g.holder)).map(|(_, g)| g.level).collect();
-        // An oplock (one open's) may share read caching with writers'
-        // opens: their writes break it (MS-FSA 2.1.5.17.2 grants level II
-        // beside other opens).
-        let writer_open =
-            scope == Scope::Client && others_open.iter().any(|s| s.access & super::share::WRITE != 0);
-        if writer_open || others_grant.iter().any(|l| l.has(Level::W)) {
-            level = Level::NONE;
-        }
-        if others_open.iter().any(|s| s.access != 0) || others_grant.iter().any(|l| !l.is_none()) {
-            level = level.without(Level::W);
-        }
-        let level = level.normal();
+        let level = self.allowed(file, &holder, want, scope, members);
         if let Some((id, g)) = grants.iter().find(|(_, g)| g.holder == holder) {
             let raised = Level(g.level.0 | level.0).normal();
             if let Some(r) = self.grants.by_id.get_mut(id) {
@@ -282,7 +367,7 @@ impl Table {
         }
         self.grants.next += 1;
         let id = GrantId(self.grants.next);
-        self.grants.by_id.insert(id, GrantRec { file, holder, level, state: State::Granted, scope });
+        self.grants.by_id.insert(id, GrantRec { file, holder, level, state: State::Granted, scope, members: members.to_vec() });
         self.touch(file, &holder).grants.push(id);
         Some((id, level))
     }
@@ -336,7 +421,11 @@ impl Table {
                 Conflict::Write => current.and(Level::H),
             };
             if refused.iter().any(|h| g.owns(h)) {
-                to = to.without(Level::H);
+                // An SMB open the holder's share modes refuse breaks
+                // handle caching only (MS-FSA 2.1.5.1.2.1: the holder may
+                // close what it kept open; if it does not, the open fails
+                // with a sharing violation and takes nothing else).
+                to = if why == Conflict::SmbOpen { current.without(Level::H) } else { to.without(Level::H) };
             }
             // H alone is no SMB lease state; a writer leaves the holder H
             // only where it keeps read caching too, so H alone goes.
@@ -412,6 +501,23 @@ impl Table {
             .by_id
             .get(&id)
             .map(|g| (g.level, matches!(g.state, State::Breaking { .. })))
+    }
+
+    /// Open `open` of `file` is gone: it leaves the leases it belonged
+    /// to, and a lease left without opens goes (MS-SMB2 3.3.5.10:
+    /// the lease ends with the last of Lease.LeaseOpens).
+    pub(crate) fn leave_leases(&mut self, file: FileId, open: &Holder) {
+        let ids: Vec<GrantId> = self.files.get(&file).map(|f| f.grants.clone()).unwrap_or_default();
+        for id in ids {
+            let Some(g) = self.grants.by_id.get_mut(&id) else { continue };
+            if g.scope != Scope::Lease || !g.members.contains(open) {
+                continue;
+            }
+            g.members.retain(|m| m != open);
+            if g.members.is_empty() {
+                self.release_grant(id);
+            }
+        }
     }
 
     /// Gives a grant back (SMB close of the lease's last open, NFSv4

@@ -617,6 +617,7 @@ impl Table {
         for g in self.grants.of_holder_on(file, holder) {
             self.release_grant(g);
         }
+        self.leave_leases(file, holder);
         self.tidy(file);
         out
     }

@@ -463,3 +463,107 @@ fn smb_opens_break_write_caching_and_writes_read_caching() {
     let bb = breaks.iter().find(|x| x.grant == gb).unwrap();
     assert!(bb.ack_needed && bb.to.is_none());
 }
+
+/// A lease's name in the table: connection 1, lease `k` (MS-SMB2 leases are
+/// keyed by ClientGuid and LeaseKey).
+fn lease(conn: u64, k: u64) -> Holder {
+    smb(conn, (1 << 63) | k)
+}
+
+#[test]
+fn leases_are_shared_by_their_opens_and_broken_by_others() {
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 0, ..Limits::default() });
+    let all = READ_DATA | WRITE_DATA;
+    let (l1, l2) = (lease(1, 1), lease(1, 2));
+    let (o1, o2, o3) = (smb(1, 1), smb(1, 2), smb(1, 3));
+    t.open(F, o1, Share::smb(all, 7)).unwrap();
+    let (g1, l, breaking) = t.request_lease(F, l1, &[o1], Level::RWH, 0).unwrap();
+    assert_eq!((l, breaking), (Level::RWH, false));
+    // A second open by the same lease key breaks nothing and shares it
+    // (MS-SMB2 3.3.5.9.8).
+    let (breaks, wait) = t.break_for(F, &l1, Share::smb(all, 7), Conflict::SmbOpen, 5);
+    assert!(breaks.is_empty() && wait.is_none());
+    t.open(F, o2, Share::smb(all, 7)).unwrap();
+    assert_eq!(t.request_lease(F, l1, &[o2], Level::RWH, 5), Some((g1, Level::RWH, false)));
+    // Another lease key of the same connection: RWH breaks to RH, acked.
+    let (breaks, wait) = t.break_for(F, &l2, Share::smb(all, 7), Conflict::SmbOpen, 10);
+    assert_eq!(breaks, vec![Break { grant: g1, holder: l1, from: Level::RWH, to: Level::RH, ack_needed: true }]);
+    assert_eq!(wait, Some(110));
+    // An open by the lease's key meanwhile gets the lease as it is, breaking.
+    assert_eq!(t.request_lease(F, l1, &[o2], Level::RWH, 20), Some((g1, Level::RWH, true)));
+    assert_eq!(t.ack(g1, Level::RH), Ok(()));
+    assert!(t.break_deadline(F, &l2).is_none());
+    // The contender gets RH beside it (smbtorture smb2.lease.break: hold
+    // RHW, ask RHW: broken to RH, granted RH).
+    t.open(F, o3, Share::smb(all, 7)).unwrap();
+    let (g2, l, _) = t.request_lease(F, l2, &[o3], Level::RWH, 30).unwrap();
+    assert_eq!(l, Level::RH);
+    // Asking for RWH again changes nothing now that another lease is held.
+    assert_eq!(t.request_lease(F, l1, &[o1], Level::RWH, 40), Some((g1, Level::RH, false)));
+    // A write through o3 (lease 2's own open) breaks lease 1's read
+    // caching but not lease 2's.
+    let (breaks, _) = t.break_for(F, &o3, Share::smb(WRITE_DATA, 0), Conflict::Write, 50);
+    assert_eq!(breaks.len(), 1);
+    assert_eq!((breaks[0].grant, breaks[0].to), (g1, Level::NONE));
+    assert!(breaks[0].ack_needed, "RH holds handle caching: acknowledged");
+    assert_eq!(t.ack(g1, Level::NONE), Ok(()));
+    assert!(t.grant(g1).is_none());
+    // The lease goes with the last of its opens.
+    t.release(F, &o3);
+    assert!(t.grant(g2).is_none());
+    assert_eq!(t.counts().grants, 0);
+}
+
+#[test]
+fn lease_upgrades_are_all_or_nothing() {
+    let mut t = Table::new(Limits { recall_backoff_ns: 0, ..Limits::default() });
+    let all = READ_DATA | WRITE_DATA;
+    let (l1, l2) = (lease(1, 1), lease(2, 1));
+    let (o1, o2) = (smb(1, 1), smb(2, 1));
+    t.open(F, o1, Share::smb(all, 7)).unwrap();
+    let (g, l, _) = t.request_lease(F, l1, &[o1], Level::RH, 0).unwrap();
+    assert_eq!(l, Level::RH);
+    // RW is no superset of RH: RH stays (smbtorture smb2.lease.upgrade).
+    assert_eq!(t.request_lease(F, l1, &[o1], Level::RW, 1), Some((g, Level::RH, false)));
+    // Asking for less keeps what is held.
+    assert_eq!(t.request_lease(F, l1, &[o1], Level::R, 2), Some((g, Level::RH, false)));
+    assert_eq!(t.request_lease(F, l1, &[o1], Level::RWH, 3), Some((g, Level::RWH, false)));
+    // H or W without R is no lease state: nothing.
+    t.open(F, o2, Share::smb(READ_DATA, 7)).unwrap();
+    assert!(t.request_lease(F, l2, &[o2], Level::H, 4).is_none());
+    assert!(t.request_lease(F, l2, &[o2], Level::W, 4).is_none());
+    // A stat open (no data access) of another lease leaves W alone.
+    let (breaks, _) = t.break_for(F, &l2, Share::smb(READ_ATTRS, 7), Conflict::SmbOpen, 5);
+    assert!(breaks.is_empty());
+    t.release(F, &o1);
+    assert!(t.grant(g).is_none(), "its only open closed");
+}
+
+#[test]
+fn share_conflicts_break_handle_caching_only_and_oplocks_yield_to_handle_leases() {
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 0, ..Limits::default() });
+    let all = READ_DATA | WRITE_DATA;
+    let (l1, l2) = (lease(1, 1), lease(1, 2));
+    let (o1, o2) = (smb(1, 1), smb(1, 2));
+    t.open(F, o1, Share::smb(all, 7)).unwrap();
+    let (g1, _, _) = t.request_lease(F, l1, &[o1], Level::RWH, 0).unwrap();
+    // An open that denies the holder's writing (share READ only): only
+    // handle caching goes (smbtorture smb2.lease.break_twice: RWH to RW).
+    let (breaks, _) = t.break_for(F, &l2, Share::smb(all, 1), Conflict::SmbOpen, 1);
+    assert_eq!((breaks.len(), breaks[0].to), (1, Level::RW));
+    assert_eq!(t.ack(g1, Level::RW), Ok(()));
+    // Still refused: nothing more to break (the open fails on its share mode).
+    assert!(t.break_for(F, &l2, Share::smb(all, 1), Conflict::SmbOpen, 2).0.is_empty());
+    // A compatible one takes write caching.
+    let (breaks, _) = t.break_for(F, &l2, Share::smb(all, 7), Conflict::SmbOpen, 3);
+    assert_eq!(breaks[0].to, Level::R);
+    assert_eq!(t.ack(g1, Level::R), Ok(()));
+    // An oplock beside an R lease keeps no write caching (RH, which the
+    // SMB layer answers as level II); beside an RH lease it gets nothing.
+    t.open(F, o2, Share::smb(all, 7)).unwrap();
+    assert_eq!(t.request_open_grant(F, o2, Level::RWH, 4).map(|x| x.1), Some(Level::RH));
+    t.release(F, &o2);
+    assert_eq!(t.request_lease(F, l1, &[o1], Level::RH, 5).map(|x| x.1), Some(Level::RH));
+    t.open(F, o2, Share::smb(all, 7)).unwrap();
+    assert!(t.request_open_grant(F, o2, Level::R, 6).is_none());
+}

@@ -2933,3 +2933,101 @@ fn oplock_break_parks_the_create_until_the_ack() {
     let r = c.one(Request::OplockBreak(OplockBreakMessage::Oplock(ack)));
     assert_eq!(r.status(), NtStatus::INVALID_OPLOCK_PROTOCOL);
 }
+
+/// MS-SMB2 3.3.5.9.11 / 3.3.4.7 / 3.3.5.22.2: a v2 lease (3.1.1) is
+/// granted RWH with the client's epoch plus one; a second open by the same
+/// key shares it and breaks nothing; an open without that key (another
+/// holder as far as leases go) breaks it to RH: the break is given out for
+/// routing, the CREATE waits (STATUS_PENDING), the holder's connection
+/// sends a LEASE_BREAK notification (MessageId all ones, SessionId 0,
+/// ACK_REQUIRED, states and the new epoch); acknowledging more than the
+/// break left, or an unknown key, is refused; the right acknowledgment is
+/// answered with a Lease Break Response and lets the CREATE finish. A
+/// lease key is one file's: another file by it is STATUS_INVALID_PARAMETER.
+#[test]
+fn lease_break_parks_the_create_until_the_ack() {
+    use duet_protocols::smb2::create::oplock_level;
+    use duet_protocols::smb2::create_context::{Lease, LeaseV2};
+    use duet_protocols::smb2::oplock_break::{LeaseBreakAck, OplockBreakMessage};
+    let locks = duet_locks::LockManager::new(duet_locks::Limits { recall_backoff_ns: 0, ..Default::default() });
+    let share_modes = duet_protocols::smb2::server::ShareModes::with_locks(std::sync::Arc::new(locks));
+    let mut c = Client::connected_with(ServerConfig { share_modes: std::sync::Arc::new(share_modes), ..Default::default() });
+    let key = *b"lease-key-000001";
+    let ask = |state: u32| Lease {
+        lease_key: key,
+        lease_state: state,
+        lease_flags: 0,
+        lease_duration: 0,
+        v2: Some(LeaseV2 { parent_lease_key: [0; 16], epoch: 7 }),
+    };
+    let leased = |name: &'static str, state: u32| {
+        let mut req = create(name, create_disposition::OPEN_IF, 0, RW);
+        req.requested_oplock_level = oplock_level::LEASE;
+        req.create_contexts = vec![CreateContextRequest::RequestLease(ask(state))];
+        req
+    };
+    let lease_of = |r: &Reply| {
+        let Response::Create(cr) = r.body() else { panic!("not a CREATE response") };
+        assert_eq!(cr.oplock_level, oplock_level::LEASE);
+        cr.create_contexts
+            .iter()
+            .find_map(|x| match x {
+                CreateContextResponse::Lease(l) => Some(*l),
+                _ => None,
+            })
+            .expect("a lease response context")
+    };
+    let r = c.one(Request::Create(leased("leased", 7)));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let l = lease_of(&r);
+    assert_eq!((l.lease_key, l.lease_state, l.lease_flags), (key, 7, 0));
+    assert_eq!(l.v2.map(|v| v.epoch), Some(8), "the client's epoch plus one");
+    // The same key again: shared, nothing broken.
+    let r = c.one(Request::Create(leased("leased", 7)));
+    assert_eq!(lease_of(&r).lease_state, 7);
+    assert!(c.recalls.is_empty());
+    // A lease key is one file's.
+    let r = c.one(Request::Create(leased("other", 7)));
+    assert_eq!(r.status(), NtStatus::INVALID_PARAMETER);
+    // An open without the key: write caching goes, handle caching stays.
+    let interim = c.one(Request::Create(create("leased", create_disposition::OPEN, 0, READ)));
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    assert_eq!(c.conn.parked_opens(), 1);
+    assert_eq!(c.recalls.len(), 1);
+    let b = c.recalls.remove(0);
+    assert_eq!(b.holder.client, c.conn.key(), "routed to this connection");
+    assert!(b.ack_needed);
+    let ev = c.conn.on_recall(b, NOW);
+    let note = sent_replies(&c, ev);
+    assert_eq!(note.len(), 1);
+    assert_eq!((note[0].header.command, note[0].header.message_id), (Command::OPLOCK_BREAK, u64::MAX));
+    assert_eq!(note[0].header.session_id, 0);
+    let Ok(OplockBreakMessage::LeaseNotification(n)) = OplockBreakMessage::decode(&note[0].bytes) else {
+        panic!("not a lease break notification")
+    };
+    assert_eq!((n.lease_key, n.current_lease_state, n.new_lease_state), (key, 7, 3));
+    assert_eq!((n.flags, n.new_epoch), (1, 9));
+    // Still waiting; wrong acknowledgments are refused.
+    let ev = c.conn.poll_opens(NOW, &c.dir);
+    assert!(drive(&mut c, ev).is_empty(), "still waiting");
+    let ack = |state: u32, lease_key: [u8; 16]| {
+        Request::OplockBreak(OplockBreakMessage::LeaseAck(LeaseBreakAck { flags: 0, lease_key, lease_state: state, lease_duration: 0 }))
+    };
+    assert_eq!(c.one(ack(7, key)).status(), NtStatus::REQUEST_NOT_ACCEPTED);
+    assert_eq!(c.one(ack(3, *b"no-such-lease-ky")).status(), NtStatus::OBJECT_NAME_NOT_FOUND);
+    let r = c.one(ack(3, key));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let Ok(OplockBreakMessage::LeaseAck(a)) = OplockBreakMessage::decode(&r.bytes) else { panic!("not a lease ack") };
+    assert_eq!((a.lease_key, a.lease_state), (key, 3));
+    assert_eq!(c.one(ack(3, key)).status(), NtStatus::UNSUCCESSFUL, "no break in progress");
+    // The CREATE goes on, in the ASYNC form.
+    let ev = c.conn.poll_opens(NOW, &c.dir);
+    let done = drive(&mut c, ev);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].status(), NtStatus::SUCCESS);
+    assert_eq!(done[0].header.ids, interim.header.ids);
+    assert_eq!(c.conn.parked_opens(), 0);
+    // The lease holds RH now: asking again for RWH changes nothing.
+    let r = c.one(Request::Create(leased("leased", 7)));
+    assert_eq!(lease_of(&r).lease_state, 3);
+}

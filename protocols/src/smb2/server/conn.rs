@@ -158,6 +158,8 @@ pub(super) struct Open {
     /// The level a break in progress lowers it to (Open.OplockState
     /// Breaking, MS-SMB2 3.3.1.10).
     pub breaking_to: Option<u8>,
+    /// The LeaseKey of the lease it belongs to (Open.Lease, `lease.rs`).
+    pub lease: Option<[u8; 16]>,
 }
 
 /// A LOCK waiting in the lock table (MS-SMB2 3.3.5.14.2: a blocking lock
@@ -315,6 +317,9 @@ pub struct Connection {
     pub(super) park: Option<Vec<NodeId>>,
     /// The AsyncId of the parked CREATE being run again.
     pub(super) resuming: Option<u64>,
+    /// This connection's leases by LeaseKey (`lease.rs`).
+    pub(super) leases: HashMap<[u8; 16], super::lease::LeaseRec>,
+    pub(super) next_lease: u64,
     /// The session a SESSION_SETUP just created, for its response header.
     last_new_session: u64,
     /// The tree a TREE_CONNECT just made, for its response header.
@@ -450,6 +455,8 @@ impl Connection {
             parked: HashMap::new(),
             park: None,
             resuming: None,
+            leases: HashMap::new(),
+            next_lease: 0,
             last_new_session: 0,
             last_new_tree: 0,
         }
@@ -1121,8 +1128,9 @@ impl Connection {
             Request::OplockBreak(crate::smb2::oplock_break::OplockBreakMessage::Oplock(a)) => {
                 self.oplock_ack(hdr, &a)
             }
-            // No leases are granted: there is nothing to acknowledge.
-            Request::OplockBreak(_) => done(NtStatus::INVALID_OPLOCK_PROTOCOL),
+            Request::OplockBreak(crate::smb2::oplock_break::OplockBreakMessage::LeaseAck(a)) => self.lease_ack(&a),
+            // A notification is the server's, never a request.
+            Request::OplockBreak(_) => done(NtStatus::INVALID_PARAMETER),
             Request::Echo(_) => ok(Response::Echo(Default::default())),
             Request::Negotiate(_) | Request::SessionSetup(_) | Request::Cancel(_) => {
                 done(NtStatus::INVALID_PARAMETER)
@@ -1263,7 +1271,8 @@ impl Connection {
     ) -> NegotiateResponse<'a> {
         let mut caps = 0;
         if chosen != dialect::SMB2_0_2 {
-            caps |= capabilities::LARGE_MTU;
+            // Leases from 2.1 on (MS-SMB2 3.3.5.4, `lease.rs`).
+            caps |= capabilities::LARGE_MTU | capabilities::LEASING;
         }
         let small = chosen == dialect::SMB2_0_2;
         let cap = |v: u32| if small { v.min(65536) } else { v };

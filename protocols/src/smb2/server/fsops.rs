@@ -104,6 +104,8 @@ pub struct CreatePlan {
     root_attrs_op: Option<usize>,
     /// RequestedOplockLevel (MS-SMB2 2.2.13).
     oplock: u8,
+    /// The lease asked for, when the dialect allows it (`lease.rs`).
+    lease: Option<crate::smb2::create_context::Lease>,
 }
 
 #[derive(Debug)]
@@ -294,8 +296,10 @@ impl Connection {
     pub(super) fn forget_open(&mut self, id: u64) -> Option<Open> {
         let o = self.opens.remove(&id)?;
         // Its share reservation, byte-range locks and waiting LOCKs go
-        // (the lock table grants what others waited for).
+        // (the lock table grants what others waited for), and it leaves
+        // its lease.
         self.cfg.share_modes.release(o.node, (self.conn_key, id));
+        self.lease_forget_open(o.lease, id);
         Some(o)
     }
 
@@ -451,8 +455,15 @@ impl Connection {
         let mut qfid = false;
         let mut alloc = None;
         let mut eas: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut lease = None;
+        let dialect_rev = self.dialect().unwrap_or(0);
         for c in &req.create_contexts {
             match c {
+                CreateContextRequest::RequestLease(l)
+                    if super::lease::usable(req.requested_oplock_level, l, dialect_rev) =>
+                {
+                    lease = Some(*l)
+                }
                 CreateContextRequest::QueryMaximalAccess { .. } => mxac = true,
                 CreateContextRequest::QueryOnDiskId => qfid = true,
                 CreateContextRequest::AllocationSize(n) => alloc = Some(*n),
@@ -476,6 +487,12 @@ impl Connection {
             .to_string_checked()
             .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
         let comps = split_path(&name)?;
+        // MS-SMB2 3.3.5.9.8: one lease key, one file.
+        if let Some(l) = &lease {
+            if self.lease_key_conflicts(&l.lease_key, &path_key(root, &comps.join("\\"))) {
+                return Err(NtStatus::INVALID_PARAMETER);
+            }
+        }
         // Oplocks of other opens of the file that this open contradicts
         // are broken first (MS-SMB2 3.3.4.6 / MS-FSA 2.1.5.17); when the
         // holders must acknowledge, a CREATE alone in its frame waits
@@ -492,7 +509,7 @@ impl Connection {
             let key = path_key(root, &comps.join("\\"));
             let share = duet_locks::Share::smb(break_access, req.share_access);
             let truncate = matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF);
-            self.break_for_create(&key, share, truncate, fp.now_ns)
+            self.break_for_create(&key, share, truncate, lease.as_ref().map(|l| &l.lease_key), fp.now_ns)
         };
         if wait.is_some() && fp.slots.is_empty() && hdr.next_command == 0 {
             let key = path_key(root, &comps.join("\\"));
@@ -655,6 +672,7 @@ impl Connection {
             ea_op,
             root_attrs_op,
             oplock: req.requested_oplock_level,
+            lease,
         }))))
     }
 
@@ -786,10 +804,18 @@ impl Connection {
                 oplock: 0,
                 grant: None,
                 breaking_to: None,
+                lease: None,
             },
         );
+        // Leases on files only (no directory leasing); an oplock when no
+        // lease was asked for.
+        let mut lease_resp = None;
         let oplock = if is_dir {
             0
+        } else if let Some(l) = &cp.lease {
+            let key = path_key(cp.root, &cp.path);
+            lease_resp = Some(self.grant_lease(attrs.id, id, &key, cp.session_id, l, fp.now_ns));
+            crate::smb2::create::oplock_level::LEASE
         } else {
             self.grant_oplock(attrs.id, id, cp.oplock, fp.now_ns)
         };
@@ -814,6 +840,9 @@ impl Connection {
                 disk_file_id: attrs.id,
                 volume_id: cp.root,
             });
+        }
+        if let Some(l) = lease_resp {
+            contexts.push(CreateContextResponse::Lease(l));
         }
         let resp = CreateResponse {
             oplock_level: oplock,

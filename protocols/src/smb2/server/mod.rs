@@ -28,6 +28,7 @@ mod conn;
 pub mod crypto;
 mod fsops;
 pub mod info;
+mod lease;
 mod oplock;
 mod pipe;
 pub mod sharemode;

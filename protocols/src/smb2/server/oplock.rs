@@ -41,7 +41,7 @@ pub(super) struct ParkedCreate {
 }
 
 /// The caching a RequestedOplockLevel asks for (a lease request, 0xFF, is
-/// not an oplock: leases are not granted yet).
+/// not an oplock: `lease.rs` grants those).
 pub(super) fn wanted(requested: u8) -> Option<Level> {
     match requested {
         oplock_level::II => Some(Level::R),
@@ -77,6 +77,7 @@ impl Connection {
         path: &str,
         share: Share,
         truncate: bool,
+        lease: Option<&[u8; 16]>,
         now_ns: i64,
     ) -> (Vec<NodeId>, Option<i64>) {
         let why = if truncate { Conflict::Write } else { Conflict::SmbOpen };
@@ -84,7 +85,10 @@ impl Connection {
         if nodes.is_empty() {
             return (nodes, None);
         }
-        let opener = holder((self.conn_key, OPENER));
+        // An open by a lease's own key breaks nothing of that lease.
+        let opener = lease
+            .and_then(|k| self.lease_opener(k, path))
+            .unwrap_or_else(|| holder((self.conn_key, OPENER)));
         let locks = self.cfg.share_modes.locks().clone();
         let mut t = locks.table();
         let mut wait: Option<i64> = None;
@@ -163,6 +167,9 @@ impl Connection {
         let _ = now_ns;
         if self.is_closed() {
             return Vec::new();
+        }
+        if b.holder.owner & super::lease::LEASE_OWNER != 0 && b.holder.owner != OPENER {
+            return self.on_lease_recall(b);
         }
         let id = b.holder.owner;
         let Some(o) = self.opens.get_mut(&id) else { return Vec::new() };

@@ -1,0 +1,285 @@
+//! Leases: asked for on CREATE with RequestedOplockLevel
+//! SMB2_OPLOCK_LEVEL_LEASE (0xFF) and an SMB2_CREATE_REQUEST_LEASE context
+//! (MS-SMB2 2.2.13.2.8, v1, 2.1 and 3.x) or _V2 (2.2.13.2.10, 3.x),
+//! granted per 3.3.5.9.8 / 3.3.5.9.11 and answered with
+//! SMB2_CREATE_RESPONSE_LEASE(_V2) (2.2.14.2.10 / 2.2.14.2.11); broken with
+//! a Lease Break Notification (2.2.23.2, 3.3.4.7), acknowledged by the
+//! client (2.2.24.2, 3.3.5.22.2) and answered with a Lease Break Response
+//! (2.2.25.2).
+//!
+//! A lease belongs to the client (ClientGuid) and its LeaseKey; several
+//! opens made with one key share it. The decisions are the lock table's
+//! ([`duet_locks::Table::request_lease`], [`duet_locks::Scope::Lease`]):
+//! the lease is a holder of its own, (connection, [`LEASE_OWNER`] | n),
+//! whose members are its opens, so that an open by the same key never
+//! breaks it and the frontend routes its breaks to this connection like
+//! an oplock's. The lease table is this connection's: a ClientGuid's
+//! other connections do not share it (Samba's smbtorture uses one).
+//! Directories get no lease (no SMB2_GLOBAL_CAP_DIRECTORY_LEASING).
+
+use duet_fs::NodeId;
+use duet_locks::{Break, GrantId, Holder, Level};
+
+use super::conn::{done, ok, transport, Connection, Plan};
+use super::sharemode::holder;
+use super::Event;
+use crate::smb2::create_context::{Lease, LeaseV2};
+use crate::smb2::header::{Command, Header, HeaderFlags, HeaderIds};
+use crate::smb2::message::Response;
+use crate::smb2::negotiate::dialect;
+use crate::smb2::oplock_break::{LeaseBreakAck, LeaseBreakNotification, OplockBreakMessage};
+use crate::smb2::status::NtStatus;
+
+/// The lock-table owner bit of a lease (file ids never reach it).
+pub(super) const LEASE_OWNER: u64 = 1 << 62;
+
+/// One lease of this connection (MS-SMB2 3.3.1.12 Lease), by LeaseKey.
+#[derive(Debug, Clone)]
+pub(super) struct LeaseRec {
+    /// Its owner number in the lock table (`LEASE_OWNER` | n).
+    pub owner: u64,
+    /// The share-mode path key of its file (Lease.Filename).
+    pub path: String,
+    pub grant: Option<GrantId>,
+    /// Lease.LeaseState.
+    pub state: Level,
+    /// Lease.BreakToLeaseState while a break awaits its acknowledgment.
+    pub breaking_to: Option<Level>,
+    /// Lease.Epoch (v2 only).
+    pub epoch: u16,
+    /// Lease.Version 2.
+    pub v2: bool,
+    /// The ParentLeaseKey the client set, echoed in responses (v2).
+    pub parent: Option<[u8; 16]>,
+    /// The opens made with this key (Lease.LeaseOpens), by FileId.
+    pub opens: Vec<u64>,
+    /// The session of the last open, whose encryption the breaks use.
+    pub session_id: u64,
+}
+
+/// A lease request a CREATE carries, once the dialect allows it
+/// (3.3.5.9.8: 2.1 or 3.x for v1; 3.3.5.9.11: 3.x for v2).
+pub(super) fn usable(requested_oplock: u8, l: &Lease, dialect_rev: u16) -> bool {
+    requested_oplock == crate::smb2::create::oplock_level::LEASE
+        && dialect_rev >= dialect::SMB2_1
+        && (l.v2.is_none() || dialect_rev >= dialect::SMB3_0)
+}
+
+fn state_of(bits: u32) -> Level {
+    Level((bits & 0x7) as u8)
+}
+
+impl Connection {
+    pub(super) fn lease_holder(&self, owner: u64) -> Holder {
+        holder((self.conn_key, owner))
+    }
+
+    /// The lock-table holder a CREATE asking for lease `key` on the file
+    /// at `path` opens as: the lease itself when it is held on that file
+    /// (its own opens never break it).
+    pub(super) fn lease_opener(&self, key: &[u8; 16], path: &str) -> Option<Holder> {
+        self.leases.get(key).filter(|r| r.path == path).map(|r| self.lease_holder(r.owner))
+    }
+
+    /// 3.3.5.9.8: a lease key already used for another file is
+    /// STATUS_INVALID_PARAMETER.
+    pub(super) fn lease_key_conflicts(&self, key: &[u8; 16], path: &str) -> bool {
+        self.leases.get(key).is_some_and(|r| r.path != path)
+    }
+
+    /// Grants open `file` of `node` (at share-mode path `path`) the lease
+    /// `req` asks for, as far as the other opens and leases allow; returns
+    /// the response context (its LeaseState possibly none).
+    pub(super) fn grant_lease(
+        &mut self,
+        node: NodeId,
+        file: u64,
+        path: &str,
+        session_id: u64,
+        req: &Lease,
+        now_ns: i64,
+    ) -> Lease {
+        let owner = match self.leases.get(&req.lease_key) {
+            Some(r) => r.owner,
+            None => {
+                self.next_lease += 1;
+                LEASE_OWNER | self.next_lease
+            }
+        };
+        let rec = self.leases.entry(req.lease_key).or_insert_with(|| LeaseRec {
+            owner,
+            path: path.to_string(),
+            grant: None,
+            state: Level::NONE,
+            breaking_to: None,
+            epoch: req.v2.map_or(0, |v| v.epoch),
+            v2: req.v2.is_some(),
+            parent: None,
+            opens: Vec::new(),
+            session_id,
+        });
+        let fresh = rec.opens.is_empty() && rec.grant.is_none();
+        if !rec.opens.contains(&file) {
+            rec.opens.push(file);
+        }
+        rec.session_id = session_id;
+        if let Some(v2) = req.v2 {
+            if req.lease_flags & Lease::PARENT_LEASE_KEY_SET != 0 {
+                rec.parent = Some(v2.parent_lease_key);
+            }
+        }
+        let lease_h = holder((self.conn_key, owner));
+        let members: Vec<Holder> = rec.opens.iter().map(|f| holder((self.conn_key, *f))).collect();
+        let before = rec.state;
+        let locks = self.cfg.share_modes.locks().clone();
+        let got = locks.table().request_lease(node, lease_h, &members, state_of(req.lease_state), now_ns);
+        let rec = self.leases.get_mut(&req.lease_key).expect("inserted above");
+        let mut breaking = false;
+        match got {
+            Some((g, l, b)) => {
+                rec.grant = Some(g);
+                rec.state = l;
+                breaking = b;
+            }
+            None if rec.grant.is_none() => rec.state = Level::NONE,
+            None => {}
+        }
+        // 3.3.5.9.11: a new lease's epoch is the client's plus one, and
+        // every change of the state counts one more.
+        if rec.v2 && (fresh || rec.state != before) {
+            rec.epoch = rec.epoch.wrapping_add(1);
+        }
+        if let Some(o) = self.opens.get_mut(&file) {
+            o.lease = Some(req.lease_key);
+        }
+        // The answer has the lease's version (Lease.Version, set by the
+        // CREATE that made it), whichever context this one sent.
+        let rec = &self.leases[&req.lease_key];
+        Lease {
+            lease_key: req.lease_key,
+            lease_state: u32::from(rec.state.0),
+            lease_flags: if breaking { Lease::BREAK_IN_PROGRESS } else { 0 }
+                | if rec.parent.is_some() && rec.v2 { Lease::PARENT_LEASE_KEY_SET } else { 0 },
+            lease_duration: 0,
+            v2: rec.v2.then(|| LeaseV2 { parent_lease_key: rec.parent.unwrap_or_default(), epoch: rec.epoch }),
+        }
+    }
+
+    /// Open `file` closed: it leaves its lease, which ends with its last
+    /// open (the lock table drops the grant itself).
+    pub(super) fn lease_forget_open(&mut self, key: Option<[u8; 16]>, file: u64) {
+        let Some(key) = key else { return };
+        let Some(rec) = self.leases.get_mut(&key) else { return };
+        rec.opens.retain(|f| *f != file);
+        if rec.opens.is_empty() {
+            self.leases.remove(&key);
+        }
+    }
+
+    /// A break of one of this connection's leases (MS-SMB2 3.3.4.7): the
+    /// Lease Break Notification, MessageId 0xFFFFFFFFFFFFFFFF, SessionId 0
+    /// (encrypted when the lease's session encrypts). A revocation (the
+    /// break timed out: `from` and `to` none) leaves the lease at none and
+    /// sends nothing.
+    pub(super) fn on_lease_recall(&mut self, b: Break) -> Vec<Event> {
+        let Some((key, rec)) = self.leases.iter_mut().find(|(_, r)| r.owner == b.holder.owner) else {
+            return Vec::new();
+        };
+        let key = *key;
+        if rec.grant != Some(b.grant) {
+            return Vec::new();
+        }
+        if b.from.is_none() && b.to.is_none() {
+            rec.grant = None;
+            rec.state = Level::NONE;
+            rec.breaking_to = None;
+            return Vec::new();
+        }
+        let current = rec.state;
+        if b.ack_needed {
+            rec.breaking_to = Some(b.to);
+        } else {
+            rec.state = b.to;
+            rec.breaking_to = None;
+            if b.to.is_none() {
+                rec.grant = None;
+            }
+        }
+        if rec.v2 {
+            rec.epoch = rec.epoch.wrapping_add(1);
+        }
+        let note = LeaseBreakNotification {
+            new_epoch: if rec.v2 { rec.epoch } else { 0 },
+            flags: if b.ack_needed { LeaseBreakNotification::ACK_REQUIRED } else { 0 },
+            lease_key: key,
+            current_lease_state: u32::from(current.0),
+            new_lease_state: u32::from(b.to.0),
+            break_reason: 0,
+            access_mask_hint: 0,
+            share_mask_hint: 0,
+        };
+        let session = rec.session_id;
+        let hdr = Header {
+            credit_charge: 0,
+            status: NtStatus::SUCCESS,
+            command: Command::OPLOCK_BREAK,
+            credit: 0,
+            flags: HeaderFlags(HeaderFlags::SERVER_TO_REDIR),
+            next_command: 0,
+            message_id: u64::MAX,
+            ids: HeaderIds::Sync { process_id: 0, tree_id: 0 },
+            session_id: 0,
+            signature: [0; 16],
+        };
+        let mut msg = Vec::with_capacity(108);
+        hdr.encode(&mut msg);
+        note.encode(&mut msg);
+        let key = self
+            .sessions
+            .get(&session)
+            .filter(|s| s.encrypt)
+            .and_then(|s| s.keys.as_ref())
+            .and_then(|k| k.encrypt.clone());
+        if let Some(key) = key {
+            match self.seal(session, &key, &msg) {
+                Some(f) => msg = f,
+                None => return Vec::new(),
+            }
+        }
+        transport(msg).map(Event::Send).into_iter().collect()
+    }
+
+    /// Lease Break Acknowledgment (MS-SMB2 3.3.5.22.2): an unknown key is
+    /// STATUS_OBJECT_NAME_NOT_FOUND, a lease not breaking
+    /// STATUS_UNSUCCESSFUL, a state the break did not leave
+    /// STATUS_REQUEST_NOT_ACCEPTED; otherwise the lease takes the state
+    /// and the Lease Break Response (2.2.25.2) echoes it.
+    pub(super) fn lease_ack(&mut self, ack: &LeaseBreakAck) -> Plan {
+        let Some(rec) = self.leases.get_mut(&ack.lease_key) else {
+            return done(NtStatus::OBJECT_NAME_NOT_FOUND);
+        };
+        let Some(to) = rec.breaking_to else {
+            return done(NtStatus::UNSUCCESSFUL);
+        };
+        let level = state_of(ack.lease_state);
+        if ack.lease_state & !0x7 != 0 || !level.within(to) {
+            return done(NtStatus::REQUEST_NOT_ACCEPTED);
+        }
+        rec.breaking_to = None;
+        rec.state = level;
+        let grant = rec.grant;
+        if level.is_none() {
+            rec.grant = None;
+        }
+        if let Some(g) = grant {
+            // Revoked meanwhile (the timeout passed): nothing to lower.
+            let _ = self.cfg.share_modes.locks().clone().table().ack(g, level);
+        }
+        ok(Response::OplockBreak(OplockBreakMessage::LeaseAck(LeaseBreakAck {
+            flags: 0,
+            lease_key: ack.lease_key,
+            lease_state: u32::from(level.0),
+            lease_duration: 0,
+        })))
+    }
+}

@@ -814,7 +814,7 @@ impl Connection {
             0
         } else if let Some(l) = &cp.lease {
             let key = path_key(cp.root, &cp.path);
-            lease_resp = Some(self.grant_lease(attrs.id, id, &key, cp.session_id, l, fp.now_ns));
+            lease_resp = Some(self.grant_lease(attrs.id, id, &key, cp.session_id, l, attrs.nlink, fp.now_ns));
             crate::smb2::create::oplock_level::LEASE
         } else {
             self.grant_oplock(attrs.id, id, cp.oplock, fp.now_ns)

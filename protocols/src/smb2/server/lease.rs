@@ -40,6 +40,12 @@ pub(super) struct LeaseRec {
     pub owner: u64,
     /// The share-mode path key of its file (Lease.Filename).
     pub path: String,
+    /// Its file, and whether that file had other names (hard links) when
+    /// last opened: clients key leases by inode (the Linux cifs client
+    /// sends one lease key for every name of a file), so another name of
+    /// the same file is not "another file" (3.3.5.9.8).
+    pub node: NodeId,
+    pub linked: bool,
     pub grant: Option<GrantId>,
     /// Lease.LeaseState.
     pub state: Level,
@@ -83,8 +89,11 @@ impl Connection {
 
     /// 3.3.5.9.8: a lease key already used for another file is
     /// STATUS_INVALID_PARAMETER.
+    /// A key held on a file with hard links is let through here; the grant
+    /// then joins the lease if the open reached the same file, and gives
+    /// this open no lease if not ([`Connection::grant_lease`]).
     pub(super) fn lease_key_conflicts(&self, key: &[u8; 16], path: &str) -> bool {
-        self.leases.get(key).is_some_and(|r| r.path != path)
+        self.leases.get(key).is_some_and(|r| r.path != path && !r.linked)
     }
 
     /// Grants open `file` of `node` (at share-mode path `path`) the lease
@@ -97,8 +106,15 @@ impl Connection {
         path: &str,
         session_id: u64,
         req: &Lease,
+        nlink: u32,
         now_ns: i64,
     ) -> Lease {
+        if self.leases.get(&req.lease_key).is_some_and(|r| r.node != node) {
+            // The key of a lease on another file (reached through a name
+            // that was a hard link of the lease's file when the check was
+            // made): this open gets no lease rather than a wrong one.
+            return Lease { lease_key: req.lease_key, lease_state: 0, lease_flags: 0, lease_duration: 0, v2: req.v2 };
+        }
         let owner = match self.leases.get(&req.lease_key) {
             Some(r) => r.owner,
             None => {
@@ -109,6 +125,8 @@ impl Connection {
         let rec = self.leases.entry(req.lease_key).or_insert_with(|| LeaseRec {
             owner,
             path: path.to_string(),
+            node,
+            linked: false,
             grant: None,
             state: Level::NONE,
             breaking_to: None,
@@ -118,6 +136,7 @@ impl Connection {
             opens: Vec::new(),
             session_id,
         });
+        rec.linked = nlink > 1;
         let fresh = rec.opens.is_empty() && rec.grant.is_none();
         if !rec.opens.contains(&file) {
             rec.opens.push(file);

@@ -93,8 +93,8 @@ for b in duetd duetctl; do
   chmod 755 "$rootfs/usr/local/bin/$b"
 done
 # The default configuration, serving on every address: SMB, NFS, and the
-# admin API (plain HTTP: guard port 7445 with a firewall, or set
-# [admin] listen back to 127.0.0.1:7445).
+# admin API and web console (over TLS, [admin] tls = "auto": duetd makes
+# its certificate in /var/lib/duet/admin-tls/ on first start).
 "$bin/duetd" --print-default-config \
   | sed -e 's|^listen = "127.0.0.1:7445"|listen = "0.0.0.0:7445"|' \
         -e 's|^# The admin API. Keep it on loopback unless a firewall guards it.|# The admin API, on every address in the image (images/README.md).|' \

@@ -427,6 +427,7 @@ pub fn reason_phrase(status: u16) -> &'static str {
         200 => "OK",
         201 => "Created",
         204 => "No Content",
+        302 => "Found",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -435,10 +436,12 @@ pub fn reason_phrase(status: u16) -> &'static str {
         409 => "Conflict",
         413 => "Content Too Large",
         421 => "Misdirected Request",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         501 => "Not Implemented",
         503 => "Service Unavailable",
+        504 => "Gateway Timeout",
         _ => "Unknown",
     }
 }

@@ -11,6 +11,8 @@
 //! - [`net`]: IPv4/IPv6 CIDR parsing and matching for NFS client lists;
 //! - [`http`]: an incremental request parser, a response encoder, and the
 //!   client-side request encoder and response parser;
+//! - [`session`]: the web console's browser sessions, CSRF tokens and the
+//!   sign-in throttle;
 //! - [`router`]: endpoints ([`route`], [`encode_response`], [`credentials`],
 //!   and for clients [`AdminRequest::to_http`] and [`decode_response`]).
 //!
@@ -44,6 +46,7 @@ pub mod base64;
 pub mod http;
 pub mod net;
 pub mod router;
+pub mod session;
 pub mod types;
 
 pub use http::{

@@ -528,10 +528,9 @@ pub fn credentials(req: &HttpRequest) -> Option<Credentials> {
 /// Compares secrets (tokens, password hashes) in time independent of where
 /// they differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    // Unequal lengths answer at once (lengths are not secret here).
+    a.ct_eq(b).into()
 }
 
 /// Percent-encodes a path segment (everything but RFC 3986 unreserved).

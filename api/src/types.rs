@@ -43,6 +43,15 @@ pub mod codes {
     /// A change sent to a node that is not the raft leader (the message
     /// names the leader).
     pub const NOT_LEADER: &str = "not_leader";
+    /// Too many failed sign-ins from this source: try again later.
+    pub const TOO_MANY_ATTEMPTS: &str = "too_many_attempts";
+    /// A change sent to a follower found no leader within `[cluster]
+    /// leader_wait_ms` (503): nothing was done.
+    pub const NO_LEADER: &str = "no_leader";
+    /// A change forwarded to the leader got no answer within the forward
+    /// timeout (504): it may or may not have been applied; it was not
+    /// sent again.
+    pub const OUTCOME_UNKNOWN: &str = "outcome_unknown";
 }
 
 /// The error body of every non-2xx response.
@@ -90,6 +99,10 @@ impl ApiError {
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(codes::FORBIDDEN, message)
     }
+    /// 429 (RFC 6585 section 4): too many failed sign-ins from this source.
+    pub fn too_many_attempts(message: impl Into<String>) -> Self {
+        Self::new(codes::TOO_MANY_ATTEMPTS, message)
+    }
     /// 500.
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(codes::INTERNAL, message)
@@ -98,6 +111,15 @@ impl ApiError {
     /// not the raft leader; the message names the leader.
     pub fn not_leader(message: impl Into<String>) -> Self {
         Self::new(codes::NOT_LEADER, message)
+    }
+
+    /// 503: no raft leader within `[cluster] leader_wait_ms`.
+    pub fn no_leader(message: impl Into<String>) -> Self {
+        Self::new(codes::NO_LEADER, message)
+    }
+    /// 504: forwarded to the leader, no answer in time; may have applied.
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        Self::new(codes::OUTCOME_UNKNOWN, message)
     }
 
     /// The HTTP status code for this error's code (500 for unknown codes).
@@ -111,6 +133,9 @@ impl ApiError {
             codes::TOO_LARGE => 413,
             codes::FORBIDDEN => 403,
             codes::NOT_LEADER => 421,
+            codes::TOO_MANY_ATTEMPTS => 429,
+            codes::NO_LEADER => 503,
+            codes::OUTCOME_UNKNOWN => 504,
             _ => 500,
         }
     }
@@ -126,6 +151,9 @@ impl ApiError {
             409 => codes::ALREADY_EXISTS,
             413 | 431 => codes::TOO_LARGE,
             421 => codes::NOT_LEADER,
+            429 => codes::TOO_MANY_ATTEMPTS,
+            503 => codes::NO_LEADER,
+            504 => codes::OUTCOME_UNKNOWN,
             _ => codes::INTERNAL,
         }
     }

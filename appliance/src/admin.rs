@@ -1,6 +1,9 @@
-//! The admin API server: HTTP/1.1 on a loopback port, one request per
-//! connection, authenticated by the API token (the file `admin.token` in the
-//! data directory) or the admin user's password.
+//! The admin API server: HTTP/1.1 (over TLS off loopback, `tls.rs`), one
+//! request per connection, authenticated by the API token (the file
+//! `admin.token` in the data directory), the admin user's password, or a
+//! web console session (`console.rs`: cookie plus CSRF token); repeated
+//! failures from one address are throttled. Also serves `/metrics` and the
+//! console's page.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -9,17 +12,21 @@ use std::time::{Duration, Instant};
 
 use duet_admin_api::http::{Parsed, RequestParser};
 use duet_admin_api::{
-    credentials, encode_response, route, AdminRequest, AdminResponse, ApiError, ClusterNode, ClusterStatus, ConnectionStats, Credentials,
+    codes, credentials, encode_response, route, AdminRequest, AdminResponse, ApiError, ClusterNode, ClusterStatus, ConnectionStats, Credentials,
     ErrorCount, FsckReport,
     ListenerInfo, NewUser, NfsExportRules, Protocol, RaftInfo, RequestStats, Share, Stats, StatusInfo, UserInfo,
 };
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
 use duet_cluster::machine::AdminError;
 use duet_cluster_store::{Query, QueryAnswer, StoreError};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
+use crate::console::{self, Console};
+use duet_cluster::admin_wire::{AdminOutcome, AdminRequestMsg};
+
 use crate::engine::Engine;
+use crate::forward::{AdminCall, AdminLink, IncomingAdmin};
 use crate::secrets;
 
 /// What `status` reports about the process.
@@ -69,6 +76,34 @@ pub struct Admin {
     pub auth_failures: std::cell::Cell<u64>,
     /// Admin changes and refused logons.
     pub audit: std::sync::Arc<crate::audit::AuditLog>,
+    /// The web console's sessions and the sign-in throttle.
+    pub console: Console,
+    /// TLS on the admin listener (`[admin] tls`), or None.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// Multi-node: mutating requests to and from the leader (forward.rs).
+    pub link: Option<std::sync::Arc<AdminLink>>,
+    /// Multi-node: the batch forwarder and the write cache's replication,
+    /// for `/metrics`.
+    pub forwarder: Option<std::sync::Arc<crate::forward::Forwarder>>,
+    pub replica: Option<std::sync::Arc<crate::replica::ReplicaCounters>>,
+}
+
+/// What the API answers one request with.
+enum Answer {
+    /// Run here.
+    Local(Result<AdminResponse, ApiError>),
+    /// Run by the leader, whose HTTP response is returned verbatim.
+    Forwarded { leader: u64, audit: String, http: Vec<u8> },
+}
+
+/// Serves the admin requests followers forward to this node: each is run
+/// as a local caller's (its credentials were checked on the follower) if
+/// this node leads; otherwise answered `NotLeader` (nothing done).
+pub async fn serve_forwarded(admin: Rc<Admin>, rx: flume::Receiver<IncomingAdmin>) {
+    while let Ok(inc) = rx.recv_async().await {
+        let a = admin.clone();
+        glommio::spawn_local(async move { a.run_forwarded(inc).await }).detach();
+    }
 }
 
 /// Accepts admin connections until `stop` fires.
@@ -179,9 +214,35 @@ pub fn now_ns() -> i64 {
 }
 
 impl Admin {
-    async fn connection(&self, mut stream: TcpStream) -> std::io::Result<()> {
+    async fn connection(&self, stream: TcpStream) -> std::io::Result<()> {
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
         stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+        let peer = stream.peer_addr().ok();
+        let Some(cfg) = &self.tls else { return self.exchange(stream, peer, false).await };
+        // A TLS ClientHello starts with the handshake record type 0x16 (RFC
+        // 8446 section 5.1). Anything else is plain HTTP: served to loopback
+        // clients (duetctl on the appliance, the container's health check),
+        // refused to everyone else with a pointer to https.
+        let mut first = [0u8; 1];
+        if stream.peek(&mut first).await? == 0 {
+            return Ok(());
+        }
+        if first[0] == 0x16 {
+            let tls = futures_rustls::TlsAcceptor::from(cfg.clone()).accept(stream).await?;
+            return self.exchange(tls, peer, true).await;
+        }
+        if peer.is_some_and(|p| p.ip().is_loopback()) {
+            return self.exchange(stream, peer, false).await;
+        }
+        let e = ApiError::forbidden("this admin listener serves TLS to clients off loopback: use https://");
+        let mut stream = stream;
+        stream.write_all(&encode_response(&Err(e))).await?;
+        let _ = stream.close().await;
+        Ok(())
+    }
+
+    /// One request and its answer on a connection (plain or TLS).
+    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(&self, mut stream: S, peer: Option<SocketAddr>, secure: bool) -> std::io::Result<()> {
         let mut parser = RequestParser::new();
         let mut buf = vec![0u8; 16 * 1024];
         let req = loop {
@@ -194,59 +255,274 @@ impl Admin {
                 Parsed::Error(e) => break Err(ApiError::from(e)),
             }
         };
-        if let Ok(r) = &req {
-            if r.path_only() == "/metrics" {
-                // Unauthenticated: counts only (docs/metrics.md).
-                let reply = self.metrics_reply(r).await;
-                stream.write_all(&reply).await?;
-                stream.flush().await?;
-                let _ = stream.shutdown(std::net::Shutdown::Both).await;
-                return Ok(());
-            }
+        let reply = match req {
+            Ok(req) => self.reply(&req, peer, secure).await,
+            Err(e) => encode_response(&Err(e)),
+        };
+        stream.write_all(&reply).await?;
+        stream.flush().await?;
+        let _ = stream.close().await;
+        Ok(())
+    }
+
+    /// The answer to one request: `/metrics` (no credentials), the web
+    /// console (`/console/...`), or the API.
+    async fn reply(&self, req: &duet_admin_api::HttpRequest, peer: Option<SocketAddr>, secure: bool) -> Vec<u8> {
+        let path = req.path_only();
+        if path == "/metrics" {
+            // Unauthenticated: counts only (docs/metrics.md).
+            return self.metrics_reply(req).await;
         }
-        let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-        let result = match req {
-            Ok(req) => {
-                let creds = credentials(&req);
-                let who = match &creds {
-                    Some(Credentials::Bearer(_)) => "token".to_string(),
-                    Some(Credentials::Basic { user, .. }) => user.clone(),
-                    None => "-".to_string(),
-                };
-                match self.authenticate(creds).await {
-                    Ok(()) => match route(&req) {
-                        Ok(r) => {
-                            let what = format!("{r:?}");
-                            let change = r.is_change();
-                            let out = self.handle(r).await;
-                            if let Err(e) = &out {
-                                tracing::info!("admin: {what}: {}", e.message);
-                            }
-                            if change {
-                                let outcome = match &out {
-                                    Ok(_) => "ok".to_string(),
-                                    Err(e) => format!("{}: {}", e.code, e.message),
-                                };
-                                self.audit.record(&who, &peer, &what, &outcome);
-                            }
-                            out
-                        }
-                        Err(e) => Err(e),
-                    },
-                    Err(e) => {
-                        self.auth_failures.set(self.auth_failures.get() + 1);
-                        tracing::warn!(%peer, "admin API: authentication failed");
-                        self.audit.record(&who, &peer, "admin logon", &format!("refused: {}", e.message));
-                        Err(e)
-                    }
-                }
+        let from = peer.map(|a| a.to_string()).unwrap_or_default();
+        // The throttle counts failures by address, whatever the port.
+        let source = peer.map(|a| a.ip().to_string()).unwrap_or_default();
+        if path == "/" || path == "/console" {
+            return console::redirect();
+        }
+        if path.starts_with("/console/") {
+            return self.console_reply(req, &from, &source, secure).await;
+        }
+        let creds = credentials(req);
+        let session = if creds.is_none() { self.console.session_of(req) } else { None };
+        let who = match (&creds, &session) {
+            (Some(Credentials::Bearer(_)), _) => "token".to_string(),
+            (Some(Credentials::Basic { user, .. }), _) => user.clone(),
+            (None, Some((_, s))) => s.user.clone(),
+            (None, None) => "-".to_string(),
+        };
+        let auth = match (&session, creds.is_some()) {
+            (Some((_, s)), false) => console::csrf_check(req, s),
+            (None, false) if Console::has_cookie(req) => {
+                Err(ApiError::unauthorized("the console session ended (signed out or expired): sign in again"))
             }
+            _ => self.sign_in(creds, &who, &from, &source).await,
+        };
+        let answer = match auth {
+            Ok(()) => match route(req) {
+                Ok(r) => {
+                    let what = format!("{r:?}");
+                    let change = r.is_change();
+                    let out = if self.forwards(&r) {
+                        self.forward_change(r, req, &who).await
+                    } else {
+                        Answer::Local(self.handle(r).await)
+                    };
+                    if let Answer::Local(Err(e)) = &out {
+                        tracing::info!("admin: {what}: {}", e.message);
+                    }
+                    if change {
+                        let outcome = match &out {
+                            Answer::Local(Ok(_)) => "ok".to_string(),
+                            Answer::Local(Err(e)) => format!("{}: {}", e.code, e.message),
+                            Answer::Forwarded { leader, audit, .. } => format!("forwarded to node {leader}: {audit}"),
+                        };
+                        self.audit.record(&who, &from, &what, &outcome);
+                    }
+                    out
+                }
+                Err(e) => Answer::Local(Err(e)),
+            },
+            Err(e) => Answer::Local(Err(e)),
+        };
+        match answer {
+            Answer::Local(result) => encode_response(&result),
+            Answer::Forwarded { http, .. } => http,
+        }
+    }
+
+    /// Checks credentials under the sign-in throttle: a source locked out
+    /// after repeated failures is refused before its credentials are
+    /// looked at; failures are counted, audited and logged.
+    async fn sign_in(&self, creds: Option<Credentials>, who: &str, from: &str, source: &str) -> Result<(), ApiError> {
+        let given = creds.is_some();
+        let checked = match self.console.check_throttle(source) {
+            Ok(()) => self.authenticate(creds).await,
             Err(e) => Err(e),
         };
-        stream.write_all(&encode_response(&result)).await?;
-        stream.flush().await?;
-        let _ = stream.shutdown(std::net::Shutdown::Both).await;
-        Ok(())
+        match &checked {
+            Ok(()) => self.console.sign_in_ok(source),
+            Err(e) => {
+                if given && e.code != duet_admin_api::codes::TOO_MANY_ATTEMPTS {
+                    self.console.sign_in_failed(source);
+                }
+                self.auth_failures.set(self.auth_failures.get() + 1);
+                tracing::warn!(peer = %from, "admin API: authentication failed: {}", e.message);
+                self.audit.record(who, from, "admin logon", &format!("refused: {}", e.message));
+            }
+        }
+        checked
+    }
+
+    /// `/console/...`: the page's files and the browser session.
+    async fn console_reply(&self, req: &duet_admin_api::HttpRequest, from: &str, source: &str, secure: bool) -> Vec<u8> {
+        let path = req.path_only();
+        if path != "/console/session" {
+            return match console::asset(path) {
+                Some(_) if req.method != "GET" && req.method != "HEAD" => {
+                    console::error_answer(&ApiError::method_not_allowed(format!("{} is not allowed on {path}", req.method)), &[])
+                }
+                Some((ct, body)) => console::answer(200, ct, if req.method == "HEAD" { b"" } else { body }, &[]),
+                None => console::error_answer(&ApiError::not_found(format!("{path} is not part of the console")), &[]),
+            };
+        }
+        match req.method.as_str() {
+            "POST" => {
+                let sign: console::SignIn = match serde_json::from_slice(&req.body) {
+                    Ok(s) => s,
+                    Err(e) => return console::error_answer(&ApiError::invalid_argument(format!("sign-in body: {e}")), &[]),
+                };
+                // A sign-in form posted from another site (login CSRF) is refused.
+                if let (Some(origin), Some(host)) = (req.header("Origin"), req.header("Host")) {
+                    let o = origin.split_once("://").map(|x| x.1).unwrap_or(origin);
+                    if o != host {
+                        return console::error_answer(&ApiError::forbidden(format!("sign-in from another origin ({origin}) is refused")), &[]);
+                    }
+                }
+                let creds = Some(Credentials::Basic { user: sign.user.clone(), password: sign.password });
+                match self.sign_in(creds, &sign.user, from, source).await {
+                    Ok(()) => {
+                        let (id, csrf) = self.console.new_session(&sign.user);
+                        self.audit.record(&sign.user, from, "console sign-in", "ok");
+                        let body = serde_json::to_vec(&console::SessionInfo { user: &sign.user, csrf: &csrf }).unwrap_or_default();
+                        let cookie = duet_admin_api::session::session_cookie(&id, secure);
+                        console::answer(200, "application/json", &body, &[("Set-Cookie", &cookie)])
+                    }
+                    Err(e) => console::error_answer(&e, &[]),
+                }
+            }
+            "GET" => match self.console.session_of(req) {
+                Some((_, s)) => {
+                    let body = serde_json::to_vec(&console::SessionInfo { user: &s.user, csrf: &s.csrf }).unwrap_or_default();
+                    console::answer(200, "application/json", &body, &[])
+                }
+                None => console::error_answer(&ApiError::unauthorized("not signed in"), &[]),
+            },
+            "DELETE" => {
+                if let Some((id, s)) = self.console.session_of(req) {
+                    if let Err(e) = console::csrf_check(req, &s) {
+                        return console::error_answer(&e, &[]);
+                    }
+                    self.console.end_session(&id);
+                    self.audit.record(&s.user, from, "console sign-out", "ok");
+                }
+                let cookie = duet_admin_api::session::cleared_cookie(secure);
+                console::answer(204, "application/json", b"", &[("Set-Cookie", &cookie)])
+            }
+            m => console::error_answer(&ApiError::method_not_allowed(format!("{m} is not allowed on /console/session")), &[]),
+        }
+    }
+
+    /// Whether `r` goes to the leader: a change to the cluster's metadata
+    /// (or a leadership transfer) in a multi-node cluster. Fault injection
+    /// is this node's own.
+    fn forwards(&self, r: &AdminRequest) -> bool {
+        self.link.is_some() && r.is_change() && !matches!(r, AdminRequest::Fault(_))
+    }
+
+    /// How long a forwarded `r` waits for the leader's answer: the forward
+    /// timeout, but never less than the leader's own bound on it plus 2 s
+    /// (so the leader's answer, even a timeout, arrives first).
+    fn forward_wait(&self, link: &AdminLink, r: &AdminRequest) -> Duration {
+        let own = if matches!(r, AdminRequest::TransferLeader(_)) { TRANSFER_WAIT } else { COMMIT_WAIT };
+        link.timeout.max(own + Duration::from_secs(2))
+    }
+
+    /// A change in a multi-node cluster: run here if this node leads,
+    /// otherwise sent to the leader (waiting up to `leader_wait_ms` for
+    /// one); the leader's reply is returned verbatim. Re-routed only when
+    /// nothing was done (the node asked did not lead, or was busy); sent
+    /// and unanswered is `outcome_unknown`, never sent again.
+    async fn forward_change(&self, r: AdminRequest, req: &duet_admin_api::HttpRequest, who: &str) -> Answer {
+        let Some(link) = self.link.clone() else { return Answer::Local(self.handle(r).await) };
+        let started = Instant::now();
+        let deadline = started + link.leader_wait;
+        let wait = self.forward_wait(&link, &r);
+        let msg =
+            AdminRequestMsg { who: who.to_string(), method: req.method.clone(), target: req.path.clone(), body: req.body.clone() };
+        let mut local = Some(r);
+        loop {
+            match link.view.leader() {
+                Some(l) if l == self.node.node_id => {
+                    let r = match local.take() {
+                        Some(r) => r,
+                        None => match route(req) {
+                            Ok(r) => r,
+                            Err(e) => return Answer::Local(Err(e)),
+                        },
+                    };
+                    match self.handle(r).await {
+                        // Not the leader any more, and nothing proposed.
+                        Err(e) if e.code == codes::NOT_LEADER => {}
+                        out => return Answer::Local(out),
+                    }
+                }
+                // Not sent to a leader that is unreachable or silent: the
+                // request waits for the next one instead.
+                Some(l) if link.reachable(l) && !link.silent(l) => match link.call(l, &msg, wait).await {
+                    AdminCall::Done { audit, http } => return Answer::Forwarded { leader: l, audit, http },
+                    AdminCall::Again => {}
+                    AdminCall::Unknown(m) => return Answer::Local(Err(ApiError::outcome_unknown(m))),
+                },
+                _ => {}
+            }
+            if Instant::now() >= deadline {
+                link.counters.no_leader.fetch_add(1, Ordering::Relaxed);
+                let seen = match link.view.leader() {
+                    Some(l) => format!("node {l} is named leader but is not reachable (both connections up, heard within 1.5 s) from node {}", self.node.node_id),
+                    None => "no node leads".to_string(),
+                };
+                return Answer::Local(Err(ApiError::no_leader(format!(
+                    "the cluster has no leader reachable from node {} after {} ms ([cluster] leader_wait_ms; {seen}): \
+                     nothing was changed; is a majority of the voters running and connected (duetctl cluster status)?",
+                    self.node.node_id,
+                    started.elapsed().as_millis()
+                ))));
+            }
+            glommio::timer::sleep(crate::forward::ROUTE_POLL).await;
+        }
+    }
+
+    /// Runs a request a follower forwarded (see [`serve_forwarded`]).
+    async fn run_forwarded(&self, inc: IncomingAdmin) {
+        let IncomingAdmin { from, request, reply } = inc;
+        let Some(link) = self.link.clone() else { return reply(AdminOutcome::Busy) };
+        if link.view.leader() != Some(self.node.node_id) {
+            return reply(AdminOutcome::NotLeader { leader: link.view.leader() });
+        }
+        link.counters.served.fetch_add(1, Ordering::Relaxed);
+        let req = duet_admin_api::HttpRequest {
+            method: request.method,
+            path: request.target,
+            headers: Vec::new(),
+            body: request.body,
+        };
+        let out = match route(&req) {
+            // Only what a follower forwards is run (never fault injection,
+            // never a read).
+            Ok(r) if r.is_change() && !matches!(r, AdminRequest::Fault(_)) => {
+                let what = format!("{r:?}");
+                let out = self.handle(r).await;
+                if let Err(e) = &out {
+                    if e.code == codes::NOT_LEADER {
+                        // Lost the leadership before proposing: nothing done.
+                        return reply(AdminOutcome::NotLeader { leader: link.view.leader() });
+                    }
+                    tracing::info!("admin (forwarded by node {from}): {what}: {}", e.message);
+                }
+                let outcome = match &out {
+                    Ok(_) => "ok".to_string(),
+                    Err(e) => format!("{}: {}", e.code, e.message),
+                };
+                self.audit.record(&format!("{} via node {from}", request.who), &format!("node {from}"), &what, &outcome);
+                (outcome, out)
+            }
+            Ok(_) => {
+                let e = ApiError::invalid_argument("only changes are forwarded between nodes");
+                (format!("{}: {}", e.code, e.message), Err(e))
+            }
+            Err(e) => (format!("{}: {}", e.code, e.message), Err(e)),
+        };
+        reply(AdminOutcome::Response { audit: out.0, http: encode_response(&out.1) });
     }
 
     /// The reply to `GET /metrics` (405 for other methods).
@@ -256,11 +532,15 @@ impl Admin {
             return encode_response(&Err(e));
         }
         let stats = self.stats();
-        let (term, commit, applied) = match self.query(Query::RaftStatus).await {
-            Ok(QueryAnswer::Raft(r)) => (r.term, r.commit_index, r.applied_index),
-            _ => (0, 0, 0),
+        let raft = match self.query(Query::RaftStatus).await {
+            Ok(QueryAnswer::Raft(r)) => Some(r),
+            _ => None,
         };
+        let (term, commit, applied) = raft.as_ref().map_or((0, 0, 0), |r| (r.term, r.commit_index, r.applied_index));
         let gauges = crate::metrics::Gauges {
+            raft_leader_id: raft.as_ref().map_or(0, |r| r.leader_id),
+            raft_is_leader: raft.as_ref().is_some_and(|r| r.leader),
+            cluster: self.cluster_metrics(raft.as_ref()),
             capacity: Some(self.capacity()),
             metadata_failed: self.engine.store.failed(),
             raft_term: term,
@@ -272,6 +552,75 @@ impl Admin {
         let body = crate::metrics::render(&stats, &gauges, &self.engine.stats.latency);
         let body = if r.method == "HEAD" { Vec::new() } else { body.into_bytes() };
         duet_admin_api::encode_http_response(200, &[("Content-Type", crate::metrics::CONTENT_TYPE)], &body)
+    }
+
+    /// A multi-node cluster's figures for `/metrics` (None: a single node).
+    fn cluster_metrics(&self, raft: Option<&duet_cluster_store::RaftStatus>) -> Option<crate::metrics::ClusterMetrics> {
+        let health = self.node.cluster.health.as_ref()?;
+        let now = Instant::now();
+        let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let peers = self
+            .node
+            .cluster
+            .voters
+            .iter()
+            .filter(|v| v.0 != self.node.node_id)
+            .map(|(id, _)| {
+                let state = health.peer(*id);
+                crate::metrics::PeerMetrics {
+                    id: *id,
+                    healthy: state.healthy(now),
+                    state,
+                    matched: raft.and_then(|r| r.progress.iter().find(|p| p.0 == *id).map(|p| p.1)),
+                }
+            })
+            .collect();
+        let forwarded_batches = self.forwarder.as_ref().map_or_else(Vec::new, |f| {
+            let c = &f.counters;
+            vec![
+                ("sent", ld(&c.sent)),
+                ("answered", ld(&c.answered)),
+                ("rerouted", ld(&c.not_leader)),
+                ("unavailable", ld(&c.unavailable)),
+                ("unknown", ld(&c.unknown)),
+                ("served", ld(&c.served)),
+                ("refused", ld(&c.refused)),
+            ]
+        });
+        let forwarded_admin = self.link.as_ref().map_or_else(Vec::new, |l| {
+            let c = &l.counters;
+            vec![
+                ("sent", ld(&c.sent)),
+                ("answered", ld(&c.answered)),
+                ("rerouted", ld(&c.rerouted)),
+                ("unknown", ld(&c.unknown)),
+                ("no_leader", ld(&c.no_leader)),
+                ("served", ld(&c.served)),
+                ("refused", ld(&c.refused)),
+            ]
+        });
+        let replica = self.replica.as_ref().map_or_else(Vec::new, |c| {
+            vec![
+                ("replica_pushes", "Write-cache extents pushed to peers", ld(&c.pushes_sent)),
+                ("replica_push_bytes", "Bytes of write-cache extents pushed to peers", ld(&c.push_bytes_sent)),
+                ("replica_pushes_skipped", "Pushes not sent: the peer's unacknowledged bytes at their bound, or its queue full", ld(&c.pushes_skipped)),
+                ("replica_acks", "Durability acknowledgements received from peers", ld(&c.acks_received)),
+                ("replica_majority_timeouts", "Batches failed: no majority held their data within 5 s", ld(&c.majority_timeouts)),
+                ("replica_pushes_logged", "Extents pushed by peers and logged durably here", ld(&c.pushes_logged)),
+                ("replica_fetches", "Extents this node asked peers for", ld(&c.fetches_sent)),
+                ("replica_fetches_answered", "Fetches of peers this node answered", ld(&c.fetches_answered)),
+                ("replica_fetches_failed", "Fetches no peer answered with the bytes", ld(&c.fetches_failed)),
+                ("replica_inbound_dropped", "Inbound data frames dropped (bounds full, or undecodable)", ld(&c.inbound_dropped)),
+            ]
+        });
+        Some(crate::metrics::ClusterMetrics {
+            majority_wait: self.replica.as_ref().map(|c| c.majority_wait.clone()),
+            last_index: raft.map_or(0, |r| r.last_index),
+            peers,
+            forwarded_batches,
+            forwarded_admin,
+            replica,
+        })
     }
 
     /// The capacity the protocols report now.
@@ -293,29 +642,43 @@ impl Admin {
     }
 
     async fn authenticate(&self, c: Option<Credentials>) -> Result<(), ApiError> {
-        let ok = match &c {
+        // (secret given, stored hash, the admin secret's name when it lives
+        // in the metadata and may need its hash upgraded)
+        let (given, stored, name) = match &c {
             Some(Credentials::Bearer(token)) => match &self.node.local_token {
-                Some(local) => secrets::verify_secret(token, local),
-                None => match self.secret("token").await {
-                    Some(stored) => secrets::verify_secret(token, &stored),
-                    None => false,
-                },
+                Some(local) => (token.clone(), Some(local.clone()), None),
+                None => (token.clone(), self.secret("token").await, Some("token".to_string())),
             },
-            Some(Credentials::Basic { user, password }) => match self.secret(&format!("user:{user}")).await {
-                Some(stored) => secrets::verify_secret(password, &stored),
-                None => false,
-            },
+            Some(Credentials::Basic { user, password }) => {
+                let name = format!("user:{user}");
+                (password.clone(), self.secret(&name).await, Some(name))
+            }
             None => {
                 return Err(ApiError::unauthorized(
                     "credentials required: a bearer token (admin.token in the data directory) or the admin user",
                 ))
             }
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(ApiError::unauthorized("wrong token, user or password"))
+        let Some(stored) = stored else { return Err(ApiError::unauthorized("wrong token, user or password")) };
+        // Argon2id takes tens of milliseconds: not on this executor, which
+        // also runs the data path.
+        let upgrade = secrets::needs_upgrade(&stored);
+        let g = given.clone();
+        let ok = glommio::executor().spawn_blocking(move || secrets::verify_secret(&g, &stored)).await;
+        if !ok {
+            return Err(ApiError::unauthorized("wrong token, user or password"));
         }
+        if let (true, Some(name)) = (upgrade, name) {
+            // A hash of the old PBKDF2 form: replaced by Argon2id now that
+            // the secret is known. Best effort (a follower cannot commit).
+            let hash = glommio::executor().spawn_blocking(move || secrets::hash_secret(&given)).await;
+            let cmd = Command::Init { now_ns: now_ns(), admin_secrets: vec![(name.clone(), hash)], shares: vec![] };
+            match self.command(cmd).await {
+                Ok(()) => tracing::info!("admin secret {name}: hash upgraded from PBKDF2 to Argon2id"),
+                Err(e) => tracing::debug!("admin secret {name}: hash upgrade deferred: {}", e.message),
+            }
+        }
+        Ok(())
     }
 
     async fn command(&self, cmd: Command) -> Result<(), ApiError> {
@@ -524,10 +887,11 @@ impl Admin {
 
     /// `GET /v1/cluster`: the raft group from this node's raft state.
     /// This node: its applied index and its store's health. Another node,
-    /// as this node knows it: on the leader, `applied` is raft's matched
-    /// index of that node (the last entry the leader knows it holds); on a
-    /// follower, which does not track the others, 0. `healthy`: this
-    /// node's authenticated connection to it is up.
+    /// as this node knows it: `applied` is the applied index it reported
+    /// in its last status frame (every 500 ms on the peer link; before the
+    /// first one, the leader's matched index of it, else 0); `healthy`:
+    /// its connection to this node is open and an authenticated frame from
+    /// it arrived within [`crate::peers::HEARD_WITHIN`].
     async fn cluster(&self) -> Result<ClusterStatus, ApiError> {
         let QueryAnswer::Raft(raft) = self.query(Query::RaftStatus).await? else { return Err(internal("raft")) };
         let me = ClusterNode {
@@ -541,8 +905,10 @@ impl Admin {
             if *id == raft.node_id {
                 continue;
             }
-            let applied = raft.progress.iter().find(|p| p.0 == *id).map(|p| p.1).unwrap_or(0);
-            let healthy = self.node.cluster.health.as_ref().is_some_and(|h| h.connected(*id));
+            let state = self.node.cluster.health.as_ref().map(|h| h.peer(*id)).unwrap_or_default();
+            let matched = raft.progress.iter().find(|p| p.0 == *id).map(|p| p.1).unwrap_or(0);
+            let applied = state.status.map(|s| s.applied).unwrap_or(matched);
+            let healthy = state.healthy(Instant::now());
             nodes.push(ClusterNode { id: *id, addr: addr.clone(), applied, healthy });
         }
         nodes.sort_by_key(|n| n.id);

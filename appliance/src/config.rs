@@ -19,8 +19,15 @@ executors = 0
 io_memory_mib = 1
 
 [admin]
-# The admin API. Keep it on loopback unless a firewall guards it.
+# The admin API, /metrics and the web console (http(s)://ADDR/console/).
 listen = "127.0.0.1:7445"
+# TLS: "auto" serves TLS unless the listener is on a loopback address,
+# "on" always, "off" never. Without tls_cert/tls_key duetd makes a private
+# CA and a certificate in <data_dir>/admin-tls/ on first start (clients
+# trust admin-tls/ca.pem).
+tls = "auto"
+# tls_cert = "/etc/duet/admin.crt"   # PEM chain
+# tls_key = "/etc/duet/admin.key"    # PEM private key
 
 [smb]
 enabled = true
@@ -165,6 +172,9 @@ pub struct Config {
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
     pub listen: String,
+    pub tls: crate::tls::TlsMode,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -396,7 +406,7 @@ impl Default for Config {
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        AdminConfig { listen: "127.0.0.1:7445".into() }
+        AdminConfig { listen: "127.0.0.1:7445".into(), tls: crate::tls::TlsMode::Auto, tls_cert: None, tls_key: None }
     }
 }
 

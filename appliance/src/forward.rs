@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use duet_cluster::admin_wire::{self, AdminMsg, AdminOutcome, AdminRequestMsg, NodeStatus};
 use duet_cluster::forward_wire::{self, ForwardMsg, ForwardOutcome};
 use duet_cluster::peer_wire::FrameKind;
 use duet_cluster_store::{Query, QueryAnswer, StoreHandle};
@@ -44,14 +45,20 @@ pub struct LeaderView {
 }
 
 impl LeaderView {
-    /// Starts the polling thread.
-    pub fn start(store: StoreHandle) -> std::io::Result<Arc<LeaderView>> {
+    /// Starts the polling thread. Each poll also hands this node's raft
+    /// progress to the transport, whose status frames carry it to the
+    /// peers (`GET /v1/cluster` on any node shows every node's applied
+    /// index).
+    pub fn start(store: StoreHandle, health: Arc<PeerHealth>) -> std::io::Result<Arc<LeaderView>> {
         let view = Arc::new(LeaderView { leader: AtomicU64::new(0), stop: AtomicBool::new(false) });
         let v = view.clone();
         std::thread::Builder::new().name("duet-leader-view".into()).spawn(move || {
             while !v.stop.load(Ordering::Relaxed) {
                 match store.query_blocking(Query::RaftStatus) {
-                    Ok(QueryAnswer::Raft(s)) => v.leader.store(s.leader_id, Ordering::Relaxed),
+                    Ok(QueryAnswer::Raft(s)) => {
+                        v.leader.store(s.leader_id, Ordering::Relaxed);
+                        health.set_local(NodeStatus { applied: s.applied_index, term: s.term, commit: s.commit_index });
+                    }
                     Ok(_) => {}
                     // The store is shut down or failed: no leader known here.
                     Err(_) => v.leader.store(0, Ordering::Relaxed),
@@ -167,9 +174,12 @@ impl Forwarder {
         self.pending.lock().map(|p| p.len()).unwrap_or(0)
     }
 
-    /// Whether this node's authenticated connection to `id` is up.
+    /// Whether `id` can take a batch and answer: this node's connection
+    /// to it and its connection to this node are both up (a killed
+    /// leader's closes at once, so a batch waits for the next leader
+    /// instead of being sent into a dead socket).
     pub fn reachable(&self, id: u64) -> bool {
-        self.health.connected(id)
+        self.health.reachable(id)
     }
 
     /// A slot, waiting asynchronously up to `deadline`.
@@ -295,6 +305,208 @@ pub fn serve_requests(peers: &PeersHandle, fwd: Arc<Forwarder>, engine_tx: flume
             }
         }),
     );
+}
+
+/// Admin requests forwarded from followers and not yet taken by the admin
+/// task (more are answered Busy: nothing done, the follower retries
+/// until its `leader_wait_ms`).
+pub const ADMIN_INBOUND_MAX: usize = 64;
+
+/// A leader not heard from for this long (it sends a status frame every
+/// 500 ms) while another is elected will not answer a forwarded change.
+pub const ADMIN_SILENT: Duration = Duration::from_millis(1500);
+
+/// Counters of admin forwarding (`/metrics`).
+#[derive(Debug, Default)]
+pub struct AdminCounters {
+    /// Requests this node sent to the leader.
+    pub sent: AtomicU64,
+    /// Answered by the leader (whatever its HTTP status).
+    pub answered: AtomicU64,
+    /// Sent and not answered in time: 504 outcome_unknown.
+    pub unknown: AtomicU64,
+    /// No leader within leader_wait_ms: 503 no_leader.
+    pub no_leader: AtomicU64,
+    /// Re-routed: the node asked did not lead, or was busy.
+    pub rerouted: AtomicU64,
+    /// Requests this node ran for a follower.
+    pub served: AtomicU64,
+    /// Undecodable admin payloads dropped.
+    pub refused: AtomicU64,
+}
+
+/// A forwarded admin request as the leader's admin task takes it.
+pub struct IncomingAdmin {
+    pub from: u64,
+    pub request: AdminRequestMsg,
+    /// Sends the outcome back to `from`.
+    pub reply: Box<dyn FnOnce(AdminOutcome) + Send>,
+}
+
+/// What one forwarded admin call came to.
+#[derive(Debug)]
+pub enum AdminCall {
+    /// The leader answered: its audit text and HTTP response, verbatim.
+    Done { audit: String, http: Vec<u8> },
+    /// Nothing was done (not the leader, busy, our queue to it full):
+    /// safe to route again.
+    Again,
+    /// Sent and not answered in time: never sent again.
+    Unknown(String),
+}
+
+/// Mutating admin API requests between followers and the leader over the
+/// peer links (`FrameKind::Admin`, `duet_cluster::admin_wire`): a
+/// follower authenticates the caller, then sends the request (method,
+/// target, body; never the credentials) to the leader, whose admin code
+/// runs it as its own caller's and returns the HTTP response.
+pub struct AdminLink {
+    pub node_id: u64,
+    sender: PeerSender,
+    health: Arc<PeerHealth>,
+    pub view: Arc<LeaderView>,
+    pending: Mutex<HashMap<u64, flume::Sender<AdminOutcome>>>,
+    next_id: AtomicU64,
+    incoming_tx: flume::Sender<IncomingAdmin>,
+    incoming_rx: flume::Receiver<IncomingAdmin>,
+    /// `[cluster] forward_timeout_ms`.
+    pub timeout: Duration,
+    /// `[cluster] leader_wait_ms`.
+    pub leader_wait: Duration,
+    pub counters: AdminCounters,
+}
+
+impl AdminLink {
+    /// Registers the handler of Admin frames on the transport.
+    pub fn start(node_id: u64, peers: &PeersHandle, view: Arc<LeaderView>, timeout: Duration, leader_wait: Duration) -> Arc<AdminLink> {
+        let (incoming_tx, incoming_rx) = flume::bounded(ADMIN_INBOUND_MAX);
+        let start = {
+            use rand::RngCore;
+            rand::rngs::OsRng.next_u64() >> 1
+        };
+        let link = Arc::new(AdminLink {
+            node_id,
+            sender: peers.sender(),
+            health: peers.health.clone(),
+            view,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(start),
+            incoming_tx,
+            incoming_rx,
+            timeout,
+            leader_wait,
+            counters: AdminCounters::default(),
+        });
+        let l = link.clone();
+        let sender = peers.sender();
+        peers.on(
+            FrameKind::Admin,
+            Arc::new(move |from: u64, payload: Vec<u8>| match admin_wire::decode(&payload) {
+                Ok(AdminMsg::Reply { id, outcome }) => {
+                    let w = l.pending.lock().ok().and_then(|mut p| p.remove(&id));
+                    if let Some(w) = w {
+                        let _ = w.try_send(outcome);
+                    }
+                }
+                Ok(AdminMsg::Request { id, request }) => {
+                    let s = sender.clone();
+                    let reply: Box<dyn FnOnce(AdminOutcome) + Send> = Box::new(move |o: AdminOutcome| {
+                        let _ = s.send(from, FrameKind::Admin, admin_wire::encode_reply(id, &o));
+                    });
+                    if let Err(e) = l.incoming_tx.try_send(IncomingAdmin { from, request, reply }) {
+                        (e.into_inner().reply)(AdminOutcome::Busy);
+                    }
+                }
+                Err(e) => {
+                    let n = l.counters.refused.fetch_add(1, Ordering::Relaxed);
+                    if n < 16 || n % 1000 == 0 {
+                        tracing::warn!(peer = from, "cluster: dropped an undecodable admin message from node {from}: {e}");
+                    }
+                }
+            }),
+        );
+        link
+    }
+
+    /// The requests followers forwarded, for the admin task.
+    pub fn incoming(&self) -> flume::Receiver<IncomingAdmin> {
+        self.incoming_rx.clone()
+    }
+
+    /// Whether `id` can take a request and answer: this node's connection
+    /// to it and its connection to this node are both up.
+    pub fn reachable(&self, id: u64) -> bool {
+        self.health.reachable(id)
+    }
+
+    /// Whether `id` was not heard from within [`ADMIN_SILENT`] (stopped,
+    /// or cut off without a reset): a request is not sent to it.
+    pub fn silent(&self, id: u64) -> bool {
+        self.health.peer(id).heard.is_none_or(|h| h.elapsed() > ADMIN_SILENT)
+    }
+
+    /// Sends `request` to `leader` and waits for its answer, at most
+    /// `wait` (less if the leader changes or its connection drops: then
+    /// the outcome is unknown).
+    pub async fn call(&self, leader: u64, request: &AdminRequestMsg, wait: Duration) -> AdminCall {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = flume::bounded(1);
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, tx);
+        }
+        if !self.sender.send(leader, FrameKind::Admin, admin_wire::encode_request(id, request)) {
+            self.forget(id);
+            return AdminCall::Again;
+        }
+        self.counters.sent.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let outcome = loop {
+            let tick = futures_lite::future::or(async { rx.recv_async().await.ok().map(Some) }, async {
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+                Some(None)
+            })
+            .await;
+            match tick {
+                Some(Some(o)) => break Some(o),
+                None => break None,
+                Some(None) => {}
+            }
+            // Another leader and the one asked silent (stopped, cut off):
+            // no answer will come. A leader that moved but still talks
+            // answers within its own bound (a transfer moves it on
+            // purpose).
+            let moved = self.view.leader().is_some_and(|l| l != leader);
+            if started.elapsed() >= wait || (moved && self.silent(leader)) || !self.reachable(leader) {
+                break None;
+            }
+        };
+        self.forget(id);
+        match outcome {
+            Some(AdminOutcome::Response { audit, http }) => {
+                self.counters.answered.fetch_add(1, Ordering::Relaxed);
+                AdminCall::Done { audit, http }
+            }
+            Some(AdminOutcome::NotLeader { .. }) | Some(AdminOutcome::Busy) => {
+                self.counters.rerouted.fetch_add(1, Ordering::Relaxed);
+                AdminCall::Again
+            }
+            None => {
+                self.counters.unknown.fetch_add(1, Ordering::Relaxed);
+                AdminCall::Unknown(format!(
+                    "node {leader}, the leader, did not answer the forwarded change within {} ms (it died, was cut \
+                     off or lost its leadership); the change may or may not have been applied and was not sent \
+                     again: look (duetctl share list / user list) before retrying",
+                    started.elapsed().as_millis()
+                ))
+            }
+        }
+    }
+
+    fn forget(&self, id: u64) {
+        if let Ok(mut p) = self.pending.lock() {
+            p.remove(&id);
+        }
+    }
 }
 
 #[cfg(test)]

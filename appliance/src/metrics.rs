@@ -58,6 +58,87 @@ struct Limit {
     limit: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Peer {
+    peer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    outcome: String,
+}
+
+fn peer_gauge(reg: &mut Registry, name: &str, help: &str, peers: &[PeerMetrics], v: impl Fn(&PeerMetrics) -> Option<u64>) {
+    let f = Family::<Peer, Gauge>::default();
+    for p in peers {
+        if let Some(x) = v(p) {
+            f.get_or_create(&Peer { peer: p.id.to_string() }).set(x.min(i64::MAX as u64) as i64);
+        }
+    }
+    reg.register(name, help, f);
+}
+
+fn peer_counter(reg: &mut Registry, name: &str, help: &str, peers: &[PeerMetrics], v: impl Fn(&PeerMetrics) -> u64) {
+    let f = Family::<Peer, Counter>::default();
+    for p in peers {
+        f.get_or_create(&Peer { peer: p.id.to_string() }).inc_by(v(p));
+    }
+    reg.register(name, help, f);
+}
+
+fn outcomes(reg: &mut Registry, name: &str, help: &str, v: &[(&'static str, u64)]) {
+    let f = Family::<Outcome, Counter>::default();
+    for (o, n) in v {
+        f.get_or_create(&Outcome { outcome: s(o) }).inc_by(*n);
+    }
+    reg.register(name, help, f);
+}
+
+fn render_cluster(reg: &mut Registry, c: &ClusterMetrics) {
+    let p = &c.peers;
+    peer_gauge(reg, "peer_up", "1 while this node's authenticated outbound connection to the peer is up", p, |x| {
+        Some(x.state.connected as u64)
+    });
+    peer_gauge(reg, "peer_healthy", "1 while the peer's connection to this node is open and a frame from it arrived within 3 s", p, |x| Some(x.healthy as u64));
+    peer_gauge(reg, "peer_applied_index", "The applied index the peer last reported (status frames, every 500 ms)", p, |x| {
+        x.state.status.map(|s| s.applied)
+    });
+    peer_gauge(reg, "peer_matched_index", "On the leader: raft's matched index of the peer", p, |x| x.matched);
+    peer_gauge(reg, "peer_replication_lag", "On the leader: entries of its log the peer is not known to hold", p, |x| {
+        x.matched.map(|m| c.last_index.saturating_sub(m))
+    });
+    peer_counter(reg, "peer_connects", "Outbound connections to the peer established", p, |x| x.state.connects);
+    peer_counter(reg, "peer_sent_frames", "Frames (raft and others) written to the peer", p, |x| x.state.sent_frames);
+    peer_counter(reg, "peer_sent_bytes", "Payload bytes written to the peer", p, |x| x.state.sent_bytes);
+    peer_counter(reg, "peer_received_frames", "Authenticated frames read from the peer", p, |x| x.state.received_frames);
+    peer_counter(reg, "peer_received_bytes", "Payload bytes of authenticated frames read from the peer", p, |x| x.state.received_bytes);
+    peer_counter(reg, "peer_dropped", "Messages for the peer dropped: its queue was full", p, |x| x.state.dropped);
+    outcomes(
+        reg,
+        "forwarded_batches",
+        "Client batches forwarded to the leader (sent, answered, rerouted, unavailable, unknown) and served for followers \
+         (served, refused: undecodable)",
+        &c.forwarded_batches,
+    );
+    outcomes(
+        reg,
+        "forwarded_admin",
+        "Admin changes forwarded to the leader (sent, answered, rerouted, unknown, no_leader) and served for followers \
+         (served, refused: undecodable)",
+        &c.forwarded_admin,
+    );
+    for (name, help, v) in &c.replica {
+        counter(reg, name, help, *v);
+    }
+    if let Some(h) = &c.majority_wait {
+        reg.register(
+            "replica_majority_wait_seconds",
+            "How long a batch with write data waited until a majority held its extents durably",
+            h.clone(),
+        );
+    }
+}
+
 type HistogramFamily = Family<RequestLabels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
@@ -124,6 +205,36 @@ pub struct Gauges {
     pub raft_applied_index: u64,
     pub uptime_s: u64,
     pub executors: u32,
+    /// The leader this node knows (0: none) and whether it is this node.
+    pub raft_leader_id: u64,
+    pub raft_is_leader: bool,
+    /// A multi-node cluster's transport, forwarding and replication.
+    pub cluster: Option<ClusterMetrics>,
+}
+
+/// What a scrape of a node of a multi-node cluster adds.
+#[derive(Default)]
+pub struct ClusterMetrics {
+    /// This node's last raft log index (for the leader's lag figures).
+    pub last_index: u64,
+    pub peers: Vec<PeerMetrics>,
+    /// Forwarded client batches by outcome (label, count).
+    pub forwarded_batches: Vec<(&'static str, u64)>,
+    /// Forwarded admin requests by outcome (label, count).
+    pub forwarded_admin: Vec<(&'static str, u64)>,
+    /// Write-cache replication counters (name suffix, help, count).
+    pub replica: Vec<(&'static str, &'static str, u64)>,
+    /// How long batches waited for a majority to hold their data.
+    pub majority_wait: Option<Histogram>,
+}
+
+/// One peer as this node knows it.
+pub struct PeerMetrics {
+    pub id: u64,
+    pub state: crate::peers::PeerState,
+    pub healthy: bool,
+    /// On the leader: raft's matched index of the peer.
+    pub matched: Option<u64>,
 }
 
 fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
@@ -218,6 +329,11 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     gauge(&mut reg, "raft_term", "Raft term of the metadata group", gauges.raft_term);
     gauge(&mut reg, "raft_commit_index", "Raft commit index", gauges.raft_commit_index);
     gauge(&mut reg, "raft_applied_index", "Raft applied index", gauges.raft_applied_index);
+    gauge(&mut reg, "raft_leader_id", "The leader this node knows of (0: none)", gauges.raft_leader_id);
+    gauge(&mut reg, "raft_is_leader", "1 while this node leads the metadata group", gauges.raft_is_leader as u64);
+    if let Some(c) = &gauges.cluster {
+        render_cluster(&mut reg, c);
+    }
     gauge(&mut reg, "uptime_seconds", "Seconds since duetd started", gauges.uptime_s);
     gauge(&mut reg, "executors", "Protocol executors (one per core)", gauges.executors as u64);
 
@@ -251,6 +367,25 @@ mod tests {
             raft_applied_index: 9,
             uptime_s: 1,
             executors: 2,
+            raft_leader_id: 1,
+            raft_is_leader: true,
+            cluster: Some(ClusterMetrics {
+                last_index: 12,
+                peers: vec![PeerMetrics {
+                    id: 2,
+                    state: crate::peers::PeerState { connected: true, sent_frames: 4, dropped: 1, ..Default::default() },
+                    healthy: true,
+                    matched: Some(10),
+                }],
+                forwarded_batches: vec![("sent", 3)],
+                forwarded_admin: vec![("no_leader", 1)],
+                replica: vec![("replica_pushes", "Extents pushed", 5)],
+                majority_wait: Some({
+                    let h = Histogram::new(exponential_buckets(100e-6, 2.0, 17));
+                    h.observe(0.002);
+                    h
+                }),
+            }),
         };
         let text = render(&stats, &g, &lat);
         for line in [
@@ -260,6 +395,15 @@ mod tests {
             "duet_written_bytes_total{protocol=\"smb\",request=\"CREATE\"} 5\n",
             "duet_request_duration_seconds_count{protocol=\"smb\",request=\"CREATE\"} 1\n",
             "duet_volume_avail_bytes 4\n",
+            "duet_raft_is_leader 1\n",
+            "duet_peer_up{peer=\"2\"} 1\n",
+            "duet_peer_replication_lag{peer=\"2\"} 2\n",
+            "duet_peer_sent_frames_total{peer=\"2\"} 4\n",
+            "duet_peer_dropped_total{peer=\"2\"} 1\n",
+            "duet_forwarded_batches_total{outcome=\"sent\"} 3\n",
+            "duet_forwarded_admin_total{outcome=\"no_leader\"} 1\n",
+            "duet_replica_pushes_total 5\n",
+            "duet_replica_majority_wait_seconds_count 1\n",
             "# TYPE duet_request_duration_seconds histogram\n",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");

@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use duet_cluster::admin_wire::{self, NodeStatus};
 use duet_cluster::peer_wire::{FrameKind, Handshake, HandshakeStep, PeerWireError, Session, NONCE_LEN};
 use duet_cluster::raft_node::RaftMessage;
 use duet_cluster_store::{Outbox, StoreHandle};
@@ -56,9 +57,14 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// A TCP connect, or a handshake, that takes longer fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
-/// An idle outbound connection sends a ping this often; an inbound one
-/// that hears nothing for [`IDLE_TIMEOUT`] is dropped.
-const PING_EVERY: Duration = Duration::from_secs(1);
+/// How often a connection carries this node's [`NodeStatus`] (applied
+/// index, term, commit), busy or idle; it is the keep-alive too (the
+/// empty Ping kind is still accepted). An inbound connection that hears
+/// nothing for [`IDLE_TIMEOUT`] is dropped.
+pub const STATUS_EVERY: Duration = Duration::from_millis(500);
+/// A peer is healthy while an authenticated frame from it arrived within
+/// this bound (it sends a status frame every [`STATUS_EVERY`]).
+pub const HEARD_WITHIN: Duration = Duration::from_secs(3);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A write to a peer that takes longer drops the connection (it is
 /// retried with backoff; raft resends).
@@ -81,13 +87,19 @@ type Handlers = Arc<RwLock<HashMap<FrameKind, FrameHandler>>>;
 #[derive(Clone)]
 pub struct PeerSender {
     senders: HashMap<u64, flume::Sender<Outgoing>>,
+    health: Arc<PeerHealth>,
 }
 
 impl PeerSender {
     /// Queues a frame to `to`. False when `to` is not a peer or its queue
     /// is full (the frame is dropped: the caller retries or gives up).
     pub fn send(&self, to: u64, kind: FrameKind, payload: Vec<u8>) -> bool {
-        self.senders.get(&to).is_some_and(|tx| tx.try_send(Outgoing::Frame(kind, payload)).is_ok())
+        let Some(tx) = self.senders.get(&to) else { return false };
+        let ok = tx.try_send(Outgoing::Frame(kind, payload)).is_ok();
+        if !ok {
+            self.health.with(to, |p| p.dropped += 1);
+        }
+        ok
     }
 
     /// The peers' ids.
@@ -98,24 +110,102 @@ impl PeerSender {
     }
 }
 
-/// What this node knows of its connections, for `duetctl cluster status`.
+/// What this node knows of one peer (`duetctl cluster status`,
+/// `/metrics`).
+#[derive(Clone, Debug, Default)]
+pub struct PeerState {
+    /// This node's outbound connection is established (TCP up and the
+    /// peer proved the secret).
+    pub connected: bool,
+    /// Outbound connections established since start.
+    pub connects: u64,
+    /// Its authenticated connections to this node now open (a killed
+    /// peer's close at once, before a write to it fails).
+    pub inbound: u32,
+    /// When the last authenticated frame from it arrived.
+    pub heard: Option<Instant>,
+    /// Its last status frame: its own applied index, term, commit.
+    pub status: Option<NodeStatus>,
+    /// Frames (raft messages and others) and their payload bytes written
+    /// to it, and read from it.
+    pub sent_frames: u64,
+    pub sent_bytes: u64,
+    pub received_frames: u64,
+    pub received_bytes: u64,
+    /// Messages for it dropped because its queue was full.
+    pub dropped: u64,
+    /// Frames from it refused as undecodable (status frames; other kinds
+    /// count in their owners).
+    pub refused: u64,
+}
+
+impl PeerState {
+    /// Whether its connection to this node is open and it was heard from
+    /// within [`HEARD_WITHIN`] of `now` (a killed peer is unhealthy at
+    /// once, a stopped or cut-off one after the bound).
+    pub fn healthy(&self, now: Instant) -> bool {
+        self.inbound > 0 && self.heard.is_some_and(|h| now.saturating_duration_since(h) <= HEARD_WITHIN)
+    }
+}
+
+/// What this node knows of its peers, and this node's own status that the
+/// connections carry to them.
 #[derive(Debug, Default)]
 pub struct PeerHealth {
-    /// Per peer: whether this node's outbound connection is established
-    /// (TCP up and the peer proved the secret).
-    connected: Mutex<HashMap<u64, bool>>,
+    peers: Mutex<HashMap<u64, PeerState>>,
+    local: Mutex<NodeStatus>,
 }
 
 impl PeerHealth {
     /// Whether this node's connection to `id` is up.
     pub fn connected(&self, id: u64) -> bool {
-        self.connected.lock().map(|m| m.get(&id).copied().unwrap_or(false)).unwrap_or(false)
+        self.peers.lock().map(|m| m.get(&id).is_some_and(|p| p.connected)).unwrap_or(false)
+    }
+
+    /// Whether `id` can be sent a request and answer it: both directions'
+    /// connections are up.
+    pub fn reachable(&self, id: u64) -> bool {
+        self.peers.lock().map(|m| m.get(&id).is_some_and(|p| p.connected && p.inbound > 0)).unwrap_or(false)
+    }
+
+    /// What this node knows of `id` (default: nothing yet).
+    pub fn peer(&self, id: u64) -> PeerState {
+        self.peers.lock().ok().and_then(|m| m.get(&id).cloned()).unwrap_or_default()
+    }
+
+    /// Every peer's state, by id.
+    pub fn snapshot(&self) -> Vec<(u64, PeerState)> {
+        let mut v: Vec<(u64, PeerState)> =
+            self.peers.lock().map(|m| m.iter().map(|(k, v)| (*k, v.clone())).collect()).unwrap_or_default();
+        v.sort_by_key(|p| p.0);
+        v
+    }
+
+    /// This node's raft progress, sent to the peers (set by the leader
+    /// view's poller, forward.rs).
+    pub fn set_local(&self, s: NodeStatus) {
+        if let Ok(mut l) = self.local.lock() {
+            *l = s;
+        }
+    }
+
+    fn local(&self) -> NodeStatus {
+        self.local.lock().map(|l| *l).unwrap_or_default()
+    }
+
+    fn with(&self, id: u64, f: impl FnOnce(&mut PeerState)) {
+        if let Ok(mut m) = self.peers.lock() {
+            f(m.entry(id).or_default());
+        }
     }
 
     fn set(&self, id: u64, up: bool) {
-        if let Ok(mut m) = self.connected.lock() {
-            m.insert(id, up);
-        }
+        self.with(id, |p| {
+            p.connected = up;
+            if up {
+                p.connects += 1;
+            }
+        });
     }
 }
 
@@ -193,10 +283,13 @@ impl Peers {
     /// (or an unknown peer) drops it, and raft sends again.
     pub fn outbox(&self) -> Outbox {
         let senders = self.senders.clone();
+        let health = self.health.clone();
         Box::new(move |msgs: Vec<RaftMessage>| {
             for m in msgs {
                 if let Some(tx) = senders.get(&m.to) {
+                    let to = m.to;
                     if tx.try_send(Outgoing::Raft(m)).is_err() {
+                        health.with(to, |p| p.dropped += 1);
                         tracing::debug!("cluster: queue to a peer is full; a raft message is dropped");
                     }
                 }
@@ -234,6 +327,7 @@ impl Peers {
             secret,
             store,
             handlers: self.handlers.clone(),
+            health: self.health.clone(),
             stop: stop.clone(),
             open: AtomicUsize::new(0),
         };
@@ -242,7 +336,7 @@ impl Peers {
         Ok(PeersHandle {
             stop,
             handlers: self.handlers,
-            sender: PeerSender { senders: self.senders },
+            sender: PeerSender { senders: self.senders, health: self.health.clone() },
             health: self.health,
             listen,
         })
@@ -386,16 +480,38 @@ impl Outbound {
         Ok((stream, session))
     }
 
-    /// Sends queued messages in batches (one write per batch), a ping when
-    /// idle; returns why the connection ended.
+    /// Sends queued messages in batches (one write per batch), this node's
+    /// status every [`STATUS_EVERY`] (busy or idle); returns why the
+    /// connection ended.
     fn send_loop(&self, mut stream: TcpStream, mut session: Session) -> LinkError {
         let mut out = Vec::new();
+        // The first status goes out at once (a follower learns the others'
+        // applied index as soon as it connects).
+        let mut last_status: Option<Instant> = None;
+        let (mut frames, mut bytes) = (0u64, 0u64);
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return LinkError::Closed;
             }
             out.clear();
-            match self.rx.recv_timeout(PING_EVERY) {
+            let status_due = last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY);
+            if status_due {
+                let payload = admin_wire::encode_status(&self.health.local());
+                match session.sender.frame(FrameKind::Status, &payload) {
+                    Ok(f) => out.extend_from_slice(&f),
+                    Err(e) => return e.into(),
+                }
+                last_status = Some(Instant::now());
+                frames += 1;
+                bytes += payload.len() as u64;
+            }
+            // A status just queued goes out at once; otherwise wait for
+            // messages until the next status is due.
+            let wait = match last_status {
+                Some(t) if !status_due => STATUS_EVERY.saturating_sub(t.elapsed()),
+                _ => Duration::ZERO,
+            };
+            match self.rx.recv_timeout(wait) {
                 Ok(m) => {
                     let mut batch = vec![m];
                     while batch.len() < BATCH_MAX {
@@ -405,28 +521,37 @@ impl Outbound {
                         }
                     }
                     for m in batch {
-                        let (kind, bytes) = match m {
+                        let (kind, payload) = match m {
                             Outgoing::Raft(m) => match m.write_to_bytes() {
                                 Ok(b) => (FrameKind::Raft, b),
                                 Err(e) => return LinkError::Undecodable(e.to_string()),
                             },
                             Outgoing::Frame(kind, payload) => (kind, payload),
                         };
-                        match session.sender.frame(kind, &bytes) {
+                        match session.sender.frame(kind, &payload) {
                             Ok(f) => out.extend_from_slice(&f),
                             Err(e) => return e.into(),
                         }
+                        frames += 1;
+                        bytes += payload.len() as u64;
                     }
                 }
-                Err(flume::RecvTimeoutError::Timeout) => match session.sender.frame(FrameKind::Ping, &[]) {
-                    Ok(f) => out.extend_from_slice(&f),
-                    Err(e) => return e.into(),
-                },
+                // Idle: the status frame (due every STATUS_EVERY, which is
+                // far shorter than IDLE_TIMEOUT) keeps the connection alive.
+                Err(flume::RecvTimeoutError::Timeout) => {}
                 Err(flume::RecvTimeoutError::Disconnected) => return LinkError::Closed,
+            }
+            if out.is_empty() {
+                continue;
             }
             if let Err(e) = stream.write_all(&out) {
                 return e.into();
             }
+            let (f, b) = (std::mem::take(&mut frames), std::mem::take(&mut bytes));
+            self.health.with(self.peer, |p| {
+                p.sent_frames += f;
+                p.sent_bytes += b;
+            });
         }
     }
 }
@@ -437,6 +562,7 @@ struct Inbound {
     secret: Arc<[u8]>,
     store: StoreHandle,
     handlers: Handlers,
+    health: Arc<PeerHealth>,
     stop: Arc<AtomicBool>,
     /// Inbound connections being served.
     open: AtomicUsize,
@@ -495,7 +621,9 @@ impl Inbound {
         };
         let peer = session.peer_id;
         tracing::info!(addr = %addr, peer, "cluster: node {peer} connected from {addr}");
+        self.health.with(peer, |p| p.inbound += 1);
         let e = self.receive_loop(&mut stream, session);
+        self.health.with(peer, |p| p.inbound = p.inbound.saturating_sub(1));
         if !self.stop.load(Ordering::Relaxed) {
             tracing::warn!(addr = %addr, peer, "cluster: dropped the connection from node {peer} ({addr}): {e}");
         }
@@ -516,9 +644,32 @@ impl Inbound {
                     Ok(None) => break,
                     Err(e) => return e.into(),
                 };
+                let len = frame.payload.len() as u64;
+                self.health.with(peer, |p| {
+                    p.heard = Some(Instant::now());
+                    p.received_frames += 1;
+                    p.received_bytes += len;
+                });
                 match frame.kind {
                     FrameKind::Raft => {}
                     FrameKind::Ping => continue,
+                    FrameKind::Status => {
+                        // Never acted on when undecodable: dropped, counted.
+                        match admin_wire::decode_status(&frame.payload) {
+                            Ok(st) => self.health.with(peer, |p| p.status = Some(st)),
+                            Err(e) => {
+                                let mut n = 0;
+                                self.health.with(peer, |p| {
+                                    p.refused += 1;
+                                    n = p.refused;
+                                });
+                                if n < 16 || n % 1000 == 0 {
+                                    tracing::warn!(peer, "cluster: dropped an undecodable status frame from node {peer}: {e}");
+                                }
+                            }
+                        }
+                        continue;
+                    }
                     kind => {
                         let handler = self.handlers.read().ok().and_then(|h| h.get(&kind).cloned());
                         match handler {
@@ -553,5 +704,45 @@ impl Inbound {
             }
             session.receiver.feed(&buf[..n]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthy_needs_an_open_connection_and_a_recent_frame() {
+        let now = Instant::now();
+        let mut p = PeerState { heard: Some(now), ..Default::default() };
+        assert!(!p.healthy(now), "heard, but its connection is closed (a killed peer)");
+        p.inbound = 1;
+        assert!(p.healthy(now));
+        assert!(p.healthy(now + HEARD_WITHIN));
+        assert!(!p.healthy(now + HEARD_WITHIN + Duration::from_millis(1)), "silent past the bound (stopped, cut off)");
+        assert!(!PeerState { inbound: 1, ..Default::default() }.healthy(now), "never heard");
+    }
+
+    #[test]
+    fn reachable_needs_both_directions_and_drops_are_counted() {
+        let h = PeerHealth::default();
+        assert!(!h.reachable(2));
+        h.set(2, true);
+        assert!(h.connected(2) && !h.reachable(2), "outbound up, no inbound connection");
+        h.with(2, |p| p.inbound += 1);
+        assert!(h.reachable(2));
+        h.set(2, false);
+        h.set(2, true);
+        assert_eq!(h.peer(2).connects, 2);
+        // A full queue drops and counts; an unknown peer is refused.
+        let (tx, _rx) = flume::bounded(1);
+        let health = Arc::new(PeerHealth::default());
+        let s = PeerSender { senders: HashMap::from([(3u64, tx)]), health: health.clone() };
+        assert!(s.send(3, FrameKind::Admin, vec![1]));
+        assert!(!s.send(3, FrameKind::Admin, vec![2]));
+        assert!(!s.send(9, FrameKind::Admin, vec![3]));
+        assert_eq!(health.peer(3).dropped, 1);
+        h.set_local(NodeStatus { applied: 5, term: 2, commit: 5 });
+        assert_eq!(h.local().applied, 5);
     }
 }

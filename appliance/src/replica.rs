@@ -45,8 +45,11 @@ pub const WORKERS: u64 = 16;
 
 /// Counters of replication, per node (`duetctl status` / metrics read
 /// them; tests too).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ReplicaCounters {
+    /// How long batches waited for a majority to hold their extents
+    /// (seconds; `/metrics` `duet_replica_majority_wait_seconds`).
+    pub majority_wait: prometheus_client::metrics::histogram::Histogram,
     pub pushes_sent: AtomicU64,
     pub push_bytes_sent: AtomicU64,
     /// Pushes not sent to a peer: its unacknowledged bytes were at the
@@ -62,6 +65,27 @@ pub struct ReplicaCounters {
     pub fetches_failed: AtomicU64,
     /// Inbound frames dropped (bounds full, or undecodable).
     pub inbound_dropped: AtomicU64,
+}
+
+impl Default for ReplicaCounters {
+    fn default() -> Self {
+        ReplicaCounters {
+            // 100 us .. 6.5 s, doubling (the wait is bounded by PUSH_WAIT).
+            majority_wait: prometheus_client::metrics::histogram::Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(100e-6, 2.0, 17),
+            ),
+            pushes_sent: Default::default(),
+            push_bytes_sent: Default::default(),
+            pushes_skipped: Default::default(),
+            acks_received: Default::default(),
+            majority_timeouts: Default::default(),
+            pushes_logged: Default::default(),
+            fetches_sent: Default::default(),
+            fetches_answered: Default::default(),
+            fetches_failed: Default::default(),
+            inbound_dropped: Default::default(),
+        }
+    }
 }
 
 /// What the data executor needs of the transport: a sender, and the
@@ -92,6 +116,13 @@ pub fn link(peers: &PeersHandle) -> ReplicaLink {
         }),
     );
     ReplicaLink { sender: peers.sender(), inbound: rx, inbound_bytes: bytes, counters }
+}
+
+impl ReplicaLink {
+    /// The replication counters (for `/metrics`).
+    pub fn counters(&self) -> Arc<ReplicaCounters> {
+        self.counters.clone()
+    }
 }
 
 struct PushWait {
@@ -165,7 +196,8 @@ impl Replica {
     /// `extents` durably, at most [`PUSH_WAIT`] in all. The extents are
     /// no longer waited for afterwards, whatever the outcome.
     pub async fn wait_majority(&self, extents: &[ExtentId]) -> io::Result<()> {
-        let deadline = Instant::now() + PUSH_WAIT;
+        let started = Instant::now();
+        let deadline = started + PUSH_WAIT;
         let mut result = Ok(());
         for e in extents {
             let rx = {
@@ -205,6 +237,9 @@ impl Replica {
             }
         }
         self.finish(extents);
+        if !extents.is_empty() {
+            self.counters.majority_wait.observe(started.elapsed().as_secs_f64());
+        }
         result
     }
 

@@ -1,11 +1,12 @@
-//! Secrets: the admin password and API token (stored as salted PBKDF2
-//! hashes), and the NT one-way function that NTLMv2 needs for SMB users.
+//! Secrets: the admin password and API token (stored as Argon2id hashes,
+//! the `argon2` crate; the PBKDF2 hashes of older data directories are
+//! still checked, with the `pbkdf2` crate, and replaced on the next logon),
+//! and the NT one-way function that NTLMv2 needs for SMB users.
 
 use md4::{Digest as _, Md4};
 use rand::RngCore;
 use sha2::Sha256;
 
-const PBKDF2_ROUNDS: u32 = 20_000;
 
 /// A random secret of `bytes` bytes, as lowercase hex.
 pub fn random_hex(bytes: usize) -> String {
@@ -21,51 +22,41 @@ pub fn random_password() -> String {
     (0..20).map(|_| ALPHABET[(rng.next_u32() as usize) % ALPHABET.len()] as char).collect()
 }
 
-fn hmac_sha256(key: &[u8], msg: &[u8]) -> [u8; 32] {
-    use sha2::Digest;
-    let mut k = [0u8; 64];
-    if key.len() > 64 {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    inner.update(msg);
-    let mut outer = Sha256::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
+/// Argon2id with OWASP's recommended minimum (19 MiB, 2 passes, 1 lane).
+fn argon2() -> argon2::Argon2<'static> {
+    let params = argon2::Params::new(19 * 1024, 2, 1, None).expect("valid Argon2 parameters");
+    argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params)
 }
 
-/// PBKDF2-HMAC-SHA256 (RFC 8018 5.2), one block.
-fn pbkdf2(password: &[u8], salt: &[u8], rounds: u32) -> [u8; 32] {
-    let mut msg = salt.to_vec();
-    msg.extend_from_slice(&1u32.to_be_bytes());
-    let mut u = hmac_sha256(password, &msg);
-    let mut out = u;
-    for _ in 1..rounds {
-        u = hmac_sha256(password, &u);
-        for (o, x) in out.iter_mut().zip(u.iter()) {
-            *o ^= x;
-        }
-    }
-    out
-}
-
-/// Stored form of a secret: salt (16) || rounds (4) || hash (32).
+/// Stored form of a secret: its Argon2id hash as a PHC string
+/// (`$argon2id$v=19$m=19456,t=2,p=1$salt$hash`).
 pub fn hash_secret(secret: &str) -> Vec<u8> {
-    let mut salt = [0u8; 16];
-    rand::thread_rng().fill_bytes(&mut salt);
-    let mut out = salt.to_vec();
-    out.extend_from_slice(&PBKDF2_ROUNDS.to_be_bytes());
-    out.extend_from_slice(&pbkdf2(secret.as_bytes(), &salt, PBKDF2_ROUNDS));
-    out
+    use argon2::password_hash::{PasswordHasher, SaltString};
+    let salt = SaltString::generate(&mut rand::rngs::OsRng);
+    argon2().hash_password(secret.as_bytes(), &salt).expect("Argon2 hashes any password").to_string().into_bytes()
 }
 
-/// Checks `secret` against a stored hash, in constant time.
+/// The stored form duet wrote before Argon2id: salt (16) || rounds (4, big
+/// endian) || PBKDF2-HMAC-SHA256 (32).
+const LEGACY_LEN: usize = 52;
+
+/// Whether `stored` is the old PBKDF2 form, to be replaced by
+/// [`hash_secret`]'s after the next successful logon.
+pub fn needs_upgrade(stored: &[u8]) -> bool {
+    stored.len() == LEGACY_LEN && !stored.starts_with(b"$argon2")
+}
+
+/// Checks `secret` against a stored hash (Argon2id, or the old PBKDF2
+/// form), in constant time. Slow by design (tens of milliseconds): call it
+/// off the data path (`admin.rs` runs it on glommio's blocking pool).
 pub fn verify_secret(secret: &str, stored: &[u8]) -> bool {
-    if stored.len() != 52 {
+    if stored.starts_with(b"$argon2") {
+        use argon2::password_hash::{PasswordHash, PasswordVerifier};
+        let Ok(text) = std::str::from_utf8(stored) else { return false };
+        let Ok(hash) = PasswordHash::new(text) else { return false };
+        return argon2::Argon2::default().verify_password(secret.as_bytes(), &hash).is_ok();
+    }
+    if stored.len() != LEGACY_LEN {
         return false;
     }
     let salt = &stored[..16];
@@ -73,7 +64,8 @@ pub fn verify_secret(secret: &str, stored: &[u8]) -> bool {
     if rounds == 0 || rounds > 1_000_000 {
         return false;
     }
-    let h = pbkdf2(secret.as_bytes(), salt, rounds);
+    let mut h = [0u8; 32];
+    pbkdf2::pbkdf2_hmac::<Sha256>(secret.as_bytes(), salt, rounds, &mut h);
     duet_admin_api::constant_time_eq(&h, &stored[20..])
 }
 
@@ -96,15 +88,36 @@ mod tests {
     #[test]
     fn pbkdf2_matches_rfc7914_vector() {
         // RFC 7914 11: PBKDF2-HMAC-SHA256("passwd", "salt", 1, 64): first block.
-        let h = pbkdf2(b"passwd", b"salt", 1);
+        let mut h = [0u8; 32];
+        pbkdf2::pbkdf2_hmac::<Sha256>(b"passwd", b"salt", 1, &mut h);
         assert_eq!(hex::encode(h), "55ac046e56e3089fec1691c22544b605f94185216dde0465e68b9d57c20dacbc");
     }
 
     #[test]
     fn secrets_verify() {
         let s = hash_secret("correct horse");
+        assert!(s.starts_with(b"$argon2id$v=19$m=19456,t=2,p=1$"), "{}", String::from_utf8_lossy(&s));
         assert!(verify_secret("correct horse", &s));
         assert!(!verify_secret("correct horsf", &s));
+        assert!(!needs_upgrade(&s));
         assert!(!verify_secret("x", &[0; 3]));
+        assert!(!verify_secret("x", b"$argon2id$garbage"));
+    }
+
+    #[test]
+    fn legacy_pbkdf2_hashes_still_verify_and_ask_for_an_upgrade() {
+        // The form sessions 1-9 stored: salt || 20,000 (BE) || PBKDF2.
+        let salt = [7u8; 16];
+        let mut legacy = salt.to_vec();
+        legacy.extend_from_slice(&20_000u32.to_be_bytes());
+        let mut h = [0u8; 32];
+        pbkdf2::pbkdf2_hmac::<Sha256>(b"old password", &salt, 20_000, &mut h);
+        legacy.extend_from_slice(&h);
+        assert!(verify_secret("old password", &legacy));
+        assert!(!verify_secret("old passwore", &legacy));
+        assert!(needs_upgrade(&legacy));
+        let mut zero_rounds = legacy.clone();
+        zero_rounds[16..20].copy_from_slice(&0u32.to_be_bytes());
+        assert!(!verify_secret("old password", &zero_rounds));
     }
 }

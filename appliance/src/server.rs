@@ -330,6 +330,13 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let segment = cfg.cache.log_segment_mib << 20;
     let interval = Duration::from_millis(cfg.cache.destage_interval_ms);
     let admin_addr = cfg.admin_addr();
+    let admin_tls = if crate::tls::wanted(cfg.admin.tls, admin_addr) {
+        let c = crate::tls::server_config(&cfg.data_dir, admin_addr, cfg.admin.tls_cert.as_deref(), cfg.admin.tls_key.as_deref())
+            .map_err(|e| StartError::Other(e.to_string()))?;
+        Some(c)
+    } else {
+        None
+    };
     let space_reserve = cfg.limits.disk_reserve_mib << 20;
     let fault_injection = cfg.testing.fault_injection;
     let listeners = std::sync::Arc::new(std::sync::Mutex::new(Vec::<ListenerInfo>::new()));
@@ -354,6 +361,32 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     };
     // Multi-node: the write cache's copies travel in Data frames (replica.rs).
     let replica_link = peers.as_ref().map(crate::replica::link);
+    let replica_counters = replica_link.as_ref().map(|l| l.counters());
+    // Multi-node: who leads (polled), the batch forwarder, and admin
+    // changes forwarded to the leader (forward.rs).
+    let mut view = None;
+    let mut forwarder = None;
+    let mut admin_link = None;
+    if let Some(p) = &peers {
+        let v = crate::forward::LeaderView::start(sh.clone(), p.health.clone())?;
+        forwarder = Some(crate::forward::Forwarder::new(
+            cfg.node_id,
+            p,
+            v.clone(),
+            cfg.cluster.forward_max,
+            Duration::from_millis(cfg.cluster.forward_timeout_ms),
+            Duration::from_millis(cfg.cluster.leader_wait_ms),
+        ));
+        admin_link = Some(crate::forward::AdminLink::start(
+            cfg.node_id,
+            p,
+            v.clone(),
+            Duration::from_millis(cfg.cluster.forward_timeout_ms),
+            Duration::from_millis(cfg.cluster.leader_wait_ms),
+        ));
+        view = Some(v);
+    }
+    let (admin_forwarder, admin_link2) = (forwarder.clone(), admin_link.clone());
     let data_thread = LocalExecutorBuilder::new(Placement::Unbound)
         .name("duet-data")
         .io_memory(cfg.io_memory_mib << 20)
@@ -385,7 +418,15 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
                 conns: admin_conns,
                 auth_failures: Default::default(),
                 audit,
+                console: Default::default(),
+                tls: admin_tls,
+                link: admin_link2,
+                forwarder: admin_forwarder,
+                replica: replica_counters,
             });
+            if let Some(l) = &admin.link {
+                glommio::spawn_local(admin::serve_forwarded(admin.clone(), l.incoming())).detach();
+            }
             glommio::spawn_local(admin::serve(admin, listener, stop_rx)).detach();
             let _ = ready_tx.send(Ok((handle, bound)));
             drop(ready_tx);
@@ -425,20 +466,9 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     // every batch to the leader (forward.rs), and runs the batches other
     // nodes forward when it leads.
     let mut engine = engine;
-    let mut view = None;
-    if let Some(p) = &peers {
-        let v = crate::forward::LeaderView::start(engine.store.clone())?;
-        let fwd = crate::forward::Forwarder::new(
-            cfg.node_id,
-            p,
-            v.clone(),
-            cfg.cluster.forward_max,
-            Duration::from_millis(cfg.cluster.forward_timeout_ms),
-            Duration::from_millis(cfg.cluster.leader_wait_ms),
-        );
+    if let (Some(p), Some(fwd)) = (&peers, forwarder) {
         crate::forward::serve_requests(p, fwd.clone(), engine.requests());
         engine.set_forwarder(fwd);
-        view = Some(v);
     }
     for i in 0..executors {
         let plan = FrontendPlan {
@@ -485,6 +515,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     for l in &listening {
         tracing::info!(protocol = %l.protocol, addr = %l.addr, "listening");
     }
+    let scheme = if crate::tls::wanted(cfg.admin.tls, admin_addr) { "https" } else { "http" };
+    tracing::info!("web console: {scheme}://{admin_addr}/console/");
     tracing::info!(executors, data_dir = %cfg.data_dir.display(), "duetd is serving");
     Ok(Running {
         fronts,

@@ -1,4 +1,5 @@
-//! A blocking admin API client: one request per TCP connection.
+//! A blocking admin API client: one request per TCP connection, over TLS
+//! (rustls) for an `https://` address.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -19,7 +20,40 @@ pub struct Client {
     /// host:port as given (also sent as Host).
     pub addr: String,
     pub creds: Credentials,
+    /// TLS (an `https://` address): the configuration and the name the
+    /// server's certificate must carry.
+    pub tls: Option<(std::sync::Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>)>,
 }
+
+/// Whether `addr` asks for TLS (`https://host:port`).
+pub fn is_https(addr: &str) -> bool {
+    addr.trim().starts_with("https://")
+}
+
+/// A TLS client configuration that trusts the CA certificates in `ca_file`
+/// (PEM; duetd's own is `<data-dir>/admin-tls/ca.pem`).
+pub fn tls_config(ca_file: &std::path::Path) -> Result<std::sync::Arc<rustls::ClientConfig>, CtlError> {
+    use rustls::pki_types::pem::PemObject;
+    let bad = |e: String| CtlError::Usage(format!("--tls-ca {}: {e}", ca_file.display()));
+    let mut roots = rustls::RootCertStore::empty();
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(ca_file).map_err(|e| bad(e.to_string()))?;
+    for c in certs {
+        roots.add(c.map_err(|e| bad(e.to_string()))?).map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("no certificate in it".into()));
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(std::sync::Arc::new(cfg))
+}
+
+trait Conn: Read + Write {}
+impl<T: Read + Write> Conn for T {}
 
 /// A successful reply: the typed response and the raw body (for --json).
 pub struct Reply {
@@ -27,10 +61,11 @@ pub struct Reply {
     pub raw: Vec<u8>,
 }
 
-/// Accepts "host:port", "http://host:port" and a trailing '/'.
+/// Accepts "host:port", "http://host:port", "https://host:port" and a
+/// trailing '/'.
 pub fn normalize_addr(addr: &str) -> &str {
     let a = addr.trim();
-    let a = a.strip_prefix("http://").unwrap_or(a);
+    let a = a.strip_prefix("http://").or_else(|| a.strip_prefix("https://")).unwrap_or(a);
     a.strip_suffix('/').unwrap_or(a)
 }
 
@@ -39,7 +74,20 @@ impl Client {
         Client {
             addr: normalize_addr(addr).to_string(),
             creds,
+            tls: None,
         }
+    }
+
+    /// The same client over TLS, trusting `config`'s roots.
+    pub fn with_tls(mut self, config: std::sync::Arc<rustls::ClientConfig>) -> Result<Client, CtlError> {
+        let host = match self.addr.rsplit_once(':') {
+            Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
+            None => self.addr.clone(),
+        };
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
+            .map_err(|_| CtlError::Usage(format!("--addr: {host} is not a host name or address TLS can check")))?;
+        self.tls = Some((config, name));
+        Ok(self)
     }
 
     fn connect(&self) -> Result<TcpStream, CtlError> {
@@ -62,7 +110,7 @@ impl Client {
     /// `CtlError::Api`.
     pub fn call(&self, req: &AdminRequest) -> Result<Reply, CtlError> {
         let bytes = req.to_http(&self.addr, Some(&self.creds)).encode();
-        let mut stream = self.connect()?;
+        let tcp = self.connect()?;
         let read_timeout = if matches!(req, AdminRequest::Fsck) {
             FSCK_TIMEOUT
         } else {
@@ -82,11 +130,17 @@ impl Client {
                 describe(&e, read_timeout)
             ))
         };
-        stream.set_write_timeout(Some(TIMEOUT)).map_err(send_err)?;
-        stream
-            .set_read_timeout(Some(read_timeout))
-            .map_err(read_err)?;
-        let _ = stream.set_nodelay(true);
+        tcp.set_write_timeout(Some(TIMEOUT)).map_err(send_err)?;
+        tcp.set_read_timeout(Some(read_timeout)).map_err(read_err)?;
+        let _ = tcp.set_nodelay(true);
+        let mut stream: Box<dyn Conn> = match &self.tls {
+            None => Box::new(tcp),
+            Some((cfg, name)) => {
+                let conn = rustls::ClientConnection::new(cfg.clone(), name.clone())
+                    .map_err(|e| CtlError::Transport(format!("TLS to duetd at {}: {e}", self.addr)))?;
+                Box::new(rustls::StreamOwned::new(conn, tcp))
+            }
+        };
         stream.write_all(&bytes).map_err(send_err)?;
         let mut parser = ResponseParser::new();
         let mut buf = vec![0u8; 64 * 1024];

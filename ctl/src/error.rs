@@ -21,7 +21,8 @@ pub mod exit {
     /// duetd could not be reached (refused, timed out, connection lost).
     pub const UNREACHABLE: u8 = 6;
     /// `status`: the node is unhealthy (metadata store FAILED);
-    /// `cluster status`: no leader, or a node is unhealthy.
+    /// `cluster status`: no leader, or a node is unhealthy; a change the
+    /// node could not forward because the cluster has no leader.
     pub const UNHEALTHY: u8 = 7;
     /// Anything else: the daemon's internal error, an undecodable reply,
     /// a local I/O error.
@@ -39,8 +40,9 @@ Exit status:
   5  unauthorised (no credentials, refused credentials, forbidden)
   6  duetd unreachable (connection refused, timed out or lost)
   7  unhealthy (status: the metadata store FAILED; cluster status: no
-     leader or an unhealthy node)
-  8  other errors (the daemon's internal error, an undecodable reply)";
+     leader or an unhealthy node; a change found no cluster leader)
+  8  other errors (the daemon's internal error, an undecodable reply, a
+     change forwarded to the leader whose outcome is unknown)";
 
 use std::io;
 
@@ -87,7 +89,9 @@ impl CtlError {
                 codes::INVALID_ARGUMENT | codes::TOO_LARGE => exit::USAGE,
                 codes::NOT_FOUND => exit::NOT_FOUND,
                 codes::ALREADY_EXISTS => exit::CONFLICT,
-                codes::UNAUTHORIZED | codes::FORBIDDEN => exit::UNAUTHORIZED,
+                codes::UNAUTHORIZED | codes::FORBIDDEN | codes::TOO_MANY_ATTEMPTS => exit::UNAUTHORIZED,
+                // The cluster has no leader: nothing was done.
+                codes::NO_LEADER => exit::UNHEALTHY,
                 _ => exit::FAILED,
             },
         }
@@ -95,6 +99,21 @@ impl CtlError {
 
     pub fn is_unauthorized(&self) -> bool {
         matches!(self, CtlError::Api(e) if e.code == codes::UNAUTHORIZED)
+    }
+
+    /// What to do about a cluster error the daemon answered with.
+    pub fn cluster_hint(&self) -> Option<&'static str> {
+        match self {
+            CtlError::Api(e) if e.code == codes::NO_LEADER => Some(
+                "the cluster has no leader: nothing was changed; is a majority of its nodes running and connected \
+                 (duetctl cluster status)? Try again once one leads",
+            ),
+            CtlError::Api(e) if e.code == codes::OUTCOME_UNKNOWN => Some(
+                "the change may or may not have been applied (it was not sent again): look before retrying \
+                 (duetctl share list / user list)",
+            ),
+            _ => None,
+        }
     }
 
     /// The connection-level hint (authentication hints need context and are
@@ -113,5 +132,29 @@ impl CtlError {
             }),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_errors_map_to_their_exit_statuses_and_hints() {
+        let no_leader = CtlError::Api(ApiError::no_leader("no leader"));
+        assert_eq!(no_leader.exit_code(), exit::UNHEALTHY);
+        assert!(no_leader.cluster_hint().unwrap().contains("nothing was changed"));
+        let unknown = CtlError::Api(ApiError::outcome_unknown("no answer"));
+        assert_eq!(unknown.exit_code(), exit::FAILED);
+        assert!(unknown.cluster_hint().unwrap().contains("may or may not have been applied"));
+        // A reply without a JSON body maps by its status.
+        assert_eq!(ApiError::code_for_status(503), codes::NO_LEADER);
+        assert_eq!(ApiError::code_for_status(504), codes::OUTCOME_UNKNOWN);
+        assert_eq!(ApiError::no_leader("x").http_status(), 503);
+        assert_eq!(ApiError::outcome_unknown("x").http_status(), 504);
+        // Existing codes keep their statuses.
+        assert_eq!(CtlError::Api(ApiError::not_leader("x")).exit_code(), exit::FAILED);
+        assert_eq!(CtlError::Api(ApiError::already_exists("x")).exit_code(), exit::CONFLICT);
+        assert!(CtlError::Api(ApiError::already_exists("x")).cluster_hint().is_none());
     }
 }

@@ -38,6 +38,11 @@ struct Cli {
     #[arg(long, global = true, help_heading = "Global options", env = "DUET_ADMIN_ADDR", default_value = DEFAULT_ADDR, value_name = "HOST:PORT")]
     addr: String,
 
+    /// CA certificate(s) to trust for an https:// --addr [default:
+    /// <data-dir>/admin-tls/ca.pem, the CA duetd made]
+    #[arg(long, global = true, help_heading = "Global options", env = "DUET_TLS_CA", value_name = "PATH")]
+    tls_ca: Option<PathBuf>,
+
     /// API token (default: read from --token-file)
     #[arg(
         long,
@@ -477,6 +482,24 @@ enum AuthSource {
 }
 
 impl Cli {
+    /// The API client for --addr: TLS for an https:// address, trusting
+    /// --tls-ca or the CA duetd made in its data directory.
+    fn client(&self, creds: Credentials) -> Result<Client, CtlError> {
+        let client = Client::new(&self.addr, creds);
+        if !client::is_https(&self.addr) {
+            return Ok(client);
+        }
+        let ca = self.tls_ca.clone().unwrap_or_else(|| self.data_dir.join("admin-tls/ca.pem"));
+        if !ca.exists() {
+            return Err(CtlError::Usage(format!(
+                "{} does not exist: give --tls-ca with the CA certificate that signed duetd's admin certificate \
+                 (the data directory's admin-tls/ca.pem on the server)",
+                ca.display()
+            )));
+        }
+        client.with_tls(client::tls_config(&ca)?)
+    }
+
     fn token_file(&self) -> PathBuf {
         self.token_file
             .clone()
@@ -600,7 +623,7 @@ fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
             request
         }
     };
-    let client = Client::new(&cli.addr, creds);
+    let client = cli.client(creds)?;
     let reply = match client.call(&request) {
         Ok(r) => r,
         Err(e) if e.is_unauthorized() => {
@@ -805,6 +828,9 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("duetctl: {e}");
             if let Some(hint) = e.connect_hint() {
+                eprintln!("duetctl: hint: {hint}");
+            }
+            if let Some(hint) = e.cluster_hint() {
                 eprintln!("duetctl: hint: {hint}");
             }
             ExitCode::from(e.exit_code())

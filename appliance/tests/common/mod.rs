@@ -97,6 +97,13 @@ impl Daemon {
     /// As [`Daemon::start_config`], with top-level keys too (such as
     /// `node_id`); `nfs_extra` may end with further tables.
     pub fn start_top(dir: &Path, top: &str, smb_extra: &str, nfs_extra: &str) -> Daemon {
+        Daemon::start_admin(dir, top, "", smb_extra, nfs_extra)
+    }
+
+    /// As [`Daemon::start_top`], with keys for the `[admin]` table too; with
+    /// `tls = "on"` among them, `admin` is an `https://` address (duetctl
+    /// then trusts the data directory's admin-tls/ca.pem).
+    pub fn start_admin(dir: &Path, top: &str, admin_extra: &str, smb_extra: &str, nfs_extra: &str) -> Daemon {
         let (admin_port, smb_port, nfs_port) = (free_port(), free_port(), free_port());
         let data = dir.join("data");
         let config = dir.join("duetd.toml");
@@ -104,15 +111,16 @@ impl Daemon {
         std::fs::write(
             &config,
             format!(
-                "data_dir = {data:?}\nexecutors = 1\n{top}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n\
+                "data_dir = {data:?}\nexecutors = 1\n{top}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{admin_extra}\n\
                  [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n{smb_extra}\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\n{nfs_extra}\n"
             ),
         )
         .unwrap();
         let child = spawn(&config, &log, true);
+        let scheme = if admin_extra.contains("tls = \"on\"") { "https://" } else { "" };
         let mut d = Daemon {
             child,
-            admin: format!("127.0.0.1:{admin_port}"),
+            admin: format!("{scheme}127.0.0.1:{admin_port}"),
             smb_port,
             nfs_port,
             data,

@@ -87,6 +87,12 @@ pub enum FrameKind {
     /// A client batch forwarded by a follower to the leader, or its
     /// reply; its owner encodes the payload, versioned.
     Forward = 4,
+    /// A mutating admin API request forwarded by a follower to the leader,
+    /// or its reply ([`crate::admin_wire`], versioned).
+    Admin = 5,
+    /// The sender's raft progress (applied index, term, commit), sent
+    /// periodically ([`crate::admin_wire::NodeStatus`], versioned).
+    Status = 6,
 }
 
 impl FrameKind {
@@ -96,6 +102,8 @@ impl FrameKind {
             2 => Some(FrameKind::Ping),
             3 => Some(FrameKind::Data),
             4 => Some(FrameKind::Forward),
+            5 => Some(FrameKind::Admin),
+            6 => Some(FrameKind::Status),
             _ => None,
         }
     }

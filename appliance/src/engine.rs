@@ -71,9 +71,9 @@ impl EngineError {
     pub fn fs_error(&self) -> duet_fs::FsError {
         match self {
             EngineError::Unavailable(_)
-            | EngineError::Store(StoreError::NotLeader { .. } | StoreError::Superseded { .. }) => {
-                duet_fs::FsError::Unavailable
-            }
+            | EngineError::Store(
+                StoreError::NotLeader { .. } | StoreError::Superseded { .. } | StoreError::ReadUnconfirmed { .. },
+            ) => duet_fs::FsError::Unavailable,
             _ => duet_fs::FsError::Io,
         }
     }
@@ -246,7 +246,13 @@ impl EngineHandle {
                             // was proposed): route again.
                             // Superseded: proposed, then its place went to
                             // another entry in a new term: not applied either.
-                            Err(EngineError::Store(StoreError::NotLeader { .. } | StoreError::Superseded { .. })) => {}
+                            // ReadUnconfirmed: a read whose read index no
+                            // quorum confirmed (this node may be deposed).
+                            Err(EngineError::Store(
+                                StoreError::NotLeader { .. }
+                                | StoreError::Superseded { .. }
+                                | StoreError::ReadUnconfirmed { .. },
+                            )) => {}
                             r => return r,
                         }
                     }
@@ -472,7 +478,9 @@ impl Engine {
             // Not proposed, or proposed and superseded (not applied): the
             // follower routes it again.
             Err(EngineError::Store(StoreError::NotLeader { leader, .. })) => ForwardOutcome::NotLeader { leader },
-            Err(EngineError::Store(StoreError::Superseded { .. })) => ForwardOutcome::NotLeader { leader: None },
+            Err(EngineError::Store(StoreError::Superseded { .. } | StoreError::ReadUnconfirmed { .. })) => {
+                ForwardOutcome::NotLeader { leader: None }
+            }
             Err(e) => ForwardOutcome::Failed(e.to_string()),
         }
     }

@@ -262,6 +262,14 @@ impl RaftNode {
         self.raw.read_index(ctx);
     }
 
+    /// Whether the entry at the commit index is of the current term (a new
+    /// leader has committed its first entry): raft-rs drops a leader's
+    /// read index request until then.
+    pub fn committed_in_term(&self) -> bool {
+        let r = &self.raw.raft;
+        r.raft_log.term(r.raft_log.committed).is_ok_and(|t| t == r.term)
+    }
+
     /// Starts handing leadership to voter `to` (raft-rs `transfer_leader`:
     /// the leader stops taking proposals, brings `to` up to date and sends
     /// it TimeoutNow; it gives up after an election timeout).

@@ -217,12 +217,7 @@ impl Forwarder {
         self.counters.sent.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let outcome = loop {
-            let tick = futures_lite::future::or(async { rx.recv_async().await.ok().map(Some) }, async {
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-                Some(None)
-            })
-            .await;
-            match tick {
+            match answer_or_tick(&rx).await {
                 Some(Some(o)) => break Some(o),
                 None => break None, // the waiter was dropped
                 Some(None) => {}
@@ -461,14 +456,9 @@ impl AdminLink {
         self.counters.sent.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let outcome = loop {
-            let tick = futures_lite::future::or(async { rx.recv_async().await.ok().map(Some) }, async {
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-                Some(None)
-            })
-            .await;
-            match tick {
+            match answer_or_tick(&rx).await {
                 Some(Some(o)) => break Some(o),
-                None => break None,
+                None => break None, // the waiter was dropped
                 Some(None) => {}
             }
             // Another leader and the one asked silent (stopped, cut off):
@@ -528,4 +518,15 @@ mod tests {
         assert_eq!(rx.len(), 3, "ended calls give their slots back");
         assert!(tx.try_send(()).is_err(), "never more than forward_max slots");
     }
+}
+
+/// The answer to a forwarded call if it comes within 50 ms (`Some(Some)`),
+/// a tick after 50 ms without one (`Some(None)`: the caller checks the
+/// leader and its deadline), or `None` when the waiter was dropped.
+async fn answer_or_tick<T>(rx: &flume::Receiver<T>) -> Option<Option<T>> {
+    futures_lite::future::or(async { rx.recv_async().await.ok().map(Some) }, async {
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+        Some(None)
+    })
+    .await
 }

@@ -20,11 +20,10 @@
 use duet_fs::NodeId;
 use duet_locks::{Break, GrantId, Holder, Level};
 
-use super::conn::{done, ok, transport, Connection, Plan};
+use super::conn::{done, ok, Connection, Plan};
 use super::sharemode::holder;
 use super::Event;
 use crate::smb2::create_context::{Lease, LeaseV2};
-use crate::smb2::header::{Command, Header, HeaderFlags, HeaderIds};
 use crate::smb2::message::Response;
 use crate::smb2::negotiate::dialect;
 use crate::smb2::oplock_break::{LeaseBreakAck, LeaseBreakNotification, OplockBreakMessage};
@@ -238,34 +237,7 @@ impl Connection {
             share_mask_hint: 0,
         };
         let session = rec.session_id;
-        let hdr = Header {
-            credit_charge: 0,
-            status: NtStatus::SUCCESS,
-            command: Command::OPLOCK_BREAK,
-            credit: 0,
-            flags: HeaderFlags(HeaderFlags::SERVER_TO_REDIR),
-            next_command: 0,
-            message_id: u64::MAX,
-            ids: HeaderIds::Sync { process_id: 0, tree_id: 0 },
-            session_id: 0,
-            signature: [0; 16],
-        };
-        let mut msg = Vec::with_capacity(108);
-        hdr.encode(&mut msg);
-        note.encode(&mut msg);
-        let key = self
-            .sessions
-            .get(&session)
-            .filter(|s| s.encrypt)
-            .and_then(|s| s.keys.as_ref())
-            .and_then(|k| k.encrypt.clone());
-        if let Some(key) = key {
-            match self.seal(session, &key, &msg) {
-                Some(f) => msg = f,
-                None => return Vec::new(),
-            }
-        }
-        transport(msg).map(Event::Send).into_iter().collect()
+        self.break_message(session, |m| note.encode(m))
     }
 
     /// Lease Break Acknowledgment (MS-SMB2 3.3.5.22.2): an unknown key is

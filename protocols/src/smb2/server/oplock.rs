@@ -193,6 +193,14 @@ impl Connection {
             }
         }
         let session = o.session_id;
+        let body = OplockBreak { oplock_level: new, file_id: FileId { persistent: id, volatile: id } };
+        self.break_message(session, |m| body.encode(m))
+    }
+
+    /// A server-to-client break (OPLOCK_BREAK command; MS-SMB2 3.3.4.6 and
+    /// 3.3.4.7): MessageId 0xFFFFFFFFFFFFFFFF, SessionId 0, the body
+    /// `encode` writes; sealed when the holder's session encrypts.
+    pub(super) fn break_message(&mut self, session: u64, encode: impl FnOnce(&mut Vec<u8>)) -> Vec<Event> {
         let hdr = Header {
             credit_charge: 0,
             status: NtStatus::SUCCESS,
@@ -205,9 +213,9 @@ impl Connection {
             session_id: 0,
             signature: [0; 16],
         };
-        let mut msg = Vec::with_capacity(88);
+        let mut msg = Vec::with_capacity(108);
         hdr.encode(&mut msg);
-        OplockBreak { oplock_level: new, file_id: FileId { persistent: id, volatile: id } }.encode(&mut msg);
+        encode(&mut msg);
         let key = self
             .sessions
             .get(&session)

@@ -14,6 +14,7 @@
 //! | GET    | /v1/users                    | UserList       | 200 [UserInfo]   |
 //! | POST   | /v1/users                    | UserAdd        | 201 UserInfo     |
 //! | PUT    | /v1/users/{name}/password    | UserPasswd     | 204              |
+//! | PUT    | /v1/admin/password           | AdminPasswd    | 204              |
 //! | PATCH  | /v1/users/{name}             | UserModify     | 200 UserInfo     |
 //! | DELETE | /v1/users/{name}             | UserRemove     | 204              |
 //! | GET    | /v1/stats                    | Stats          | 200 Stats        |
@@ -54,6 +55,8 @@ pub enum AdminRequest {
     UserList,
     UserAdd(NewUser),
     UserPasswd { name: String, password: String },
+    /// A new password for an admin user of this API.
+    AdminPasswd(AdminPasswordChange),
     UserRemove(String),
     UserModify { name: String, changes: UserChanges },
     Stats,
@@ -84,6 +87,7 @@ impl fmt::Debug for AdminRequest {
             }
             AdminRequest::UserList => f.write_str("UserList"),
             AdminRequest::UserAdd(u) => f.debug_tuple("UserAdd").field(u).finish(),
+            AdminRequest::AdminPasswd(c) => f.debug_tuple("AdminPasswd").field(c).finish(),
             AdminRequest::UserPasswd { name, .. } => f
                 .debug_struct("UserPasswd")
                 .field("name", name)
@@ -109,6 +113,7 @@ impl AdminRequest {
                 | AdminRequest::ShareModify { .. }
                 | AdminRequest::UserAdd(_)
                 | AdminRequest::UserPasswd { .. }
+                | AdminRequest::AdminPasswd(_)
                 | AdminRequest::UserRemove(_)
                 | AdminRequest::UserModify { .. }
                 | AdminRequest::Fault(_)
@@ -127,6 +132,7 @@ impl AdminRequest {
                 validate_password(password)
             }
             AdminRequest::UserRemove(n) => validate_user_name(n),
+            AdminRequest::AdminPasswd(c) => c.validate(),
             AdminRequest::ShareModify { name, changes } => {
                 validate_share_name(name)?;
                 changes.validate()
@@ -166,6 +172,7 @@ impl AdminRequest {
                 ("PUT", format!("/v1/users/{}/password", seg(name)))
             }
             AdminRequest::UserRemove(n) => ("DELETE", format!("/v1/users/{}", seg(n))),
+            AdminRequest::AdminPasswd(_) => ("PUT", "/v1/admin/password".into()),
             AdminRequest::Stats => ("GET", "/v1/stats".into()),
             AdminRequest::Fsck => ("POST", "/v1/fsck".into()),
             AdminRequest::Fault(_) => ("POST", "/v1/faults".into()),
@@ -178,6 +185,7 @@ impl AdminRequest {
         match self {
             AdminRequest::ShareAdd(s) => Some(to_json(s)),
             AdminRequest::UserAdd(u) => Some(to_json(u)),
+            AdminRequest::AdminPasswd(c) => Some(to_json(c)),
             AdminRequest::Fault(f) => Some(to_json(f)),
             AdminRequest::TransferLeader(t) => Some(to_json(t)),
             AdminRequest::ShareModify { changes, .. } => Some(to_json(changes)),
@@ -358,6 +366,10 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
             }
             _ => return Err(wrong_method("PUT")),
         },
+        ["admin", "password"] => match m {
+            "PUT" => AdminRequest::AdminPasswd(json_body(req)?),
+            _ => return Err(wrong_method("PUT")),
+        },
         ["stats"] => match m {
             "GET" => AdminRequest::Stats,
             _ => return Err(wrong_method("GET")),
@@ -429,6 +441,7 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
         AdminRequest::Audit => AdminResponse::Audit(body(resp)?),
         AdminRequest::ShareRemove(_)
         | AdminRequest::UserPasswd { .. }
+        | AdminRequest::AdminPasswd(_)
         | AdminRequest::UserRemove(_)
         | AdminRequest::Fault(_) => {
             expect(204)?;
@@ -606,6 +619,11 @@ mod tests {
                 password: "new".into(),
             },
             AdminRequest::UserRemove("alice".into()),
+            AdminRequest::AdminPasswd(AdminPasswordChange {
+                user: "admin".into(),
+                password: "a long new one".into(),
+                current: Some("the old one".into()),
+            }),
             AdminRequest::ShareModify {
                 name: "media".into(),
                 changes: ShareChanges { read_only: Some(false), users: Some(vec![]), ..Default::default() },
@@ -684,6 +702,22 @@ mod tests {
             }
         );
         assert!(!format!("{p:?}").contains('y'));
+        let a = route(&req("PUT", "/v1/admin/password", r#"{"password":"twelve chars"}"#)).unwrap();
+        assert_eq!(
+            a,
+            AdminRequest::AdminPasswd(AdminPasswordChange {
+                user: "admin".into(),
+                password: "twelve chars".into(),
+                current: None
+            })
+        );
+        assert!(!format!("{a:?}").contains("twelve"));
+        let code = |b: &str| route(&req("PUT", "/v1/admin/password", b)).unwrap_err().code;
+        assert_eq!(code(r#"{"password":"short"}"#), codes::INVALID_ARGUMENT);
+        assert_eq!(code(r#"{"password":"twelve\nchars"}"#), codes::INVALID_ARGUMENT);
+        assert_eq!(code(r#"{"password":"twelve chars","old":"x"}"#), codes::INVALID_ARGUMENT);
+        assert_eq!(code(r#"{"password":"twelve chars","user":"a/b"}"#), codes::INVALID_ARGUMENT);
+        assert_eq!(route(&req("GET", "/v1/admin/password", "")).unwrap_err().code, codes::METHOD_NOT_ALLOWED);
     }
 
     #[test]

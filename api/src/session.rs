@@ -38,6 +38,9 @@ impl Default for SessionLimits {
 pub struct Session {
     pub user: String,
     pub csrf: String,
+    /// What the server recorded of the user's stored secret at sign-in
+    /// (a fingerprint): the session ends when that secret changes.
+    pub secret_tag: u64,
     created_ms: u64,
     used_ms: u64,
 }
@@ -65,7 +68,7 @@ impl Sessions {
     /// A new session for `user`; returns (session id, CSRF token). When the
     /// table is full, expired sessions go first, then the least recently
     /// used one.
-    pub fn create(&mut self, user: &str, id_random: [u8; 32], csrf_random: [u8; 32], now_ms: u64) -> (String, String) {
+    pub fn create(&mut self, user: &str, secret_tag: u64, id_random: [u8; 32], csrf_random: [u8; 32], now_ms: u64) -> (String, String) {
         self.by_id.retain(|_, s| !(now_ms.saturating_sub(s.used_ms) > self.limits.idle_ms || now_ms.saturating_sub(s.created_ms) > self.limits.max_ms));
         while self.by_id.len() >= self.limits.max_sessions.max(1) {
             let oldest = self.by_id.iter().min_by_key(|(_, s)| s.used_ms).map(|(k, _)| k.clone());
@@ -77,7 +80,7 @@ impl Sessions {
             }
         }
         let (id, csrf) = (hex32(&id_random), hex32(&csrf_random));
-        self.by_id.insert(id.clone(), Session { user: user.to_string(), csrf: csrf.clone(), created_ms: now_ms, used_ms: now_ms });
+        self.by_id.insert(id.clone(), Session { user: user.to_string(), csrf: csrf.clone(), secret_tag, created_ms: now_ms, used_ms: now_ms });
         (id, csrf)
     }
 
@@ -216,7 +219,7 @@ mod tests {
     #[test]
     fn sessions_expire_when_idle_and_in_all() {
         let mut s = Sessions::new(SessionLimits { idle_ms: 1_000, max_ms: 5_000, max_sessions: 2 });
-        let (id, csrf) = s.create("admin", [1; 32], [2; 32], 0);
+        let (id, csrf) = s.create("admin", 7, [1; 32], [2; 32], 0);
         assert_eq!(id.len(), 64);
         assert_ne!(id, csrf);
         let got = s.get(&id, 900).unwrap();
@@ -229,7 +232,7 @@ mod tests {
             assert!(s.get(&id, t).is_some(), "at {t}");
         }
         assert!(s.get(&id, 5_001).is_none());
-        let (id2, _) = s.create("admin", [3; 32], [4; 32], 10_000);
+        let (id2, _) = s.create("admin", 7, [3; 32], [4; 32], 10_000);
         assert!(s.get(&id2, 11_001).is_none(), "idle for over 1 s");
         assert!(s.get("nope", 0).is_none());
     }
@@ -237,10 +240,10 @@ mod tests {
     #[test]
     fn a_full_table_forgets_the_least_recently_used() {
         let mut s = Sessions::new(SessionLimits { idle_ms: 100_000, max_ms: 100_000, max_sessions: 2 });
-        let (a, _) = s.create("a", [1; 32], [1; 32], 0);
-        let (b, _) = s.create("b", [2; 32], [2; 32], 1);
+        let (a, _) = s.create("a", 7, [1; 32], [1; 32], 0);
+        let (b, _) = s.create("b", 7, [2; 32], [2; 32], 1);
         s.get(&a, 2);
-        let (c, _) = s.create("c", [3; 32], [3; 32], 3);
+        let (c, _) = s.create("c", 7, [3; 32], [3; 32], 3);
         assert_eq!(s.len(), 2);
         assert!(s.get(&a, 4).is_some() && s.get(&c, 4).is_some() && s.get(&b, 4).is_none());
         s.remove(&a);

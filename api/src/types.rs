@@ -586,6 +586,57 @@ impl fmt::Debug for NewUser {
     }
 }
 
+/// The shortest admin password `PUT /v1/admin/password` accepts.
+pub const MIN_ADMIN_PASSWORD: usize = 12;
+
+/// Body of PUT /v1/admin/password: a new password for an admin user of
+/// the API (not an SMB user). `user` defaults to `admin`. `current` is
+/// the password in use now; the console must send it (a session cookie
+/// alone does not change the password), duetctl signed in with that
+/// password or with the local token need not.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminPasswordChange {
+    #[serde(default = "default_admin_user")]
+    pub user: String,
+    pub password: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<String>,
+}
+
+fn default_admin_user() -> String {
+    "admin".to_string()
+}
+
+impl AdminPasswordChange {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        validate_user_name(&self.user)?;
+        validate_password(&self.password)?;
+        if self.password.chars().count() < MIN_ADMIN_PASSWORD {
+            return Err(ApiError::invalid_argument(format!(
+                "an admin password must have at least {MIN_ADMIN_PASSWORD} characters"
+            )));
+        }
+        if self.password.chars().any(char::is_control) {
+            return Err(ApiError::invalid_argument("an admin password must not contain control characters"));
+        }
+        if let Some(c) = &self.current {
+            validate_password(c)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for AdminPasswordChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminPasswordChange")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .field("current", &self.current.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
 /// Body of PUT /v1/users/{name}/password.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

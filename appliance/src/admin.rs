@@ -283,7 +283,7 @@ impl Admin {
             return self.console_reply(req, &from, &source, secure).await;
         }
         let creds = credentials(req);
-        let session = if creds.is_none() { self.console.session_of(req) } else { None };
+        let session = if creds.is_none() { self.live_session(req).await } else { None };
         let who = match (&creds, &session) {
             (Some(Credentials::Bearer(_)), _) => "token".to_string(),
             (Some(Credentials::Basic { user, .. }), _) => user.clone(),
@@ -295,14 +295,23 @@ impl Admin {
             (None, false) if Console::has_cookie(req) => {
                 Err(ApiError::unauthorized("the console session ended (signed out or expired): sign in again"))
             }
-            _ => self.sign_in(creds, &who, &from, &source).await,
+            _ => self.sign_in(creds.clone(), &who, &from, &source).await,
         };
         let answer = match auth {
             Ok(()) => match route(req) {
                 Ok(r) => {
                     let what = format!("{r:?}");
                     let change = r.is_change();
-                    let out = if self.forwards(&r) {
+                    let refused = match &r {
+                        AdminRequest::AdminPasswd(c) => self
+                            .may_change_password(c, &creds, session.as_ref().map(|x| &x.1), &who, &from, &source)
+                            .await
+                            .err(),
+                        _ => None,
+                    };
+                    let out = if let Some(e) = refused {
+                        Answer::Local(Err(e))
+                    } else if self.forwards(&r) {
                         self.forward_change(r, req, &who).await
                     } else {
                         Answer::Local(self.handle(r).await)
@@ -327,6 +336,56 @@ impl Admin {
         match answer {
             Answer::Local(result) => encode_response(&result),
             Answer::Forwarded { http, .. } => http,
+        }
+    }
+
+    /// The console session a request's cookie names, if it is live and
+    /// its user's stored secret is still the one it signed in with (a
+    /// changed admin password ends every session, on every node).
+    async fn live_session(&self, req: &duet_admin_api::HttpRequest) -> Option<(String, duet_admin_api::session::Session)> {
+        let (id, s) = self.console.session_of(req)?;
+        let now = console::secret_tag(self.secret(&format!("user:{}", s.user)).await.as_deref());
+        if now != s.secret_tag {
+            self.console.end_session(&id);
+            tracing::info!("console session of {} ended: its password was changed", s.user);
+            return None;
+        }
+        Some((id, s))
+    }
+
+    /// Who may set an admin password: the local token any admin's;
+    /// a signed-in admin only its own, and from the console only with the
+    /// current password (a session cookie alone is not enough: failures
+    /// count towards the sign-in throttle).
+    async fn may_change_password(
+        &self,
+        c: &duet_admin_api::AdminPasswordChange,
+        creds: &Option<Credentials>,
+        session: Option<&duet_admin_api::session::Session>,
+        who: &str,
+        from: &str,
+        source: &str,
+    ) -> Result<(), ApiError> {
+        match (creds, session) {
+            (Some(Credentials::Bearer(_)), _) => Ok(()),
+            (Some(Credentials::Basic { user, .. }), _) if *user == c.user => Ok(()),
+            (None, Some(s)) if s.user == c.user => {
+                let Some(current) = c.current.clone() else {
+                    return Err(ApiError::invalid_argument("the current password is required to change it from the console"));
+                };
+                let creds = Some(Credentials::Basic { user: c.user.clone(), password: current });
+                self.sign_in(creds, who, from, source).await.map_err(|e| {
+                    if e.code == codes::TOO_MANY_ATTEMPTS {
+                        e
+                    } else {
+                        ApiError::forbidden("the current password is wrong: nothing was changed")
+                    }
+                })
+            }
+            _ => Err(ApiError::forbidden(format!(
+                "only {0} (or the local token) may change {0}'s password",
+                c.user
+            ))),
         }
     }
 
@@ -381,7 +440,8 @@ impl Admin {
                 let creds = Some(Credentials::Basic { user: sign.user.clone(), password: sign.password });
                 match self.sign_in(creds, &sign.user, from, source).await {
                     Ok(()) => {
-                        let (id, csrf) = self.console.new_session(&sign.user);
+                        let tag = console::secret_tag(self.secret(&format!("user:{}", sign.user)).await.as_deref());
+                        let (id, csrf) = self.console.new_session(&sign.user, tag);
                         self.audit.record(&sign.user, from, "console sign-in", "ok");
                         let body = serde_json::to_vec(&console::SessionInfo { user: &sign.user, csrf: &csrf }).unwrap_or_default();
                         let cookie = duet_admin_api::session::session_cookie(&id, secure);
@@ -390,7 +450,7 @@ impl Admin {
                     Err(e) => console::error_answer(&e, &[]),
                 }
             }
-            "GET" => match self.console.session_of(req) {
+            "GET" => match self.live_session(req).await {
                 Some((_, s)) => {
                     let body = serde_json::to_vec(&console::SessionInfo { user: &s.user, csrf: &s.csrf }).unwrap_or_default();
                     console::answer(200, "application/json", &body, &[])
@@ -548,6 +608,7 @@ impl Admin {
             raft_applied_index: applied,
             uptime_s: self.node.started.elapsed().as_secs(),
             executors: self.node.executors,
+            threads: crate::metrics::thread_cpu(),
         };
         let body = crate::metrics::render(&stats, &gauges, &self.engine.stats.latency);
         let body = if r.method == "HEAD" { Vec::new() } else { body.into_bytes() };
@@ -841,6 +902,17 @@ impl Admin {
                 };
                 u.nt_hash = secrets::nt_hash(&password);
                 self.command(Command::PutUser { user: u, replace: true }).await?;
+                Ok(AdminResponse::NoContent)
+            }
+            AdminRequest::AdminPasswd(c) => {
+                let name = format!("user:{}", c.user);
+                if self.secret(&name).await.is_none() {
+                    return Err(ApiError::not_found(format!("there is no admin user {}", c.user)));
+                }
+                let password = c.password;
+                let hash = glommio::executor().spawn_blocking(move || secrets::hash_secret(&password)).await;
+                self.command(Command::Init { now_ns: now_ns(), admin_secrets: vec![(name, hash)], shares: vec![] }).await?;
+                tracing::info!("the password of admin user {} was changed", c.user);
                 Ok(AdminResponse::NoContent)
             }
             AdminRequest::UserRemove(name) => {

@@ -85,15 +85,32 @@ impl Console {
         req.header_all("Cookie").any(|h| session::cookie(h, session::SESSION_COOKIE).is_some())
     }
 
-    pub fn new_session(&self, user: &str) -> (String, String) {
+    /// A session for `user`, whose stored secret has the fingerprint
+    /// `secret_tag` (see [`secret_tag`]).
+    pub fn new_session(&self, user: &str, secret_tag: u64) -> (String, String) {
         let (mut id, mut csrf) = ([0u8; 32], [0u8; 32]);
         rand::rngs::OsRng.fill_bytes(&mut id);
         rand::rngs::OsRng.fill_bytes(&mut csrf);
-        self.sessions.borrow_mut().create(user, id, csrf, self.now_ms())
+        self.sessions.borrow_mut().create(user, secret_tag, id, csrf, self.now_ms())
     }
 
     pub fn end_session(&self, id: &str) {
         self.sessions.borrow_mut().remove(id);
+    }
+}
+
+/// A fingerprint of a stored admin secret (its hash string): a session
+/// made while one secret was stored ends when another is, so changing the
+/// admin password signs every console out, on every node (the secret is
+/// the cluster's). 0 = no secret.
+pub fn secret_tag(stored: Option<&[u8]>) -> u64 {
+    use sha2::Digest;
+    match stored {
+        None => 0,
+        Some(s) => {
+            let d = sha2::Sha256::digest(s);
+            u64::from_le_bytes(d[..8].try_into().unwrap_or([0; 8])) | 1
+        }
     }
 }
 

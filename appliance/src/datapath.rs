@@ -1066,19 +1066,49 @@ fn write_floor(wal: &Path, floor: u64) -> io::Result<()> {
 }
 
 /// glommio decides once per device whether reads may use the io_uring poll
-/// ring, by reading the first DMA file it opens there; an empty file reads
-/// "successfully" and wrongly enables polling, after which every read fails
-/// with EOPNOTSUPP on devices without poll queues. Opening a file that has
-/// data first makes the probe honest.
+/// ring (IORING_SETUP_IOPOLL), by reading the first DMA file it opens
+/// there, and any read error but ENOTSUP... keeps polling off. Its probe
+/// is not to be trusted:
+/// - an empty file reads "successfully" and wrongly enables polling, after
+///   which every read fails with EOPNOTSUPP on devices without poll queues
+///   (hence a file with data);
+/// - on Debian's 6.1.0-57 kernel with virtio-blk (no poll queues,
+///   `queue/io_poll` 0) a real read succeeds too, and later reads on the
+///   poll ring spin in the kernel without completing: the disk image's
+///   duetd burned its one CPU in io-wq and never answered an SMB READ.
+///
+/// So the block layer is asked first: only a device whose
+/// `/sys/dev/block/MAJOR:0/queue/io_poll` says 1 gets glommio's probe;
+/// for any other the first DMA file glommio sees is opened write-only, its
+/// probe read fails (EBADF) and glommio keeps that device off the poll
+/// ring. Either way a real O_DIRECT read is checked after.
 async fn probe_iopoll(dir: &Path) -> io::Result<()> {
     let p = dir.join(".io-probe");
     std::fs::create_dir_all(dir).map_err(|e| io_err("cannot create", dir, e))?;
     std::fs::write(&p, vec![0u8; 64 << 10]).map_err(|e| io_err("cannot write", &p, e))?;
+    let (poll, sysfs) = device_polls(dir);
+    if !poll {
+        let w = OpenOptions::new().write(true).dma_open(&p).await.map_err(|e| io_err("cannot open", &p, e))?;
+        let _ = w.close().await;
+        tracing::info!("{}: the io_uring poll ring stays off ({sysfs} is not 1)", dir.display());
+    }
     let f = DmaFile::open(&p).await.map_err(|e| io_err("cannot open", &p, e))?;
     let r = f.read_at(0, 4096).await;
     let _ = f.close().await;
     r.map_err(|e| io_err("cannot read", &p, e))?;
     Ok(())
+}
+
+/// Whether the block device under `dir` polls for completions (it has
+/// poll queues), from sysfs as glommio would find it (the whole disk,
+/// minor 0), and the attribute's path. Unknown = no.
+fn device_polls(dir: &Path) -> (bool, String) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::metadata(dir) else { return (false, "the data directory's device".into()) };
+    let major = libc::major(md.dev());
+    let attr = format!("/sys/dev/block/{major}:0/queue/io_poll");
+    let on = std::fs::read_to_string(&attr).map(|v| v.trim() == "1").unwrap_or(false);
+    (on, attr)
 }
 
 /// An I/O error from any displayable error (glommio's are not `Sync`).

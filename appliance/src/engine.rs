@@ -354,6 +354,20 @@ pub struct Engine {
     wake_destager: flume::Sender<()>,
 }
 
+/// The longest the destager sleeps between looks at an idle queue.
+pub const DESTAGE_IDLE_MAX: Duration = Duration::from_secs(1);
+
+/// The destager's next timer: `interval` after work (or a wake-up), else
+/// twice the last wait, at most [`DESTAGE_IDLE_MAX`] (never below
+/// `interval`).
+fn next_destage_wait(last: Duration, interval: Duration, busy: bool) -> Duration {
+    if busy {
+        interval
+    } else {
+        (last * 2).min(DESTAGE_IDLE_MAX.max(interval))
+    }
+}
+
 /// Builds the engine on the current (data) executor. Returns the engine,
 /// the handle other executors use, and the receiver [`serve`] drains.
 pub async fn start(
@@ -378,23 +392,31 @@ pub async fn start(
     let engine = Rc::new(Engine { data: data.clone(), store: store.clone(), stats: stats.clone(), wake_destager: wake_tx });
     let (tx, rx) = flume::bounded(4096);
     let handle = EngineHandle { tx, store: store.clone(), stats, data_counters: data.counters.clone(), direct, forward: None };
-    // The destager: runs when woken by a commit that queued data, and on a timer.
+    // The destager: runs when woken by a commit that queued data, and on a
+    // timer (what a follower's replicated entries queue wakes nothing
+    // here). The timer backs off while there is nothing to destage: an
+    // idle daemon must not wake two threads 50 times a second (on a slow
+    // single-CPU guest that polling alone took the whole CPU).
     glommio::spawn_local(async move {
         let mut last_sweep = std::time::Instant::now();
+        let mut idle_wait = destage_interval;
         loop {
-            let _ = futures_lite::future::or(
+            let woken = futures_lite::future::or(
                 async {
                     let _ = wake_rx.recv_async().await;
+                    true
                 },
                 async {
-                    glommio::timer::sleep(destage_interval).await;
+                    glommio::timer::sleep(idle_wait).await;
+                    false
                 },
             )
             .await;
+            let mut destaged = 0;
             loop {
                 match data.destage_once(&store).await {
                     Ok(0) => break,
-                    Ok(_) => continue,
+                    Ok(n) => destaged += n,
                     Err(e) => {
                         tracing::error!("destage: {e}");
                         glommio::timer::sleep(Duration::from_millis(500)).await;
@@ -402,6 +424,7 @@ pub async fn start(
                     }
                 }
             }
+            idle_wait = next_destage_wait(idle_wait, destage_interval, woken || destaged > 0);
             if data.replica().is_some() && last_sweep.elapsed() >= Duration::from_secs(1) {
                 last_sweep = std::time::Instant::now();
                 if let Err(e) = data.sweep_unclaimed(&store).await {
@@ -661,5 +684,26 @@ fn overlay_bytes(buf: &mut [u8], base: u64, at: u64, data: &[u8]) {
     let to = (base + buf.len() as u64).min(at + data.len() as u64);
     if from < to {
         buf[(from - base) as usize..(to - base) as usize].copy_from_slice(&data[(from - at) as usize..(to - at) as usize]);
+    }
+}
+
+#[cfg(test)]
+mod destage_wait_tests {
+    use super::*;
+
+    #[test]
+    fn the_idle_destager_backs_off_and_work_resets_it() {
+        let i = Duration::from_millis(20);
+        let mut w = i;
+        let mut seen = vec![];
+        for _ in 0..8 {
+            w = next_destage_wait(w, i, false);
+            seen.push(w.as_millis());
+        }
+        assert_eq!(seen, [40, 80, 160, 320, 640, 1000, 1000, 1000]);
+        assert_eq!(next_destage_wait(w, i, true), i);
+        // An interval above the cap is kept as it is.
+        let big = Duration::from_secs(5);
+        assert_eq!(next_destage_wait(big, big, false), big);
     }
 }

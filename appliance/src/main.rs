@@ -69,8 +69,13 @@ fn main() -> ExitCode {
         println!("duetd: configuration is valid");
         return ExitCode::SUCCESS;
     }
+    // glommio's reactor logs one error only, "unexpected error when probing
+    // iopoll support", which datapath::probe_iopoll provokes on purpose on
+    // devices without poll queues (and says so itself).
+    let quiet = "glommio::reactor=off".parse().expect("a valid directive");
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log.filter));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cfg.log.filter))
+        .add_directive(quiet);
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     server::block_signals();
     let running = match server::start(&cfg) {

@@ -26,7 +26,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, repo_root, Daemon};
+use common::{duetctl, free_port, repo_root, Daemon};
 use serde_json::{json, Value};
 
 fn have(tool: &str) -> bool {
@@ -311,6 +311,38 @@ fn the_console_signs_in_manages_shares_and_users_and_refuses_forgery() {
     let t = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success() && !t.contains("NT_STATUS_"), "smbclient on the browser's share:\n{t}");
     assert_eq!(std::fs::read(local.join("back.txt")).unwrap(), b"made in the browser\n");
+
+    // The admin password changed from the console: the current one is
+    // asked for, every session ends (this one too), the new one signs in.
+    let new_password = "changed in the browser";
+    b.type_into("#adminpw-current", &password);
+    b.type_into("#adminpw-new", new_password);
+    b.type_into("#adminpw-repeat", new_password);
+    b.click("#adminpw-change");
+    b.wait(
+        "the sign-in form after the change",
+        "return !document.getElementById('signin-view').hidden && \
+         document.getElementById('signin-error').textContent.includes('Password changed')",
+    );
+    b.type_into("#signin-password", &password);
+    b.click("#signin");
+    b.wait("the old password refused", "return document.getElementById('signin-error').textContent.includes('wrong')");
+    b.type_into("#signin-password", new_password);
+    b.click("#signin");
+    b.wait("the dashboard with the new password", "return !document.getElementById('app-view').hidden");
+    let o = Command::new(duetctl())
+        .args(["--addr", &d.admin, "--tls-ca", d.data.join("admin-tls/ca.pem").to_str().unwrap(), "--user", "admin", "--admin-password-stdin", "status"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            c.stdin.take().unwrap().write_all(format!("{new_password}\n").as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    assert!(o.status.success(), "duetctl with the password set in the browser: {}", String::from_utf8_lossy(&o.stderr));
+    let password = new_password.to_string();
     drop(b);
 
     // CSRF: the session cookie alone changes nothing.

@@ -293,3 +293,128 @@ fn smbclient_lists_the_shares_through_ipc_srvsvc() {
         .unwrap();
     assert!(!o.status.success());
 }
+
+/// One HTTP/1.1 exchange with the admin listener (plain HTTP: loopback):
+/// (status, headers, body).
+fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, head.to_string(), body.to_string())
+}
+
+/// A console sign-in: (cookie header value, CSRF token).
+fn console_sign_in(addr: &str, password: &str) -> Result<(String, String), u16> {
+    let body = serde_json::json!({ "user": "admin", "password": password }).to_string();
+    let (status, head, body) = http(addr, "POST", "/console/session", &[("Content-Type", "application/json")], &body);
+    if status != 200 {
+        return Err(status);
+    }
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Set-Cookie: "))
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_string();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    Ok((cookie, v["csrf"].as_str().unwrap().to_string()))
+}
+
+#[test]
+fn the_admin_password_changes_and_every_console_session_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(tmp.path());
+    let file = |name: &str, pw: &str| -> String {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, format!("{pw}\n")).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let first = file("first", &d.password);
+    let second_pw = "second admin password";
+    let second = file("second", second_pw);
+    let as_admin = |pwfile: &str, args: &[&str]| -> Output {
+        Command::new(duetctl())
+            .args(["--addr", &d.addr, "--user", "admin", "--admin-password-file", pwfile])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let code = |o: &Output| o.status.code();
+    // A console signed in with the first password, before the change.
+    let (cookie, csrf) = console_sign_in(&d.addr, &d.password).expect("console sign-in");
+    assert_eq!(http(&d.addr, "GET", "/console/session", &[("Cookie", &cookie)], "").0, 200);
+
+    // Too short, or another admin's password: refused, nothing changed.
+    let o = as_admin(&first, &["admin", "passwd", "--password", "short"]);
+    assert_eq!(code(&o), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("at least 12 characters"));
+    let o = as_admin(&first, &["admin", "passwd", "other", "--password-file", &second]);
+    assert_eq!(code(&o), Some(5), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("only other (or the local token)"), "{err}");
+    assert!(as_admin(&first, &["status"]).status.success(), "the first password still works");
+
+    // Signed in as admin with the first password: changed.
+    let o = as_admin(&first, &["admin", "passwd", "--password-file", &second]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("changed the password of admin admin"));
+    let o = as_admin(&first, &["status"]);
+    assert_eq!(code(&o), Some(5), "the old password is refused");
+    assert!(as_admin(&second, &["status"]).status.success(), "the new password works");
+    // The console session made with the old password has ended.
+    assert_eq!(http(&d.addr, "GET", "/console/session", &[("Cookie", &cookie)], "").0, 401);
+    let (st, _, _) = http(&d.addr, "GET", "/v1/status", &[("Cookie", &cookie), ("X-CSRF-Token", &csrf)], "");
+    assert_eq!(st, 401, "the old session's cookie no longer authenticates");
+    assert_eq!(console_sign_in(&d.addr, &d.password), Err(401));
+
+    // From the console: the current password is required and checked.
+    let (cookie, csrf) = console_sign_in(&d.addr, second_pw).expect("sign-in with the new password");
+    let put = |body: serde_json::Value| {
+        http(
+            &d.addr,
+            "PUT",
+            "/v1/admin/password",
+            &[("Cookie", &cookie), ("X-CSRF-Token", &csrf), ("Content-Type", "application/json")],
+            &body.to_string(),
+        )
+    };
+    assert_eq!(put(serde_json::json!({ "password": "third admin password" })).0, 400, "no current password");
+    assert_eq!(put(serde_json::json!({ "password": "third admin password", "current": "wrong" })).0, 403);
+    let (st, _, _) = http(
+        &d.addr,
+        "PUT",
+        "/v1/admin/password",
+        &[("Cookie", &cookie), ("Content-Type", "application/json")],
+        &serde_json::json!({ "password": "third admin password", "current": second_pw }).to_string(),
+    );
+    assert_eq!(st, 403, "no CSRF token");
+    let (st, _, body) = put(serde_json::json!({ "password": "third admin password", "current": second_pw }));
+    assert_eq!(st, 204, "{body}");
+    assert_eq!(http(&d.addr, "GET", "/console/session", &[("Cookie", &cookie)], "").0, 401, "its own session ends too");
+    assert!(console_sign_in(&d.addr, "third admin password").is_ok());
+    assert_eq!(code(&as_admin(&second, &["status"])), Some(5));
+
+    // The local token (root on the appliance) resets a forgotten one; an
+    // admin that does not exist is not found.
+    let fourth = file("fourth", "fourth admin password");
+    d.ok(&["admin", "passwd", "--password-file", &fourth]);
+    assert!(as_admin(&fourth, &["status"]).status.success());
+    d.fails(&["admin", "passwd", "nobody", "--password-file", &fourth], 3, "there is no admin user nobody");
+    // Every change is in the audit log, passwords redacted.
+    let audit = d.ok(&["audit", "--last", "100"]);
+    assert!(audit.contains("AdminPasswd"), "{audit}");
+    for pw in [second_pw, "third admin password", "fourth admin password"] {
+        assert!(!audit.contains(pw), "a password in the audit log");
+    }
+}

@@ -111,6 +111,9 @@ enum Command {
     /// Manage users
     #[command(subcommand)]
     User(UserCmd),
+    /// The admin API's own users (not SMB users)
+    #[command(subcommand)]
+    Admin(AdminCmd),
     /// Show back-end operation counts, in total and per protocol request
     Stats,
     /// Check the file system's consistency (exit status 1 if problems are found)
@@ -290,6 +293,21 @@ impl PasswordArgs {
 }
 
 #[derive(Subcommand, Debug)]
+enum AdminCmd {
+    /// Change an admin password (at least 12 characters; prompts twice if
+    /// none is given). Signed in as that admin, or with the local token
+    /// (root on the appliance: the way back in when it is forgotten).
+    /// Every console session of that admin ends.
+    Passwd {
+        /// The admin user
+        #[arg(default_value = "admin", value_name = "ADMIN")]
+        admin: String,
+        #[command(flatten)]
+        password: PasswordArgs,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum UserCmd {
     /// Add a user (prompts for the password if none is given)
     Add {
@@ -452,6 +470,15 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
             };
             with_password(AdminRequest::UserAdd(user), password.source())
         }
+        Command::Admin(AdminCmd::Passwd { admin, password }) => {
+            validate_user_name(admin).map_err(CtlError::usage)?;
+            let request = AdminRequest::AdminPasswd(duet_admin_api::AdminPasswordChange {
+                user: admin.clone(),
+                password: String::new(),
+                current: None,
+            });
+            with_password(request, password.source())
+        }
         Command::User(UserCmd::Passwd { name, password }) => {
             validate_user_name(name).map_err(CtlError::usage)?;
             let request = AdminRequest::UserPasswd {
@@ -470,6 +497,10 @@ fn fill_password(request: AdminRequest, password: String) -> AdminRequest {
             AdminRequest::UserAdd(u)
         }
         AdminRequest::UserPasswd { name, .. } => AdminRequest::UserPasswd { name, password },
+        AdminRequest::AdminPasswd(mut c) => {
+            c.password = password;
+            AdminRequest::AdminPasswd(c)
+        }
         other => other,
     }
 }
@@ -709,6 +740,9 @@ fn human(request: &AdminRequest, response: &AdminResponse, last: usize) -> Strin
         (AdminRequest::UserRemove(n), AdminResponse::NoContent) => format!("removed user {n}\n"),
         (AdminRequest::UserPasswd { name, .. }, AdminResponse::NoContent) => {
             format!("changed the password of user {name}\n")
+        }
+        (AdminRequest::AdminPasswd(c), AdminResponse::NoContent) => {
+            format!("changed the password of admin {}; its console sessions have ended\n", c.user)
         }
         (AdminRequest::Fault(f), AdminResponse::NoContent) => {
             format!("the next {} operation(s) at {} will fail with EIO\n", f.count, f.point)

@@ -4,6 +4,7 @@
 "use strict";
 
 let csrf = null;
+let me = "admin";
 let timer = null;
 const samples = [];
 let lastMetrics = null;
@@ -240,6 +241,7 @@ document.addEventListener("DOMContentLoaded", async () => {
     try {
       const j = await api("POST", "/console/session", { user: $("signin-user").value, password: $("signin-password").value });
       csrf = j.csrf;
+      me = j.user;
       showApp();
     } catch (e) {
       showSignin(e.message);
@@ -270,9 +272,21 @@ document.addEventListener("DOMContentLoaded", async () => {
       refresh();
     } catch (e) { $("app-error").textContent = e.message; }
   });
+  $("adminpw-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const pw = $("adminpw-new").value;
+    if (pw !== $("adminpw-repeat").value) { $("adminpw-note").textContent = "The new passwords differ."; return; }
+    try {
+      await api("PUT", "/v1/admin/password", { user: me, password: pw, current: $("adminpw-current").value });
+      $("adminpw-form").reset();
+      // Every session of this admin ended with the change, this one too.
+      showSignin("Password changed: sign in with the new one.");
+    } catch (e) { $("adminpw-note").textContent = e.message; }
+  });
   try {
     const j = await api("GET", "/console/session");
     csrf = j.csrf;
+    me = j.user;
     showApp();
   } catch (_) {
     showSignin("");

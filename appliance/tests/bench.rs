@@ -189,6 +189,7 @@ fn cp_and_rm_round_trip() {
 
         let out = d.ok(&["cp", "-r", "--server", &url, "src", "dst/copy"]);
         assert!(out.contains("copied 52 files"), "{out}");
+        assert!(!out.contains('\r'), "progress on stdout: {out:?}");
         let dst = v.mkdir_p(&root, "dst/copy").await.unwrap();
         let names: Vec<String> = files.iter().map(|f| f.0.clone()).collect();
         let got = v.read_files(&dst, &names, 1 << 16).await.unwrap();

@@ -400,7 +400,14 @@ fn open_create<'a>(clientid: u64, own: &'a [u8], name: &'a str, mode: &'a [u8]) 
 /// `rm -r` of `name` in `dir`: lists the tree (one round trip per level),
 /// removes files and then directories deepest first, each level's names
 /// batched per parent. Returns the number of entries removed.
-pub async fn remove_tree<S: Io>(v: &mut VecClient<S>, dir: &[u8], name: &str) -> Result<usize> {
+/// `progress` is called with (entries removed, entries in all) after each
+/// directory's batch.
+pub async fn remove_tree<S: Io>(
+    v: &mut VecClient<S>,
+    dir: &[u8],
+    name: &str,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<usize> {
     let top = v.c.lookup_fh(dir, name).await?;
     let st = v.c.stat(dir, name).await?;
     if !st.directory {
@@ -433,6 +440,7 @@ pub async fn remove_tree<S: Io>(v: &mut VecClient<S>, dir: &[u8], name: &str) ->
         }
         v.remove(pfh, names).await?;
         n += names.len();
+        progress(n, entries.len() + 1);
     }
     v.remove(dir, &[name.to_string()]).await?;
     Ok(n + 1)

@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 use crate::bench::{self, check, pattern, BenchOpts, Row};
 use crate::bench_conn::{BResult, Proto, Target};
 use crate::client::Client;
+use crate::progress::Progress;
 use crate::rt::{self, Stream};
 
 #[derive(Args, Debug)]
@@ -628,6 +629,9 @@ pub struct CpArgs {
     pub src: String,
     /// Destination path in the export (must not exist)
     pub dst: String,
+    /// No progress on stderr
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -641,6 +645,9 @@ pub struct RmArgs {
     /// Paths in the export
     #[arg(required = true)]
     pub paths: Vec<String>,
+    /// No progress on stderr
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 async fn vconnect(url: &str) -> BResult<VecClient<Stream>> {
@@ -657,6 +664,23 @@ fn parent_and_name(p: &str) -> (String, String) {
     match p.rsplit_once('/') {
         Some((d, n)) => (d.to_string(), n.to_string()),
         None => (String::new(), p.to_string()),
+    }
+}
+
+/// Files per `VecClient::copy` call in `cp -r` (progress between calls).
+const COPY_SLICE: usize = 1024;
+
+fn human_bytes(n: u64) -> String {
+    let u = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut i) = (n as f64, 0);
+    while v >= 1024.0 && i < u.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", u[i])
     }
 }
 
@@ -682,6 +706,8 @@ async fn cp(a: &CpArgs) -> BResult<String> {
     if !a.recursive {
         return Err(format!("{}: is a directory (use -r)", a.src));
     }
+    let mut progress = Progress::new("cp", a.quiet);
+    progress.update("listing the source tree");
     let sfh = v.c.lookup_fh(&sdir, &sn).await.map_err(|e| e.to_string())?;
     let entries = v.listdir_recursive(&sfh).await.map_err(|e| e.to_string())?;
     let top = v.mkdirs(&ddir, &[dn.clone()]).await.map_err(|e| e.to_string())?;
@@ -718,7 +744,15 @@ async fn cp(a: &CpArgs) -> BResult<String> {
             (sfh_of[&p].clone(), n.clone(), dfh[&p].clone(), n)
         })
         .collect();
-    let bytes = v.copy(&jobs).await.map_err(|e| e.to_string())?;
+    // In slices, so that progress is shown between them (each slice still
+    // goes out as COMPOUNDs of up to 256 operations).
+    let mut bytes = 0;
+    for (k, slice) in jobs.chunks(COPY_SLICE).enumerate() {
+        bytes += v.copy(slice).await.map_err(|e| e.to_string())?;
+        let done = (k * COPY_SLICE + slice.len()).min(jobs.len());
+        progress.update(&format!("{done} of {} files, {}", jobs.len(), human_bytes(bytes)));
+    }
+    progress.finish();
     Ok(format!(
         "copied {} files ({bytes} bytes) and {} directories in {} COMPOUNDs\n",
         jobs.len(),
@@ -744,16 +778,20 @@ async fn rm(a: &RmArgs) -> BResult<String> {
     let mut v = vconnect(&a.server).await?;
     let root = v.root();
     let mut n = 0;
+    let mut progress = Progress::new("rm", a.quiet);
     for p in &a.paths {
         let (dp, name) = parent_and_name(p);
         let dir = lookup_dir(&mut v, &root, &dp).await?;
         if a.recursive {
-            n += vec4::remove_tree(&mut v, &dir, &name).await.map_err(|e| format!("{p}: {e}"))?;
+            progress.update(&format!("{p}: listing"));
+            let mut show = |done: usize, all: usize| progress.update(&format!("{p}: {done} of {all} entries removed"));
+            n += vec4::remove_tree(&mut v, &dir, &name, &mut show).await.map_err(|e| format!("{p}: {e}"))?;
         } else {
             v.remove(&dir, &[name]).await.map_err(|e| format!("{p}: {e}"))?;
             n += 1;
         }
     }
+    progress.finish();
     Ok(format!("removed {n} entries in {} COMPOUNDs\n", v.compounds))
 }
 

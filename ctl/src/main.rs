@@ -11,6 +11,7 @@ mod client;
 mod error;
 mod output;
 mod password;
+mod progress;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -592,6 +593,26 @@ impl Cli {
     }
 }
 
+/// `client.call(request)` on a thread while this one shows how long the
+/// daemon has been at it (see [`progress`]).
+fn call_with_progress(
+    client: &client::Client,
+    request: &AdminRequest,
+    what: &'static str,
+) -> Result<client::Reply, CtlError> {
+    std::thread::scope(|s| {
+        let h = s.spawn(|| client.call(request));
+        let mut p = progress::Progress::new(what, false);
+        let t = std::time::Instant::now();
+        while !h.is_finished() {
+            p.update(&format!("running in the daemon for {} s", t.elapsed().as_secs()));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        p.finish();
+        h.join().unwrap_or_else(|_| Err(CtlError::BadReply("the request thread panicked".into())))
+    })
+}
+
 fn unauthorized_hint(auth: &AuthSource, token_file: &std::path::Path) -> String {
     match auth {
         AuthSource::TokenFile(p) => format!(
@@ -655,7 +676,14 @@ fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
         }
     };
     let client = cli.client(creds)?;
-    let reply = match client.call(&request) {
+    let called = if matches!(request, AdminRequest::Fsck) {
+        // fsck runs in the daemon as one request: what can be shown is
+        // that it is still running.
+        call_with_progress(&client, &request, "fsck")
+    } else {
+        client.call(&request)
+    };
+    let reply = match called {
         Ok(r) => r,
         Err(e) if e.is_unauthorized() => {
             eprintln!("duetctl: {e}");

@@ -1088,3 +1088,24 @@ fn usage_errors_exit_2() {
     assert_eq!(code(&o), 0);
     assert!(stdout(&o).contains("share"));
 }
+
+#[test]
+fn admin_passwd_request_output_and_refusals() {
+    let f = fake(vec![ok(AdminResponse::NoContent), ok(AdminResponse::NoContent)]);
+    let o = run_stdin(&f, &["admin", "passwd", "--password-stdin"], "a new admin password\n");
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let req = f.request();
+    assert_eq!((req.method.as_str(), req.path.as_str()), ("PUT", "/v1/admin/password"));
+    assert_eq!(json(&req), serde_json::json!({"user": "admin", "password": "a new admin password"}));
+    assert_eq!(stdout(&o), "changed the password of admin admin; its console sessions have ended\n");
+    // Another admin by name (the positional is not the global --user).
+    let o = run(&f, &["admin", "passwd", "ops", "--password", "twelve chars!"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&f.request())["user"], "ops");
+    // Too short, a control character, a bad name: refused before the daemon.
+    refused_before_the_daemon(&[
+        &["admin", "passwd", "--password", "short"],
+        &["admin", "passwd", "--password", "twelve\tchars!"],
+        &["admin", "passwd", "a/b", "--password", "twelve chars!"],
+    ]);
+}

@@ -565,7 +565,7 @@ fn put_op(w: &mut Writer, op: &Op) {
                 w.u64(*len);
             }
         }
-        Op::Clone { src, src_offset, dst, dst_offset, len } => {
+        Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
             w.u8(OP_CLONE);
             put_ref(w, src);
             w.u64(*src_offset);
@@ -577,6 +577,7 @@ fn put_op(w: &mut Writer, op: &Op) {
                 w.u8(COPY_LEN);
                 w.u64(*len);
             }
+            w.bool(*extend);
         }
         Op::LookupCaseless { dir, name } => {
             w.u8(OP_LOOKUP_CASELESS);
@@ -927,7 +928,7 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
                 }
                 t => return r.unknown("clone len", t),
             };
-            Op::Clone { src, src_offset, dst, dst_offset, len }
+            Op::Clone { src, src_offset, dst, dst_offset, len, extend: r.bool("extend")? }
         }
         OP_LOOKUP_CASELESS => Op::LookupCaseless { dir: get_ref(r)?, name: r.string("name")? },
         OP_SET_EAS => {

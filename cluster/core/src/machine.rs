@@ -630,7 +630,9 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
         }
-        Op::Clone { src, src_offset, dst, dst_offset, len } => clone(txn, ex, *src, *src_offset, *dst, *dst_offset, *len),
+        Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
+            clone(txn, ex, (*src, *src_offset), (*dst, *dst_offset), *len, *extend)
+        }
         Op::Copy { src, src_offset, dst, dst_offset, len } => {
             let s = get_node(txn, resolve(ex, *src)?)?;
             if s.attrs.ftype != FileType::Regular {
@@ -995,15 +997,13 @@ pub const CLONE_COPY_MAX: u64 = 64 << 20;
 /// each, no bytes copied); the partial chunks at the ends are copied. One
 /// `CloneFrom` record carries both to the destager, which applies it after
 /// every earlier record (so the source's data not yet destaged is in it).
-#[allow(clippy::too_many_arguments)]
 fn clone<R: KvRead + ?Sized>(
     txn: &mut Txn<'_, R>,
     ex: &mut Exec<'_>,
-    src: ObjRef,
-    src_offset: u64,
-    dst: ObjRef,
-    dst_offset: u64,
+    (src, src_offset): (ObjRef, u64),
+    (dst, dst_offset): (ObjRef, u64),
     len: u64,
+    extend: bool,
 ) -> OpResult {
     let cred = ex.batch.cred.clone();
     let now = ex.batch.now_ns;
@@ -1036,8 +1036,16 @@ fn clone<R: KvRead + ?Sized>(
         return Err(FsError::FileTooBig);
     }
     let same = s.attrs.id == d.attrs.id;
-    if len == 0 || (same && src_offset == dst_offset) {
-        return Ok(OpOutput::Copied { count: len, attrs: d.attrs });
+    if len == 0 {
+        return Ok(OpOutput::Copied { count: 0, attrs: d.attrs });
+    }
+    // RFC 7862 15.13.3; MS-FSCC 2.3.8 (STATUS_NOT_SUPPORTED): the two
+    // ranges of one file may not overlap.
+    if same && src_offset < dst_end && dst_offset < src_offset + len {
+        return Err(FsError::Invalid);
+    }
+    if !extend && dst_end > d.attrs.size {
+        return Ok(OpOutput::Copied { count: 0, attrs: d.attrs });
     }
     if !s.chunked {
         // Inline source (at most 4 KiB): a byte copy.

@@ -220,6 +220,7 @@ impl Gen {
                 dst: self.obj(),
                 dst_offset: self.u64(),
                 len: if self.bool() { u64::MAX } else { self.u64() },
+                extend: self.bool(),
             },
         }
     }

@@ -1520,6 +1520,7 @@ fn op_clone(
         dst,
         dst_offset: a.dst_offset,
         len,
+        extend: true,
     });
     Ok(Flow::Next)
 }

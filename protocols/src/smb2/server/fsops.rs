@@ -1238,15 +1238,10 @@ impl Connection {
         if src_offset.checked_add(count).is_none() || dst_offset.checked_add(count).is_none() {
             return done(NtStatus::INVALID_PARAMETER);
         }
+        // Byte-range locks do not stop a duplication (as Windows and
+        // smbtorture's dup_extents_src_lock and _dest_lock expect): it
+        // changes the target's allocation, not through its data path.
         let src_node = src.node;
-        let src_locked = self.lock_conflict(volatile, src_node, src_offset, count, false);
-        let dst_locked = match (v.file, v.node) {
-            (Some(f), Some(n)) => self.lock_conflict(f, n, dst_offset, count, true),
-            _ => false,
-        };
-        if src_locked || dst_locked {
-            return done(NtStatus::FILE_LOCK_CONFLICT);
-        }
         match self.begin(fp, hdr) {
             Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
             Ok(_) => {}
@@ -1261,6 +1256,9 @@ impl Connection {
             dst: v.obj,
             dst_offset,
             len: count,
+            // The target must be large enough already (MS-FSCC 2.3.8: the
+            // client extends it first); past its end nothing is done.
+            extend: false,
         });
         Plan::Fs(FsPlan::DupExtents { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id })
     }

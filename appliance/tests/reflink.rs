@@ -3,7 +3,9 @@
 //! (the chunk store does not grow by the file's size), reads of both files
 //! are byte-exact at once (the source's data still queued included), a
 //! write to either side copies one chunk only, deletion frees the space,
-//! and SIGKILLs during clone, write and delete loops leave fsck clean.
+//! and SIGKILLs during clone, write and delete loops leave fsck clean. SMB
+//! FSCTL_DUPLICATE_EXTENTS_TO_FILE (MS-FSCC 2.3.8) through the tests' own
+//! SMB client shares the same way.
 
 mod clients;
 mod common;
@@ -19,6 +21,11 @@ use duet_protocols::nfs::nfs3::Nfsstat3;
 use duet_protocols::nfs::nfs4::v42::*;
 use duet_protocols::nfs::nfs4::*;
 use duet_protocols::nfs::xdr::Opaque;
+use duet_protocols::smb2::header::Command as Cmd;
+use duet_protocols::smb2::ioctl::{ctl_code, IoctlRequest};
+use duet_protocols::smb2::message::Request;
+use duet_protocols::smb2::status::NtStatus;
+use duet_protocols::smb2::FileId;
 
 const MIB: u64 = 1 << 20;
 
@@ -248,4 +255,64 @@ fn sigkill_during_clone_and_delete_loops_leaves_fsck_clean() {
         eprintln!("reflink crash round {round}: {loops} loops before the kill, {checked} clones checked");
         assert!(out.contains("file system is consistent"), "round {round}: {out}");
     }
+}
+
+/// FSCTL_DUPLICATE_EXTENTS_TO_FILE on `dst` from `src` (DUPLICATE_EXTENTS_DATA:
+/// the source's SMB2_FILEID, source offset, target offset, byte count).
+fn dup_extents(c: &mut Smb, src: FileId, dst: FileId, src_offset: u64, dst_offset: u64, count: u64) -> NtStatus {
+    let mut input = Vec::with_capacity(40);
+    for v in [src.persistent, src.volatile, src_offset, dst_offset, count] {
+        input.extend_from_slice(&v.to_le_bytes());
+    }
+    let req = IoctlRequest {
+        ctl_code: ctl_code::FSCTL_DUPLICATE_EXTENTS_TO_FILE,
+        file_id: dst,
+        input: &input,
+        max_input_response: 0,
+        output: &[],
+        max_output_response: 0,
+        flags: 1,
+    };
+    c.call(Request::Ioctl(req), Cmd::IOCTL).status()
+}
+
+#[test]
+fn smb_duplicate_extents_shares_chunks_and_each_side_writes_its_own() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(tmp.path());
+    d.ok(&["user", "add", "alice", "--password", "alicepw"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut c = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let size = 12 * MIB;
+    let a = pattern(3, size as usize);
+    let b = pattern(4, size as usize);
+    let src = c.create("dup-src").unwrap();
+    let dst = c.create("dup-dst").unwrap();
+    for (fid, data) in [(src, &a), (dst, &b)] {
+        for (i, piece) in data.chunks(MIB as usize).enumerate() {
+            assert_eq!(c.write(fid, i as u64 * MIB, piece, false), NtStatus::SUCCESS);
+        }
+    }
+    let before = settle(&d.data);
+    // Not cluster-aligned: refused (MS-FSA 2.1.5.10.8).
+    assert_eq!(dup_extents(&mut c, src, dst, 100, 0, 4096), NtStatus::INVALID_PARAMETER);
+    // The whole file over the target (which is as large already).
+    assert_eq!(dup_extents(&mut c, src, dst, 0, 0, size), NtStatus::SUCCESS);
+    assert!(c.read_all(dst, size as usize).unwrap() == a, "the target after DUPLICATE_EXTENTS");
+    let shared = settle(&d.data);
+    eprintln!("reflink (SMB): two 12 MiB files {before} bytes, after duplicating one over the other {shared} bytes");
+    assert!(shared <= size + MIB, "the chunk store holds {shared} bytes after the duplication");
+    // Each side written: byte-exact, each keeps the other's data.
+    let mut a2 = a.clone();
+    let mut b2 = a.clone();
+    assert_eq!(c.write(dst, 5 * MIB, &[0x11; 4096], false), NtStatus::SUCCESS);
+    b2[(5 * MIB) as usize..(5 * MIB + 4096) as usize].fill(0x11);
+    assert_eq!(c.write(src, 9 * MIB + 3, &[0x22; 777], false), NtStatus::SUCCESS);
+    a2[(9 * MIB + 3) as usize..(9 * MIB + 780) as usize].fill(0x22);
+    assert!(c.read_all(src, size as usize).unwrap() == a2, "the source after writes to both");
+    assert!(c.read_all(dst, size as usize).unwrap() == b2, "the target after writes to both");
+    let written = settle(&d.data);
+    eprintln!("reflink (SMB): after a write to each side {written} bytes (+{})", written - shared);
+    assert!(written - shared <= 2 * 4 * MIB + MIB, "two writes grew the chunk store by {}", written - shared);
+    assert!(d.ok(&["fsck"]).contains("file system is consistent"));
 }

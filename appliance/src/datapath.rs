@@ -917,8 +917,9 @@ impl DataPath {
                 continue; // in the chunks already
             }
             match &rec.op {
-                DataOp::Unshare { .. } => {}
-                DataOp::CloneFrom { .. } => unreachable!("cross-file records are destaged before the read"),
+                // Unshare changes no byte; a clone is at or before the
+                // barrier, so in the chunks already (skipped above).
+                DataOp::Unshare { .. } | DataOp::CloneFrom { .. } => {}
                 DataOp::WriteInline { offset: o, data } => patch(&mut buf, offset, *o, data),
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
                     let Some((o, extent, l)) = rec.op.logged() else { continue };

@@ -254,6 +254,18 @@ impl DataPath {
         for i in 0..256 {
             let d = chunks.join(format!("{i:02x}"));
             std::fs::create_dir_all(&d).map_err(|e| io_err("cannot create", &d, e))?;
+            // Side names a clone or an unshare left when the process died
+            // (`<id>.<i>.lnk`, `.cow`): the record that made one is
+            // replayed, and makes it again from the start, so none is
+            // needed; a stale link would keep a shared chunk's bytes alive.
+            for e in std::fs::read_dir(&d).map_err(|e| io_err("cannot list", &d, e))?.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if name.ends_with(".lnk") || name.ends_with(".cow") {
+                    let p = e.path();
+                    std::fs::remove_file(&p).map_err(|e| io_err("cannot delete", &p, e))?;
+                }
+            }
         }
         let mut names: Vec<(u64, PathBuf)> = std::fs::read_dir(&wal)
             .map_err(|e| io_err("cannot list", &wal, e))?
@@ -1050,7 +1062,15 @@ impl DataPath {
             open.remove(&(file, j));
             let to = self.chunk_path(file, j);
             match side {
-                Some(side) => std::fs::rename(&side, &to).map_err(|e| io_err("cannot rename", &side, e))?,
+                Some(side) => {
+                    std::fs::rename(&side, &to).map_err(|e| io_err("cannot rename", &side, e))?;
+                    // On a replay the destination may be that inode already:
+                    // rename(2) then leaves both names, and the side one
+                    // would keep the chunk alive after its last real name.
+                    if std::fs::symlink_metadata(&side).is_ok() {
+                        std::fs::remove_file(&side).map_err(|e| io_err("cannot delete", &side, e))?;
+                    }
+                }
                 None => {
                     if std::fs::metadata(&to).is_ok() {
                         std::fs::remove_file(&to).map_err(|e| io_err("cannot delete", &to, e))?;

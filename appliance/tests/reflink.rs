@@ -259,6 +259,14 @@ fn sigkill_during_clone_and_delete_loops_leaves_fsck_clean() {
             }
         }
         settle(&d.data);
+        let side: Vec<String> = std::fs::read_dir(d.data.join("chunks"))
+            .unwrap()
+            .flatten()
+            .flat_map(|dir| std::fs::read_dir(dir.path()).unwrap().flatten())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".lnk") || n.ends_with(".cow"))
+            .collect();
+        assert!(side.is_empty(), "round {round}: side names left in the chunk store: {side:?}");
         let out = d.ok(&["fsck"]);
         eprintln!("reflink crash round {round}: {loops} loops before the kill, {checked} clones checked");
         assert!(out.contains("file system is consistent"), "round {round}: {out}");

@@ -159,6 +159,10 @@ pub fn growth(batch: &duet_fs::Batch) -> Option<u64> {
             // most 16 MiB; a larger copy that meets a full volume still gets
             // NoSpace from the write path (`is_enospc`).
             Op::Copy { len, .. } => add((*len).min(16 << 20)),
+            // A clone shares whole chunks; it copies at most its two
+            // partial ones (or a misaligned range, which the state machine
+            // bounds).
+            Op::Clone { len, .. } => add((*len).min(8 << 20)),
             _ => {}
         }
     }
@@ -250,6 +254,18 @@ impl DataPath {
         for i in 0..256 {
             let d = chunks.join(format!("{i:02x}"));
             std::fs::create_dir_all(&d).map_err(|e| io_err("cannot create", &d, e))?;
+            // Side names a clone or an unshare left when the process died
+            // (`<id>.<i>.lnk`, `.cow`): the record that made one is
+            // replayed, and makes it again from the start, so none is
+            // needed; a stale link would keep a shared chunk's bytes alive.
+            for e in std::fs::read_dir(&d).map_err(|e| io_err("cannot list", &d, e))?.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if name.ends_with(".lnk") || name.ends_with(".cow") {
+                    let p = e.path();
+                    std::fs::remove_file(&p).map_err(|e| io_err("cannot delete", &p, e))?;
+                }
+            }
         }
         let mut names: Vec<(u64, PathBuf)> = std::fs::read_dir(&wal)
             .map_err(|e| io_err("cannot list", &wal, e))?
@@ -895,12 +911,27 @@ impl DataPath {
     /// Fills in a read whose data is in chunks: the chunk store's bytes with
     /// the queued records laid over them in order.
     /// Returns the bytes and the number of chunk reads it took.
+    ///
+    /// A clone (`CloneFrom`) among the records is not laid over: the read
+    /// waits until the destager has applied it (it reads the source's
+    /// chunks as they were when it was queued), then reads the chunks and
+    /// lays over only the records after it.
     pub async fn read(&self, plan: &ReadPlan) -> io::Result<(Vec<u8>, u64)> {
         let (offset, len) = (plan.offset, plan.len);
+        let barrier = plan.overlay.iter().filter(|(_, r)| r.op.cross_file()).map(|(d, _)| *d).max();
+        if let Some(d) = barrier {
+            self.wait_destaged(d).await?;
+        }
         let (mut buf, mut reads) = self.read_chunks(plan.file, offset, len).await?;
         let end = offset + len;
         for (dseq, rec) in &plan.overlay {
+            if barrier.is_some_and(|b| *dseq <= b) {
+                continue; // in the chunks already
+            }
             match &rec.op {
+                // Unshare changes no byte; a clone is at or before the
+                // barrier, so in the chunks already (skipped above).
+                DataOp::Unshare { .. } | DataOp::CloneFrom { .. } => {}
                 DataOp::WriteInline { offset: o, data } => patch(&mut buf, offset, *o, data),
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
                     let Some((o, extent, l)) = rec.op.logged() else { continue };
@@ -948,9 +979,130 @@ impl DataPath {
         Ok((buf, reads))
     }
 
+    /// Waits until this node's destager has applied every record up to
+    /// `dseq` (a read over a clone). The destager runs every few
+    /// milliseconds and when a commit queues data; a destager that cannot
+    /// make progress fails the read after a minute (retryably), never
+    /// gives wrong bytes.
+    async fn wait_destaged(&self, dseq: u64) -> io::Result<()> {
+        let started = std::time::Instant::now();
+        while self.destaged_upto.get() < dseq {
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("data record {dseq} (a clone) is not destaged after 60 s"),
+                ));
+            }
+            glommio::timer::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+
+    fn side_path(&self, file: NodeId, idx: u64, what: &str) -> PathBuf {
+        self.dir.join("chunks").join(format!("{:02x}", file % 256)).join(format!("{file}.{idx}.{what}"))
+    }
+
+    /// Gives chunk `idx` of `file` its own inode when it shares one with
+    /// other chunk paths (hard links: how this node stores a shared chunk):
+    /// a copy, synced, renamed over the path. Content-preserving, so a
+    /// replay after a crash changes nothing (a half-made copy under the
+    /// side name is made again).
+    async fn unshare_chunk(&self, open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>, file: NodeId, idx: u64) -> io::Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.chunk_path(file, idx);
+        let Ok(meta) = std::fs::metadata(&path) else { return Ok(()) };
+        if meta.nlink() <= 1 {
+            return Ok(());
+        }
+        if let Some(f) = open.remove(&(file, idx)) {
+            f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
+        }
+        self.fault(FaultPoint::ChunkWrite)?;
+        let side = self.side_path(file, idx, "cow");
+        let _ = std::fs::remove_file(&side);
+        std::fs::copy(&path, &side).map_err(|e| io_err("cannot copy", &path, e))?;
+        std::fs::File::open(&side).and_then(|f| f.sync_all()).map_err(|e| io_err("cannot sync", &side, e))?;
+        std::fs::rename(&side, &path).map_err(|e| io_err("cannot rename", &side, e))?;
+        self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Applies a `CloneFrom` record to `file`: reads every copied range of
+    /// `src` first, links each shared source chunk under a side name, then
+    /// renames the links over the destination chunks (a source hole removes
+    /// the destination chunk), then writes the copied bytes (into chunks of
+    /// the destination's own). Runs in a destage round of its own, so the
+    /// source's chunks hold exactly the records before it, also on a replay.
+    async fn clone_from(
+        &self,
+        open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>,
+        file: NodeId,
+        src: NodeId,
+        share: &[(u64, u64)],
+        copy: &[(u64, u64, u64)],
+    ) -> io::Result<()> {
+        let mut bytes = Vec::with_capacity(copy.len());
+        for &(so, _, n) in copy {
+            bytes.push(self.read_chunks(src, so, n).await?.0);
+        }
+        let mut links = Vec::with_capacity(share.len());
+        for &(i, j) in share {
+            let from = self.chunk_path(src, i);
+            let side = self.side_path(file, j, "lnk");
+            let _ = std::fs::remove_file(&side);
+            if std::fs::metadata(&from).is_ok() {
+                self.fault(FaultPoint::ChunkWrite)?;
+                std::fs::hard_link(&from, &side).map_err(|e| io_err("cannot link", &from, e))?;
+                links.push(Some(side));
+            } else {
+                links.push(None);
+            }
+        }
+        for (&(_, j), side) in share.iter().zip(links) {
+            open.remove(&(file, j));
+            let to = self.chunk_path(file, j);
+            match side {
+                Some(side) => {
+                    std::fs::rename(&side, &to).map_err(|e| io_err("cannot rename", &side, e))?;
+                    // On a replay the destination may be that inode already:
+                    // rename(2) then leaves both names, and the side one
+                    // would keep the chunk alive after its last real name.
+                    if std::fs::symlink_metadata(&side).is_ok() {
+                        std::fs::remove_file(&side).map_err(|e| io_err("cannot delete", &side, e))?;
+                    }
+                }
+                None => {
+                    if std::fs::metadata(&to).is_ok() {
+                        std::fs::remove_file(&to).map_err(|e| io_err("cannot delete", &to, e))?;
+                    }
+                }
+            }
+        }
+        for (&(_, at, n), b) in copy.iter().zip(bytes) {
+            if n == 0 {
+                continue;
+            }
+            for idx in at / CHUNK_SIZE..=(at + n - 1) / CHUNK_SIZE {
+                self.unshare_chunk(open, file, idx).await?;
+            }
+            self.write_chunks(open, file, at, &b).await?;
+        }
+        self.sync_chunk_dir(file)
+    }
+
+    /// Makes the renames, links and deletions in a file's chunk directory
+    /// durable (before the records that made them are dropped).
+    fn sync_chunk_dir(&self, file: NodeId) -> io::Result<()> {
+        let dir = self.dir.join("chunks").join(format!("{:02x}", file % 256));
+        std::fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| io_err("cannot sync", &dir, e))
+    }
+
     /// One destage round: applies up to [`DESTAGE_BATCH`] queued records to
     /// the chunk store, syncs the chunks, commits. Returns how many records
-    /// it applied.
+    /// it applied. A clone record (`DataOp::cross_file`) is a round of its
+    /// own: the round before it stops short of it, so that every earlier
+    /// record is destaged (and committed) when it reads its source, and a
+    /// replay after a crash reads the same source bytes.
     pub async fn destage_once(&self, store: &StoreHandle) -> io::Result<usize> {
         let QueryAnswer::DataQueue(recs) = store
             .query(Query::DataQueue { after: self.destaged_upto.get(), limit: DESTAGE_BATCH })
@@ -959,6 +1111,12 @@ impl DataPath {
         else {
             return Ok(0);
         };
+        let mut recs = recs;
+        match recs.iter().position(|(_, r)| r.op.cross_file()) {
+            Some(0) => recs.truncate(1),
+            Some(p) => recs.truncate(p),
+            None => {}
+        }
         let Some(upto) = recs.last().map(|(d, _)| *d) else { return Ok(0) };
         let mut open: HashMap<(NodeId, u64), Rc<DmaFile>> = HashMap::new();
         let mut reclaimed = Vec::new();
@@ -1000,6 +1158,15 @@ impl DataPath {
                 }
                 DataOp::Truncate { size } => self.truncate_chunks(&mut open, rec.file, *size).await?,
                 DataOp::Zero { offset, len } => self.zero_chunks(&mut open, rec.file, *offset, *len).await?,
+                DataOp::Unshare { chunks } => {
+                    for &idx in chunks {
+                        self.unshare_chunk(&mut open, rec.file, idx).await?;
+                    }
+                    self.sync_chunk_dir(rec.file)?;
+                }
+                DataOp::CloneFrom { src, share, copy } => {
+                    self.clone_from(&mut open, rec.file, *src, share, copy).await?
+                }
                 DataOp::Reclaim => {
                     open.retain(|(f, _), _| *f != rec.file);
                     for (f, idx) in self.chunks_of(rec.file) {

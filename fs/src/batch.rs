@@ -216,6 +216,18 @@ pub enum Op {
     /// [`XattrHow::Create`] with `Exists`. Produces `OpOutput::Attrs` with
     /// `before`. (Appended last: stored raft entries keep decoding.)
     SetXattr { obj: ObjRef, name: String, value: Vec<u8>, how: XattrHow },
+    /// Clones `len` bytes (u64::MAX: to the end of the source) of `src` at
+    /// `src_offset` into `dst` at `dst_offset` by reference where it can
+    /// (reflink: NFSv4.2 CLONE, RFC 7862 15.13; SMB
+    /// FSCTL_DUPLICATE_EXTENTS_TO_FILE, MS-FSCC 2.3.8): chunks aligned on
+    /// both sides are shared copy-on-write, the rest is copied. All or
+    /// nothing (never a short count); `src` may be `dst`, its two ranges
+    /// not overlapping (`Invalid`). With `extend` false, a destination
+    /// range past the destination's end does nothing (`Copied` of 0 bytes:
+    /// SMB clients extend the target first, MS-FSCC 2.3.8). Produces
+    /// `OpOutput::Copied`. (Appended last: stored raft entries keep
+    /// decoding.)
+    Clone { src: ObjRef, src_offset: u64, dst: ObjRef, dst_offset: u64, len: u64, extend: bool },
 }
 
 /// How [`Op::SetXattr`] treats an existing attribute (RFC 8276 8.4.2.1:
@@ -265,6 +277,7 @@ impl Op {
             Op::ReadLink { .. } => "readlink",
             Op::ReadDir { .. } => "readdir",
             Op::Copy { .. } => "copy",
+            Op::Clone { .. } => "clone",
             Op::ZeroRange { .. } => "zero",
         }
     }

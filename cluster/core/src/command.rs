@@ -114,6 +114,7 @@ const OP_GET_EAS: u8 = 17;
 const OP_ZERO_RANGE: u8 = 18;
 const OP_CREATE_CASELESS: u8 = 19;
 const OP_SET_XATTR: u8 = 20;
+const OP_CLONE: u8 = 21;
 
 // XattrHow of OP_SET_XATTR.
 const XATTR_EITHER: u8 = 0;
@@ -564,6 +565,20 @@ fn put_op(w: &mut Writer, op: &Op) {
                 w.u64(*len);
             }
         }
+        Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
+            w.u8(OP_CLONE);
+            put_ref(w, src);
+            w.u64(*src_offset);
+            put_ref(w, dst);
+            w.u64(*dst_offset);
+            if *len == u64::MAX {
+                w.u8(COPY_TO_END);
+            } else {
+                w.u8(COPY_LEN);
+                w.u64(*len);
+            }
+            w.bool(*extend);
+        }
         Op::LookupCaseless { dir, name } => {
             w.u8(OP_LOOKUP_CASELESS);
             put_ref(w, dir);
@@ -896,6 +911,24 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
                 t => return r.unknown("copy len", t),
             };
             Op::Copy { src, src_offset, dst, dst_offset, len }
+        }
+        OP_CLONE => {
+            let src = get_ref(r)?;
+            let src_offset = r.u64("src_offset")?;
+            let dst = get_ref(r)?;
+            let dst_offset = r.u64("dst_offset")?;
+            let len = match r.tag("clone len")? {
+                COPY_TO_END => u64::MAX,
+                COPY_LEN => {
+                    let at = r.pos();
+                    match r.u64("clone len")? {
+                        u64::MAX => return r.invalid(at, "clone len"),
+                        n => n,
+                    }
+                }
+                t => return r.unknown("clone len", t),
+            };
+            Op::Clone { src, src_offset, dst, dst_offset, len, extend: r.bool("extend")? }
         }
         OP_LOOKUP_CASELESS => Op::LookupCaseless { dir: get_ref(r)?, name: r.string("name")? },
         OP_SET_EAS => {

@@ -1,6 +1,8 @@
 //! Checks the metadata invariants: every edge points at a node, link counts
 //! match the edges, directories have their parent, no orphan node, every
-//! attached chunk exists (or has data queued), and no chunk file is leaked.
+//! attached chunk exists (or has data queued), no chunk file is leaked,
+//! and every shared chunk's blob counts exactly the chunk records naming it
+//! (no count without a reference, no reference without its count).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -125,12 +127,19 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
     // Attached chunks.
     let files: BTreeSet<(NodeId, u64)> = chunk_files.iter().copied().collect();
     let mut attached: BTreeSet<(NodeId, u64)> = BTreeSet::new();
-    scan_all(kv, keys::CHUNK, |k, _| {
+    let mut refs: BTreeMap<u64, u64> = BTreeMap::new();
+    scan_all(kv, keys::CHUNK, |k, v| {
         let (Some(id), Some(idx)) = (keys::u64_at(k, 1), keys::u64_at(k, 9)) else {
             r.problems.push(format!("bad chunk key {}", hex(k)));
             return;
         };
         r.chunks += 1;
+        if !v.is_empty() {
+            match keys::chunk_blob(v) {
+                Some(b) => *refs.entry(b).or_default() += 1,
+                None => r.problems.push(format!("chunk {id}.{idx}: undecodable blob reference {}", hex(v))),
+            }
+        }
         attached.insert((id, idx));
         match nodes.get(&id) {
             Some(n) if n.chunked => {}
@@ -143,6 +152,28 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
     for (id, idx) in &files {
         if !attached.contains(&(*id, *idx)) && !detached.contains(id) && !pending.contains(id) {
             r.problems.push(format!("chunk file {id}.{idx} is leaked (not attached, not detached)"));
+        }
+    }
+    // Shared chunks: each blob's count is the number of chunk records
+    // naming it.
+    let mut counted: BTreeSet<u64> = BTreeSet::new();
+    scan_all(kv, keys::BLOB, |k, v| {
+        let (Some(b), Ok(n)) = (keys::u64_at(k, 1), <[u8; 8]>::try_from(v)) else {
+            r.problems.push(format!("undecodable blob record {}", hex(k)));
+            return;
+        };
+        let n = u64::from_be_bytes(n);
+        counted.insert(b);
+        let have = refs.get(&b).copied().unwrap_or(0);
+        if have == 0 {
+            r.problems.push(format!("blob {b} counts {n} references but no chunk names it (leaked)"));
+        } else if have != n {
+            r.problems.push(format!("blob {b} counts {n} references but {have} chunks name it"));
+        }
+    });
+    for (b, have) in &refs {
+        if !counted.contains(b) {
+            r.problems.push(format!("blob {b} is named by {have} chunks but has no reference count"));
         }
     }
     // Extended attributes belong to live nodes.

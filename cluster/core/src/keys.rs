@@ -6,7 +6,8 @@
 //! | `n` id                            | [`Node`](crate::Node)        |
 //! | `e` parent name                   | [`Edge`](crate::Edge)        |
 //! | `d` id                            | inline file data             |
-//! | `k` id chunk-index                | () chunk attached to a file  |
+//! | `k` id chunk-index                | chunk attached to a file: empty = its own, or a blob id (u64) it shares |
+//! | `b` blob                          | reference count (u64) of a shared chunk |
 //! | `x` id                            | () file detached, chunks to reclaim |
 //! | `q` dseq                          | [`DataRecord`](crate::DataRecord): data not yet destaged |
 //! | `Q` id dseq                       | () per-file index of `q`     |
@@ -38,6 +39,8 @@ pub const META: u8 = b'm';
 pub const RAFT_LOG: u8 = b'r';
 pub const RAFT_HARD_STATE: &[u8] = b"h";
 pub const EA: u8 = b'E';
+/// Shared chunks (reflink): `b` blob -> how many `k` records name it.
+pub const BLOB: u8 = b'b';
 /// Node-local records: progress of this node's own data path, never
 /// written by a raft command (see `machine::drop_destaged`).
 pub const LOCAL: u8 = b'l';
@@ -88,6 +91,15 @@ pub fn chunk(id: NodeId, index: u64) -> Vec<u8> {
 
 pub fn chunk_prefix(id: NodeId) -> Vec<u8> {
     with_u64(CHUNK, id)
+}
+
+pub fn blob(id: u64) -> Vec<u8> {
+    with_u64(BLOB, id)
+}
+
+/// The blob a `k` record's value names, if the chunk is shared.
+pub fn chunk_blob(value: &[u8]) -> Option<u64> {
+    value.try_into().ok().map(u64::from_be_bytes)
 }
 
 pub fn dq_by_file(id: NodeId, dseq: u64) -> Vec<u8> {

@@ -470,6 +470,25 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             let id = n.attrs.id;
             if n.chunked {
+                // Chunks wholly inside the range become holes (the destager
+                // deletes their files): they are no longer attached, and a
+                // shared one drops its reference. A shared chunk zeroed in
+                // part gets its own copy first.
+                let mut partial = Vec::new();
+                for idx in start / CHUNK_SIZE..=(end - 1) / CHUNK_SIZE {
+                    if start <= idx * CHUNK_SIZE && (idx + 1) * CHUNK_SIZE <= end {
+                        let k = keys::chunk(id, idx);
+                        if let Some(v) = txn.get(&k) {
+                            if let Some(b) = keys::chunk_blob(&v) {
+                                drop_ref(txn, b);
+                            }
+                            txn.delete(k);
+                        }
+                    } else {
+                        partial.push(idx);
+                    }
+                }
+                unshare(txn, ex, id, &partial);
                 queue(txn, ex, id, DataOp::Zero { offset: start, len: end - start });
             } else {
                 let mut data = txn.get(&keys::data(id)).unwrap_or_default();
@@ -610,6 +629,9 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 }
             }
             Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
+        }
+        Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
+            clone(txn, ex, (*src, *src_offset), (*dst, *dst_offset), *len, *extend)
         }
         Op::Copy { src, src_offset, dst, dst_offset, len } => {
             let s = get_node(txn, resolve(ex, *src)?)?;
@@ -906,19 +928,234 @@ fn queue<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, file: Node
     ex.out.queued.push((dseq, rec));
 }
 
-/// Marks the chunks covering `[offset, offset+len)` attached.
-fn attach_chunks<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, file: NodeId, offset: u64, len: u64) {
+/// Marks the chunks covering `[offset, offset+len)` attached, as the
+/// file's own: a shared one gets its own copy first (an `Unshare` record
+/// queued before the record that writes it).
+fn attach_chunks<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, file: NodeId, offset: u64, len: u64) {
     if len == 0 {
         return;
     }
     let first = offset / CHUNK_SIZE;
     let last = (offset + len - 1) / CHUNK_SIZE;
+    let mut shared = Vec::new();
     for idx in first..=last {
         let k = keys::chunk(file, idx);
-        if txn.get(&k).is_none() {
-            txn.put(k, Vec::new());
+        match txn.get(&k) {
+            None => txn.put(k, Vec::new()),
+            Some(v) if keys::chunk_blob(&v).is_some() => shared.push(idx),
+            Some(_) => {}
         }
     }
+    unshare(txn, ex, file, &shared);
+}
+
+/// Gives `file` its own copy of each of `chunks` that it shares: the `k`
+/// record becomes its own, the blob loses a reference, and an `Unshare`
+/// record tells the destager to copy the chunk before later records change
+/// it in place. Chunks not shared are left alone.
+fn unshare<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, file: NodeId, chunks: &[u64]) {
+    let mut gone = Vec::new();
+    for &idx in chunks {
+        let k = keys::chunk(file, idx);
+        if let Some(b) = txn.get(&k).and_then(|v| keys::chunk_blob(&v)) {
+            txn.put(k, Vec::new());
+            drop_ref(txn, b);
+            gone.push(idx);
+        }
+    }
+    if !gone.is_empty() {
+        queue(txn, ex, file, DataOp::Unshare { chunks: gone });
+    }
+}
+
+/// How many chunk records name blob `b`.
+fn blob_refs<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, b: u64) -> u64 {
+    txn.get(&keys::blob(b)).and_then(|v| v.as_slice().try_into().ok().map(u64::from_be_bytes)).unwrap_or(0)
+}
+
+fn set_refs<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, b: u64, n: u64) {
+    if n == 0 {
+        txn.delete(keys::blob(b));
+    } else {
+        txn.put(keys::blob(b), n.to_be_bytes().to_vec());
+    }
+}
+
+/// One chunk record less names blob `b`; the last one deletes its count
+/// (the chunk's bytes go with the last chunk file linking them).
+fn drop_ref<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, b: u64) {
+    let n = blob_refs(txn, b);
+    set_refs(txn, b, n.saturating_sub(1));
+}
+
+/// Most bytes one clone copies (rather than shares): its partial chunks,
+/// or the whole range when the two offsets are not aligned alike.
+pub const CLONE_COPY_MAX: u64 = 64 << 20;
+
+/// Clones a range by reference (reflink, [`Op::Clone`]): whole chunks
+/// aligned alike on both sides are shared (one `k` record naming a blob
+/// each, no bytes copied); the partial chunks at the ends are copied. One
+/// `CloneFrom` record carries both to the destager, which applies it after
+/// every earlier record (so the source's data not yet destaged is in it).
+fn clone<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    ex: &mut Exec<'_>,
+    (src, src_offset): (ObjRef, u64),
+    (dst, dst_offset): (ObjRef, u64),
+    len: u64,
+    extend: bool,
+) -> OpResult {
+    let cred = ex.batch.cred.clone();
+    let now = ex.batch.now_ns;
+    let s = get_node(txn, resolve(ex, src)?)?;
+    let d = get_node(txn, resolve(ex, dst)?)?;
+    for n in [&s, &d] {
+        match n.attrs.ftype {
+            FileType::Regular => {}
+            FileType::Directory => return Err(FsError::IsDir),
+            _ => return Err(FsError::Invalid),
+        }
+    }
+    if !may(&cred, &s.attrs, 4) && cred.uid != s.attrs.uid {
+        return Err(FsError::Access);
+    }
+    if !may(&cred, &d.attrs, 2) && cred.uid != d.attrs.uid {
+        return Err(FsError::Access);
+    }
+    // RFC 7862 15.13.3 / MS-FSA 2.1.5.10.8: the source range must lie in
+    // the source; u64::MAX means "to the end".
+    if src_offset > s.attrs.size {
+        return Err(FsError::Invalid);
+    }
+    let len = if len == u64::MAX { s.attrs.size - src_offset } else { len };
+    if src_offset.checked_add(len).map_or(true, |e| e > s.attrs.size) {
+        return Err(FsError::Invalid);
+    }
+    let dst_end = dst_offset.checked_add(len).ok_or(FsError::FileTooBig)?;
+    if dst_end > FILE_SIZE_MAX {
+        return Err(FsError::FileTooBig);
+    }
+    let same = s.attrs.id == d.attrs.id;
+    if len == 0 {
+        return Ok(OpOutput::Copied { count: 0, attrs: d.attrs });
+    }
+    // RFC 7862 15.13.3; MS-FSCC 2.3.8 (STATUS_NOT_SUPPORTED): the two
+    // ranges of one file may not overlap.
+    if same && src_offset < dst_end && dst_offset < src_offset + len {
+        return Err(FsError::Invalid);
+    }
+    if !extend && dst_end > d.attrs.size {
+        return Ok(OpOutput::Copied { count: 0, attrs: d.attrs });
+    }
+    if !s.chunked {
+        // Inline source (at most 4 KiB): a byte copy.
+        let data = txn.get(&keys::data(s.attrs.id)).unwrap_or_default();
+        let mut bytes = vec![0u8; len as usize];
+        let from = src_offset as usize;
+        if from < data.len() {
+            let e = (from + len as usize).min(data.len());
+            bytes[..e - from].copy_from_slice(&data[from..e]);
+        }
+        return match write(txn, ex, ObjRef::Id(d.attrs.id), dst_offset, &WriteData::Bytes(bytes), false)? {
+            OpOutput::Written { count, attrs, .. } => Ok(OpOutput::Copied { count, attrs }),
+            other => Ok(other),
+        };
+    }
+    // Which destination chunks are shared whole, and which bytes copied.
+    let (j0, j1) = if src_offset % CHUNK_SIZE == dst_offset % CHUNK_SIZE {
+        (dst_offset.div_ceil(CHUNK_SIZE), dst_end / CHUNK_SIZE)
+    } else {
+        (0, 0)
+    };
+    let mut copy = Vec::new();
+    if j0 < j1 {
+        if dst_offset < j0 * CHUNK_SIZE {
+            copy.push((src_offset, dst_offset, j0 * CHUNK_SIZE - dst_offset));
+        }
+        if j1 * CHUNK_SIZE < dst_end {
+            let at = j1 * CHUNK_SIZE;
+            copy.push((src_offset + (at - dst_offset), at, dst_end - at));
+        }
+    } else {
+        copy.push((src_offset, dst_offset, len));
+    }
+    if copy.iter().map(|c| c.2).sum::<u64>() > CLONE_COPY_MAX {
+        return Err(FsError::NotSupported);
+    }
+    let src_id = s.attrs.id;
+    let dst_id = d.attrs.id;
+    let mut d = d;
+    make_chunked(txn, ex, &mut d);
+    put_node(txn, &d);
+    let pairs: Vec<(u64, u64)> = (j0..j1.max(j0))
+        .map(|j| ((j * CHUNK_SIZE - dst_offset + src_offset) / CHUNK_SIZE, j))
+        .collect();
+    // Phase 1: the blob each source chunk is (as it is now: every source
+    // is read before anything is written, as the destager does).
+    let mut src_blob: std::collections::BTreeMap<u64, Option<u64>> = std::collections::BTreeMap::new();
+    for &(i, _) in &pairs {
+        if src_blob.contains_key(&i) {
+            continue;
+        }
+        let k = keys::chunk(src_id, i);
+        let b = match txn.get(&k) {
+            None => None, // a hole
+            Some(v) => match keys::chunk_blob(&v) {
+                Some(b) => Some(b),
+                None => {
+                    let b = counter(txn, "next_blob").max(1);
+                    put_counter(txn, "next_blob", b + 1);
+                    txn.put(k, b.to_be_bytes().to_vec());
+                    set_refs(txn, b, 1);
+                    Some(b)
+                }
+            },
+        };
+        src_blob.insert(i, b);
+    }
+    // Phase 2: each destination chunk becomes its source's blob.
+    for &(i, j) in &pairs {
+        let k = keys::chunk(dst_id, j);
+        if let Some(old) = txn.get(&k).and_then(|v| keys::chunk_blob(&v)) {
+            drop_ref(txn, old);
+        }
+        match src_blob[&i] {
+            Some(b) => {
+                txn.put(k, b.to_be_bytes().to_vec());
+                let n = blob_refs(txn, b);
+                set_refs(txn, b, n + 1);
+            }
+            None => txn.delete(k),
+        }
+    }
+    // The copied chunks are the destination's own (the destager breaks a
+    // shared one's link before writing it).
+    for &(_, at, n) in &copy {
+        for idx in at / CHUNK_SIZE..=(at + n - 1) / CHUNK_SIZE {
+            let k = keys::chunk(dst_id, idx);
+            match txn.get(&k) {
+                Some(v) => {
+                    if let Some(b) = keys::chunk_blob(&v) {
+                        drop_ref(txn, b);
+                        txn.put(k, Vec::new());
+                    }
+                }
+                None => txn.put(k, Vec::new()),
+            }
+        }
+    }
+    queue(txn, ex, dst_id, DataOp::CloneFrom { src: src_id, share: pairs, copy });
+    let mut d = get_node(txn, dst_id)?;
+    if dst_end > d.attrs.size {
+        d.attrs.size = dst_end;
+    }
+    d.attrs.alloc_size = d.attrs.alloc_size.max(alloc_for(d.attrs.size));
+    if cred.uid != 0 && d.attrs.mode & 0o6000 != 0 {
+        d.attrs.mode &= !0o6000;
+    }
+    touch(&mut d.attrs, now, true);
+    put_node(txn, &d);
+    Ok(OpOutput::Copied { count: len, attrs: d.attrs })
 }
 
 /// Moves an inline file's data to the chunk path.
@@ -931,7 +1168,7 @@ fn make_chunked<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, n: 
     txn.delete(keys::data(id));
     n.chunked = true;
     if !data.is_empty() {
-        attach_chunks(txn, id, 0, data.len() as u64);
+        attach_chunks(txn, ex, id, 0, data.len() as u64);
         queue(txn, ex, id, DataOp::WriteInline { offset: 0, data });
     }
 }
@@ -953,11 +1190,19 @@ fn set_size<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, n: &mut
     } else {
         make_chunked(txn, ex, n);
         if size < old {
+            // A shared chunk cut in part gets its own copy first; the
+            // chunks past the end drop their references.
+            if size % CHUNK_SIZE != 0 {
+                unshare(txn, ex, id, &[size / CHUNK_SIZE]);
+            }
             queue(txn, ex, id, DataOp::Truncate { size });
             let first_gone = size.div_ceil(CHUNK_SIZE);
             let prefix = keys::chunk_prefix(id);
             let from = keys::chunk(id, first_gone);
-            for (k, _) in txn.scan(&from, &keys::prefix_end(&prefix), usize::MAX) {
+            for (k, v) in txn.scan(&from, &keys::prefix_end(&prefix), usize::MAX) {
+                if let Some(b) = keys::chunk_blob(&v) {
+                    drop_ref(txn, b);
+                }
                 txn.delete(k);
             }
         }
@@ -1008,7 +1253,7 @@ fn write<R: KvRead + ?Sized>(
         _ => {
             make_chunked(txn, ex, &mut n);
             if len > 0 {
-                attach_chunks(txn, id, offset, len);
+                attach_chunks(txn, ex, id, offset, len);
                 let op = match data {
                     WriteData::Bytes(b) => DataOp::WriteInline { offset, data: b.clone() },
                     WriteData::Logged { lsn, len } => DataOp::WriteExtent {
@@ -1055,7 +1300,10 @@ fn unlink_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, mut 
     }
     if n.chunked {
         let prefix = keys::chunk_prefix(id);
-        for (k, _) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
+        for (k, v) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
+            if let Some(b) = keys::chunk_blob(&v) {
+                drop_ref(txn, b);
+            }
             txn.delete(k);
         }
         // RUFS-style: the chunks are detached in the same transaction that

@@ -78,9 +78,32 @@ pub enum DataOp {
     /// `machine::apply` queues for logged writes; old records keep
     /// `WriteLogged`. (Appended last: stored queue records keep decoding.)
     WriteExtent { offset: u64, extent: ExtentId, len: u64 },
+    /// The file gets its own copy of each of these chunks, which it shares
+    /// with other files (copy-on-write, before a write, truncation or zeroing
+    /// changes it in place). Content-preserving: applying it again, or to a
+    /// chunk no longer shared, changes no byte. (Appended: stored queue
+    /// records keep decoding.)
+    Unshare { chunks: Vec<u64> },
+    /// A clone from file `src` (which may be this file), as `src` was when
+    /// this record was queued: each `(src chunk, chunk)` of `share` is made
+    /// the same chunk as `src`'s (shared by reference; a hole stays a hole),
+    /// and each `(src offset, offset, len)` of `copy` is copied byte for
+    /// byte. Every source is read before anything is written. A
+    /// cross-file record: the destager applies it in a round of its own,
+    /// after every earlier record is destaged, and a read laying it over
+    /// chunks waits until it is destaged ([`DataOp::cross_file`]).
+    /// (Appended: stored queue records keep decoding.)
+    CloneFrom { src: NodeId, share: Vec<(u64, u64)>, copy: Vec<(u64, u64, u64)> },
 }
 
 impl DataOp {
+    /// Whether applying this record reads another file's chunks (or other
+    /// chunks of this file) as they were when it was queued: such a record
+    /// is destaged alone, once every earlier one is, and reads wait for it.
+    pub fn cross_file(&self) -> bool {
+        matches!(self, DataOp::CloneFrom { .. })
+    }
+
     /// A write whose bytes are in a write log: (file offset, extent, length).
     /// `WriteLogged` (this node's lsn) is an extent of origin
     /// [`ExtentId::LEGACY_LOCAL`].

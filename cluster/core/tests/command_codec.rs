@@ -208,11 +208,19 @@ impl Gen {
                 attrs: self.set_attrs(),
                 if_exists: [IfExists::Fail, IfExists::Open, IfExists::Truncate][self.below(3) as usize],
             },
-            _ => Op::SetXattr {
+            19 => Op::SetXattr {
                 obj: self.obj(),
                 name: self.string(),
                 value: self.bytes(),
                 how: [XattrHow::Either, XattrHow::Create, XattrHow::Replace, XattrHow::Remove][self.below(4) as usize],
+            },
+            _ => Op::Clone {
+                src: self.obj(),
+                src_offset: self.u64(),
+                dst: self.obj(),
+                dst_offset: self.u64(),
+                len: if self.bool() { u64::MAX } else { self.u64() },
+                extend: self.bool(),
             },
         }
     }
@@ -266,7 +274,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 20;
+const OP_VARIANTS: u64 = 21;
 const COMMAND_VARIANTS: u64 = 7;
 
 fn round_trip(cmd: &Command) -> Vec<u8> {
@@ -332,6 +340,7 @@ fn every_command_and_op_variant_round_trips() {
             Op::ZeroRange { .. } => 17,
             Op::CreateCaseless { .. } => 18,
             Op::SetXattr { .. } => 19,
+            Op::Clone { .. } => 20,
         };
         assert_eq!(n, which);
     }

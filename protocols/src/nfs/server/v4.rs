@@ -1510,13 +1510,17 @@ fn op_clone(
     let (_, dst) = c.obj()?;
     resolve_sid(srv, c, &a.src_stateid)?;
     resolve_sid(srv, c, &a.dst_stateid)?;
+    // RFC 7862 15.13.3: a count of 0 clones to the source's end. The
+    // clone shares the source's chunks by reference where both ranges are
+    // aligned alike (reflink), all or nothing.
     let len = if a.count == 0 { u64::MAX } else { a.count };
-    push_status(c, b, opnum::CLONE, Op::Copy {
+    push_status(c, b, opnum::CLONE, Op::Clone {
         src,
         src_offset: a.src_offset,
         dst,
         dst_offset: a.dst_offset,
         len,
+        extend: true,
     });
     Ok(Flow::Next)
 }

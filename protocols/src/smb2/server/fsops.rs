@@ -198,6 +198,13 @@ pub enum FsPlan {
         ctl_code: u32,
         file_id: FileId,
     },
+    /// FSCTL_DUPLICATE_EXTENTS_TO_FILE: one `Op::Clone`.
+    DupExtents {
+        target: Target,
+        op: usize,
+        ctl_code: u32,
+        file_id: FileId,
+    },
 }
 
 /// What planning needs to know of the target open.
@@ -1184,6 +1191,78 @@ impl Connection {
         })
     }
 
+    /// FSCTL_DUPLICATE_EXTENTS_TO_FILE (MS-FSCC 2.3.8, MS-SMB2 3.3.5.15,
+    /// MS-FSA 2.1.5.10.8): the target open clones `ByteCount` bytes of the
+    /// source open (DUPLICATE_EXTENTS_DATA names it by its FileId, in this
+    /// session and tree) by reference, one `Op::Clone`. Offsets and count
+    /// are multiples of the cluster size (4096, as FileFsSizeInformation
+    /// reports); the source range lies within the source's end of file.
+    pub(super) fn plan_dup_extents(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        io: &IoctlRequest<'_>,
+    ) -> Plan {
+        const CLUSTER: u64 = 4096;
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        // DUPLICATE_EXTENTS_DATA: FileHandle (SMB2_FILEID, 16 bytes),
+        // SourceFileOffset, TargetFileOffset, ByteCount (8 bytes each).
+        if io.input.len() < 40 {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let le = |at: usize| u64::from_le_bytes(io.input[at..at + 8].try_into().unwrap_or_default());
+        let (persistent, volatile) = (le(0), le(8));
+        let (src_offset, dst_offset, count) = (le(16), le(24), le(32));
+        let src = match self.opens.get(&volatile) {
+            Some(o)
+                if persistent == volatile
+                    && o.session_id == hdr.session_id
+                    && Some(o.tree_id) == hdr.tree_id() =>
+            {
+                o
+            }
+            _ => return done(NtStatus::INVALID_HANDLE),
+        };
+        if src.is_dir || v.is_dir == Some(true) {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if src.granted & access::FILE_READ_DATA == 0 || v.granted & access::FILE_WRITE_DATA == 0 {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        if src_offset % CLUSTER != 0 || dst_offset % CLUSTER != 0 || count % CLUSTER != 0 {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if src_offset.checked_add(count).is_none() || dst_offset.checked_add(count).is_none() {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        // Byte-range locks do not stop a duplication (as Windows and
+        // smbtorture's dup_extents_src_lock and _dest_lock expect): it
+        // changes the target's allocation, not through its data path.
+        let src_node = src.node;
+        match self.begin(fp, hdr) {
+            Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
+            Ok(_) => {}
+            Err(s) => return done(s),
+        }
+        if count == 0 {
+            return Plan::Done { status: NtStatus::SUCCESS, body: ioctl_body(io.ctl_code, io.file_id, &[]) };
+        }
+        let op = fp.push(Op::Clone {
+            src: ObjRef::Id(src_node),
+            src_offset,
+            dst: v.obj,
+            dst_offset,
+            len: count,
+            // The target must be large enough already (MS-FSCC 2.3.8: the
+            // client extends it first); past its end nothing is done.
+            extend: false,
+        });
+        Plan::Fs(FsPlan::DupExtents { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id })
+    }
+
     // ---- QUERY_DIRECTORY -----------------------------------------------
 
     pub(super) fn plan_query_directory(
@@ -1711,9 +1790,11 @@ impl Connection {
                 8
             }
             fs_info_class::ATTRIBUTE => {
-                // CASE_SENSITIVE_SEARCH | CASE_PRESERVED_NAMES | UNICODE_ON_DISK.
+                // CASE_SENSITIVE_SEARCH | CASE_PRESERVED_NAMES | UNICODE_ON_DISK,
+                // and FILE_SUPPORTS_BLOCK_REFCOUNTING (MS-FSCC 2.5.1): files
+                // may share chunks (FSCTL_DUPLICATE_EXTENTS_TO_FILE).
                 fscc::FileFsAttributeInformation {
-                    file_system_attributes: 0x1 | 0x2 | 0x4,
+                    file_system_attributes: 0x1 | 0x2 | 0x4 | 0x0800_0000,
                     maximum_component_name_length: 255,
                     file_system_name: Utf16::Str("NTFS"),
                 }
@@ -2254,6 +2335,18 @@ impl Connection {
                     }
                 }
                 Ok((status, copychunk_body(ctl_code, file_id, r)))
+            }
+            FsPlan::DupExtents { target, op, ctl_code, file_id } => {
+                self.resolve(target, created)?;
+                match results.get(op) {
+                    Some(Ok(OpOutput::Copied { .. })) => Ok((NtStatus::SUCCESS, ioctl_body(ctl_code, file_id, &[]))),
+                    // The source range is past the source's end (MS-FSA
+                    // 2.1.5.10.8: STATUS_NOT_SUPPORTED, as Windows and
+                    // Samba answer).
+                    Some(Err(FsError::Invalid)) => Ok((NtStatus::NOT_SUPPORTED, Vec::new())),
+                    Some(Err(e)) => Ok((fs_status(*e), Vec::new())),
+                    _ => Ok((NtStatus::INVALID_PARAMETER, Vec::new())),
+                }
             }
             FsPlan::Write { target, op } => {
                 self.resolve(target, created)?;

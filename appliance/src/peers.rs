@@ -42,6 +42,8 @@ use duet_cluster_store::{Outbox, StoreHandle};
 use protobuf::Message as _;
 use rand::RngCore;
 
+use crate::snapshot::Snapshots;
+
 /// Raft messages queued per peer before the transport drops new ones.
 pub const PEER_QUEUE_MAX: usize = 1024;
 /// Inbound connections served at once (authenticated or still in their
@@ -225,6 +227,8 @@ pub struct Peers {
 
 /// The running transport; dropping it asks its threads to stop.
 pub struct PeersHandle {
+    /// Snapshot transfers (None: not enabled).
+    pub snapshots: Option<Arc<Snapshots>>,
     stop: Arc<AtomicBool>,
     handlers: Handlers,
     sender: PeerSender,
@@ -297,8 +301,16 @@ impl Peers {
         })
     }
 
-    /// Binds `[cluster] listen` and starts the threads.
+    /// Binds `[cluster] listen` and starts the threads, without snapshot
+    /// transfers.
     pub fn start(self, store: StoreHandle) -> std::io::Result<PeersHandle> {
+        self.start_with(store, None)
+    }
+
+    /// Binds `[cluster] listen` and starts the threads; with `snapshots`
+    /// (the data directory and the test-only corruption count), raft
+    /// snapshots are served and fetched (`snapshot.rs`).
+    pub fn start_with(self, store: StoreHandle, snapshots: Option<(std::path::PathBuf, u32)>) -> std::io::Result<PeersHandle> {
         let listener = TcpListener::bind(self.listen).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot listen on the cluster address {} ([cluster] listen): {e}", self.listen))
         })?;
@@ -307,6 +319,17 @@ impl Peers {
         let secret: Arc<[u8]> = self.secret.into();
         let mut members: Vec<u64> = self.others.iter().map(|(id, _)| *id).collect();
         members.sort_unstable();
+        let snapshots = snapshots.map(|(dir, corrupt)| {
+            Arc::new(Snapshots::new(
+                self.node_id,
+                dir,
+                secret.clone(),
+                listen,
+                self.others.iter().copied().collect(),
+                store.clone(),
+                corrupt,
+            ))
+        });
         for (peer, addr, rx) in self.receivers {
             let ctx = Outbound {
                 node_id: self.node_id,
@@ -318,6 +341,7 @@ impl Peers {
                 store: store.clone(),
                 health: self.health.clone(),
                 stop: stop.clone(),
+                snapshots: snapshots.clone(),
             };
             std::thread::Builder::new().name(format!("duet-peer-{peer}")).spawn(move || ctx.run())?;
         }
@@ -330,10 +354,12 @@ impl Peers {
             health: self.health.clone(),
             stop: stop.clone(),
             open: AtomicUsize::new(0),
+            snapshots: snapshots.clone(),
         };
         std::thread::Builder::new().name("duet-peer-listen".into()).spawn(move || inbound.accept(listener))?;
         tracing::info!(addr = %listen, node = self.node_id, "cluster transport listening");
         Ok(PeersHandle {
+            snapshots,
             stop,
             handlers: self.handlers,
             sender: PeerSender { senders: self.senders, health: self.health.clone() },
@@ -343,7 +369,7 @@ impl Peers {
     }
 }
 
-fn nonce() -> [u8; NONCE_LEN] {
+pub(crate) fn nonce() -> [u8; NONCE_LEN] {
     let mut n = [0u8; NONCE_LEN];
     rand::rngs::OsRng.fill_bytes(&mut n);
     n
@@ -351,7 +377,7 @@ fn nonce() -> [u8; NONCE_LEN] {
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]
-enum LinkError {
+pub(crate) enum LinkError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -366,7 +392,7 @@ enum LinkError {
 
 /// Runs a handshake on `stream` to its end: the session and any bytes of
 /// frames that followed the peer's proof (already in the receiver).
-fn handshake(stream: &mut TcpStream, mut hs: Handshake) -> Result<Session, LinkError> {
+pub(crate) fn handshake(stream: &mut TcpStream, mut hs: Handshake) -> Result<Session, LinkError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     stream.write_all(&hs.hello())?;
     let mut buf = [0u8; 512];
@@ -400,7 +426,7 @@ fn handshake(stream: &mut TcpStream, mut hs: Handshake) -> Result<Session, LinkE
 /// Connects to `to` from `source`'s address (not its port) when this node
 /// listens on one address: the peer sees, and logs, the node's cluster
 /// address.
-fn dial(source: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+pub(crate) fn dial(source: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     if source.ip().is_unspecified() || source.is_ipv4() != to.is_ipv4() {
         return TcpStream::connect_timeout(&to, CONNECT_TIMEOUT);
     }
@@ -421,6 +447,7 @@ struct Outbound {
     store: StoreHandle,
     health: Arc<PeerHealth>,
     stop: Arc<AtomicBool>,
+    snapshots: Option<Arc<Snapshots>>,
 }
 
 impl Outbound {
@@ -496,6 +523,9 @@ impl Outbound {
             out.clear();
             let status_due = last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY);
             if status_due {
+                if let Some(s) = &self.snapshots {
+                    s.check_unasked(self.peer);
+                }
                 let payload = admin_wire::encode_status(&self.health.local());
                 match session.sender.frame(FrameKind::Status, &payload) {
                     Ok(f) => out.extend_from_slice(&f),
@@ -523,6 +553,12 @@ impl Outbound {
                     for m in batch {
                         let (kind, payload) = match m {
                             Outgoing::Raft(m) => match m.write_to_bytes() {
+                                Ok(b) if m.get_msg_type() == duet_cluster::raft_node::RaftMessageType::MsgSnapshot => {
+                                    if let Some(s) = &self.snapshots {
+                                        s.sent_to(self.peer);
+                                    }
+                                    (FrameKind::Raft, b)
+                                }
                                 Ok(b) => (FrameKind::Raft, b),
                                 Err(e) => return LinkError::Undecodable(e.to_string()),
                             },
@@ -566,6 +602,7 @@ struct Inbound {
     stop: Arc<AtomicBool>,
     /// Inbound connections being served.
     open: AtomicUsize,
+    snapshots: Option<Arc<Snapshots>>,
 }
 
 impl Inbound {
@@ -653,6 +690,14 @@ impl Inbound {
                 match frame.kind {
                     FrameKind::Raft => {}
                     FrameKind::Ping => continue,
+                    FrameKind::Snapshot => {
+                        // A follower's request for an image: this
+                        // connection is the transfer's, and ends with it.
+                        if let Some(s) = &self.snapshots {
+                            s.serve(stream, &mut session, &frame.payload);
+                        }
+                        return LinkError::Closed;
+                    }
                     FrameKind::Status => {
                         // Never acted on when undecodable: dropped, counted.
                         match admin_wire::decode_status(&frame.payload) {
@@ -685,6 +730,15 @@ impl Inbound {
                 };
                 if m.from != peer || m.to != self.node_id {
                     return LinkError::WrongSender { claimed: m.from, to: m.to, peer };
+                }
+                if m.get_msg_type() == duet_cluster::raft_node::RaftMessageType::MsgSnapshot {
+                    // Its data is a token: the image comes on a connection
+                    // of its own, and is installed at the next start.
+                    match &self.snapshots {
+                        Some(s) => s.wanted(peer, m),
+                        None => tracing::warn!(peer, "cluster: a raft snapshot from node {peer} is dropped: snapshots are not enabled"),
+                    }
+                    continue;
                 }
                 // A full store queue drops it; raft retries.
                 let _ = self.store.step(m);

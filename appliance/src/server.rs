@@ -309,8 +309,13 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         let voters: Vec<(u64, std::net::SocketAddr)> = cluster.voters.iter().map(|p| (p.id, p.addr)).collect();
         let peers = Peers::new(cfg.node_id, listen, &voters, secret);
         let group = Group::Voters { voters: voters.iter().map(|v| v.0).collect(), outbox: peers.outbox() };
-        let store = Store::open_group(&metadata_dir(&cfg.data_dir), cfg.node_id, group)?;
-        let handle = peers.start(store.handle())?;
+        // A raft snapshot received before a restart is installed first
+        // (crash-atomic: the old state or the new, never a mix).
+        duet_cluster_store::snapshot::install_pending(&cfg.data_dir)
+            .map_err(|e| StartError::Other(format!("installing a raft snapshot: {e}")))?;
+        let options = duet_cluster_store::StoreOptions { log_retain: cfg.cluster.log_retain };
+        let store = Store::open_group_with(&metadata_dir(&cfg.data_dir), cfg.node_id, group, options)?;
+        let handle = peers.start_with(store.handle(), Some((cfg.data_dir.clone(), cfg.testing.snapshot_corrupt)))?;
         (store, Some(handle))
     } else {
         (Store::open(&metadata_dir(&cfg.data_dir), cfg.node_id)?, None)

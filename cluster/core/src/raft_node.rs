@@ -18,6 +18,7 @@ use raft::{Config, RawNode};
 
 pub use raft::eraftpb::Entry as RaftEntry;
 pub use raft::eraftpb::Message as RaftMessage;
+pub use raft::eraftpb::MessageType as RaftMessageType;
 
 /// Applied entries a multi-voter group keeps in memory for followers that
 /// lag (a one-voter group keeps none).
@@ -285,6 +286,23 @@ impl RaftNode {
     /// instead of streaming entries to it).
     pub fn report_unreachable(&mut self, id: u64) {
         self.raw.report_unreachable(id);
+    }
+
+    /// The transfer of the snapshot raft asked to send to `id` (a
+    /// `MsgSnapshot`) ended: `ok` when the follower received and checked
+    /// the whole image. raft-rs keeps that follower paused until told
+    /// (then probes it again, from the snapshot's index on success).
+    pub fn report_snapshot(&mut self, id: u64, ok: bool) {
+        let status = if ok { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+        self.raw.report_snapshot(id, status);
+    }
+
+    /// Keeps the last `retain` applied entries in memory for followers that
+    /// lag (default [`LOG_RETAIN_MULTI`] for a multi-voter group); one
+    /// further behind is sent a snapshot. At least 1.
+    pub fn with_retain(mut self, retain: u64) -> Self {
+        self.retain = retain.max(1);
+        self
     }
 
     /// On the leader: each voter's matched index (the last entry raft

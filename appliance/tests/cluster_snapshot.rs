@@ -365,5 +365,9 @@ fn lagging_and_emptied_followers_catch_up_by_snapshot() {
     for n in &nodes {
         let text = n.d.log_text();
         assert!(!text.contains("panicked"), "node {}:\n{text}", n.id);
+        for line in text.lines().filter(|l| l.contains("raft snapshot:") || l.contains("fetched a missing extent")) {
+            let line = line.split("raft snapshot:").nth(1).map(|r| format!("raft snapshot:{r}")).unwrap_or_else(|| line.to_string());
+            eprintln!("node {}: {}", n.id, line.chars().take(160).collect::<String>());
+        }
     }
 }

@@ -5,13 +5,16 @@
 //! flipped).
 //!
 //! (a) A follower is SIGKILLed; smbclient writes files (inline, logged
-//! extents, a 4 MiB one) through the leader, far past the retention; the
+//! extents, a 4 MiB one) through the leader, far past the retention, while
+//! the leader's chunk writes fail (`duetctl fault chunk-write`: its queue
+//! keeps naming the extents, so the image does too); the
 //! follower restarts: it is sent a snapshot, refuses the corrupt first
 //! image (checksum) with the old state kept, takes the second, restarts
 //! in place, installs it and catches up (its applied index equals the
 //! others'); the other follower is then SIGKILLed, leadership moves to
 //! the caught-up node and every file reads back byte-exact from it; its
-//! own chunk files hold every file.
+//! own chunk files hold every file (it fetched the extents the installed
+//! queue names from its peers).
 //! (b) The other follower's data directory is deleted (its config kept)
 //! and it restarts empty: it rejoins by snapshot and, made the leader,
 //! serves every file byte-exact from its own store.
@@ -65,7 +68,7 @@ fn spawn_node(root: &Path, id: u64, host: &str, port: u16, peers: &str, secret: 
          [smb]\nlisten = \"127.0.0.1:{smb}\"\n[nfs]\nlisten = \"127.0.0.1:{}\"\nportmap = false\n\
          [cache]\nlog_segment_mib = 8\n\
          [cluster]\nlisten = \"{host}:{port}\"\npeers = {peers}\nsecret_file = {secret:?}\nlog_retain = {LOG_RETAIN}\n\
-         [testing]\nsnapshot_corrupt = 1\n",
+         [testing]\nsnapshot_corrupt = 1\nfault_injection = true\n",
         free_port()
     );
     Node { d: Daemon::spawn_cluster_node(&dir, &admin, &data, &text), id, smb }
@@ -186,7 +189,7 @@ fn not_in_chunks<'a>(data: &Path, files: &'a [(String, Vec<u8>)]) -> Vec<&'a str
 fn wait_smb(n: &Node) {
     let deadline = Instant::now() + WAIT;
     while std::net::TcpStream::connect(("127.0.0.1", n.smb)).is_err() {
-        assert!(Instant::now() < deadline, "node {} does not listen on SMB: {}", n.id, n.d.log_text());
+        assert!(Instant::now() < deadline, "node {} does not listen on SMB: {}", n.id, log(&n.d));
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -202,7 +205,7 @@ fn wal_segments(data: &Path) -> usize {
 fn wait_log(n: &Node, what: &str, needle: &str, times: usize) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let text = n.d.log_text();
+        let text = log(&n.d);
         if text.matches(needle).count() >= times {
             return;
         }
@@ -211,11 +214,16 @@ fn wait_log(n: &Node, what: &str, needle: &str, times: usize) {
     }
 }
 
+/// The node's log (lossy: a line may hold bytes that are not UTF-8).
+fn log(d: &Daemon) -> String {
+    String::from_utf8_lossy(&std::fs::read(&d.log).unwrap_or_default()).into_owned()
+}
+
 /// Waits until the incarnation started after the last install serves.
 fn wait_serving_again(n: &Node) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let text = n.d.log_text();
+        let text = log(&n.d);
         let at = text.rfind("raft snapshot: installed the image of index").expect("an install");
         if text[at..].contains("duetd is serving") {
             return;
@@ -236,7 +244,7 @@ fn wait_chunks(n: &Node, files: &[(String, Vec<u8>)]) {
         if missing.is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "node {} chunks lack {missing:?}; log:\n{}", n.id, n.d.log_text());
+        assert!(Instant::now() < deadline, "node {} chunks lack {missing:?}; log:\n{}", n.id, log(&n.d));
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -296,6 +304,10 @@ fn lagging_and_emptied_followers_catch_up_by_snapshot() {
     // (a) A follower is down while the others go far past the retention.
     let before = applied(&status(&nodes[si].d), nodes[si].id);
     nodes[si].d.kill9();
+    // The leader's destager cannot write chunks meanwhile: its queue (in
+    // the image) keeps naming extents the lagging node never got, which
+    // it must fetch from its peers after the install.
+    nodes[li].d.ok(&["fault", "chunk-write", "--count", "1000000"]);
     let mut sizes: Vec<usize> = Vec::new();
     for i in 0..60 {
         sizes.push(match i % 6 {
@@ -321,13 +333,13 @@ fn lagging_and_emptied_followers_catch_up_by_snapshot() {
     // installed; the second is installed at a restart in place.
     wait_log(&nodes[si], "the corrupt image", "is refused or its transfer failed", 1);
     assert!(
-        nodes[si].d.log_text().contains("SHA-256"),
-        "refused for its checksum:\n{}",
-        nodes[si].d.log_text()
+        log(&nodes[si].d).contains("is refused or its transfer failed: snapshot image refused"),
+        "refused by its check:\n{}",
+        log(&nodes[si].d)
     );
     wait_log(&nodes[si], "the install", "raft snapshot: installed the image of index", 1);
-    let slog = nodes[si].d.log_text();
-    let corrupting = [li, fi].iter().any(|&i| nodes[i].d.log_text().contains("corrupting the image sent to node"));
+    let slog = log(&nodes[si].d);
+    let corrupting = [li, fi].iter().any(|&i| log(&nodes[i].d).contains("corrupting the image sent to node"));
     assert!(corrupting, "no sender corrupted an image");
     assert!(!slog.contains("panicked"), "{slog}");
     wait_serving_again(&nodes[si]);
@@ -337,6 +349,14 @@ fn lagging_and_emptied_followers_catch_up_by_snapshot() {
         wait_for(&all, "the lagging follower catches up", |s| agreed(&all, s));
     }
     assert!(!nodes[si].d.data.join("snapshot").exists(), "the staging directory is left behind");
+    wait_chunks(&nodes[si], &files);
+    assert!(
+        log(&nodes[si].d).contains("fetched a missing extent"),
+        "the installed queue named no extent to fetch:\n{}",
+        log(&nodes[si].d)
+    );
+    nodes[li].d.ok(&["fault", "chunk-write", "--count", "0"]);
+    wait_chunks(&nodes[li], &files);
 
     // Only the caught-up node and the leader: it leads and serves every file.
     nodes[fi].d.kill9();
@@ -348,7 +368,7 @@ fn lagging_and_emptied_followers_catch_up_by_snapshot() {
     // (b) The other follower's data directory is deleted; it restarts
     // empty and rejoins by snapshot.
     std::fs::remove_dir_all(&nodes[fi].d.data).unwrap();
-    let installs = nodes[fi].d.log_text().matches("installed the image of index").count();
+    let installs = log(&nodes[fi].d).matches("installed the image of index").count();
     nodes[fi].d.start_again();
     wait_log(&nodes[fi], "the emptied node's install", "raft snapshot: installed the image of index", installs + 1);
     wait_serving_again(&nodes[fi]);
@@ -363,9 +383,11 @@ fn lagging_and_emptied_followers_catch_up_by_snapshot() {
     put_all(nodes[fi].smb, &local, &more);
     check_all(nodes[li].smb, &local, &more, nodes[li].id);
     for n in &nodes {
-        let text = n.d.log_text();
+        let text = log(&n.d);
         assert!(!text.contains("panicked"), "node {}:\n{text}", n.id);
-        for line in text.lines().filter(|l| l.contains("raft snapshot:") || l.contains("fetched a missing extent")) {
+        let fetched = text.matches("fetched a missing extent").count();
+        eprintln!("node {}: fetched {fetched} missing extents", n.id);
+        for line in text.lines().filter(|l| l.contains("raft snapshot:")) {
             let line = line.split("raft snapshot:").nth(1).map(|r| format!("raft snapshot:{r}")).unwrap_or_else(|| line.to_string());
             eprintln!("node {}: {}", n.id, line.chars().take(160).collect::<String>());
         }

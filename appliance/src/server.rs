@@ -273,6 +273,27 @@ fn default_share(cfg: &Config) -> ShareRecord {
     }
 }
 
+/// A node of a multi-node cluster whose write log has no extent sequence
+/// floor yet (a new node, or one whose data directory was emptied) cannot
+/// know which sequences an earlier incarnation under the same node id
+/// named: other nodes may still hold copies, or queued records, named by
+/// them, and a reused name would mean other bytes. Its floor starts at
+/// the wall clock in microseconds since 1970, above anything an earlier
+/// incarnation reached unless it named more than one extent per
+/// microsecond of its life (each start reserves 2^20 above the last).
+fn new_log_floor(data_dir: &std::path::Path) -> std::io::Result<()> {
+    let wal = data_dir.join("wal");
+    if wal.join(crate::datapath::SEQ_FLOOR_FILE).exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&wal)?;
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    crate::datapath::write_floor(&wal, micros.max(1))
+}
+
 /// A running appliance.
 pub struct Running {
     fronts: Vec<(flume::Sender<()>, glommio::ExecutorJoinHandle<()>)>,
@@ -313,6 +334,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         // (crash-atomic: the old state or the new, never a mix).
         duet_cluster_store::snapshot::install_pending(&cfg.data_dir)
             .map_err(|e| StartError::Other(format!("installing a raft snapshot: {e}")))?;
+        new_log_floor(&cfg.data_dir).map_err(|e| StartError::Other(format!("write log: {e}")))?;
         let options = duet_cluster_store::StoreOptions { log_retain: cfg.cluster.log_retain };
         let store = Store::open_group_with(&metadata_dir(&cfg.data_dir), cfg.node_id, group, options)?;
         let handle = peers.start_with(store.handle(), Some((cfg.data_dir.clone(), cfg.testing.snapshot_corrupt)))?;

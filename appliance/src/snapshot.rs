@@ -99,6 +99,8 @@ impl Snapshots {
         store: StoreHandle,
         corrupt: u32,
     ) -> Snapshots {
+        // Checkpoints left by a transfer a crash interrupted.
+        let _ = std::fs::remove_dir_all(data_dir.join("snapshot-out"));
         Snapshots {
             node_id,
             data_dir,

@@ -382,6 +382,11 @@ fn lagging_and_emptied_followers_catch_up_by_snapshot() {
     let more = random_files("g", &[3000, 200_000]);
     put_all(nodes[fi].smb, &local, &more);
     check_all(nodes[li].smb, &local, &more, nodes[li].id);
+    // Every node's metadata and chunk store are consistent.
+    for n in &nodes {
+        let o = n.d.ctl(&["fsck"]);
+        assert!(o.status.success(), "fsck on node {}: {}{}", n.id, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    }
     for n in &nodes {
         let text = log(&n.d);
         assert!(!text.contains("panicked"), "node {}:\n{text}", n.id);

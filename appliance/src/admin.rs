@@ -59,6 +59,8 @@ pub const TRANSFER_WAIT: Duration = Duration::from_secs(10);
 pub struct ClusterInfo {
     pub voters: Vec<(u64, String)>,
     pub health: Option<std::sync::Arc<crate::peers::PeerHealth>>,
+    /// Raft snapshot transfers (multi-node only).
+    pub snapshots: Option<std::sync::Arc<crate::snapshot::Snapshots>>,
 }
 
 pub struct Admin {
@@ -613,7 +615,12 @@ impl Admin {
                 ("replica_inbound_dropped", "Inbound data frames dropped (bounds full, or undecodable)", ld(&c.inbound_dropped)),
             ]
         });
+        let snapshots = self.node.cluster.snapshots.as_ref().map_or_else(Vec::new, |s| {
+            let c = &s.counters;
+            vec![("served", ld(&c.served)), ("received", ld(&c.received)), ("failed", ld(&c.failed))]
+        });
         Some(crate::metrics::ClusterMetrics {
+            snapshots,
             majority_wait: self.replica.as_ref().map(|c| c.majority_wait.clone()),
             last_index: raft.map_or(0, |r| r.last_index),
             peers,

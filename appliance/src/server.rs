@@ -383,6 +383,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         cluster: ClusterInfo {
             voters: cluster.voters.iter().map(|p| (p.id, p.addr.to_string())).collect(),
             health: peers.as_ref().map(|p| p.health.clone()),
+            snapshots: peers.as_ref().and_then(|p| p.snapshots.clone()),
         },
         local_token,
     };

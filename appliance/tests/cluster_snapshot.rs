@@ -214,6 +214,20 @@ fn wait_log(n: &Node, what: &str, needle: &str, times: usize) {
     }
 }
 
+/// A counter of `/metrics` on `d` (0 when absent).
+fn metric(d: &Daemon, series: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(&d.admin).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", d.admin).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()))
+        .map_or(0, |v| v as u64)
+}
+
 /// The node's log (lossy: a line may hold bytes that are not UTF-8).
 fn log(d: &Daemon) -> String {
     String::from_utf8_lossy(&std::fs::read(&d.log).unwrap_or_default()).into_owned()
@@ -341,6 +355,11 @@ fn lagging_and_emptied_followers_catch_up_by_snapshot() {
     let slog = log(&nodes[si].d);
     let corrupting = [li, fi].iter().any(|&i| log(&nodes[i].d).contains("corrupting the image sent to node"));
     assert!(corrupting, "no sender corrupted an image");
+    // The leader sent both: one refused, one accepted.
+    let served = metric(&nodes[li].d, "duet_raft_snapshots_total{outcome=\"served\"}");
+    let failed = metric(&nodes[li].d, "duet_raft_snapshots_total{outcome=\"failed\"}");
+    eprintln!("leader's /metrics: snapshots served {served}, failed {failed}");
+    assert!(served >= 1 && failed >= 1, "served {served}, failed {failed}");
     assert!(!slog.contains("panicked"), "{slog}");
     wait_serving_again(&nodes[si]);
     wait_smb(&nodes[si]);

@@ -98,14 +98,15 @@ fn a_fourth_node_is_added_then_removed() {
 
     // Refused, nothing proposed.
     let follower = if l == 1 { 2 } else { 1 };
-    assert!(matches!(h(follower).change_membership_blocking(MemberChange::Add(4)), Err(StoreError::NotLeader { .. })));
+    assert!(matches!(h(follower).change_membership_blocking(MemberChange::Add(4, "127.0.0.14:7446".into())), Err(StoreError::NotLeader { .. })));
     let before = status(&h(l)).last_index;
     for (change, want) in [
-        (MemberChange::Add(l), "already a voter"),
+        (MemberChange::Add(9, "no-port".into()), "not an ADDRESS:PORT"),
+        (MemberChange::Add(l, "127.0.0.1:1".into()), "already a voter"),
         (MemberChange::Remove(9), "not a voter"),
-        (MemberChange::Add(0), "start at 1"),
+        (MemberChange::Add(0, "127.0.0.1:1".into()), "start at 1"),
     ] {
-        match h(l).change_membership_blocking(change) {
+        match h(l).change_membership_blocking(change.clone()) {
             Err(StoreError::Membership(m)) => assert!(m.contains(want), "{change:?}: {m}"),
             other => panic!("{change:?}: {other:?}"),
         }
@@ -121,7 +122,7 @@ fn a_fourth_node_is_added_then_removed() {
     assert!(!status(&h(4)).leader, "a joining node does not campaign");
     // Two changes at once: one is refused as in progress (or both pass in turn).
     let (h1, h2) = (h(l), h(l));
-    let a = std::thread::spawn(move || h1.change_membership_blocking(MemberChange::Add(4)));
+    let a = std::thread::spawn(move || h1.change_membership_blocking(MemberChange::Add(4, "127.0.0.14:7446".into())));
     let b = std::thread::spawn(move || h2.change_membership_blocking(MemberChange::Remove(4)));
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
     eprintln!("add: {a:?}; a concurrent remove: {b:?}");
@@ -132,6 +133,12 @@ fn a_fourth_node_is_added_then_removed() {
     }
     for id in 1..=4 {
         wait("every node has the new configuration", || status(&h(id)).voters == vec![1, 2, 3, 4]);
+    }
+    for id in 1..=4 {
+        match h(id).query_blocking(Query::Members).unwrap() {
+            QueryAnswer::Members(m) => assert_eq!(m, vec![(4, "127.0.0.14:7446".to_string())], "node {id}"),
+            _ => unreachable!(),
+        }
     }
     h(l).batch_blocking(mkdir("with4")).unwrap();
     let target = status(&h(l)).applied_index;
@@ -174,6 +181,7 @@ fn a_fourth_node_is_added_then_removed() {
     assert_eq!(removed.unwrap(), vec![1, 2, 3]);
     for id in 1..=3 {
         wait("the three have the configuration", || status(&h(id)).voters == vec![1, 2, 3]);
+        wait("the address is forgotten", || matches!(h(id).query_blocking(Query::Members).unwrap(), QueryAnswer::Members(m) if m.is_empty()));
     }
     cut.store(4, Ordering::Relaxed);
     let l = (1..=3).map(|id| status(&h(id))).find(|r| r.leader).map(|r| r.node_id).unwrap_or(l);

@@ -75,7 +75,7 @@ pub struct Snapshots {
     secret: Arc<[u8]>,
     /// This node's `[cluster] listen` (connections leave from its address).
     source: SocketAddr,
-    addrs: HashMap<u64, SocketAddr>,
+    addrs: Mutex<HashMap<u64, SocketAddr>>,
     store: StoreHandle,
     /// A fetch is running (one at a time).
     fetching: AtomicBool,
@@ -106,13 +106,20 @@ impl Snapshots {
             data_dir,
             secret,
             source,
-            addrs,
+            addrs: Mutex::new(addrs),
             store,
             fetching: AtomicBool::new(false),
             serving: AtomicUsize::new(0),
             sent: Mutex::new(HashMap::new()),
             corrupt: AtomicU32::new(corrupt),
             counters: SnapshotCounters::default(),
+        }
+    }
+
+    /// `peer`'s cluster address (a voter a membership change added).
+    pub fn set_addr(&self, peer: u64, addr: SocketAddr) {
+        if let Ok(mut a) = self.addrs.lock() {
+            a.insert(peer, addr);
         }
     }
 
@@ -191,7 +198,7 @@ impl Snapshots {
     /// Receives the image of at least `index` from `from` and stages it
     /// (checked, synced) for the next start.
     fn fetch(&self, from: u64, index: u64) -> Result<image::ImageHeader, String> {
-        let addr = *self.addrs.get(&from).ok_or_else(|| format!("node {from} is not a peer"))?;
+        let addr = self.addrs.lock().ok().and_then(|a| a.get(&from).copied()).ok_or_else(|| format!("node {from} is not a peer"))?;
         let mut stream = crate::peers::dial(self.source, addr).map_err(|e| format!("connect to {addr}: {e}"))?;
         let _ = stream.set_nodelay(true);
         stream.set_write_timeout(Some(STALL)).map_err(|e| e.to_string())?;

@@ -134,6 +134,10 @@ forward_timeout_ms = 10000
 # gets the retry answer (NFS4ERR_DELAY, NFS3ERR_JUKEBOX, SMB
 # STATUS_INSUFFICIENT_RESOURCES).
 leader_wait_ms = 5000
+# This node joins a running cluster: `peers` lists the cluster's voters and
+# this node; it waits (up to 60 s at its first start) until a voter adds it
+# with `duetctl cluster add ID ADDRESS:PORT`, then catches up (docs/cluster.md).
+join = false
 # Applied raft entries each node keeps for followers that lag; a follower
 # further behind (or one whose data directory was emptied) is sent a
 # snapshot of the state instead (docs/cluster.md).
@@ -296,6 +300,8 @@ pub struct ClusterConfig {
     pub leader_wait_ms: u64,
     /// Applied raft entries kept for followers that lag (then a snapshot).
     pub log_retain: u64,
+    /// This node joins a running cluster (`duetctl cluster add`).
+    pub join: bool,
 }
 
 impl Default for ClusterConfig {
@@ -308,6 +314,7 @@ impl Default for ClusterConfig {
             forward_timeout_ms: 10_000,
             leader_wait_ms: 5_000,
             log_retain: 4096,
+            join: false,
         }
     }
 }

@@ -329,7 +329,13 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         let listen = cfg.cluster.listen.parse().map_err(|_| StartError::Other("cluster.listen: not an address".into()))?;
         let voters: Vec<(u64, std::net::SocketAddr)> = cluster.voters.iter().map(|p| (p.id, p.addr)).collect();
         let peers = Peers::new(cfg.node_id, listen, &voters, secret);
-        let group = Group::Voters { voters: voters.iter().map(|v| v.0).collect(), outbox: peers.outbox() };
+        let group = if cfg.cluster.join {
+            // The others: this node waits to be added by them.
+            let others = voters.iter().map(|v| v.0).filter(|id| *id != cfg.node_id).collect();
+            Group::Join { voters: others, outbox: peers.outbox() }
+        } else {
+            Group::Voters { voters: voters.iter().map(|v| v.0).collect(), outbox: peers.outbox() }
+        };
         // A raft snapshot received before a restart is installed first
         // (crash-atomic: the old state or the new, never a mix).
         duet_cluster_store::snapshot::install_pending(&cfg.data_dir)

@@ -107,7 +107,7 @@ fn a_fourth_node_is_added_then_removed() {
         (MemberChange::Add(0, "127.0.0.1:1".into()), "start at 1"),
     ] {
         match h(l).change_membership_blocking(change.clone()) {
-            Err(StoreError::Membership(m)) => assert!(m.contains(want), "{change:?}: {m}"),
+            Err(StoreError::Membership { message: m, .. }) => assert!(m.contains(want), "{change:?}: {m}"),
             other => panic!("{change:?}: {other:?}"),
         }
     }
@@ -128,7 +128,7 @@ fn a_fourth_node_is_added_then_removed() {
     eprintln!("add: {a:?}; a concurrent remove: {b:?}");
     assert_eq!(a.unwrap(), vec![1, 2, 3, 4]);
     match b {
-        Err(StoreError::Membership(m)) => assert!(m.contains("in progress") || m.contains("not a voter"), "{m}"),
+        Err(StoreError::Membership { message: m, .. }) => assert!(m.contains("in progress") || m.contains("not a voter"), "{m}"),
         other => panic!("the concurrent remove: {other:?}"),
     }
     for id in 1..=4 {
@@ -175,7 +175,7 @@ fn a_fourth_node_is_added_then_removed() {
             removed = Some(v);
             true
         }
-        Err(StoreError::Membership(m)) if m.contains("in progress") => false,
+        Err(StoreError::Membership { message: m, .. }) if m.contains("in progress") => false,
         Err(e) => panic!("remove: {e}"),
     });
     assert_eq!(removed.unwrap(), vec![1, 2, 3]);
@@ -187,7 +187,7 @@ fn a_fourth_node_is_added_then_removed() {
     let l = (1..=3).map(|id| status(&h(id))).find(|r| r.leader).map(|r| r.node_id).unwrap_or(l);
     h(l).batch_blocking(mkdir("after4")).unwrap();
     match h(l).change_membership_blocking(MemberChange::Remove(4)) {
-        Err(StoreError::Membership(m)) => assert!(m.contains("not a voter"), "{m}"),
+        Err(StoreError::Membership { message: m, .. }) => assert!(m.contains("not a voter"), "{m}"),
         other => panic!("{other:?}"),
     }
     handles.lock().unwrap().clear();

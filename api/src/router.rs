@@ -6,6 +6,8 @@
 //! | GET    | /v1/status                   | Status         | 200 StatusInfo   |
 //! | GET    | /v1/cluster                  | Cluster        | 200 ClusterStatus|
 //! | POST   | /v1/cluster/transfer-leader  | TransferLeader | 200 ClusterStatus|
+//! | POST   | /v1/cluster/members          | MemberAdd      | 200 ClusterStatus|
+//! | DELETE | /v1/cluster/members/{id}     | MemberRemove   | 200 ClusterStatus|
 //! | GET    | /v1/shares                   | ShareList      | 200 [Share]      |
 //! | POST   | /v1/shares                   | ShareAdd       | 201 Share        |
 //! | GET    | /v1/shares/{name}            | ShareShow      | 200 Share        |
@@ -47,6 +49,10 @@ pub enum AdminRequest {
     Cluster,
     /// Move raft leadership to voter `to` (answered once it has moved).
     TransferLeader(LeaderTransfer),
+    /// Add a voter (ConfChangeV2; answered once applied).
+    MemberAdd(MemberAdd),
+    /// Remove a voter.
+    MemberRemove(u64),
     ShareList,
     ShareShow(String),
     ShareAdd(Share),
@@ -75,6 +81,8 @@ impl fmt::Debug for AdminRequest {
             AdminRequest::Status => f.write_str("Status"),
             AdminRequest::Cluster => f.write_str("Cluster"),
             AdminRequest::TransferLeader(t) => f.debug_tuple("TransferLeader").field(t).finish(),
+            AdminRequest::MemberAdd(m) => f.debug_tuple("MemberAdd").field(m).finish(),
+            AdminRequest::MemberRemove(id) => f.debug_tuple("MemberRemove").field(id).finish(),
             AdminRequest::ShareList => f.write_str("ShareList"),
             AdminRequest::ShareShow(n) => f.debug_tuple("ShareShow").field(n).finish(),
             AdminRequest::ShareAdd(s) => f.debug_tuple("ShareAdd").field(s).finish(),
@@ -118,6 +126,8 @@ impl AdminRequest {
                 | AdminRequest::UserModify { .. }
                 | AdminRequest::Fault(_)
                 | AdminRequest::TransferLeader(_)
+                | AdminRequest::MemberAdd(_)
+                | AdminRequest::MemberRemove(_)
         )
     }
 
@@ -143,6 +153,9 @@ impl AdminRequest {
             }
             AdminRequest::Fault(s) => s.validate(),
             AdminRequest::TransferLeader(t) => t.validate(),
+            AdminRequest::MemberAdd(m) => m.validate(),
+            AdminRequest::MemberRemove(0) => Err(ApiError::invalid_argument("id: node ids start at 1")),
+            AdminRequest::MemberRemove(_) => Ok(()),
             AdminRequest::Status
             | AdminRequest::Cluster
             | AdminRequest::ShareList
@@ -160,6 +173,8 @@ impl AdminRequest {
             AdminRequest::Status => ("GET", "/v1/status".into()),
             AdminRequest::Cluster => ("GET", "/v1/cluster".into()),
             AdminRequest::TransferLeader(_) => ("POST", "/v1/cluster/transfer-leader".into()),
+            AdminRequest::MemberAdd(_) => ("POST", "/v1/cluster/members".into()),
+            AdminRequest::MemberRemove(id) => ("DELETE", format!("/v1/cluster/members/{id}")),
             AdminRequest::ShareList => ("GET", "/v1/shares".into()),
             AdminRequest::ShareShow(n) => ("GET", format!("/v1/shares/{}", seg(n))),
             AdminRequest::ShareAdd(_) => ("POST", "/v1/shares".into()),
@@ -188,6 +203,7 @@ impl AdminRequest {
             AdminRequest::AdminPasswd(c) => Some(to_json(c)),
             AdminRequest::Fault(f) => Some(to_json(f)),
             AdminRequest::TransferLeader(t) => Some(to_json(t)),
+            AdminRequest::MemberAdd(m) => Some(to_json(m)),
             AdminRequest::ShareModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::UserModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::UserPasswd { password, .. } => Some(to_json(&PasswordChange {
@@ -331,6 +347,16 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
             "POST" => AdminRequest::TransferLeader(json_body(req)?),
             _ => return Err(wrong_method("POST")),
         },
+        ["cluster", "members"] => match m {
+            "POST" => AdminRequest::MemberAdd(json_body(req)?),
+            _ => return Err(wrong_method("POST")),
+        },
+        ["cluster", "members", id] => match m {
+            "DELETE" => AdminRequest::MemberRemove(
+                id.parse().map_err(|_| ApiError::invalid_argument(format!("{id:?} is not a node id")))?,
+            ),
+            _ => return Err(wrong_method("DELETE")),
+        },
         ["shares"] => match m {
             "GET" => AdminRequest::ShareList,
             "POST" => AdminRequest::ShareAdd(json_body(req)?),
@@ -423,7 +449,10 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
     };
     Ok(match req {
         AdminRequest::Status => AdminResponse::Status(body(resp)?),
-        AdminRequest::Cluster | AdminRequest::TransferLeader(_) => AdminResponse::Cluster(body(resp)?),
+        AdminRequest::Cluster
+        | AdminRequest::TransferLeader(_)
+        | AdminRequest::MemberAdd(_)
+        | AdminRequest::MemberRemove(_) => AdminResponse::Cluster(body(resp)?),
         AdminRequest::ShareList => AdminResponse::Shares(body(resp)?),
         AdminRequest::ShareShow(_) | AdminRequest::ShareModify { .. } => AdminResponse::Share(body(resp)?),
         AdminRequest::UserModify { .. } => AdminResponse::User(body(resp)?),
@@ -603,6 +632,8 @@ mod tests {
             AdminRequest::Status,
             AdminRequest::Cluster,
             AdminRequest::TransferLeader(LeaderTransfer { to: 2 }),
+            AdminRequest::MemberAdd(MemberAdd { id: 4, addr: "127.0.0.14:7446".into() }),
+            AdminRequest::MemberRemove(4),
             AdminRequest::ShareList,
             AdminRequest::ShareShow("media".into()),
             AdminRequest::ShareAdd(share),

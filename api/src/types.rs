@@ -720,6 +720,31 @@ impl LeaderTransfer {
     }
 }
 
+/// Body of POST /v1/cluster/members (`duetctl cluster add ID ADDR`): a
+/// voter to add and its cluster address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberAdd {
+    pub id: u64,
+    /// `ADDRESS:PORT` of its `[cluster] listen`.
+    pub addr: String,
+}
+
+impl MemberAdd {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if self.id == 0 {
+            return Err(ApiError::invalid_argument("id: node ids start at 1"));
+        }
+        if self.addr.parse::<std::net::SocketAddr>().is_err() {
+            return Err(ApiError::invalid_argument(format!(
+                "addr: {:?} is not an ADDRESS:PORT such as 127.0.0.14:7446",
+                self.addr
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Body of GET /v1/cluster: the metadata raft group as this node sees it
 /// (`duetctl cluster status`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -18,7 +18,7 @@ use duet_admin_api::{
 };
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
 use duet_cluster::machine::AdminError;
-use duet_cluster_store::{Query, QueryAnswer, StoreError};
+use duet_cluster_store::{MemberChange, Query, QueryAnswer, Refusal, StoreError};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 
@@ -59,6 +59,8 @@ pub const TRANSFER_WAIT: Duration = Duration::from_secs(10);
 pub struct ClusterInfo {
     pub voters: Vec<(u64, String)>,
     pub health: Option<std::sync::Arc<crate::peers::PeerHealth>>,
+    /// Raft snapshot transfers (multi-node only).
+    pub snapshots: Option<std::sync::Arc<crate::snapshot::Snapshots>>,
 }
 
 pub struct Admin {
@@ -483,7 +485,11 @@ impl Admin {
     /// timeout, but never less than the leader's own bound on it plus 2 s
     /// (so the leader's answer, even a timeout, arrives first).
     fn forward_wait(&self, link: &AdminLink, r: &AdminRequest) -> Duration {
-        let own = if matches!(r, AdminRequest::TransferLeader(_)) { TRANSFER_WAIT } else { COMMIT_WAIT };
+        let own = match r {
+            AdminRequest::TransferLeader(_) => TRANSFER_WAIT,
+            AdminRequest::MemberAdd(_) | AdminRequest::MemberRemove(_) => duet_cluster_store::MEMBERSHIP_WAIT,
+            _ => COMMIT_WAIT,
+        };
         link.timeout.max(own + Duration::from_secs(2))
     }
 
@@ -674,7 +680,12 @@ impl Admin {
                 ("replica_inbound_dropped", "Inbound data frames dropped (bounds full, or undecodable)", ld(&c.inbound_dropped)),
             ]
         });
+        let snapshots = self.node.cluster.snapshots.as_ref().map_or_else(Vec::new, |s| {
+            let c = &s.counters;
+            vec![("served", ld(&c.served)), ("received", ld(&c.received)), ("failed", ld(&c.failed))]
+        });
         Some(crate::metrics::ClusterMetrics {
+            snapshots,
             majority_wait: self.replica.as_ref().map(|c| c.majority_wait.clone()),
             last_index: raft.map_or(0, |r| r.last_index),
             peers,
@@ -780,6 +791,13 @@ impl Admin {
             }
             StoreError::NotLeader { .. } => ApiError::not_leader(e.to_string()),
             StoreError::NotAVoter { .. } => ApiError::invalid_argument(e.to_string()),
+            StoreError::Membership { refusal, message } => match refusal {
+                Refusal::Invalid => ApiError::invalid_argument(message),
+                Refusal::Exists => ApiError::already_exists(message),
+                Refusal::Unknown => ApiError::not_found(message),
+                Refusal::InProgress => ApiError::already_exists(message),
+            },
+            StoreError::MembershipUnknown(m) => ApiError::outcome_unknown(m),
             e => internal(e),
         }
     }
@@ -817,6 +835,8 @@ impl Admin {
             }
             AdminRequest::Cluster => self.cluster().await.map(AdminResponse::Cluster),
             AdminRequest::TransferLeader(t) => self.transfer_leader(t.to).await.map(AdminResponse::Cluster),
+            AdminRequest::MemberAdd(m) => self.change_membership(MemberChange::Add(m.id, m.addr)).await,
+            AdminRequest::MemberRemove(id) => self.change_membership(MemberChange::Remove(id)).await,
             AdminRequest::Fault(spec) => {
                 if !self.fault_injection {
                     return Err(ApiError::forbidden(
@@ -957,6 +977,14 @@ impl Admin {
         }
     }
 
+    /// `POST /v1/cluster/members`, `DELETE /v1/cluster/members/ID`: a
+    /// membership change (ConfChangeV2 entered and left), answered with the
+    /// group's status once applied here.
+    async fn change_membership(&self, change: MemberChange) -> Result<AdminResponse, ApiError> {
+        self.engine.store.change_membership(change).await.map_err(|e| self.store_err(e))?;
+        self.cluster().await.map(AdminResponse::Cluster)
+    }
+
     /// `GET /v1/cluster`: the raft group from this node's raft state.
     /// This node: its applied index and its store's health. Another node,
     /// as this node knows it: `applied` is the applied index it reported
@@ -973,10 +1001,24 @@ impl Admin {
             healthy: !self.engine.store.failed(),
         };
         let mut nodes = vec![me];
-        for (id, addr) in &self.node.cluster.voters {
-            if *id == raft.node_id {
-                continue;
-            }
+        // raft's voters: the configured ones, and those membership changes
+        // added (their addresses recorded with the change).
+        let recorded = match self.query(Query::Members).await? {
+            QueryAnswer::Members(m) => m,
+            _ => Vec::new(),
+        };
+        for id in raft.voters.iter().filter(|v| **v != raft.node_id) {
+            let addr = self
+                .node
+                .cluster
+                .voters
+                .iter()
+                .find(|v| v.0 == *id)
+                .map(|v| &v.1)
+                .or_else(|| recorded.iter().find(|m| m.0 == *id).map(|m| &m.1))
+                .cloned()
+                .unwrap_or_default();
+            let addr = &addr;
             let state = self.node.cluster.health.as_ref().map(|h| h.peer(*id)).unwrap_or_default();
             let matched = raft.progress.iter().find(|p| p.0 == *id).map(|p| p.1).unwrap_or(0);
             let applied = state.status.map(|s| s.applied).unwrap_or(matched);

@@ -134,6 +134,14 @@ forward_timeout_ms = 10000
 # gets the retry answer (NFS4ERR_DELAY, NFS3ERR_JUKEBOX, SMB
 # STATUS_INSUFFICIENT_RESOURCES).
 leader_wait_ms = 5000
+# This node joins a running cluster: `peers` lists the cluster's voters and
+# this node; it waits (up to 60 s at its first start) until a voter adds it
+# with `duetctl cluster add ID ADDRESS:PORT`, then catches up (docs/cluster.md).
+join = false
+# Applied raft entries each node keeps for followers that lag; a follower
+# further behind (or one whose data directory was emptied) is sent a
+# snapshot of the state instead (docs/cluster.md).
+log_retain = 4096
 
 [log]
 # tracing env-filter syntax; RUST_LOG overrides it.
@@ -143,6 +151,9 @@ filter = "info"
 # Lets `duetctl fault` make the data path and the metadata store fail with
 # EIO (for tests of I/O errors). Never turn it on in production.
 fault_injection = false
+# Test-only: the first this-many raft snapshot images this node sends have
+# a byte flipped (the follower must refuse them). Never set in production.
+snapshot_corrupt = 0
 
 # The share created on first start (both protocols).
 [default_share]
@@ -287,6 +298,10 @@ pub struct ClusterConfig {
     pub forward_timeout_ms: u64,
     /// How long a batch waits for a leader before the retry answer.
     pub leader_wait_ms: u64,
+    /// Applied raft entries kept for followers that lag (then a snapshot).
+    pub log_retain: u64,
+    /// This node joins a running cluster (`duetctl cluster add`).
+    pub join: bool,
 }
 
 impl Default for ClusterConfig {
@@ -298,6 +313,8 @@ impl Default for ClusterConfig {
             forward_max: 256,
             forward_timeout_ms: 10_000,
             leader_wait_ms: 5_000,
+            log_retain: 4096,
+            join: false,
         }
     }
 }
@@ -359,6 +376,8 @@ pub struct LogConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct TestingConfig {
     pub fault_injection: bool,
+    /// Test-only: this many snapshot images sent are corrupted.
+    pub snapshot_corrupt: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -557,6 +576,9 @@ impl Config {
         }
         if c.forward_timeout_ms < 100 || c.forward_timeout_ms > 600_000 {
             return invalid("cluster.forward_timeout_ms", format!("{} is not between 100 and 600000", c.forward_timeout_ms));
+        }
+        if c.log_retain == 0 || c.log_retain > 1 << 24 {
+            return invalid("cluster.log_retain", format!("{} is not between 1 and 16777216", c.log_retain));
         }
         if c.leader_wait_ms > 600_000 {
             return invalid("cluster.leader_wait_ms", format!("{} is more than 600000", c.leader_wait_ms));

@@ -37,7 +37,7 @@ use duet_cache::replica::{FetchRange, Unclaimed};
 use crate::replica::Replica;
 
 /// The durable floor of this node's extent sequences, in `wal/`.
-const SEQ_FLOOR_FILE: &str = "extent-seq";
+pub(crate) const SEQ_FLOOR_FILE: &str = "extent-seq";
 
 /// Most data records one destage round takes.
 const DESTAGE_BATCH: usize = 256;
@@ -1220,7 +1220,7 @@ fn read_floor(wal: &Path) -> io::Result<u64> {
 
 /// Makes `floor` the durable floor: written aside, synced, renamed over
 /// the old one, and the directory synced.
-fn write_floor(wal: &Path, floor: u64) -> io::Result<()> {
+pub(crate) fn write_floor(wal: &Path, floor: u64) -> io::Result<()> {
     use std::io::Write;
     let tmp = wal.join(format!("{SEQ_FLOOR_FILE}.tmp"));
     let path = wal.join(SEQ_FLOOR_FILE);

@@ -19,4 +19,5 @@ pub mod peers;
 pub mod replica;
 pub mod secrets;
 pub mod server;
+pub mod snapshot;
 pub mod tls;

@@ -127,6 +127,14 @@ fn render_cluster(reg: &mut Registry, c: &ClusterMetrics) {
          (served, refused: undecodable)",
         &c.forwarded_admin,
     );
+    if !c.snapshots.is_empty() {
+        outcomes(
+            reg,
+            "raft_snapshots",
+            "Raft snapshot images: served (sent whole and accepted), received (checked and staged here), failed (refused or the transfer failed)",
+            &c.snapshots,
+        );
+    }
     for (name, help, v) in &c.replica {
         counter(reg, name, help, *v);
     }
@@ -253,6 +261,8 @@ pub struct ClusterMetrics {
     pub forwarded_batches: Vec<(&'static str, u64)>,
     /// Forwarded admin requests by outcome (label, count).
     pub forwarded_admin: Vec<(&'static str, u64)>,
+    /// Raft snapshot transfers by outcome (served, received, failed).
+    pub snapshots: Vec<(&'static str, u64)>,
     /// Write-cache replication counters (name suffix, help, count).
     pub replica: Vec<(&'static str, &'static str, u64)>,
     /// How long batches waited for a majority to hold their data.
@@ -434,6 +444,7 @@ mod tests {
                 }],
                 forwarded_batches: vec![("sent", 3)],
                 forwarded_admin: vec![("no_leader", 1)],
+                snapshots: vec![("served", 2)],
                 replica: vec![("replica_pushes", "Extents pushed", 5)],
                 majority_wait: Some({
                     let h = Histogram::new(exponential_buckets(100e-6, 2.0, 17));
@@ -459,6 +470,7 @@ mod tests {
             "duet_peer_dropped_total{peer=\"2\"} 1\n",
             "duet_forwarded_batches_total{outcome=\"sent\"} 3\n",
             "duet_forwarded_admin_total{outcome=\"no_leader\"} 1\n",
+            "duet_raft_snapshots_total{outcome=\"served\"} 2\n",
             "duet_replica_pushes_total 5\n",
             "duet_replica_majority_wait_seconds_count 1\n",
             "# TYPE duet_request_duration_seconds histogram\n",

@@ -38,9 +38,11 @@ use std::time::{Duration, Instant};
 use duet_cluster::admin_wire::{self, NodeStatus};
 use duet_cluster::peer_wire::{FrameKind, Handshake, HandshakeStep, PeerWireError, Session, NONCE_LEN};
 use duet_cluster::raft_node::RaftMessage;
-use duet_cluster_store::{Outbox, StoreHandle};
+use duet_cluster_store::{Outbox, Query, QueryAnswer, StoreHandle};
 use protobuf::Message as _;
 use rand::RngCore;
+
+use crate::snapshot::Snapshots;
 
 /// Raft messages queued per peer before the transport drops new ones.
 pub const PEER_QUEUE_MAX: usize = 1024;
@@ -83,10 +85,13 @@ pub type FrameHandler = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
 
 type Handlers = Arc<RwLock<HashMap<FrameKind, FrameHandler>>>;
 
+/// Each peer's queue, by id (peers come and go with membership changes).
+type Senders = Arc<RwLock<HashMap<u64, flume::Sender<Outgoing>>>>;
+
 /// Queues frames to peers (cloneable, any thread).
 #[derive(Clone)]
 pub struct PeerSender {
-    senders: HashMap<u64, flume::Sender<Outgoing>>,
+    senders: Senders,
     health: Arc<PeerHealth>,
 }
 
@@ -94,7 +99,7 @@ impl PeerSender {
     /// Queues a frame to `to`. False when `to` is not a peer or its queue
     /// is full (the frame is dropped: the caller retries or gives up).
     pub fn send(&self, to: u64, kind: FrameKind, payload: Vec<u8>) -> bool {
-        let Some(tx) = self.senders.get(&to) else { return false };
+        let Some(tx) = self.senders.read().ok().and_then(|m| m.get(&to).cloned()) else { return false };
         let ok = tx.try_send(Outgoing::Frame(kind, payload)).is_ok();
         if !ok {
             self.health.with(to, |p| p.dropped += 1);
@@ -104,7 +109,7 @@ impl PeerSender {
 
     /// The peers' ids.
     pub fn peers(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.senders.keys().copied().collect();
+        let mut ids: Vec<u64> = self.senders.read().map(|m| m.keys().copied().collect()).unwrap_or_default();
         ids.sort_unstable();
         ids
     }
@@ -217,7 +222,7 @@ pub struct Peers {
     /// The other voters and their cluster addresses.
     others: Vec<(u64, SocketAddr)>,
     secret: Vec<u8>,
-    senders: HashMap<u64, flume::Sender<Outgoing>>,
+    senders: Senders,
     receivers: Vec<(u64, SocketAddr, flume::Receiver<Outgoing>)>,
     handlers: Handlers,
     pub health: Arc<PeerHealth>,
@@ -225,6 +230,8 @@ pub struct Peers {
 
 /// The running transport; dropping it asks its threads to stop.
 pub struct PeersHandle {
+    /// Snapshot transfers (None: not enabled).
+    pub snapshots: Option<Arc<Snapshots>>,
     stop: Arc<AtomicBool>,
     handlers: Handlers,
     sender: PeerSender,
@@ -272,7 +279,7 @@ impl Peers {
             listen,
             others,
             secret,
-            senders,
+            senders: Arc::new(RwLock::new(senders)),
             receivers,
             handlers: Default::default(),
             health: Arc::new(PeerHealth::default()),
@@ -286,7 +293,8 @@ impl Peers {
         let health = self.health.clone();
         Box::new(move |msgs: Vec<RaftMessage>| {
             for m in msgs {
-                if let Some(tx) = senders.get(&m.to) {
+                let tx = senders.read().ok().and_then(|s| s.get(&m.to).cloned());
+                if let Some(tx) = tx {
                     let to = m.to;
                     if tx.try_send(Outgoing::Raft(m)).is_err() {
                         health.with(to, |p| p.dropped += 1);
@@ -297,29 +305,53 @@ impl Peers {
         })
     }
 
-    /// Binds `[cluster] listen` and starts the threads.
+    /// Binds `[cluster] listen` and starts the threads, without snapshot
+    /// transfers.
     pub fn start(self, store: StoreHandle) -> std::io::Result<PeersHandle> {
+        self.start_with(store, None)
+    }
+
+    /// Binds `[cluster] listen` and starts the threads; with `snapshots`
+    /// (the data directory and the test-only corruption count), raft
+    /// snapshots are served and fetched (`snapshot.rs`).
+    pub fn start_with(self, store: StoreHandle, snapshots: Option<(std::path::PathBuf, u32)>) -> std::io::Result<PeersHandle> {
         let listener = TcpListener::bind(self.listen).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot listen on the cluster address {} ([cluster] listen): {e}", self.listen))
         })?;
         let listen = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let secret: Arc<[u8]> = self.secret.into();
-        let mut members: Vec<u64> = self.others.iter().map(|(id, _)| *id).collect();
-        members.sort_unstable();
+        let members: Arc<RwLock<Vec<u64>>> = Arc::new(RwLock::new(Vec::new()));
+        let snapshots = snapshots.map(|(dir, corrupt)| {
+            Arc::new(Snapshots::new(
+                self.node_id,
+                dir,
+                secret.clone(),
+                listen,
+                self.others.iter().copied().collect(),
+                store.clone(),
+                corrupt,
+            ))
+        });
+        let dynamic = Arc::new(Membership {
+            node_id: self.node_id,
+            source: listen,
+            secret: secret.clone(),
+            store: store.clone(),
+            health: self.health.clone(),
+            stop: stop.clone(),
+            snapshots: snapshots.clone(),
+            senders: self.senders.clone(),
+            members: members.clone(),
+            peer_stops: Mutex::new(HashMap::new()),
+            addrs: Mutex::new(self.others.iter().copied().collect()),
+        });
         for (peer, addr, rx) in self.receivers {
-            let ctx = Outbound {
-                node_id: self.node_id,
-                source: listen,
-                peer,
-                addr,
-                secret: secret.clone(),
-                rx,
-                store: store.clone(),
-                health: self.health.clone(),
-                stop: stop.clone(),
-            };
-            std::thread::Builder::new().name(format!("duet-peer-{peer}")).spawn(move || ctx.run())?;
+            dynamic.start_peer(peer, addr, rx)?;
+        }
+        {
+            let d = dynamic.clone();
+            std::thread::Builder::new().name("duet-peer-members".into()).spawn(move || d.watch())?;
         }
         let inbound = Inbound {
             node_id: self.node_id,
@@ -330,10 +362,12 @@ impl Peers {
             health: self.health.clone(),
             stop: stop.clone(),
             open: AtomicUsize::new(0),
+            snapshots: snapshots.clone(),
         };
         std::thread::Builder::new().name("duet-peer-listen".into()).spawn(move || inbound.accept(listener))?;
         tracing::info!(addr = %listen, node = self.node_id, "cluster transport listening");
         Ok(PeersHandle {
+            snapshots,
             stop,
             handlers: self.handlers,
             sender: PeerSender { senders: self.senders, health: self.health.clone() },
@@ -343,7 +377,7 @@ impl Peers {
     }
 }
 
-fn nonce() -> [u8; NONCE_LEN] {
+pub(crate) fn nonce() -> [u8; NONCE_LEN] {
     let mut n = [0u8; NONCE_LEN];
     rand::rngs::OsRng.fill_bytes(&mut n);
     n
@@ -351,7 +385,7 @@ fn nonce() -> [u8; NONCE_LEN] {
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]
-enum LinkError {
+pub(crate) enum LinkError {
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -366,7 +400,7 @@ enum LinkError {
 
 /// Runs a handshake on `stream` to its end: the session and any bytes of
 /// frames that followed the peer's proof (already in the receiver).
-fn handshake(stream: &mut TcpStream, mut hs: Handshake) -> Result<Session, LinkError> {
+pub(crate) fn handshake(stream: &mut TcpStream, mut hs: Handshake) -> Result<Session, LinkError> {
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     stream.write_all(&hs.hello())?;
     let mut buf = [0u8; 512];
@@ -400,7 +434,7 @@ fn handshake(stream: &mut TcpStream, mut hs: Handshake) -> Result<Session, LinkE
 /// Connects to `to` from `source`'s address (not its port) when this node
 /// listens on one address: the peer sees, and logs, the node's cluster
 /// address.
-fn dial(source: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+pub(crate) fn dial(source: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     if source.ip().is_unspecified() || source.is_ipv4() != to.is_ipv4() {
         return TcpStream::connect_timeout(&to, CONNECT_TIMEOUT);
     }
@@ -408,6 +442,115 @@ fn dial(source: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
     sock.bind(&SocketAddr::new(source.ip(), 0).into())?;
     sock.connect_timeout(&to.into(), CONNECT_TIMEOUT)?;
     Ok(sock.into())
+}
+
+/// The transport's peers follow raft's configuration: a voter added by a
+/// membership change (its address recorded with it) gets a queue and an
+/// outbound connection, and may connect in; a removed one loses them.
+struct Membership {
+    node_id: u64,
+    source: SocketAddr,
+    secret: Arc<[u8]>,
+    store: StoreHandle,
+    health: Arc<PeerHealth>,
+    stop: Arc<AtomicBool>,
+    snapshots: Option<Arc<Snapshots>>,
+    senders: Senders,
+    members: Arc<RwLock<Vec<u64>>>,
+    peer_stops: Mutex<HashMap<u64, Arc<AtomicBool>>>,
+    /// Every address known: the configured peers, then those membership
+    /// changes recorded.
+    addrs: Mutex<HashMap<u64, SocketAddr>>,
+}
+
+impl Membership {
+    fn start_peer(&self, peer: u64, addr: SocketAddr, rx: flume::Receiver<Outgoing>) -> std::io::Result<()> {
+        let peer_stop = Arc::new(AtomicBool::new(false));
+        if let Ok(mut m) = self.members.write() {
+            if !m.contains(&peer) {
+                m.push(peer);
+                m.sort_unstable();
+            }
+        }
+        if let Some(s) = &self.snapshots {
+            s.set_addr(peer, addr);
+        }
+        if let Ok(mut p) = self.peer_stops.lock() {
+            p.insert(peer, peer_stop.clone());
+        }
+        let ctx = Outbound {
+            node_id: self.node_id,
+            source: self.source,
+            peer,
+            addr,
+            secret: self.secret.clone(),
+            rx,
+            store: self.store.clone(),
+            health: self.health.clone(),
+            stop: self.stop.clone(),
+            peer_stop,
+            snapshots: self.snapshots.clone(),
+        };
+        std::thread::Builder::new().name(format!("duet-peer-{peer}")).spawn(move || ctx.run())?;
+        Ok(())
+    }
+
+    fn add(&self, peer: u64, addr: SocketAddr) {
+        let (tx, rx) = flume::bounded(PEER_QUEUE_MAX);
+        if let Ok(mut s) = self.senders.write() {
+            s.insert(peer, tx);
+        }
+        tracing::info!(peer, addr = %addr, "cluster: node {peer} is a voter now: connecting to {addr}");
+        if let Err(e) = self.start_peer(peer, addr, rx) {
+            tracing::error!(peer, "cluster: cannot start the connection to node {peer}: {e}");
+        }
+    }
+
+    fn remove(&self, peer: u64) {
+        tracing::info!(peer, "cluster: node {peer} is no longer a voter: its connections close");
+        if let Some(stop) = self.peer_stops.lock().ok().and_then(|mut p| p.remove(&peer)) {
+            stop.store(true, Ordering::Relaxed);
+        }
+        if let Ok(mut s) = self.senders.write() {
+            s.remove(&peer);
+        }
+        if let Ok(mut m) = self.members.write() {
+            m.retain(|p| *p != peer);
+        }
+    }
+
+    /// Every second: the peers are raft's voters (both halves of a joint
+    /// configuration), this node aside.
+    fn watch(&self) {
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_secs(1));
+            let Ok(QueryAnswer::Raft(raft)) = self.store.query_blocking(Query::RaftStatus) else { continue };
+            if let Ok(QueryAnswer::Members(m)) = self.store.query_blocking(Query::Members) {
+                if let Ok(mut addrs) = self.addrs.lock() {
+                    for (id, a) in m {
+                        if let Ok(a) = a.parse() {
+                            addrs.insert(id, a);
+                        }
+                    }
+                }
+            }
+            let target: Vec<u64> = raft.voters.iter().copied().filter(|v| *v != self.node_id).collect();
+            if target.is_empty() {
+                continue;
+            }
+            let have: Vec<u64> = self.senders.read().map(|s| s.keys().copied().collect()).unwrap_or_default();
+            for id in target.iter().filter(|id| !have.contains(id)) {
+                let addr = self.addrs.lock().ok().and_then(|a| a.get(id).copied());
+                match addr {
+                    Some(a) => self.add(*id, a),
+                    None => tracing::warn!(peer = id, "cluster: node {id} is a voter but its address is unknown here"),
+                }
+            }
+            for id in have.iter().filter(|id| !target.contains(id)) {
+                self.remove(*id);
+            }
+        }
+    }
 }
 
 struct Outbound {
@@ -421,14 +564,21 @@ struct Outbound {
     store: StoreHandle,
     health: Arc<PeerHealth>,
     stop: Arc<AtomicBool>,
+    /// This peer left the configuration.
+    peer_stop: Arc<AtomicBool>,
+    snapshots: Option<Arc<Snapshots>>,
 }
 
 impl Outbound {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed) || self.peer_stop.load(Ordering::Relaxed)
+    }
+
     fn run(self) {
         let mut backoff = BACKOFF_MIN;
         // Log a failing peer once per outage, not once per attempt.
         let mut logged_down = false;
-        while !self.stop.load(Ordering::Relaxed) {
+        while !self.stopped() {
             match self.connect() {
                 Ok((stream, session)) => {
                     tracing::info!(peer = self.peer, addr = %self.addr, "cluster: connected to node {}", self.peer);
@@ -436,7 +586,7 @@ impl Outbound {
                     backoff = BACKOFF_MIN;
                     let e = self.send_loop(stream, session);
                     self.health.set(self.peer, false);
-                    if self.stop.load(Ordering::Relaxed) {
+                    if self.stopped() {
                         break;
                     }
                     tracing::warn!(peer = self.peer, addr = %self.addr, "cluster: connection to node {} lost: {e}", self.peer);
@@ -460,7 +610,7 @@ impl Outbound {
             // (raft sends what is still needed).
             let deadline = Instant::now() + backoff;
             while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-                if self.stop.load(Ordering::Relaxed) {
+                if self.stopped() {
                     return;
                 }
                 let _ = self.rx.recv_timeout(left.min(Duration::from_millis(100)));
@@ -490,12 +640,15 @@ impl Outbound {
         let mut last_status: Option<Instant> = None;
         let (mut frames, mut bytes) = (0u64, 0u64);
         loop {
-            if self.stop.load(Ordering::Relaxed) {
+            if self.stopped() {
                 return LinkError::Closed;
             }
             out.clear();
             let status_due = last_status.is_none_or(|t| t.elapsed() >= STATUS_EVERY);
             if status_due {
+                if let Some(s) = &self.snapshots {
+                    s.check_unasked(self.peer);
+                }
                 let payload = admin_wire::encode_status(&self.health.local());
                 match session.sender.frame(FrameKind::Status, &payload) {
                     Ok(f) => out.extend_from_slice(&f),
@@ -523,6 +676,12 @@ impl Outbound {
                     for m in batch {
                         let (kind, payload) = match m {
                             Outgoing::Raft(m) => match m.write_to_bytes() {
+                                Ok(b) if m.get_msg_type() == duet_cluster::raft_node::RaftMessageType::MsgSnapshot => {
+                                    if let Some(s) = &self.snapshots {
+                                        s.sent_to(self.peer);
+                                    }
+                                    (FrameKind::Raft, b)
+                                }
                                 Ok(b) => (FrameKind::Raft, b),
                                 Err(e) => return LinkError::Undecodable(e.to_string()),
                             },
@@ -558,7 +717,7 @@ impl Outbound {
 
 struct Inbound {
     node_id: u64,
-    members: Vec<u64>,
+    members: Arc<RwLock<Vec<u64>>>,
     secret: Arc<[u8]>,
     store: StoreHandle,
     handlers: Handlers,
@@ -566,6 +725,7 @@ struct Inbound {
     stop: Arc<AtomicBool>,
     /// Inbound connections being served.
     open: AtomicUsize,
+    snapshots: Option<Arc<Snapshots>>,
 }
 
 impl Inbound {
@@ -603,7 +763,8 @@ impl Inbound {
 
     fn serve(&self, mut stream: TcpStream, addr: String) {
         let _ = stream.set_nodelay(true);
-        let hs = match Handshake::responder(&self.secret, self.node_id, &self.members, nonce()) {
+        let members = self.members.read().map(|m| m.clone()).unwrap_or_default();
+        let hs = match Handshake::responder(&self.secret, self.node_id, &members, nonce()) {
             Ok(h) => h,
             Err(e) => {
                 tracing::error!("cluster: {e}");
@@ -653,6 +814,14 @@ impl Inbound {
                 match frame.kind {
                     FrameKind::Raft => {}
                     FrameKind::Ping => continue,
+                    FrameKind::Snapshot => {
+                        // A follower's request for an image: this
+                        // connection is the transfer's, and ends with it.
+                        if let Some(s) = &self.snapshots {
+                            s.serve(stream, &mut session, &frame.payload);
+                        }
+                        return LinkError::Closed;
+                    }
                     FrameKind::Status => {
                         // Never acted on when undecodable: dropped, counted.
                         match admin_wire::decode_status(&frame.payload) {
@@ -685,6 +854,15 @@ impl Inbound {
                 };
                 if m.from != peer || m.to != self.node_id {
                     return LinkError::WrongSender { claimed: m.from, to: m.to, peer };
+                }
+                if m.get_msg_type() == duet_cluster::raft_node::RaftMessageType::MsgSnapshot {
+                    // Its data is a token: the image comes on a connection
+                    // of its own, and is installed at the next start.
+                    match &self.snapshots {
+                        Some(s) => s.wanted(peer, m),
+                        None => tracing::warn!(peer, "cluster: a raft snapshot from node {peer} is dropped: snapshots are not enabled"),
+                    }
+                    continue;
                 }
                 // A full store queue drops it; raft retries.
                 let _ = self.store.step(m);
@@ -737,7 +915,7 @@ mod tests {
         // A full queue drops and counts; an unknown peer is refused.
         let (tx, _rx) = flume::bounded(1);
         let health = Arc::new(PeerHealth::default());
-        let s = PeerSender { senders: HashMap::from([(3u64, tx)]), health: health.clone() };
+        let s = PeerSender { senders: Arc::new(RwLock::new(HashMap::from([(3u64, tx)]))), health: health.clone() };
         assert!(s.send(3, FrameKind::Admin, vec![1]));
         assert!(!s.send(3, FrameKind::Admin, vec![2]));
         assert!(!s.send(9, FrameKind::Admin, vec![3]));

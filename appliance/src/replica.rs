@@ -136,9 +136,6 @@ struct PushWait {
 /// This node's side of replication.
 pub struct Replica {
     sender: PeerSender,
-    /// The other voters.
-    peers: Vec<u64>,
-    needed: usize,
     waits: RefCell<HashMap<ExtentId, PushWait>>,
     /// Per peer: push bytes sent and not acknowledged or given up.
     unacked: RefCell<HashMap<u64, u64>>,
@@ -150,11 +147,8 @@ pub struct Replica {
 
 impl Replica {
     pub fn new(link: &ReplicaLink) -> Rc<Replica> {
-        let peers = link.sender.peers();
         Rc::new(Replica {
             sender: link.sender.clone(),
-            needed: acks_needed(peers.len() + 1),
-            peers,
             waits: Default::default(),
             unacked: Default::default(),
             fetches: Default::default(),
@@ -162,6 +156,12 @@ impl Replica {
             inbound_bytes: link.inbound_bytes.clone(),
             counters: link.counters.clone(),
         })
+    }
+
+    /// Acknowledgements a majority needs besides this node, for the voters
+    /// the transport has now (membership changes add and remove peers).
+    fn needed(&self) -> usize {
+        acks_needed(self.sender.peers().len() + 1)
     }
 
     /// Sends `extent` to every other voter (those within their bound of
@@ -172,7 +172,7 @@ impl Replica {
         let mut sent = BTreeSet::new();
         {
             let mut unacked = self.unacked.borrow_mut();
-            for &p in &self.peers {
+            for p in self.sender.peers() {
                 let u = unacked.entry(p).or_default();
                 if *u + len > PUSH_BYTES_MAX {
                     self.counters.pushes_skipped.fetch_add(1, Ordering::Relaxed);
@@ -203,7 +203,7 @@ impl Replica {
             let rx = {
                 let waits = self.waits.borrow();
                 match waits.get(e) {
-                    Some(w) if w.acked.len() >= self.needed => continue,
+                    Some(w) if w.acked.len() >= self.needed() => continue,
                     Some(w) => w.rx.clone(),
                     None => continue,
                 }
@@ -216,20 +216,20 @@ impl Replica {
             .await;
             if !got {
                 let acked = self.waits.borrow().get(e).map(|w| w.acked.len()).unwrap_or(0);
-                if acked < self.needed {
+                if acked < self.needed() {
                     self.counters.majority_timeouts.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         origin = e.origin,
                         seq = e.seq,
                         acked,
-                        needed = self.needed,
+                        needed = self.needed(),
                         "write cache: no majority holds the extent within {PUSH_WAIT:?}; the batch fails, nothing proposed"
                     );
                     result = Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!(
                             "write data not durable on a majority within {PUSH_WAIT:?} ({acked} of {} other voters acknowledged)",
-                            self.needed
+                            self.needed()
                         ),
                     ));
                     break;
@@ -269,7 +269,7 @@ impl Replica {
         if let Some(u) = self.unacked.borrow_mut().get_mut(&from) {
             *u = u.saturating_sub(w.len);
         }
-        if w.acked.len() >= self.needed {
+        if w.acked.len() >= self.needed() {
             let _ = w.done.try_send(());
         }
     }
@@ -278,8 +278,9 @@ impl Replica {
     /// the others, [`FETCH_WAIT`] each. The bytes, or an error when none
     /// sent them (the caller retries later).
     pub async fn fetch(&self, extent: ExtentId, range: FetchRange) -> io::Result<Vec<u8>> {
-        let mut order: Vec<u64> = self.peers.iter().copied().filter(|p| *p == extent.origin).collect();
-        order.extend(self.peers.iter().copied().filter(|p| *p != extent.origin));
+        let peers = self.sender.peers();
+        let mut order: Vec<u64> = peers.iter().copied().filter(|p| *p == extent.origin).collect();
+        order.extend(peers.iter().copied().filter(|p| *p != extent.origin));
         let payload = Message::Fetch { extent, range }.encode();
         let mut tried = Vec::new();
         for p in order {

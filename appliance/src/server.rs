@@ -273,6 +273,27 @@ fn default_share(cfg: &Config) -> ShareRecord {
     }
 }
 
+/// A node of a multi-node cluster whose write log has no extent sequence
+/// floor yet (a new node, or one whose data directory was emptied) cannot
+/// know which sequences an earlier incarnation under the same node id
+/// named: other nodes may still hold copies, or queued records, named by
+/// them, and a reused name would mean other bytes. Its floor starts at
+/// the wall clock in microseconds since 1970, above anything an earlier
+/// incarnation reached unless it named more than one extent per
+/// microsecond of its life (each start reserves 2^20 above the last).
+fn new_log_floor(data_dir: &std::path::Path) -> std::io::Result<()> {
+    let wal = data_dir.join("wal");
+    if wal.join(crate::datapath::SEQ_FLOOR_FILE).exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&wal)?;
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    crate::datapath::write_floor(&wal, micros.max(1))
+}
+
 /// A running appliance.
 pub struct Running {
     fronts: Vec<(flume::Sender<()>, glommio::ExecutorJoinHandle<()>)>,
@@ -308,9 +329,21 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         let listen = cfg.cluster.listen.parse().map_err(|_| StartError::Other("cluster.listen: not an address".into()))?;
         let voters: Vec<(u64, std::net::SocketAddr)> = cluster.voters.iter().map(|p| (p.id, p.addr)).collect();
         let peers = Peers::new(cfg.node_id, listen, &voters, secret);
-        let group = Group::Voters { voters: voters.iter().map(|v| v.0).collect(), outbox: peers.outbox() };
-        let store = Store::open_group(&metadata_dir(&cfg.data_dir), cfg.node_id, group)?;
-        let handle = peers.start(store.handle())?;
+        let group = if cfg.cluster.join {
+            // The others: this node waits to be added by them.
+            let others = voters.iter().map(|v| v.0).filter(|id| *id != cfg.node_id).collect();
+            Group::Join { voters: others, outbox: peers.outbox() }
+        } else {
+            Group::Voters { voters: voters.iter().map(|v| v.0).collect(), outbox: peers.outbox() }
+        };
+        // A raft snapshot received before a restart is installed first
+        // (crash-atomic: the old state or the new, never a mix).
+        duet_cluster_store::snapshot::install_pending(&cfg.data_dir)
+            .map_err(|e| StartError::Other(format!("installing a raft snapshot: {e}")))?;
+        new_log_floor(&cfg.data_dir).map_err(|e| StartError::Other(format!("write log: {e}")))?;
+        let options = duet_cluster_store::StoreOptions { log_retain: cfg.cluster.log_retain };
+        let store = Store::open_group_with(&metadata_dir(&cfg.data_dir), cfg.node_id, group, options)?;
+        let handle = peers.start_with(store.handle(), Some((cfg.data_dir.clone(), cfg.testing.snapshot_corrupt)))?;
         (store, Some(handle))
     } else {
         (Store::open(&metadata_dir(&cfg.data_dir), cfg.node_id)?, None)
@@ -356,6 +389,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         cluster: ClusterInfo {
             voters: cluster.voters.iter().map(|p| (p.id, p.addr.to_string())).collect(),
             health: peers.as_ref().map(|p| p.health.clone()),
+            snapshots: peers.as_ref().and_then(|p| p.snapshots.clone()),
         },
         local_token,
     };

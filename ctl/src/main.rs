@@ -167,6 +167,23 @@ enum ClusterCmd {
         /// The voter to make leader
         id: u64,
     },
+    /// Add voter ID, whose `[cluster] listen` is ADDR (ADDRESS:PORT); start
+    /// it with `[cluster] join = true` (docs/cluster.md). Waits until the
+    /// change is applied (at most 10 s); exit status 4 if ID is a voter
+    /// or another change is in progress
+    Add {
+        /// The new voter's id
+        id: u64,
+        /// Its cluster address, ADDRESS:PORT
+        #[arg(value_name = "ADDR")]
+        cluster_addr: String,
+    },
+    /// Remove voter ID (not the last one); exit status 3 if ID is not a
+    /// voter, 4 if another change is in progress
+    Remove {
+        /// The voter to remove
+        id: u64,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -394,6 +411,10 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
         Command::Cluster(ClusterCmd::TransferLeader { id }) => {
             ready(AdminRequest::TransferLeader(duet_admin_api::LeaderTransfer { to: *id }))
         }
+        Command::Cluster(ClusterCmd::Add { id, cluster_addr }) => {
+            ready(AdminRequest::MemberAdd(duet_admin_api::MemberAdd { id: *id, addr: cluster_addr.clone() }))
+        }
+        Command::Cluster(ClusterCmd::Remove { id }) => ready(AdminRequest::MemberRemove(*id)),
         Command::Stats => ready(AdminRequest::Stats),
         Command::Fsck => ready(AdminRequest::Fsck),
         Command::Audit { .. } => ready(AdminRequest::Audit),
@@ -698,6 +719,9 @@ fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
     let fsck_failed = matches!(&reply.response, AdminResponse::Fsck(r) if !r.problems.is_empty());
     let unhealthy = match &reply.response {
         AdminResponse::Status(s) => s.problems(),
+        // A membership change that applied succeeded, whatever the new
+        // node's health right after it.
+        AdminResponse::Cluster(_) if matches!(request, AdminRequest::MemberAdd(_) | AdminRequest::MemberRemove(_)) => Vec::new(),
         AdminResponse::Cluster(c) => c.problems(),
         _ => Vec::new(),
     };
@@ -733,6 +757,12 @@ fn human(request: &AdminRequest, response: &AdminResponse, last: usize) -> Strin
         (_, AdminResponse::Status(s)) => output::status(s),
         (AdminRequest::TransferLeader(t), AdminResponse::Cluster(c)) => {
             format!("node {} is the leader now (term {})\n{}", t.to, c.term, output::cluster(c))
+        }
+        (AdminRequest::MemberAdd(m), AdminResponse::Cluster(c)) => {
+            format!("added node {} ({}); voters now {:?}\n{}", m.id, m.addr, c.voters, output::cluster(c))
+        }
+        (AdminRequest::MemberRemove(id), AdminResponse::Cluster(c)) => {
+            format!("removed node {id}; voters now {:?}\n{}", c.voters, output::cluster(c))
         }
         (_, AdminResponse::Cluster(c)) => output::cluster(c),
         (_, AdminResponse::Shares(s)) => output::share_list(s),

@@ -93,6 +93,10 @@ pub enum FrameKind {
     /// The sender's raft progress (applied index, term, commit), sent
     /// periodically ([`crate::admin_wire::NodeStatus`], versioned).
     Status = 6,
+    /// A raft snapshot transfer on a connection of its own: the
+    /// follower's request, then the leader's image in pieces and the
+    /// follower's verdict (the appliance's `snapshot.rs`, versioned).
+    Snapshot = 7,
 }
 
 impl FrameKind {
@@ -104,6 +108,7 @@ impl FrameKind {
             4 => Some(FrameKind::Forward),
             5 => Some(FrameKind::Admin),
             6 => Some(FrameKind::Status),
+            7 => Some(FrameKind::Snapshot),
             _ => None,
         }
     }

@@ -12,12 +12,14 @@
 //! index, so only an applied entry with both equal is the proposal's
 //! (see [`crate::waiters`]).
 
-use raft::eraftpb::{ConfState, Entry, HardState, Message, Snapshot};
+use raft::eraftpb::{Entry, HardState, Message, Snapshot};
 use raft::storage::MemStorage;
 use raft::{Config, RawNode};
 
 pub use raft::eraftpb::Entry as RaftEntry;
 pub use raft::eraftpb::Message as RaftMessage;
+pub use raft::eraftpb::MessageType as RaftMessageType;
+pub use raft::eraftpb::{ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, ConfState};
 
 /// Applied entries a multi-voter group keeps in memory for followers that
 /// lag (a one-voter group keeps none).
@@ -116,6 +118,13 @@ impl RaftNode {
         Self::build_with(id, voters, rec, MEMBER_ELECTION_TICK, true, Some(election_tick.max(MEMBER_ELECTION_TICK)))
     }
 
+    /// As [`RaftNode::member`], with the configuration `conf` (the one
+    /// the store recorded when it last applied a membership change, which
+    /// may be joint; this node need not be in it).
+    pub fn member_conf(id: u64, conf: ConfState, rec: Recovered) -> Result<Self, raft::Error> {
+        Self::build_conf(id, conf, rec, MEMBER_ELECTION_TICK, true, None)
+    }
+
     fn build(id: u64, voters: &[u64], rec: Recovered, election_tick: usize, guards: bool) -> Result<Self, raft::Error> {
         Self::build_with(id, voters, rec, election_tick, guards, None)
     }
@@ -128,7 +137,18 @@ impl RaftNode {
         guards: bool,
         fixed_timeout: Option<usize>,
     ) -> Result<Self, raft::Error> {
-        let conf = || ConfState::from((voters.to_vec(), vec![]));
+        Self::build_conf(id, ConfState::from((voters.to_vec(), vec![])), rec, election_tick, guards, fixed_timeout)
+    }
+
+    fn build_conf(
+        id: u64,
+        conf_state: ConfState,
+        rec: Recovered,
+        election_tick: usize,
+        guards: bool,
+        fixed_timeout: Option<usize>,
+    ) -> Result<Self, raft::Error> {
+        let conf = || conf_state.clone();
         let storage = MemStorage::new_with_conf_state(conf());
         {
             let mut w = storage.wl();
@@ -251,6 +271,48 @@ impl RaftNode {
         Ok(Proposed { term, index })
     }
 
+    /// Proposes a membership change on the leader (`context` goes into the
+    /// entry: the caller's tag, to recognise its application). Refused
+    /// (`ProposalDropped`) on a follower and while another change is
+    /// pending (raft-rs would turn it into an empty entry and say Ok).
+    pub fn propose_conf_change(&mut self, context: Vec<u8>, cc: ConfChangeV2) -> Result<Proposed, raft::Error> {
+        if !self.is_leader() || self.has_pending_conf() {
+            return Err(raft::Error::ProposalDropped);
+        }
+        let before = self.last_index();
+        self.raw.propose_conf_change(context, cc)?;
+        let index = self.last_index();
+        if index != before + 1 || self.raw.raft.pending_conf_index != index {
+            return Err(raft::Error::ProposalDropped);
+        }
+        let term = self.raw.raft.raft_log.term(index)?;
+        Ok(Proposed { term, index })
+    }
+
+    /// A membership change proposed and not yet applied.
+    pub fn has_pending_conf(&self) -> bool {
+        self.raw.raft.has_pending_conf()
+    }
+
+    /// Applies a committed membership change (in log order, once): the
+    /// configuration it leads to (joint after an explicit enter).
+    pub fn apply_conf_change(&mut self, cc: &ConfChangeV2) -> Result<ConfState, raft::Error> {
+        let cs = self.raw.apply_conf_change(cc)?;
+        // The storage's configuration is what snapshots carry.
+        self.raw.mut_store().wl().set_conf_state(cs.clone());
+        Ok(cs)
+    }
+
+    /// The configuration raft is in.
+    pub fn conf_state(&self) -> ConfState {
+        self.raw.raft.prs().conf().to_conf_state()
+    }
+
+    /// Whether the configuration is joint (a change entered, not left).
+    pub fn is_joint(&self) -> bool {
+        !self.conf_state().get_voters_outgoing().is_empty()
+    }
+
     /// Asks for a read index (Raft thesis section 6.4, raft-rs
     /// `ReadOnlyOption::Safe`): the leader records its commit index and
     /// confirms with a quorum's heartbeat that it still leads; a follower
@@ -285,6 +347,23 @@ impl RaftNode {
     /// instead of streaming entries to it).
     pub fn report_unreachable(&mut self, id: u64) {
         self.raw.report_unreachable(id);
+    }
+
+    /// The transfer of the snapshot raft asked to send to `id` (a
+    /// `MsgSnapshot`) ended: `ok` when the follower received and checked
+    /// the whole image. raft-rs keeps that follower paused until told
+    /// (then probes it again, from the snapshot's index on success).
+    pub fn report_snapshot(&mut self, id: u64, ok: bool) {
+        let status = if ok { raft::SnapshotStatus::Finish } else { raft::SnapshotStatus::Failure };
+        self.raw.report_snapshot(id, status);
+    }
+
+    /// Keeps the last `retain` applied entries in memory for followers that
+    /// lag (default [`LOG_RETAIN_MULTI`] for a multi-voter group); one
+    /// further behind is sent a snapshot. At least 1.
+    pub fn with_retain(mut self, retain: u64) -> Self {
+        self.retain = retain.max(1);
+        self
     }
 
     /// On the leader: each voter's matched index (the last entry raft

@@ -1,0 +1,194 @@
+//! Membership changes of a multi-voter store (`StoreHandle::change_membership`):
+//! four real stores (RocksDB, raft-rs) in one process, their outboxes wired
+//! to each other's `step` (a protobuf round trip, as the transport does).
+//! Node 4 joins (`Group::Join`) the group formed by 1-3: the leader adds it
+//! with a ConfChangeV2 that enters the joint configuration and an explicit
+//! leave, both tagged; it catches up and applies what the others do; bad
+//! requests are refused with nothing proposed; a restarted member keeps the
+//! recorded configuration over its configured list; node 4 is removed and
+//! the three voters go on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use duet_cluster::raft_node::RaftMessage;
+use duet_cluster_store::{Group, MemberChange, Outbox, Query, QueryAnswer, RaftStatus, Store, StoreError, StoreHandle};
+use duet_fs::{Batch, CreateKind, Credentials, IfExists, ObjRef, Op, OpOutput, SetAttrs, ROOT_ID};
+use protobuf::Message as _;
+
+type Handles = Arc<Mutex<Vec<Option<StoreHandle>>>>;
+
+fn outbox(handles: &Handles, cut: &Arc<AtomicU64>) -> Outbox {
+    let (tx, rx) = flume::unbounded::<Vec<RaftMessage>>();
+    let (hs, cut) = (handles.clone(), cut.clone());
+    std::thread::spawn(move || {
+        for msgs in rx.iter() {
+            for m in msgs {
+                let m = RaftMessage::parse_from_bytes(&m.write_to_bytes().unwrap()).unwrap();
+                let c = cut.load(Ordering::Relaxed);
+                if c != 0 && (m.to == c || m.from == c) {
+                    continue;
+                }
+                let h = hs.lock().unwrap().get(m.to as usize - 1).cloned().flatten();
+                if let Some(h) = h {
+                    h.step(m);
+                }
+            }
+        }
+    });
+    Box::new(move |m| {
+        let _ = tx.send(m);
+    })
+}
+
+fn status(h: &StoreHandle) -> RaftStatus {
+    match h.query_blocking(Query::RaftStatus).unwrap() {
+        QueryAnswer::Raft(r) => r,
+        _ => unreachable!(),
+    }
+}
+
+fn wait(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}: not within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mkdir(name: &str) -> Batch {
+    let mut b = Batch::new(Credentials::root(), 1_000);
+    b.push(Op::Create {
+        dir: ObjRef::Id(ROOT_ID),
+        name: name.into(),
+        kind: CreateKind::Directory,
+        attrs: SetAttrs { mode: Some(0o755), ..Default::default() },
+        if_exists: IfExists::Fail,
+    });
+    b
+}
+
+#[test]
+fn a_fourth_node_is_added_then_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let handles: Handles = Arc::new(Mutex::new(vec![None; 4]));
+    let cut = Arc::new(AtomicU64::new(0));
+    let mut stores: Vec<Option<Store>> = Vec::new();
+    for id in 1..=3u64 {
+        let group = Group::Voters { voters: vec![1, 2, 3], outbox: outbox(&handles, &cut) };
+        let s = Store::open_group(&tmp.path().join(format!("n{id}")), id, group).unwrap();
+        handles.lock().unwrap()[id as usize - 1] = Some(s.handle());
+        stores.push(Some(s));
+    }
+    let h = |id: u64| handles.lock().unwrap()[id as usize - 1].clone().unwrap();
+    let leader = || -> u64 {
+        let mut l = 0;
+        wait("a leader", || {
+            l = (1..=3).map(|id| status(&h(id))).find(|r| r.leader).map(|r| r.node_id).unwrap_or(0);
+            l != 0
+        });
+        l
+    };
+    let l = leader();
+    h(l).command_blocking(duet_cluster::records::Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
+    for i in 0..5 {
+        h(l).batch_blocking(mkdir(&format!("before{i}"))).unwrap();
+    }
+
+    // Refused, nothing proposed.
+    let follower = if l == 1 { 2 } else { 1 };
+    assert!(matches!(h(follower).change_membership_blocking(MemberChange::Add(4, "127.0.0.14:7446".into())), Err(StoreError::NotLeader { .. })));
+    let before = status(&h(l)).last_index;
+    for (change, want) in [
+        (MemberChange::Add(9, "no-port".into()), "not an ADDRESS:PORT"),
+        (MemberChange::Add(l, "127.0.0.1:1".into()), "already a voter"),
+        (MemberChange::Remove(9), "not a voter"),
+        (MemberChange::Add(0, "127.0.0.1:1".into()), "start at 1"),
+    ] {
+        match h(l).change_membership_blocking(change.clone()) {
+            Err(StoreError::Membership { message: m, .. }) => assert!(m.contains(want), "{change:?}: {m}"),
+            other => panic!("{change:?}: {other:?}"),
+        }
+    }
+    assert_eq!(status(&h(l)).last_index, before, "a refused change proposes nothing");
+
+    // Node 4 joins: it waits, then is added.
+    let group = Group::Join { voters: vec![1, 2, 3], outbox: outbox(&handles, &cut) };
+    let s4 = Store::open_group(&tmp.path().join("n4"), 4, group).unwrap();
+    handles.lock().unwrap()[3] = Some(s4.handle());
+    stores.push(Some(s4));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!status(&h(4)).leader, "a joining node does not campaign");
+    // Two changes at once: one is refused as in progress (or both pass in turn).
+    let (h1, h2) = (h(l), h(l));
+    let a = std::thread::spawn(move || h1.change_membership_blocking(MemberChange::Add(4, "127.0.0.14:7446".into())));
+    let b = std::thread::spawn(move || h2.change_membership_blocking(MemberChange::Remove(4)));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    eprintln!("add: {a:?}; a concurrent remove: {b:?}");
+    assert_eq!(a.unwrap(), vec![1, 2, 3, 4]);
+    match b {
+        Err(StoreError::Membership { message: m, .. }) => assert!(m.contains("in progress") || m.contains("not a voter"), "{m}"),
+        other => panic!("the concurrent remove: {other:?}"),
+    }
+    for id in 1..=4 {
+        wait("every node has the new configuration", || status(&h(id)).voters == vec![1, 2, 3, 4]);
+    }
+    for id in 1..=4 {
+        match h(id).query_blocking(Query::Members).unwrap() {
+            QueryAnswer::Members(m) => assert_eq!(m, vec![(4, "127.0.0.14:7446".to_string())], "node {id}"),
+            _ => unreachable!(),
+        }
+    }
+    h(l).batch_blocking(mkdir("with4")).unwrap();
+    let target = status(&h(l)).applied_index;
+    wait("node 4 applies everything", || status(&h(4)).applied_index >= target);
+    let lookup = |id: u64, name: &str| {
+        let mut b = Batch::new(Credentials::root(), 2_000);
+        b.push(Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: name.into() });
+        h(id).batch_blocking(b).map(|o| matches!(o.applied.results[0], Ok(OpOutput::Object { .. })))
+    };
+    wait("node 4 serves what was made before it joined", || lookup(4, "before3").unwrap_or(false));
+
+    // A restarted member keeps the recorded configuration, not its list.
+    let r = if l == 3 { 2 } else { 3 };
+    handles.lock().unwrap()[r as usize - 1] = None;
+    stores[r as usize - 1].take().unwrap().shutdown();
+    let group = Group::Voters { voters: vec![1, 2, 3], outbox: outbox(&handles, &cut) };
+    let s = Store::open_group(&tmp.path().join(format!("n{r}")), r, group).unwrap();
+    handles.lock().unwrap()[r as usize - 1] = Some(s.handle());
+    stores[r as usize - 1] = Some(s);
+    assert_eq!(status(&h(r)).voters, vec![1, 2, 3, 4], "the recorded configuration wins");
+
+    // Node 4 is removed; the three go on.
+    let l = {
+        let mut l = 0;
+        wait("a leader", || {
+            l = (1..=4).map(|id| status(&h(id))).find(|r| r.leader).map(|r| r.node_id).unwrap_or(0);
+            l != 0
+        });
+        l
+    };
+    let mut removed = None;
+    wait("node 4 removed", || match h(l).change_membership_blocking(MemberChange::Remove(4)) {
+        Ok(v) => {
+            removed = Some(v);
+            true
+        }
+        Err(StoreError::Membership { message: m, .. }) if m.contains("in progress") => false,
+        Err(e) => panic!("remove: {e}"),
+    });
+    assert_eq!(removed.unwrap(), vec![1, 2, 3]);
+    for id in 1..=3 {
+        wait("the three have the configuration", || status(&h(id)).voters == vec![1, 2, 3]);
+        wait("the address is forgotten", || matches!(h(id).query_blocking(Query::Members).unwrap(), QueryAnswer::Members(m) if m.is_empty()));
+    }
+    cut.store(4, Ordering::Relaxed);
+    let l = (1..=3).map(|id| status(&h(id))).find(|r| r.leader).map(|r| r.node_id).unwrap_or(l);
+    h(l).batch_blocking(mkdir("after4")).unwrap();
+    match h(l).change_membership_blocking(MemberChange::Remove(4)) {
+        Err(StoreError::Membership { message: m, .. }) => assert!(m.contains("not a voter"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    handles.lock().unwrap().clear();
+}

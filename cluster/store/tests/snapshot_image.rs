@@ -1,0 +1,215 @@
+//! Raft snapshot images (`duet_cluster_store::snapshot`) on real RocksDB
+//! and real files: an image made from a checkpoint holds the replicated
+//! keys and the chunk files, never the raft log, the hard state or
+//! node-local records; a truncated, corrupt or padded image is refused;
+//! an install keeps the installing node's own records; a crash (abort of
+//! a child process) at each step of an install, then a start, gives the
+//! whole new state; an image refused at install leaves the old state.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use duet_cluster::keys;
+use duet_cluster_store::snapshot::{self, ImageHeader};
+use rocksdb::{Options, DB};
+
+fn open(p: &Path) -> DB {
+    let mut o = Options::default();
+    o.create_if_missing(true);
+    DB::open(&o, p).unwrap()
+}
+
+/// The leader's data directory: state at index 100, a chunk file; returns
+/// the image bytes made from a checkpoint of it.
+fn leader_image(root: &Path) -> Vec<u8> {
+    let dir = root.join("leader");
+    let db = open(&dir.join("metadata"));
+    db.put(keys::meta("applied_index"), 100u64.to_be_bytes()).unwrap();
+    db.put(keys::meta("applied_term"), 2u64.to_be_bytes()).unwrap();
+    db.put(keys::meta("next_id"), 77u64.to_be_bytes()).unwrap();
+    db.put(keys::node(5), b"new node 5").unwrap();
+    db.put(keys::local("destaged_upto"), 7u64.to_be_bytes()).unwrap();
+    db.put(keys::local("node_id"), 1u64.to_be_bytes()).unwrap();
+    db.put(keys::raft_log(99), b"leader log entry").unwrap();
+    db.put(keys::RAFT_HARD_STATE, b"leader hard state").unwrap();
+    let chunks = dir.join("chunks");
+    std::fs::create_dir_all(chunks.join("05")).unwrap();
+    let big: Vec<u8> = (0..(3 << 20) + 17).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(chunks.join("05/5.0"), &big).unwrap();
+    std::fs::create_dir_all(chunks.join("06")).unwrap();
+    let cp = dir.join("cp");
+    rocksdb::checkpoint::Checkpoint::new(&db).unwrap().create_checkpoint(&cp).unwrap();
+    drop(db);
+    let mut out = Vec::new();
+    let mut pieces = 0;
+    let h = snapshot::write_image(&cp, &chunks, &mut |p: &[u8]| {
+        assert!(p.len() <= snapshot::PIECE + (64 << 10), "a piece of {} bytes", p.len());
+        pieces += 1;
+        out.extend_from_slice(p);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(h, ImageHeader { index: 100, term: 2, destaged_upto: 7 });
+    assert!(pieces >= 3, "streamed in pieces ({pieces})");
+    out
+}
+
+/// A follower's data directory with old state and its own records.
+fn follower(root: &Path, name: &str, image: &[u8]) -> PathBuf {
+    let dir = root.join(name);
+    let db = open(&dir.join("metadata"));
+    db.put(keys::meta("applied_index"), 4u64.to_be_bytes()).unwrap();
+    db.put(keys::node(5), b"old node 5").unwrap();
+    db.put(keys::node(9), b"old node 9, deleted since").unwrap();
+    db.put(keys::local("node_id"), 3u64.to_be_bytes()).unwrap();
+    db.put(keys::local("destaged_upto"), 2u64.to_be_bytes()).unwrap();
+    db.put(keys::raft_log(4), b"old log entry").unwrap();
+    db.put(keys::RAFT_HARD_STATE, b"follower hard state").unwrap();
+    drop(db);
+    std::fs::create_dir_all(dir.join("chunks/09")).unwrap();
+    std::fs::write(dir.join("chunks/09/9.0"), b"old chunk").unwrap();
+    std::fs::create_dir_all(dir.join("wal")).unwrap();
+    std::fs::write(dir.join("wal/0000000000000001.log"), b"own write log").unwrap();
+    let snap = snapshot::staging_dir(&dir);
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::write(snap.join("image.partial"), image).unwrap();
+    dir
+}
+
+fn get(db: &DB, k: &[u8]) -> Option<Vec<u8>> {
+    db.get(k).unwrap()
+}
+
+fn assert_old(dir: &Path) {
+    let db = DB::open_for_read_only(&Options::default(), dir.join("metadata"), false).unwrap();
+    assert_eq!(get(&db, &keys::node(5)).as_deref(), Some(&b"old node 5"[..]));
+    assert_eq!(get(&db, &keys::meta("applied_index")), Some(4u64.to_be_bytes().to_vec()));
+    assert!(dir.join("chunks/09/9.0").exists());
+    assert!(!dir.join("chunks/05/5.0").exists());
+}
+
+fn assert_new(dir: &Path) {
+    let db = DB::open_for_read_only(&Options::default(), dir.join("metadata"), false).unwrap();
+    assert_eq!(get(&db, &keys::node(5)).as_deref(), Some(&b"new node 5"[..]));
+    assert_eq!(get(&db, &keys::node(9)), None, "old state is gone");
+    assert_eq!(get(&db, &keys::meta("applied_index")), Some(100u64.to_be_bytes().to_vec()));
+    assert_eq!(get(&db, &keys::meta("next_id")), Some(77u64.to_be_bytes().to_vec()));
+    // This node's own records, not the leader's.
+    assert_eq!(get(&db, &keys::local("node_id")), Some(3u64.to_be_bytes().to_vec()));
+    assert_eq!(get(&db, keys::RAFT_HARD_STATE).as_deref(), Some(&b"follower hard state"[..]));
+    // The leader's destage progress (its chunks hold what it destaged).
+    assert_eq!(get(&db, &keys::local("destaged_upto")), Some(7u64.to_be_bytes().to_vec()));
+    assert_eq!(get(&db, &keys::raft_log(99)), None, "no raft log in an image");
+    assert_eq!(get(&db, &keys::raft_log(4)), None, "the old log is gone");
+    let big = std::fs::read(dir.join("chunks/05/5.0")).unwrap();
+    assert_eq!(big.len(), (3 << 20) + 17);
+    assert!(big.iter().enumerate().all(|(i, b)| *b == (i * 7 % 251) as u8));
+    assert!(!dir.join("chunks/09/9.0").exists(), "old chunks are gone");
+    assert_eq!(std::fs::read(dir.join("wal/0000000000000001.log")).unwrap(), b"own write log", "the write log is the node's own");
+    assert!(!snapshot::staging_dir(dir).exists(), "staging removed");
+}
+
+#[test]
+fn image_round_trip_and_install_keeps_own_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let image = leader_image(tmp.path());
+    let dir = follower(tmp.path(), "f", &image);
+    let snap = snapshot::staging_dir(&dir);
+    let h = snapshot::stage_verified(&dir, &snap.join("image.partial")).unwrap();
+    assert_eq!(h.index, 100);
+    assert_old(&dir);
+    assert_eq!(snapshot::install_pending(&dir).unwrap(), Some(h));
+    assert_new(&dir);
+    assert_eq!(snapshot::install_pending(&dir).unwrap(), None, "nothing left to install");
+}
+
+#[test]
+fn truncated_corrupt_or_padded_images_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let image = leader_image(tmp.path());
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated in the data", image[..image.len() / 2].to_vec()),
+        ("without its end", image[..image.len() - 41].to_vec()),
+        ("end cut", image[..image.len() - 5].to_vec()),
+        ("a byte flipped", {
+            let mut b = image.clone();
+            b[70] ^= 1;
+            b
+        }),
+        ("a chunk byte flipped", {
+            let mut b = image.clone();
+            let n = b.len();
+            b[n - 1000] ^= 0x80;
+            b
+        }),
+        ("padded", {
+            let mut b = image.clone();
+            b.push(0);
+            b
+        }),
+        ("empty", Vec::new()),
+        ("another magic", {
+            let mut b = image.clone();
+            b[0] = b'X';
+            b
+        }),
+    ];
+    for (i, (what, bytes)) in cases.into_iter().enumerate() {
+        let dir = follower(tmp.path(), &format!("bad{i}"), &bytes);
+        let partial = snapshot::staging_dir(&dir).join("image.partial");
+        match snapshot::stage_verified(&dir, &partial) {
+            Err(snapshot::SnapshotError::Bad(why)) => eprintln!("{what}: refused: {why}"),
+            other => panic!("{what}: {other:?}"),
+        }
+        assert!(!snapshot::staging_dir(&dir).join("image").exists(), "{what}: staged");
+        // A start finds only the partial transfer: nothing installed.
+        assert_eq!(snapshot::install_pending(&dir).unwrap(), None);
+        assert_old(&dir);
+        assert!(!snapshot::staging_dir(&dir).exists());
+    }
+    // An image damaged on disk after it was staged is refused at install.
+    let dir = follower(tmp.path(), "rot", &image);
+    let snap = snapshot::staging_dir(&dir);
+    snapshot::stage_verified(&dir, &snap.join("image.partial")).unwrap();
+    let mut b = std::fs::read(snap.join("image")).unwrap();
+    b[100] ^= 4;
+    std::fs::write(snap.join("image"), b).unwrap();
+    assert_eq!(snapshot::install_pending(&dir).unwrap(), None);
+    assert_old(&dir);
+}
+
+#[test]
+fn crash_at_each_step_then_start_installs_whole() {
+    // In the child this test starts (below): install the image staged in
+    // DUET_TEST_DIR, aborting at DUET_TEST_SNAPSHOT_CRASH.
+    if let Ok(dir) = std::env::var("DUET_TEST_DIR") {
+        let _ = snapshot::install_pending(Path::new(&dir));
+        panic!("not crashed");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let image = leader_image(tmp.path());
+    for point in ["built", "metadata", "chunks"] {
+        let dir = follower(tmp.path(), &format!("crash-{point}"), &image);
+        let snap = snapshot::staging_dir(&dir);
+        snapshot::stage_verified(&dir, &snap.join("image.partial")).unwrap();
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "crash_at_each_step_then_start_installs_whole", "--nocapture"])
+            .env("DUET_TEST_DIR", &dir)
+            .env("DUET_TEST_SNAPSHOT_CRASH", point)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{point}: the child did not crash: {out:?}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("not crashed")
+                && !String::from_utf8_lossy(&out.stderr).contains("not crashed"),
+            "{point}: {out:?}"
+        );
+        if point == "built" {
+            // The marker is written, nothing swapped yet: the old state is live.
+            assert_old(&dir);
+        }
+        // The next start finishes the install.
+        assert!(snapshot::install_pending(&dir).unwrap().is_some(), "{point}");
+        assert_new(&dir);
+    }
+}

@@ -25,7 +25,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use common::{repo_root, Daemon};
+use common::{repo_root, statvfs, Daemon};
 
 fn linux_client() -> PathBuf {
     let path = std::env::var_os("DUET_LINUX_CLIENT")
@@ -126,6 +126,8 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
     )
     .unwrap();
     let timeout = 400 + 5 * big as u64;
+    let data = d.lock().unwrap().data.clone();
+    let sampler = AvailSampler::start(&data);
     let t0 = Instant::now();
     let out = Command::new(&client)
         .arg(&guest)
@@ -159,6 +161,7 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
         assert_eq!(n, expected, "{run} did not pass (see the guest output above); duetd log tail:\n{}", log());
     }
     assert_eq!(text.matches("WORKLOAD OK").count(), 3);
+    check_df(&text, &d.data, sampler.range(), 3);
     assert_eq!(text.matches("step locks ok").count(), 3, "flock ran in every NFS run");
     assert_eq!(text.matches("CROSS OK").count(), 2);
     assert_eq!(text.matches("RESTART OK").count(), 2);
@@ -170,6 +173,64 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
     assert!(!text.contains("FAIL"));
     assert!(d.alive(), "duetd died");
     assert!(d.ok(&["fsck"]).contains("file system is consistent"));
+}
+
+/// The data volume's available bytes, sampled every 200 ms from creation
+/// to `range`: (smallest, largest) seen. Other processes write to the same
+/// disk while the guest runs, so a df figure is checked against the whole
+/// range, not one reading.
+struct AvailSampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(u64, u64)>>,
+}
+
+impl AvailSampler {
+    fn start(data: &std::path::Path) -> AvailSampler {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, data) = (stop.clone(), data.to_path_buf());
+        let thread = std::thread::spawn(move || {
+            let (mut lo, mut hi) = (u64::MAX, 0);
+            loop {
+                let a = statvfs(&data).2;
+                (lo, hi) = (lo.min(a), hi.max(a));
+                if s.load(std::sync::atomic::Ordering::Relaxed) {
+                    return (lo, hi);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        });
+        AvailSampler { stop, thread: Some(thread) }
+    }
+
+    fn range(mut self) -> (u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// What `df -k` showed on each mount (the "DF <1K-blocks> <available>"
+/// lines fs-workload.sh prints) is the data volume's capacity: the size
+/// to within the client's block rounding, the space available less
+/// duetd's reserve within what the volume's own figure was while the
+/// guest ran (and a little: duetd refreshes it every second).
+fn check_df(text: &str, data: &std::path::Path, avail: (u64, u64), mounts: usize) {
+    const RESERVE: u64 = 256 << 20;
+    const SLACK: u64 = 256 << 20;
+    let (total, _, _) = statvfs(data);
+    let lo = avail.0.saturating_sub(RESERVE).saturating_sub(SLACK);
+    let hi = avail.1.saturating_sub(RESERVE) + SLACK;
+    let seen: Vec<(u64, u64)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.trim().strip_prefix("DF ")?.split_whitespace();
+            Some((w.next()?.parse::<u64>().ok()? * 1024, w.next()?.parse::<u64>().ok()? * 1024))
+        })
+        .collect();
+    assert_eq!(seen.len(), mounts, "a DF line per mount: {seen:?}");
+    for (size, avail) in seen {
+        assert!(size.abs_diff(total) <= 4 << 20, "df size {size}, the data volume has {total} bytes");
+        assert!((lo..=hi).contains(&avail), "df available {avail}, the data volume had {lo}..{hi} less the reserve");
+    }
 }
 
 /// The kernel's cifs client with SMB 3.1.1, 3.0 and 2.1, and 3.1.1 with
@@ -206,6 +267,7 @@ fn linux_kernel_cifs_dialects_signed_and_sealed() {
     )
     .unwrap();
     let timeout = 1500 + 20 * big as u64;
+    let sampler = AvailSampler::start(&d.data);
     let t0 = Instant::now();
     let out = Command::new(&client)
         .arg(&guest)
@@ -225,6 +287,7 @@ fn linux_kernel_cifs_dialects_signed_and_sealed() {
         assert!(text.contains(&format!("RESULT {name} PASS")), "{run} did not pass; duetd log tail:\n{}", log());
     }
     assert_eq!(text.matches("WORKLOAD OK").count(), 4);
+    check_df(&text, &d.data, sampler.range(), 4);
     // Every mount used the dialect asked for, and seal encrypted.
     for v in ["vers=3.1.1", "vers=3.0", "vers=2.1"] {
         assert!(text.contains(v), "no mount with {v}");

@@ -153,6 +153,8 @@ printf x | dd of=hole bs=1 seek=100000 2>/dev/null; drop
 [ "$(head -c 100000 hole | md5sum)" = "$(head -c 100000 /dev/zero | md5sum)" ] && [ "$(tail -c 1 hole)" = x ] || fail "hole contents"
 [ "$(find . -type f | wc -l)" -eq "$(ls -l | grep -c '^-')" ] || fail "find and ls disagree"
 df -k "$MNT" | tail -1 | awk '{ exit !($2 > 0) }' || fail "df shows no size"
+# The host checks these against the data volume (vmclient.rs check_df).
+df -k "$MNT" | tail -1 | awk '{ print "DF " $2 " " $4 }'
 step special
 
 # Locks (util-linux flock, given with --bin; NFSv4 sends LOCK/LOCKU, NFSv3

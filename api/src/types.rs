@@ -757,6 +757,22 @@ pub struct ClusterStatus {
     pub voters: Vec<u64>,
     /// The nodes this node has figures for (today: itself).
     pub nodes: Vec<ClusterNode>,
+    /// This node is being rebuilt: it receives a raft snapshot image
+    /// (a follower that lagged past the retained log, or an emptied one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiving_snapshot: Option<SnapshotProgress>,
+}
+
+/// A snapshot image being received (`receiving_snapshot` of
+/// [`ClusterStatus`]): its total is known only at its end.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SnapshotProgress {
+    /// The node sending it (the leader).
+    pub from: u64,
+    /// Bytes received so far.
+    pub bytes: u64,
+    /// Seconds since the transfer started.
+    pub seconds: u64,
 }
 
 /// One node of [`ClusterStatus`].
@@ -1114,6 +1130,7 @@ mod tests {
             term: 3,
             voters: vec![1],
             nodes: vec![ClusterNode { id: 1, addr: "127.0.0.11:7446".into(), applied: 812, healthy: true }],
+            receiving_snapshot: None,
         };
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(

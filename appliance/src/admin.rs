@@ -1031,6 +1031,7 @@ impl Admin {
             term: raft.term,
             voters: raft.voters,
             nodes,
+            receiving_snapshot: self.node.cluster.snapshots.as_ref().and_then(|s| s.progress()),
         })
     }
 

@@ -57,6 +57,9 @@ const T_REFUSED: u8 = 4;
 const T_VERDICT: u8 = 5;
 
 /// Counters for `/metrics` and tests.
+/// How often a running fetch logs how much of the image it has.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Default)]
 pub struct SnapshotCounters {
     /// Images this node served whole (the follower accepted them).
@@ -86,6 +89,8 @@ pub struct Snapshots {
     /// served have one byte flipped.
     corrupt: AtomicU32,
     pub counters: SnapshotCounters,
+    /// The image being received: (from, bytes so far, started).
+    receiving: Mutex<Option<(u64, u64, Instant)>>,
 }
 
 impl Snapshots {
@@ -113,7 +118,15 @@ impl Snapshots {
             sent: Mutex::new(HashMap::new()),
             corrupt: AtomicU32::new(corrupt),
             counters: SnapshotCounters::default(),
+            receiving: Mutex::new(None),
         }
+    }
+
+    /// The image this node is receiving, if any (`GET /v1/cluster`).
+    pub fn progress(&self) -> Option<duet_admin_api::SnapshotProgress> {
+        let r = self.receiving.lock().ok()?;
+        let (from, bytes, started) = (*r)?;
+        Some(duet_admin_api::SnapshotProgress { from, bytes, seconds: started.elapsed().as_secs() })
     }
 
     /// `peer`'s cluster address (a voter a membership change added).
@@ -170,7 +183,11 @@ impl Snapshots {
         tracing::info!(leader = from, index, applied, "raft snapshot: node {from} sends a snapshot of index {index}; this node applied {applied}: fetching the image");
         let me = self.clone();
         let spawned = std::thread::Builder::new().name("duet-snap-fetch".into()).spawn(move || {
-            match me.fetch(from, index) {
+            let fetched = me.fetch(from, index);
+            if let Ok(mut r) = me.receiving.lock() {
+                *r = None;
+            }
+            match fetched {
                 Ok(h) => {
                     me.counters.received.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
@@ -214,12 +231,21 @@ impl Snapshots {
         let partial = dir.join("image.partial");
         let mut file = std::fs::File::create(&partial).map_err(|e| format!("create {}: {e}", partial.display()))?;
         let mut bytes = 0u64;
+        let started = Instant::now();
+        let mut logged = started;
         loop {
             let payload = recv(&mut stream, &mut session)?;
             match (payload.first(), payload.get(1)) {
                 (Some(&V1), Some(&T_DATA)) => {
                     file.write_all(&payload[2..]).map_err(|e| format!("write {}: {e}", partial.display()))?;
                     bytes += payload.len() as u64 - 2;
+                    if let Ok(mut r) = self.receiving.lock() {
+                        *r = Some((from, bytes, started));
+                    }
+                    if logged.elapsed() >= PROGRESS_EVERY {
+                        logged = Instant::now();
+                        tracing::info!(leader = from, bytes, "raft snapshot: {} MiB of the image received from node {from} in {} s", bytes >> 20, started.elapsed().as_secs());
+                    }
                 }
                 (Some(&V1), Some(&T_END)) => break,
                 (Some(&V1), Some(&T_REFUSED)) => {

@@ -177,6 +177,15 @@ pub fn cluster(c: &ClusterStatus) -> String {
         &[("ID", Align::Right), ("ADDRESS", Align::Left), ("ROLE", Align::Left), ("APPLIED", Align::Right), ("HEALTHY", Align::Left)],
         &rows,
     ));
+    if let Some(p) = &c.receiving_snapshot {
+        out.push_str(&format!(
+            "\nthis node is being rebuilt: {} of a snapshot image received from node {} in {} s \
+             (it restarts in place to install it once the image is whole and checked)\n",
+            bytes(p.bytes),
+            p.from,
+            p.seconds
+        ));
+    }
     out
 }
 

@@ -228,6 +228,7 @@ fn cluster_three() -> ClusterStatus {
         term: 3,
         voters: vec![1, 2, 3],
         nodes: vec![node(1, 812, true), node(2, 812, true), node(3, 97, true)],
+        receiving_snapshot: None,
     }
 }
 
@@ -278,10 +279,10 @@ fn cluster_status_without_a_leader_or_with_a_sick_node_exits_7() {
     assert_eq!(code(&o), 7);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["leader"], serde_json::Value::Null);
-    // No made-up membership commands.
-    for sub in ["add", "remove"] {
-        assert_eq!(code(&duetctl(&["cluster", sub, "2"], "")), 2, "cluster {sub} does not exist yet");
-    }
+    // Membership commands refuse bad arguments before the daemon.
+    assert_eq!(code(&duetctl(&["cluster", "add", "4"], "")), 2, "cluster add without an address");
+    assert_eq!(code(&duetctl(&["cluster", "add", "4", "no-port"], "")), 2, "cluster add with a bad address");
+    assert_eq!(code(&duetctl(&["cluster", "remove", "x"], "")), 2, "cluster remove of a non-number");
 }
 
 #[test]
@@ -1108,4 +1109,20 @@ fn admin_passwd_request_output_and_refusals() {
         &["admin", "passwd", "--password", "twelve\tchars!"],
         &["admin", "passwd", "a/b", "--password", "twelve chars!"],
     ]);
+}
+
+#[test]
+fn cluster_status_shows_a_node_rebuild_in_progress() {
+    let mut c = cluster_three();
+    c.receiving_snapshot = Some(duet_admin_api::SnapshotProgress { from: 1, bytes: 12 << 20, seconds: 4 });
+    let f = fake(vec![ok(AdminResponse::Cluster(c.clone())), ok(AdminResponse::Cluster(c))]);
+    let o = run(&f, &["cluster", "status"]);
+    assert!(
+        stdout(&o).contains("this node is being rebuilt: 12.0 MiB of a snapshot image received from node 1 in 4 s"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(&f, &["--json", "cluster", "status"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["receiving_snapshot"]["bytes"], 12 << 20);
 }

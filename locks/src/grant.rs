@@ -437,7 +437,11 @@ impl Table {
                 // handle caching only (MS-FSA 2.1.5.1.2.1: the holder may
                 // close what it kept open; if it does not, the open fails
                 // with a sharing violation and takes nothing else).
-                to = if why == Conflict::SmbOpen { current.without(Level::H) } else { to.without(Level::H) };
+                to = if matches!(why, Conflict::SmbOpen | Conflict::Namespace) {
+                    current.without(Level::H)
+                } else {
+                    to.without(Level::H)
+                };
             }
             // H alone is no SMB lease state; a writer leaves the holder H
             // only where it keeps read caching too, so H alone goes.

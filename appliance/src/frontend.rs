@@ -56,6 +56,9 @@ const ROUTE_QUEUE: usize = 4096;
 #[derive(Default)]
 pub struct SmbRoutes {
     conns: Mutex<HashMap<u64, flume::Sender<duet_locks::Break>>>,
+    /// Each client's route key ([`smb::Connection::client_route`], the
+    /// holder of its leases) -> its connections, oldest first.
+    clients: Mutex<HashMap<u64, Vec<u64>>>,
     /// Breaks dropped: the holder's queue was full or it was gone.
     pub dropped: std::sync::atomic::AtomicU64,
 }
@@ -64,6 +67,7 @@ pub struct SmbRoutes {
 pub struct SmbRoute<'a> {
     routes: &'a SmbRoutes,
     key: u64,
+    client: std::cell::Cell<Option<u64>>,
     pub rx: flume::Receiver<duet_locks::Break>,
 }
 
@@ -73,13 +77,19 @@ impl SmbRoutes {
     pub fn register(&self, key: u64) -> SmbRoute<'_> {
         let (tx, rx) = flume::bounded(ROUTE_QUEUE);
         self.conns.lock().unwrap_or_else(|e| e.into_inner()).insert(key, tx);
-        SmbRoute { routes: self, key, rx }
+        SmbRoute { routes: self, key, client: std::cell::Cell::new(None), rx }
     }
 
-    /// Delivers a break to its holder's connection. False when that
-    /// connection is gone or its queue is full.
+    /// Delivers a break to its holder's connection, or for a lease (whose
+    /// holder is its client) to the client's oldest connection still up
+    /// (MS-SMB2 3.3.4.7). False when there is none or its queue is full.
     pub fn deliver(&self, b: duet_locks::Break) -> bool {
-        let tx = self.conns.lock().unwrap_or_else(|e| e.into_inner()).get(&b.holder.client).cloned();
+        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conns.get(&b.holder.client).cloned().or_else(|| {
+            let clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+            clients.get(&b.holder.client).and_then(|v| v.iter().find_map(|k| conns.get(k).cloned()))
+        });
+        drop(conns);
         let sent = tx.is_some_and(|tx| tx.try_send(b).is_ok());
         if !sent {
             self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -97,9 +107,37 @@ impl SmbRoutes {
     }
 }
 
+impl SmbRoute<'_> {
+    /// The connection negotiated as client `client` (its route key): the
+    /// breaks of that client's leases may come here.
+    pub fn join_client(&self, client: u64) {
+        if self.client.get() == Some(client) {
+            return;
+        }
+        let mut clients = self.routes.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = self.client.get() {
+            leave(&mut clients, old, self.key);
+        }
+        clients.entry(client).or_default().push(self.key);
+        self.client.set(Some(client));
+    }
+}
+
+fn leave(clients: &mut HashMap<u64, Vec<u64>>, client: u64, key: u64) {
+    if let Some(v) = clients.get_mut(&client) {
+        v.retain(|k| *k != key);
+        if v.is_empty() {
+            clients.remove(&client);
+        }
+    }
+}
+
 impl Drop for SmbRoute<'_> {
     fn drop(&mut self) {
         self.routes.conns.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.key);
+        if let Some(c) = self.client.get() {
+            leave(&mut self.routes.clients.lock().unwrap_or_else(|e| e.into_inner()), c, self.key);
+        }
     }
 }
 
@@ -719,6 +757,9 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             let frame: Vec<u8> = buf[4..4 + len].to_vec();
             buf.drain(..4 + len);
             queue.extend(conn.on_frame(&frame, now_ns(), &*ctx.catalog.borrow()));
+            if let Some(c) = conn.client_route() {
+                route.join_client(c);
+            }
             if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
                 return Ok(());
             }

@@ -507,3 +507,102 @@ fn oplock_breaks_are_routed_between_connections() {
     let (_fy, _) = open_with(&mut b, "ob-drop", RW, oplock_level::NONE);
     assert!(t0.elapsed() < Duration::from_secs(1));
 }
+
+/// A CREATE asking for lease `key` at `state` (v1 context, MS-SMB2
+/// 2.2.13.2.8) on `name`: (file id, granted lease state).
+fn open_leased(c: &mut Smb, name: &str, access: u32, key: [u8; 16], state: u32) -> (FileId, u32) {
+    use duet_protocols::smb2::create_context::{CreateContextRequest, CreateContextResponse, Lease};
+    let mut req = open_req(name, create_disposition::OPEN_IF, create_options::NON_DIRECTORY_FILE, access);
+    req.requested_oplock_level = oplock_level::LEASE;
+    req.create_contexts = vec![CreateContextRequest::RequestLease(Lease {
+        lease_key: key,
+        lease_state: state,
+        lease_flags: 0,
+        lease_duration: 0,
+        v2: None,
+    })];
+    let m = c.message(Request::Create(req), Cmd::CREATE, true);
+    c.send(&m).unwrap();
+    let r = c.recv().expect("CREATE reply");
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let Ok(Response::Create(cr)) = Response::decode(&r.header, &r.bytes) else { panic!("create reply") };
+    let got = cr
+        .create_contexts
+        .iter()
+        .find_map(|x| match x {
+            CreateContextResponse::Lease(l) => Some(l.lease_state),
+            _ => None,
+        })
+        .expect("a lease response context");
+    (cr.file_id, got)
+}
+
+/// A LEASE_BREAK notification (MS-SMB2 2.2.23.2): key, current and new
+/// state, flags.
+fn lease_note(c: &mut Smb, wait: Duration) -> Option<([u8; 16], u32, u32, u32)> {
+    let (h, bytes) = next_msg(c, wait)?;
+    assert_eq!((h.command, h.message_id), (Cmd::OPLOCK_BREAK, u64::MAX), "a break notification");
+    match OplockBreakMessage::decode(&bytes).unwrap() {
+        OplockBreakMessage::LeaseNotification(n) => {
+            Some((n.lease_key, n.current_lease_state, n.new_lease_state, n.flags))
+        }
+        other => panic!("not a lease break: {other:?}"),
+    }
+}
+
+/// MS-SMB2 3.3.1.13 / 3.3.4.7 / 3.3.5.22.2 in the daemon: the test
+/// client's connections share one ClientGuid, so they share a lease by
+/// key. A second connection's open by the key breaks nothing; an open
+/// without the key breaks it, the notification goes to the client's
+/// oldest live connection, the other connection's acknowledgment lets the
+/// opener go on; once that connection is gone the next break reaches the
+/// one left.
+#[test]
+fn a_lease_is_the_client_guids_across_connections() {
+    use duet_protocols::smb2::oplock_break::LeaseBreakAck;
+    let (_dir, d) = start_short_breaks();
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let mut b = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let mut c = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let key = *b"appliance-lease1";
+    let (_fa, la) = open_leased(&mut a, "lease-shared", RW, key, 7);
+    assert_eq!(la, 7, "RWH on a file nobody else has open");
+    let (fb, lb) = open_leased(&mut b, "lease-shared", RW, key, 7);
+    assert_eq!(lb, 7, "b joins a's lease: the same client and key");
+    assert!(next_msg(&mut a, Duration::from_millis(300)).is_none(), "a lease's own opens break nothing");
+    // c opens without the key: RWH -> RH, to a (the oldest connection).
+    send_open(&mut c, "lease-shared", RW, oplock_level::NONE);
+    let (interim, _) = next_msg(&mut c, Duration::from_secs(5)).expect("an interim response");
+    assert_eq!(interim.status, NtStatus::PENDING);
+    let note = lease_note(&mut a, Duration::from_secs(5)).expect("a lease break on a");
+    assert_eq!(note, (key, 7, 3, 1), "RWH -> RH, acknowledgment required");
+    assert!(next_msg(&mut b, Duration::from_millis(200)).is_none(), "one notification for the client");
+    // b writes what it cached, then acknowledges for the client.
+    assert_eq!(b.write(fb, 0, b"from b", false), NtStatus::SUCCESS);
+    let ack = LeaseBreakAck { flags: 0, lease_key: key, lease_state: 3, lease_duration: 0 };
+    let r = b.call(Request::OplockBreak(OplockBreakMessage::LeaseAck(ack)), Cmd::OPLOCK_BREAK);
+    assert_eq!(r.status(), NtStatus::SUCCESS, "the other connection of the client acknowledges");
+    let t0 = Instant::now();
+    let (fc, _, _) = create_reply(&mut c);
+    assert!(t0.elapsed() < Duration::from_secs(1), "c proceeds at b's acknowledgment");
+    assert_eq!(c.read(fc, 0, 6).unwrap(), b"from b".to_vec());
+    // a goes: the lease stays with b's open, and the next break goes to b.
+    drop(a);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut req = open_req("lease-shared", create_disposition::OVERWRITE_IF, create_options::NON_DIRECTORY_FILE, RW);
+    req.requested_oplock_level = oplock_level::NONE;
+    let m = c.message(Request::Create(req), Cmd::CREATE, true);
+    c.send(&m).unwrap();
+    let note = lease_note(&mut b, Duration::from_secs(5)).expect("the break reaches b now");
+    assert_eq!((note.0, note.1, note.2), (key, 3, 0), "an overwrite takes RH");
+    let ack = LeaseBreakAck { flags: 0, lease_key: key, lease_state: 0, lease_duration: 0 };
+    let r = b.call(Request::OplockBreak(OplockBreakMessage::LeaseAck(ack)), Cmd::OPLOCK_BREAK);
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let r = loop {
+        let r = c.recv().expect("CREATE reply");
+        if r.status() != NtStatus::PENDING {
+            break r;
+        }
+    };
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+}

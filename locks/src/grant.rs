@@ -85,6 +85,13 @@ pub enum Conflict {
     /// An open that replaces the data (SUPERSEDE, OVERWRITE), or a write
     /// (MS-FSA 2.1.5.4): only handle caching may stay.
     Write,
+    /// A rename or a delete of the file (MS-FSA 2.1.5.14.2 rename,
+    /// 2.1.5.14.3 disposition, as the lease rules of 2.1.4.12 take them):
+    /// handle caching of other holders' SMB leases goes (RWH -> RW,
+    /// RH -> R). With access bits (an SMB CREATE asking delete-on-close)
+    /// it is an [`Conflict::SmbOpen`] too; oplocks and delegations see
+    /// only that part.
+    Namespace,
 }
 
 /// A grant's name in the table.
@@ -414,10 +421,15 @@ impl Table {
                 State::Granted => g.level,
                 State::Breaking { to, .. } => to,
             };
+            let lease = g.scope == Scope::Lease;
             let mut to = match why {
+                Conflict::Namespace if lease && share.access != 0 => current.without(Level::H).without(Level::W),
+                Conflict::Namespace if lease => current.without(Level::H),
                 Conflict::Open if share.access & super::share::WRITE != 0 => current.and(Level::H),
-                Conflict::Open | Conflict::SmbOpen if share.access != 0 => current.without(Level::W),
-                Conflict::Open | Conflict::SmbOpen => current,
+                Conflict::Open | Conflict::SmbOpen | Conflict::Namespace if share.access != 0 => {
+                    current.without(Level::W)
+                }
+                Conflict::Open | Conflict::SmbOpen | Conflict::Namespace => current,
                 Conflict::Write => current.and(Level::H),
             };
             if refused.iter().any(|h| g.owns(h)) {
@@ -425,7 +437,11 @@ impl Table {
                 // handle caching only (MS-FSA 2.1.5.1.2.1: the holder may
                 // close what it kept open; if it does not, the open fails
                 // with a sharing violation and takes nothing else).
-                to = if why == Conflict::SmbOpen { current.without(Level::H) } else { to.without(Level::H) };
+                to = if matches!(why, Conflict::SmbOpen | Conflict::Namespace) {
+                    current.without(Level::H)
+                } else {
+                    to.without(Level::H)
+                };
             }
             // H alone is no SMB lease state; a writer leaves the holder H
             // only where it keeps read caching too, so H alone goes.

@@ -567,3 +567,36 @@ fn share_conflicts_break_handle_caching_only_and_oplocks_yield_to_handle_leases(
     t.open(F, o2, Share::smb(all, 7)).unwrap();
     assert!(t.request_open_grant(F, o2, Level::R, 6).is_none());
 }
+
+/// MS-FSA 2.1.5.14.2 / 2.1.5.14.3: a rename or delete takes handle
+/// caching from other holders' leases (acknowledged), not from the
+/// renamer's own lease, and leaves oplocks alone.
+#[test]
+fn a_rename_or_delete_breaks_handle_caching_of_other_leases() {
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 0, ..Limits::default() });
+    let all = READ_DATA | WRITE_DATA;
+    let (l1, l2) = (lease(1, 1), lease(2, 2));
+    let (o1, o2) = (smb(1, 1), smb(2, 2));
+    t.open(F, o1, Share::smb(READ_DATA, 7)).unwrap();
+    let (g1, l, _) = t.request_lease(F, l1, &[o1], Level::RH, 0).unwrap();
+    assert_eq!(l, Level::RH);
+    t.open(F, o2, Share::smb(all | 0x10000, 7)).unwrap();
+    // Its own lease's open renames: nothing to break.
+    let (breaks, wait) = t.break_for(F, &o1, Share { access: 0, deny: 0 }, Conflict::Namespace, 1);
+    assert!(breaks.is_empty() && wait.is_none());
+    // Another's: RH -> R, acknowledged, and the renamer waits for it.
+    let (breaks, wait) = t.break_for(F, &o2, Share { access: 0, deny: 0 }, Conflict::Namespace, 2);
+    assert_eq!(breaks, vec![Break { grant: g1, holder: l1, from: Level::RH, to: Level::R, ack_needed: true }]);
+    assert_eq!(wait, Some(102));
+    assert_eq!(t.ack(g1, Level::R), Ok(()));
+    assert!(t.break_deadline(F, &o2).is_none());
+    // R alone has no handle caching: nothing more.
+    assert!(t.break_for(F, &o2, Share { access: 0, deny: 0 }, Conflict::Namespace, 3).0.is_empty());
+    // An oplock (one open's grant) is not a lease: untouched.
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 0, ..Limits::default() });
+    t.open(F, o1, Share::smb(READ_DATA, 7)).unwrap();
+    assert!(t.request_open_grant(F, o1, Level::RWH, 0).is_some());
+    t.open(F, o2, Share::smb(0x10000, 7)).unwrap();
+    assert!(t.break_for(F, &o2, Share { access: 0, deny: 0 }, Conflict::Namespace, 1).0.is_empty());
+    let _ = l2;
+}

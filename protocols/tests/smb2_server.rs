@@ -182,6 +182,8 @@ struct Client {
     nonce: u64,
     /// Oplock breaks the connection gave out to route (`Event::Recall`).
     recalls: Vec<duet_locks::Break>,
+    /// The ClientGuid NEGOTIATE sends.
+    guid: [u8; 16],
 }
 
 fn dir_with(engine: &mut Engine) -> TestDir {
@@ -276,6 +278,7 @@ impl Client {
             closed: false,
             nonce: 1,
             recalls: Vec::new(),
+            guid: [0x11; 16],
         }
     }
 
@@ -429,7 +432,7 @@ impl Client {
         let req = NegotiateRequest {
             security_mode: 1,
             capabilities: 0x7f,
-            client_guid: [0x11; 16],
+            client_guid: self.guid,
             client_start_time: 0,
             dialects: dialects.to_vec(),
             negotiate_contexts: if dialects.contains(&dialect::SMB3_1_1) {
@@ -536,7 +539,18 @@ impl Client {
     }
 
     fn connected_with(cfg: ServerConfig) -> Client {
-        let mut c = Client::new(cfg);
+        Client::connected_as(cfg, [0x11; 16], None)
+    }
+
+    /// As [`Client::connected_with`], for a client of ClientGuid `guid`,
+    /// its connection seeded with `seed` (another connection of the same
+    /// server needs another seed, hence another connection key).
+    fn connected_as(cfg: ServerConfig, guid: [u8; 16], seed: Option<&[u8]>) -> Client {
+        let mut c = Client::new(cfg.clone());
+        if let Some(seed) = seed {
+            c.conn = Connection::new(cfg, NOW, seed);
+        }
+        c.guid = guid;
         c.negotiate(
             &[dialect::SMB2_1, dialect::SMB3_0, dialect::SMB3_1_1],
             &[algorithm::AES_128_GCM],
@@ -2995,7 +3009,7 @@ fn lease_break_parks_the_create_until_the_ack() {
     assert_eq!(c.conn.parked_opens(), 1);
     assert_eq!(c.recalls.len(), 1);
     let b = c.recalls.remove(0);
-    assert_eq!(b.holder.client, c.conn.key(), "routed to this connection");
+    assert_eq!(b.holder.client, c.conn.client_route().unwrap(), "routed to the client (its ClientGuid)");
     assert!(b.ack_needed);
     let ev = c.conn.on_recall(b, NOW);
     let note = sent_replies(&c, ev);
@@ -3030,4 +3044,204 @@ fn lease_break_parks_the_create_until_the_ack() {
     // The lease holds RH now: asking again for RWH changes nothing.
     let r = c.one(Request::Create(leased("leased", 7)));
     assert_eq!(lease_of(&r).lease_state, 3);
+}
+
+/// Runs `f` on connection `b` over the file system of connection `a` (two
+/// connections of one server share its files).
+fn on_files_of<T>(a: &mut Client, b: &mut Client, f: impl FnOnce(&mut Client) -> T) -> T {
+    std::mem::swap(&mut a.engine, &mut b.engine);
+    std::mem::swap(&mut a.dir, &mut b.dir);
+    let r = f(b);
+    std::mem::swap(&mut a.engine, &mut b.engine);
+    std::mem::swap(&mut a.dir, &mut b.dir);
+    r
+}
+
+/// MS-SMB2 3.3.1.13 / 3.3.5.9.8 / 3.3.4.7 / 3.3.5.22.2: the lease table is
+/// the client's (ClientGuid), not the connection's. A second connection of
+/// the same ClientGuid opening with the same key joins the lease (nothing
+/// broken); a contending open breaks it; the break is routed to the client
+/// (any of its live connections), and the acknowledgment on the other
+/// connection is accepted and lets the contending CREATE finish. A
+/// connection of another ClientGuid does not know the key.
+#[test]
+fn a_lease_is_shared_by_the_connections_of_one_client_guid() {
+    use duet_protocols::smb2::create::oplock_level;
+    use duet_protocols::smb2::create_context::{Lease, LeaseV2};
+    use duet_protocols::smb2::oplock_break::{LeaseBreakAck, OplockBreakMessage};
+    let locks = duet_locks::LockManager::new(duet_locks::Limits { recall_backoff_ns: 0, ..Default::default() });
+    let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(std::sync::Arc::new(locks)));
+    let cfg = || ServerConfig { share_modes: share_modes.clone(), ..Default::default() };
+    let mut a = Client::connected_as(cfg(), [0x11; 16], Some(b"connection A, thirty-two or more bytes"));
+    let mut b = Client::connected_as(cfg(), [0x11; 16], Some(b"connection B, thirty-two or more bytes"));
+    let mut other = Client::connected_as(cfg(), [0x22; 16], Some(b"another client, thirty-two or more bytes"));
+    assert_eq!(a.conn.client_route(), b.conn.client_route(), "one client, one route");
+    assert_ne!(a.conn.client_route(), other.conn.client_route());
+    assert_ne!(a.conn.key(), b.conn.key());
+    let key = *b"shared-lease-key";
+    let leased = |state: u32| {
+        let mut req = create("shared", create_disposition::OPEN_IF, 0, RW);
+        req.requested_oplock_level = oplock_level::LEASE;
+        req.create_contexts = vec![CreateContextRequest::RequestLease(Lease {
+            lease_key: key,
+            lease_state: state,
+            lease_flags: 0,
+            lease_duration: 0,
+            v2: Some(LeaseV2 { parent_lease_key: [0; 16], epoch: 0 }),
+        })];
+        req
+    };
+    let state_of = |r: &Reply| {
+        let Response::Create(cr) = r.body() else { panic!("not a CREATE response: {:?}", r.status()) };
+        cr.create_contexts
+            .iter()
+            .find_map(|x| match x {
+                CreateContextResponse::Lease(l) => Some(l.lease_state),
+                _ => None,
+            })
+            .expect("a lease response context")
+    };
+    // Connection A: R. Connection B, same client, same key, asks RWH: the
+    // lease is upgraded, nothing is broken (its own opens).
+    let r = a.one(Request::Create(leased(1)));
+    assert_eq!((r.status(), state_of(&r)), (NtStatus::SUCCESS, 1));
+    let r = on_files_of(&mut a, &mut b, |b| b.one(Request::Create(leased(7))));
+    assert_eq!((r.status(), state_of(&r)), (NtStatus::SUCCESS, 7), "B joins A's lease and upgrades it");
+    assert!(a.recalls.is_empty() && b.recalls.is_empty(), "a lease's own opens break nothing");
+    // Another client's open contends: RWH -> RH, routed to the client.
+    let interim = on_files_of(&mut a, &mut other, |o| {
+        o.one(Request::Create(create("shared", create_disposition::OPEN, 0, READ)))
+    });
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    assert_eq!(other.recalls.len(), 1);
+    let brk = other.recalls.remove(0);
+    assert_eq!(brk.holder.client, b.conn.client_route().unwrap(), "the lease's holder is its client");
+    // Delivered to B (a live connection of the client): the notification.
+    let ev = b.conn.on_recall(brk, NOW);
+    let note = sent_replies(&b, ev);
+    assert_eq!(note.len(), 1);
+    let Ok(OplockBreakMessage::LeaseNotification(n)) = OplockBreakMessage::decode(&note[0].bytes) else {
+        panic!("not a lease break notification")
+    };
+    assert_eq!((n.lease_key, n.current_lease_state, n.new_lease_state), (key, 7, 3));
+    let ack = |state: u32| {
+        Request::OplockBreak(OplockBreakMessage::LeaseAck(LeaseBreakAck { flags: 0, lease_key: key, lease_state: state, lease_duration: 0 }))
+    };
+    // The other client does not know the key; A, of the lease's client,
+    // acknowledges the break B was told of.
+    assert_eq!(other.one(ack(3)).status(), NtStatus::OBJECT_NAME_NOT_FOUND);
+    let r = a.one(ack(3));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    assert_eq!(b.one(ack(3)).status(), NtStatus::UNSUCCESSFUL, "the break is over for the whole client");
+    // The contending CREATE goes on.
+    let done = on_files_of(&mut a, &mut other, |o| {
+        let ev = o.conn.poll_opens(NOW, &o.dir);
+        drive(o, ev)
+    });
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].status(), NtStatus::SUCCESS);
+    // A goes away: B's open keeps the lease (RH) for the client.
+    std::mem::swap(&mut a.engine, &mut b.engine);
+    std::mem::swap(&mut a.dir, &mut b.dir);
+    drop(a);
+    let mut a2 = Client::connected_as(cfg(), [0x11; 16], Some(b"connection A2, thirty-two or more bytes"));
+    let r = on_files_of(&mut b, &mut a2, |a2| a2.one(Request::Create(leased(7))));
+    assert_eq!((r.status(), state_of(&r)), (NtStatus::SUCCESS, 3), "the lease outlived A, at RH");
+}
+
+/// MS-FSA 2.1.5.14.2 (as MS-SMB2 leases use it) and MS-SMB2 3.3.1.12: a
+/// rename of a file whose handle caching another client's lease holds
+/// breaks H (RH -> R) and waits for the acknowledgment (STATUS_PENDING,
+/// then the rename's own answer); the lease follows the file (opening the
+/// new name with the key joins it, the old name with the key is another
+/// file's key).
+#[test]
+fn a_rename_breaks_handle_caching_and_waits_and_the_lease_follows() {
+    use duet_protocols::smb2::create::oplock_level;
+    use duet_protocols::smb2::create_context::{Lease, LeaseV2};
+    use duet_protocols::smb2::oplock_break::{LeaseBreakAck, OplockBreakMessage};
+    let locks = duet_locks::LockManager::new(duet_locks::Limits { recall_backoff_ns: 0, ..Default::default() });
+    let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(std::sync::Arc::new(locks)));
+    let cfg = || ServerConfig { share_modes: share_modes.clone(), ..Default::default() };
+    let mut a = Client::connected_as(cfg(), [0x11; 16], Some(b"connection A, thirty-two or more bytes"));
+    let mut b = Client::connected_as(cfg(), [0x33; 16], Some(b"connection B, thirty-two or more bytes"));
+    let key = *b"rename-lease-key";
+    let leased = |name: &'static str| {
+        let mut req = create(name, create_disposition::OPEN_IF, 0, READ);
+        req.share_access = 7;
+        req.requested_oplock_level = oplock_level::LEASE;
+        req.create_contexts = vec![CreateContextRequest::RequestLease(Lease {
+            lease_key: key,
+            lease_state: 3,
+            lease_flags: 0,
+            lease_duration: 0,
+            v2: Some(LeaseV2 { parent_lease_key: [0; 16], epoch: 0 }),
+        })];
+        req
+    };
+    let state_of = |r: &Reply| {
+        let Response::Create(cr) = r.body() else { panic!("not a CREATE response: {:?}", r.status()) };
+        cr.create_contexts
+            .iter()
+            .find_map(|x| match x {
+                CreateContextResponse::Lease(l) => Some(l.lease_state),
+                _ => None,
+            })
+            .expect("a lease response context")
+    };
+    let r = a.one(Request::Create(leased("before")));
+    assert_eq!((r.status(), state_of(&r)), (NtStatus::SUCCESS, 3));
+    // B opens for DELETE (an open that asks nothing of the data breaks nothing).
+    let mut req = create("before", create_disposition::OPEN, 0, 0x0011_0080);
+    req.share_access = 7;
+    let r = on_files_of(&mut a, &mut b, |b| b.one(Request::Create(req)));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    assert!(b.recalls.is_empty());
+    let Response::Create(cr) = r.body() else { panic!() };
+    let fid = cr.file_id;
+    let mut rinfo = Vec::new();
+    fscc::FileRenameInformation { replace_if_exists: false, root_directory: 0, file_name: Utf16::Str("after") }
+        .encode(&mut rinfo);
+    let rename = Request::SetInfo(SetInfoRequest {
+        info_type: info_type::FILE,
+        file_info_class: fscc::info_class::RENAME,
+        buffer: &rinfo,
+        additional_information: 0,
+        file_id: fid,
+    });
+    let interim = on_files_of(&mut a, &mut b, |b| b.one(rename));
+    assert_eq!(interim.status(), NtStatus::PENDING, "the rename waits for the holder");
+    assert_eq!(b.recalls.len(), 1);
+    let brk = b.recalls.remove(0);
+    let ev = a.conn.on_recall(brk, NOW);
+    let note = sent_replies(&a, ev);
+    let Ok(OplockBreakMessage::LeaseNotification(n)) = OplockBreakMessage::decode(&note[0].bytes) else {
+        panic!("not a lease break notification")
+    };
+    assert_eq!((n.current_lease_state, n.new_lease_state, n.flags), (3, 1, 1), "RH -> R, acknowledged");
+    let done = on_files_of(&mut a, &mut b, |b| {
+        let ev = b.conn.poll_opens(NOW, &b.dir);
+        drive(b, ev)
+    });
+    assert!(done.is_empty(), "still waiting for the ack");
+    let ack = LeaseBreakAck { flags: 0, lease_key: key, lease_state: 1, lease_duration: 0 };
+    assert_eq!(a.one(Request::OplockBreak(OplockBreakMessage::LeaseAck(ack))).status(), NtStatus::SUCCESS);
+    let done = on_files_of(&mut a, &mut b, |b| {
+        let ev = b.conn.poll_opens(NOW, &b.dir);
+        drive(b, ev)
+    });
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].status(), NtStatus::SUCCESS, "the rename is done after the ack");
+    assert_eq!(done[0].header.command, Command::SET_INFO);
+    // The lease follows the file.
+    let r = a.one(Request::Create(leased("after")));
+    assert_eq!(r.status(), NtStatus::SUCCESS, "the key opens the new name: the same lease");
+    assert_eq!(state_of(&r), 3, "raised again to RH: nothing else caches, the rename is over");
+    assert!(a.recalls.is_empty() && b.recalls.is_empty());
+    // The old name is free of the key: a new file there by it is refused
+    // (the key is the renamed file's).
+    let r = on_files_of(&mut a, &mut b, |b| b.one(Request::Create(leased("before"))));
+    assert_eq!(r.status(), NtStatus::SUCCESS, "another client's key is its own");
+    let r = a.one(Request::Create(leased("before")));
+    assert_eq!(r.status(), NtStatus::INVALID_PARAMETER, "the key is the file's at its new name");
 }

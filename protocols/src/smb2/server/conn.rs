@@ -317,9 +317,6 @@ pub struct Connection {
     pub(super) park: Option<Vec<NodeId>>,
     /// The AsyncId of the parked CREATE being run again.
     pub(super) resuming: Option<u64>,
-    /// This connection's leases by LeaseKey (`lease.rs`).
-    pub(super) leases: HashMap<[u8; 16], super::lease::LeaseRec>,
-    pub(super) next_lease: u64,
     /// The session a SESSION_SETUP just created, for its response header.
     last_new_session: u64,
     /// The tree a TREE_CONNECT just made, for its response header.
@@ -455,8 +452,6 @@ impl Connection {
             parked: HashMap::new(),
             park: None,
             resuming: None,
-            leases: HashMap::new(),
-            next_lease: 0,
             last_new_session: 0,
             last_new_tree: 0,
         }

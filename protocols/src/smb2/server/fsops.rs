@@ -516,7 +516,7 @@ impl Connection {
             let key = path_key(root, &comps.join("\\"));
             let share = duet_locks::Share::smb(break_access, req.share_access);
             let truncate = matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF);
-            self.break_for_create(&key, share, truncate, lease.as_ref().map(|l| &l.lease_key), fp.now_ns)
+            self.break_for_create(&key, share, truncate, o & opt::DELETE_ON_CLOSE != 0, lease.as_ref().map(|l| &l.lease_key), fp.now_ns)
         };
         if wait.is_some() && fp.slots.is_empty() && hdr.next_command == 0 {
             let key = path_key(root, &comps.join("\\"));
@@ -1927,6 +1927,25 @@ impl Connection {
                 Ok(())
             }
         };
+        // MS-FSA 2.1.5.14.2 / 2.1.5.14.3: a rename or a delete first takes
+        // handle caching from the other holders' leases; alone in its
+        // frame it waits for their acknowledgments (STATUS_PENDING, run
+        // again by `poll_opens`), in a compound it goes on at once.
+        let namespace = match s.file_info_class {
+            info_class::RENAME => true,
+            info_class::DISPOSITION | info_class::DISPOSITION_EX => s.buffer.first().is_some_and(|b| b & 1 != 0),
+            _ => false,
+        };
+        if namespace && v.granted & access::DELETE != 0 && !ro {
+            if let Target::Table(id) = t {
+                if let Some((node, Some(_))) = self.break_for_namespace(id, fp.now_ns) {
+                    if fp.slots.is_empty() && hdr.next_command == 0 {
+                        self.park = Some(vec![node]);
+                        return done(NtStatus::PENDING);
+                    }
+                }
+            }
+        }
         let buf = s.buffer;
         let r: Result<Plan, NtStatus> = (|| match s.file_info_class {
             info_class::BASIC => {

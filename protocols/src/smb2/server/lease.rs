@@ -13,9 +13,18 @@
 //! the lease is a holder of its own, (connection, [`LEASE_OWNER`] | n),
 //! whose members are its opens, so that an open by the same key never
 //! breaks it and the frontend routes its breaks to this connection like
-//! an oplock's. The lease table is this connection's: a ClientGuid's
-//! other connections do not share it (Samba's smbtorture uses one).
+//! an oplock's. The lease table is the client's (MS-SMB2 3.3.1.13
+//! LeaseTable, one per ClientGuid), kept in [`Leases`] inside the shared
+//! [`super::ShareModes`]: every connection that negotiated the same
+//! ClientGuid finds a lease by its key, joins it with its opens and may
+//! acknowledge its breaks. A lease's lock-table holder is (the client's
+//! route key, [`LEASE_OWNER`] | n): the frontend routes its breaks to a
+//! live connection of that client (3.3.4.7), see
+//! [`Connection::client_route`]. A client that sent a zero ClientGuid gets
+//! a table of its connection alone.
 //! Directories get no lease (no SMB2_GLOBAL_CAP_DIRECTORY_LEASING).
+
+use std::collections::HashMap;
 
 use duet_fs::NodeId;
 use duet_locks::{Break, GrantId, Holder, Level};
@@ -32,7 +41,34 @@ use crate::smb2::status::NtStatus;
 /// The lock-table owner bit of a lease (file ids never reach it).
 pub(super) const LEASE_OWNER: u64 = 1 << 62;
 
-/// One lease of this connection (MS-SMB2 3.3.1.12 Lease), by LeaseKey.
+/// Every client's leases (MS-SMB2 3.3.1.13 LeaseTable, by ClientGuid,
+/// then 3.3.1.12 Lease by LeaseKey), shared by all connections.
+#[derive(Debug, Default)]
+pub struct Leases {
+    by_key: HashMap<([u8; 16], [u8; 16]), LeaseRec>,
+    next: u64,
+}
+
+impl Leases {
+    /// Connection `conn` is gone: its opens leave their leases, and a
+    /// lease with no open left ends (the lock table drops its grant with
+    /// its last member).
+    pub(super) fn forget_connection(&mut self, conn: u64) {
+        self.by_key.retain(|_, r| {
+            r.opens.retain(|k| k.0 != conn);
+            !r.opens.is_empty()
+        });
+    }
+
+    /// The file at `node` was renamed to share-mode path `path`.
+    pub(super) fn renamed(&mut self, node: NodeId, path: &str) {
+        for r in self.by_key.values_mut().filter(|r| r.node == node) {
+            r.path = path.to_string();
+        }
+    }
+}
+
+/// One lease of a client (MS-SMB2 3.3.1.12 Lease), by LeaseKey.
 #[derive(Debug, Clone)]
 pub(super) struct LeaseRec {
     /// Its owner number in the lock table (`LEASE_OWNER` | n).
@@ -56,10 +92,12 @@ pub(super) struct LeaseRec {
     pub v2: bool,
     /// The ParentLeaseKey the client set, echoed in responses (v2).
     pub parent: Option<[u8; 16]>,
-    /// The opens made with this key (Lease.LeaseOpens), by FileId.
-    pub opens: Vec<u64>,
-    /// The session of the last open, whose encryption the breaks use.
-    pub session_id: u64,
+    /// The opens made with this key (Lease.LeaseOpens), by connection
+    /// key and FileId.
+    pub opens: Vec<(u64, u64)>,
+    /// The connection and session of the last open, whose encryption the
+    /// breaks use when they go out on that connection.
+    pub session: (u64, u64),
 }
 
 /// A lease request a CREATE carries, once the dialect allows it
@@ -75,15 +113,52 @@ fn state_of(bits: u32) -> Level {
 }
 
 impl Connection {
+    /// The ClientGuid this connection's leases are kept under: the
+    /// negotiated one, or, when the client sent zeros (or before
+    /// NEGOTIATE), one of this connection alone.
+    pub(super) fn lease_client(&self) -> [u8; 16] {
+        match self.negotiated.as_ref().map(|n| n.client_guid) {
+            Some(g) if g != [0; 16] => g,
+            _ => {
+                let mut g = [0u8; 16];
+                g[..8].copy_from_slice(&self.conn_key.to_le_bytes());
+                g[8] = 0xFF;
+                g
+            }
+        }
+    }
+
+    /// The key under which breaks of this client's leases are routed (the
+    /// `client` of their lock-table holders): a hash of the ClientGuid,
+    /// or this connection's own key when the ClientGuid is zero. The
+    /// driver registers the connection under it too, once negotiated.
+    pub fn client_route(&self) -> Option<u64> {
+        let g = self.negotiated.as_ref()?.client_guid;
+        if g == [0; 16] {
+            return Some(self.conn_key);
+        }
+        // FNV-1a over the GUID (a routing name, not a secret).
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in g {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        Some(h)
+    }
+
     pub(super) fn lease_holder(&self, owner: u64) -> Holder {
-        holder((self.conn_key, owner))
+        holder((self.client_route().unwrap_or(self.conn_key), owner))
     }
 
     /// The lock-table holder a CREATE asking for lease `key` on the file
     /// at `path` opens as: the lease itself when it is held on that file
     /// (its own opens never break it).
     pub(super) fn lease_opener(&self, key: &[u8; 16], path: &str) -> Option<Holder> {
-        self.leases.get(key).filter(|r| r.path == path).map(|r| self.lease_holder(r.owner))
+        let owner = {
+            let t = self.cfg.share_modes.leases();
+            t.by_key.get(&(self.lease_client(), *key)).filter(|r| r.path == path).map(|r| r.owner)
+        };
+        owner.map(|o| self.lease_holder(o))
     }
 
     /// 3.3.5.9.8: a lease key already used for another file is
@@ -92,7 +167,8 @@ impl Connection {
     /// then joins the lease if the open reached the same file, and gives
     /// this open no lease if not ([`Connection::grant_lease`]).
     pub(super) fn lease_key_conflicts(&self, key: &[u8; 16], path: &str) -> bool {
-        self.leases.get(key).is_some_and(|r| r.path != path && !r.linked)
+        let t = self.cfg.share_modes.leases();
+        t.by_key.get(&(self.lease_client(), *key)).is_some_and(|r| r.path != path && !r.linked)
     }
 
     /// Grants open `file` of `node` (at share-mode path `path`) the lease
@@ -108,20 +184,27 @@ impl Connection {
         nlink: u32,
         now_ns: i64,
     ) -> Lease {
-        if self.leases.get(&req.lease_key).is_some_and(|r| r.node != node) {
+        let client = self.lease_client();
+        let lkey = (client, req.lease_key);
+        let me = self.conn_key;
+        let locks = self.cfg.share_modes.locks().clone();
+        // The lease table's lock, then the lock table's.
+        let mut t = self.cfg.share_modes.leases();
+        if t.by_key.get(&lkey).is_some_and(|r| r.node != node) {
             // The key of a lease on another file (reached through a name
             // that was a hard link of the lease's file when the check was
             // made): this open gets no lease rather than a wrong one.
             return Lease { lease_key: req.lease_key, lease_state: 0, lease_flags: 0, lease_duration: 0, v2: req.v2 };
         }
-        let owner = match self.leases.get(&req.lease_key) {
+        let owner = match t.by_key.get(&lkey) {
             Some(r) => r.owner,
             None => {
-                self.next_lease += 1;
-                LEASE_OWNER | self.next_lease
+                t.next += 1;
+                LEASE_OWNER | t.next
             }
         };
-        let rec = self.leases.entry(req.lease_key).or_insert_with(|| LeaseRec {
+        let lease_h = self.lease_holder(owner);
+        let rec = t.by_key.entry(lkey).or_insert_with(|| LeaseRec {
             owner,
             path: path.to_string(),
             node,
@@ -133,25 +216,22 @@ impl Connection {
             v2: req.v2.is_some(),
             parent: None,
             opens: Vec::new(),
-            session_id,
+            session: (me, session_id),
         });
         rec.linked = nlink > 1;
         let fresh = rec.opens.is_empty() && rec.grant.is_none();
-        if !rec.opens.contains(&file) {
-            rec.opens.push(file);
+        if !rec.opens.contains(&(me, file)) {
+            rec.opens.push((me, file));
         }
-        rec.session_id = session_id;
+        rec.session = (me, session_id);
         if let Some(v2) = req.v2 {
             if req.lease_flags & Lease::PARENT_LEASE_KEY_SET != 0 {
                 rec.parent = Some(v2.parent_lease_key);
             }
         }
-        let lease_h = holder((self.conn_key, owner));
-        let members: Vec<Holder> = rec.opens.iter().map(|f| holder((self.conn_key, *f))).collect();
+        let members: Vec<Holder> = rec.opens.iter().map(|k| holder(*k)).collect();
         let before = rec.state;
-        let locks = self.cfg.share_modes.locks().clone();
         let got = locks.table().request_lease(node, lease_h, &members, state_of(req.lease_state), now_ns);
-        let rec = self.leases.get_mut(&req.lease_key).expect("inserted above");
         let mut breaking = false;
         match got {
             Some((g, l, b)) => {
@@ -167,86 +247,101 @@ impl Connection {
         if rec.v2 && (fresh || rec.state != before) {
             rec.epoch = rec.epoch.wrapping_add(1);
         }
-        if let Some(o) = self.opens.get_mut(&file) {
-            o.lease = Some(req.lease_key);
-        }
         // The answer has the lease's version (Lease.Version, set by the
         // CREATE that made it), whichever context this one sent.
-        let rec = &self.leases[&req.lease_key];
-        Lease {
+        let resp = Lease {
             lease_key: req.lease_key,
             lease_state: u32::from(rec.state.0),
             lease_flags: if breaking { Lease::BREAK_IN_PROGRESS } else { 0 }
                 | if rec.parent.is_some() && rec.v2 { Lease::PARENT_LEASE_KEY_SET } else { 0 },
             lease_duration: 0,
             v2: rec.v2.then(|| LeaseV2 { parent_lease_key: rec.parent.unwrap_or_default(), epoch: rec.epoch }),
+        };
+        drop(t);
+        if let Some(o) = self.opens.get_mut(&file) {
+            o.lease = Some(req.lease_key);
         }
+        resp
     }
 
     /// Open `file` closed: it leaves its lease, which ends with its last
     /// open (the lock table drops the grant itself).
     pub(super) fn lease_forget_open(&mut self, key: Option<[u8; 16]>, file: u64) {
         let Some(key) = key else { return };
-        let Some(rec) = self.leases.get_mut(&key) else { return };
-        rec.opens.retain(|f| *f != file);
+        let lkey = (self.lease_client(), key);
+        let mut t = self.cfg.share_modes.leases();
+        let Some(rec) = t.by_key.get_mut(&lkey) else { return };
+        rec.opens.retain(|k| *k != (self.conn_key, file));
         if rec.opens.is_empty() {
-            self.leases.remove(&key);
+            t.by_key.remove(&lkey);
         }
     }
 
-    /// A break of one of this connection's leases (MS-SMB2 3.3.4.7): the
-    /// Lease Break Notification, MessageId 0xFFFFFFFFFFFFFFFF, SessionId 0
-    /// (encrypted when the lease's session encrypts). A revocation (the
-    /// break timed out: `from` and `to` none) leaves the lease at none and
-    /// sends nothing.
+    /// A break of one of this client's leases (MS-SMB2 3.3.4.7), routed to
+    /// this connection of the client: the Lease Break Notification,
+    /// MessageId 0xFFFFFFFFFFFFFFFF, SessionId 0 (encrypted when the
+    /// lease's last session is this connection's and encrypts). A
+    /// revocation (the break timed out: `from` and `to` none) leaves the
+    /// lease at none and sends nothing.
     pub(super) fn on_lease_recall(&mut self, b: Break) -> Vec<Event> {
-        let Some((key, rec)) = self.leases.iter_mut().find(|(_, r)| r.owner == b.holder.owner) else {
-            return Vec::new();
-        };
-        let key = *key;
-        if rec.grant != Some(b.grant) {
-            return Vec::new();
-        }
-        if b.from.is_none() && b.to.is_none() {
-            rec.grant = None;
-            rec.state = Level::NONE;
-            rec.breaking_to = None;
-            return Vec::new();
-        }
-        let current = rec.state;
-        if b.ack_needed {
-            rec.breaking_to = Some(b.to);
-        } else {
-            rec.state = b.to;
-            rec.breaking_to = None;
-            if b.to.is_none() {
-                rec.grant = None;
+        let client = self.lease_client();
+        let (note, session) = {
+            let mut t = self.cfg.share_modes.leases();
+            let Some((key, rec)) =
+                t.by_key.iter_mut().find(|((c, _), r)| *c == client && r.owner == b.holder.owner)
+            else {
+                return Vec::new();
+            };
+            let key = key.1;
+            if rec.grant != Some(b.grant) {
+                return Vec::new();
             }
-        }
-        if rec.v2 {
-            rec.epoch = rec.epoch.wrapping_add(1);
-        }
-        let note = LeaseBreakNotification {
-            new_epoch: if rec.v2 { rec.epoch } else { 0 },
-            flags: if b.ack_needed { LeaseBreakNotification::ACK_REQUIRED } else { 0 },
-            lease_key: key,
-            current_lease_state: u32::from(current.0),
-            new_lease_state: u32::from(b.to.0),
-            break_reason: 0,
-            access_mask_hint: 0,
-            share_mask_hint: 0,
+            if b.from.is_none() && b.to.is_none() {
+                rec.grant = None;
+                rec.state = Level::NONE;
+                rec.breaking_to = None;
+                return Vec::new();
+            }
+            let current = rec.state;
+            if b.ack_needed {
+                rec.breaking_to = Some(b.to);
+            } else {
+                rec.state = b.to;
+                rec.breaking_to = None;
+                if b.to.is_none() {
+                    rec.grant = None;
+                }
+            }
+            if rec.v2 {
+                rec.epoch = rec.epoch.wrapping_add(1);
+            }
+            let note = LeaseBreakNotification {
+                new_epoch: if rec.v2 { rec.epoch } else { 0 },
+                flags: if b.ack_needed { LeaseBreakNotification::ACK_REQUIRED } else { 0 },
+                lease_key: key,
+                current_lease_state: u32::from(current.0),
+                new_lease_state: u32::from(b.to.0),
+                break_reason: 0,
+                access_mask_hint: 0,
+                share_mask_hint: 0,
+            };
+            let session = if rec.session.0 == self.conn_key { rec.session.1 } else { 0 };
+            (note, session)
         };
-        let session = rec.session_id;
         self.break_message(session, |m| note.encode(m))
     }
 
-    /// Lease Break Acknowledgment (MS-SMB2 3.3.5.22.2): an unknown key is
+    /// Lease Break Acknowledgment (MS-SMB2 3.3.5.22.2), on any connection
+    /// of the lease's client: an unknown key is
     /// STATUS_OBJECT_NAME_NOT_FOUND, a lease not breaking
     /// STATUS_UNSUCCESSFUL, a state the break did not leave
     /// STATUS_REQUEST_NOT_ACCEPTED; otherwise the lease takes the state
     /// and the Lease Break Response (2.2.25.2) echoes it.
     pub(super) fn lease_ack(&mut self, ack: &LeaseBreakAck) -> Plan {
-        let Some(rec) = self.leases.get_mut(&ack.lease_key) else {
+        let client = self.lease_client();
+        let locks = self.cfg.share_modes.locks().clone();
+        let mut t = self.cfg.share_modes.leases();
+        let Some(rec) = t.by_key.get_mut(&(client, ack.lease_key)) else {
             return done(NtStatus::OBJECT_NAME_NOT_FOUND);
         };
         let Some(to) = rec.breaking_to else {
@@ -264,8 +359,9 @@ impl Connection {
         }
         if let Some(g) = grant {
             // Revoked meanwhile (the timeout passed): nothing to lower.
-            let _ = self.cfg.share_modes.locks().clone().table().ack(g, level);
+            let _ = locks.table().ack(g, level);
         }
+        drop(t);
         ok(Response::OplockBreak(OplockBreakMessage::LeaseAck(LeaseBreakAck {
             flags: 0,
             lease_key: ack.lease_key,

@@ -71,16 +71,26 @@ impl Connection {
     /// Returns the files concerned and, when acknowledgements are awaited,
     /// until when.
     /// `truncate`: the CREATE replaces the data (SUPERSEDE, OVERWRITE,
-    /// OVERWRITE_IF), which breaks read caching too.
+    /// OVERWRITE_IF), which breaks read caching too. `delete`: it asks for
+    /// delete-on-close, which takes handle caching from other holders'
+    /// leases as a delete does (MS-FSA 2.1.5.14.3).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn break_for_create(
         &mut self,
         path: &str,
         share: Share,
         truncate: bool,
+        delete: bool,
         lease: Option<&[u8; 16]>,
         now_ns: i64,
     ) -> (Vec<NodeId>, Option<i64>) {
-        let why = if truncate { Conflict::Write } else { Conflict::SmbOpen };
+        let why = if truncate {
+            Conflict::Write
+        } else if delete {
+            Conflict::Namespace
+        } else {
+            Conflict::SmbOpen
+        };
         let nodes = self.cfg.share_modes.nodes_at(path);
         if nodes.is_empty() {
             return (nodes, None);
@@ -130,6 +140,23 @@ impl Connection {
                 ack_needed: false,
             }));
         }
+    }
+
+    /// A rename or delete through open `file` (MS-FSA 2.1.5.14.2,
+    /// 2.1.5.14.3): the other holders' leases lose handle caching.
+    /// Returns the file and when the breaks to wait for run out, if any.
+    pub(super) fn break_for_namespace(&mut self, file: u64, now_ns: i64) -> Option<(NodeId, Option<i64>)> {
+        let node = self.opens.get(&file).map(|o| o.node)?;
+        let locks = self.cfg.share_modes.locks().clone();
+        let (breaks, wait) = locks.table().break_for(
+            node,
+            &holder((self.conn_key, file)),
+            Share { access: 0, deny: 0 },
+            Conflict::Namespace,
+            now_ns,
+        );
+        self.outbox.extend(breaks.into_iter().map(Event::Recall));
+        Some((node, wait))
     }
 
     /// Grants open `file` of `node` the oplock it asked for, as far as

@@ -30,6 +30,8 @@ pub struct ShareModes {
     locks: Arc<LockManager>,
     /// (connection key, file id) -> (node, path key).
     paths: Mutex<HashMap<(u64, u64), (NodeId, String)>>,
+    /// Every client's leases (`lease.rs`); taken before the lock table.
+    leases: Mutex<super::lease::Leases>,
 }
 
 impl Default for ShareModes {
@@ -55,12 +57,17 @@ impl ShareModes {
     }
 
     pub fn with_locks(locks: Arc<LockManager>) -> ShareModes {
-        ShareModes { locks, paths: Mutex::new(HashMap::new()) }
+        ShareModes { locks, paths: Mutex::new(HashMap::new()), leases: Mutex::new(Default::default()) }
     }
 
     /// The lock table (byte-range locks go there too).
     pub fn locks(&self) -> &Arc<LockManager> {
         &self.locks
+    }
+
+    /// The lease table of every client (taken before the lock table).
+    pub(super) fn leases(&self) -> std::sync::MutexGuard<'_, super::lease::Leases> {
+        self.leases.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn paths(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u64), (NodeId, String)>> {
@@ -124,13 +131,15 @@ impl ShareModes {
         self.locks.table().other_opens(node, &holder(key))
     }
 
-    /// The file at `node` has moved to `path`.
+    /// The file at `node` has moved to `path`; its leases follow it
+    /// (Lease.Filename, MS-SMB2 3.3.1.12).
     pub fn renamed(&self, node: NodeId, path: String) {
         for (n, p) in self.paths().values_mut() {
             if *n == node {
                 *p = path.clone();
             }
         }
+        self.leases().renamed(node, &path);
     }
 
     /// An open is closed: its share reservation, byte-range locks and
@@ -144,6 +153,7 @@ impl ShareModes {
     /// Drops every open, lock and queued lock of one connection.
     pub fn release_connection(&self, conn: u64) {
         self.paths().retain(|k, _| k.0 != conn);
+        self.leases().forget_connection(conn);
         self.locks.table().release_client(Protocol::Smb, conn);
     }
 }

@@ -1,7 +1,7 @@
 //! The appliance as admins install it: `scripts/build-image.sh` builds the
 //! bootable disk image from Debian 12 packages and the binaries this test
 //! run built (target/debug); qemu boots it (BIOS, SeaBIOS) with the
-//! protocol ports forwarded to 127.0.0.1, twice, on a 3 GiB overlay:
+//! protocol ports forwarded to 127.0.0.1, three times, on a 3 GiB overlay:
 //!
 //! 1. First boot: duetd answers /metrics, then the guest powers off (ACPI
 //!    power button, logind). The journal (read with journalctl from the
@@ -16,6 +16,8 @@
 //!    that password (duetctl over the forwarded admin port), adds a user;
 //!    smbclient puts and gets a file, libnfs (nfs-ls, nfs-cp) lists and
 //!    reads it back over NFSv3.
+//! 3. Third boot: the file written over SMB before the power-off reads
+//!    back byte for byte over NFS.
 //!
 //! Needs root (loop mounts, as the build does) and the tools that
 //! scripts/install-deps.sh installs; a missing one fails the test. Without
@@ -483,11 +485,24 @@ fn disk_image_boots_serves_and_keeps_the_password_off_the_journal() {
     run(&["nfs-cp", &url("/from-smb.bin"), via_nfs.to_str().unwrap()]);
     assert!(std::fs::read(&via_nfs).unwrap() == body, "NFS read back other bytes than SMB wrote");
     vm.power_off(Duration::from_secs(180));
+    drop(vm);
+
+    // Third boot: the file written over SMB before the power-off is still
+    // there, byte for byte.
+    let t = Instant::now();
+    let mut vm = Vm::boot(&disk, dir, 3, ports);
+    vm.wait_ready(boot_timeout);
+    let t_boot3 = t.elapsed();
+    let after = dir.join("after-reboot.bin");
+    run(&["nfs-cp", &url("/from-smb.bin"), after.to_str().unwrap()]);
+    assert!(std::fs::read(&after).unwrap() == body, "the file written before the reboot reads back other bytes");
+    vm.power_off(Duration::from_secs(180));
     println!(
-        "image: total {:.0} s (build {:.0} s, first boot {:.0} s, second boot {:.0} s)",
+        "image: total {:.0} s (build {:.0} s, first boot {:.0} s, second boot {:.0} s, third boot {:.0} s)",
         t0.elapsed().as_secs_f64(),
         t_build.as_secs_f64(),
         t_boot1.as_secs_f64(),
-        t_boot2.as_secs_f64()
+        t_boot2.as_secs_f64(),
+        t_boot3.as_secs_f64()
     );
 }

@@ -32,20 +32,7 @@ fn node(root: &Path, id: u64, host: &str, port: u16, peers: &str, secret: &Path)
 fn extents_are_on_a_majority_before_commit_and_a_lagging_follower_fetches_them() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let port = cluster_port(&["127.0.0.12", "127.0.0.13"]);
-    let secret = root.join("cluster.secret");
-    std::fs::write(&secret, [0x42u8; 48]).unwrap();
-    let hosts = [(1u64, "127.0.0.11"), (2, "127.0.0.12"), (3, "127.0.0.13")];
-    let list: Vec<String> = hosts.iter().map(|(id, h)| format!("\"{id}@{h}:{port}\"")).collect();
-    let peers = format!("[{}]", list.join(", "));
-    let mut nodes: Vec<Node> = hosts.iter().map(|(id, h)| node(root, *id, h, port, &peers, &secret)).collect();
-    for n in nodes.iter_mut() {
-        n.d.wait_started(0);
-    }
-    for n in &nodes {
-        wait_smb(n);
-    }
-    let s = wait_for(&nodes.iter().collect::<Vec<_>>(), "three nodes agree", |s| agreed(&nodes.iter().collect::<Vec<_>>(), s));
+    let Three { mut nodes, s, .. } = start_three(root, &[], node);
     let leader = s[0]["leader"].as_u64().unwrap();
     let li = leader as usize - 1;
     let (si, fi) = ((li + 1) % 3, (li + 2) % 3);

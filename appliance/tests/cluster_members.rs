@@ -27,23 +27,8 @@ fn node(root: &Path, id: u64, host: &str, port: u16, peers: &str, secret: &Path,
 fn a_fourth_node_is_added_and_a_follower_removed() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
-    let port = cluster_port(&["127.0.0.12", "127.0.0.13", "127.0.0.14"]);
-    let secret = root.join("cluster.secret");
-    std::fs::write(&secret, [0x42u8; 48]).unwrap();
-    let hosts = [(1u64, "127.0.0.11"), (2, "127.0.0.12"), (3, "127.0.0.13")];
-    let list: Vec<String> = hosts.iter().map(|(id, h)| format!("\"{id}@{h}:{port}\"")).collect();
-    let peers = format!("[{}]", list.join(", "));
-    let mut nodes: Vec<Node> = hosts.iter().map(|(id, h)| node(root, *id, h, port, &peers, &secret, false)).collect();
-    for n in nodes.iter_mut() {
-        n.d.wait_started(0);
-    }
-    for n in &nodes {
-        wait_smb(n);
-    }
-    let s = {
-        let all: Vec<&Node> = nodes.iter().collect();
-        wait_for(&all, "three nodes agree", |s| agreed(&all, s))
-    };
+    let Three { mut nodes, s, port, secret, list } =
+        start_three(root, &["127.0.0.14"], |r, i, h, p, l, s| node(r, i, h, p, l, s, false));
     let leader = s[0]["leader"].as_u64().unwrap();
     let li = leader as usize - 1;
     nodes[li].d.ok(&["user", "add", "bench", "--password", "benchpw"]);

@@ -15,6 +15,11 @@ use crate::error::CtlError;
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// Read timeout for fsck, which walks the whole file system.
 pub const FSCK_TIMEOUT: Duration = Duration::from_secs(600);
+/// Read timeout for a leadership transfer or a membership change: the
+/// daemon itself waits up to 10 s for it to take effect (and a follower
+/// first up to `leader_wait_ms` for a leader to forward it to), so the
+/// CLI must wait longer than that or it gives up just before the answer.
+pub const CLUSTER_CHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Client {
     /// host:port as given (also sent as Host).
@@ -111,10 +116,12 @@ impl Client {
     pub fn call(&self, req: &AdminRequest) -> Result<Reply, CtlError> {
         let bytes = req.to_http(&self.addr, Some(&self.creds)).encode();
         let tcp = self.connect()?;
-        let read_timeout = if matches!(req, AdminRequest::Fsck) {
-            FSCK_TIMEOUT
-        } else {
-            TIMEOUT
+        let read_timeout = match req {
+            AdminRequest::Fsck => FSCK_TIMEOUT,
+            AdminRequest::TransferLeader(_) | AdminRequest::MemberAdd(_) | AdminRequest::MemberRemove(_) => {
+                CLUSTER_CHANGE_TIMEOUT
+            }
+            _ => TIMEOUT,
         };
         let send_err = |e: io::Error| {
             CtlError::Transport(format!(

@@ -59,6 +59,43 @@ pub fn spawn_node(root: &Path, id: u64, host: &str, port: u16, peers: &str, secr
     Node { d: Daemon::spawn_cluster_node(&dir, &admin, &data, &text), id, smb }
 }
 
+/// A started group of voters 1, 2, 3 on 127.0.0.11 to .13.
+pub struct Three {
+    pub nodes: Vec<Node>,
+    /// Their statuses once they agreed on a leader.
+    pub s: Vec<Value>,
+    /// The peer port they share, the secret file, and their `peers` entries.
+    pub port: u16,
+    pub secret: PathBuf,
+    pub list: Vec<String>,
+}
+
+/// Starts voters 1, 2, 3 on 127.0.0.11 to .13 with `spawn` (a test's
+/// node configuration), on a peer port also free on `also_free_on`, and
+/// waits until each serves SMB and all three agree on one leader.
+pub fn start_three(root: &Path, also_free_on: &[&str], spawn: impl Fn(&Path, u64, &str, u16, &str, &Path) -> Node) -> Three {
+    let mut others = vec!["127.0.0.12", "127.0.0.13"];
+    others.extend_from_slice(also_free_on);
+    let port = cluster_port(&others);
+    let secret = root.join("cluster.secret");
+    std::fs::write(&secret, [0x42u8; 48]).unwrap();
+    let hosts = [(1u64, "127.0.0.11"), (2, "127.0.0.12"), (3, "127.0.0.13")];
+    let list: Vec<String> = hosts.iter().map(|(id, h)| format!("\"{id}@{h}:{port}\"")).collect();
+    let peers = format!("[{}]", list.join(", "));
+    let mut nodes: Vec<Node> = hosts.iter().map(|(id, h)| spawn(root, *id, h, port, &peers, &secret)).collect();
+    for n in nodes.iter_mut() {
+        n.d.wait_started(0);
+    }
+    for n in &nodes {
+        wait_smb(n);
+    }
+    let s = {
+        let all: Vec<&Node> = nodes.iter().collect();
+        wait_for(&all, "three nodes agree", |s| agreed(&all, s))
+    };
+    Three { nodes, s, port, secret, list }
+}
+
 pub fn status(n: &Daemon) -> Value {
     let o = n.ctl(&["cluster", "status", "--json"]);
     assert!(matches!(o.status.code(), Some(0) | Some(7)), "duetctl cluster status: {o:?}");

@@ -558,12 +558,7 @@ fn put_op(w: &mut Writer, op: &Op) {
             w.u64(*src_offset);
             put_ref(w, dst);
             w.u64(*dst_offset);
-            if *len == u64::MAX {
-                w.u8(COPY_TO_END);
-            } else {
-                w.u8(COPY_LEN);
-                w.u64(*len);
-            }
+            put_range_len(w, *len);
         }
         Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
             w.u8(OP_CLONE);
@@ -571,12 +566,7 @@ fn put_op(w: &mut Writer, op: &Op) {
             w.u64(*src_offset);
             put_ref(w, dst);
             w.u64(*dst_offset);
-            if *len == u64::MAX {
-                w.u8(COPY_TO_END);
-            } else {
-                w.u8(COPY_LEN);
-                w.u64(*len);
-            }
+            put_range_len(w, *len);
             w.bool(*extend);
         }
         Op::LookupCaseless { dir, name } => {
@@ -729,6 +719,31 @@ fn get_cred(r: &mut Reader<'_>) -> R<Credentials> {
         groups.push(r.u32("cred group")?);
     }
     Ok(Credentials { uid, gid, groups })
+}
+
+/// The length of a COPY or CLONE: "to the end" is its own tag, never
+/// u64::MAX on the wire.
+fn put_range_len(w: &mut Writer, len: u64) {
+    if len == u64::MAX {
+        w.u8(COPY_TO_END);
+    } else {
+        w.u8(COPY_LEN);
+        w.u64(len);
+    }
+}
+
+fn get_range_len(r: &mut Reader<'_>, what: &'static str) -> R<u64> {
+    match r.tag(what)? {
+        COPY_TO_END => Ok(u64::MAX),
+        COPY_LEN => {
+            let at = r.pos();
+            match r.u64(what)? {
+                u64::MAX => r.invalid(at, what),
+                n => Ok(n),
+            }
+        }
+        t => r.unknown(what, t),
+    }
 }
 
 fn get_ref(r: &mut Reader<'_>) -> R<ObjRef> {
@@ -899,17 +914,7 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
             let src_offset = r.u64("src_offset")?;
             let dst = get_ref(r)?;
             let dst_offset = r.u64("dst_offset")?;
-            let len = match r.tag("copy len")? {
-                COPY_TO_END => u64::MAX,
-                COPY_LEN => {
-                    let at = r.pos();
-                    match r.u64("copy len")? {
-                        u64::MAX => return r.invalid(at, "copy len"),
-                        n => n,
-                    }
-                }
-                t => return r.unknown("copy len", t),
-            };
+            let len = get_range_len(r, "copy len")?;
             Op::Copy { src, src_offset, dst, dst_offset, len }
         }
         OP_CLONE => {
@@ -917,17 +922,7 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
             let src_offset = r.u64("src_offset")?;
             let dst = get_ref(r)?;
             let dst_offset = r.u64("dst_offset")?;
-            let len = match r.tag("clone len")? {
-                COPY_TO_END => u64::MAX,
-                COPY_LEN => {
-                    let at = r.pos();
-                    match r.u64("clone len")? {
-                        u64::MAX => return r.invalid(at, "clone len"),
-                        n => n,
-                    }
-                }
-                t => return r.unknown("clone len", t),
-            };
+            let len = get_range_len(r, "clone len")?;
             Op::Clone { src, src_offset, dst, dst_offset, len, extend: r.bool("extend")? }
         }
         OP_LOOKUP_CASELESS => Op::LookupCaseless { dir: get_ref(r)?, name: r.string("name")? },

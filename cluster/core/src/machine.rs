@@ -1146,14 +1146,7 @@ fn clone<R: KvRead + ?Sized>(
     }
     queue(txn, ex, dst_id, DataOp::CloneFrom { src: src_id, share: pairs, copy });
     let mut d = get_node(txn, dst_id)?;
-    if dst_end > d.attrs.size {
-        d.attrs.size = dst_end;
-    }
-    d.attrs.alloc_size = d.attrs.alloc_size.max(alloc_for(d.attrs.size));
-    if cred.uid != 0 && d.attrs.mode & 0o6000 != 0 {
-        d.attrs.mode &= !0o6000;
-    }
-    touch(&mut d.attrs, now, true);
+    written_to(&mut d.attrs, dst_end, &cred, now);
     put_node(txn, &d);
     Ok(OpOutput::Copied { count: len, attrs: d.attrs })
 }
@@ -1267,16 +1260,23 @@ fn write<R: KvRead + ?Sized>(
             }
         }
     }
-    if end > n.attrs.size {
-        n.attrs.size = end;
-    }
-    n.attrs.alloc_size = n.attrs.alloc_size.max(alloc_for(n.attrs.size));
-    if cred.uid != 0 && n.attrs.mode & 0o6000 != 0 {
-        n.attrs.mode &= !0o6000;
-    }
-    touch(&mut n.attrs, now, true);
+    written_to(&mut n.attrs, end, &cred, now);
     put_node(txn, &n);
     Ok(OpOutput::Written { count: len, offset, before, attrs: n.attrs })
+}
+
+/// What data written up to `end` does to a file's attributes: the size
+/// grows to it, the allocation follows, a writer other than root clears
+/// set-uid/set-gid (POSIX write(2)), mtime and ctime move.
+fn written_to(attrs: &mut Attrs, end: u64, cred: &duet_fs::Credentials, now: TimeNs) {
+    if end > attrs.size {
+        attrs.size = end;
+    }
+    attrs.alloc_size = attrs.alloc_size.max(alloc_for(attrs.size));
+    if cred.uid != 0 && attrs.mode & 0o6000 != 0 {
+        attrs.mode &= !0o6000;
+    }
+    touch(attrs, now, true);
 }
 
 /// Drops one link to `n` (already unlinked from its directory).

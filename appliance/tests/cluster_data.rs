@@ -37,16 +37,9 @@ fn extents_are_on_a_majority_before_commit_and_a_lagging_follower_fetches_them()
     let li = leader as usize - 1;
     let (si, fi) = ((li + 1) % 3, (li + 2) % 3);
     eprintln!("leader {leader}; node {} will be down, node {} stays", si + 1, fi + 1);
-    nodes[li].d.ok(&["user", "add", "bench", "--password", "benchpw"]);
     let local = root.join("local");
     std::fs::create_dir_all(&local).unwrap();
-    // The user is known once a login works (the SMB server reads users
-    // from the store).
-    let deadline = Instant::now() + WAIT;
-    while let Err(e) = smbclient(nodes[li].smb, &local, "ls") {
-        assert!(Instant::now() < deadline, "no SMB login on the leader: {e}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    add_bench_user(&nodes[li], &local);
 
     // (1) One follower down: writes commit with the leader and the other.
     nodes[si].d.kill9();

@@ -31,14 +31,9 @@ fn a_fourth_node_is_added_and_a_follower_removed() {
         start_three(root, &["127.0.0.14"], |r, i, h, p, l, s| node(r, i, h, p, l, s, false));
     let leader = s[0]["leader"].as_u64().unwrap();
     let li = leader as usize - 1;
-    nodes[li].d.ok(&["user", "add", "bench", "--password", "benchpw"]);
     let local = root.join("local");
     std::fs::create_dir_all(&local).unwrap();
-    let deadline = Instant::now() + WAIT;
-    while let Err(e) = smbclient(nodes[li].smb, &local, "ls") {
-        assert!(Instant::now() < deadline, "no SMB login on the leader: {e}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    add_bench_user(&nodes[li], &local);
     let sizes: Vec<usize> = (0..40).map(|i| [3000, 150_000, 1 << 20, 20_000][i % 4]).collect();
     let files = random_files("f", &sizes);
     put_all(nodes[li].smb, &local, &files);

@@ -24,7 +24,6 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use common::cluster::*;
 
@@ -44,14 +43,9 @@ fn lagging_and_emptied_followers_catch_up_by_snapshot() {
     let li = leader as usize - 1;
     let (si, fi) = ((li + 1) % 3, (li + 2) % 3);
     eprintln!("leader {leader}; node {} lags, node {} is emptied later", si + 1, fi + 1);
-    nodes[li].d.ok(&["user", "add", "bench", "--password", "benchpw"]);
     let local = root.join("local");
     std::fs::create_dir_all(&local).unwrap();
-    let deadline = Instant::now() + WAIT;
-    while let Err(e) = smbclient(nodes[li].smb, &local, "ls") {
-        assert!(Instant::now() < deadline, "no SMB login on the leader: {e}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    add_bench_user(&nodes[li], &local);
 
     // (a) A follower is down while the others go far past the retention.
     let before = applied(&status(&nodes[si].d), nodes[si].id);

@@ -96,6 +96,17 @@ pub fn start_three(root: &Path, also_free_on: &[&str], spawn: impl Fn(&Path, u64
     Three { nodes, s, port, secret, list }
 }
 
+/// Adds the SMB user `bench` (password `benchpw`) through `n` and waits
+/// until it logs on there (the SMB server reads users from the store).
+pub fn add_bench_user(n: &Node, local: &Path) {
+    n.d.ok(&["user", "add", "bench", "--password", "benchpw"]);
+    let deadline = Instant::now() + WAIT;
+    while let Err(e) = smbclient(n.smb, local, "ls") {
+        assert!(Instant::now() < deadline, "no SMB login on node {}: {e}", n.id);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub fn status(n: &Daemon) -> Value {
     let o = n.ctl(&["cluster", "status", "--json"]);
     assert!(matches!(o.status.code(), Some(0) | Some(7)), "duetctl cluster status: {o:?}");

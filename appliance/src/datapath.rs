@@ -980,8 +980,9 @@ impl DataPath {
     }
 
     /// Waits until this node's destager has applied every record up to
-    /// `dseq` (a read over a clone). The destager runs every few
-    /// milliseconds and when a commit queues data; a destager that cannot
+    /// `dseq` (a read over a clone). The commit that queued the clone woke
+    /// the destager (its idle timer backs off to 1 s, so on a node whose
+    /// queue fills by replication alone this can wait that long); one that cannot
     /// make progress fails the read after a minute (retryably), never
     /// gives wrong bytes.
     async fn wait_destaged(&self, dseq: u64) -> io::Result<()> {

@@ -80,6 +80,10 @@ fn main() -> ExitCode {
     server::block_signals();
     let running = match server::start(&cfg) {
         Ok(r) => r,
+        Err(e @ server::StartError::Store(duet_cluster_store::StoreError::Removed { .. })) => {
+            eprintln!("duetd: {e}");
+            return ExitCode::from(server::EXIT_REMOVED);
+        }
         Err(e) => {
             eprintln!("duetd: {e}");
             return ExitCode::from(1);
@@ -92,11 +96,16 @@ fn main() -> ExitCode {
         }
     }
     let sig = server::wait_for_signal();
+    let removed = running.removed();
     tracing::info!(signal = sig, "stopping: draining in-flight requests");
     if let Some(sock) = std::env::var_os("NOTIFY_SOCKET") {
         let _ = sd_notify(&sock, "STOPPING=1");
     }
     running.shutdown();
+    if let Some(index) = removed {
+        tracing::warn!(index, "stopped: this node was removed from the cluster");
+        return ExitCode::from(server::EXIT_REMOVED);
+    }
     tracing::info!("stopped");
     ExitCode::SUCCESS
 }

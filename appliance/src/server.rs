@@ -310,6 +310,41 @@ pub struct Running {
     view: Option<std::sync::Arc<crate::forward::LeaderView>>,
     pub admin_addr: std::net::SocketAddr,
     data_dir: PathBuf,
+    /// Multi-node: the thread that stops a node the group removed, and its
+    /// stop flag.
+    removal: Option<(std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)>,
+    store_handle: StoreHandle,
+}
+
+/// duetd's exit status when this node was removed from the cluster, at
+/// start or while serving (EX_CONFIG of sysexits.h): the unit file's
+/// `RestartPreventExitStatus` keeps systemd from starting it again.
+pub const EXIT_REMOVED: u8 = 78;
+
+/// Multi-node: once the store applies the membership change that removed
+/// this node, SIGTERM to this process, so that the usual drain runs and
+/// `main` exits with [`EXIT_REMOVED`].
+fn watch_removal(store: StoreHandle, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    std::thread::Builder::new().name("removal".into()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            if let Some(index) = store.removed() {
+                tracing::warn!(
+                    index,
+                    "this node was removed from the cluster (duetctl cluster remove {}): it stops serving; \
+                     empty its data directory before it joins again",
+                    store.node_id()
+                );
+                // SAFETY: kill(2) of this process; SIGTERM is blocked in
+                // every thread and taken by `wait_for_signal`.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGTERM);
+                }
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
 }
 
 /// Starts everything. Returns once the admin API listens.
@@ -349,6 +384,12 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         (Store::open(&metadata_dir(&cfg.data_dir), cfg.node_id)?, None)
     };
     let sh = store.handle();
+    let removal = if multi {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        Some((stop.clone(), watch_removal(sh.clone(), stop)?))
+    } else {
+        None
+    };
     let (handle_key, local_token) = if multi {
         let (k, t) = first_start_cluster(cfg, &sh)?;
         (k, Some(t))
@@ -559,11 +600,13 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         stop_admin: stop_tx,
         stop_engine: stop_engine_tx,
         data_thread: Some(data_thread),
+        store_handle: store.handle(),
         store: Some(store),
         peers,
         view,
         admin_addr,
         data_dir: cfg.data_dir.clone(),
+        removal,
     })
 }
 
@@ -583,8 +626,18 @@ impl Running {
         &self.data_dir
     }
 
+    /// The index of the membership change that removed this node from the
+    /// cluster, once it applied here (the node then stops itself).
+    pub fn removed(&self) -> Option<u64> {
+        self.store_handle.removed()
+    }
+
     /// Stops accepting, lets in-flight batches finish, closes the store.
     pub fn shutdown(mut self) {
+        if let Some((stop, t)) = self.removal.take() {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = t.join();
+        }
         // Protocol executors first: no new requests, in-flight ones finish.
         for (stop, _) in &self.fronts {
             let _ = stop.send(());

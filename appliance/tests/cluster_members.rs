@@ -84,7 +84,20 @@ fn a_fourth_node_is_added_and_a_follower_removed() {
     let out = nodes[3].d.ok(&["cluster", "remove", &gone_id.to_string()]);
     eprintln!("{out}");
     assert!(out.contains(&format!("removed node {gone_id}")), "{out}");
-    nodes[gone].d.kill9();
+    // The removed node stops by itself (after its drain), with status 78,
+    // and refuses to start again on its stale data directory.
+    let st = nodes[gone].d.wait_exit(Duration::from_secs(30));
+    let text = log(&nodes[gone].d);
+    assert_eq!(st.and_then(|s| s.code()), Some(78), "node {gone_id} after its removal: {st:?}\n{text}");
+    assert!(text.contains("this node was removed from the cluster"), "{text}");
+    nodes[gone].d.spawn_again();
+    let st = nodes[gone].d.wait_exit(Duration::from_secs(30));
+    let text = log(&nodes[gone].d);
+    assert_eq!(st.and_then(|s| s.code()), Some(78), "node {gone_id} started again: {st:?}\n{text}");
+    assert!(
+        text.contains(&format!("node {gone_id} was removed from the cluster by the membership change at index")),
+        "{text}"
+    );
     let rest: Vec<&Node> = nodes.iter().enumerate().filter(|(i, _)| *i != gone).map(|(_, n)| n).collect();
     let s = wait_for(&rest, "three voters agree", |s| agreed(&rest, s));
     let want: Vec<u64> = [1u64, 2, 3, 4].into_iter().filter(|i| *i != gone_id).collect();

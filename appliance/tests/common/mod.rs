@@ -280,6 +280,26 @@ impl Daemon {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
+    /// Waits up to `within` for the process to exit by itself; its status.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the stopped daemon again without waiting for it to serve.
+    pub fn spawn_again(&mut self) {
+        assert!(!self.alive(), "spawn_again on a running daemon");
+        self.child = spawn(&self.config, &self.log, false);
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         self.child.try_wait().unwrap().is_none()

@@ -183,7 +183,22 @@ fn a_fourth_node_is_added_then_removed() {
         wait("the three have the configuration", || status(&h(id)).voters == vec![1, 2, 3]);
         wait("the address is forgotten", || matches!(h(id).query_blocking(Query::Members).unwrap(), QueryAnswer::Members(m) if m.is_empty()));
     }
+    // The removed node learns it: it refuses everything, and its data
+    // directory never opens again.
+    wait("node 4 knows it was removed", || h(4).removed().is_some());
+    match h(4).batch_blocking(mkdir("on4")) {
+        Err(e) => assert!(e.to_string().contains("node 4 was removed from the cluster"), "{e}"),
+        Ok(_) => panic!("a removed node accepted a change"),
+    }
     cut.store(4, Ordering::Relaxed);
+    handles.lock().unwrap()[3] = None;
+    stores[3].take().unwrap().shutdown();
+    let group = Group::Voters { voters: vec![1, 2, 3], outbox: outbox(&handles, &cut) };
+    match Store::open_group(&tmp.path().join("n4"), 4, group) {
+        Err(StoreError::Removed { node: 4, index }) => assert!(index > 0),
+        Err(e) => panic!("reopening a removed node: {e}"),
+        Ok(_) => panic!("a removed node's store opened again"),
+    }
     let l = (1..=3).map(|id| status(&h(id))).find(|r| r.leader).map(|r| r.node_id).unwrap_or(l);
     h(l).batch_blocking(mkdir("after4")).unwrap();
     match h(l).change_membership_blocking(MemberChange::Remove(4)) {

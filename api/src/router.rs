@@ -922,6 +922,7 @@ mod tests {
                     voters: vec![1],
                     nodes: vec![ClusterNode { id: 1, addr: "127.0.0.1:7446".into(), applied: 9, healthy: true }],
                     receiving_snapshot: Some(SnapshotProgress { from: 2, bytes: 1 << 20, seconds: 3 }),
+                    public_addresses: vec![PublicAddress { address: "10.0.0.100/24".into(), node: Some(1) }],
                 }),
                 200,
             ),

@@ -761,6 +761,19 @@ pub struct ClusterStatus {
     /// (a follower that lagged past the retained log, or an emptied one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receiving_snapshot: Option<SnapshotProgress>,
+    /// Who holds each public service address (`[cluster]
+    /// public_addresses`), as committed by the leader; an address held by
+    /// nobody (no healthy node) has `node` null. Empty without any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub public_addresses: Vec<PublicAddress>,
+}
+
+/// One public service address and the node holding it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PublicAddress {
+    /// As configured: `ADDRESS/PREFIX`.
+    pub address: String,
+    pub node: Option<u64>,
 }
 
 /// A snapshot image being received (`receiving_snapshot` of
@@ -797,6 +810,9 @@ impl ClusterStatus {
         }
         for n in self.nodes.iter().filter(|n| !n.healthy) {
             p.push(format!("node {} ({}) is unhealthy", n.id, n.addr));
+        }
+        for a in self.public_addresses.iter().filter(|a| a.node.is_none()) {
+            p.push(format!("public address {} is held by no node", a.address));
         }
         p
     }
@@ -1131,6 +1147,7 @@ mod tests {
             voters: vec![1],
             nodes: vec![ClusterNode { id: 1, addr: "127.0.0.11:7446".into(), applied: 812, healthy: true }],
             receiving_snapshot: None,
+            public_addresses: Vec::new(),
         };
         let v = serde_json::to_value(&c).unwrap();
         assert_eq!(

@@ -14,7 +14,7 @@ use duet_admin_api::http::{Parsed, RequestParser};
 use duet_admin_api::{
     codes, credentials, encode_response, route, AdminRequest, AdminResponse, ApiError, ClusterNode, ClusterStatus, ConnectionStats, Credentials,
     ErrorCount, FsckReport,
-    ListenerInfo, NewUser, NfsExportRules, Protocol, RaftInfo, RequestStats, Share, Stats, StatusInfo, UserInfo,
+    ListenerInfo, NewUser, NfsExportRules, Protocol, PublicAddress, RaftInfo, RequestStats, Share, Stats, StatusInfo, UserInfo,
 };
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
 use duet_cluster::machine::AdminError;
@@ -61,6 +61,8 @@ pub struct ClusterInfo {
     pub health: Option<std::sync::Arc<crate::peers::PeerHealth>>,
     /// Raft snapshot transfers (multi-node only).
     pub snapshots: Option<std::sync::Arc<crate::snapshot::Snapshots>>,
+    /// `[cluster] public_addresses` as configured.
+    pub public_addresses: Vec<String>,
 }
 
 pub struct Admin {
@@ -1032,6 +1034,21 @@ impl Admin {
             voters: raft.voters,
             nodes,
             receiving_snapshot: self.node.cluster.snapshots.as_ref().and_then(|s| s.progress()),
+            public_addresses: {
+                let table = match self.query(Query::PublicAddresses).await? {
+                    QueryAnswer::PublicAddresses(t) => t,
+                    _ => Vec::new(),
+                };
+                self.node
+                    .cluster
+                    .public_addresses
+                    .iter()
+                    .map(|a| PublicAddress {
+                        address: a.clone(),
+                        node: table.iter().find(|(x, _)| x == a).map(|(_, n)| *n),
+                    })
+                    .collect()
+            },
         })
     }
 

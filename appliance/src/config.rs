@@ -142,6 +142,15 @@ join = false
 # further behind (or one whose data directory was emptied) is sent a
 # snapshot of the state instead (docs/cluster.md).
 log_retain = 4096
+# Public service addresses (IPv4 "ADDRESS/PREFIX") that clients mount: the
+# leader spreads them over the healthy nodes and moves the addresses of a
+# node that dies to a survivor, which adds them to `public_interface` and
+# announces them with a gratuitous ARP (as CTDB does for Samba clusters).
+# Needs CAP_NET_ADMIN and CAP_NET_RAW (docs/cluster.md). Example:
+#   public_addresses = ["192.168.10.50/24", "192.168.10.51/24", "192.168.10.52/24"]
+public_addresses = []
+# The interface public addresses are added to (the same name on every node).
+public_interface = "eth0"
 
 [log]
 # tracing env-filter syntax; RUST_LOG overrides it.
@@ -302,6 +311,11 @@ pub struct ClusterConfig {
     pub log_retain: u64,
     /// This node joins a running cluster (`duetctl cluster add`).
     pub join: bool,
+    /// Public service addresses, IPv4 `ADDRESS/PREFIX`, spread over the
+    /// healthy nodes (`appliance/src/addresses.rs`).
+    pub public_addresses: Vec<String>,
+    /// The interface they are added to.
+    pub public_interface: String,
 }
 
 impl Default for ClusterConfig {
@@ -315,6 +329,8 @@ impl Default for ClusterConfig {
             leader_wait_ms: 5_000,
             log_retain: 4096,
             join: false,
+            public_addresses: Vec::new(),
+            public_interface: "eth0".into(),
         }
     }
 }
@@ -323,6 +339,27 @@ impl Default for ClusterConfig {
 pub const CLUSTER_LISTEN_DEFAULT: &str = "0.0.0.0:7446";
 /// The shortest cluster secret accepted, in bytes.
 pub const CLUSTER_SECRET_MIN: usize = 32;
+
+/// Parses one of `[cluster] public_addresses`: IPv4 `ADDRESS/PREFIX`
+/// (prefix 1 to 32), a unicast address.
+pub fn parse_public_address(s: &str) -> Result<std::net::Ipv4Addr, String> {
+    let (a, p) = s.split_once('/').ok_or_else(|| format!("{s:?} is not ADDRESS/PREFIX such as \"192.168.10.50/24\""))?;
+    let ip: std::net::Ipv4Addr = a.parse().map_err(|_| {
+        if a.parse::<std::net::Ipv6Addr>().is_ok() {
+            format!("{s:?}: IPv6 public addresses are not supported yet (no unsolicited neighbour advertisement)")
+        } else {
+            format!("{s:?}: {a:?} is not an IPv4 address")
+        }
+    })?;
+    let prefix: u8 = p.parse().map_err(|_| format!("{s:?}: the prefix {p:?} is not a number"))?;
+    if !(1..=32).contains(&prefix) {
+        return Err(format!("{s:?}: the prefix must be between 1 and 32"));
+    }
+    if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip.is_loopback() {
+        return Err(format!("{s:?} is not a unicast address clients can reach"));
+    }
+    Ok(ip)
+}
 
 /// One voter of `[cluster] peers`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -583,6 +620,29 @@ impl Config {
         if c.leader_wait_ms > 600_000 {
             return invalid("cluster.leader_wait_ms", format!("{} is more than 600000", c.leader_wait_ms));
         }
+        let mut seen: Vec<std::net::Ipv4Addr> = Vec::new();
+        for text in &c.public_addresses {
+            let ip = parse_public_address(text).map_err(|message| ConfigError::Invalid { key: "cluster.public_addresses", message })?;
+            if seen.contains(&ip) {
+                return invalid("cluster.public_addresses", format!("{ip} is listed twice"));
+            }
+            if peers.iter().any(|p| p.addr.ip() == std::net::IpAddr::V4(ip)) {
+                return invalid("cluster.public_addresses", format!("{ip} is a node's cluster address, not one that moves"));
+            }
+            seen.push(ip);
+        }
+        if !c.public_addresses.is_empty() {
+            if peers.len() < 2 {
+                return invalid(
+                    "cluster.public_addresses",
+                    "public addresses move between the nodes of a cluster: configure [cluster] peers (a single node serves on its own addresses)".into(),
+                );
+            }
+            let i = &c.public_interface;
+            if i.is_empty() || i.len() > 15 || i.contains('/') || i.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
+                return invalid("cluster.public_interface", format!("{i:?} is not an interface name such as eth0"));
+            }
+        }
         if let Some(f) = &c.secret_file {
             if f.as_os_str().is_empty() {
                 return invalid("cluster.secret_file", "must not be empty (leave the key out for none)".into());
@@ -710,6 +770,26 @@ mod tests {
                 Ok(_) => "ok".into(),
             },
         }
+    }
+
+    #[test]
+    fn public_addresses_are_checked() {
+        let two = "[cluster]\npeers = [\"1@127.0.0.11:1\", \"2@127.0.0.12:1\"]\nsecret_file = \"/x\"\n";
+        assert_eq!(parse_public_address("10.0.0.100/24").unwrap(), std::net::Ipv4Addr::new(10, 0, 0, 100));
+        for bad in ["10.0.0.100", "10.0.0.100/33", "10.0.0.100/0", "x/24", "fd00::1/64", "127.0.0.5/8", "224.0.0.1/4", "0.0.0.0/8", "10.0.0.1/x"] {
+            assert!(parse_public_address(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_public_address("fd00::1/64").unwrap_err().contains("IPv6"));
+        let e = key_of(&format!("{two}public_addresses = [\"10.0.0.100\"]"));
+        assert!(e.starts_with("cluster.public_addresses: "), "{e}");
+        let e = key_of(&format!("{two}public_addresses = [\"10.0.0.100/24\", \"10.0.0.100/16\"]"));
+        assert!(e.contains("listed twice"), "{e}");
+        let e = key_of(&format!("{two}public_addresses = [\"127.0.0.11/8\"]"));
+        assert!(e.starts_with("cluster.public_addresses: "), "{e}");
+        let e = key_of("[cluster]\npublic_addresses = [\"10.0.0.100/24\"]");
+        assert!(e.starts_with("cluster.public_addresses: ") && e.contains("configure [cluster] peers"), "{e}");
+        let e = key_of(&format!("{two}public_addresses = [\"10.0.0.100/24\"]\npublic_interface = \"a b\""));
+        assert!(e.starts_with("cluster.public_interface: "), "{e}");
     }
 
     #[test]

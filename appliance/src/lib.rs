@@ -5,6 +5,7 @@
 //! cache-core logic does not live here; this crate feeds bytes and batches
 //! to those crates and does the I/O they ask for.
 
+pub mod addresses;
 pub mod admin;
 pub mod audit;
 pub mod capacity;

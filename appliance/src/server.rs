@@ -314,6 +314,9 @@ pub struct Running {
     /// stop flag.
     removal: Option<(std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<()>)>,
     store_handle: StoreHandle,
+    /// Multi-node with `[cluster] public_addresses`: the addresses this
+    /// node holds (addresses.rs).
+    public_addresses: Option<crate::addresses::PublicAddresses>,
 }
 
 /// duetd's exit status when this node was removed from the cluster, at
@@ -390,6 +393,16 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     } else {
         None
     };
+    let public_addresses = match &peers {
+        Some(p) if !cfg.cluster.public_addresses.is_empty() => Some(crate::addresses::PublicAddresses::start(
+            cfg.node_id,
+            sh.clone(),
+            p.health.clone(),
+            cfg.cluster.public_addresses.clone(),
+            cfg.cluster.public_interface.clone(),
+        )?),
+        _ => None,
+    };
     let (handle_key, local_token) = if multi {
         let (k, t) = first_start_cluster(cfg, &sh)?;
         (k, Some(t))
@@ -431,6 +444,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             voters: cluster.voters.iter().map(|p| (p.id, p.addr.to_string())).collect(),
             health: peers.as_ref().map(|p| p.health.clone()),
             snapshots: peers.as_ref().and_then(|p| p.snapshots.clone()),
+            public_addresses: cfg.cluster.public_addresses.clone(),
         },
         local_token,
     };
@@ -607,6 +621,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         admin_addr,
         data_dir: cfg.data_dir.clone(),
         removal,
+        public_addresses,
     })
 }
 
@@ -634,6 +649,10 @@ impl Running {
 
     /// Stops accepting, lets in-flight batches finish, closes the store.
     pub fn shutdown(mut self) {
+        // Public addresses first: the leader moves them while this drains.
+        if let Some(mut a) = self.public_addresses.take() {
+            a.stop();
+        }
         if let Some((stop, t)) = self.removal.take() {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let _ = t.join();

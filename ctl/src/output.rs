@@ -177,6 +177,15 @@ pub fn cluster(c: &ClusterStatus) -> String {
         &[("ID", Align::Right), ("ADDRESS", Align::Left), ("ROLE", Align::Left), ("APPLIED", Align::Right), ("HEALTHY", Align::Left)],
         &rows,
     ));
+    if !c.public_addresses.is_empty() {
+        let rows: Vec<Vec<String>> = c
+            .public_addresses
+            .iter()
+            .map(|a| vec![a.address.clone(), a.node.map(|n| n.to_string()).unwrap_or_else(|| "none".into())])
+            .collect();
+        out.push('\n');
+        out.push_str(&table(&[("PUBLIC ADDRESS", Align::Left), ("NODE", Align::Right)], &rows));
+    }
     if let Some(p) = &c.receiving_snapshot {
         out.push_str(&format!(
             "\nthis node is being rebuilt: {} of a snapshot image received from node {} in {} s \

@@ -229,6 +229,7 @@ fn cluster_three() -> ClusterStatus {
         voters: vec![1, 2, 3],
         nodes: vec![node(1, 812, true), node(2, 812, true), node(3, 97, true)],
         receiving_snapshot: None,
+        public_addresses: Vec::new(),
     }
 }
 
@@ -1109,6 +1110,28 @@ fn admin_passwd_request_output_and_refusals() {
         &["admin", "passwd", "--password", "twelve\tchars!"],
         &["admin", "passwd", "a/b", "--password", "twelve chars!"],
     ]);
+}
+
+#[test]
+fn cluster_status_shows_who_holds_each_public_address() {
+    let mut c = cluster_three();
+    c.public_addresses = vec![
+        duet_admin_api::PublicAddress { address: "10.0.0.100/24".into(), node: Some(2) },
+        duet_admin_api::PublicAddress { address: "10.0.0.101/24".into(), node: None },
+    ];
+    let f = fake(vec![ok(AdminResponse::Cluster(c.clone())), ok(AdminResponse::Cluster(c))]);
+    let o = run(&f, &["cluster", "status"]);
+    let out = stdout(&o);
+    assert!(out.contains("PUBLIC ADDRESS"), "{out}");
+    let line = |a: &str| out.lines().find(|l| l.starts_with(a)).map(|l| l.split_whitespace().collect::<Vec<_>>()).unwrap_or_default();
+    assert_eq!(line("10.0.0.100/24"), vec!["10.0.0.100/24", "2"], "{out}");
+    assert_eq!(line("10.0.0.101/24"), vec!["10.0.0.101/24", "none"], "{out}");
+    assert_ne!(code(&o), 0, "an address nobody holds is a problem");
+    assert!(stderr(&o).contains("public address 10.0.0.101/24 is held by no node"), "{}", stderr(&o));
+    let o = run(&f, &["--json", "cluster", "status"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["public_addresses"][0], serde_json::json!({"address": "10.0.0.100/24", "node": 2}));
+    assert_eq!(v["public_addresses"][1]["node"], serde_json::Value::Null);
 }
 
 #[test]

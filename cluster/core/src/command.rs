@@ -92,6 +92,7 @@ const CMD_REMOVE_SHARE: u8 = 4;
 const CMD_PUT_USER: u8 = 5;
 const CMD_REMOVE_USER: u8 = 6;
 const CMD_DESTAGED: u8 = 7;
+const CMD_PUBLIC_ADDRESSES: u8 = 8;
 
 // Op tags.
 const OP_LOOKUP: u8 = 1;
@@ -214,6 +215,14 @@ fn put_command(w: &mut Writer, cmd: &Command) {
             w.u64(reclaimed.len() as u64);
             for id in reclaimed {
                 w.u64(*id);
+            }
+        }
+        Command::PublicAddresses { assignment } => {
+            w.u8(CMD_PUBLIC_ADDRESSES);
+            w.u64(assignment.len() as u64);
+            for (addr, node) in assignment {
+                w.str(addr);
+                w.u64(*node);
             }
         }
     }
@@ -651,6 +660,14 @@ fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
                 reclaimed.push(r.u64("reclaimed file")?);
             }
             Command::Destaged { upto, reclaimed }
+        }
+        CMD_PUBLIC_ADDRESSES => {
+            let n = r.count("public addresses")?;
+            let mut assignment = Vec::with_capacity(n);
+            for _ in 0..n {
+                assignment.push((r.string("public address")?, r.u64("public address holder")?));
+            }
+            Command::PublicAddresses { assignment }
         }
         t => return r.unknown("command", t),
     })

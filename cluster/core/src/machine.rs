@@ -21,6 +21,15 @@ pub const LINK_MAX: u32 = 65_000;
 /// First uid handed to users created without one.
 pub const FIRST_AUTO_UID: u32 = 2000;
 
+/// `m public_addresses`: the committed table of who holds the public
+/// service addresses (`Command::PublicAddresses`; `crate::addresses`).
+pub const PUBLIC_ADDRESSES: &str = "public_addresses";
+
+/// The committed public-address table (empty before the first).
+pub fn public_addresses(kv: &impl KvRead) -> Vec<(String, u64)> {
+    kv.get(&keys::meta(PUBLIC_ADDRESSES)).and_then(|v| crate::records::decode(&v)).unwrap_or_default()
+}
+
 /// What applying a command produced.
 #[derive(Debug, Default)]
 pub struct Applied {
@@ -126,6 +135,10 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
         // `Command::Destaged`).
         Command::Destaged { upto, reclaimed } => {
             drop_destaged(txn, *upto, reclaimed);
+            Applied { admin: Some(Ok(())), ..Default::default() }
+        }
+        Command::PublicAddresses { assignment } => {
+            txn.put_record(keys::meta(PUBLIC_ADDRESSES), assignment);
             Applied { admin: Some(Ok(())), ..Default::default() }
         }
     }

@@ -166,6 +166,10 @@ pub enum Command {
     /// (`appliance/src/datapath.rs`) calls that, this variant is only
     /// applied from raft logs written before.
     Destaged { upto: u64, reclaimed: Vec<NodeId> },
+    /// The raft leader's table of who holds the cluster's public service
+    /// addresses (`[cluster] public_addresses`): (address, node id), the
+    /// whole table, replacing the previous one (`crate::addresses`).
+    PublicAddresses { assignment: Vec<(String, u64)> },
 }
 
 /// Encodes a stored record (RocksDB). Raft commands use

@@ -1019,7 +1019,7 @@ impl Connection {
             }
         };
         if let Request::SessionSetup(ss) = &req {
-            return self.session_setup(hdr, msg, ss, dir);
+            return self.session_setup(hdr, msg, ss, dir, fp);
         }
         // The responses of one compound go out as one frame (MS-SMB2
         // 3.3.4.1.3), whose length must fit the 24-bit Direct TCP header
@@ -1433,6 +1433,7 @@ impl Connection {
         msg: &[u8],
         req: &SessionSetupRequest<'_>,
         dir: &dyn Directory,
+        fp: &mut FramePlan,
     ) -> (Plan, Option<SigningKey>) {
         self.last_new_session = 0;
         if req.flags & SessionSetupRequest::BINDING != 0 {
@@ -1481,15 +1482,25 @@ impl Connection {
             }
         };
         let is_311 = neg.dialect == dialect::SMB3_1_1;
-        let fail = |me: &mut Self, status: NtStatus| {
-            if me.sessions.get(&sid).is_some_and(|s| !s.valid) {
-                me.sessions.remove(&sid);
+        // A failed authentication ends the session: a new one, and a valid
+        // one whose re-authentication failed (its opens closed as by
+        // LOGOFF; smbtorture smb2.session.reauth6, as Windows does).
+        let fail = |me: &mut Self, fp: &mut FramePlan, status: NtStatus| {
+            match me.sessions.get(&sid).map(|s| s.valid) {
+                Some(false) => {
+                    me.sessions.remove(&sid);
+                }
+                Some(true) => {
+                    me.drop_opens(fp, sid, None);
+                    me.sessions.remove(&sid);
+                }
+                None => {}
             }
             (done(status), None)
         };
         let token = match spnego::parse_client_token(req.security_buffer) {
             Ok(t) => t,
-            Err(_) => return fail(self, NtStatus::LOGON_FAILURE),
+            Err(_) => return fail(self, fp, NtStatus::LOGON_FAILURE),
         };
         let (ntlm_msg, spnego_used, mech_list, client_mic) = match token {
             ClientToken::Raw(m) => (m, false, Vec::new(), None),
@@ -1498,7 +1509,7 @@ impl Connection {
                 ntlm_offered: true,
                 mech_token: Some(m),
             } => (m, true, mech_list.to_vec(), None),
-            ClientToken::Init { .. } => return fail(self, NtStatus::NOT_SUPPORTED),
+            ClientToken::Init { .. } => return fail(self, fp, NtStatus::NOT_SUPPORTED),
             ClientToken::Resp {
                 response_token: Some(m),
                 mech_list_mic,
@@ -1506,7 +1517,7 @@ impl Connection {
             ClientToken::Resp {
                 response_token: None,
                 ..
-            } => return fail(self, NtStatus::LOGON_FAILURE),
+            } => return fail(self, fp, NtStatus::LOGON_FAILURE),
         };
         if is_311 {
             if let Some(s) = self.sessions.get_mut(&sid) {
@@ -1522,10 +1533,10 @@ impl Connection {
                 let chal =
                     match ctx.challenge(ntlm_msg, &self.cfg.domain, &self.cfg.server_name, None) {
                         Ok(c) => c,
-                        Err(_) => return fail(self, NtStatus::INVALID_PARAMETER),
+                        Err(_) => return fail(self, fp, NtStatus::INVALID_PARAMETER),
                     };
                 let Some(s) = self.sessions.get_mut(&sid) else {
-                    return fail(self, NtStatus::USER_SESSION_DELETED);
+                    return fail(self, fp, NtStatus::USER_SESSION_DELETED);
                 };
                 s.auth = AuthState::Ntlm {
                     ctx,
@@ -1551,7 +1562,7 @@ impl Connection {
             }
             Some(3) => {
                 let Some(s) = self.sessions.get_mut(&sid) else {
-                    return fail(self, NtStatus::USER_SESSION_DELETED);
+                    return fail(self, fp, NtStatus::USER_SESSION_DELETED);
                 };
                 let AuthState::Ntlm {
                     mut ctx,
@@ -1559,18 +1570,22 @@ impl Connection {
                     mech_list,
                 } = std::mem::replace(&mut s.auth, AuthState::None)
                 else {
-                    return fail(self, NtStatus::INVALID_PARAMETER);
+                    return fail(self, fp, NtStatus::INVALID_PARAMETER);
                 };
+                // Re-authentication of a valid session (MS-SMB2 3.3.5.5.2):
+                // the existing Session.SessionKey is retained, so its
+                // signing and encryption keys stay what the client holds.
+                let reauth = s.valid;
                 let lookup = |u: &str| dir.user(u).filter(|e| e.enabled).map(|e| e.nt_hash);
                 let who = match ctx.authenticate(ntlm_msg, &lookup) {
                     Ok(w) => w,
-                    Err(NtlmError::Malformed(_)) => return fail(self, NtStatus::INVALID_PARAMETER),
-                    Err(_) => return fail(self, NtStatus::LOGON_FAILURE),
+                    Err(NtlmError::Malformed(_)) => return fail(self, fp, NtStatus::INVALID_PARAMETER),
+                    Err(_) => return fail(self, fp, NtStatus::LOGON_FAILURE),
                 };
                 let mut flags = 0u16;
                 let (cred, guest, keys) = if who.anonymous {
                     if !dir.shares().iter().any(|s| s.guest_ok) {
-                        return fail(self, NtStatus::LOGON_FAILURE);
+                        return fail(self, fp, NtStatus::LOGON_FAILURE);
                     }
                     flags |= SessionSetupResponse::IS_NULL;
                     (
@@ -1580,7 +1595,7 @@ impl Connection {
                     )
                 } else {
                     let Some(u) = dir.user(&who.user).filter(|u| u.enabled) else {
-                        return fail(self, NtStatus::LOGON_FAILURE);
+                        return fail(self, fp, NtStatus::LOGON_FAILURE);
                     };
                     let preauth = s.preauth;
                     let mut keys = derive_keys(
@@ -1624,8 +1639,27 @@ impl Connection {
                     Vec::new()
                 };
                 let Some(s) = self.sessions.get_mut(&sid) else {
-                    return fail(self, NtStatus::USER_SESSION_DELETED);
+                    return fail(self, fp, NtStatus::USER_SESSION_DELETED);
                 };
+                if reauth {
+                    // The keys (and what they decided) stay; the identity
+                    // is the new one.
+                    s.cred = cred;
+                    s.guest = guest;
+                    if s.encrypt {
+                        flags |= SessionSetupResponse::ENCRYPT_DATA;
+                    } else {
+                        flags &= !SessionSetupResponse::ENCRYPT_DATA;
+                    }
+                    let sign = s.keys.as_ref().and_then(|k| {
+                        (neg.dialect >= dialect::SMB3_0 || s.signing_required).then(|| k.signing.clone())
+                    });
+                    let body = body_of(&Response::SessionSetup(SessionSetupResponse {
+                        session_flags: flags,
+                        security_buffer: &out,
+                    }));
+                    return (Plan::Done { status: NtStatus::SUCCESS, body }, sign);
+                }
                 s.valid = true;
                 s.cred = cred;
                 s.guest = guest;
@@ -1647,7 +1681,7 @@ impl Connection {
                     sign,
                 )
             }
-            _ => fail(self, NtStatus::INVALID_PARAMETER),
+            _ => fail(self, fp, NtStatus::INVALID_PARAMETER),
         }
     }
 

@@ -34,7 +34,7 @@ const V4_FILE: &str = "v41.bin";
 /// the open reclaimed (CLAIM_PREVIOUS), RECLAIM_COMPLETE.
 fn v41_reclaim(port: u16, fh: &[u8], run: u64) -> (Nfs, Sess, Stateid4) {
     let mut c = Nfs::connect(port).as_user(2000, 2000);
-    let mut s = session(&mut c, V4_OWNER, 1 << 20, 64);
+    let mut s = session_to_reclaim(&mut c, V4_OWNER, 1 << 20, 64);
     let seq = s.sequence();
     let rep = c
         .v4(vec![

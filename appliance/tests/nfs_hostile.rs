@@ -220,7 +220,11 @@ fn session(c: &mut Client, owner: &[u8], maxreq: u32, maxops: u32) -> Sess {
     let r = res4(&rep);
     let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &r.results[..] else { panic!("{r:?}") };
     let a = &cs.fore_chan_attrs;
-    Sess { clientid, id: cs.sessionid, seq: 0, max_ops: a.maxoperations, max_req: a.maxrequestsize }
+    let mut s = Sess { clientid, id: cs.sessionid, seq: 0, max_ops: a.maxoperations, max_req: a.maxrequestsize };
+    // RFC 8881 18.51.3: before the first non-reclaim OPEN.
+    let rep = c.v4(vec![s.sequence(), ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "RECLAIM_COMPLETE");
+    s
 }
 
 #[test]

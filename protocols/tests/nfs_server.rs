@@ -1116,8 +1116,18 @@ fn session_with(h: &mut Harness, owner: &[u8], maxreq: u32) -> Sess {
     }
 }
 
+/// A session of a client with nothing to reclaim: RECLAIM_COMPLETE sent
+/// (RFC 8881 18.51.3: before its first non-reclaim OPEN or LOCK).
 fn session(h: &mut Harness) -> Sess {
-    session_with(h, b"test-client", 2 << 20)
+    ready_session(h, b"test-client", 2 << 20)
+}
+
+/// As [`session_with`], then RECLAIM_COMPLETE.
+fn ready_session(h: &mut Harness, owner: &[u8], maxreq: u32) -> Sess {
+    let mut s = session_with(h, owner, maxreq);
+    let rep = h.v4(vec![s.sequence(), ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "RECLAIM_COMPLETE");
+    s
 }
 
 fn mode_attr(mode: u32) -> (Bitmap4, [u8; 4]) {
@@ -1510,7 +1520,7 @@ fn nfs41_errors_stop_the_compound() {
 #[test]
 fn nfs41_oversized_compounds() {
     let mut h = Harness::new();
-    let mut s = session_with(&mut h, b"small", 64 << 10);
+    let mut s = ready_session(&mut h, b"small", 64 << 10);
     let mut ops = vec![s.sequence()];
     for _ in 0..1100 {
         ops.push(ArgOp4::PutRootFh(()));
@@ -2025,7 +2035,7 @@ fn nfs41_secinfo_no_name_of_the_parent() {
 #[test]
 fn nfs41_courtesy_clients_give_way() {
     let mut h = Harness::new();
-    let mut a = session_with(&mut h, b"sleeper", 1 << 20);
+    let mut a = ready_session(&mut h, b"sleeper", 1 << 20);
     let root = share_root(&mut h, &mut a);
     // Past one lease period (90 s) a silent client keeps its state while
     // nobody else needs locking state, even across the lease tick...
@@ -2033,7 +2043,7 @@ fn nfs41_courtesy_clients_give_way() {
     h.srv.on_tick(h.now);
     assert_eq!(h.srv.state_counts().clients, 1, "a courtesy client");
     // ...and loses it when another client OPENs.
-    let mut b = session_with(&mut h, b"waker", 1 << 20);
+    let mut b = ready_session(&mut h, b"waker", 1 << 20);
     let (mask, vals) = mode_attr(0o644);
     let rep = h.v4(vec![
         b.sequence(),
@@ -2064,6 +2074,27 @@ fn open_fh<'a>(s: &mut Sess, fh: &'a [u8], claim: OpenClaim4<'a>) -> Vec<ArgOp4<
     ]
 }
 
+/// RFC 8881 18.51.3: a client's non-reclaim OPEN before its
+/// RECLAIM_COMPLETE gets NFS4ERR_GRACE (pynfs RECC3), outside any grace
+/// period too; after it, the same OPEN is served.
+#[test]
+fn nfs41_open_waits_for_reclaim_complete() {
+    let mut h = Harness::new();
+    let mut s = session_with(&mut h, b"eager", 2 << 20);
+    let root = share_root(&mut h, &mut s);
+    let (mask, vals) = mode_attr(0o644);
+    let open = |s: &mut Sess| {
+        vec![s.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }), open_create(s, b"early", &vals, mask.clone())]
+    };
+    let rep = h.v4(open(&mut s));
+    assert_eq!(res4(&rep).status, Nfsstat4::GRACE, "OPEN before RECLAIM_COMPLETE");
+    assert!(h.batches.is_empty(), "nothing was created");
+    let rep = h.v4(vec![s.sequence(), ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    let rep = h.v4(open(&mut s));
+    assert_eq!(res4(&rep).status, Nfsstat4::OK, "OPEN after RECLAIM_COMPLETE");
+}
+
 #[test]
 fn nfs41_grace_period_after_restart() {
     let mut h = Harness::new();
@@ -2092,7 +2123,7 @@ fn nfs41_grace_period_after_restart() {
     });
     let rep = h.v4(vec![s.sequence(), ArgOp4::PutRootFh(())]);
     assert_eq!(res4(&rep).status, Nfsstat4::BADSESSION, "the old session is gone");
-    let mut s = session(&mut h);
+    let mut s = session_with(&mut h, b"test-client", 2 << 20);
     let root = share_root(&mut h, &mut s);
     // New opens wait for the grace period ...
     let rep = h.v4(vec![

@@ -759,8 +759,20 @@ fn chan(maxreq: u32, maxops: u32) -> ChannelAttrs4 {
     }
 }
 
-/// EXCHANGE_ID + CREATE_SESSION (+ RECLAIM_COMPLETE).
+/// EXCHANGE_ID + CREATE_SESSION + RECLAIM_COMPLETE: a client with nothing
+/// to reclaim, ready to OPEN and LOCK (RFC 8881 18.51.3).
 pub fn session(c: &mut Nfs, owner: &[u8], maxreq: u32, maxops: u32) -> Sess {
+    let mut s = session_to_reclaim(c, owner, maxreq, maxops);
+    let seq = s.sequence();
+    let rep = c.v4(vec![seq, ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]).expect("RECLAIM_COMPLETE reply");
+    let r = res4(&rep);
+    assert_eq!(r.status, Nfsstat4::OK, "RECLAIM_COMPLETE: {r:?}");
+    s
+}
+
+/// EXCHANGE_ID + CREATE_SESSION only: a client about to reclaim its state
+/// after a server restart (it sends RECLAIM_COMPLETE itself afterwards).
+pub fn session_to_reclaim(c: &mut Nfs, owner: &[u8], maxreq: u32, maxops: u32) -> Sess {
     let rep = c
         .v4(vec![ArgOp4::ExchangeId(ExchangeId4Args {
             clientowner: ClientOwner4 {

@@ -1966,6 +1966,11 @@ fn open(
     if c.grace && !matches!(a.claim, OpenClaim4::Previous(_)) {
         return Err(Nfsstat4::GRACE);
     }
+    // RFC 8881 18.51.3: a client that has not sent RECLAIM_COMPLETE gets
+    // NFS4ERR_GRACE for a non-reclaim OPEN (pynfs RECC3; knfsd does so).
+    if !matches!(a.claim, OpenClaim4::Previous(_)) && !reclaim_completed(srv, client) {
+        return Err(Nfsstat4::GRACE);
+    }
     if c.cfh == Fh::Pseudo {
         return Err(match (&a.claim, &a.openhow) {
             (OpenClaim4::Null(n), OpenFlag4::NoCreate)
@@ -2078,6 +2083,12 @@ fn open(
     Ok(if barrier { Flow::Barrier } else { Flow::Next })
 }
 
+/// Whether `client` sent RECLAIM_COMPLETE (RFC 8881 18.51): until then its
+/// non-reclaim OPENs and LOCKs get NFS4ERR_GRACE.
+fn reclaim_completed(srv: &NfsServer, client: u64) -> bool {
+    srv.state.clients.get(&client).is_some_and(|cl| cl.reclaim_done)
+}
+
 /// Whether `client` may reclaim now: in the grace period, one of the
 /// owners that held state before the restart, RECLAIM_COMPLETE not sent.
 fn reclaim_allowed(srv: &mut NfsServer, c: &Compound, client: u64) -> bool {
@@ -2096,7 +2107,7 @@ fn lock(srv: &mut NfsServer, c: &mut Compound, a: &Lock4Args<'_>) -> Result<Flow
     if a.reclaim && !reclaim_allowed(srv, c, client) {
         return Err(Nfsstat4::NO_GRACE);
     }
-    if !a.reclaim && c.grace {
+    if !a.reclaim && (c.grace || !reclaim_completed(srv, client)) {
         return Err(Nfsstat4::GRACE);
     }
     let end = range_end(a.offset, a.length)?;

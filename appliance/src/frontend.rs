@@ -55,7 +55,7 @@ const ROUTE_QUEUE: usize = 4096;
 /// on the holder's own glommio executor).
 #[derive(Default)]
 pub struct SmbRoutes {
-    conns: Mutex<HashMap<u64, flume::Sender<duet_locks::Break>>>,
+    conns: Mutex<HashMap<u64, flume::Sender<Routed>>>,
     /// Each client's route key ([`smb::Connection::client_route`], the
     /// holder of its leases) -> its connections, oldest first.
     clients: Mutex<HashMap<u64, Vec<u64>>>,
@@ -63,12 +63,21 @@ pub struct SmbRoutes {
     pub dropped: std::sync::atomic::AtomicU64,
 }
 
+/// What one SMB connection's task is handed by another's.
+pub enum Routed {
+    /// An oplock or lease break for it to send.
+    Recall(duet_locks::Break),
+    /// A client reconnected naming session `previous` of user `uid`
+    /// (PreviousSessionId): the connection holding it ends it.
+    EndSession { previous: u64, uid: u32 },
+}
+
 /// A connection's place in [`SmbRoutes`]; leaves it when dropped.
 pub struct SmbRoute<'a> {
     routes: &'a SmbRoutes,
     key: u64,
     client: std::cell::Cell<Option<u64>>,
-    pub rx: flume::Receiver<duet_locks::Break>,
+    pub rx: flume::Receiver<Routed>,
 }
 
 impl SmbRoutes {
@@ -90,11 +99,23 @@ impl SmbRoutes {
             clients.get(&b.holder.client).and_then(|v| v.iter().find_map(|k| conns.get(k).cloned()))
         });
         drop(conns);
-        let sent = tx.is_some_and(|tx| tx.try_send(b).is_ok());
+        let sent = tx.is_some_and(|tx| tx.try_send(Routed::Recall(b)).is_ok());
         if !sent {
             self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         sent
+    }
+
+    /// Hands "end session `previous` of user `uid`" to every connection
+    /// but `from` (MS-SMB2 3.3.5.5.3: the server looks the previous session
+    /// up in its global table; here each connection checks its own).
+    pub fn end_session(&self, previous: u64, uid: u32, from: u64) {
+        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        for (key, tx) in conns.iter() {
+            if *key != from && tx.try_send(Routed::EndSession { previous, uid }).is_err() {
+                self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 
     /// SMB connections registered now.
@@ -684,9 +705,9 @@ enum Wake {
     Done(Done),
     /// Time to look at the lock table again.
     Tick,
-    /// A break for one of this connection's opens, routed from another
-    /// connection (or this one) through [`SmbRoutes`].
-    Recall(duet_locks::Break),
+    /// A break for one of this connection's opens, or a session to end,
+    /// routed from another connection (or this one) through [`SmbRoutes`].
+    Recall(Routed),
 }
 
 /// Waits for bytes from the client (only while fewer than `limit`
@@ -771,8 +792,14 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
         )
         .await;
         match wake {
-            Wake::Recall(b) => {
+            Wake::Recall(Routed::Recall(b)) => {
                 queue.extend(conn.on_recall(b, now_ns()));
+                if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                    return Ok(());
+                }
+            }
+            Wake::Recall(Routed::EndSession { previous, uid }) => {
+                queue.extend(conn.end_previous_session(previous, uid));
                 if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
                     return Ok(());
                 }
@@ -834,6 +861,9 @@ async fn smb_events(
             smb::Event::Close => return Ok(true),
             smb::Event::Recall(b) => {
                 ctx.conns.smb_routes.deliver(b);
+            }
+            smb::Event::EndSession { previous, uid, from } => {
+                ctx.conns.smb_routes.end_session(previous, uid, from);
             }
         }
     }

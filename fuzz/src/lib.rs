@@ -730,7 +730,7 @@ impl SmbClient {
                     }
                     SmbEvent::Close => assert!(self.conn.is_closed()),
                     // Breaks for other connections: there are none here.
-                    SmbEvent::Recall(_) => {}
+                    SmbEvent::Recall(_) | SmbEvent::EndSession { .. } => {}
                 }
             }
             events = next;

@@ -1660,6 +1660,19 @@ impl Connection {
                     }));
                     return (Plan::Done { status: NtStatus::SUCCESS, body }, sign);
                 }
+                // A reconnecting client names its session of the lost
+                // connection (MS-SMB2 3.3.5.5.3): that one ends, here or
+                // on whichever connection holds it, so its opens no longer
+                // stand in the way of the new ones.
+                let previous = req.previous_session_id;
+                if previous != 0 && previous != sid && !guest {
+                    self.outbox.push(Event::EndSession { previous, uid: cred.uid, from: self.conn_key });
+                    let uid = cred.uid;
+                    self.end_previous_session(previous, uid);
+                }
+                let Some(s) = self.sessions.get_mut(&sid) else {
+                    return fail(self, fp, NtStatus::USER_SESSION_DELETED);
+                };
                 s.valid = true;
                 s.cred = cred;
                 s.guest = guest;
@@ -1683,6 +1696,26 @@ impl Connection {
             }
             _ => fail(self, fp, NtStatus::INVALID_PARAMETER),
         }
+    }
+
+    /// Ends session `previous` of this connection if it is a valid session
+    /// of user `uid` (a client reconnected elsewhere and named it as its
+    /// PreviousSessionId, MS-SMB2 3.3.5.5.3): its opens are forgotten (share
+    /// reservations, byte-range locks and lease membership released, as
+    /// when a connection is lost), and later requests on it get
+    /// STATUS_USER_SESSION_DELETED.
+    pub fn end_previous_session(&mut self, previous: u64, uid: u32) -> Vec<Event> {
+        let Some(s) = self.sessions.get(&previous) else { return Vec::new() };
+        if !s.valid || s.guest || s.cred.uid != uid {
+            return Vec::new();
+        }
+        let ids: Vec<u64> = self.opens.iter().filter(|(_, o)| o.session_id == previous).map(|(id, _)| *id).collect();
+        for id in ids {
+            self.forget_open(id);
+        }
+        self.pipes.retain(|_, p| p.session_id != previous);
+        self.sessions.remove(&previous);
+        Vec::new()
     }
 
     // ---- LOGOFF, TREE_CONNECT, TREE_DISCONNECT -------------------------

@@ -177,4 +177,10 @@ pub enum Event {
     /// is `holder.client` (this one, or another on any executor), which
     /// passes it to its [`Connection::on_recall`].
     Recall(duet_locks::Break),
+    /// A client reconnected with PreviousSessionId (MS-SMB2 3.3.5.5.3):
+    /// every other connection passes this to its
+    /// [`Connection::end_previous_session`], and the one that holds
+    /// session `previous` of the same user ends it. `from` is this
+    /// connection's [`Connection::key`].
+    EndSession { previous: u64, uid: u32, from: u64 },
 }

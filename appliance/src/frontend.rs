@@ -764,70 +764,82 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     let limit = ctx.limits.requests_per_connection;
     let mut in_flight = 0usize;
     let mut queue: VecDeque<smb::Event> = VecDeque::new();
-    loop {
-        // Start every complete frame, as long as the limit allows.
-        while in_flight + conn.held() < limit && buf.len() >= 4 {
-            let len = u32::from_be_bytes([0, buf[1], buf[2], buf[3]]) as usize;
-            if buf[0] != 0 || len > ctx.limits.smb_message_max {
-                ctx.conns.counters.oversize_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Ok(()); // not direct TCP, or over the limit: drop
-            }
-            if buf.len() < 4 + len {
-                break;
-            }
-            let frame: Vec<u8> = buf[4..4 + len].to_vec();
-            buf.drain(..4 + len);
-            queue.extend(conn.on_frame(&frame, now_ns(), &*ctx.catalog.borrow()));
-            if let Some(c) = conn.client_route() {
-                route.join_client(c);
-            }
-            if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
-                return Ok(());
-            }
-        }
-        let ticking = conn.waiting_locks() > 0 || conn.parked_opens() > 0;
-        let wake = futures_lite::future::or(
-            async { route.rx.recv_async().await.map(Wake::Recall).unwrap_or(Wake::Tick) },
-            next_wake_or_tick(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit, ticking),
-        )
-        .await;
-        match wake {
-            Wake::Recall(Routed::Recall(b)) => {
-                queue.extend(conn.on_recall(b, now_ns()));
+    let result: std::io::Result<()> = async {
+        loop {
+            // Start every complete frame, as long as the limit allows.
+            while in_flight + conn.held() < limit && buf.len() >= 4 {
+                let len = u32::from_be_bytes([0, buf[1], buf[2], buf[3]]) as usize;
+                if buf[0] != 0 || len > ctx.limits.smb_message_max {
+                    ctx.conns.counters.oversize_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(()); // not direct TCP, or over the limit: drop
+                }
+                if buf.len() < 4 + len {
+                    break;
+                }
+                let frame: Vec<u8> = buf[4..4 + len].to_vec();
+                buf.drain(..4 + len);
+                queue.extend(conn.on_frame(&frame, now_ns(), &*ctx.catalog.borrow()));
+                if let Some(c) = conn.client_route() {
+                    route.join_client(c);
+                }
                 if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
                     return Ok(());
                 }
             }
-            Wake::Recall(Routed::EndSession { previous, uid }) => {
-                queue.extend(conn.end_previous_session(previous, uid));
-                if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
-                    return Ok(());
+            let ticking = conn.waiting_locks() > 0 || conn.parked_opens() > 0;
+            let wake = futures_lite::future::or(
+                async { route.rx.recv_async().await.map(Wake::Recall).unwrap_or(Wake::Tick) },
+                next_wake_or_tick(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit, ticking),
+            )
+            .await;
+            match wake {
+                Wake::Recall(Routed::Recall(b)) => {
+                    queue.extend(conn.on_recall(b, now_ns()));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
                 }
-            }
-            Wake::Tick => {
-                queue.extend(conn.poll_locks(now_ns()));
-                queue.extend(conn.poll_opens(now_ns(), &*ctx.catalog.borrow()));
-                if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
-                    return Ok(());
+                Wake::Recall(Routed::EndSession { previous, uid }) => {
+                    queue.extend(conn.end_previous_session(previous, uid));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
                 }
-            }
-            Wake::Read(r) => {
-                let n = r?;
-                if n == 0 {
-                    return Ok(());
+                Wake::Tick => {
+                    queue.extend(conn.poll_locks(now_ns()));
+                    queue.extend(conn.poll_opens(now_ns(), &*ctx.catalog.borrow()));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
                 }
-                buf.extend_from_slice(&tmp[..n]);
-            }
-            Wake::Done((token, r)) => {
-                in_flight -= 1;
-                queue.extend(conn.on_batch_done(token, r, now_ns()));
-                queue.extend(conn.resume(now_ns(), &*ctx.catalog.borrow()));
-                if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
-                    return Ok(());
+                Wake::Read(r) => {
+                    let n = r?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    buf.extend_from_slice(&tmp[..n]);
+                }
+                Wake::Done((token, r)) => {
+                    in_flight -= 1;
+                    queue.extend(conn.on_batch_done(token, r, now_ns()));
+                    queue.extend(conn.resume(now_ns(), &*ctx.catalog.borrow()));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
                 }
             }
         }
     }
+    .await;
+    // The connection is gone (MS-SMB2 3.3.7.1): its opens close as a
+    // CLOSE would, delete-on-close ones removed (the batches run after
+    // the ones it had in flight).
+    for ev in conn.on_disconnect(now_ns()) {
+        if let smb::Event::Run { token, batch, tag } = ev {
+            spawn_batch(&ctx.engine, RequestTag::new("smb", tag), token, batch, &done_tx);
+        }
+    }
+    result
 }
 
 /// Carries out an SMB connection's events: frames are sent, batches

@@ -1718,6 +1718,40 @@ impl Connection {
         Vec::new()
     }
 
+    /// The transport connection is gone (MS-SMB2 3.3.7.1): every open of
+    /// every session closes as by LOGOFF, and the batches that remove the
+    /// delete-on-close ones (one per session, its credentials) are returned
+    /// as [`Event::Run`] for the driver to run; their results are not
+    /// waited for. The connection is closed afterwards.
+    pub fn on_disconnect(&mut self, now_ns: i64) -> Vec<Event> {
+        let mut out = Vec::new();
+        let mut ids: Vec<u64> = self.sessions.keys().copied().collect();
+        ids.sort_unstable();
+        for sid in ids {
+            let mut fp = FramePlan {
+                slots: Vec::new(),
+                batch: None,
+                batch_session: 0,
+                all_read_only: true,
+                pending_opens: HashMap::new(),
+                encrypt: None,
+                now_ns,
+                tag: "disconnect",
+                deferred: HashMap::new(),
+                reserved: 0,
+            };
+            self.drop_opens(&mut fp, sid, None);
+            if let Some(batch) = fp.batch.take().filter(|b| !b.ops.is_empty()) {
+                let token = self.next_token;
+                self.next_token += 1;
+                out.push(Event::Run { token, batch, tag: "disconnect" });
+            }
+        }
+        self.sessions.clear();
+        let _ = self.close();
+        out
+    }
+
     // ---- LOGOFF, TREE_CONNECT, TREE_DISCONNECT -------------------------
 
     /// Drops the opens of a session (or of one of its trees), removing the

@@ -628,13 +628,16 @@ impl Admin {
         let health = self.node.cluster.health.as_ref()?;
         let now = Instant::now();
         let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        let peers = self
-            .node
-            .cluster
-            .voters
+        // raft's voters now (membership changes included), else the
+        // configured ones.
+        let ids: Vec<u64> = match raft {
+            Some(r) if !r.voters.is_empty() => r.voters.clone(),
+            _ => self.node.cluster.voters.iter().map(|v| v.0).collect(),
+        };
+        let peers = ids
             .iter()
-            .filter(|v| v.0 != self.node.node_id)
-            .map(|(id, _)| {
+            .filter(|id| **id != self.node.node_id)
+            .map(|id| {
                 let state = health.peer(*id);
                 crate::metrics::PeerMetrics {
                     id: *id,

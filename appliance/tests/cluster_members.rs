@@ -75,6 +75,13 @@ fn a_fourth_node_is_added_and_a_follower_removed() {
         }
         lead(&nodes[li], 4, &all);
     }
+    // /metrics follows raft's voters, not the configured list: node 1
+    // (configured with three peers) reports its link to node 4.
+    let deadline = Instant::now() + WAIT;
+    while metric(&nodes[0].d, "duet_peer_up{peer=\"4\"}") != 1 {
+        assert!(Instant::now() < deadline, "node 1's /metrics has no live duet_peer_up for node 4");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     check_all(nodes[3].smb, &local, &files, 4);
     wait_chunks(&nodes[3], &files);
 

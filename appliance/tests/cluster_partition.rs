@@ -402,8 +402,29 @@ impl Workload {
 
 // ------------------------------------------------------------ the cluster
 
-fn spawn(root: &Path, id: u64, host: &str, port: u16, peers: &str, secret: &Path) -> Node {
-    cluster::spawn_node(root, id, host, port, peers, secret, "", "")
+
+/// `duetctl cluster status --json` of `n`, or `Null` while its admin
+/// port is closed (a node re-executing itself to install a snapshot).
+fn try_status(n: &Node) -> Value {
+    let o = n.d.ctl(&["cluster", "status", "--json"]);
+    serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+}
+
+fn applied_of(s: &Value, id: u64) -> Option<u64> {
+    s["nodes"].as_array()?.iter().find(|n| n["id"] == id)?["applied"].as_u64()
+}
+
+/// Polls every node's status until `f` holds (at most 60 s).
+fn wait_all(t: &Three, what: &str, f: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s: Vec<Value> = t.nodes.iter().map(try_status).collect();
+        if f(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within 60 s; statuses: {s:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn leader_of(s: &Value) -> Option<u64> {
@@ -448,18 +469,20 @@ fn wait_rejoined(t: &Three, healed: usize) -> Vec<Value> {
     let s = status(&t.nodes[(healed + 1) % 3].d);
     let l = leader_of(&s).expect("a leader among the majority");
     let target = cluster::applied(&status(&t.nodes[l as usize - 1].d), l);
-    let all: Vec<&Node> = t.nodes.iter().collect();
     let id = t.nodes[healed].id;
-    cluster::wait_for(&all, "the healed node rejoins and catches up", |s| {
+    wait_all(t, "the healed node rejoins and catches up", |s| {
         let l = leader_of(&s[0]);
-        l.is_some() && s.iter().all(|v| leader_of(v) == l && v["term"] == s[0]["term"]) && cluster::applied(&s[healed], id) >= target
+        l.is_some() && s.iter().all(|v| leader_of(v) == l && v["term"] == s[0]["term"]) && applied_of(&s[healed], id).is_some_and(|a| a >= target)
     })
 }
 
 /// Waits until all three agree (one leader, one term, one applied index).
 fn wait_agreed(t: &Three) -> Vec<Value> {
-    let all: Vec<&Node> = t.nodes.iter().collect();
-    cluster::wait_for(&all, "three nodes agree after healing", |s| cluster::agreed(&all, s))
+    wait_all(t, "three nodes agree", |s| {
+        let l = leader_of(&s[0]);
+        let a: Vec<Option<u64>> = t.nodes.iter().zip(s).map(|(n, v)| applied_of(v, n.id)).collect();
+        l.is_some() && s.iter().all(|v| leader_of(v) == l && v["term"] == s[0]["term"]) && a.iter().all(|x| x.is_some() && *x == a[0])
+    })
 }
 
 /// Puts `files` through smbclient on node `i`, retrying what got the
@@ -544,12 +567,13 @@ struct Setup {
     leader: usize,
 }
 
-/// Three nodes, the bench user on every node, and eight files (inline
-/// and chunked sizes) written through the leader.
-fn setup() -> Setup {
+/// Three nodes (`cluster_extra` in their `[cluster]`), the bench user on
+/// every node, and four files (inline and chunked sizes) written through
+/// the leader.
+fn setup(cluster_extra: &str) -> Setup {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
-    let t = start_three(&root, &[], spawn);
+    let t = start_three(&root, &[], |root, id, host, port, peers, secret| cluster::spawn_node(root, id, host, port, peers, secret, cluster_extra, ""));
     let leader = leader_of(&t.s[0]).unwrap() as usize - 1;
     let local = root.join("local");
     std::fs::create_dir_all(&local).unwrap();
@@ -574,7 +598,7 @@ fn setup() -> Setup {
 fn the_leader_cut_off_from_both_followers() {
     let _g = serial();
     let t_all = Instant::now();
-    let Setup { _tmp, t, local, mut files, leader: li } = setup();
+    let Setup { _tmp, t, local, mut files, leader: li } = setup("");
     let others: Vec<usize> = (0..3).filter(|&i| i != li).collect();
     let old = t.nodes[li].id;
     let term0 = term(&t.s[0]);
@@ -620,7 +644,7 @@ fn the_leader_cut_off_from_both_followers() {
 fn a_follower_cut_off_catches_up() {
     let _g = serial();
     let t_all = Instant::now();
-    let Setup { _tmp, t, local, mut files, leader: li } = setup();
+    let Setup { _tmp, t, local, mut files, leader: li } = setup("log_retain = 256\n");
     let fi = (li + 1) % 3;
     let oi = (li + 2) % 3;
     let fid = t.nodes[fi].id;
@@ -650,8 +674,13 @@ fn a_follower_cut_off_catches_up() {
     cuts.heal();
     let healed = Instant::now();
     let s = wait_rejoined(&t, fi);
-    eprintln!("healed; follower {fid} caught up {behind} entries {:?} later (leader {}, term {})", healed.elapsed(), s[0]["leader"], s[0]["term"]);
-    assert!(behind > 0, "the follower did not fall behind");
+    // More than `log_retain` behind: it catches up by snapshot (and
+    // re-executes itself to install it).
+    assert!(behind > 256, "the follower fell only {behind} entries behind");
+    assert!(cluster::log(&t.nodes[fi].d).contains("raft snapshot: installed the image of index"), "follower {fid} did not install a snapshot");
+    cluster::wait_serving_again(&t.nodes[fi]);
+    cluster::wait_smb(&t.nodes[fi]);
+    eprintln!("healed; follower {fid}, {behind} entries behind, caught up by snapshot {:?} later (leader {}, term {})", healed.elapsed(), s[0]["leader"], s[0]["term"]);
     assert_eq!(leader_of(&s[0]), Some(t.nodes[li].id), "the healed follower disrupted the leader: {:#}", s[0]);
     std::thread::sleep(Duration::from_secs(1));
     let c = w.finish(&t);
@@ -665,7 +694,7 @@ fn a_follower_cut_off_catches_up() {
 fn a_leader_that_cannot_hear_is_deposed() {
     let _g = serial();
     let t_all = Instant::now();
-    let Setup { _tmp, t, local, mut files, leader: li } = setup();
+    let Setup { _tmp, t, local, mut files, leader: li } = setup("");
     let others: Vec<usize> = (0..3).filter(|&i| i != li).collect();
     let old = t.nodes[li].id;
     let term0 = term(&t.s[0]);

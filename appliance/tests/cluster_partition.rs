@@ -18,7 +18,11 @@
 //!   healing;
 //! - **a one-way cut**: every packet to the leader on the peer port is
 //!   dropped (it can send, not receive): check quorum deposes it, the
-//!   followers elect another.
+//!   followers elect another;
+//! - **a follower cut from the leader only** (both still reach the third
+//!   node): the leader keeps its place and term (the cut follower's
+//!   pre-votes are refused by the node that hears the leader), service
+//!   goes on, the follower catches up after healing.
 //!
 //! In each, six real clients (the tests' raw SMB 2.1 and NFSv3 clients,
 //! one of each per node) write unique values to and read three small
@@ -725,6 +729,52 @@ fn a_leader_that_cannot_hear_is_deposed() {
     let s = wait_rejoined(&t, li);
     eprintln!("healed; node {old} follows and caught up {:?} later: leader {}, term {}", healed.elapsed(), s[0]["leader"], s[0]["term"]);
     assert_ne!(leader_of(&s[0]), Some(old), "the deaf leader leads again");
+    std::thread::sleep(Duration::from_secs(1));
+    let c = w.finish(&t);
+    wait_agreed(&t);
+    assert!(c.writes_ok > 20 && c.reads_ok > 20, "too few operations: {c:?}");
+    check_everywhere(&t, &local, &files);
+    eprintln!("whole test {:?}", t_all.elapsed());
+}
+
+#[test]
+fn a_follower_cut_from_the_leader_only() {
+    let _g = serial();
+    let t_all = Instant::now();
+    let Setup { _tmp, t, local, mut files, leader: li } = setup("");
+    let fi = (li + 1) % 3;
+    let oi = (li + 2) % 3;
+    let (lid, fid) = (t.nodes[li].id, t.nodes[fi].id);
+    let term0 = term(&t.s[0]);
+    let w = Workload::start(&t);
+    std::thread::sleep(Duration::from_secs(1));
+
+    // Only the link between the leader and one follower is cut: that
+    // follower still reaches the other, which still hears the leader.
+    let mut cuts = Cuts::new(t.port);
+    cuts.both(HOSTS[li], HOSTS[fi]);
+    let at = Instant::now();
+    eprintln!("cut the link between leader {lid} and follower {fid}; both still reach node {}", oi + 1);
+    let during = cluster::random_files("during", &[10, 3000, 9000, 200_000]);
+    put_retrying(&t.nodes[li], &local, &during[..2]);
+    put_retrying(&t.nodes[oi], &local, &during[2..]);
+    files.extend(during);
+    // Longer than an election timeout: the cut follower's pre-votes are
+    // refused by the node that still hears the leader (check quorum), so
+    // the leader keeps its place and its term.
+    std::thread::sleep(hold().max(Duration::from_secs(5)).saturating_sub(at.elapsed()));
+    let s = status(&t.nodes[li].d);
+    let o = status(&t.nodes[oi].d);
+    assert_eq!(leader_of(&s), Some(lid), "the leader lost its place: {s:#}");
+    assert_eq!((term(&s), leader_of(&o)), (term0, Some(lid)), "a follower cut from the leader only disrupted it: {o:#}");
+    let behind = cluster::applied(&s, lid).saturating_sub(applied_of(&try_status(&t.nodes[fi]), fid).unwrap_or(0));
+    eprintln!("{:?} after the cut: node {lid} still leads in term {term0}; follower {fid} is {behind} entries behind", at.elapsed());
+
+    cuts.heal();
+    let healed = Instant::now();
+    let s = wait_rejoined(&t, fi);
+    eprintln!("healed; follower {fid} caught up {:?} later (leader {}, term {})", healed.elapsed(), s[0]["leader"], s[0]["term"]);
+    assert_eq!(leader_of(&s[0]), Some(lid), "the leader changed after healing: {:#}", s[0]);
     std::thread::sleep(Duration::from_secs(1));
     let c = w.finish(&t);
     wait_agreed(&t);

@@ -420,6 +420,7 @@ impl Drop for Cuts {
 }
 
 /// Splits iptables' `-S` output into words (its comments are quoted).
+#[allow(dead_code)]
 fn shell_words(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();

@@ -337,6 +337,9 @@ struct Workload {
     stop: Arc<AtomicBool>,
     hist: Arc<Mutex<History>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// (node id, from, to): no client of that node may see an operation
+    /// called after `from` succeed before `to` (it is cut off then).
+    silent: Vec<(u64, u64, u64)>,
 }
 
 impl Workload {
@@ -367,7 +370,18 @@ impl Workload {
                 std::thread::spawn(move || run_client(name, client, 0x9E37_79B9 * (i as u64 + 7), clock, stop, hist))
             })
             .collect();
-        Workload { clock, stop, hist, threads }
+        Workload { clock, stop, hist, threads, silent: Vec::new() }
+    }
+
+    /// Now, on the clients' clock.
+    fn now(&self) -> u64 {
+        self.clock.us()
+    }
+
+    /// Node `id` was cut off from `from` to `to` (clock times): none of
+    /// its clients' operations called in between may succeed before `to`.
+    fn silent(&mut self, id: u64, from: u64, to: u64) {
+        self.silent.push((id, from, to));
     }
 
     /// Stops the clients, adds a final read of every register through
@@ -386,6 +400,13 @@ impl Workload {
                 let ret = self.clock.us();
                 h.ops.push(Op { reg: r, client: format!("final-n{}", n.id), op: RegOp { write: false, value: Some(v), call, ret: Some(ret) } });
             }
+        }
+        for &(id, from, to) in &self.silent {
+            let tail = format!("-n{id}");
+            let answered: Vec<&Op> = h.ops.iter().filter(|o| o.client.ends_with(&tail) && o.op.call > from && o.op.ret.is_some_and(|r| r < to)).collect();
+            assert!(answered.is_empty(), "node {id}, cut off, answered {} operations, e.g. {:?}", answered.len(), &answered[..answered.len().min(3)]);
+            let tried = h.ops.iter().filter(|o| o.client.ends_with(&tail) && o.op.call > from && o.op.call < to).count();
+            eprintln!("node {id} answered none of its clients' operations while cut off ({tried} writes tried then; failed reads are not in the history)");
         }
         for (e, k) in &h.errors {
             eprintln!("  {k:4} x {e}");
@@ -607,12 +628,13 @@ fn the_leader_cut_off_from_both_followers() {
     let old = t.nodes[li].id;
     let term0 = term(&t.s[0]);
     let cut_clients = vec![Client::smb(&t.nodes[li]), Client::smb(&t.nodes[li]), Client::nfs(&t.nodes[li]), Client::nfs(&t.nodes[li])];
-    let w = Workload::start(&t);
+    let mut w = Workload::start(&t);
     std::thread::sleep(Duration::from_secs(2));
 
     let mut cuts = Cuts::new(t.port);
     let at = Instant::now();
     cuts.isolate(HOSTS[li], &[HOSTS[others[0]], HOSTS[others[1]]]);
+    let cut_us = w.now();
     eprintln!("cut node {old} off ({} rules)", cuts.len());
     let (new, elected) = wait_new_leader(&t, &others, old, term0, ELECTION_BOUND);
     let election = elected - at;
@@ -629,6 +651,7 @@ fn the_leader_cut_off_from_both_followers() {
     files.extend(during);
     std::thread::sleep(hold().saturating_sub(at.elapsed().saturating_sub(election)));
 
+    w.silent(old, cut_us, w.now());
     cuts.heal();
     let healed = Instant::now();
     let s = wait_rejoined(&t, li);
@@ -654,11 +677,12 @@ fn a_follower_cut_off_catches_up() {
     let fid = t.nodes[fi].id;
     let term0 = term(&t.s[0]);
     let cut_clients = vec![Client::smb(&t.nodes[fi]), Client::smb(&t.nodes[fi]), Client::nfs(&t.nodes[fi]), Client::nfs(&t.nodes[fi])];
-    let w = Workload::start(&t);
+    let mut w = Workload::start(&t);
     std::thread::sleep(Duration::from_secs(1));
 
     let mut cuts = Cuts::new(t.port);
     cuts.isolate(HOSTS[fi], &[HOSTS[li], HOSTS[oi]]);
+    let cut_us = w.now();
     let at = Instant::now();
     eprintln!("cut follower {fid} off");
     // Service goes on through the leader and the other follower.
@@ -675,6 +699,7 @@ fn a_follower_cut_off_catches_up() {
     std::thread::sleep(hold().saturating_sub(at.elapsed()));
     let behind = cluster::applied(&status(&t.nodes[li].d), t.nodes[li].id) - cluster::applied(&status(&t.nodes[fi].d), fid);
 
+    w.silent(fid, cut_us, w.now());
     cuts.heal();
     let healed = Instant::now();
     let s = wait_rejoined(&t, fi);
@@ -702,7 +727,7 @@ fn a_leader_that_cannot_hear_is_deposed() {
     let others: Vec<usize> = (0..3).filter(|&i| i != li).collect();
     let old = t.nodes[li].id;
     let term0 = term(&t.s[0]);
-    let w = Workload::start(&t);
+    let mut w = Workload::start(&t);
     std::thread::sleep(Duration::from_secs(1));
 
     // Every packet to the leader on the peer port is dropped; what it
@@ -712,6 +737,7 @@ fn a_leader_that_cannot_hear_is_deposed() {
     for &o in &others {
         cuts.one_way(HOSTS[o], HOSTS[li]);
     }
+    let cut_us = w.now();
     eprintln!("node {old} (the leader) hears nothing from now on; it still sends");
     let deposed = wait_deposed(&t, li) - at;
     eprintln!("node {old} deposed itself {deposed:?} after the cut (check quorum)");
@@ -724,6 +750,7 @@ fn a_leader_that_cannot_hear_is_deposed() {
     files.extend(during);
     std::thread::sleep(hold().saturating_sub(at.elapsed().saturating_sub(election)));
 
+    w.silent(old, cut_us, w.now());
     cuts.heal();
     let healed = Instant::now();
     let s = wait_rejoined(&t, li);

@@ -47,9 +47,15 @@ pub fn check_register(ops: &[RegOp]) -> Result<(), String> {
     let mut seen: HashSet<(Vec<u64>, Option<Vec<u8>>)> = HashSet::new();
     let mut stack: Vec<(Vec<u64>, Option<Vec<u8>>, usize)> = vec![(vec![0; words], None, 0)];
     let mut steps: u64 = 0;
+    // The deepest point the search reached (most completed operations
+    // linearized), for the report of a violation.
+    let mut deepest: (usize, Vec<u64>, Option<Vec<u8>>) = (0, vec![0; words], None);
     while let Some((set, state, done)) = stack.pop() {
         if done == total_completed {
             return Ok(());
+        }
+        if done > deepest.0 {
+            deepest = (done, set.clone(), state.clone());
         }
         steps += 1;
         if steps > 5_000_000 {
@@ -88,10 +94,18 @@ pub fn check_register(ops: &[RegOp]) -> Result<(), String> {
             o.ret.map_or("pending".to_string(), |r| r.to_string())
         )
     };
-    let mut sorted = ops.clone();
-    sorted.sort_by_key(|o| o.call);
-    let shown: Vec<String> = sorted.iter().take(40).map(show).collect();
-    Err(format!("no linearization of {n} operations: {}", shown.join("; ")))
+    // From the deepest point: the value then and the operations not yet
+    // linearized, earliest called first (the violation is among them).
+    let (done, set, state) = deepest;
+    let mut left: Vec<&&RegOp> = (0..n).filter(|&i| set[i / 64] >> (i % 64) & 1 == 0).map(|i| &ops[i]).collect();
+    left.sort_by_key(|o| o.call);
+    let shown: Vec<String> = left.iter().take(24).map(|o| show(o)).collect();
+    Err(format!(
+        "no linearization of {n} operations: at most {done} of the {total_completed} completed ones fit, the register then \
+         holding {}; not placed, earliest first: {}",
+        state.as_deref().map(String::from_utf8_lossy).unwrap_or("-".into()),
+        shown.join("; ")
+    ))
 }
 
 /// The history of one register as a client would build it: the initial
@@ -141,7 +155,9 @@ mod tests {
     fn checker_rejects_non_linearizable_histories() {
         // A stale read: b was written (and acknowledged) before the read began.
         let stale = [w("a", 0, Some(1)), w("b", 2, Some(3)), r(Some("a"), 4, 5)];
-        assert!(check_register(&stale).is_err());
+        let e = check_register(&stale).unwrap_err();
+        // The report names the read that does not fit and the value then.
+        assert!(e.contains("holding b; not placed, earliest first: R a [4, 5]"), "{e}");
         // A lost acknowledged write: the file reads as never written.
         assert!(check_register(&[w("a", 0, Some(1)), r(None, 2, 3)]).is_err());
         // Two reads that see two concurrent writes in opposite orders.

@@ -17,8 +17,9 @@ command -v make >/dev/null 2>&1 || need+=(make)
 # syslinux-common (the BIOS boot loader), binutils (strip); systemd's
 # journalctl reads the booted image's journal; scripts/build-oci.sh: umoci;
 # podman and runc run the container image (crun 1.8 refuses hybrid cgroups);
-# chromium and chromium-driver drive the web console (appliance/tests/console.rs); curl.
-for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod python3-prometheus-client bsdutils attr mmdebstrap qemu-utils fdisk e2fsprogs extlinux syslinux-common binutils systemd umoci podman runc chromium chromium-driver curl "$@"; do
+# chromium and chromium-driver drive the web console (appliance/tests/console.rs); curl;
+# iptables cuts links between cluster nodes (appliance/tests/cluster_partition.rs).
+for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod python3-prometheus-client bsdutils attr mmdebstrap qemu-utils fdisk e2fsprogs extlinux syslinux-common binutils systemd umoci podman runc chromium chromium-driver curl iptables "$@"; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -71,6 +71,16 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A write to a peer that takes longer drops the connection (it is
 /// retried with backoff; raft resends).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// An outbound connection whose frames stay unacknowledged by the peer's
+/// TCP this long fails (TCP_USER_TIMEOUT), and is dialled again with
+/// backoff. Without it a silent partition (packets dropped, no reset)
+/// leaves a connection that looks up: writes go into the send buffer
+/// (status frames every 500 ms never fill it, so [`WRITE_TIMEOUT`] does
+/// not fire), the follower's forwarder deems the leader reachable, and
+/// after healing the link waits for the kernel's next retransmission,
+/// which backs off exponentially (seconds after a short cut, about a
+/// minute after a long one). Found by `tests/cluster_partition.rs`.
+const UNACKED_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What goes to a peer: a raft message, or a frame of another kind whose
 /// payload its owner encoded.
@@ -435,13 +445,39 @@ pub(crate) fn handshake(stream: &mut TcpStream, mut hs: Handshake) -> Result<Ses
 /// listens on one address: the peer sees, and logs, the node's cluster
 /// address.
 pub(crate) fn dial(source: SocketAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
-    if source.ip().is_unspecified() || source.is_ipv4() != to.is_ipv4() {
-        return TcpStream::connect_timeout(&to, CONNECT_TIMEOUT);
+    let stream: TcpStream = if source.ip().is_unspecified() || source.is_ipv4() != to.is_ipv4() {
+        TcpStream::connect_timeout(&to, CONNECT_TIMEOUT)?
+    } else {
+        let sock = socket2::Socket::new(socket2::Domain::for_address(to), socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+        sock.bind(&SocketAddr::new(source.ip(), 0).into())?;
+        sock.connect_timeout(&to.into(), CONNECT_TIMEOUT)?;
+        sock.into()
+    };
+    set_unacked_timeout(&stream, UNACKED_TIMEOUT)?;
+    Ok(stream)
+}
+
+/// Sets TCP_USER_TIMEOUT (Linux tcp(7)): a connection whose sent data
+/// stays unacknowledged this long fails with ETIMEDOUT.
+fn set_unacked_timeout(stream: &TcpStream, t: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let ms: libc::c_uint = t.as_millis().try_into().unwrap_or(libc::c_uint::MAX);
+    // SAFETY: setsockopt on a descriptor `stream` owns, with a pointer to
+    // a local c_uint and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            &ms as *const libc::c_uint as *const libc::c_void,
+            std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
-    let sock = socket2::Socket::new(socket2::Domain::for_address(to), socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
-    sock.bind(&SocketAddr::new(source.ip(), 0).into())?;
-    sock.connect_timeout(&to.into(), CONNECT_TIMEOUT)?;
-    Ok(sock.into())
 }
 
 /// The transport's peers follow raft's configuration: a voter added by a

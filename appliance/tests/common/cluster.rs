@@ -49,14 +49,19 @@ pub fn spawn_node(root: &Path, id: u64, host: &str, port: u16, peers: &str, secr
     let data = dir.join("data");
     let admin = format!("127.0.0.1:{}", free_port());
     let smb = free_port();
+    let nfs = free_port();
     let text = format!(
         "data_dir = {data:?}\nnode_id = {id}\nexecutors = 1\n[admin]\nlisten = \"{admin}\"\n\
-         [smb]\nlisten = \"127.0.0.1:{smb}\"\n[nfs]\nlisten = \"127.0.0.1:{}\"\nportmap = false\n\
+         [smb]\nlisten = \"127.0.0.1:{smb}\"\n[nfs]\nlisten = \"127.0.0.1:{nfs}\"\nportmap = false\n\
          [cache]\nlog_segment_mib = 8\n\
          [cluster]\nlisten = \"{host}:{port}\"\npeers = {peers}\nsecret_file = {secret:?}\n{cluster_extra}{tail}",
-        free_port()
     );
-    Node { d: Daemon::spawn_cluster_node(&dir, &admin, &data, &text), id, smb }
+    let mut d = Daemon::spawn_cluster_node(&dir, &admin, &data, &text);
+    // Recorded for the tests' own clients (a cluster node's start does
+    // not wait on them: `wait_smb`).
+    d.smb_port = smb;
+    d.nfs_port = nfs;
+    Node { d, id, smb }
 }
 
 /// A started group of voters 1, 2, 3 on 127.0.0.11 to .13.
@@ -312,4 +317,132 @@ pub fn lead(via: &Node, to: u64, nodes: &[&Node]) {
         }
         assert!(Instant::now() < deadline, "node {to} did not become the leader");
     }
+}
+
+/// Network cuts between cluster nodes at the OS level: iptables rules in
+/// the filter table's INPUT chain that DROP TCP packets from one node
+/// address to another on this test's own peer port only (either end of
+/// the connection: `--dport` and `--sport`), so other tests' clusters and
+/// the nodes' client ports are untouched. Every rule carries the comment
+/// `duet-part-<pid>-<port>`; [`Cuts::heal`] and `Drop` (a panicking test
+/// included) delete them, and [`Cuts::new`] deletes rules left by test
+/// processes that no longer exist (one killed before its drop ran).
+/// Needs root and iptables (scripts/install-deps.sh).
+#[allow(dead_code)]
+pub struct Cuts {
+    port: u16,
+    tag: String,
+    /// Each rule's match, as given to `-I` and later to `-D`.
+    rules: Vec<Vec<String>>,
+}
+
+#[allow(dead_code)]
+impl Cuts {
+    pub fn new(port: u16) -> Cuts {
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "partition tests need root for iptables");
+        let listed = Command::new("iptables").args(["-w", "-S", "INPUT"]).output().expect("iptables runs (scripts/install-deps.sh installs it)");
+        assert!(listed.status.success(), "iptables -S: {}", String::from_utf8_lossy(&listed.stderr));
+        for line in String::from_utf8_lossy(&listed.stdout).lines() {
+            let Some(at) = line.find("duet-part-") else { continue };
+            let pid: String = line[at + 10..].chars().take_while(|c| c.is_ascii_digit()).collect();
+            if Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            // `-A INPUT ...` as iptables prints it; the same words delete it.
+            let Some(spec) = line.strip_prefix("-A INPUT ") else { continue };
+            let words: Vec<String> = shell_words(spec);
+            let mut args = vec!["-w".to_string(), "-D".into(), "INPUT".into()];
+            args.extend(words);
+            let _ = Command::new("iptables").args(&args).output();
+            eprintln!("cuts: removed a stale rule of process {pid}: {line}");
+        }
+        Cuts { port, tag: format!("duet-part-{}-{port}", std::process::id()), rules: Vec::new() }
+    }
+
+    fn iptables(&self, op: &str, rule: &[String]) -> Result<(), String> {
+        let mut args = vec!["-w".to_string(), op.to_string(), "INPUT".to_string()];
+        args.extend(rule.iter().cloned());
+        let o = Command::new("iptables").args(&args).output().map_err(|e| e.to_string())?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(format!("iptables {args:?}: {}", String::from_utf8_lossy(&o.stderr)))
+        }
+    }
+
+    /// Drops every packet `from` sends to `to` on the peer port (TCP data
+    /// and acknowledgments alike: connections from `to` to `from` stall
+    /// too, as their acknowledgments are lost).
+    pub fn one_way(&mut self, from: &str, to: &str) {
+        for dir in ["--dport", "--sport"] {
+            let rule: Vec<String> = ["-s", from, "-d", to, "-p", "tcp", dir, &self.port.to_string(), "-m", "comment", "--comment", &self.tag, "-j", "DROP"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            self.iptables("-I", &rule).unwrap_or_else(|e| panic!("{e}"));
+            self.rules.push(rule);
+        }
+    }
+
+    /// Cuts `a` and `b` apart in both directions.
+    pub fn both(&mut self, a: &str, b: &str) {
+        self.one_way(a, b);
+        self.one_way(b, a);
+    }
+
+    /// Cuts `a` from every one of `others`.
+    pub fn isolate(&mut self, a: &str, others: &[&str]) {
+        for o in others {
+            self.both(a, o);
+        }
+    }
+
+    /// Deletes every rule this value added.
+    pub fn heal(&mut self) {
+        for rule in std::mem::take(&mut self.rules) {
+            if let Err(e) = self.iptables("-D", &rule) {
+                eprintln!("cuts: {e}");
+            }
+        }
+    }
+
+    /// How many rules are in place.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+}
+
+impl Drop for Cuts {
+    fn drop(&mut self) {
+        self.heal();
+    }
+}
+
+/// Splits iptables' `-S` output into words (its comments are quoted).
+#[allow(dead_code)]
+fn shell_words(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for c in s.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            ' ' if !quoted => {
+                if any || !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+                any = false;
+            }
+            _ => cur.push(c),
+        }
+    }
+    if any || !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }

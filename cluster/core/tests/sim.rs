@@ -35,7 +35,7 @@
 //!    entries at one index, and no node applies an index twice;
 //! 3. the per-file history of writes and reads (plus a final read of each
 //!    node's state) is linearizable: a WGL-style checker for a register
-//!    ([`check_register`]).
+//!    ([`check_register`], in `duet_cluster::linearizable`).
 //!
 //! A failing seed prints itself and the command that replays it.
 //! `DUET_SIM_SEEDS=N` runs N seeds (default [`CI_SEEDS`]) from
@@ -43,11 +43,12 @@
 //! `DUET_SIM_SEED=N` runs that one, and prints its trace with
 //! `DUET_SIM_TRACE=1`.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use duet_cluster::command::{decode_entry, encode_command};
 use duet_cluster::kv::{KvRead, Txn};
+use duet_cluster::linearizable::{check_register, RegOp};
 use duet_cluster::machine;
 use duet_cluster::raft_node::{RaftEntry, RaftMessage, RaftNode, Recovered, LOG_RETAIN_MULTI};
 use duet_cluster::waiters::{Settled, Waiters};
@@ -109,91 +110,6 @@ fn fnv(b: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
-}
-
-// ---------------------------------------------------------------------------
-// The register linearizability checker (Wing & Gong, with Lowe's
-// memoisation of (linearized set, state)).
-
-/// One operation on a register: a write of a value or a read that
-/// returned one (`None`: the file did not exist). `ret: None`: it never
-/// returned (a timed-out write: it may or may not have taken effect).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RegOp {
-    pub write: bool,
-    pub value: Option<Vec<u8>>,
-    pub call: u64,
-    pub ret: Option<u64>,
-}
-
-/// Whether `ops` (one register, starting as `None`) has a linearization:
-/// an order of all completed operations and some of the pending ones that
-/// respects real time (an operation that returned before another was
-/// called comes first) in which every read returns the latest write.
-pub fn check_register(ops: &[RegOp]) -> Result<(), String> {
-    // A pending write nobody read can be left out (a pending operation
-    // may be dropped from a history); pending reads constrain nothing.
-    let read_values: HashSet<Option<Vec<u8>>> =
-        ops.iter().filter(|o| !o.write && o.ret.is_some()).map(|o| o.value.clone()).collect();
-    let ops: Vec<&RegOp> = ops
-        .iter()
-        .filter(|o| o.ret.is_some() || (o.write && read_values.contains(&o.value)))
-        .collect();
-    let n = ops.len();
-    let words = n.div_ceil(64).max(1);
-    let completed: Vec<bool> = ops.iter().map(|o| o.ret.is_some()).collect();
-    let total_completed = completed.iter().filter(|c| **c).count();
-    let ret = |i: usize| ops[i].ret.unwrap_or(u64::MAX);
-    // Depth-first search with an explicit stack of (linearized set, state,
-    // number of completed ops linearized).
-    let mut seen: HashSet<(Vec<u64>, Option<Vec<u8>>)> = HashSet::new();
-    let mut stack: Vec<(Vec<u64>, Option<Vec<u8>>, usize)> = vec![(vec![0; words], None, 0)];
-    let mut steps: u64 = 0;
-    while let Some((set, state, done)) = stack.pop() {
-        if done == total_completed {
-            return Ok(());
-        }
-        steps += 1;
-        if steps > 5_000_000 {
-            return Err(format!("checker gave up after {steps} steps on {n} operations"));
-        }
-        let is_set = |i: usize| set[i / 64] >> (i % 64) & 1 == 1;
-        // An operation may go next if no other unlinearized one returned
-        // before it was called.
-        let min_ret = (0..n).filter(|&i| !is_set(i)).map(ret).min().unwrap_or(u64::MAX);
-        for i in 0..n {
-            if is_set(i) || ops[i].call > min_ret {
-                continue;
-            }
-            let o = ops[i];
-            let next_state = if o.write {
-                o.value.clone()
-            } else if o.value == state {
-                state.clone()
-            } else {
-                continue;
-            };
-            let mut s2 = set.clone();
-            s2[i / 64] |= 1 << (i % 64);
-            let key = (s2, next_state);
-            if seen.insert(key.clone()) {
-                stack.push((key.0, key.1, done + completed[i] as usize));
-            }
-        }
-    }
-    let show = |o: &&RegOp| {
-        format!(
-            "{} {} [{}, {}]",
-            if o.write { "W" } else { "R" },
-            o.value.as_deref().map(String::from_utf8_lossy).unwrap_or("-".into()),
-            o.call,
-            o.ret.map_or("pending".to_string(), |r| r.to_string())
-        )
-    };
-    let mut sorted = ops.clone();
-    sorted.sort_by_key(|o| o.call);
-    let shown: Vec<String> = sorted.iter().take(40).map(show).collect();
-    Err(format!("no linearization of {n} operations: {}", shown.join("; ")))
 }
 
 // ---------------------------------------------------------------------------
@@ -1287,47 +1203,6 @@ fn injected_stale_reads_are_caught() {
     let (seed, e) = &caught[0];
     eprintln!("local reads caught by {} of 40 seeds; seed {seed}: {}", caught.len(), e.lines().next().unwrap_or(""));
     assert!(e.contains("no linearization"), "{e}");
-}
-
-fn w(v: &str, call: u64, ret: Option<u64>) -> RegOp {
-    RegOp { write: true, value: Some(v.as_bytes().to_vec()), call, ret }
-}
-
-fn r(v: Option<&str>, call: u64, ret: u64) -> RegOp {
-    RegOp { write: false, value: v.map(|v| v.as_bytes().to_vec()), call, ret: Some(ret) }
-}
-
-#[test]
-fn checker_accepts_linearizable_histories() {
-    // Sequential.
-    assert!(check_register(&[r(None, 0, 1), w("a", 2, Some(3)), r(Some("a"), 4, 5)]).is_ok());
-    // Overlapping writes: a read may see either, and two later reads
-    // must agree on the order (b then a).
-    let h = [w("a", 0, Some(10)), w("b", 1, Some(9)), r(Some("b"), 2, 3), r(Some("a"), 11, 12)];
-    assert!(check_register(&h).is_ok());
-    // A read concurrent with a write sees the old or the new value.
-    assert!(check_register(&[w("a", 0, Some(1)), w("b", 2, Some(6)), r(Some("a"), 3, 4), r(Some("b"), 5, 7)]).is_ok());
-    // A pending (timed-out) write may take effect late, or never.
-    assert!(check_register(&[w("a", 0, None), r(None, 1, 2), r(Some("a"), 30, 31)]).is_ok());
-    assert!(check_register(&[w("a", 0, None), r(None, 1, 2)]).is_ok());
-}
-
-#[test]
-fn checker_rejects_non_linearizable_histories() {
-    // A stale read: b was written (and acknowledged) before the read began.
-    let stale = [w("a", 0, Some(1)), w("b", 2, Some(3)), r(Some("a"), 4, 5)];
-    assert!(check_register(&stale).is_err());
-    // A lost acknowledged write: the file reads as never written.
-    assert!(check_register(&[w("a", 0, Some(1)), r(None, 2, 3)]).is_err());
-    // Two reads that see two concurrent writes in opposite orders.
-    let h = [w("a", 0, Some(10)), w("b", 0, Some(10)), r(Some("a"), 11, 12), r(Some("b"), 13, 14), r(Some("a"), 15, 16)];
-    assert!(check_register(&h).is_err());
-    // A value read before its write was called.
-    assert!(check_register(&[r(Some("a"), 0, 1), w("a", 2, Some(3))]).is_err());
-    // A value nobody wrote.
-    assert!(check_register(&[w("a", 0, Some(1)), r(Some("z"), 2, 3)]).is_err());
-    // A timed-out write seen, then the older value again.
-    assert!(check_register(&[w("a", 0, Some(1)), w("b", 2, None), r(Some("b"), 3, 4), r(Some("a"), 5, 6)]).is_err());
 }
 
 /// The read path the store has today: the node that believes it leads

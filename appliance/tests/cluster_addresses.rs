@@ -238,16 +238,11 @@ fn smbclient(net: &Net, ip: &str, dir: &Path, cmds: &str) -> Result<String, Stri
     }
 }
 
-fn bytes_of(name: &str, n: usize) -> Vec<u8> {
-    let mut x = name.bytes().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+fn random_bytes(n: usize) -> Vec<u8> {
+    use rand::RngCore;
+    let mut b = vec![0u8; n];
+    rand::thread_rng().fill_bytes(&mut b);
+    b
 }
 
 fn check_file(net: &Net, ip: &str, dir: &Path, name: &str, want: &[u8]) {
@@ -315,7 +310,7 @@ fn public_addresses_move_to_a_survivor_and_back() {
     let o = nodes[0].ctl(&["user", "add", "bench", "--password", "benchpw"]);
     assert!(o.status.success(), "user add: {o:?}");
     // Files written through each public address.
-    let files: Vec<(String, Vec<u8>)> = (0..3).map(|i| (format!("f{i}"), bytes_of(&format!("f{i}"), 100_000 + 7 * i))).collect();
+    let files: Vec<(String, Vec<u8>)> = (0..3).map(|i| (format!("f{i}"), random_bytes(100_000 + 7 * i))).collect();
     let deadline = Instant::now() + WAIT;
     for ((name, bytes), ip) in files.iter().zip(PUBLIC) {
         std::fs::write(local.join(name), bytes).unwrap();
@@ -354,7 +349,7 @@ fn public_addresses_move_to_a_survivor_and_back() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // The same address serves everything, old and new.
-    let later = ("after".to_string(), bytes_of("after", 300_000));
+    let later = ("after".to_string(), random_bytes(300_000));
     std::fs::write(local.join(&later.0), &later.1).unwrap();
     let deadline = Instant::now() + WAIT;
     while let Err(e) = smbclient(&net, PUBLIC[0], &local, "put after") {

@@ -242,6 +242,22 @@ pub(super) struct FramePlan {
 }
 
 impl FramePlan {
+    /// An empty plan for one frame (or for the closing of a connection).
+    pub fn new(now_ns: i64, tag: &'static str) -> FramePlan {
+        FramePlan {
+            slots: Vec::new(),
+            batch: None,
+            batch_session: 0,
+            all_read_only: true,
+            pending_opens: HashMap::new(),
+            encrypt: None,
+            now_ns,
+            tag,
+            deferred: HashMap::new(),
+            reserved: 0,
+        }
+    }
+
     /// The batch for a message of `session_id` (None when the frame already
     /// batches for another session).
     pub fn batch_for(
@@ -665,18 +681,7 @@ impl Connection {
         now_ns: i64,
         dir: &dyn Directory,
     ) -> Vec<Event> {
-        let mut fp = FramePlan {
-            slots: Vec::new(),
-            batch: None,
-            batch_session: 0,
-            all_read_only: true,
-            pending_opens: HashMap::new(),
-            encrypt: None,
-            now_ns,
-            tag: "",
-            deferred: HashMap::new(),
-            reserved: 0,
-        };
+        let mut fp = FramePlan::new(now_ns, "");
         let mut chain = Chain::default();
         let mut prev: Option<Header> = None;
         let mut cancelled = Vec::new();
@@ -1728,18 +1733,7 @@ impl Connection {
         let mut ids: Vec<u64> = self.sessions.keys().copied().collect();
         ids.sort_unstable();
         for sid in ids {
-            let mut fp = FramePlan {
-                slots: Vec::new(),
-                batch: None,
-                batch_session: 0,
-                all_read_only: true,
-                pending_opens: HashMap::new(),
-                encrypt: None,
-                now_ns,
-                tag: "disconnect",
-                deferred: HashMap::new(),
-                reserved: 0,
-            };
+            let mut fp = FramePlan::new(now_ns, "disconnect");
             self.drop_opens(&mut fp, sid, None);
             if let Some(batch) = fp.batch.take().filter(|b| !b.ops.is_empty()) {
                 let token = self.next_token;

@@ -968,6 +968,11 @@ async fn nfs_events(
             }
             Event::Close(conn) if conn == id => return Ok(true),
             Event::Close(_) => {}
+            // An NFSv4 operation broke an SMB lease or oplock: to the
+            // holder's connection, on whatever executor it lives.
+            Event::Recall(b) => {
+                ctx.conns.smb_routes.deliver(b);
+            }
         }
     }
     Ok(false)

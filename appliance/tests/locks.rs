@@ -606,3 +606,140 @@ fn a_lease_is_the_client_guids_across_connections() {
     };
     assert_eq!(r.status(), NtStatus::SUCCESS);
 }
+
+// ------------------------------------------------- NFS breaks SMB caching
+
+/// READ of `len` bytes at 0 through `sid`: the data.
+fn nfs_read_data(n: &mut Nfs, s: &mut Sess, fh: &[u8], sid: Stateid4, len: u32) -> Vec<u8> {
+    let seq = s.sequence();
+    let rep = n
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+            ArgOp4::Read(Read4Args { stateid: sid, offset: 0, count: len }),
+        ])
+        .expect("READ reply");
+    match res4(&rep).results.get(2) {
+        Some(ResOp4::Read(Nfs4Res::Ok(r))) => r.data.0.to_vec(),
+        other => panic!("READ: {other:?}"),
+    }
+}
+
+/// PUTFH dir SAVEFH then REMOVE `name` or RENAME it to `to`: the status.
+fn nfs_remove_or_rename(n: &mut Nfs, s: &mut Sess, dir: &[u8], name: &str, to: Option<&str>) -> Nfsstat4 {
+    let seq = s.sequence();
+    let op = match to {
+        Some(t) => ArgOp4::Rename(Rename4Args { oldname: Name(name.as_bytes()), newname: Name(t.as_bytes()) }),
+        None => ArgOp4::Remove(Remove4Args { target: Name(name.as_bytes()) }),
+    };
+    let rep = n
+        .v4(vec![seq, ArgOp4::PutFh(PutFh4Args { object: Opaque(dir) }), ArgOp4::SaveFh(()), op])
+        .expect("REMOVE/RENAME reply");
+    let r = res4(&rep);
+    assert_eq!(r.results.len(), 4, "{r:?}");
+    r.status
+}
+
+/// Retries an NFS operation answered NFS4ERR_DELAY every 50 ms (as a
+/// client does, RFC 8881 15.1.1.3) until it is not, for `max` at most.
+fn until_not_delay<T>(max: Duration, mut f: impl FnMut() -> Result<T, Nfsstat4>) -> Result<T, Nfsstat4> {
+    let t0 = Instant::now();
+    loop {
+        match f() {
+            Err(Nfsstat4::DELAY) if t0.elapsed() < max => std::thread::sleep(Duration::from_millis(50)),
+            r => return r,
+        }
+    }
+}
+
+/// Issue 13's point, in the daemon: an NFSv4.1 OPEN, REMOVE or RENAME of
+/// a file an SMB client caches breaks the SMB lease or oplock through the
+/// connection registry (the NFS server lives on executor 0, the SMB
+/// connection wherever it was accepted), and the NFS operation answers
+/// NFS4ERR_DELAY until the SMB client has written what it cached and
+/// acknowledged; the retry then succeeds and NFS reads the SMB client's
+/// bytes exactly. A holder that never acknowledges is revoked at
+/// `smb_oplock_break_ms` and the NFS client goes on.
+#[test]
+fn nfs_opens_removes_and_renames_break_smb_leases_and_oplocks() {
+    use duet_protocols::smb2::oplock_break::LeaseBreakAck;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(dir.path(), "[limits]\nsmb_oplock_break_ms = 3000", "", "portmap = false");
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let mut n = Nfs::connect(d.nfs_port).as_user(1500, 1500);
+    let root = n.mount("/public").unwrap();
+    let mut s = session(&mut n, b"xproto-nfs", 1 << 20, 64);
+    let ack = |a: &mut Smb, key: [u8; 16], state: u32| {
+        let m = LeaseBreakAck { flags: 0, lease_key: key, lease_state: state, lease_duration: 0 };
+        a.call(Request::OplockBreak(OplockBreakMessage::LeaseAck(m)), Cmd::OPLOCK_BREAK).status()
+    };
+
+    // 1. RWH lease; NFS opens for writing: RWH -> none, DELAY until the ack.
+    let key = *b"xproto-lease-rwh";
+    let (fa, la) = open_leased(&mut a, "x-rwh", RW, key, 7);
+    assert_eq!(la, 7);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let open = |n: &mut Nfs, s: &mut Sess, name: &str, access: u32| {
+        nfs_open(n, s, &root, format!("owner-{name}-{access}").as_bytes(), name, access, share::DENY_NONE)
+    };
+    assert_eq!(open(&mut n, &mut s, "x-rwh", share::ACCESS_BOTH).unwrap_err(), Nfsstat4::DELAY);
+    let note = lease_note(&mut a, Duration::from_secs(5)).expect("a LEASE_BREAK from the NFS open");
+    assert_eq!(note, (key, 7, 0, 1), "an open for writing takes RWH, acknowledgment required");
+    assert_eq!(open(&mut n, &mut s, "x-rwh", share::ACCESS_BOTH).unwrap_err(), Nfsstat4::DELAY, "until the ack");
+    assert!(next_msg(&mut a, Duration::from_millis(200)).is_none(), "one notification, not one per retry");
+    // The SMB client flushes what it cached, then acknowledges.
+    assert_eq!(a.write(fa, 0, &data, false), NtStatus::SUCCESS);
+    assert_eq!(ack(&mut a, key, 0), NtStatus::SUCCESS);
+    let (sid, fh) = open(&mut n, &mut s, "x-rwh", share::ACCESS_BOTH).expect("the retry opens");
+    assert_eq!(nfs_read_data(&mut n, &mut s, &fh, sid, 4096), data, "NFS reads what SMB wrote, exactly");
+    assert_eq!(nfs_close(&mut n, &mut s, &fh, sid), Nfsstat4::OK);
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+
+    // 2. Batch oplock; NFS opens for reading: batch -> level II.
+    let (fb, lb) = open_with(&mut a, "x-batch", RW, oplock_level::BATCH);
+    assert_eq!(lb, oplock_level::BATCH);
+    assert_eq!(open(&mut n, &mut s, "x-batch", share::ACCESS_READ).unwrap_err(), Nfsstat4::DELAY);
+    let note = break_note(&mut a, Duration::from_secs(5)).expect("an OPLOCK_BREAK from the NFS open");
+    assert_eq!((note.oplock_level, note.file_id), (oplock_level::II, fb), "a reader leaves read caching");
+    assert_eq!(a.write(fb, 0, b"batch-cached", false), NtStatus::SUCCESS);
+    let m = OplockBreak { oplock_level: oplock_level::II, file_id: fb };
+    let r = a.call(Request::OplockBreak(OplockBreakMessage::Oplock(m)), Cmd::OPLOCK_BREAK);
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let (sid, fh) = open(&mut n, &mut s, "x-batch", share::ACCESS_READ).expect("the retry opens");
+    assert_eq!(nfs_read_data(&mut n, &mut s, &fh, sid, 100), b"batch-cached".to_vec());
+    assert_eq!(nfs_close(&mut n, &mut s, &fh, sid), Nfsstat4::OK);
+    assert_eq!(a.close(fb), NtStatus::SUCCESS);
+
+    // 3. REMOVE and RENAME break handle caching: RWH -> RW, RH -> R.
+    for (name, to, state, access) in [("x-rm", None, 7u32, RW), ("x-mv", Some("x-moved"), 3, R)] {
+        let key = if to.is_some() { *b"xproto-lease-mv1" } else { *b"xproto-lease-rm1" };
+        let (f, l) = open_leased(&mut a, name, access, key, state);
+        assert_eq!(l, state);
+        assert_eq!(nfs_remove_or_rename(&mut n, &mut s, &root, name, to), Nfsstat4::DELAY);
+        let note = lease_note(&mut a, Duration::from_secs(5)).expect("a LEASE_BREAK from REMOVE/RENAME");
+        assert_eq!(note, (key, state, state & !2, 1), "{name}: handle caching goes");
+        assert_eq!(nfs_remove_or_rename(&mut n, &mut s, &root, name, to), Nfsstat4::DELAY);
+        assert_eq!(ack(&mut a, key, state & !2), NtStatus::SUCCESS);
+        assert_eq!(nfs_remove_or_rename(&mut n, &mut s, &root, name, to), Nfsstat4::OK, "{name} after the ack");
+        assert_eq!(a.close(f), NtStatus::SUCCESS);
+    }
+    assert_eq!(open(&mut n, &mut s, "x-rm", share::ACCESS_READ).unwrap_err(), Nfsstat4::NOENT);
+    let (sid, fh) = open(&mut n, &mut s, "x-moved", share::ACCESS_READ).expect("renamed");
+    assert_eq!(nfs_close(&mut n, &mut s, &fh, sid), Nfsstat4::OK);
+
+    // 4. A holder that never acknowledges: revoked after 3 s, the NFS
+    // client's retries then open.
+    let key = *b"xproto-lease-sil";
+    let (_fs, l) = open_leased(&mut a, "x-silent", RW, key, 7);
+    assert_eq!(l, 7);
+    let t0 = Instant::now();
+    let (sid, fh) = until_not_delay(Duration::from_secs(10), || open(&mut n, &mut s, "x-silent", share::ACCESS_BOTH))
+        .expect("opened once the lease is revoked");
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(2900) && waited < Duration::from_secs(8), "waited {waited:?}");
+    assert_eq!(lease_note(&mut a, Duration::from_secs(1)).expect("the break").2, 0);
+    assert_eq!(nfs_close(&mut n, &mut s, &fh, sid), Nfsstat4::OK);
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}

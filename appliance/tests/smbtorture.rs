@@ -174,21 +174,25 @@ fn smbtorture_tier_b_lock() {
 /// `smb2.oplock` lines of `../shared/conformance/smb2-tier-b.txt`): every
 /// test not in `conformance/smb2-tier-b-oplock.known-failures` must pass,
 /// a skip counts as a failure unless listed, and the floor reached when the
-/// list was made holds (30 of 42 when it was made, 0 before oplocks were granted).
+/// list was last updated holds: 36 of 42 (37 pass, but batch22a, listed,
+/// depends on timing) since byte-range LOCKs and end-of-file/allocation
+/// changes break oplocks; 30 when the list was made, 0 before oplocks
+/// were granted; Samba passes 39.
 #[test]
 fn smbtorture_tier_b_oplock() {
     let s = serve();
     let list = root().join("conformance/smb2-tier-b-oplock.txt");
     let known = root().join("conformance/smb2-tier-b-oplock.known-failures");
     let (passed, _) = run(&s, &list, Some(&known));
-    assert!(passed >= 28, "only {passed} of the 42 smb2.oplock tests passed (30 when the list was made)");
+    assert!(passed >= 36, "only {passed} of the 42 smb2.oplock tests passed (36 when the list was last updated)");
 }
 
 /// The tier-B lease tests (`conformance/smb2-tier-b-lease.txt`, the
 /// `smb2.lease` lines of `../shared/conformance/smb2-tier-b.txt`): every
 /// test not in `conformance/smb2-tier-b-lease.known-failures` must pass, a
 /// skip counts as a failure unless listed, and the floor reached when the
-/// list was made holds (30 of 39 since leases are per ClientGuid and
+/// list was made holds (31 of 39 since a byte-range LOCK breaks other
+/// leases' read caching, 30 since leases are per ClientGuid and
 /// rename/delete break handle caching, 24 before, 0 before leases were
 /// granted; Samba passes 34).
 #[test]
@@ -197,7 +201,7 @@ fn smbtorture_tier_b_lease() {
     let list = root().join("conformance/smb2-tier-b-lease.txt");
     let known = root().join("conformance/smb2-tier-b-lease.known-failures");
     let (passed, _) = run(&s, &list, Some(&known));
-    assert!(passed >= 30, "only {passed} of the 39 smb2.lease tests passed (30 when the list was last updated)");
+    assert!(passed >= 31, "only {passed} of the 39 smb2.lease tests passed (31 when the list was last updated)");
 }
 
 /// The tier-B clone tests (`conformance/smb2-tier-b-dupext.txt`, the

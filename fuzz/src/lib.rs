@@ -1142,6 +1142,7 @@ impl NfsHarness {
                         events.extend(self.srv.on_batch_done(token, r, self.now));
                     }
                 }
+                NfsEvent::Recall(_) => {}
                 NfsEvent::Close(c) => {
                     // The driver drops the connection; the next record
                     // arrives on a new one.

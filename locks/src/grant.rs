@@ -511,6 +511,25 @@ impl Table {
         Ok(())
     }
 
+    /// Whether any caching grant is held at all (a cheap test before an
+    /// operation looks up the file it would have to ask [`Table::break_for`]
+    /// about).
+    pub fn has_grants(&self) -> bool {
+        self.grants.len() > 0
+    }
+
+    /// Revokes the grants whose break deadline passed (and nothing else:
+    /// waiters keep theirs for [`Table::handle_timeout`]); returns them so
+    /// that their holders can be told. An NFS operation that waits for an
+    /// SMB break calls this itself: no SMB connection may be polling.
+    pub fn revoke_overdue(&mut self, now: i64) -> Vec<(GrantId, Holder)> {
+        let overdue = self.grants.overdue(now);
+        for (g, _) in &overdue {
+            self.release_grant(*g);
+        }
+        overdue
+    }
+
     /// A grant's level and whether a break of it is in progress.
     pub fn grant(&self, id: GrantId) -> Option<(Level, bool)> {
         self.grants

@@ -600,3 +600,38 @@ fn a_rename_or_delete_breaks_handle_caching_of_other_leases() {
     assert!(t.break_for(F, &o2, Share { access: 0, deny: 0 }, Conflict::Namespace, 1).0.is_empty());
     let _ = l2;
 }
+
+/// An NFSv4 opener (issue 13 across protocols): its OPEN for writing
+/// breaks an SMB RWH lease to none and waits for the acknowledgment; a
+/// byte-range lock breaks read caching of others without waiting; a break
+/// nobody acknowledges is revoked by `revoke_overdue` alone (waiters keep
+/// their deadlines for `handle_timeout`), so the NFS side can end it
+/// without any SMB connection polling.
+#[test]
+fn nfs_openers_break_smb_leases_and_revoke_overdue_ones() {
+    let mut t = Table::new(Limits { break_timeout_ns: 100, recall_backoff_ns: 0, ..Limits::default() });
+    assert!(!t.has_grants());
+    let (l1, o1) = (lease(1, 1), smb(1, 1));
+    t.open(F, o1, Share::smb(READ_DATA | WRITE_DATA, 7)).unwrap();
+    let (g1, l, _) = t.request_lease(F, l1, &[o1], Level::RWH, 0).unwrap();
+    assert_eq!(l, Level::RWH);
+    assert!(t.has_grants());
+    let opener = nfs(9, 0);
+    let (breaks, wait) = t.break_for(F, &opener, Share::nfs(3, 0), Conflict::Open, 10);
+    assert_eq!(breaks, vec![Break { grant: g1, holder: l1, from: Level::RWH, to: Level::NONE, ack_needed: true }]);
+    assert_eq!(wait, Some(110));
+    // A waiter with a deadline of its own stays for handle_timeout.
+    t.lock(F, o1, r(0, 10), true).unwrap();
+    let w = t.lock_or_wait(F, smb(2, 2), r(0, 1), true, Some(50), 7).unwrap().unwrap();
+    assert!(t.revoke_overdue(109).is_empty(), "not yet");
+    assert_eq!(t.revoke_overdue(110), vec![(g1, l1)]);
+    assert!(!t.has_grants() && t.break_deadline(F, &opener).is_none());
+    assert!(t.is_waiting(w), "revoke_overdue leaves waiters alone");
+    assert_eq!(t.handle_timeout(110).expired.len(), 1);
+    // Read caching: a lock (as Conflict::Write) takes it, no ack.
+    let (g2, l, _) = t.request_lease(F, l1, &[o1], Level::R, 200).unwrap();
+    assert_eq!(l, Level::R);
+    let (breaks, wait) = t.break_for(F, &opener, Share { access: share::WRITE, deny: 0 }, Conflict::Write, 201);
+    assert_eq!(breaks, vec![Break { grant: g2, holder: l1, from: Level::R, to: Level::NONE, ack_needed: false }]);
+    assert!(wait.is_none() && !t.has_grants());
+}

@@ -116,6 +116,8 @@ pub struct Harness {
     /// Batches of the last call.
     pub batches: Vec<Batch>,
     pub uid: u32,
+    /// SMB breaks the server handed out (`Event::Recall`).
+    pub recalls: Vec<duet_locks::Break>,
 }
 
 impl Default for Harness {
@@ -180,6 +182,7 @@ impl Harness {
             xid: 1,
             batches: Vec::new(),
             uid: 1000,
+            recalls: Vec::new(),
         }
     }
 
@@ -249,6 +252,7 @@ impl Harness {
                     events.extend(self.srv.on_batch_done(token, res, self.now));
                 }
                 Event::Close(_) => panic!("close"),
+                Event::Recall(b) => self.recalls.push(b),
             }
         }
         replies
@@ -2995,4 +2999,192 @@ fn nfs42_xattrs_follow_rfc8276_and_share_the_ea_store() {
     assert_eq!(get(&mut h, &mut s, b"USER.A").unwrap(), b"smb");
     let (all, _, _) = list(&mut h, &mut s, 0, 8192).unwrap();
     assert_eq!(all, ["USER.A", "user.b", "user.c", "user.d"]);
+}
+
+/// OPEN of `name` in `dir` without create, with `access` and no deny, by
+/// a fresh owner; the reply's OPEN status.
+fn open_named(h: &mut Harness, s: &mut Sess, dir: &[u8], name: &[u8], access: u32, owner: &[u8]) -> Nfsstat4 {
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(dir) }),
+        ArgOp4::Open(Open4Args {
+            seqid: 0,
+            share_access: access,
+            share_deny: share::DENY_NONE,
+            owner: StateOwner4 { clientid: s.clientid, owner: Opaque(owner) },
+            openhow: OpenFlag4::NoCreate,
+            claim: OpenClaim4::Null(Name(name)),
+        }),
+    ]);
+    let r = res4(&rep);
+    assert_eq!(r.results.len(), 3, "SEQUENCE PUTFH OPEN, the gate counts as nothing: {r:?}");
+    r.results[2].status()
+}
+
+/// The node id of `name` in `dir` (created by an OPEN that is closed).
+fn make_file(h: &mut Harness, s: &mut Sess, dir: &[u8], name: &[u8]) -> u64 {
+    let (mask, vals) = mode_attr(0o666);
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(dir) }),
+        open_create(s, name, &vals, mask),
+        ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::from_bits(&[fattr4::FILEID]) }),
+        ArgOp4::Close(Close4Args { seqid: 0, open_stateid: Stateid4::CURRENT }),
+    ]);
+    let r = res4(&rep);
+    assert_eq!(r.status, Nfsstat4::OK, "{r:?}");
+    let ResOp4::GetAttr(Nfs4Res::Ok(ga)) = &r.results[3] else { panic!() };
+    A4::from_fattr4(&ga.obj_attributes).unwrap().fileid.unwrap()
+}
+
+/// Issue 13 across protocols, sans-I/O: an SMB lease in the shared lock
+/// table (as `smb2::server` takes one) is broken by NFSv4 OPEN (for
+/// writing: RWH to none), REMOVE and RENAME (handle caching: RH to R);
+/// the break comes out as `Event::Recall` and the NFS operation answers
+/// NFS4ERR_DELAY (RFC 8881 15.1.1.3) until the holder acknowledges, or
+/// until the break timeout revokes the lease; a WRITE breaks read caching
+/// without waiting. Without grants nothing is looked up twice.
+#[test]
+fn nfs41_operations_break_smb_leases_and_answer_delay_until_acked() {
+    use duet_locks::{Holder, Level, Protocol, Share};
+    let mut h = Harness::new();
+    let mut s = session(&mut h);
+    let root = share_root(&mut h, &mut s);
+    let node = make_file(&mut h, &mut s, &root, b"leased");
+    make_file(&mut h, &mut s, &root, b"plain");
+    let locks = h.srv.config().locks.clone();
+    assert_eq!(open_named(&mut h, &mut s, &root, b"missing", share::ACCESS_READ, b"r0"), Nfsstat4::NOENT);
+    // Nothing cached: the OPEN is one batch, no hidden lookup.
+    assert_eq!(open_named(&mut h, &mut s, &root, b"plain", share::ACCESS_READ, b"r0"), Nfsstat4::OK);
+    let ops: Vec<&str> = h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect();
+    assert_eq!(ops, ["lookup", "open"]);
+
+    // An SMB open with an RWH lease (holder: the lease; member: the open).
+    let smb_open = Holder::new(Protocol::Smb, 77, 1);
+    let lease = Holder::new(Protocol::Smb, 78, 0x8000_0000_0000_0001);
+    let grant = {
+        let mut t = locks.table();
+        t.open(node, smb_open, Share::smb(0x3, 7)).unwrap();
+        let (g, l, _) = t.request_lease(node, lease, &[smb_open], Level::RWH, h.now).unwrap();
+        assert_eq!(l, Level::RWH);
+        g
+    };
+    // An NFS open for writing: DELAY, and the break RWH -> none.
+    h.recalls.clear();
+    assert_eq!(open_named(&mut h, &mut s, &root, b"leased", share::ACCESS_BOTH, b"w1"), Nfsstat4::DELAY);
+    let ops: Vec<&str> = h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect();
+    assert_eq!(ops, ["lookup"], "the gate's lookup alone: nothing opened or truncated");
+    assert_eq!(h.recalls.len(), 1, "{:?}", h.recalls);
+    let b = h.recalls[0];
+    assert_eq!((b.grant, b.holder, b.from, b.to, b.ack_needed), (grant, lease, Level::RWH, Level::NONE, true));
+    // Retried before the acknowledgment: DELAY again, no second break.
+    h.recalls.clear();
+    assert_eq!(open_named(&mut h, &mut s, &root, b"leased", share::ACCESS_BOTH, b"w1"), Nfsstat4::DELAY);
+    assert!(h.recalls.is_empty());
+    // The holder flushes and acknowledges: the retry opens.
+    locks.table().ack(grant, Level::NONE).unwrap();
+    assert_eq!(open_named(&mut h, &mut s, &root, b"leased", share::ACCESS_BOTH, b"w1"), Nfsstat4::OK);
+    let ops: Vec<&str> = h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect();
+    assert_eq!(ops, ["lookup", "open"], "no grants left: no gate");
+
+    // REMOVE and RENAME take handle caching: RH -> R.
+    for (i, rename) in [false, true].into_iter().enumerate() {
+        let name = format!("ns{i}");
+        let node = make_file(&mut h, &mut s, &root, name.as_bytes());
+        let lease = Holder::new(Protocol::Smb, 78, 0x8000_0000_0000_0010 + i as u64);
+        let open = Holder::new(Protocol::Smb, 77, 10 + i as u64);
+        let grant = {
+            let mut t = locks.table();
+            t.open(node, open, Share::smb(0x1, 7)).unwrap();
+            t.request_lease(node, lease, &[open], Level::RH, h.now).unwrap().0
+        };
+        let call = |h: &mut Harness, s: &mut Sess| {
+            let op = if rename {
+                ArgOp4::Rename(Rename4Args { oldname: Name(name.as_bytes()), newname: Name(b"renamed") })
+            } else {
+                ArgOp4::Remove(Remove4Args { target: Name(name.as_bytes()) })
+            };
+            let rep = h.v4(vec![
+                s.sequence(),
+                ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+                ArgOp4::SaveFh(()),
+                op,
+            ]);
+            let r = res4(&rep);
+            assert_eq!(r.results.len(), 4, "{r:?}");
+            r.results[3].status()
+        };
+        h.recalls.clear();
+        assert_eq!(call(&mut h, &mut s), Nfsstat4::DELAY, "rename {rename}");
+        assert_eq!(h.recalls.len(), 1);
+        assert_eq!((h.recalls[0].from, h.recalls[0].to, h.recalls[0].ack_needed), (Level::RH, Level::R, true));
+        locks.table().ack(grant, Level::R).unwrap();
+        assert_eq!(call(&mut h, &mut s), Nfsstat4::OK, "rename {rename}");
+        // The lease keeps read caching.
+        assert_eq!(locks.table().grant(grant), Some((Level::R, false)));
+    }
+
+    // A holder that never acknowledges: revoked at the break timeout, and
+    // the opener goes on.
+    let node = make_file(&mut h, &mut s, &root, b"silent");
+    let lease = Holder::new(Protocol::Smb, 79, 0x8000_0000_0000_0100);
+    let open = Holder::new(Protocol::Smb, 79, 100);
+    let grant = {
+        let mut t = locks.table();
+        t.open(node, open, Share::smb(0x3, 7)).unwrap();
+        t.request_lease(node, lease, &[open], Level::RW, h.now).unwrap().0
+    };
+    assert_eq!(open_named(&mut h, &mut s, &root, b"silent", share::ACCESS_READ, b"r9"), Nfsstat4::DELAY);
+    assert_eq!(locks.table().grant(grant), Some((Level::RW, true)), "RW -> R, breaking");
+    h.now += locks.table().limits().break_timeout_ns;
+    h.recalls.clear();
+    assert_eq!(open_named(&mut h, &mut s, &root, b"silent", share::ACCESS_READ, b"r9"), Nfsstat4::OK);
+    assert_eq!(locks.table().grant(grant), None, "revoked");
+    // With a grant held somewhere, the gate of a missing name looks it up
+    // and lets the OPEN report NOENT itself.
+    let (g2, _) = {
+        let mut t = locks.table();
+        t.open(node, open, Share::smb(0x1, 7)).unwrap();
+        let r = t.request_lease(node, lease, &[open], Level::R, h.now).unwrap();
+        (r.0, r.1)
+    };
+    assert_eq!(open_named(&mut h, &mut s, &root, b"missing", share::ACCESS_READ, b"r10"), Nfsstat4::NOENT);
+    let ops: Vec<&str> = h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect();
+    assert_eq!(ops, ["lookup", "lookup", "open"], "the gate's lookup, then the OPEN's");
+    locks.table().release_grant(g2);
+    assert!(h.recalls.iter().any(|b| b.grant == grant && b.from.is_none() && b.to.is_none()), "the holder is told");
+
+    // A WRITE breaks read caching at once, without waiting.
+    let node = make_file(&mut h, &mut s, &root, b"readers");
+    let lease = Holder::new(Protocol::Smb, 80, 0x8000_0000_0000_0200);
+    let open = Holder::new(Protocol::Smb, 80, 200);
+    let grant = {
+        let mut t = locks.table();
+        t.open(node, open, Share::smb(0x1, 7)).unwrap();
+        t.request_lease(node, lease, &[open], Level::R, h.now).unwrap().0
+    };
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+        ArgOp4::Lookup(Lookup4Args { objname: Name(b"readers") }),
+        ArgOp4::GetFh(()),
+    ]);
+    let r = res4(&rep);
+    let ResOp4::GetFh(Nfs4Res::Ok(fh)) = &r.results[3] else { panic!("{r:?}") };
+    let fh = fh.object.0.to_vec();
+    h.recalls.clear();
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+        ArgOp4::Write(Write4Args {
+            stateid: Stateid4::ANONYMOUS,
+            offset: 0,
+            stable: StableHow4::FileSync,
+            data: Opaque(b"nfs"),
+        }),
+    ]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    assert_eq!(h.recalls.len(), 1);
+    assert_eq!((h.recalls[0].grant, h.recalls[0].to, h.recalls[0].ack_needed), (grant, Level::NONE, false));
+    assert_eq!(locks.table().grant(grant), None);
 }

@@ -64,6 +64,11 @@ pub enum Event {
     },
     /// Close the connection: its framing is lost.
     Close(ConnId),
+    /// Tell an SMB holder that its caching is broken (or revoked: `from`
+    /// and `to` both none): an NFSv4 operation contradicted what an SMB
+    /// lease or oplock caches. The driver routes it to the holder's SMB
+    /// connection as an SMB connection's own `Event::Recall`.
+    Recall(duet_locks::Break),
 }
 
 /// One portmap registration the server answers for.
@@ -193,6 +198,9 @@ pub struct NfsServer {
     reclaim_pending: std::collections::HashSet<Vec<u8>>,
     /// When the grace period ends (set by the first request after start).
     grace_end: Option<i64>,
+    /// SMB breaks decided by NFSv4 operations, handed out as
+    /// [`Event::Recall`] with the events of the call that decided them.
+    recalls: Vec<duet_locks::Break>,
 }
 
 impl NfsServer {
@@ -214,6 +222,7 @@ impl NfsServer {
             mounts: Vec::new(),
             reclaim_pending: cfg_reclaimers,
             grace_end: None,
+            recalls: Vec::new(),
         }
     }
 
@@ -292,6 +301,29 @@ impl NfsServer {
         now_ns: i64,
         exports: &dyn Exports,
     ) -> Vec<Event> {
+        let ev = self.call_inner(conn, peer, record, now_ns, exports);
+        self.with_recalls(ev)
+    }
+
+    /// The breaks decided meanwhile go first: the SMB holder is told
+    /// before the NFS client hears NFS4ERR_DELAY.
+    fn with_recalls(&mut self, ev: Vec<Event>) -> Vec<Event> {
+        if self.recalls.is_empty() {
+            return ev;
+        }
+        let mut out: Vec<Event> = self.recalls.drain(..).map(Event::Recall).collect();
+        out.extend(ev);
+        out
+    }
+
+    fn call_inner(
+        &mut self,
+        conn: ConnId,
+        peer: IpAddr,
+        record: &[u8],
+        now_ns: i64,
+        exports: &dyn Exports,
+    ) -> Vec<Event> {
         let mut r = XdrReader::new(record);
         let call = match CallBody::decode(&mut r) {
             Ok(c) => c,
@@ -358,11 +390,12 @@ impl NfsServer {
 
     /// The result of the batch submitted with `token`.
     pub fn on_batch_done(&mut self, token: u64, result: BatchResult, now_ns: i64) -> Vec<Event> {
-        match self.pending.remove(&token) {
+        let ev = match self.pending.remove(&token) {
             Some(Pending::V3(p)) => vec![v3::finish(self, p, result.results)],
             Some(Pending::V4(c)) => v4::batch_done(self, c, result.results, now_ns),
             None => Vec::new(),
-        }
+        };
+        self.with_recalls(ev)
     }
 
     /// Expires NFSv4 clients whose lease ran out (their sessions, opens

@@ -34,6 +34,7 @@
 //! ids. Linux and vNFS compounds never hit these cases in their common
 //! paths.
 
+mod breaks;
 mod xattr;
 
 use std::net::IpAddr;
@@ -175,6 +176,9 @@ enum Step {
         data: bool,
     },
     Xattr(xattr::XattrStep),
+    /// The hidden lookups of an operation that may break SMB caching
+    /// (`breaks.rs`): answered DELAY or let through, never counted.
+    Gate(Box<breaks::GateStep>),
 }
 
 struct OpenStep {
@@ -227,12 +231,18 @@ pub(crate) struct Compound {
     /// NFS4ERR_REP_TOO_BIG_TO_CACHE when sa_cachethis asked for the reply
     /// to be kept and ca_maxresponsesize_cached is the smaller).
     reply_limit: Option<(usize, Nfsstat4)>,
+    /// The operation (by index) that passed its break gate and is now
+    /// translated for real (`breaks.rs`).
+    gated: Option<usize>,
 }
 
 enum Flow {
     Next,
     Halt,
     Barrier,
+    /// The batch ends with a gate's lookups, and the same operation is
+    /// translated again after it (`breaks.rs`).
+    Gate,
 }
 
 fn limits(srv: &NfsServer) -> CompoundLimits {
@@ -418,6 +428,7 @@ pub(super) fn call(
         grace: srv.in_grace(ctx.now_ns),
         now: ctx.now_ns,
         reply_limit: None,
+        gated: None,
     });
     // RFC 8881 2.10.6: SEQUENCE first, or one of the operations that may
     // come without a session.
@@ -568,9 +579,12 @@ fn translate(srv: &mut NfsServer, c: &mut Compound, ops: &[ArgOp4<'_>], now: i64
             break;
         }
         let flow = translate_op(srv, c, op, &mut b, now);
+        if matches!(flow, Flow::Gate) {
+            break;
+        }
         c.next_op += 1;
         match flow {
-            Flow::Next => {}
+            Flow::Next | Flow::Gate => {}
             Flow::Halt => {
                 c.halted = true;
                 break;
@@ -805,19 +819,19 @@ fn translate_inner(
         ArgOp4::Access(a) => op_access(c, a, b),
         ArgOp4::SecInfo(a) => op_secinfo(c, a, b),
         ArgOp4::SecInfoNoName(style) => op_secinfo_no_name(c, style),
-        ArgOp4::Open(a) => open(srv, c, a, b),
+        ArgOp4::Open(a) => open(srv, c, a, b, now),
         ArgOp4::Close(a) => op_close(srv, c, a, b),
         ArgOp4::Read(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, false),
         ArgOp4::ReadPlus(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, true),
-        ArgOp4::Write(a) => op_write(srv, c, a, b),
+        ArgOp4::Write(a) => op_write(srv, c, a, b, now),
         ArgOp4::Commit(_) => op_commit(srv, c),
         ArgOp4::Create(a) => op_create(c, a, b),
-        ArgOp4::Remove(a) => op_remove(c, a, b),
-        ArgOp4::Rename(a) => op_rename(c, a, b),
+        ArgOp4::Remove(a) => op_remove(srv, c, a, b, now),
+        ArgOp4::Rename(a) => op_rename(srv, c, a, b, now),
         ArgOp4::Link(a) => op_link(c, a, b),
         ArgOp4::ReadLink(()) => op_readlink(c, b),
         ArgOp4::ReadDir(a) => op_readdir(srv, c, a, b),
-        ArgOp4::SetAttr(a) => op_setattr(srv, c, a, b),
+        ArgOp4::SetAttr(a) => op_setattr(srv, c, a, b, now),
         ArgOp4::Verify(a) => op_verify(srv, c, a, b, false),
         ArgOp4::NVerify(a) => op_verify(srv, c, a, b, true),
         ArgOp4::Copy(a) => op_copy(srv, c, a, b),
@@ -1143,12 +1157,15 @@ fn op_write(
     c: &mut Compound,
     a: &Write4Args<'_>,
     b: &mut Batch,
+    now: i64,
 ) -> Result<Flow, Nfsstat4> {
     let (fsid, obj) = c.obj()?;
     resolve_sid(srv, c, &a.stateid)?;
     if a.data.0.len() > srv.cfg.max_io as usize {
         return Err(Nfsstat4::INVAL);
     }
+    // Others' SMB read caching goes (no wait, as for an SMB WRITE).
+    breaks::break_for_write(srv, c, obj, now);
     let append = a.offset == u64::MAX && c.export(fsid).is_some_and(|e| e.append_extension);
     // An SMB client's lock on the range forbids the write (RFC
     // 8881 18.32.3: NFS4ERR_LOCKED).
@@ -1221,12 +1238,26 @@ fn op_create(c: &mut Compound, a: &Create4Args<'_>, b: &mut Batch) -> Result<Flo
 }
 
 /// REMOVE (RFC 8881 18.25).
-fn op_remove(c: &mut Compound, a: &Remove4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+fn op_remove(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Remove4Args<'_>,
+    b: &mut Batch,
+    now: i64,
+) -> Result<Flow, Nfsstat4> {
     if c.cfh == Fh::Pseudo {
         return Err(Nfsstat4::ROFS);
     }
     let (_, dir) = c.obj()?;
     let name = utf8_name(a.target.0)?;
+    // SMB leases of the file lose handle caching first.
+    if breaks::gate_needed(srv, c) {
+        let look = Op::Lookup { dir, name: name.clone() };
+        let kind = breaks::GateKind::namespace();
+        if let Some(f) = breaks::gate(srv, c, b, opnum::REMOVE, vec![look], kind, now)? {
+            return Ok(f);
+        }
+    }
     b.push(Op::Remove {
         dir,
         name,
@@ -1239,7 +1270,13 @@ fn op_remove(c: &mut Compound, a: &Remove4Args<'_>, b: &mut Batch) -> Result<Flo
 }
 
 /// RENAME (RFC 8881 18.26).
-fn op_rename(c: &mut Compound, a: &Rename4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+fn op_rename(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    a: &Rename4Args<'_>,
+    b: &mut Batch,
+    now: i64,
+) -> Result<Flow, Nfsstat4> {
     if c.cfh == Fh::Pseudo || c.sfh == Fh::Pseudo {
         return Err(Nfsstat4::ROFS);
     }
@@ -1250,6 +1287,18 @@ fn op_rename(c: &mut Compound, a: &Rename4Args<'_>, b: &mut Batch) -> Result<Flo
     }
     let src_name = utf8_name(a.oldname.0)?;
     let dst_name = utf8_name(a.newname.0)?;
+    // SMB leases of the file renamed, and of one it replaces, lose handle
+    // caching first.
+    if breaks::gate_needed(srv, c) {
+        let looks = vec![
+            Op::Lookup { dir: src_dir, name: src_name.clone() },
+            Op::Lookup { dir: dst_dir, name: dst_name.clone() },
+        ];
+        let kind = breaks::GateKind::namespace();
+        if let Some(f) = breaks::gate(srv, c, b, opnum::RENAME, looks, kind, now)? {
+            return Ok(f);
+        }
+    }
     b.push(Op::Rename {
         src_dir,
         src_name,
@@ -1405,6 +1454,7 @@ fn op_setattr(
     c: &mut Compound,
     a: &SetAttr4Args<'_>,
     b: &mut Batch,
+    now: i64,
 ) -> Result<Flow, Nfsstat4> {
     if c.cfh == Fh::Pseudo {
         return Err(Nfsstat4::ROFS);
@@ -1412,6 +1462,11 @@ fn op_setattr(
     let (_, obj) = c.obj()?;
     resolve_sid(srv, c, &a.stateid)?;
     let (attrs, attrset) = fattr4_to_set(&a.obj_attributes, SETTABLE)?;
+    if attrs.size.is_some() {
+        // A size change is a change of the data (MS-FSA 2.1.5.15.4 as SMB's
+        // end-of-file sees it): others' SMB read caching goes.
+        breaks::break_for_write(srv, c, obj, now);
+    }
     b.push(Op::SetAttr { obj, attrs });
     c.steps.push(Step::SetAttr {
         op: b.ops.len() - 1,
@@ -1951,6 +2006,7 @@ fn open(
     c: &mut Compound,
     a: &Open4Args<'_>,
     b: &mut Batch,
+    now: i64,
 ) -> Result<Flow, Nfsstat4> {
     let client = need_session(c)?;
     let access_bits = a.share_access & share::ACCESS_BOTH;
@@ -1983,6 +2039,21 @@ fn open(
         });
     }
     let (fsid, cur) = c.obj()?;
+    // What SMB clients cache of the file goes as far as this open
+    // contradicts it, before the open (and any truncation) happens.
+    if breaks::gate_needed(srv, c) {
+        let target = match &a.claim {
+            OpenClaim4::Null(name) => Some(Op::Lookup { dir: cur, name: utf8_name(name.0)? }),
+            OpenClaim4::Fh | OpenClaim4::Previous(_) => Some(Op::GetAttr { obj: cur }),
+            _ => None,
+        };
+        if let Some(t) = target {
+            let kind = breaks::GateKind::open(access_bits, a.share_deny);
+            if let Some(f) = breaks::gate(srv, c, b, opnum::OPEN, vec![t], kind, now)? {
+                return Ok(f);
+            }
+        }
+    }
     let mut excl = None;
     let mut attrset = Bitmap4::new();
     let mut create_op = None;
@@ -2112,6 +2183,12 @@ fn lock(srv: &mut NfsServer, c: &mut Compound, a: &Lock4Args<'_>) -> Result<Flow
     }
     let end = range_end(a.offset, a.length)?;
     let write = matches!(a.locktype, NfsLockType4::Write | NfsLockType4::WriteW);
+    // SMB read caching of the file goes, as for an SMB byte-range lock
+    // (MS-FSA 2.1.5.7, 2.1.4.12 BYTE_RANGE_LOCK); nothing waits for it.
+    if let Ok((_, node)) = c.node() {
+        let now = c.now;
+        breaks::break_for_write(srv, c, ObjRef::Id(node), now);
+    }
     let (lock_other, fresh) = match &a.locker {
         Locker4::New(o) => {
             let open = resolve_sid(srv, c, &o.open_stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
@@ -2246,6 +2323,8 @@ fn finish_step(
         Step::Copy { op } => finish_copy(srv, c, results, op),
         Step::Seek { op, offset, data } => finish_seek(c, results, op, offset, data),
         Step::Xattr(x) => xattr::finish(c, x, results),
+        // Handled by `drive` before it comes here.
+        Step::Gate(_) => return Nfsstat4::OK,
     };
     match r {
         Ok(s) => s,
@@ -2832,6 +2911,13 @@ fn finish_open(
             }
         }
     }
+    // The lookup of a CLAIM_NULL open without create failed (NOENT...):
+    // its error is the OPEN's, not the open op's "skipped".
+    if let (Some(Err(duet_fs::FsError::Skipped)), Some(i)) = (results.get(o.open), o.open.checked_sub(1)) {
+        if let Some(Err(e)) = results.get(i) {
+            return Err(nfs4_status(*e));
+        }
+    }
     let a = attrs_of(results, o.open)?;
     match a.ftype {
         FileType::Regular => {}
@@ -3044,6 +3130,17 @@ fn drive(
         let steps = std::mem::take(&mut c.steps);
         let mut ok = true;
         for step in steps {
+            if let Step::Gate(g) = step {
+                // The last step of its batch: the operation goes on in the
+                // next batch, or answers DELAY.
+                if let Err(st) = breaks::finish_gate(srv, &g, &results, now) {
+                    c.results.put_raw(&err_bytes(g.opnum, st));
+                    c.count += 1;
+                    c.last = st;
+                    ok = false;
+                }
+                break;
+            }
             let before = c.results.len();
             let mut st = finish_step(srv, &mut c, step, &results);
             if let Some((limit, err)) = c.reply_limit {

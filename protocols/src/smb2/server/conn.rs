@@ -2001,6 +2001,11 @@ impl Connection {
         // A lock may wait only when it is the frame's one request: an
         // interim answer inside a compound is not what clients expect.
         let alone = fp.slots.is_empty() && hdr.next_command == 0 && !hdr.flags.is_async();
+        if let (Target::Table(id), false) = (t, elements[0].flags == LockElement::UNLOCK) {
+            // Other opens' read caching goes (MS-FSA 2.1.5.7 with 2.1.4.12,
+            // BYTE_RANGE_LOCK); the lock does not wait for it.
+            self.break_for_lock(id, fp.now_ns);
+        }
         match t {
             Target::Table(id) => match self.apply_locks(id, &elements, alone) {
                 Ok(None) => ok(Response::Lock(LockResponse)),

@@ -1946,6 +1946,15 @@ impl Connection {
                 }
             }
         }
+        // MS-FSA 2.1.5.15.4 / 2.1.5.15.1 with 2.1.4.12: a change of the end
+        // of file or of the allocation size breaks the other opens' read
+        // caching (level II to none) as a write does, without waiting.
+        let resize = matches!(s.file_info_class, info_class::END_OF_FILE | info_class::ALLOCATION);
+        if resize && v.granted & access::FILE_WRITE_DATA != 0 && !ro {
+            if let Target::Table(id) = t {
+                self.break_for_write(id, fp.now_ns);
+            }
+        }
         let buf = s.buffer;
         let r: Result<Plan, NtStatus> = (|| match s.file_info_class {
             info_class::BASIC => {

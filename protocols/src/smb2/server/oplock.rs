@@ -142,6 +142,35 @@ impl Connection {
         }
     }
 
+    /// A byte-range LOCK through open `file` (MS-FSA 2.1.5.7, which asks
+    /// 2.1.4.12 with Operation BYTE_RANGE_LOCK): the read caching of
+    /// other opens' oplocks and other leases goes (level II to none, R and
+    /// RH leases to none), the locker's own lease keeps its caching; the
+    /// LOCK does not wait for acknowledgements (smbtorture
+    /// smb2.lease.lock1, smb2.oplock.brl1-3).
+    pub(super) fn break_for_lock(&mut self, file: u64, now_ns: i64) {
+        let Some(node) = self.opens.get(&file).map(|o| o.node) else { return };
+        let h = holder((self.conn_key, file));
+        let locks = self.cfg.share_modes.locks().clone();
+        let mut t = locks.table();
+        let (breaks, _) = t.break_for(
+            node,
+            &h,
+            Share { access: duet_locks::share::WRITE, deny: 0 },
+            Conflict::Write,
+            now_ns,
+        );
+        self.outbox.extend(breaks.into_iter().map(Event::Recall));
+        // The locker's own level II goes too while other opens of the file
+        // exist (what Windows does: smbtorture smb2.oplock.brl1 / brl3; a
+        // lone open keeps its oplock, brl2).
+        let own = self.opens.get(&file).filter(|o| o.oplock == oplock_level::II).and_then(|o| o.grant);
+        if let Some(g) = own.filter(|_| t.other_opens(node, &h) > 0) {
+            t.release_grant(g);
+            self.outbox.push(Event::Recall(Break { grant: g, holder: h, from: Level::R, to: Level::NONE, ack_needed: false }));
+        }
+    }
+
     /// A rename or delete through open `file` (MS-FSA 2.1.5.14.2,
     /// 2.1.5.14.3): the other holders' leases lose handle caching.
     /// Returns the file and when the breaks to wait for run out, if any.

@@ -1,0 +1,149 @@
+//! NFSv4 operations that contradict what SMB clients cache (issue 13):
+//! an OPEN, a REMOVE or RENAME of the file, a WRITE or a SETATTR of its
+//! size ask the daemon's lock table ([`duet_locks::Table::break_for`])
+//! which SMB leases and oplocks they break, hand the breaks to the driver
+//! as [`Event::Recall`](super::super::Event::Recall) (routed to the
+//! holder's SMB connection, which sends the LEASE_BREAK or OPLOCK_BREAK
+//! notification, MS-SMB2 3.3.4.6 / 3.3.4.7), and answer NFS4ERR_DELAY
+//! (RFC 8881 15.1.1.3) while a break the holder must acknowledge is
+//! outstanding: the client retries, and the retry goes on once the holder
+//! flushed and acknowledged or the break timeout revoked its grant. The
+//! reply is never held: nothing waits on a thread.
+//!
+//! OPEN, REMOVE and RENAME name the file by its directory and name, and
+//! the node is known only after a lookup: when any grant exists, such an
+//! operation is first a *gate*, a hidden lookup that ends its batch
+//! ([`Flow::Gate`]); the gate's step asks the table once the node is known
+//! and either answers DELAY for the operation or lets it be translated
+//! again, this time past the gate. Without grants (no SMB client caches
+//! anything) nothing changes. WRITE and SETATTR break without waiting (as
+//! an SMB WRITE breaks level II: MS-SMB2 3.3.4.6, MS-FSA 2.1.5.4).
+
+use duet_fs::{Batch, NodeId, ObjRef, Op, OpResult};
+use duet_locks::{Break, Conflict, Holder, Level, Protocol, Share};
+
+use super::{Compound, Flow, NfsServer, Step};
+use crate::nfs::nfs4::Nfsstat4;
+
+/// What a gated operation would do to the file it names.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GateKind {
+    pub share: Share,
+    pub why: Conflict,
+}
+
+impl GateKind {
+    /// An NFSv4 OPEN with these share_access / share_deny bits (RFC 8881
+    /// 18.16.3): for reading it takes write caching, for writing
+    /// everything (RFC 8881 10.4.1 as the table's `Conflict::Open` reads
+    /// it), and a deny the holder's own opens refuse takes handle caching.
+    pub fn open(access: u32, deny: u32) -> GateKind {
+        GateKind { share: Share::nfs(access, deny), why: Conflict::Open }
+    }
+
+    /// A REMOVE or RENAME of the file (MS-FSA 2.1.5.14.2 / 2.1.5.14.3 as
+    /// SMB's own rename and delete see it): other leases' handle caching.
+    pub fn namespace() -> GateKind {
+        GateKind { share: Share { access: 0, deny: 0 }, why: Conflict::Namespace }
+    }
+}
+
+/// A gate's step: the hidden lookups (batch op indices) whose nodes the
+/// operation `opnum` affects.
+pub(super) struct GateStep {
+    pub opnum: u32,
+    pub ops: Vec<usize>,
+    pub kind: GateKind,
+    pub client: u64,
+}
+
+/// The lock-table holder an NFSv4 client's operations break as (no grant
+/// is ever its own: SMB grants are held by SMB holders).
+fn opener(client: u64) -> Holder {
+    Holder::new(Protocol::Nfs4, client, 0)
+}
+
+/// Whether the operation at `c.next_op` must pass a gate: some grant
+/// exists and it has not passed one yet.
+pub(super) fn gate_needed(srv: &NfsServer, c: &Compound) -> bool {
+    c.gated != Some(c.next_op) && srv.cfg.locks.table().has_grants()
+}
+
+/// Asks the table about `node`: the breaks go to `srv.recalls`; true when
+/// the operation must wait for acknowledgements. Grants whose break ran
+/// out are revoked first (their holders are told), so a holder that never
+/// acknowledges holds the NFS client up for the break timeout at most.
+pub(super) fn break_node(srv: &mut NfsServer, node: NodeId, client: u64, kind: GateKind, now: i64) -> bool {
+    let locks = srv.cfg.locks.clone();
+    let mut t = locks.table();
+    if !t.has_grants() {
+        return false;
+    }
+    for (grant, holder) in t.revoke_overdue(now) {
+        srv.recalls.push(Break { grant, holder, from: Level::NONE, to: Level::NONE, ack_needed: false });
+    }
+    let (breaks, wait) = t.break_for(node, &opener(client), kind.share, kind.why, now);
+    srv.recalls.extend(breaks);
+    wait.is_some()
+}
+
+/// The gate of an operation on the files `targets` name (each a directory
+/// and a name to look up, or an object): a known node is asked at once
+/// (Err(DELAY) when it must wait); otherwise the lookups go into the batch
+/// with a [`GateStep`] and the batch ends there.
+pub(super) fn gate(
+    srv: &mut NfsServer,
+    c: &mut Compound,
+    b: &mut Batch,
+    opnum: u32,
+    targets: Vec<Op>,
+    kind: GateKind,
+    now: i64,
+) -> Result<Option<Flow>, Nfsstat4> {
+    let client = c.clientid.unwrap_or(0);
+    let mut ops = Vec::new();
+    for t in targets {
+        if let Op::GetAttr { obj: ObjRef::Id(node) } = t {
+            if break_node(srv, node, client, kind, now) {
+                return Err(Nfsstat4::DELAY);
+            }
+            continue;
+        }
+        b.push(t);
+        ops.push(b.ops.len() - 1);
+    }
+    c.gated = Some(c.next_op);
+    if ops.is_empty() {
+        return Ok(None);
+    }
+    c.steps.push(Step::Gate(Box::new(GateStep { opnum, ops, kind, client })));
+    Ok(Some(Flow::Gate))
+}
+
+/// After the gate's batch: Ok when the operation may go on (the lookups
+/// that failed name nothing to break; the operation itself then reports
+/// its own error), Err(DELAY) while breaks are outstanding.
+pub(super) fn finish_gate(srv: &mut NfsServer, g: &GateStep, results: &[OpResult], now: i64) -> Result<(), Nfsstat4> {
+    let mut wait = false;
+    for i in &g.ops {
+        let Some(node) = results.get(*i).and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs()).map(|a| a.id) else {
+            continue;
+        };
+        wait |= break_node(srv, node, g.client, g.kind, now);
+    }
+    if wait {
+        Err(Nfsstat4::DELAY)
+    } else {
+        Ok(())
+    }
+}
+
+/// A WRITE, a SETATTR of the size or a LOCK of a known node: SMB read
+/// caching of others goes (`Conflict::Write`, as an SMB write breaks level II), sent
+/// without waiting.
+pub(super) fn break_for_write(srv: &mut NfsServer, c: &Compound, obj: ObjRef, now: i64) {
+    if let ObjRef::Id(node) = obj {
+        let kind = GateKind { share: Share { access: duet_locks::share::WRITE, deny: 0 }, why: Conflict::Write };
+        break_node(srv, node, c.clientid.unwrap_or(0), kind, now);
+    }
+}

@@ -92,6 +92,11 @@ const CMD_REMOVE_SHARE: u8 = 4;
 const CMD_PUT_USER: u8 = 5;
 const CMD_REMOVE_USER: u8 = 6;
 const CMD_DESTAGED: u8 = 7;
+/// A snapshot of a share (layers; `cluster/STORAGE-MODEL.md` "Layers"):
+/// share name, snapshot name, time.
+const CMD_SNAPSHOT: u8 = 8;
+/// A snapshot deleted: share name, snapshot name.
+const CMD_DROP_SNAPSHOT: u8 = 9;
 
 // Op tags.
 const OP_LOOKUP: u8 = 1;
@@ -215,6 +220,17 @@ fn put_command(w: &mut Writer, cmd: &Command) {
             for id in reclaimed {
                 w.u64(*id);
             }
+        }
+        Command::Snapshot { share, name, now_ns } => {
+            w.u8(CMD_SNAPSHOT);
+            w.str(share);
+            w.str(name);
+            w.i64(*now_ns);
+        }
+        Command::DropSnapshot { share, name } => {
+            w.u8(CMD_DROP_SNAPSHOT);
+            w.str(share);
+            w.str(name);
         }
     }
 }
@@ -651,6 +667,17 @@ fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
                 reclaimed.push(r.u64("reclaimed file")?);
             }
             Command::Destaged { upto, reclaimed }
+        }
+        CMD_SNAPSHOT => {
+            let share = r.string("share name")?;
+            let name = r.string("snapshot name")?;
+            let now_ns = r.i64("snapshot time")?;
+            Command::Snapshot { share, name, now_ns }
+        }
+        CMD_DROP_SNAPSHOT => {
+            let share = r.string("share name")?;
+            let name = r.string("snapshot name")?;
+            Command::DropSnapshot { share, name }
         }
         t => return r.unknown("command", t),
     })

@@ -269,13 +269,17 @@ impl Gen {
             3 => Command::RemoveShare { name: self.string() },
             4 => Command::PutUser { user: self.user(), replace: self.bool() },
             5 => Command::RemoveUser { name: self.string() },
-            _ => Command::Destaged { upto: self.u64(), reclaimed: self.vec(5, Gen::u64) },
+            6 => Command::Destaged { upto: self.u64(), reclaimed: self.vec(5, Gen::u64) },
+            7 => Command::Snapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
+            _ => Command::DropSnapshot { share: self.string(), name: self.string() },
         }
     }
 }
 
 const OP_VARIANTS: u64 = 21;
-const COMMAND_VARIANTS: u64 = 7;
+const COMMAND_VARIANTS: u64 = 9;
+/// The variants that existed while commands were stored as bincode.
+const LEGACY_COMMAND_VARIANTS: u64 = 7;
 
 fn round_trip(cmd: &Command) -> Vec<u8> {
     let b = encode_command(cmd);
@@ -353,6 +357,8 @@ fn every_command_and_op_variant_round_trips() {
             Command::PutUser { .. } => 4,
             Command::RemoveUser { .. } => 5,
             Command::Destaged { .. } => 6,
+            Command::Snapshot { .. } => 7,
+            Command::DropSnapshot { .. } => 8,
         };
         assert_eq!(n, which);
     }
@@ -601,7 +607,9 @@ fn legacy_bincode_commands_still_decode() {
     // holds such entries past the applied index recovers.
     for seed in 0..500u64 {
         let mut g = Gen::new(seed);
-        let which = g.below(COMMAND_VARIANTS);
+        // Commands added after the versioned format (snapshots) were never
+        // stored as bincode.
+        let which = g.below(LEGACY_COMMAND_VARIANTS);
         let cmd = g.command(which);
         let old = bincode::serialize(&cmd).unwrap();
         assert_eq!(&old[..4], &[which as u8, 0, 0, 0]);

@@ -1,0 +1,183 @@
+//! Read-only snapshots of a share (layers) against a real duetd: files
+//! written over SMB (smbclient) and NFS, `duetctl snapshot create`, then
+//! changes, deletions and additions; the old contents read byte-exact
+//! through NFS `.snapshot/NAME/` (and SMB `@GMT-` paths), the new ones in
+//! the share; writes into the snapshot refused (NFS3ERR_ROFS); bad
+//! requests refused with their exit statuses; `snapshot delete` then
+//! fsck clean. Prints the creation time for a 10-file and a 10,000-file
+//! share.
+
+mod clients;
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clients::*;
+use common::Daemon;
+use duet_protocols::nfs::nfs3::Nfsstat3;
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64 / 8).flat_map(|i| (i * 8 + (seed << 40)).to_le_bytes()).collect()
+}
+
+fn smbclient(port: u16, dir: &std::path::Path, cmds: &str) -> String {
+    let out = Command::new("smbclient")
+        .args(["//127.0.0.1/public", "-p", &port.to_string(), "-U", "bench%benchpw", "-m", "SMB3", "-c", cmds])
+        .current_dir(dir)
+        .output()
+        .expect("smbclient runs (scripts/install-deps.sh installs it)");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "smbclient -c {cmds:?}:\n{text}");
+    assert!(!text.contains("NT_STATUS_"), "smbclient -c {cmds:?} reported an error:\n{text}");
+    text
+}
+
+fn write_all(c: &mut Nfs, fh: &[u8], data: &[u8]) {
+    for (i, piece) in data.chunks(1 << 20).enumerate() {
+        assert_eq!(c.write3(fh, (i << 20) as u64, piece), Ok(piece.len() as u32));
+    }
+}
+
+/// The whole content of `name` in directory `dir`.
+fn read_named(c: &mut Nfs, dir: &[u8], name: &str) -> Vec<u8> {
+    let fh = c.lookup3(dir, name.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+    c.read3_all(&fh).unwrap()
+}
+
+fn exit_code(d: &Daemon, args: &[&str]) -> i32 {
+    let o = d.ctl(args);
+    o.status.code().unwrap_or(-1)
+}
+
+#[test]
+fn a_snapshot_keeps_old_contents_over_nfs_and_refuses_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(tmp.path());
+    d.ok(&["user", "add", "bench", "--password", "benchpw"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let local = tmp.path().join("local");
+    std::fs::create_dir(&local).unwrap();
+    // Over SMB: a file that spans chunks and a small one.
+    let smb_big = pattern(7, 6 << 20);
+    std::fs::write(local.join("smb-big.bin"), &smb_big).unwrap();
+    std::fs::write(local.join("smb-small.txt"), b"written over SMB\n").unwrap();
+    smbclient(d.smb_port, &local, "put smb-big.bin; put smb-small.txt");
+    // Over NFS: a chunked file, a small one, one to delete, a directory.
+    let mut c = Nfs::connect(d.nfs_port);
+    let root = c.mount("/public").unwrap();
+    let big_old = pattern(1, 9 << 20);
+    let big = c.create3(&root, "big").unwrap();
+    write_all(&mut c, &big, &big_old);
+    let small = c.create3(&root, "small").unwrap();
+    write_all(&mut c, &small, b"old small");
+    let doomed = c.create3(&root, "doomed").unwrap();
+    write_all(&mut c, &doomed, &pattern(2, 5 << 20));
+
+    let out = d.ok(&["snapshot", "create", "public", "s1"]);
+    assert!(out.contains("took snapshot s1"), "{out}");
+    let listed = d.ok(&["--json", "snapshot", "list", "public"]);
+    let v: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(v[0]["name"], "s1", "{listed}");
+    assert!(v[0]["gmt"].as_str().unwrap().starts_with("@GMT-"), "{listed}");
+
+    // Changes after the snapshot, over both protocols.
+    assert_eq!(c.write3(&big, 4 << 20, &[0xAB; 1 << 20]), Ok(1 << 20));
+    assert_eq!(c.write3(&small, 0, b"NEW"), Ok(3));
+    assert_eq!(c.remove3(&root, "doomed"), Nfsstat3::OK);
+    let fresh = c.create3(&root, "fresh").unwrap();
+    write_all(&mut c, &fresh, b"after the snapshot");
+    std::fs::write(local.join("smb-small.txt"), b"changed over SMB\n").unwrap();
+    smbclient(d.smb_port, &local, "put smb-small.txt; del smb-big.bin");
+
+    // The snapshot, through `.snapshot/s1/`.
+    let snapdir = c.lookup3(&root, b".snapshot").expect(".snapshot in the share's root");
+    let s1 = c.lookup3(&snapdir, b"s1").expect(".snapshot/s1");
+    let sbig = c.lookup3(&s1, b"big").unwrap();
+    assert_ne!(sbig, big, "a snapshot object has a handle of its own");
+    assert_eq!(c.lookup3(&s1, b"big").unwrap(), sbig, "and a stable one");
+    assert!(c.read3_all(&sbig).unwrap() == big_old, "big in the snapshot differs");
+    assert_eq!(read_named(&mut c, &s1, "small"), b"old small");
+    let sdoomed = c.lookup3(&s1, b"doomed").expect("a deleted file stays in the snapshot");
+    assert!(c.read3_all(&sdoomed).unwrap() == pattern(2, 5 << 20));
+    assert_eq!(c.lookup3(&s1, b"fresh"), Err(Nfsstat3::NOENT));
+    assert!(read_named(&mut c, &s1, "smb-big.bin") == smb_big);
+    assert_eq!(read_named(&mut c, &s1, "smb-small.txt"), b"written over SMB\n");
+    // The share: the new contents.
+    let mut big_new = big_old.clone();
+    big_new[4 << 20..5 << 20].fill(0xAB);
+    assert!(c.read3_all(&big).unwrap() == big_new, "big in the share");
+    assert_eq!(c.read3_all(&small).unwrap(), b"NEW small");
+    assert_eq!(c.lookup3(&root, b"doomed"), Err(Nfsstat3::NOENT));
+    assert_eq!(c.read3_all(&fresh).unwrap(), b"after the snapshot");
+    let back = local.join("back.txt");
+    smbclient(d.smb_port, &local, &format!("get smb-small.txt {}", back.display()));
+    assert_eq!(std::fs::read(&back).unwrap(), b"changed over SMB\n");
+    // Writes into the snapshot are refused.
+    assert_eq!(c.write3(&sbig, 0, b"no"), Err(Nfsstat3::ROFS));
+    assert_eq!(c.create3(&s1, "new"), Err(Nfsstat3::ROFS));
+    assert_eq!(c.remove3(&s1, "big"), Nfsstat3::ROFS);
+    assert_eq!(c.create3(&snapdir, "s2"), Err(Nfsstat3::ROFS));
+    assert!(c.read3_all(&sbig).unwrap() == big_old, "unchanged after the refusals");
+    assert!(d.ok(&["fsck"]).contains("file system is consistent"));
+
+    // Bad requests: their exit statuses, nothing changed.
+    assert_eq!(exit_code(&d, &["snapshot", "create", "nosuch", "x"]), 3);
+    assert_eq!(exit_code(&d, &["snapshot", "create", "public", "s1"]), 4);
+    assert_eq!(exit_code(&d, &["snapshot", "create", "public", "a@b"]), 2);
+    assert_eq!(exit_code(&d, &["snapshot", "create", "public", "a/b"]), 2);
+    assert_eq!(exit_code(&d, &["snapshot", "delete", "--yes", "public", "nosuch"]), 3);
+    assert_eq!(exit_code(&d, &["snapshot", "list", "nosuch"]), 3);
+    // A second snapshot with the default name (its time).
+    let out = d.ok(&["snapshot", "create", "public"]);
+    assert!(out.contains("took snapshot GMT-"), "{out}");
+    let listed = d.ok(&["snapshot", "list", "public"]);
+    assert!(listed.contains("s1") && listed.contains("GMT-"), "{listed}");
+
+    // Delete both: fsck clean, the snapshot gone, the share as it is.
+    d.ok(&["--yes", "snapshot", "delete", "public", "s1"]);
+    let name = listed.lines().find(|l| l.starts_with("GMT-")).unwrap().split_whitespace().next().unwrap().to_string();
+    d.ok(&["--yes", "snapshot", "delete", "public", &name]);
+    assert!(d.ok(&["snapshot", "list", "public"]).contains("no snapshots"));
+    assert_eq!(c.lookup3(&snapdir, b"s1"), Err(Nfsstat3::NOENT));
+    assert!(c.read3_all(&big).unwrap() == big_new);
+    // Let the destager reclaim, then check.
+    std::thread::sleep(Duration::from_secs(2));
+    let fsck = d.ok(&["fsck"]);
+    assert!(fsck.contains("file system is consistent"), "{fsck}");
+}
+
+#[test]
+fn snapshot_creation_time_does_not_grow_with_the_share() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(tmp.path());
+    let mut times = Vec::new();
+    for (share, files) in [("ten", 10usize), ("tenk", 10_000)] {
+        d.ok(&["share", "add", share, "--path", &format!("/{share}"), "--no-root-squash"]);
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut c = Nfs::connect(d.nfs_port);
+        let root = c.mount(&format!("/{share}")).unwrap();
+        let t = Instant::now();
+        for i in 0..files {
+            c.create3(&root, &format!("f{i:05}")).unwrap();
+        }
+        let fill = t.elapsed();
+        // The command's own round trip: best of three snapshots.
+        let mut best = Duration::MAX;
+        for n in 0..3 {
+            let t = Instant::now();
+            d.ok(&["snapshot", "create", share, &format!("s{n}")]);
+            best = best.min(t.elapsed());
+        }
+        // The snapshot lists every file.
+        let snapdir = c.lookup3(&root, b".snapshot").unwrap();
+        let s0 = c.lookup3(&snapdir, b"s0").unwrap();
+        assert!(c.lookup3(&s0, format!("f{:05}", files - 1).as_bytes()).is_ok());
+        println!("snapshot of a {files}-file share: {:.1} ms (duetctl round trip; filling it took {:.1} s)", best.as_secs_f64() * 1e3, fill.as_secs_f64());
+        times.push(best);
+    }
+    // Constant time: the big share's snapshot is not slower than the small
+    // one's by more than the noise of a process start.
+    assert!(times[1] < times[0] * 3 + Duration::from_millis(200), "{times:?}");
+    assert!(d.ok(&["fsck"]).contains("file system is consistent"));
+}

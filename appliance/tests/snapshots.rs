@@ -113,6 +113,26 @@ fn a_snapshot_keeps_old_contents_over_nfs_and_refuses_writes() {
     let back = local.join("back.txt");
     smbclient(d.smb_port, &local, &format!("get smb-small.txt {}", back.display()));
     assert_eq!(std::fs::read(&back).unwrap(), b"changed over SMB\n");
+    // SMB Previous Versions: allinfo lists the snapshot of the file, and
+    // a get of its @GMT- path reads the old version, byte-exact.
+    let gmt = v[0]["gmt"].as_str().unwrap().to_string();
+    let info = smbclient(d.smb_port, &local, "allinfo smb-small.txt");
+    assert!(info.contains(&gmt), "allinfo lists {gmt}:\n{info}");
+    let old = local.join("old.txt");
+    smbclient(d.smb_port, &local, &format!("get {gmt}/smb-small.txt {}", old.display()));
+    assert_eq!(std::fs::read(&old).unwrap(), b"written over SMB\n");
+    let old_big = local.join("old-big.bin");
+    smbclient(d.smb_port, &local, &format!("get {gmt}/smb-big.bin {}", old_big.display()));
+    assert!(std::fs::read(&old_big).unwrap() == smb_big, "the deleted file's old version over SMB");
+    // Writing there is refused (the snapshot is read-only).
+    let o = Command::new("smbclient")
+        .args(["//127.0.0.1/public", "-p", &d.smb_port.to_string(), "-U", "bench%benchpw", "-m", "SMB3"])
+        .args(["-c", &format!("put smb-small.txt {gmt}/smb-small.txt")])
+        .current_dir(&local)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(text.contains("NT_STATUS_"), "a put into the snapshot must fail:\n{text}");
     // Writes into the snapshot are refused.
     assert_eq!(c.write3(&sbig, 0, b"no"), Err(Nfsstat3::ROFS));
     assert_eq!(c.create3(&s1, "new"), Err(Nfsstat3::ROFS));

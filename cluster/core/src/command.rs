@@ -120,6 +120,8 @@ const OP_ZERO_RANGE: u8 = 18;
 const OP_CREATE_CASELESS: u8 = 19;
 const OP_SET_XATTR: u8 = 20;
 const OP_CLONE: u8 = 21;
+/// The snapshots of an object's share (read-only; layers).
+const OP_LIST_SNAPSHOTS: u8 = 22;
 
 // XattrHow of OP_SET_XATTR.
 const XATTR_EITHER: u8 = 0;
@@ -585,6 +587,10 @@ fn put_op(w: &mut Writer, op: &Op) {
             put_range_len(w, *len);
             w.bool(*extend);
         }
+        Op::ListSnapshots { obj } => {
+            w.u8(OP_LIST_SNAPSHOTS);
+            put_ref(w, obj);
+        }
         Op::LookupCaseless { dir, name } => {
             w.u8(OP_LOOKUP_CASELESS);
             put_ref(w, dir);
@@ -953,6 +959,7 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
             Op::Clone { src, src_offset, dst, dst_offset, len, extend: r.bool("extend")? }
         }
         OP_LOOKUP_CASELESS => Op::LookupCaseless { dir: get_ref(r)?, name: r.string("name")? },
+        OP_LIST_SNAPSHOTS => Op::ListSnapshots { obj: get_ref(r)? },
         OP_SET_EAS => {
             let obj = get_ref(r)?;
             let n = r.count("eas")?;

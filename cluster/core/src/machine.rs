@@ -666,6 +666,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
         }
+        Op::ListSnapshots { obj } => layers::list_op(txn, resolve(ex, *obj)?),
         Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
             clone(txn, ex, (*src, *src_offset), (*dst, *dst_offset), *len, *extend)
         }

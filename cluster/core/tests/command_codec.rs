@@ -214,7 +214,7 @@ impl Gen {
                 value: self.bytes(),
                 how: [XattrHow::Either, XattrHow::Create, XattrHow::Replace, XattrHow::Remove][self.below(4) as usize],
             },
-            _ => Op::Clone {
+            20 => Op::Clone {
                 src: self.obj(),
                 src_offset: self.u64(),
                 dst: self.obj(),
@@ -222,6 +222,7 @@ impl Gen {
                 len: if self.bool() { u64::MAX } else { self.u64() },
                 extend: self.bool(),
             },
+            _ => Op::ListSnapshots { obj: self.obj() },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -276,7 +277,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 21;
+const OP_VARIANTS: u64 = 22;
 const COMMAND_VARIANTS: u64 = 9;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
@@ -345,6 +346,7 @@ fn every_command_and_op_variant_round_trips() {
             Op::CreateCaseless { .. } => 18,
             Op::SetXattr { .. } => 19,
             Op::Clone { .. } => 20,
+            Op::ListSnapshots { .. } => 21,
         };
         assert_eq!(n, which);
     }

@@ -504,6 +504,7 @@ pub(super) fn run_view_op<R: KvRead + ?Sized>(
     };
     let is_view = |r: &ObjRef| id(r).is_some_and(view::is_view);
     Some(match op {
+        Op::ListSnapshots { obj } => list_op(txn, id(obj)?),
         Op::Lookup { dir, name } | Op::LookupCaseless { dir, name } => {
             let caseless = matches!(op, Op::LookupCaseless { .. });
             if is_view(dir) {
@@ -565,6 +566,33 @@ pub(super) fn run_view_op<R: KvRead + ?Sized>(
     })
 }
 
+/// [`Op::ListSnapshots`]: the snapshots of `obj`'s zone, newest first,
+/// named by their `@GMT-` tokens.
+pub(super) fn list_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, obj: NodeId) -> OpResult {
+    let n = if view::is_view(obj) { view_node(txn, obj)?.0 } else { get_node(txn, obj)? };
+    let zone = match view::split(obj) {
+        Some((l, _)) if l != 0 => Frozen::open(txn, l)?.zone,
+        _ => n.zone,
+    };
+    let mut entries = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for s in zone_snapshots(txn, zone).into_iter().rev() {
+        let token = view::gmt_token(s.created_ns);
+        // Two snapshots taken in one second share a token: the newer one
+        // answers to it.
+        if seen.insert(token.clone()) {
+            entries.push(DirEntry {
+                name: token,
+                id: view::id(s.layer, s.root),
+                ftype: FileType::Directory,
+                attrs: None,
+                eas: Vec::new(),
+            });
+        }
+    }
+    Ok(OpOutput::Dir { entries, eof: true, attrs: n.attrs })
+}
+
 fn view_eas<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, f: &Frozen, id: NodeId) -> Result<Vec<(String, Vec<u8>)>, FsError> {
     Ok(f.scan(txn, &keys::ea_prefix(id), &[])?
         .into_iter()
@@ -601,6 +629,14 @@ fn lookup<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &Exec<'_>, dir: NodeId, 
             let s = snaps
                 .iter()
                 .find(|s| s.name == name)
+                // SMB Previous Versions name snapshots by their time.
+                .or_else(|| {
+                    if view::is_gmt_token(name) {
+                        snaps.iter().rev().find(|s| view::gmt_token(s.created_ns) == name)
+                    } else {
+                        None
+                    }
+                })
                 .or_else(|| if caseless { snaps.iter().find(|s| s.name.eq_ignore_ascii_case(name)) } else { None })
                 .ok_or(FsError::NotFound)?;
             let f = Frozen::open(txn, s.layer)?;

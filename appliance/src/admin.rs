@@ -924,7 +924,7 @@ impl Admin {
                 made.map(AdminResponse::SnapshotCreated).ok_or_else(|| internal("the snapshot vanished after it was taken"))
             }
             AdminRequest::SnapshotDelete { share, name } => {
-                self.command(Command::DropSnapshot { share, name }).await?;
+                self.command(Command::DropSnapshot { share, name, now_ns: now_ns() }).await?;
                 Ok(AdminResponse::NoContent)
             }
             AdminRequest::UserList => {

@@ -201,3 +201,22 @@ fn snapshot_creation_time_does_not_grow_with_the_share() {
     assert!(times[1] < times[0] * 3 + Duration::from_millis(200), "{times:?}");
     assert!(d.ok(&["fsck"]).contains("file system is consistent"));
 }
+
+#[test]
+fn smbtorture_shadow_copy_passes_with_snapshots_present() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(tmp.path());
+    d.ok(&["user", "add", "bench", "--password", "benchpw"]);
+    d.ok(&["snapshot", "create", "public", "one"]);
+    std::thread::sleep(Duration::from_millis(1100));
+    d.ok(&["snapshot", "create", "public", "two"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = Command::new("smbtorture")
+        .args(["//127.0.0.1/public", "-p", &d.smb_port.to_string(), "-U", "bench%benchpw", "smb2.ioctl.shadow_copy"])
+        .output()
+        .expect("smbtorture runs (scripts/install-deps.sh installs it)");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("{text}");
+    assert!(text.contains("success: shadow_copy"), "smb2.ioctl.shadow_copy:\n{text}");
+    assert!(d.ok(&["fsck"]).contains("file system is consistent"));
+}

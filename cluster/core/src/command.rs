@@ -95,7 +95,7 @@ const CMD_DESTAGED: u8 = 7;
 /// A snapshot of a share (layers; `cluster/STORAGE-MODEL.md` "Layers"):
 /// share name, snapshot name, time.
 const CMD_SNAPSHOT: u8 = 8;
-/// A snapshot deleted: share name, snapshot name.
+/// A snapshot deleted: share name, snapshot name, time.
 const CMD_DROP_SNAPSHOT: u8 = 9;
 
 // Op tags.
@@ -229,10 +229,11 @@ fn put_command(w: &mut Writer, cmd: &Command) {
             w.str(name);
             w.i64(*now_ns);
         }
-        Command::DropSnapshot { share, name } => {
+        Command::DropSnapshot { share, name, now_ns } => {
             w.u8(CMD_DROP_SNAPSHOT);
             w.str(share);
             w.str(name);
+            w.i64(*now_ns);
         }
     }
 }
@@ -683,7 +684,8 @@ fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
         CMD_DROP_SNAPSHOT => {
             let share = r.string("share name")?;
             let name = r.string("snapshot name")?;
-            Command::DropSnapshot { share, name }
+            let now_ns = r.i64("snapshot deletion time")?;
+            Command::DropSnapshot { share, name, now_ns }
         }
         t => return r.unknown("command", t),
     })

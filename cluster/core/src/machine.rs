@@ -137,8 +137,8 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
         Command::Snapshot { share, name, now_ns } => {
             Applied { admin: Some(layers::snapshot(txn, share, name, *now_ns)), ..Default::default() }
         }
-        Command::DropSnapshot { share, name } => {
-            let batch = Batch::new(duet_fs::Credentials::root(), 0);
+        Command::DropSnapshot { share, name, now_ns } => {
+            let batch = Batch::new(duet_fs::Credentials::root(), *now_ns);
             let mut ex = Exec { batch: &batch, produced: Vec::new(), out: Applied::default() };
             let r = layers::drop_snapshot(txn, &mut ex, share, name);
             ex.out.admin = Some(r);

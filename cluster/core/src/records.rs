@@ -205,8 +205,9 @@ pub enum Command {
     Snapshot { share: String, name: String, now_ns: TimeNs },
     /// Deletes snapshot `name` of share `share`: its layer's records move to
     /// the next older snapshot or are dropped, and the chunks only it held
-    /// are detached for reclaim.
-    DropSnapshot { share: String, name: String },
+    /// are detached for reclaim. `now_ns`: the `.snapshot` directory's new
+    /// modification time.
+    DropSnapshot { share: String, name: String, now_ns: TimeNs },
 }
 
 /// Encodes a stored record (RocksDB). Raft commands use

@@ -272,7 +272,7 @@ impl Gen {
             5 => Command::RemoveUser { name: self.string() },
             6 => Command::Destaged { upto: self.u64(), reclaimed: self.vec(5, Gen::u64) },
             7 => Command::Snapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
-            _ => Command::DropSnapshot { share: self.string(), name: self.string() },
+            _ => Command::DropSnapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
         }
     }
 }

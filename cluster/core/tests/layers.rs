@@ -93,7 +93,7 @@ fn snap(kv: &mut Kv, name: &str) -> Result<(), AdminError> {
 }
 
 fn drop_snap(kv: &mut Kv, name: &str) -> Result<(), AdminError> {
-    admin(kv, Command::DropSnapshot { share: "data".into(), name: name.into() }).0
+    admin(kv, Command::DropSnapshot { share: "data".into(), name: name.into(), now_ns: 6_000 }).0
 }
 
 fn lookup(kv: &mut Kv, dir: NodeId, name: &str) -> Result<Attrs, FsError> {

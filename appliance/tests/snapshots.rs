@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use clients::*;
 use common::Daemon;
 use duet_protocols::nfs::nfs3::Nfsstat3;
+use duet_protocols::nfs::nfs4::*;
+use duet_protocols::nfs::xdr::{Name, Opaque};
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
     (0..len as u64 / 8).flat_map(|i| (i * 8 + (seed << 40)).to_le_bytes()).collect()
@@ -113,6 +115,26 @@ fn a_snapshot_keeps_old_contents_over_nfs_and_refuses_writes() {
     let back = local.join("back.txt");
     smbclient(d.smb_port, &local, &format!("get smb-small.txt {}", back.display()));
     assert_eq!(std::fs::read(&back).unwrap(), b"changed over SMB\n");
+    // NFSv4.1: the same walk and a READ in one COMPOUND; an OPEN that
+    // would create in the snapshot is refused.
+    let mut c4 = Nfs::connect(d.nfs_port);
+    let mut s4 = session(&mut c4, b"snapshot-reader", 1 << 20, 64);
+    let seq = s4.sequence();
+    let rep = c4
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+            ArgOp4::Lookup(Lookup4Args { objname: Name(b".snapshot") }),
+            ArgOp4::Lookup(Lookup4Args { objname: Name(b"s1") }),
+            ArgOp4::Lookup(Lookup4Args { objname: Name(b"small") }),
+            ArgOp4::Read(Read4Args { stateid: Stateid4::ANONYMOUS, offset: 0, count: 100 }),
+        ])
+        .expect("a COMPOUND reply");
+    match res4(&rep).results.get(5) {
+        Some(ResOp4::Read(Nfs4Res::Ok(r))) => assert_eq!(r.data.0, b"old small"),
+        other => panic!("NFSv4.1 READ in the snapshot: {other:?}"),
+    }
+    assert_eq!(open4(&mut c4, &mut s4, &s1, b"snapshot-writer", "created"), Err(Nfsstat4::ROFS));
     // SMB Previous Versions: allinfo lists the snapshot of the file, and
     // a get of its @GMT- path reads the old version, byte-exact.
     let gmt = v[0]["gmt"].as_str().unwrap().to_string();

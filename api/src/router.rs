@@ -13,6 +13,9 @@
 //! | GET    | /v1/shares/{name}            | ShareShow      | 200 Share        |
 //! | PATCH  | /v1/shares/{name}            | ShareModify    | 200 Share        |
 //! | DELETE | /v1/shares/{name}            | ShareRemove    | 204              |
+//! | GET    | /v1/shares/{name}/snapshots  | SnapshotList   | 200 [Snapshot]   |
+//! | POST   | /v1/shares/{name}/snapshots  | SnapshotCreate | 201 Snapshot     |
+//! | DELETE | /v1/shares/{name}/snapshots/{snapshot} | SnapshotDelete | 204    |
 //! | GET    | /v1/users                    | UserList       | 200 [UserInfo]   |
 //! | POST   | /v1/users                    | UserAdd        | 201 UserInfo     |
 //! | PUT    | /v1/users/{name}/password    | UserPasswd     | 204              |
@@ -58,6 +61,12 @@ pub enum AdminRequest {
     ShareAdd(Share),
     ShareRemove(String),
     ShareModify { name: String, changes: ShareChanges },
+    /// The snapshots of a share, oldest first.
+    SnapshotList(String),
+    /// Take a snapshot of a share.
+    SnapshotCreate { share: String, snapshot: NewSnapshot },
+    /// Delete a snapshot of a share.
+    SnapshotDelete { share: String, name: String },
     UserList,
     UserAdd(NewUser),
     UserPasswd { name: String, password: String },
@@ -93,6 +102,13 @@ impl fmt::Debug for AdminRequest {
             AdminRequest::UserModify { name, changes } => {
                 f.debug_struct("UserModify").field("name", name).field("changes", changes).finish()
             }
+            AdminRequest::SnapshotList(n) => f.debug_tuple("SnapshotList").field(n).finish(),
+            AdminRequest::SnapshotCreate { share, snapshot } => {
+                f.debug_struct("SnapshotCreate").field("share", share).field("snapshot", snapshot).finish()
+            }
+            AdminRequest::SnapshotDelete { share, name } => {
+                f.debug_struct("SnapshotDelete").field("share", share).field("name", name).finish()
+            }
             AdminRequest::UserList => f.write_str("UserList"),
             AdminRequest::UserAdd(u) => f.debug_tuple("UserAdd").field(u).finish(),
             AdminRequest::AdminPasswd(c) => f.debug_tuple("AdminPasswd").field(c).finish(),
@@ -119,6 +135,8 @@ impl AdminRequest {
             AdminRequest::ShareAdd(_)
                 | AdminRequest::ShareRemove(_)
                 | AdminRequest::ShareModify { .. }
+                | AdminRequest::SnapshotCreate { .. }
+                | AdminRequest::SnapshotDelete { .. }
                 | AdminRequest::UserAdd(_)
                 | AdminRequest::UserPasswd { .. }
                 | AdminRequest::AdminPasswd(_)
@@ -134,7 +152,17 @@ impl AdminRequest {
     /// Validates the arguments (what [`route`] checks after decoding).
     pub fn validate(&self) -> Result<(), ApiError> {
         match self {
-            AdminRequest::ShareShow(n) | AdminRequest::ShareRemove(n) => validate_share_name(n),
+            AdminRequest::ShareShow(n) | AdminRequest::ShareRemove(n) | AdminRequest::SnapshotList(n) => {
+                validate_share_name(n)
+            }
+            AdminRequest::SnapshotCreate { share, snapshot } => {
+                validate_share_name(share)?;
+                snapshot.name.as_deref().map_or(Ok(()), validate_snapshot_name)
+            }
+            AdminRequest::SnapshotDelete { share, name } => {
+                validate_share_name(share)?;
+                validate_snapshot_name(name)
+            }
             AdminRequest::ShareAdd(s) => s.validate(),
             AdminRequest::UserAdd(u) => u.validate(),
             AdminRequest::UserPasswd { name, password } => {
@@ -180,6 +208,11 @@ impl AdminRequest {
             AdminRequest::ShareAdd(_) => ("POST", "/v1/shares".into()),
             AdminRequest::ShareRemove(n) => ("DELETE", format!("/v1/shares/{}", seg(n))),
             AdminRequest::ShareModify { name, .. } => ("PATCH", format!("/v1/shares/{}", seg(name))),
+            AdminRequest::SnapshotList(n) => ("GET", format!("/v1/shares/{}/snapshots", seg(n))),
+            AdminRequest::SnapshotCreate { share, .. } => ("POST", format!("/v1/shares/{}/snapshots", seg(share))),
+            AdminRequest::SnapshotDelete { share, name } => {
+                ("DELETE", format!("/v1/shares/{}/snapshots/{}", seg(share), seg(name)))
+            }
             AdminRequest::UserModify { name, .. } => ("PATCH", format!("/v1/users/{}", seg(name))),
             AdminRequest::UserList => ("GET", "/v1/users".into()),
             AdminRequest::UserAdd(_) => ("POST", "/v1/users".into()),
@@ -205,6 +238,7 @@ impl AdminRequest {
             AdminRequest::TransferLeader(t) => Some(to_json(t)),
             AdminRequest::MemberAdd(m) => Some(to_json(m)),
             AdminRequest::ShareModify { changes, .. } => Some(to_json(changes)),
+            AdminRequest::SnapshotCreate { snapshot, .. } => Some(to_json(snapshot)),
             AdminRequest::UserModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::UserPasswd { password, .. } => Some(to_json(&PasswordChange {
                 password: password.clone(),
@@ -250,6 +284,10 @@ pub enum AdminResponse {
     Share(Share),
     /// 201, POST /v1/shares.
     ShareCreated(Share),
+    /// 200, GET /v1/shares/{name}/snapshots.
+    Snapshots(Vec<Snapshot>),
+    /// 201, POST /v1/shares/{name}/snapshots.
+    SnapshotCreated(Snapshot),
     /// 200, GET /v1/users.
     Users(Vec<UserInfo>),
     /// 201, POST /v1/users.
@@ -269,7 +307,7 @@ pub enum AdminResponse {
 impl AdminResponse {
     pub fn http_status(&self) -> u16 {
         match self {
-            AdminResponse::ShareCreated(_) | AdminResponse::UserCreated(_) => 201,
+            AdminResponse::ShareCreated(_) | AdminResponse::UserCreated(_) | AdminResponse::SnapshotCreated(_) => 201,
             AdminResponse::NoContent => 204,
             _ => 200,
         }
@@ -282,6 +320,8 @@ impl AdminResponse {
             AdminResponse::Cluster(c) => to_json(c),
             AdminResponse::Shares(s) => to_json(s),
             AdminResponse::Share(s) | AdminResponse::ShareCreated(s) => to_json(s),
+            AdminResponse::Snapshots(s) => to_json(s),
+            AdminResponse::SnapshotCreated(s) => to_json(s),
             AdminResponse::Users(u) => to_json(u),
             AdminResponse::UserCreated(u) | AdminResponse::User(u) => to_json(u),
             AdminResponse::Stats(s) => to_json(s),
@@ -371,6 +411,22 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
                 _ => return Err(wrong_method("GET, PATCH, DELETE")),
             }
         }
+        ["shares", name, "snapshots"] => {
+            let share = percent_decode(name)?;
+            match m {
+                "GET" => AdminRequest::SnapshotList(share),
+                // The body is optional: without one the daemon names it.
+                "POST" if req.body.iter().all(u8::is_ascii_whitespace) => {
+                    AdminRequest::SnapshotCreate { share, snapshot: NewSnapshot::default() }
+                }
+                "POST" => AdminRequest::SnapshotCreate { share, snapshot: json_body(req)? },
+                _ => return Err(wrong_method("GET, POST")),
+            }
+        }
+        ["shares", name, "snapshots", snap] => match m {
+            "DELETE" => AdminRequest::SnapshotDelete { share: percent_decode(name)?, name: percent_decode(snap)? },
+            _ => return Err(wrong_method("DELETE")),
+        },
         ["users"] => match m {
             "GET" => AdminRequest::UserList,
             "POST" => AdminRequest::UserAdd(json_body(req)?),
@@ -460,6 +516,11 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
             expect(201)?;
             AdminResponse::ShareCreated(body(resp)?)
         }
+        AdminRequest::SnapshotList(_) => AdminResponse::Snapshots(body(resp)?),
+        AdminRequest::SnapshotCreate { .. } => {
+            expect(201)?;
+            AdminResponse::SnapshotCreated(body(resp)?)
+        }
         AdminRequest::UserList => AdminResponse::Users(body(resp)?),
         AdminRequest::UserAdd(_) => {
             expect(201)?;
@@ -469,6 +530,7 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
         AdminRequest::Fsck => AdminResponse::Fsck(body(resp)?),
         AdminRequest::Audit => AdminResponse::Audit(body(resp)?),
         AdminRequest::ShareRemove(_)
+        | AdminRequest::SnapshotDelete { .. }
         | AdminRequest::UserPasswd { .. }
         | AdminRequest::AdminPasswd(_)
         | AdminRequest::UserRemove(_)
@@ -636,6 +698,10 @@ mod tests {
             AdminRequest::MemberRemove(4),
             AdminRequest::ShareList,
             AdminRequest::ShareShow("media".into()),
+            AdminRequest::SnapshotList("media".into()),
+            AdminRequest::SnapshotCreate { share: "media".into(), snapshot: NewSnapshot { name: Some("daily 1".into()) } },
+            AdminRequest::SnapshotCreate { share: "media".into(), snapshot: NewSnapshot::default() },
+            AdminRequest::SnapshotDelete { share: "media".into(), name: "daily 1".into() },
             AdminRequest::ShareAdd(share),
             AdminRequest::ShareRemove("media".into()),
             AdminRequest::UserList,

@@ -976,9 +976,92 @@ pub struct FsckReport {
     pub problems: Vec<String>,
 }
 
+/// Most snapshots one share may have (the daemon refuses more).
+pub const MAX_SNAPSHOTS: usize = 256;
+
+/// A snapshot of a share (`GET /v1/shares/{name}/snapshots`): a read-only
+/// image of the share as it was at `created_ns`, seen over NFS under
+/// `.snapshot/NAME/` and over SMB as a Previous Version (`gmt`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub name: String,
+    /// When it was taken: nanoseconds since the epoch (UTC).
+    pub created_ns: i64,
+    /// Its SMB Previous Versions token, `@GMT-YYYY.MM.DD-HH.MM.SS` (UTC,
+    /// MS-SMB2 2.2.32.2).
+    pub gmt: String,
+}
+
+/// Body of `POST /v1/shares/{name}/snapshots`. Without a name the daemon
+/// names it after its time, `GMT-YYYY.MM.DD-HH.MM.SS`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewSnapshot {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Snapshot names: 1-255 bytes, not `.` or `..`, no `/`, `@`, `\` or
+/// control characters.
+pub fn validate_snapshot_name(name: &str) -> Result<(), ApiError> {
+    if name.is_empty() || name.len() > 255 || name == "." || name == ".." {
+        return Err(ApiError::invalid_argument(format!(
+            "invalid snapshot name {name:?}: 1-255 bytes, not . or .."
+        )));
+    }
+    if name.chars().any(|c| c == '/' || c == '@' || c == '\\' || c.is_control()) {
+        return Err(ApiError::invalid_argument(format!(
+            "invalid snapshot name {name:?}: no '/', '@', '\\' or control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// (year, month, day, hour, minute, second) of nanoseconds since the epoch, UTC.
+pub fn civil_utc(ns: i64) -> (i64, i64, i64, i64, i64, i64) {
+    let secs = ns.div_euclid(1_000_000_000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// `GMT-YYYY.MM.DD-HH.MM.SS` of a time: a snapshot's default name (the
+/// SMB token without its `@`, which names may not hold).
+pub fn gmt_name(ns: i64) -> String {
+    let (y, m, d, hh, mm, ss) = civil_utc(ns);
+    format!("GMT-{y:04}.{m:02}.{d:02}-{hh:02}.{mm:02}.{ss:02}")
+}
+
+/// `@GMT-YYYY.MM.DD-HH.MM.SS` of a time (MS-SMB2 2.2.32.2).
+pub fn gmt_token(ns: i64) -> String {
+    format!("@{}", gmt_name(ns))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn snapshot_names_and_gmt_tokens() {
+        for bad in ["", ".", "..", "a/b", "a@b", "a\\b", "a\u{7}b", &"x".repeat(256)] {
+            assert!(validate_snapshot_name(bad).is_err(), "{bad:?}");
+        }
+        for good in ["daily", "GMT-2026.12.03-13.20.00", "a b", "été"] {
+            assert_eq!(validate_snapshot_name(good), Ok(()), "{good:?}");
+        }
+        // 2026-12-03T13:20:05Z
+        assert_eq!(gmt_token(1_796_304_005_000_000_123), "@GMT-2026.12.03-13.20.05");
+        assert_eq!(gmt_name(0), "GMT-1970.01.01-00.00.00");
+    }
 
     #[test]
     fn share_defaults_from_minimal_json() {

@@ -807,6 +807,22 @@ impl Admin {
         }
     }
 
+    /// The snapshots of a share, oldest first, as the API shows them.
+    async fn snapshots(&self, share: &str) -> Result<Vec<duet_admin_api::Snapshot>, ApiError> {
+        match self.query(Query::Snapshots(share.to_string())).await? {
+            QueryAnswer::Snapshots(Some(list)) => Ok(list
+                .into_iter()
+                .map(|s| duet_admin_api::Snapshot {
+                    gmt: duet_admin_api::gmt_token(s.created_ns),
+                    name: s.name,
+                    created_ns: s.created_ns,
+                })
+                .collect()),
+            QueryAnswer::Snapshots(None) => Err(ApiError::not_found(format!("share {share} not found"))),
+            _ => Err(internal("snapshots")),
+        }
+    }
+
     async fn query(&self, q: Query) -> Result<QueryAnswer, ApiError> {
         self.engine.store.query(q).await.map_err(internal)
     }
@@ -901,6 +917,19 @@ impl Admin {
             }
             AdminRequest::ShareRemove(name) => {
                 self.command(Command::RemoveShare { name }).await?;
+                Ok(AdminResponse::NoContent)
+            }
+            AdminRequest::SnapshotList(share) => Ok(AdminResponse::Snapshots(self.snapshots(&share).await?)),
+            AdminRequest::SnapshotCreate { share, snapshot } => {
+                let now = now_ns();
+                let name = snapshot.name.unwrap_or_else(|| duet_admin_api::gmt_name(now));
+                duet_admin_api::validate_snapshot_name(&name)?;
+                self.command(Command::Snapshot { share: share.clone(), name: name.clone(), now_ns: now }).await?;
+                let made = self.snapshots(&share).await?.into_iter().find(|s| s.name == name);
+                made.map(AdminResponse::SnapshotCreated).ok_or_else(|| internal("the snapshot vanished after it was taken"))
+            }
+            AdminRequest::SnapshotDelete { share, name } => {
+                self.command(Command::DropSnapshot { share, name, now_ns: now_ns() }).await?;
                 Ok(AdminResponse::NoContent)
             }
             AdminRequest::UserList => {

@@ -109,6 +109,10 @@ enum Command {
     /// Manage shares
     #[command(subcommand)]
     Share(ShareCmd),
+    /// Read-only snapshots of a share (NFS `.snapshot/NAME/`, SMB
+    /// Previous Versions)
+    #[command(subcommand)]
+    Snapshot(SnapshotCmd),
     /// Manage users
     #[command(subcommand)]
     User(UserCmd),
@@ -200,6 +204,35 @@ enum ShareCmd {
     /// Remove a share (the files stay; asks first unless --yes)
     #[command(visible_alias = "rm")]
     Remove { name: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum SnapshotCmd {
+    /// Take a snapshot of SHARE, named NAME (default: its time,
+    /// GMT-YYYY.MM.DD-HH.MM.SS); constant time whatever the share's size.
+    /// Exit status 3 for an unknown share, 4 if NAME exists, 2 for a bad
+    /// name or more than 256 snapshots
+    Create {
+        /// The share
+        share: String,
+        /// The snapshot's name (no '/', '@', '\\' or control characters)
+        name: Option<String>,
+    },
+    /// List the snapshots of SHARE, oldest first (name, time, SMB token)
+    #[command(visible_alias = "ls")]
+    List {
+        /// The share
+        share: String,
+    },
+    /// Delete snapshot NAME of SHARE: the space only it holds is reclaimed
+    /// (asks first unless --yes)
+    #[command(visible_alias = "rm")]
+    Delete {
+        /// The share
+        share: String,
+        /// The snapshot
+        name: String,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -453,6 +486,14 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
         Command::Share(ShareCmd::List) => ready(AdminRequest::ShareList),
         Command::Share(ShareCmd::Show { name }) => ready(AdminRequest::ShareShow(name.clone())),
         Command::Share(ShareCmd::Remove { name }) => ready(AdminRequest::ShareRemove(name.clone())),
+        Command::Snapshot(SnapshotCmd::Create { share, name }) => ready(AdminRequest::SnapshotCreate {
+            share: share.clone(),
+            snapshot: duet_admin_api::NewSnapshot { name: name.clone() },
+        }),
+        Command::Snapshot(SnapshotCmd::List { share }) => ready(AdminRequest::SnapshotList(share.clone())),
+        Command::Snapshot(SnapshotCmd::Delete { share, name }) => {
+            ready(AdminRequest::SnapshotDelete { share: share.clone(), name: name.clone() })
+        }
         Command::Share(ShareCmd::Add(a)) => {
             validate_share_name(&a.name).map_err(CtlError::usage)?;
             let mut share = Share::new(a.name.clone(), a.path.clone());
@@ -680,6 +721,9 @@ fn run(cli: &Cli) -> Result<ExitCode, CtlError> {
     if let AdminRequest::ShareRemove(name) = &prepared.request {
         confirm_destructive(cli, &format!("remove share {name} (its files stay)"))?;
     }
+    if let AdminRequest::SnapshotDelete { share, name } = &prepared.request {
+        confirm_destructive(cli, &format!("delete snapshot {name} of share {share}"))?;
+    }
     if cli.admin_password_stdin && cli.user.is_some() && prepared.password.as_ref().is_some_and(|p| {
         matches!(p, password::Source::Stdin) || (matches!(p, password::Source::Prompt) && !password::stdin_is_terminal())
     }) {
@@ -780,6 +824,18 @@ fn human(request: &AdminRequest, response: &AdminResponse, last: usize) -> Strin
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+        (_, AdminResponse::Snapshots(s)) => output::snapshot_list(s),
+        (AdminRequest::SnapshotCreate { share, .. }, AdminResponse::SnapshotCreated(s)) => format!(
+            "took snapshot {} of share {share} at {} ({}; NFS: .snapshot/{}/)\n",
+            s.name,
+            output::utc(s.created_ns),
+            s.gmt,
+            s.name
+        ),
+        (_, AdminResponse::SnapshotCreated(s)) => format!("took snapshot {}\n", s.name),
+        (AdminRequest::SnapshotDelete { share, name }, AdminResponse::NoContent) => {
+            format!("deleted snapshot {name} of share {share}\n")
+        }
         (_, AdminResponse::Users(u)) => output::user_list(u),
         (_, AdminResponse::User(u)) => format!(
             "changed user {} (uid {}, gid {}, {})\n",

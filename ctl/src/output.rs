@@ -364,6 +364,15 @@ pub fn stats(s: &Stats) -> String {
     out
 }
 
+/// The snapshots of a share: name, time, SMB token.
+pub fn snapshot_list(snaps: &[duet_admin_api::Snapshot]) -> String {
+    if snaps.is_empty() {
+        return "no snapshots\n".to_string();
+    }
+    let rows: Vec<Vec<String>> = snaps.iter().map(|s| vec![s.name.clone(), utc(s.created_ns), s.gmt.clone()]).collect();
+    table(&[("NAME", Align::Left), ("TAKEN", Align::Left), ("SMB", Align::Left)], &rows)
+}
+
 /// "2026-12-01T22:45:39Z" for nanoseconds since the epoch (UTC).
 pub fn utc(ns: i64) -> String {
     let secs = ns.div_euclid(1_000_000_000);

@@ -228,6 +228,14 @@ pub enum Op {
     /// `OpOutput::Copied`. (Appended last: stored raft entries keep
     /// decoding.)
     Clone { src: ObjRef, src_offset: u64, dst: ObjRef, dst_offset: u64, len: u64, extend: bool },
+    /// The snapshots of the share `obj` belongs to, newest first (SMB
+    /// FSCTL_SRV_ENUMERATE_SNAPSHOTS, MS-SMB2 2.2.32.2): produces
+    /// `OpOutput::Dir` whose entries are named by each snapshot's
+    /// `@GMT-YYYY.MM.DD-HH.MM.SS` token ([`crate::view::gmt_token`]), each
+    /// the snapshot's root directory. An object outside any share with
+    /// layers lists none. (Appended last: stored raft entries keep
+    /// decoding.)
+    ListSnapshots { obj: ObjRef },
 }
 
 /// How [`Op::SetXattr`] treats an existing attribute (RFC 8276 8.4.2.1:
@@ -250,7 +258,7 @@ impl Op {
         match self {
             Op::Lookup { .. } | Op::GetAttr { .. } | Op::Read { .. } | Op::Close { .. } => false,
             Op::LookupCaseless { .. } | Op::GetEas { .. } => false,
-            Op::ReadLink { .. } | Op::ReadDir { .. } => false,
+            Op::ReadLink { .. } | Op::ReadDir { .. } | Op::ListSnapshots { .. } => false,
             Op::Open { truncate, .. } => *truncate,
             Op::SetAttr { attrs, .. } => !attrs.is_empty(),
             _ => true,
@@ -279,6 +287,7 @@ impl Op {
             Op::Copy { .. } => "copy",
             Op::Clone { .. } => "clone",
             Op::ZeroRange { .. } => "zero",
+            Op::ListSnapshots { .. } => "listsnapshots",
         }
     }
 }

@@ -93,6 +93,11 @@ const CMD_PUT_USER: u8 = 5;
 const CMD_REMOVE_USER: u8 = 6;
 const CMD_DESTAGED: u8 = 7;
 const CMD_PUBLIC_ADDRESSES: u8 = 8;
+/// A snapshot of a share (layers; `cluster/STORAGE-MODEL.md` "Layers"):
+/// share name, snapshot name, time.
+const CMD_SNAPSHOT: u8 = 9;
+/// A snapshot deleted: share name, snapshot name, time.
+const CMD_DROP_SNAPSHOT: u8 = 10;
 
 // Op tags.
 const OP_LOOKUP: u8 = 1;
@@ -116,6 +121,8 @@ const OP_ZERO_RANGE: u8 = 18;
 const OP_CREATE_CASELESS: u8 = 19;
 const OP_SET_XATTR: u8 = 20;
 const OP_CLONE: u8 = 21;
+/// The snapshots of an object's share (read-only; layers).
+const OP_LIST_SNAPSHOTS: u8 = 22;
 
 // XattrHow of OP_SET_XATTR.
 const XATTR_EITHER: u8 = 0;
@@ -224,6 +231,18 @@ fn put_command(w: &mut Writer, cmd: &Command) {
                 w.str(addr);
                 w.u64(*node);
             }
+        }
+        Command::Snapshot { share, name, now_ns } => {
+            w.u8(CMD_SNAPSHOT);
+            w.str(share);
+            w.str(name);
+            w.i64(*now_ns);
+        }
+        Command::DropSnapshot { share, name, now_ns } => {
+            w.u8(CMD_DROP_SNAPSHOT);
+            w.str(share);
+            w.str(name);
+            w.i64(*now_ns);
         }
     }
 }
@@ -578,6 +597,10 @@ fn put_op(w: &mut Writer, op: &Op) {
             put_range_len(w, *len);
             w.bool(*extend);
         }
+        Op::ListSnapshots { obj } => {
+            w.u8(OP_LIST_SNAPSHOTS);
+            put_ref(w, obj);
+        }
         Op::LookupCaseless { dir, name } => {
             w.u8(OP_LOOKUP_CASELESS);
             put_ref(w, dir);
@@ -668,6 +691,18 @@ fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
                 assignment.push((r.string("public address")?, r.u64("public address holder")?));
             }
             Command::PublicAddresses { assignment }
+        }
+        CMD_SNAPSHOT => {
+            let share = r.string("share name")?;
+            let name = r.string("snapshot name")?;
+            let now_ns = r.i64("snapshot time")?;
+            Command::Snapshot { share, name, now_ns }
+        }
+        CMD_DROP_SNAPSHOT => {
+            let share = r.string("share name")?;
+            let name = r.string("snapshot name")?;
+            let now_ns = r.i64("snapshot deletion time")?;
+            Command::DropSnapshot { share, name, now_ns }
         }
         t => return r.unknown("command", t),
     })
@@ -943,6 +978,7 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
             Op::Clone { src, src_offset, dst, dst_offset, len, extend: r.bool("extend")? }
         }
         OP_LOOKUP_CASELESS => Op::LookupCaseless { dir: get_ref(r)?, name: r.string("name")? },
+        OP_LIST_SNAPSHOTS => Op::ListSnapshots { obj: get_ref(r)? },
         OP_SET_EAS => {
             let obj = get_ref(r)?;
             let n = r.count("eas")?;

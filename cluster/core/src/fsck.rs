@@ -3,6 +3,10 @@
 //! attached chunk exists (or has data queued), no chunk file is leaked,
 //! and every shared chunk's blob counts exactly the chunk records naming it
 //! (no count without a reference, no reference without its count).
+//! Layers (snapshots): every snapshot's layer belongs to its zone, the
+//! zone record names the newest, every before-image decodes and lies in a
+//! known layer, and a layer's shadow files (which hold the frozen chunks
+//! by reference) count as chunked files for the chunk and blob checks.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,13 +14,15 @@ use duet_fs::{FileType, NodeId, ROOT_ID};
 
 use crate::keys;
 use crate::kv::KvRead;
-use crate::records::{decode, DataRecord, Edge, Node};
+use crate::records::{decode, DataRecord, Edge, Node, SnapshotRecord};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FsckReport {
     pub nodes: u64,
     pub edges: u64,
     pub chunks: u64,
+    /// Before-images and shadow records kept by snapshots' layers.
+    pub layered: u64,
     pub problems: Vec<String>,
 }
 
@@ -104,7 +110,86 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
             r.problems.push(format!("node {id}: chunked but has inline data"));
         }
     }
-    // Data queue: records must name live or detached files.
+    // Layers: snapshot records, their zones, before-images, shadows.
+    let mut layers: BTreeMap<u64, NodeId> = BTreeMap::new();
+    let mut newest: BTreeMap<NodeId, u64> = BTreeMap::new();
+    scan_all(kv, keys::SNAPSHOT, |k, v| match (keys::u64_at(k, 1), keys::u64_at(k, 9), decode::<SnapshotRecord>(v)) {
+        (Some(zone), Some(layer), Some(s)) if s.layer == layer && s.root == zone && k.len() == 17 => {
+            layers.insert(layer, zone);
+            let n = newest.entry(zone).or_default();
+            *n = (*n).max(layer);
+            match nodes.get(&zone) {
+                Some(z) if z.zone == zone && z.attrs.ftype == FileType::Directory => {}
+                _ => r.problems.push(format!("snapshot {} (layer {layer}) of a zone {zone} that is no share directory", s.name)),
+            }
+        }
+        _ => r.problems.push(format!("undecodable snapshot record {}", hex(k))),
+    });
+    scan_all(kv, keys::LAYER_ZONE, |k, v| {
+        let (Some(layer), Some(zone)) = (keys::u64_at(k, 1), keys::u64_at(v, 0)) else {
+            r.problems.push(format!("undecodable layer record {}", hex(k)));
+            return;
+        };
+        if layers.get(&layer) != Some(&zone) {
+            r.problems.push(format!("layer {layer} names zone {zone} but no snapshot of that zone has it"));
+        }
+    });
+    for (layer, zone) in &layers {
+        if kv.get(&keys::layer_zone(*layer)).is_none() {
+            r.problems.push(format!("layer {layer} of zone {zone} has no zone record"));
+        }
+    }
+    scan_all(kv, keys::ZONE, |k, v| {
+        let (Some(zone), Some(top)) = (keys::u64_at(k, 1), keys::u64_at(v, 0)) else {
+            r.problems.push(format!("undecodable zone record {}", hex(k)));
+            return;
+        };
+        let want = newest.get(&zone).copied().unwrap_or(0);
+        if top != want {
+            r.problems.push(format!("zone {zone} names layer {top} as its newest, but its newest snapshot is layer {want}"));
+        }
+    });
+    for zone in newest.keys() {
+        if kv.get(&keys::zone(*zone)).is_none() {
+            r.problems.push(format!("zone {zone} has snapshots but no zone record"));
+        }
+    }
+    let mut shadows: BTreeSet<NodeId> = BTreeSet::new();
+    scan_all(kv, keys::LAYER, |k, v| {
+        r.layered += 1;
+        let Some(layer) = keys::u64_at(k, 1) else {
+            r.problems.push(format!("bad layer key {}", hex(k)));
+            return;
+        };
+        if !layers.contains_key(&layer) {
+            r.problems.push(format!("before-image {} of layer {layer}, which no snapshot has", hex(k)));
+        }
+        let key = &k[9..];
+        if key.first() == Some(&keys::SHADOW) {
+            match (keys::u64_at(key, 1), <[u8; 8]>::try_from(v)) {
+                (Some(_), Ok(sid)) => {
+                    let sid = u64::from_be_bytes(sid);
+                    if nodes.contains_key(&sid) || !shadows.insert(sid) {
+                        r.problems.push(format!("shadow file {sid} of layer {layer} is also another file"));
+                    }
+                }
+                _ => r.problems.push(format!("undecodable shadow record {}", hex(k))),
+            }
+            return;
+        }
+        match keys::unpreserved(v) {
+            None => r.problems.push(format!("undecodable before-image {}", hex(k))),
+            Some(Some(b)) if key.first() == Some(&keys::NODE) && Node::decode(b).is_none() => {
+                r.problems.push(format!("undecodable frozen node {}", hex(k)))
+            }
+            Some(Some(b)) if key.first() == Some(&keys::EDGE) && decode::<Edge>(b).is_none() => {
+                r.problems.push(format!("undecodable frozen edge {}", hex(k)))
+            }
+            _ => {}
+        }
+    });
+    let chunked = |id: &NodeId| nodes.get(id).is_some_and(|n| n.chunked) || shadows.contains(id);
+    // Data queue: records must name live, shadow or detached files.
     let mut pending: BTreeSet<NodeId> = BTreeSet::new();
     let mut detached: BTreeSet<NodeId> = BTreeSet::new();
     scan_all(kv, keys::DETACHED, |k, _| {
@@ -112,12 +197,15 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
             if nodes.contains_key(&id) {
                 r.problems.push(format!("node {id} is both live and detached"));
             }
+            if shadows.contains(&id) {
+                r.problems.push(format!("shadow file {id} is both held by a layer and detached"));
+            }
             detached.insert(id);
         }
     });
     scan_all(kv, keys::DQ, |k, v| match decode::<DataRecord>(v) {
         Some(rec) => {
-            if !nodes.contains_key(&rec.file) && !detached.contains(&rec.file) {
+            if !nodes.contains_key(&rec.file) && !detached.contains(&rec.file) && !shadows.contains(&rec.file) {
                 r.problems.push(format!("queued data {} for file {} that is neither live nor detached", hex(k), rec.file));
             }
             pending.insert(rec.file);
@@ -141,9 +229,8 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
             }
         }
         attached.insert((id, idx));
-        match nodes.get(&id) {
-            Some(n) if n.chunked => {}
-            _ => r.problems.push(format!("chunk {id}.{idx} attached to a missing or inline file")),
+        if !chunked(&id) {
+            r.problems.push(format!("chunk {id}.{idx} attached to a missing or inline file"));
         }
         if !files.contains(&(id, idx)) && !pending.contains(&id) {
             r.problems.push(format!("file {id} points at missing chunk {idx}"));

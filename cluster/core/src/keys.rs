@@ -19,6 +19,14 @@
 //! | `l` name                          | node-local progress: `destaged_upto` |
 //! | `h`                               | raft hard state              |
 //! | `E` id name                       | an extended attribute's value (SMB EAs) |
+//! | `z` zone                          | the zone's newest frozen layer (u64) |
+//! | `Y` zone layer                    | [`SnapshotRecord`](crate::records::SnapshotRecord) |
+//! | `Z` layer                         | the zone (u64) a frozen layer belongs to |
+//! | `y` layer key                     | the before-image of live record `key` as the layer froze it: [`PRESERVED_ABSENT`] or [`PRESERVED_PRESENT`] + value |
+//! | `y` layer `D` id                  | the shadow file (u64 id) holding the layer's chunks of file `id` |
+//!
+//! Layers (snapshots) are described in `cluster/STORAGE-MODEL.md`,
+//! "Layers".
 //!
 //! Architecture Invariant: a path walk reads `e` records only, and a
 //! directory listing is one range scan over `e` parent.
@@ -41,6 +49,22 @@ pub const RAFT_HARD_STATE: &[u8] = b"h";
 pub const EA: u8 = b'E';
 /// Shared chunks (reflink): `b` blob -> how many `k` records name it.
 pub const BLOB: u8 = b'b';
+/// Layers: `z` zone -> newest frozen layer.
+pub const ZONE: u8 = b'z';
+/// Layers: `Y` zone layer -> snapshot record.
+pub const SNAPSHOT: u8 = b'Y';
+/// Layers: `Z` layer -> zone.
+pub const LAYER_ZONE: u8 = b'Z';
+/// Layers: `y` layer original-key -> before-image.
+pub const LAYER: u8 = b'y';
+/// Inside a layer only: `D` id -> the shadow file holding the frozen
+/// chunks of file `id` (never a key of its own outside `y`).
+pub const SHADOW: u8 = b'D';
+/// A before-image: the record did not exist when the layer froze.
+pub const PRESERVED_ABSENT: u8 = 0;
+/// A before-image: the record's value follows.
+pub const PRESERVED_PRESENT: u8 = 1;
+
 /// Node-local records: progress of this node's own data path, never
 /// written by a raft command (see `machine::drop_destaged`).
 pub const LOCAL: u8 = b'l';
@@ -91,6 +115,69 @@ pub fn chunk(id: NodeId, index: u64) -> Vec<u8> {
 
 pub fn chunk_prefix(id: NodeId) -> Vec<u8> {
     with_u64(CHUNK, id)
+}
+
+pub fn zone(zone: NodeId) -> Vec<u8> {
+    with_u64(ZONE, zone)
+}
+
+pub fn snapshot(zone: NodeId, layer: u64) -> Vec<u8> {
+    let mut k = with_u64(SNAPSHOT, zone);
+    k.extend_from_slice(&layer.to_be_bytes());
+    k
+}
+
+pub fn snapshot_prefix(zone: NodeId) -> Vec<u8> {
+    with_u64(SNAPSHOT, zone)
+}
+
+pub fn layer_zone(layer: u64) -> Vec<u8> {
+    with_u64(LAYER_ZONE, layer)
+}
+
+/// The before-image of live key `key` in `layer`.
+pub fn layered(layer: u64, key: &[u8]) -> Vec<u8> {
+    let mut k = with_u64(LAYER, layer);
+    k.extend_from_slice(key);
+    k
+}
+
+pub fn layer_prefix(layer: u64) -> Vec<u8> {
+    with_u64(LAYER, layer)
+}
+
+/// The (pseudo) key of file `id`'s shadow inside a layer.
+pub fn shadow(id: NodeId) -> Vec<u8> {
+    with_u64(SHADOW, id)
+}
+
+/// Whether a live key is one a layer keeps before-images of (node, edge,
+/// inline data, extended attribute).
+pub fn layered_kind(key: &[u8]) -> bool {
+    matches!(key.first(), Some(&NODE) | Some(&EDGE) | Some(&DATA) | Some(&EA))
+}
+
+/// A before-image's value: `None` for "absent".
+pub fn preserved(value: Option<&[u8]>) -> Vec<u8> {
+    match value {
+        None => vec![PRESERVED_ABSENT],
+        Some(v) => {
+            let mut out = Vec::with_capacity(1 + v.len());
+            out.push(PRESERVED_PRESENT);
+            out.extend_from_slice(v);
+            out
+        }
+    }
+}
+
+/// Reads a before-image: `Some(None)` absent, `Some(Some(v))` present,
+/// `None` undecodable.
+pub fn unpreserved(b: &[u8]) -> Option<Option<&[u8]>> {
+    match b.split_first()? {
+        (&PRESERVED_ABSENT, []) => Some(None),
+        (&PRESERVED_PRESENT, v) => Some(Some(v)),
+        _ => None,
+    }
 }
 
 pub fn blob(id: u64) -> Vec<u8> {

@@ -56,6 +56,20 @@ impl<'a, R: KvRead + ?Sized> Txn<'a, R> {
         self.base.get(key)
     }
 
+    /// The value of `key` in the committed state under this transaction,
+    /// ignoring the transaction's own writes (the before-image a layer
+    /// keeps).
+    pub fn base_get(&mut self, key: &[u8]) -> Option<Vec<u8>> {
+        self.reads += 1;
+        self.base.get(key)
+    }
+
+    /// The keys this transaction wrote (put or deleted) so far that start
+    /// with `first` byte in `prefixes`, in key order.
+    pub fn written_keys(&self, prefixes: &[u8]) -> Vec<Vec<u8>> {
+        self.writes.keys().filter(|k| k.first().is_some_and(|b| prefixes.contains(b))).cloned().collect()
+    }
+
     /// The values of `keys`, in their order, as [`Txn::get`] of each (and
     /// counted so): the ones this transaction has not written are read from
     /// the base as one batch.

@@ -14,7 +14,10 @@ use duet_fs::{
 
 use crate::keys;
 use crate::kv::{KvRead, Txn};
-use crate::records::{decode, Command, DataOp, DataRecord, Edge, Node, ShareRecord, UserRecord};
+use crate::records::{decode, Command, DataOp, DataRecord, Edge, Node, ShareRecord, SnapshotRecord, UserRecord};
+
+mod layers;
+pub use layers::{check_snapshot_name, list_snapshots, SNAPSHOT_MAX};
 
 /// Most links one node may have.
 pub const LINK_MAX: u32 = 65_000;
@@ -70,7 +73,10 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
             let mut out = Applied::default();
             if txn.get(&keys::node(ROOT_ID)).is_none() {
                 let root = new_attrs(ROOT_ID, FileType::Directory, 0o755, 0, 0, *now_ns);
-                put_node(txn, &Node { attrs: root, parent: ROOT_ID, target: None, chunked: false, may_have_eas: false });
+                put_node(
+                    txn,
+                    &Node { attrs: root, parent: ROOT_ID, target: None, chunked: false, may_have_eas: false, zone: 0 },
+                );
                 put_counter(txn, "next_id", ROOT_ID + 1);
             }
             for (name, secret) in admin_secrets {
@@ -141,6 +147,16 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
             txn.put_record(keys::meta(PUBLIC_ADDRESSES), assignment);
             Applied { admin: Some(Ok(())), ..Default::default() }
         }
+        Command::Snapshot { share, name, now_ns } => {
+            Applied { admin: Some(layers::snapshot(txn, share, name, *now_ns)), ..Default::default() }
+        }
+        Command::DropSnapshot { share, name, now_ns } => {
+            let batch = Batch::new(duet_fs::Credentials::root(), *now_ns);
+            let mut ex = Exec { batch: &batch, produced: Vec::new(), out: Applied::default() };
+            let r = layers::drop_snapshot(txn, &mut ex, share, name);
+            ex.out.admin = Some(r);
+            ex.out
+        }
     }
 }
 
@@ -207,6 +223,14 @@ fn put_share<R: KvRead + ?Sized>(
                 match out.results.into_iter().next() {
                     Some(Ok(OpOutput::Object { attrs, .. })) => dir = attrs.id,
                     _ => return Err(AdminError::Invalid(format!("cannot create {}", share.path))),
+                }
+                if i + 1 == comps.len() {
+                    // A share's own directory is its own zone: its layers
+                    // (snapshots) hold every node created below it.
+                    if let Ok(mut n) = get_node(txn, dir) {
+                        n.zone = dir;
+                        put_node(txn, &n);
+                    }
                 }
             }
         }
@@ -308,8 +332,14 @@ pub fn execute<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, batch: &Batch) -> Appli
             Err(FsError::Skipped)
         } else if batch.read_only && op.mutates() {
             Err(FsError::ReadOnly)
+        } else if layers::changes_view(op, |r| resolve(&ex, r).ok()) {
+            // Snapshots are read-only.
+            Err(FsError::ReadOnly)
         } else {
-            run_op(txn, &mut ex, i, op)
+            match layers::run_view_op(txn, &mut ex, i, op) {
+                Some(r) => r,
+                None => run_op(txn, &mut ex, i, op),
+            }
         };
         let produced = match (&r, op) {
             (Ok(OpOutput::Object { attrs, .. }), _) | (Ok(OpOutput::Found { attrs, .. }), _) => Some(attrs.id),
@@ -320,6 +350,7 @@ pub fn execute<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, batch: &Batch) -> Appli
         ex.produced.push(produced);
         ex.out.results.push(r);
     }
+    layers::preserve(txn);
     ex.out
 }
 
@@ -483,6 +514,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             let id = n.attrs.id;
             if n.chunked {
+                layers::cow(txn, ex, id);
                 // Chunks wholly inside the range become holes (the destager
                 // deletes their files): they are no longer attached, and a
                 // shared one drops its reference. A shared chunk zeroed in
@@ -582,6 +614,10 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             if n.attrs.ftype == FileType::Directory {
                 return Err(FsError::IsDir);
             }
+            if n.zone != d.zone {
+                // Each share's layers hold their own nodes only.
+                return Err(FsError::CrossDevice);
+            }
             if !may(cred, &d.attrs, 3) {
                 return Err(FsError::Access);
             }
@@ -643,6 +679,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
         }
+        Op::ListSnapshots { obj } => layers::list_op(txn, resolve(ex, *obj)?),
         Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
             clone(txn, ex, (*src, *src_offset), (*dst, *dst_offset), *len, *extend)
         }
@@ -791,7 +828,7 @@ fn create<R: KvRead + ?Sized>(
     if let Some(a) = set.alloc_size {
         attrs.alloc_size = a & !duet_fs::ALLOC_TRUNCATES;
     }
-    let mut n = Node { attrs, parent: d.attrs.id, target, chunked: false, may_have_eas: false };
+    let mut n = Node { attrs, parent: d.attrs.id, target, chunked: false, may_have_eas: false, zone: d.zone };
     if let (Some(size), FileType::Regular) = (set.size, ftype) {
         if size > 0 {
             set_size(txn, ex, &mut n, size)?;
@@ -1098,6 +1135,9 @@ fn clone<R: KvRead + ?Sized>(
     let src_id = s.attrs.id;
     let dst_id = d.attrs.id;
     let mut d = d;
+    if d.chunked {
+        layers::cow(txn, ex, dst_id);
+    }
     make_chunked(txn, ex, &mut d);
     put_node(txn, &d);
     let pairs: Vec<(u64, u64)> = (j0..j1.max(j0))
@@ -1185,6 +1225,9 @@ fn set_size<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, n: &mut
     }
     let id = n.attrs.id;
     let old = n.attrs.size;
+    if n.chunked {
+        layers::cow(txn, ex, id);
+    }
     if !n.chunked && size <= INLINE_MAX {
         let mut data = txn.get(&keys::data(id)).unwrap_or_default();
         data.resize(size as usize, 0);
@@ -1257,6 +1300,9 @@ fn write<R: KvRead + ?Sized>(
             txn.put(keys::data(id), cur);
         }
         _ => {
+            if n.chunked {
+                layers::cow(txn, ex, id);
+            }
             make_chunked(txn, ex, &mut n);
             if len > 0 {
                 attach_chunks(txn, ex, id, offset, len);
@@ -1312,6 +1358,7 @@ fn unlink_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, mut 
         }
     }
     if n.chunked {
+        layers::cow(txn, ex, id);
         let prefix = keys::chunk_prefix(id);
         for (k, v) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
             if let Some(b) = keys::chunk_blob(&v) {
@@ -1471,6 +1518,10 @@ fn rename<R: KvRead + ?Sized>(
         return Err(FsError::Perm);
     }
     let is_dir = moving.attrs.ftype == FileType::Directory;
+    if moving.zone != dd.zone {
+        // Each share's layers hold their own nodes only.
+        return Err(FsError::CrossDevice);
+    }
     if let Some(de) = get_edge(txn, dd.attrs.id, dst_name) {
         if de.child == se.child {
             // Both names are links to the same object: nothing to do.

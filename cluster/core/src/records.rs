@@ -17,8 +17,26 @@ pub struct Node {
     /// The node may have extended attributes (`x` records). False means it
     /// has none, so listings skip the range scan for them. `SetEas` keeps it
     /// exact; nodes stored before the field existed read as true (see
-    /// [`Node::decode`]). Appended last: older node records are a prefix.
+    /// [`Node::decode`]). Appended: older node records are a prefix.
     pub may_have_eas: bool,
+    /// The zone: the id of the share directory whose layers (snapshots)
+    /// this node belongs to, inherited from the directory it is created
+    /// in; a share's directory made by `PutShare` is its own zone. 0: no
+    /// zone (nodes stored before layers existed, and the namespace above
+    /// the shares). Renames and links across zones are refused
+    /// (`CrossDevice`), so a zone's subtree never holds another zone's
+    /// nodes. Appended last: older node records are a prefix.
+    pub zone: NodeId,
+}
+
+/// A node record as versions before `zone` stored it.
+#[derive(Deserialize)]
+struct NodeV2 {
+    attrs: Attrs,
+    parent: NodeId,
+    target: Option<String>,
+    chunked: bool,
+    may_have_eas: bool,
 }
 
 /// A node record as versions before `may_have_eas` stored it.
@@ -38,8 +56,11 @@ impl Node {
         if let Some(n) = decode::<Node>(b) {
             return Some(n);
         }
+        if let Some(NodeV2 { attrs, parent, target, chunked, may_have_eas }) = decode(b) {
+            return Some(Node { attrs, parent, target, chunked, may_have_eas, zone: 0 });
+        }
         let NodeV1 { attrs, parent, target, chunked } = decode(b)?;
-        Some(Node { attrs, parent, target, chunked, may_have_eas: true })
+        Some(Node { attrs, parent, target, chunked, may_have_eas: true, zone: 0 })
     }
 }
 
@@ -132,6 +153,17 @@ pub struct ShareRecord {
     pub append_extension: bool,
 }
 
+/// A snapshot of a share (`Y` zone layer): the frozen layer `layer` of the
+/// zone whose root is the share's directory `root`, under `name`, taken at
+/// `created_ns` (the command's time).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    pub name: String,
+    pub layer: u64,
+    pub root: NodeId,
+    pub created_ns: TimeNs,
+}
+
 /// A user (`u` name): what NTLMv2 needs (the NT one-way function of the
 /// password, MS-NLMP 3.3.1), never the password.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,6 +202,16 @@ pub enum Command {
     /// addresses (`[cluster] public_addresses`): (address, node id), the
     /// whole table, replacing the previous one (`crate::addresses`).
     PublicAddresses { assignment: Vec<(String, u64)> },
+    /// Freezes the current state of share `share`'s directory as snapshot
+    /// `name` taken at `now_ns`: constant time and metadata whatever the
+    /// share's size (see `cluster/STORAGE-MODEL.md`, "Layers"). Appended
+    /// last (legacy bincode entries never hold it).
+    Snapshot { share: String, name: String, now_ns: TimeNs },
+    /// Deletes snapshot `name` of share `share`: its layer's records move to
+    /// the next older snapshot or are dropped, and the chunks only it held
+    /// are detached for reclaim. `now_ns`: the `.snapshot` directory's new
+    /// modification time.
+    DropSnapshot { share: String, name: String, now_ns: TimeNs },
 }
 
 /// Encodes a stored record (RocksDB). Raft commands use

@@ -214,7 +214,7 @@ impl Gen {
                 value: self.bytes(),
                 how: [XattrHow::Either, XattrHow::Create, XattrHow::Replace, XattrHow::Remove][self.below(4) as usize],
             },
-            _ => Op::Clone {
+            20 => Op::Clone {
                 src: self.obj(),
                 src_offset: self.u64(),
                 dst: self.obj(),
@@ -222,6 +222,7 @@ impl Gen {
                 len: if self.bool() { u64::MAX } else { self.u64() },
                 extend: self.bool(),
             },
+            _ => Op::ListSnapshots { obj: self.obj() },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -270,13 +271,16 @@ impl Gen {
             4 => Command::PutUser { user: self.user(), replace: self.bool() },
             5 => Command::RemoveUser { name: self.string() },
             6 => Command::Destaged { upto: self.u64(), reclaimed: self.vec(5, Gen::u64) },
-            _ => Command::PublicAddresses { assignment: self.vec(4, |g| (g.string(), g.u64())) },
+            7 => Command::PublicAddresses { assignment: self.vec(4, |g| (g.string(), g.u64())) },
+            8 => Command::Snapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
+            _ => Command::DropSnapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
         }
     }
 }
 
-const OP_VARIANTS: u64 = 21;
-const COMMAND_VARIANTS: u64 = 8;
+const OP_VARIANTS: u64 = 22;
+const COMMAND_VARIANTS: u64 = 10;
+/// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
 
 fn round_trip(cmd: &Command) -> Vec<u8> {
@@ -343,6 +347,7 @@ fn every_command_and_op_variant_round_trips() {
             Op::CreateCaseless { .. } => 18,
             Op::SetXattr { .. } => 19,
             Op::Clone { .. } => 20,
+            Op::ListSnapshots { .. } => 21,
         };
         assert_eq!(n, which);
     }
@@ -356,6 +361,8 @@ fn every_command_and_op_variant_round_trips() {
             Command::RemoveUser { .. } => 5,
             Command::Destaged { .. } => 6,
             Command::PublicAddresses { .. } => 7,
+            Command::Snapshot { .. } => 8,
+            Command::DropSnapshot { .. } => 9,
         };
         assert_eq!(n, which);
     }
@@ -604,7 +611,8 @@ fn legacy_bincode_commands_still_decode() {
     // holds such entries past the applied index recovers.
     for seed in 0..500u64 {
         let mut g = Gen::new(seed);
-        // Only the variants of those releases (Init ..= Destaged).
+        // Only the variants of those releases (Init ..= Destaged):
+        // commands added after the versioned format were never bincode.
         let which = g.below(LEGACY_COMMAND_VARIANTS);
         let cmd = g.command(which);
         let old = bincode::serialize(&cmd).unwrap();

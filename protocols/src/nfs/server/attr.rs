@@ -141,6 +141,8 @@ pub fn perm_bits(cred: &Credentials, a: &Attrs) -> u32 {
 /// The bit values are the same in both versions.
 pub fn access_bits(cred: &Credentials, a: &Attrs, requested: u32, read_only: bool) -> u32 {
     use crate::nfs::nfs3::access3 as b;
+    // Snapshot objects (and `.snapshot` directories) are read-only.
+    let read_only = read_only || duet_fs::view::is_view(a.id);
     let p = perm_bits(cred, a);
     let dir = a.ftype == FileType::Directory;
     let mut g = 0;

@@ -1118,6 +1118,10 @@ impl Connection {
                     me.plan_copychunk(fp, hdr, t, &io)
                 })
             }
+            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_SRV_ENUMERATE_SNAPSHOTS => self
+                .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
+                    me.plan_enumerate_snapshots(fp, hdr, t, &io)
+                }),
             Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_DUPLICATE_EXTENTS_TO_FILE => self
                 .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
                     me.plan_dup_extents(fp, hdr, t, &io)

@@ -198,6 +198,14 @@ pub enum FsPlan {
         ctl_code: u32,
         file_id: FileId,
     },
+    /// FSCTL_SRV_ENUMERATE_SNAPSHOTS: one `Op::ListSnapshots`.
+    Snapshots {
+        target: Target,
+        op: usize,
+        ctl_code: u32,
+        file_id: FileId,
+        max_out: u32,
+    },
     /// FSCTL_DUPLICATE_EXTENTS_TO_FILE: one `Op::Clone`.
     DupExtents {
         target: Target,
@@ -463,6 +471,7 @@ impl Connection {
         let mut alloc = None;
         let mut eas: Vec<(String, Vec<u8>)> = Vec::new();
         let mut lease = None;
+        let mut timewarp = None;
         let dialect_rev = self.dialect().unwrap_or(0);
         for c in &req.create_contexts {
             match c {
@@ -474,8 +483,8 @@ impl Connection {
                 CreateContextRequest::QueryMaximalAccess { .. } => mxac = true,
                 CreateContextRequest::QueryOnDiskId => qfid = true,
                 CreateContextRequest::AllocationSize(n) => alloc = Some(*n),
-                CreateContextRequest::TimewarpToken(_) => {
-                    return Err(NtStatus::OBJECT_NAME_NOT_FOUND)
+                CreateContextRequest::TimewarpToken(ft) => {
+                    timewarp = Some(duet_fs::view::gmt_token(from_filetime(*ft)))
                 }
                 CreateContextRequest::DurableHandleReconnect { .. }
                 | CreateContextRequest::DurableHandleReconnectV2 { .. } => {
@@ -493,7 +502,18 @@ impl Connection {
             .name
             .to_string_checked()
             .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
-        let comps = split_path(&name)?;
+        let mut comps = split_path(&name)?;
+        // Previous Versions (MS-SMB2 2.2.13.2.7, 3.3.5.9.10): an `@GMT-`
+        // token in the path (where smbclient puts it) or a TWrp context
+        // opens the name as the share's snapshot of that time holds it,
+        // read-only: `.snapshot\@GMT-...\path` in the layers' view.
+        let token = match comps.iter().position(|c| duet_fs::view::is_gmt_token(c)) {
+            Some(i) => Some(comps.remove(i)),
+            None => timewarp,
+        };
+        if let Some(t) = token {
+            comps.splice(0..0, [duet_fs::view::SNAPSHOT_DIR.to_string(), t]);
+        }
         // MS-SMB2 3.3.5.9.8: one lease key, one file.
         if let Some(l) = &lease {
             if self.lease_key_conflicts(&l.lease_key, &path_key(root, &comps.join("\\"))) {
@@ -1189,6 +1209,35 @@ impl Connection {
             ctl_code: io.ctl_code,
             file_id: io.file_id,
         })
+    }
+
+    /// FSCTL_SRV_ENUMERATE_SNAPSHOTS (MS-SMB2 2.2.31 / 3.3.5.15.1): the
+    /// share's snapshots as Previous Versions, one `Op::ListSnapshots`,
+    /// answered as SRV_SNAPSHOT_ARRAY (2.2.32.2) of `@GMT-` tokens.
+    pub(super) fn plan_enumerate_snapshots(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        io: &IoctlRequest<'_>,
+    ) -> Plan {
+        if io.flags & IoctlRequest::IS_FSCTL == 0 {
+            return done(NtStatus::INVALID_DEVICE_REQUEST);
+        }
+        // MS-SMB2 3.3.5.15.1: room for at least the array's header.
+        if io.max_output_response < 16 {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if self.view(fp, t).is_none() {
+            return done(NtStatus::FILE_CLOSED);
+        }
+        let root = match self.begin(fp, hdr) {
+            Ok((root, _, _)) => root,
+            Err(s) => return done(s),
+        };
+        // The share's snapshots, whichever of its files the open names.
+        let op = fp.push(Op::ListSnapshots { obj: ObjRef::Id(root) });
+        Plan::Fs(FsPlan::Snapshots { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id, max_out: io.max_output_response })
     }
 
     /// FSCTL_DUPLICATE_EXTENTS_TO_FILE (MS-FSCC 2.3.8, MS-SMB2 3.3.5.15,
@@ -2364,6 +2413,17 @@ impl Connection {
                 }
                 Ok((status, copychunk_body(ctl_code, file_id, r)))
             }
+            FsPlan::Snapshots { target, op, ctl_code, file_id, max_out } => {
+                self.resolve(target, created)?;
+                match results.get(op) {
+                    Some(Ok(OpOutput::Dir { entries, .. })) => {
+                        let tokens: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+                        Ok((NtStatus::SUCCESS, ioctl_body(ctl_code, file_id, &snapshot_array(&tokens, max_out))))
+                    }
+                    Some(Err(e)) => Ok((fs_status(*e), Vec::new())),
+                    _ => Ok((NtStatus::INVALID_PARAMETER, Vec::new())),
+                }
+            }
             FsPlan::DupExtents { target, op, ctl_code, file_id } => {
                 self.resolve(target, created)?;
                 match results.get(op) {
@@ -2586,6 +2646,34 @@ const COPYCHUNK_RESPONSE_SIZE: usize = 12;
 const RESUME_KEY_RESPONSE_SIZE: usize = 28;
 
 /// An IOCTL response body carrying `output`.
+/// SRV_SNAPSHOT_ARRAY (MS-SMB2 2.2.32.2): NumberOfSnapShots,
+/// NumberOfSnapShotsReturned, SnapShotArraySize (4 bytes each), then the
+/// `@GMT-` tokens as NUL-terminated UTF-16LE strings and one more NUL.
+/// When the tokens do not fit in `max_out` only the counts go back, with
+/// none returned and the size the array needs (3.3.5.15.1), so that the
+/// client asks again with room; at least 16 bytes as Windows answers.
+pub(super) fn snapshot_array(tokens: &[&str], max_out: u32) -> Vec<u8> {
+    let mut array = Vec::new();
+    for t in tokens {
+        for u in t.encode_utf16().chain(std::iter::once(0)) {
+            array.extend_from_slice(&u.to_le_bytes());
+        }
+    }
+    array.extend_from_slice(&[0, 0]);
+    let fits = 12 + array.len() <= max_out as usize;
+    let mut out = Vec::with_capacity(12 + array.len());
+    out.extend_from_slice(&(tokens.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(if fits { tokens.len() as u32 } else { 0 }).to_le_bytes());
+    out.extend_from_slice(&(array.len() as u32).to_le_bytes());
+    if fits {
+        out.extend_from_slice(&array);
+    }
+    if out.len() < 16 {
+        out.resize(16, 0);
+    }
+    out
+}
+
 fn ioctl_body(ctl_code: u32, file_id: FileId, output: &[u8]) -> Vec<u8> {
     body(&Response::Ioctl(IoctlResponse {
         ctl_code,

@@ -3188,3 +3188,140 @@ fn nfs41_operations_break_smb_leases_and_answer_delay_until_acked() {
     assert_eq!((h.recalls[0].grant, h.recalls[0].to, h.recalls[0].ack_needed), (grant, Level::NONE, false));
     assert_eq!(locks.table().grant(grant), None);
 }
+
+/// An NFSv3 CREATE of `name` in `dir`: the handle and the node id.
+fn create3(h: &mut Harness, dir: &[u8], name: &[u8]) -> (Vec<u8>, u64) {
+    let rep = h.v3(&Nfs3Args::Create(Create3Args {
+        where_: DirOpArgs3 { dir: Opaque(dir), name: Name(name) },
+        how: CreateHow3::Unchecked(Sattr3 { mode: Some(0o666), ..Default::default() }),
+    }));
+    let Nfs3Results::Create(c) = res3(proc3::CREATE, &rep) else { panic!() };
+    let fh = fh3(&c);
+    let Nfs3Res::Ok(ok) = &c else { panic!() };
+    (fh, ok.obj_attributes.unwrap().fileid)
+}
+
+/// Issue 13 for NFSv3, sans-I/O: an SMB lease in the shared lock table is
+/// broken by an NFSv3 REMOVE or RENAME (handle caching, RH -> R) and by a
+/// WRITE or a SETATTR of the size (read and write caching); while a break
+/// of W or H is unacknowledged the call answers NFS3ERR_JUKEBOX (RFC 1813
+/// 2.6) and changes nothing; after the ack it goes through. A break of
+/// read caching alone does not wait. Without grants every call is one
+/// batch.
+#[test]
+fn nfs3_operations_break_smb_leases_and_answer_jukebox_until_acked() {
+    use duet_locks::{Holder, Level, Protocol, Share};
+    let mut h = Harness::new();
+    let root = mount(&mut h, "/share").unwrap();
+    let locks = h.srv.config().locks.clone();
+    let (_, node) = create3(&mut h, &root, b"leased");
+    let remove = |h: &mut Harness, name: &[u8]| {
+        let rep = h.v3(&Nfs3Args::Remove(Remove3Args { object: DirOpArgs3 { dir: Opaque(&root), name: Name(name) } }));
+        res3_status(proc3::REMOVE, &rep)
+    };
+    // Nothing cached: one batch, no hidden lookup.
+    create3(&mut h, &root, b"plain");
+    assert_eq!(remove(&mut h, b"plain"), Nfsstat3::OK);
+    let ops: Vec<&str> = h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect();
+    assert_eq!(ops, ["remove", "getattr"]);
+
+    // An SMB open with an RH lease: REMOVE answers JUKEBOX and breaks H.
+    let open = Holder::new(Protocol::Smb, 77, 1);
+    let lease = Holder::new(Protocol::Smb, 78, 0x8000_0000_0000_0001);
+    let grant = {
+        let mut t = locks.table();
+        t.open(node, open, Share::smb(0x1, 7)).unwrap();
+        t.request_lease(node, lease, &[open], Level::RH, h.now).unwrap().0
+    };
+    h.recalls.clear();
+    assert_eq!(remove(&mut h, b"leased"), Nfsstat3::JUKEBOX);
+    let ops: Vec<&str> = h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect();
+    assert_eq!(ops, ["lookup"], "the hidden lookup alone: nothing removed");
+    assert_eq!(h.recalls.len(), 1, "{:?}", h.recalls);
+    let b = h.recalls[0];
+    assert_eq!((b.grant, b.holder, b.from, b.to, b.ack_needed), (grant, lease, Level::RH, Level::R, true));
+    // Retried before the ack: JUKEBOX again, no second break.
+    h.recalls.clear();
+    assert_eq!(remove(&mut h, b"leased"), Nfsstat3::JUKEBOX);
+    assert!(h.recalls.is_empty());
+    // Acked: the retry removes the file; the lease keeps read caching.
+    locks.table().ack(grant, Level::R).unwrap();
+    assert_eq!(remove(&mut h, b"leased"), Nfsstat3::OK);
+    let ops: Vec<&str> = h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect();
+    assert_eq!(ops, ["lookup", "remove", "getattr"]);
+    assert_eq!(locks.table().grant(grant), Some((Level::R, false)));
+    locks.table().release_grant(grant);
+    locks.table().close(node, &open);
+
+    // RENAME onto a file an SMB lease holds with H: the replaced target
+    // is broken too; a missing name breaks nothing.
+    create3(&mut h, &root, b"src");
+    let (_, dst) = create3(&mut h, &root, b"dst");
+    let open = Holder::new(Protocol::Smb, 77, 2);
+    let lease = Holder::new(Protocol::Smb, 78, 0x8000_0000_0000_0002);
+    let grant = {
+        let mut t = locks.table();
+        t.open(dst, open, Share::smb(0x1, 7)).unwrap();
+        t.request_lease(dst, lease, &[open], Level::RWH, h.now).unwrap().0
+    };
+    let rename = |h: &mut Harness, from: &[u8]| {
+        let rep = h.v3(&Nfs3Args::Rename(Rename3Args {
+            from: DirOpArgs3 { dir: Opaque(&root), name: Name(from) },
+            to: DirOpArgs3 { dir: Opaque(&root), name: Name(b"dst") },
+        }));
+        res3_status(proc3::RENAME, &rep)
+    };
+    h.recalls.clear();
+    assert_eq!(rename(&mut h, b"missing"), Nfsstat3::JUKEBOX, "the target is still leased");
+    assert_eq!(h.recalls.len(), 1);
+    assert_eq!((h.recalls[0].from, h.recalls[0].to), (Level::RWH, Level::RW));
+    locks.table().ack(grant, Level::RW).unwrap();
+    assert_eq!(rename(&mut h, b"missing"), Nfsstat3::NOENT);
+    assert_eq!(rename(&mut h, b"src"), Nfsstat3::OK);
+    locks.table().release_grant(grant);
+    locks.table().close(dst, &open);
+
+    // WRITE: read caching alone breaks at once; write caching must be
+    // flushed first (JUKEBOX), and nothing is written meanwhile.
+    let (fh, node) = create3(&mut h, &root, b"data");
+    let write = |h: &mut Harness| {
+        let rep = h.v3(&Nfs3Args::Write(Write3Args {
+            file: Opaque(&fh),
+            offset: 0,
+            count: 3,
+            stable: StableHow::FileSync,
+            data: Opaque(b"nfs"),
+        }));
+        res3_status(proc3::WRITE, &rep)
+    };
+    let open = Holder::new(Protocol::Smb, 77, 3);
+    let reader = Holder::new(Protocol::Smb, 78, 0x8000_0000_0000_0003);
+    let grant = {
+        let mut t = locks.table();
+        t.open(node, open, Share::smb(0x3, 7)).unwrap();
+        t.request_lease(node, reader, &[open], Level::R, h.now).unwrap().0
+    };
+    h.recalls.clear();
+    assert_eq!(write(&mut h), Nfsstat3::OK);
+    assert_eq!(h.recalls.len(), 1);
+    assert_eq!((h.recalls[0].grant, h.recalls[0].to, h.recalls[0].ack_needed), (grant, Level::NONE, false));
+    assert_eq!(locks.table().grant(grant), None);
+    // (no new grant on a file just broken until the recall backoff ends)
+    h.now += locks.table().limits().recall_backoff_ns;
+    let writer = Holder::new(Protocol::Smb, 78, 0x8000_0000_0000_0004);
+    let grant = locks.table().request_lease(node, writer, &[open], Level::RW, h.now).unwrap().0;
+    h.recalls.clear();
+    assert_eq!(write(&mut h), Nfsstat3::JUKEBOX);
+    assert!(h.batches.is_empty(), "nothing written before the flush");
+    assert_eq!((h.recalls[0].grant, h.recalls[0].from, h.recalls[0].to), (grant, Level::RW, Level::NONE));
+    // SETATTR of the size waits the same way; one of the mode does not.
+    let setattr = |h: &mut Harness, attrs: Sattr3| {
+        let rep = h.v3(&Nfs3Args::SetAttr(SetAttr3Args { object: Opaque(&fh), new_attributes: attrs, guard: None }));
+        res3_status(proc3::SETATTR, &rep)
+    };
+    assert_eq!(setattr(&mut h, Sattr3 { size: Some(0), ..Default::default() }), Nfsstat3::JUKEBOX);
+    assert_eq!(setattr(&mut h, Sattr3 { mode: Some(0o600), ..Default::default() }), Nfsstat3::OK);
+    locks.table().ack(grant, Level::NONE).unwrap();
+    assert_eq!(write(&mut h), Nfsstat3::OK);
+    assert_eq!(setattr(&mut h, Sattr3 { size: Some(1), ..Default::default() }), Nfsstat3::OK);
+}

@@ -30,6 +30,7 @@ pub mod fh;
 mod mount;
 mod portmap;
 pub mod state;
+mod breaks;
 mod v3;
 pub mod v4;
 
@@ -391,7 +392,7 @@ impl NfsServer {
     /// The result of the batch submitted with `token`.
     pub fn on_batch_done(&mut self, token: u64, result: BatchResult, now_ns: i64) -> Vec<Event> {
         let ev = match self.pending.remove(&token) {
-            Some(Pending::V3(p)) => vec![v3::finish(self, p, result.results)],
+            Some(Pending::V3(p)) => vec![v3::finish(self, p, result.results, now_ns)],
             Some(Pending::V4(c)) => v4::batch_done(self, c, result.results, now_ns),
             None => Vec::new(),
         };

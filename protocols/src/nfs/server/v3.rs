@@ -6,12 +6,25 @@
 //!
 //! WRITE answers FILE_SYNC whatever `stable` asked: a duet reply means
 //! durable. The write verifier changes per boot only.
+//!
+//! Changes SMB clients may cache against (issue 13, shared with NFSv4 in
+//! `server::breaks`): WRITE and SETATTR of the size break other holders'
+//! read and write caching; REMOVE and RENAME (the source and a target it
+//! replaces) break handle caching. While a break the holder must
+//! acknowledge (of W or H) is outstanding the call answers
+//! NFS3ERR_JUKEBOX (RFC 1813 2.6) and the client retries; a break of read
+//! caching alone needs no wait. WRITE and SETATTR name the node by handle
+//! and ask the lock table before the batch; REMOVE and RENAME name a
+//! directory and a name, so when any grant exists their batch is first a
+//! hidden lookup ([`Kind::Gate`]), and the real batch runs only once the
+//! nodes found need no wait. Without grants nothing changes.
 
 use duet_fs::{
     Batch, CreateKind, Credentials, FileType, IfExists, NodeId, ObjRef, Op, OpOutput, OpResult,
     SetAttrs, SetTime, WriteData,
 };
 
+use super::breaks::{any_grants, break_found, break_node, BreakKind};
 use super::attr::{access_bits, fattr3, rdev_of, sattr3, time3, wcc_attr};
 use super::cookies::{make_cookie, Resume, MAX_POSITION};
 use super::errors::nfs3_status;
@@ -63,6 +76,22 @@ enum Kind {
     FsInfo,
     PathConf,
     Commit,
+    /// The hidden lookups (batch op indices) of the files a REMOVE or
+    /// RENAME of `proc_` affects; `then` is the call's own batch and kind,
+    /// run once no break must be waited for.
+    Gate {
+        proc_: u32,
+        ops: Vec<usize>,
+        then: Box<(Batch, Kind)>,
+    },
+}
+
+/// The lock-table holder an NFSv3 call breaks as. NFSv3 keeps no client
+/// state and holds no grant, so every NFSv3 caller is one holder of the
+/// NFSv3-side protocol (NLM's, the table's name for NFSv3); SMB grants are
+/// never its own.
+fn opener() -> duet_locks::Holder {
+    duet_locks::Holder::new(duet_locks::Protocol::Nlm, 0, 0)
 }
 
 fn tag(proc_: u32) -> &'static str {
@@ -231,6 +260,19 @@ fn build(
     b.stop_on_error = false;
     b.read_only = export.read_only;
     let obj = ObjRef::Id(id);
+    // A change of the data breaks others' read and write caching; write
+    // caching must be flushed first (RFC 1813 2.6: JUKEBOX, try again).
+    let changes_data = match args {
+        A::Write(_) => true,
+        A::SetAttr(a) => a.new_attributes.size.is_some(),
+        _ => false,
+    };
+    if changes_data && break_node(srv, id, &opener(), BreakKind::write(), ctx.now_ns) {
+        return Err(Nfsstat3::JUKEBOX);
+    }
+    // Hidden lookups of the files a REMOVE or RENAME takes away.
+    let gated = any_grants(srv) && matches!(args, A::Remove(_) | A::Rename(_));
+    let mut looks = Vec::new();
     let kind = match args {
         A::Null => return Err(Nfsstat3::SERVERFAULT),
         A::GetAttr(_) => {
@@ -380,6 +422,9 @@ fn build(
         A::Remove(a) | A::Rmdir(a) => {
             let name = name_of(&a.object.name)?;
             let dir_only = Some(matches!(args, A::Rmdir(_)));
+            if gated {
+                looks.push(Op::Lookup { dir: obj, name: name.clone() });
+            }
             b.push(Op::Remove {
                 dir: obj,
                 name,
@@ -395,6 +440,10 @@ fn build(
             }
             let src_name = name_of(&a.from.name)?;
             let dst_name = name_of(&a.to.name)?;
+            if gated {
+                looks.push(Op::Lookup { dir: obj, name: src_name.clone() });
+                looks.push(Op::Lookup { dir: ObjRef::Id(to_id), name: dst_name.clone() });
+            }
             b.push(Op::Rename {
                 src_dir: obj,
                 src_name,
@@ -463,6 +512,17 @@ fn build(
             b.push(Op::GetAttr { obj });
             Kind::Commit
         }
+    };
+    let (b, kind) = if looks.is_empty() {
+        (b, kind)
+    } else {
+        let mut g = Batch::new(cred.clone(), ctx.now_ns);
+        g.stop_on_error = false;
+        g.read_only = true;
+        let ops = (0..looks.len()).collect();
+        g.ops.extend(looks);
+        let proc_ = args.proc_();
+        (g, Kind::Gate { proc_, ops, then: Box::new((b, kind)) })
     };
     let p = V3Pending {
         conn: ctx.conn,
@@ -589,7 +649,7 @@ fn wcc(before: Option<&duet_fs::Attrs>, after: Option<&duet_fs::Attrs>, fsid: u6
 
 /// Builds the reply from the batch result (or, for a guarded SETATTR,
 /// the second batch).
-pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>) -> Event {
+pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>, now: i64) -> Event {
     let fsid = p.fsid;
     let (conn, xid) = (p.conn, p.xid);
     let r0 = res.first();
@@ -597,6 +657,18 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>) -> E
     let r2 = res.get(2);
     let out = |body: &dyn Fn(&mut XdrWriter)| reply_with(conn, xid, body);
     match p.kind {
+        Kind::Gate { proc_, ops, then } => {
+            if break_found(srv, &res, &ops, &opener(), BreakKind::namespace(), now) {
+                return reply_with(conn, xid, |w| {
+                    Nfsstat3::JUKEBOX.encode(w);
+                    for _ in 0..fail_words(proc_) {
+                        w.put_u32(0);
+                    }
+                });
+            }
+            let (batch, kind) = *then;
+            srv.submit(batch, tag(proc_), Pending::V3(V3Pending { kind, ..p }))
+        }
         Kind::GetAttr => {
             let v: GetAttr3Res = match attrs_of(r0) {
                 Some(a) => Nfs3Res::Ok(fattr3(a, fsid)),

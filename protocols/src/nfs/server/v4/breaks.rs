@@ -19,34 +19,16 @@
 //! anything) nothing changes. WRITE and SETATTR break without waiting (as
 //! an SMB WRITE breaks level II: MS-SMB2 3.3.4.6, MS-FSA 2.1.5.4).
 
-use duet_fs::{Batch, NodeId, ObjRef, Op, OpResult};
-use duet_locks::{Break, Conflict, Holder, Level, Protocol, Share};
+use duet_fs::{Batch, ObjRef, Op, OpResult};
+use duet_locks::{Holder, Protocol};
 
+use super::super::breaks::{self as shared, BreakKind};
 use super::{Compound, Flow, NfsServer, Step};
 use crate::nfs::nfs4::Nfsstat4;
 
-/// What a gated operation would do to the file it names.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct GateKind {
-    pub share: Share,
-    pub why: Conflict,
-}
-
-impl GateKind {
-    /// An NFSv4 OPEN with these share_access / share_deny bits (RFC 8881
-    /// 18.16.3): for reading it takes write caching, for writing
-    /// everything (RFC 8881 10.4.1 as the table's `Conflict::Open` reads
-    /// it), and a deny the holder's own opens refuse takes handle caching.
-    pub fn open(access: u32, deny: u32) -> GateKind {
-        GateKind { share: Share::nfs(access, deny), why: Conflict::Open }
-    }
-
-    /// A REMOVE or RENAME of the file (MS-FSA 2.1.5.14.2 / 2.1.5.14.3 as
-    /// SMB's own rename and delete see it): other leases' handle caching.
-    pub fn namespace() -> GateKind {
-        GateKind { share: Share { access: 0, deny: 0 }, why: Conflict::Namespace }
-    }
-}
+/// What a gated operation would do to the file it names (shared with
+/// NFSv3: `server::breaks`).
+pub(super) type GateKind = BreakKind;
 
 /// A gate's step: the hidden lookups (batch op indices) whose nodes the
 /// operation `opnum` affects.
@@ -66,25 +48,13 @@ fn opener(client: u64) -> Holder {
 /// Whether the operation at `c.next_op` must pass a gate: some grant
 /// exists and it has not passed one yet.
 pub(super) fn gate_needed(srv: &NfsServer, c: &Compound) -> bool {
-    c.gated != Some(c.next_op) && srv.cfg.locks.table().has_grants()
+    c.gated != Some(c.next_op) && shared::any_grants(srv)
 }
 
-/// Asks the table about `node`: the breaks go to `srv.recalls`; true when
-/// the operation must wait for acknowledgements. Grants whose break ran
-/// out are revoked first (their holders are told), so a holder that never
-/// acknowledges holds the NFS client up for the break timeout at most.
-pub(super) fn break_node(srv: &mut NfsServer, node: NodeId, client: u64, kind: GateKind, now: i64) -> bool {
-    let locks = srv.cfg.locks.clone();
-    let mut t = locks.table();
-    if !t.has_grants() {
-        return false;
-    }
-    for (grant, holder) in t.revoke_overdue(now) {
-        srv.recalls.push(Break { grant, holder, from: Level::NONE, to: Level::NONE, ack_needed: false });
-    }
-    let (breaks, wait) = t.break_for(node, &opener(client), kind.share, kind.why, now);
-    srv.recalls.extend(breaks);
-    wait.is_some()
+/// Asks the table about `node` for NFSv4 client `client`: true when the
+/// operation must wait ([`shared::break_node`]).
+pub(super) fn break_node(srv: &mut NfsServer, node: duet_fs::NodeId, client: u64, kind: GateKind, now: i64) -> bool {
+    shared::break_node(srv, node, &opener(client), kind, now)
 }
 
 /// The gate of an operation on the files `targets` name (each a directory
@@ -124,13 +94,7 @@ pub(super) fn gate(
 /// that failed name nothing to break; the operation itself then reports
 /// its own error), Err(DELAY) while breaks are outstanding.
 pub(super) fn finish_gate(srv: &mut NfsServer, g: &GateStep, results: &[OpResult], now: i64) -> Result<(), Nfsstat4> {
-    let mut wait = false;
-    for i in &g.ops {
-        let Some(node) = results.get(*i).and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs()).map(|a| a.id) else {
-            continue;
-        };
-        wait |= break_node(srv, node, g.client, g.kind, now);
-    }
+    let wait = shared::break_found(srv, results, &g.ops, &opener(g.client), g.kind, now);
     if wait {
         Err(Nfsstat4::DELAY)
     } else {
@@ -143,7 +107,6 @@ pub(super) fn finish_gate(srv: &mut NfsServer, g: &GateStep, results: &[OpResult
 /// without waiting.
 pub(super) fn break_for_write(srv: &mut NfsServer, c: &Compound, obj: ObjRef, now: i64) {
     if let ObjRef::Id(node) = obj {
-        let kind = GateKind { share: Share { access: duet_locks::share::WRITE, deny: 0 }, why: Conflict::Write };
-        break_node(srv, node, c.clientid.unwrap_or(0), kind, now);
+        break_node(srv, node, c.clientid.unwrap_or(0), GateKind::write(), now);
     }
 }

@@ -743,3 +743,60 @@ fn nfs_opens_removes_and_renames_break_smb_leases_and_oplocks() {
     assert_eq!(nfs_close(&mut n, &mut s, &fh, sid), Nfsstat4::OK);
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
+
+/// Issue 13 for NFSv3, in the daemon: an NFSv3 WRITE of a file an SMB
+/// client holds an RWH lease on breaks it (write caching must be flushed:
+/// NFS3ERR_JUKEBOX, RFC 1813 2.6, until the acknowledgment), and the
+/// bytes the SMB client wrote before acknowledging are in the file NFS
+/// then reads; an NFSv3 REMOVE breaks handle caching (RH -> R) and answers
+/// JUKEBOX until the ack, then removes the file.
+#[test]
+fn nfs3_writes_and_removes_break_smb_leases() {
+    use duet_protocols::nfs::nfs3::Nfsstat3;
+    use duet_protocols::smb2::oplock_break::LeaseBreakAck;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(dir.path(), "[limits]\nsmb_oplock_break_ms = 3000", "", "portmap = false");
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let mut n = Nfs::connect(d.nfs_port).as_user(1500, 1500);
+    let root = n.mount("/public").unwrap();
+    let ack = |a: &mut Smb, key: [u8; 16], state: u32| {
+        let m = LeaseBreakAck { flags: 0, lease_key: key, lease_state: state, lease_duration: 0 };
+        a.call(Request::OplockBreak(OplockBreakMessage::LeaseAck(m)), Cmd::OPLOCK_BREAK).status()
+    };
+
+    // WRITE: RWH -> none, JUKEBOX until the SMB client flushed and acked.
+    let key = *b"v3break-leaseRWH";
+    let (fa, la) = open_leased(&mut a, "v3-file", RW, key, 7);
+    assert_eq!(la, 7);
+    let fh = n.lookup3(&root, b"v3-file").unwrap();
+    assert_eq!(n.write3(&fh, 3000, b"+nfs"), Err(Nfsstat3::JUKEBOX));
+    let note = lease_note(&mut a, Duration::from_secs(5)).expect("a LEASE_BREAK from the NFSv3 WRITE");
+    assert_eq!(note, (key, 7, 0, 1), "a write takes read and write caching, acknowledgment required");
+    assert_eq!(n.write3(&fh, 3000, b"+nfs"), Err(Nfsstat3::JUKEBOX), "until the ack");
+    assert!(next_msg(&mut a, Duration::from_millis(200)).is_none(), "one notification, not one per retry");
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 % 251) as u8).collect();
+    assert_eq!(a.write(fa, 0, &data, false), NtStatus::SUCCESS);
+    assert_eq!(ack(&mut a, key, 0), NtStatus::SUCCESS);
+    assert_eq!(n.write3(&fh, 3000, b"+nfs"), Ok(4), "the retry writes");
+    let mut want = data.clone();
+    want.extend_from_slice(b"+nfs");
+    assert_eq!(n.read3_all(&fh).unwrap(), want, "the SMB client's bytes, then NFS's");
+
+    // REMOVE: a second open's RH lease loses H, JUKEBOX until the ack.
+    let key = *b"v3break-lease-RH";
+    let (fb, lb) = open_leased(&mut a, "v3-file", R, key, 3);
+    assert_eq!(lb, 3);
+    assert_eq!(n.remove3(&root, "v3-file"), Nfsstat3::JUKEBOX);
+    let note = lease_note(&mut a, Duration::from_secs(5)).expect("a LEASE_BREAK from the NFSv3 REMOVE");
+    assert_eq!(note, (key, 3, 1, 1), "handle caching goes");
+    assert_eq!(n.remove3(&root, "v3-file"), Nfsstat3::JUKEBOX, "until the ack");
+    assert_eq!(n.lookup3(&root, b"v3-file").map(|_| ()), Ok(()), "not removed meanwhile");
+    assert_eq!(ack(&mut a, key, 1), NtStatus::SUCCESS);
+    assert_eq!(n.remove3(&root, "v3-file"), Nfsstat3::OK, "after the ack");
+    assert_eq!(n.lookup3(&root, b"v3-file").map(|_| ()), Err(Nfsstat3::NOENT));
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+    assert_eq!(a.close(fb), NtStatus::SUCCESS);
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}

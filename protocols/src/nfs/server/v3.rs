@@ -24,8 +24,8 @@ use duet_fs::{
     SetAttrs, SetTime, WriteData,
 };
 
-use super::breaks::{any_grants, break_found, break_node, BreakKind};
 use super::attr::{access_bits, fattr3, rdev_of, sattr3, time3, wcc_attr};
+use super::breaks::{any_grants, break_found, break_node, BreakKind};
 use super::cookies::{make_cookie, Resume, MAX_POSITION};
 use super::errors::nfs3_status;
 use super::{
@@ -423,7 +423,10 @@ fn build(
             let name = name_of(&a.object.name)?;
             let dir_only = Some(matches!(args, A::Rmdir(_)));
             if gated {
-                looks.push(Op::Lookup { dir: obj, name: name.clone() });
+                looks.push(Op::Lookup {
+                    dir: obj,
+                    name: name.clone(),
+                });
             }
             b.push(Op::Remove {
                 dir: obj,
@@ -441,8 +444,14 @@ fn build(
             let src_name = name_of(&a.from.name)?;
             let dst_name = name_of(&a.to.name)?;
             if gated {
-                looks.push(Op::Lookup { dir: obj, name: src_name.clone() });
-                looks.push(Op::Lookup { dir: ObjRef::Id(to_id), name: dst_name.clone() });
+                looks.push(Op::Lookup {
+                    dir: obj,
+                    name: src_name.clone(),
+                });
+                looks.push(Op::Lookup {
+                    dir: ObjRef::Id(to_id),
+                    name: dst_name.clone(),
+                });
             }
             b.push(Op::Rename {
                 src_dir: obj,
@@ -522,7 +531,14 @@ fn build(
         let ops = (0..looks.len()).collect();
         g.ops.extend(looks);
         let proc_ = args.proc_();
-        (g, Kind::Gate { proc_, ops, then: Box::new((b, kind)) })
+        (
+            g,
+            Kind::Gate {
+                proc_,
+                ops,
+                then: Box::new((b, kind)),
+            },
+        )
     };
     let p = V3Pending {
         conn: ctx.conn,

@@ -3321,7 +3321,21 @@ fn nfs3_operations_break_smb_leases_and_answer_jukebox_until_acked() {
     };
     assert_eq!(setattr(&mut h, Sattr3 { size: Some(0), ..Default::default() }), Nfsstat3::JUKEBOX);
     assert_eq!(setattr(&mut h, Sattr3 { mode: Some(0o600), ..Default::default() }), Nfsstat3::OK);
+    // An UNCHECKED CREATE that truncates the existing file is a write too
+    // (its hidden lookup first); one that sets no size opens it.
+    let create = |h: &mut Harness, size: Option<u64>| {
+        let rep = h.v3(&Nfs3Args::Create(Create3Args {
+            where_: DirOpArgs3 { dir: Opaque(&root), name: Name(b"data") },
+            how: CreateHow3::Unchecked(Sattr3 { size, ..Default::default() }),
+        }));
+        res3_status(proc3::CREATE, &rep)
+    };
+    assert_eq!(create(&mut h, Some(0)), Nfsstat3::JUKEBOX);
+    let ops: Vec<&str> = h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect();
+    assert_eq!(ops, ["lookup"], "nothing truncated");
+    assert_eq!(create(&mut h, None), Nfsstat3::OK);
     locks.table().ack(grant, Level::NONE).unwrap();
+    assert_eq!(create(&mut h, Some(0)), Nfsstat3::OK);
     assert_eq!(write(&mut h), Nfsstat3::OK);
     assert_eq!(setattr(&mut h, Sattr3 { size: Some(1), ..Default::default() }), Nfsstat3::OK);
 }

@@ -15,7 +15,9 @@
 //! NFS3ERR_JUKEBOX (RFC 1813 2.6) and the client retries; a break of read
 //! caching alone needs no wait. WRITE and SETATTR name the node by handle
 //! and ask the lock table before the batch; REMOVE and RENAME name a
-//! directory and a name, so when any grant exists their batch is first a
+//! directory and a name (as does an UNCHECKED CREATE setting the size of
+//! a file that may exist: a write), so when any grant exists their batch
+//! is first a
 //! hidden lookup ([`Kind::Gate`]), and the real batch runs only once the
 //! nodes found need no wait. Without grants nothing changes.
 
@@ -76,12 +78,14 @@ enum Kind {
     FsInfo,
     PathConf,
     Commit,
-    /// The hidden lookups (batch op indices) of the files a REMOVE or
-    /// RENAME of `proc_` affects; `then` is the call's own batch and kind,
-    /// run once no break must be waited for.
+    /// The hidden lookups (batch op indices) of the files a REMOVE,
+    /// RENAME or size-setting CREATE of `proc_` affects, and what it does
+    /// to them; `then` is the call's own batch and kind, run once no break
+    /// must be waited for.
     Gate {
         proc_: u32,
         ops: Vec<usize>,
+        kind: BreakKind,
         then: Box<(Batch, Kind)>,
     },
 }
@@ -271,8 +275,9 @@ fn build(
         return Err(Nfsstat3::JUKEBOX);
     }
     // Hidden lookups of the files a REMOVE or RENAME takes away.
-    let gated = any_grants(srv) && matches!(args, A::Remove(_) | A::Rename(_));
+    let gated = matches!(args, A::Remove(_) | A::Rename(_) | A::Create(_)) && any_grants(srv);
     let mut looks = Vec::new();
+    let mut gate_kind = BreakKind::namespace();
     let kind = match args {
         A::Null => return Err(Nfsstat3::SERVERFAULT),
         A::GetAttr(_) => {
@@ -353,6 +358,15 @@ fn build(
                 CreateHow3::Guarded(s) => (sattr3(s), IfExists::Fail, None),
                 CreateHow3::Exclusive(v) => (verf_attrs(v), IfExists::Open, Some(*v)),
             };
+            // An UNCHECKED create of an existing file that sets its size
+            // changes its data as a SETATTR of the size does.
+            if gated && excl.is_none() && attrs.size.is_some() && if_exists != IfExists::Fail {
+                looks.push(Op::Lookup {
+                    dir: obj,
+                    name: name.clone(),
+                });
+                gate_kind = BreakKind::write();
+            }
             b.push(Op::Create {
                 dir: obj,
                 name,
@@ -536,6 +550,7 @@ fn build(
             Kind::Gate {
                 proc_,
                 ops,
+                kind: gate_kind,
                 then: Box::new((b, kind)),
             },
         )
@@ -673,8 +688,13 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>, now:
     let r2 = res.get(2);
     let out = |body: &dyn Fn(&mut XdrWriter)| reply_with(conn, xid, body);
     match p.kind {
-        Kind::Gate { proc_, ops, then } => {
-            if break_found(srv, &res, &ops, &opener(), BreakKind::namespace(), now) {
+        Kind::Gate {
+            proc_,
+            ops,
+            kind: why,
+            then,
+        } => {
+            if break_found(srv, &res, &ops, &opener(), why, now) {
                 return reply_with(conn, xid, |w| {
                     Nfsstat3::JUKEBOX.encode(w);
                     for _ in 0..fail_words(proc_) {

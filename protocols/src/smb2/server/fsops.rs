@@ -83,6 +83,9 @@ pub struct PendingOpen {
 #[derive(Debug)]
 pub struct CreatePlan {
     first_op: usize,
+    /// The path starts with `.snapshot\@GMT-...` from a TWrp context or
+    /// an `@GMT-` token (its first two lookups).
+    timewarp: bool,
     final_op: usize,
     open_op: Option<usize>,
     disposition: u32,
@@ -511,6 +514,7 @@ impl Connection {
             Some(i) => Some(comps.remove(i)),
             None => timewarp,
         };
+        let timewarp = token.is_some();
         if let Some(t) = token {
             comps.splice(0..0, [duet_fs::view::SNAPSHOT_DIR.to_string(), t]);
         }
@@ -682,6 +686,7 @@ impl Connection {
         );
         Ok(Plan::Fs(FsPlan::Create(Box::new(CreatePlan {
             first_op,
+            timewarp,
             final_op,
             open_op,
             disposition: d,
@@ -714,7 +719,12 @@ impl Connection {
         let checked = cp.ea_op.map_or(last, |e| e.max(last));
         if let Some((i, e)) = first_error(results, cp.first_op..checked + 1) {
             return Err(
-                if i < cp.final_op && matches!(e, FsError::NotFound | FsError::NotDir) {
+                // No snapshot of that time: the name is not found
+                // (smbtorture smb2.create.blob's timewarp case), as
+                // Windows and Samba answer.
+                if cp.timewarp && i <= cp.first_op + 1 && e == FsError::NotFound {
+                    NtStatus::OBJECT_NAME_NOT_FOUND
+                } else if i < cp.final_op && matches!(e, FsError::NotFound | FsError::NotDir) {
                     NtStatus::OBJECT_PATH_NOT_FOUND
                 } else {
                     fs_status(e)

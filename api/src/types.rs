@@ -1018,21 +1018,7 @@ pub fn validate_snapshot_name(name: &str) -> Result<(), ApiError> {
 }
 
 /// (year, month, day, hour, minute, second) of nanoseconds since the epoch, UTC.
-pub fn civil_utc(ns: i64) -> (i64, i64, i64, i64, i64, i64) {
-    let secs = ns.div_euclid(1_000_000_000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (proleptic Gregorian).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d, rem / 3600, rem / 60 % 60, rem % 60)
-}
+pub use duet_fs::view::civil_utc;
 
 /// `GMT-YYYY.MM.DD-HH.MM.SS` of a time: a snapshot's default name (the
 /// SMB token without its `@`, which names may not hold).

@@ -11,30 +11,20 @@
 //! a plain model of what it must hold; fsck (refcounts included) must stay
 //! clean throughout, and catches a wrong count.
 
-use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
-use std::rc::Rc;
+mod common;
 
 use duet_cluster::kv::Txn;
-use duet_cluster::machine::{apply, drop_destaged, execute};
+use duet_cluster::machine::{apply, execute};
 use duet_cluster::records::{decode, Command, DataOp, DataRecord, Node};
 use duet_cluster::{fsck, keys};
+use common::{commit, Disk, Kv};
 use duet_fs::{
     Batch, CreateKind, Credentials, FsError, IfExists, NodeId, ObjRef, Op, OpOutput, OpResult, SetAttrs, WriteData,
     CHUNK_SIZE, ROOT_ID,
 };
 
-type Kv = BTreeMap<Vec<u8>, Vec<u8>>;
 const CS: u64 = CHUNK_SIZE;
 
-fn commit(kv: &mut Kv, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) {
-    for (k, v) in writes {
-        match v {
-            Some(v) => kv.insert(k, v),
-            None => kv.remove(&k),
-        };
-    }
-}
 
 fn run(kv: &mut Kv, ops: Vec<Op>) -> Vec<OpResult> {
     let mut b = Batch::new(Credentials::root(), 1_000);
@@ -83,153 +73,6 @@ fn clone(kv: &mut Kv, src: NodeId, so: u64, dst: NodeId, d_o: u64, len: u64) -> 
         .remove(0)
 }
 
-/// The chunk store as the data path keeps it: a chunk file per (file,
-/// index), shared chunks one inode (an `Rc`) under several names.
-#[derive(Default)]
-struct Disk {
-    chunks: HashMap<(NodeId, u64), Rc<RefCell<Vec<u8>>>>,
-}
-
-impl Disk {
-    fn read(&self, file: NodeId, offset: u64, len: u64) -> Vec<u8> {
-        let mut out = vec![0u8; len as usize];
-        let mut pos = offset;
-        let end = offset + len;
-        while pos < end {
-            let co = (pos % CS) as usize;
-            let n = ((CS - pos % CS).min(end - pos)) as usize;
-            if let Some(c) = self.chunks.get(&(file, pos / CS)) {
-                let v = c.borrow();
-                if co < v.len() {
-                    let m = n.min(v.len() - co);
-                    let at = (pos - offset) as usize;
-                    out[at..at + m].copy_from_slice(&v[co..co + m]);
-                }
-            }
-            pos += n as u64;
-        }
-        out
-    }
-
-    fn own(&mut self, file: NodeId, idx: u64) {
-        if let Some(c) = self.chunks.get(&(file, idx)) {
-            if Rc::strong_count(c) > 1 {
-                let copy = c.borrow().clone();
-                self.chunks.insert((file, idx), Rc::new(RefCell::new(copy)));
-            }
-        }
-    }
-
-    /// Writes in place: whatever else links the chunk sees it (the state
-    /// machine must have unshared it first).
-    fn write(&mut self, file: NodeId, offset: u64, data: &[u8]) {
-        let mut pos = offset;
-        let end = offset + data.len() as u64;
-        while pos < end {
-            let co = (pos % CS) as usize;
-            let n = ((CS - pos % CS).min(end - pos)) as usize;
-            let c = self.chunks.entry((file, pos / CS)).or_default();
-            let mut v = c.borrow_mut();
-            if v.len() < co + n {
-                v.resize(co + n, 0);
-            }
-            let at = (pos - offset) as usize;
-            v[co..co + n].copy_from_slice(&data[at..at + n]);
-            pos += n as u64;
-        }
-    }
-
-    fn apply(&mut self, rec: &DataRecord) {
-        let f = rec.file;
-        match &rec.op {
-            DataOp::WriteInline { offset, data } => self.write(f, *offset, data),
-            DataOp::Truncate { size } => {
-                let keep = size.div_ceil(CS);
-                self.chunks.retain(|(g, i), _| *g != f || *i < keep);
-                if size % CS != 0 {
-                    if let Some(c) = self.chunks.get(&(f, size / CS)) {
-                        c.borrow_mut().truncate((size % CS) as usize);
-                    }
-                }
-            }
-            DataOp::Reclaim => self.chunks.retain(|(g, _), _| *g != f),
-            DataOp::Zero { offset, len } => {
-                let end = offset + len;
-                let mut pos = *offset;
-                while pos < end {
-                    let idx = pos / CS;
-                    let n = (CS - pos % CS).min(end - pos);
-                    if self.chunks.contains_key(&(f, idx)) {
-                        if n == CS {
-                            self.chunks.remove(&(f, idx));
-                        } else {
-                            self.write(f, pos, &vec![0u8; n as usize]);
-                        }
-                    }
-                    pos += n;
-                }
-            }
-            DataOp::Unshare { chunks } => {
-                for &i in chunks {
-                    self.own(f, i);
-                }
-            }
-            DataOp::CloneFrom { src, share, copy } => {
-                let bytes: Vec<Vec<u8>> = copy.iter().map(|&(so, _, n)| self.read(*src, so, n)).collect();
-                let links: Vec<Option<Rc<RefCell<Vec<u8>>>>> =
-                    share.iter().map(|&(i, _)| self.chunks.get(&(*src, i)).cloned()).collect();
-                for (&(_, j), l) in share.iter().zip(links) {
-                    match l {
-                        Some(c) => self.chunks.insert((f, j), c),
-                        None => self.chunks.remove(&(f, j)),
-                    };
-                }
-                for (&(_, at, n), b) in copy.iter().zip(bytes) {
-                    for idx in at / CS..=(at + n - 1) / CS {
-                        self.own(f, idx);
-                    }
-                    self.write(f, at, &b);
-                }
-            }
-            other => panic!("unexpected record {other:?}"),
-        }
-    }
-
-    /// Applies every queued record in order and drops them, as a destage
-    /// round does (a cross-file record in a round of its own changes no
-    /// outcome here: the model applies one record at a time).
-    fn destage(&mut self, kv: &mut Kv) {
-        let recs: Vec<(u64, DataRecord)> = kv
-            .range(keys::dq(0)..keys::dq(u64::MAX))
-            .map(|(k, v)| (keys::u64_at(k, 1).unwrap(), decode::<DataRecord>(v).unwrap()))
-            .collect();
-        let Some(upto) = recs.last().map(|r| r.0) else { return };
-        let mut reclaimed = Vec::new();
-        for (_, rec) in &recs {
-            self.apply(rec);
-            if rec.op == DataOp::Reclaim {
-                reclaimed.push(rec.file);
-            }
-        }
-        let writes = {
-            let mut t = Txn::new(&*kv);
-            drop_destaged(&mut t, upto, &reclaimed);
-            t.into_writes()
-        };
-        commit(kv, writes);
-    }
-
-    fn files(&self) -> Vec<(NodeId, u64)> {
-        self.chunks.keys().copied().collect()
-    }
-
-    fn inodes(&self) -> usize {
-        let mut seen: Vec<*const RefCell<Vec<u8>>> = self.chunks.values().map(Rc::as_ptr).collect();
-        seen.sort();
-        seen.dedup();
-        seen.len()
-    }
-}
 
 fn content(kv: &Kv, disk: &Disk, id: NodeId) -> Vec<u8> {
     let n = Node::decode(kv.get(&keys::node(id)).unwrap()).unwrap();

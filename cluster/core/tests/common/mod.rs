@@ -1,0 +1,179 @@
+//! What the state-machine tests of data sharing have in common
+//! (`reflink.rs`, `layers.rs`): the in-memory store and a model of the
+//! chunk store as the data path keeps it.
+
+#![allow(dead_code)]
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+
+use duet_cluster::keys;
+use duet_cluster::kv::Txn;
+use duet_cluster::machine::drop_destaged;
+use duet_cluster::records::{decode, DataOp, DataRecord};
+use duet_fs::{NodeId, CHUNK_SIZE};
+
+/// The metadata store: RocksDB's keys and values, in memory.
+pub type Kv = BTreeMap<Vec<u8>, Vec<u8>>;
+const CS: u64 = CHUNK_SIZE;
+
+/// Writes a transaction's writes into the in-memory store; how many.
+pub fn commit(kv: &mut Kv, writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> usize {
+    let n = writes.len();
+    for (k, v) in writes {
+        match v {
+            Some(v) => kv.insert(k, v),
+            None => kv.remove(&k),
+        };
+    }
+    n
+}
+
+/// The chunk store as the data path keeps it: a chunk file per (file,
+/// index), shared chunks one inode (an `Rc`) under several names.
+#[derive(Default)]
+pub struct Disk {
+    pub chunks: HashMap<(NodeId, u64), Rc<RefCell<Vec<u8>>>>,
+}
+
+impl Disk {
+    pub fn read(&self, file: NodeId, offset: u64, len: u64) -> Vec<u8> {
+        let mut out = vec![0u8; len as usize];
+        let mut pos = offset;
+        let end = offset + len;
+        while pos < end {
+            let co = (pos % CS) as usize;
+            let n = ((CS - pos % CS).min(end - pos)) as usize;
+            if let Some(c) = self.chunks.get(&(file, pos / CS)) {
+                let v = c.borrow();
+                if co < v.len() {
+                    let m = n.min(v.len() - co);
+                    let at = (pos - offset) as usize;
+                    out[at..at + m].copy_from_slice(&v[co..co + m]);
+                }
+            }
+            pos += n as u64;
+        }
+        out
+    }
+
+    pub fn own(&mut self, file: NodeId, idx: u64) {
+        if let Some(c) = self.chunks.get(&(file, idx)) {
+            if Rc::strong_count(c) > 1 {
+                let copy = c.borrow().clone();
+                self.chunks.insert((file, idx), Rc::new(RefCell::new(copy)));
+            }
+        }
+    }
+
+    /// Writes in place: whatever else links the chunk sees it (the state
+    /// machine must have unshared it first).
+    pub fn write(&mut self, file: NodeId, offset: u64, data: &[u8]) {
+        let mut pos = offset;
+        let end = offset + data.len() as u64;
+        while pos < end {
+            let co = (pos % CS) as usize;
+            let n = ((CS - pos % CS).min(end - pos)) as usize;
+            let c = self.chunks.entry((file, pos / CS)).or_default();
+            let mut v = c.borrow_mut();
+            if v.len() < co + n {
+                v.resize(co + n, 0);
+            }
+            let at = (pos - offset) as usize;
+            v[co..co + n].copy_from_slice(&data[at..at + n]);
+            pos += n as u64;
+        }
+    }
+
+    pub fn apply(&mut self, rec: &DataRecord) {
+        let f = rec.file;
+        match &rec.op {
+            DataOp::WriteInline { offset, data } => self.write(f, *offset, data),
+            DataOp::Truncate { size } => {
+                let keep = size.div_ceil(CS);
+                self.chunks.retain(|(g, i), _| *g != f || *i < keep);
+                if size % CS != 0 {
+                    if let Some(c) = self.chunks.get(&(f, size / CS)) {
+                        c.borrow_mut().truncate((size % CS) as usize);
+                    }
+                }
+            }
+            DataOp::Reclaim => self.chunks.retain(|(g, _), _| *g != f),
+            DataOp::Zero { offset, len } => {
+                let end = offset + len;
+                let mut pos = *offset;
+                while pos < end {
+                    let idx = pos / CS;
+                    let n = (CS - pos % CS).min(end - pos);
+                    if self.chunks.contains_key(&(f, idx)) {
+                        if n == CS {
+                            self.chunks.remove(&(f, idx));
+                        } else {
+                            self.write(f, pos, &vec![0u8; n as usize]);
+                        }
+                    }
+                    pos += n;
+                }
+            }
+            DataOp::Unshare { chunks } => {
+                for &i in chunks {
+                    self.own(f, i);
+                }
+            }
+            DataOp::CloneFrom { src, share, copy } => {
+                let bytes: Vec<Vec<u8>> = copy.iter().map(|&(so, _, n)| self.read(*src, so, n)).collect();
+                let links: Vec<Option<Rc<RefCell<Vec<u8>>>>> =
+                    share.iter().map(|&(i, _)| self.chunks.get(&(*src, i)).cloned()).collect();
+                for (&(_, j), l) in share.iter().zip(links) {
+                    match l {
+                        Some(c) => self.chunks.insert((f, j), c),
+                        None => self.chunks.remove(&(f, j)),
+                    };
+                }
+                for (&(_, at, n), b) in copy.iter().zip(bytes) {
+                    for idx in at / CS..=(at + n - 1) / CS {
+                        self.own(f, idx);
+                    }
+                    self.write(f, at, &b);
+                }
+            }
+            other => panic!("unexpected record {other:?}"),
+        }
+    }
+
+    /// Applies every queued record in order and drops them, as a destage
+    /// round does (a cross-file record in a round of its own changes no
+    /// outcome here: the model applies one record at a time).
+    pub fn destage(&mut self, kv: &mut Kv) {
+        let recs: Vec<(u64, DataRecord)> = kv
+            .range(keys::dq(0)..keys::dq(u64::MAX))
+            .map(|(k, v)| (keys::u64_at(k, 1).unwrap(), decode::<DataRecord>(v).unwrap()))
+            .collect();
+        let Some(upto) = recs.last().map(|r| r.0) else { return };
+        let mut reclaimed = Vec::new();
+        for (_, rec) in &recs {
+            self.apply(rec);
+            if rec.op == DataOp::Reclaim {
+                reclaimed.push(rec.file);
+            }
+        }
+        let writes = {
+            let mut t = Txn::new(&*kv);
+            drop_destaged(&mut t, upto, &reclaimed);
+            t.into_writes()
+        };
+        commit(kv, writes);
+    }
+
+    pub fn files(&self) -> Vec<(NodeId, u64)> {
+        self.chunks.keys().copied().collect()
+    }
+
+    pub fn inodes(&self) -> usize {
+        let mut seen: Vec<*const RefCell<Vec<u8>>> = self.chunks.values().map(Rc::as_ptr).collect();
+        seen.sort();
+        seen.dedup();
+        seen.len()
+    }
+}

@@ -800,7 +800,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                     }
                 }
                 Wake::Recall(Routed::EndSession { previous, uid }) => {
-                    queue.extend(conn.end_previous_session(previous, uid));
+                    queue.extend(conn.end_previous_session(previous, uid, now_ns()));
                     if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
                         return Ok(());
                     }

@@ -1677,7 +1677,8 @@ impl Connection {
                 if previous != 0 && previous != sid && !guest {
                     self.outbox.push(Event::EndSession { previous, uid: cred.uid, from: self.conn_key });
                     let uid = cred.uid;
-                    self.end_previous_session(previous, uid);
+                    let ended = self.end_previous_session(previous, uid, fp.now_ns);
+                    self.outbox.extend(ended);
                 }
                 let Some(s) = self.sessions.get_mut(&sid) else {
                     return fail(self, fp, NtStatus::USER_SESSION_DELETED);
@@ -1709,22 +1710,29 @@ impl Connection {
 
     /// Ends session `previous` of this connection if it is a valid session
     /// of user `uid` (a client reconnected elsewhere and named it as its
-    /// PreviousSessionId, MS-SMB2 3.3.5.5.3): its opens are forgotten (share
-    /// reservations, byte-range locks and lease membership released, as
-    /// when a connection is lost), and later requests on it get
-    /// STATUS_USER_SESSION_DELETED.
-    pub fn end_previous_session(&mut self, previous: u64, uid: u32) -> Vec<Event> {
+    /// PreviousSessionId, MS-SMB2 3.3.5.5.3): its opens close as by LOGOFF
+    /// (share reservations, byte-range locks and lease membership released,
+    /// delete-on-close files removed by the returned batch), and later
+    /// requests on it get STATUS_USER_SESSION_DELETED.
+    pub fn end_previous_session(&mut self, previous: u64, uid: u32, now_ns: i64) -> Vec<Event> {
         let Some(s) = self.sessions.get(&previous) else { return Vec::new() };
         if !s.valid || s.guest || s.cred.uid != uid {
             return Vec::new();
         }
-        let ids: Vec<u64> = self.opens.iter().filter(|(_, o)| o.session_id == previous).map(|(id, _)| *id).collect();
-        for id in ids {
-            self.forget_open(id);
-        }
-        self.pipes.retain(|_, p| p.session_id != previous);
-        self.sessions.remove(&previous);
-        Vec::new()
+        self.close_session(previous, now_ns, "end-session").into_iter().collect()
+    }
+
+    /// Closes every open of session `sid` as LOGOFF does and forgets the
+    /// session; the batch removing its delete-on-close files, if any, for
+    /// the driver to run (its result is not waited for).
+    fn close_session(&mut self, sid: u64, now_ns: i64, tag: &'static str) -> Option<Event> {
+        let mut fp = FramePlan::new(now_ns, tag);
+        self.drop_opens(&mut fp, sid, None);
+        self.sessions.remove(&sid);
+        let batch = fp.batch.take().filter(|b| !b.ops.is_empty())?;
+        let token = self.next_token;
+        self.next_token += 1;
+        Some(Event::Run { token, batch, tag })
     }
 
     /// The transport connection is gone (MS-SMB2 3.3.7.1): every open of
@@ -1733,19 +1741,9 @@ impl Connection {
     /// as [`Event::Run`] for the driver to run; their results are not
     /// waited for. The connection is closed afterwards.
     pub fn on_disconnect(&mut self, now_ns: i64) -> Vec<Event> {
-        let mut out = Vec::new();
         let mut ids: Vec<u64> = self.sessions.keys().copied().collect();
         ids.sort_unstable();
-        for sid in ids {
-            let mut fp = FramePlan::new(now_ns, "disconnect");
-            self.drop_opens(&mut fp, sid, None);
-            if let Some(batch) = fp.batch.take().filter(|b| !b.ops.is_empty()) {
-                let token = self.next_token;
-                self.next_token += 1;
-                out.push(Event::Run { token, batch, tag: "disconnect" });
-            }
-        }
-        self.sessions.clear();
+        let out = ids.into_iter().filter_map(|sid| self.close_session(sid, now_ns, "disconnect")).collect();
         let _ = self.close();
         out
     }

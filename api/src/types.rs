@@ -259,6 +259,48 @@ impl NfsExportRules {
     }
 }
 
+/// When a share's changes are durable before their replies
+/// (`docs/durability.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Every change is on disk before its reply (the default).
+    #[default]
+    Always,
+    /// On disk before the reply when the protocol promises it (SMB
+    /// WRITE_THROUGH, FLUSH, CREATE with FILE_WRITE_THROUGH; NFS stable
+    /// WRITE, COMMIT, every NFS metadata operation); the rest within
+    /// `[durability] window_ms`. A multi-voter cluster serves it as
+    /// `always`.
+    Protocol,
+}
+
+impl Durability {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Always => "always",
+            Durability::Protocol => "protocol",
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = ApiError;
+    fn from_str(s: &str) -> Result<Self, ApiError> {
+        match s {
+            "always" => Ok(Durability::Always),
+            "protocol" => Ok(Durability::Protocol),
+            _ => Err(ApiError::invalid_argument(format!(
+                "unknown durability {s:?} (expected \"always\" or \"protocol\")"
+            ))),
+        }
+    }
+}
+
+fn is_default_durability(d: &Durability) -> bool {
+    *d == Durability::Always
+}
+
 /// A share: a directory of duet's namespace exported over SMB and/or NFS.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -281,6 +323,14 @@ pub struct Share {
     /// client's say-so, so a user list would be no boundary there).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<String>,
+    /// Default `always`.
+    #[serde(default, skip_serializing_if = "is_default_durability")]
+    pub durability: Durability,
+    /// In answers only: the durability this node serves the share with
+    /// (`always` on a multi-voter cluster whatever `durability` says).
+    /// Ignored in requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability_applied: Option<Durability>,
 }
 
 impl Share {
@@ -294,6 +344,8 @@ impl Share {
             guest_ok: false,
             nfs: NfsExportRules::default(),
             users: Vec::new(),
+            durability: Durability::Always,
+            durability_applied: None,
         }
     }
 
@@ -361,6 +413,8 @@ pub struct ShareChanges {
     /// SMB users allowed to connect; empty: every user.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub users: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<Durability>,
 }
 
 impl ShareChanges {
@@ -391,6 +445,9 @@ impl ShareChanges {
         }
         if let Some(u) = &self.users {
             s.users = u.clone();
+        }
+        if let Some(d) = self.durability {
+            s.durability = d;
         }
         s
     }

@@ -163,6 +163,18 @@ pub fn allowed_users(clients: &[String]) -> Vec<String> {
     clients.iter().filter_map(|c| c.strip_prefix(USER_PREFIX)).map(str::to_string).collect()
 }
 
+impl Admin {
+    /// `share` with the durability this node serves it with: a
+    /// multi-voter cluster serves `protocol` as `always`
+    /// (`docs/durability.md`: a follower acknowledges only what it synced).
+    fn applied(&self, mut share: Share) -> Share {
+        let multi = self.link.is_some();
+        share.durability_applied =
+            Some(if multi { duet_admin_api::types::Durability::Always } else { share.durability });
+        share
+    }
+}
+
 fn share_to_api(s: ShareRecord) -> Share {
     let mut protocols = Vec::new();
     if s.smb {
@@ -183,6 +195,11 @@ fn share_to_api(s: ShareRecord) -> Share {
             append_extension: s.append_extension,
         },
         users: allowed_users(&s.nfs_clients),
+        durability: match s.durability {
+            duet_cluster::records::Durability::Always => duet_admin_api::types::Durability::Always,
+            duet_cluster::records::Durability::Protocol => duet_admin_api::types::Durability::Protocol,
+        },
+        durability_applied: None,
     }
 }
 
@@ -203,6 +220,10 @@ pub fn share_from_api(s: &Share) -> ShareRecord {
             .collect(),
         root_squash: s.nfs.root_squash,
         append_extension: s.nfs.append_extension,
+        durability: match s.durability {
+            duet_admin_api::types::Durability::Always => duet_cluster::records::Durability::Always,
+            duet_admin_api::types::Durability::Protocol => duet_cluster::records::Durability::Protocol,
+        },
     }
 }
 
@@ -877,16 +898,16 @@ impl Admin {
             }
             AdminRequest::ShareList => {
                 let QueryAnswer::Shares(s) = self.query(Query::Shares).await? else { return Err(internal("shares")) };
-                Ok(AdminResponse::Shares(s.into_iter().map(share_to_api).collect()))
+                Ok(AdminResponse::Shares(s.into_iter().map(|s| self.applied(share_to_api(s))).collect()))
             }
             AdminRequest::ShareShow(name) => match self.query(Query::Share(name.clone())).await? {
-                QueryAnswer::Share(Some(s)) => Ok(AdminResponse::Share(share_to_api(s))),
+                QueryAnswer::Share(Some(s)) => Ok(AdminResponse::Share(self.applied(share_to_api(s)))),
                 _ => Err(ApiError::not_found(format!("share {name} not found"))),
             },
             AdminRequest::ShareAdd(share) => {
                 share.validate()?;
                 self.command(Command::PutShare { share: share_from_api(&share), replace: false, now_ns: now_ns() }).await?;
-                Ok(AdminResponse::ShareCreated(share))
+                Ok(AdminResponse::ShareCreated(self.applied(share)))
             }
             AdminRequest::ShareModify { name, changes } => {
                 let QueryAnswer::Share(Some(current)) = self.query(Query::Share(name.clone())).await? else {
@@ -897,7 +918,7 @@ impl Admin {
                 // In place: the protocol executors pick the new options up
                 // at their next catalog refresh; no connection is closed.
                 self.command(Command::PutShare { share: share_from_api(&share), replace: true, now_ns: now_ns() }).await?;
-                Ok(AdminResponse::Share(share))
+                Ok(AdminResponse::Share(self.applied(share)))
             }
             AdminRequest::UserModify { name, changes } => {
                 let QueryAnswer::User(Some(mut u)) = self.query(Query::User(name.clone())).await? else {

@@ -109,6 +109,14 @@ disk_reserve_mib = 256
 # proceeds.
 smb_oplock_break_ms = 35000
 
+[durability]
+# Shares of `durability = protocol` (duetctl share add|modify NAME
+# --durability protocol; docs/durability.md) answer a change the protocol
+# does not promise durable (SMB WRITE without WRITE_THROUGH, NFS UNSTABLE
+# WRITE) before it is on disk; a group commit (one fsync for all of them)
+# makes it durable at most this many milliseconds later. 1 to 1000.
+window_ms = 5
+
 [cluster]
 # The metadata raft group (docs/cluster.md). Without `peers`, or with a
 # list of this node alone, duetd is a single node: a one-voter group that
@@ -182,6 +190,7 @@ pub struct Config {
     pub nfs: ListenerConfig,
     pub cache: CacheConfig,
     pub limits: LimitsConfig,
+    pub durability: DurabilityConfig,
     pub cluster: ClusterConfig,
     pub log: LogConfig,
     pub testing: TestingConfig,
@@ -292,6 +301,20 @@ impl LimitsConfig {
 }
 
 /// `[cluster]`: the metadata raft group (docs/cluster.md).
+/// `[durability]`: the group commit of `protocol` shares.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DurabilityConfig {
+    /// The longest a change answered before it is durable stays unsynced.
+    pub window_ms: u64,
+}
+
+impl Default for DurabilityConfig {
+    fn default() -> Self {
+        DurabilityConfig { window_ms: 5 }
+    }
+}
+
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
@@ -452,6 +475,7 @@ impl Default for Config {
             },
             cache: CacheConfig::default(),
             limits: LimitsConfig::default(),
+            durability: DurabilityConfig::default(),
             cluster: ClusterConfig::default(),
             log: LogConfig::default(),
             testing: TestingConfig::default(),
@@ -516,6 +540,9 @@ impl Config {
         }
         if self.node_id == 0 {
             return invalid("node_id", "must be at least 1 (raft ids start at 1)".into());
+        }
+        if !(1..=1000).contains(&self.durability.window_ms) {
+            return invalid("durability.window_ms", format!("{} is outside 1..=1000", self.durability.window_ms));
         }
         if self.executors > 1024 {
             return invalid("executors", format!("{} is more than 1024", self.executors));

@@ -312,6 +312,7 @@ impl Catalog {
                         allowed.iter().filter_map(|u| users.get(&u.to_lowercase()).map(|r| r.uid)).collect()
                     })
                 },
+                protocol_durability: s.durability == duet_cluster::records::Durability::Protocol,
             })
             .collect();
         Some(Catalog { shares: resolved, users, exports })
@@ -371,6 +372,7 @@ impl smb::Directory for Catalog {
                 read_only: s.read_only,
                 guest_ok: s.guest_ok,
                 encrypt: false,
+                protocol_durability: s.durability == duet_cluster::records::Durability::Protocol,
             })
             .collect()
     }

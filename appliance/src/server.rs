@@ -270,6 +270,7 @@ fn default_share(cfg: &Config) -> ShareRecord {
         nfs_clients: vec!["*".into()],
         root_squash: true,
         append_extension: false,
+        durability: duet_cluster::records::Durability::Always,
     }
 }
 
@@ -379,12 +380,19 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         duet_cluster_store::snapshot::install_pending(&cfg.data_dir)
             .map_err(|e| StartError::Other(format!("installing a raft snapshot: {e}")))?;
         new_log_floor(&cfg.data_dir).map_err(|e| StartError::Other(format!("write log: {e}")))?;
-        let options = duet_cluster_store::StoreOptions { log_retain: cfg.cluster.log_retain };
+        let options = duet_cluster_store::StoreOptions {
+            log_retain: cfg.cluster.log_retain,
+            commit_window: std::time::Duration::from_millis(cfg.durability.window_ms),
+        };
         let store = Store::open_group_with(&metadata_dir(&cfg.data_dir), cfg.node_id, group, options)?;
         let handle = peers.start_with(store.handle(), Some((cfg.data_dir.clone(), cfg.testing.snapshot_corrupt)))?;
         (store, Some(handle))
     } else {
-        (Store::open(&metadata_dir(&cfg.data_dir), cfg.node_id)?, None)
+        let options = duet_cluster_store::StoreOptions {
+            commit_window: std::time::Duration::from_millis(cfg.durability.window_ms),
+            ..Default::default()
+        };
+        (Store::open_with(&metadata_dir(&cfg.data_dir), cfg.node_id, options)?, None)
     };
     let sh = store.handle();
     let removal = if multi {

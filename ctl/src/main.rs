@@ -272,6 +272,12 @@ struct ShareModifyArgs {
     /// SMB users allowed to connect ("" for every user)
     #[arg(long, value_name = "USER,...")]
     users: Option<String>,
+    /// always: every change on disk before its reply; protocol: on disk
+    /// before the reply when the protocol promises it (SMB WRITE_THROUGH,
+    /// FLUSH; NFS stable WRITE, COMMIT, metadata), the rest within
+    /// [durability] window_ms (docs/durability.md)
+    #[arg(long, value_name = "always|protocol")]
+    durability: Option<String>,
 }
 
 /// `Some(true)` for `--x`, `Some(false)` for `--no-x`, None for neither.
@@ -311,6 +317,12 @@ struct ShareAddArgs {
     /// SMB users allowed to connect (default: every user)
     #[arg(long, default_value = "", value_name = "USER,...")]
     users: String,
+    /// always (default): every change on disk before its reply; protocol:
+    /// on disk before the reply when the protocol promises it (SMB
+    /// WRITE_THROUGH, FLUSH; NFS stable WRITE, COMMIT, metadata), the rest
+    /// within [durability] window_ms (docs/durability.md)
+    #[arg(long, default_value = "always", value_name = "always|protocol")]
+    durability: String,
 }
 
 /// The new password of a user (never the admin's: that is
@@ -475,6 +487,10 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
                 root_squash: flag_pair(a.root_squash, a.no_root_squash),
                 append_extension: flag_pair(a.append_extension, a.no_append_extension),
                 users: a.users.as_deref().map(split_list),
+                durability: match &a.durability {
+                    Some(d) => Some(d.parse::<duet_admin_api::Durability>().map_err(CtlError::usage)?),
+                    None => None,
+                },
             };
             ready(AdminRequest::ShareModify { name: a.name.clone(), changes })
         }
@@ -508,6 +524,7 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
             share.nfs.root_squash = !a.no_root_squash;
             share.nfs.append_extension = a.append_extension;
             share.users = split_list(&a.users);
+            share.durability = a.durability.parse::<duet_admin_api::Durability>().map_err(CtlError::usage)?;
             ready(AdminRequest::ShareAdd(share))
         }
         Command::User(UserCmd::List) => ready(AdminRequest::UserList),

@@ -226,6 +226,7 @@ pub fn share_list(shares: &[Share]) -> String {
                 protocols(s),
                 if s.read_only { "ro" } else { "rw" }.to_string(),
                 yes_no(s.guest_ok),
+                durability(s),
                 s.nfs.clients.join(","),
             ]
         })
@@ -237,6 +238,7 @@ pub fn share_list(shares: &[Share]) -> String {
             ("PROTOCOLS", Align::Left),
             ("ACCESS", Align::Left),
             ("GUEST", Align::Left),
+            ("DURABILITY", Align::Left),
             ("NFS CLIENTS", Align::Left),
         ],
         &rows,
@@ -254,7 +256,18 @@ pub fn share_show(s: &Share) -> String {
         ("nfs root squash", yes_no(s.nfs.root_squash)),
         ("nfs append extension", yes_no(s.nfs.append_extension)),
         ("users", if s.users.is_empty() { "everyone".to_string() } else { s.users.join(",") }),
+        ("durability", durability(s)),
     ])
+}
+
+/// "always", "protocol", or "protocol (applied: always)" where the node
+/// serves it otherwise (a multi-voter cluster serves `protocol` as
+/// `always`: docs/durability.md).
+fn durability(s: &Share) -> String {
+    match s.durability_applied {
+        Some(a) if a != s.durability => format!("{} (applied: {}, multi-voter cluster)", s.durability.as_str(), a.as_str()),
+        _ => s.durability.as_str().to_string(),
+    }
 }
 
 pub fn user_list(users: &[UserInfo]) -> String {

@@ -401,6 +401,7 @@ fn share_list_table_and_empty() {
     b.protocols = vec![Protocol::Smb];
     b.read_only = true;
     b.nfs.clients = vec!["10.0.0.0/8".into(), "192.168.0.0/16".into()];
+    b.durability = duet_admin_api::Durability::Protocol;
     let f = fake(vec![
         ok(AdminResponse::Shares(vec![
             Share::new("public", "/public"),
@@ -413,9 +414,9 @@ fn share_list_table_and_empty() {
     assert_eq!(f.request().path, "/v1/shares");
     assert_eq!(
         stdout(&o),
-        "NAME     PATH          PROTOCOLS  ACCESS  GUEST  NFS CLIENTS\n\
-         public   /public       smb,nfs    rw      no     *\n\
-         backups  /srv/backups  smb        ro      no     10.0.0.0/8,192.168.0.0/16\n"
+        "NAME     PATH          PROTOCOLS  ACCESS  GUEST  DURABILITY  NFS CLIENTS\n\
+         public   /public       smb,nfs    rw      no     always      *\n\
+         backups  /srv/backups  smb        ro      no     protocol    10.0.0.0/8,192.168.0.0/16\n"
     );
     let o = run(&f, &["share", "ls"]);
     assert_eq!(code(&o), 0);
@@ -441,7 +442,8 @@ fn share_show_and_not_found() {
          nfs clients:          *\n\
          nfs root squash:      yes\n\
          nfs append extension: no\n\
-         users:                everyone\n"
+         users:                everyone\n\
+         durability:           always\n"
     );
     let o = run(&f, &["share", "show", "nope"]);
     assert_eq!(code(&o), 3, "not found");

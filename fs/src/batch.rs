@@ -304,11 +304,26 @@ pub struct Batch {
     pub read_only: bool,
     /// The batch's time, from the caller's clock.
     pub now_ns: TimeNs,
+    /// Its changes may be answered once applied, before they are durable
+    /// (a share with `durability = protocol`, and a request whose reply
+    /// promises no durability: SMB WRITE without WRITE_THROUGH, NFS
+    /// UNSTABLE WRITE); a group commit makes them durable within
+    /// `[durability] window_ms`. False (the default): durable before the
+    /// reply. Not part of the raft entry (it says how to answer, not what
+    /// to change), nor of any serialisation.
+    #[serde(skip)]
+    pub lazy: bool,
+    /// Every change answered before this batch is made durable before its
+    /// reply (SMB FLUSH, MS-SMB2 3.3.5.11; NFS COMMIT, RFC 1813 3.3.21 /
+    /// RFC 8881 18.3), even when the batch itself changes nothing. Not
+    /// part of the raft entry, nor of any serialisation.
+    #[serde(skip)]
+    pub flush: bool,
 }
 
 impl Batch {
     pub fn new(cred: Credentials, now_ns: TimeNs) -> Self {
-        Batch { cred, ops: Vec::new(), stop_on_error: true, read_only: false, now_ns }
+        Batch { cred, ops: Vec::new(), stop_on_error: true, read_only: false, now_ns, lazy: false, flush: false }
     }
     pub fn push(&mut self, op: Op) -> ObjRef {
         self.ops.push(op);

@@ -538,6 +538,7 @@ impl Engine {
                 nfs_clients: Vec::new(),
                 root_squash: false,
                 append_extension: false,
+                durability: Default::default(),
             };
             let cmd = ClusterCommand::Init {
                 now_ns: NOW,
@@ -612,6 +613,7 @@ impl SmbDir {
             read_only,
             guest_ok,
             encrypt,
+            protocol_durability: false,
         };
         let data = engine.root_of("data");
         let ro = engine.root_of("ro");
@@ -1072,6 +1074,7 @@ impl NfsHarness {
                 append_extension: false,
                 fsid,
                 uids: None,
+                protocol_durability: false,
             }
         };
         let exports = vec![

@@ -45,6 +45,7 @@ impl Engine {
             nfs_clients: vec![],
             root_squash: false,
             append_extension: true,
+            durability: Default::default(),
         };
         let ro = ShareRecord {
             name: "ro".into(),
@@ -142,6 +143,7 @@ impl Harness {
                 append_extension: true,
                 fsid: 11,
                 uids: None,
+                protocol_durability: false,
             },
             ExportEntry {
                 name: "ro".into(),
@@ -153,6 +155,7 @@ impl Harness {
                 append_extension: false,
                 fsid: 12,
                 uids: None,
+                protocol_durability: false,
             },
         ];
         let cfg = NfsServerConfig {

@@ -72,6 +72,7 @@ impl Engine {
             nfs_clients: Vec::new(),
             root_squash: false,
             append_extension: false,
+            durability: Default::default(),
         };
         let cmd = ClusterCommand::Init {
             now_ns: NOW,
@@ -217,6 +218,7 @@ fn dir_with(engine: &mut Engine) -> TestDir {
                 read_only: false,
                 guest_ok: false,
                 encrypt: false,
+                protocol_durability: false,
             },
             ShareEntry {
                 name: "ro".into(),
@@ -224,6 +226,7 @@ fn dir_with(engine: &mut Engine) -> TestDir {
                 read_only: true,
                 guest_ok: false,
                 encrypt: false,
+                protocol_durability: false,
             },
         ],
     }

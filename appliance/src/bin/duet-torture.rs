@@ -5,6 +5,16 @@
 //! removes, overwrites), printing `BEGIN` before and `ACK` after every batch,
 //! flushed, until it is killed.
 //!
+//! With `DUET_TORTURE_LAZY=1` the batches are those of a share of
+//! durability `protocol` (`Batch::lazy`: answered once applied, made
+//! durable by the group commit within `[durability] window_ms`), every
+//! fifth one a synced batch that also carries `flush` (an SMB FLUSH / NFS
+//! COMMIT after it): the same checks must hold (a SIGKILL leaves the
+//! kernel's page cache, so even unsynced acknowledged batches survive it;
+//! what the test checks is that lazy groups, their syncs and the destager
+//! never leave a half-applied batch, a record naming missing data, or an
+//! fsck problem).
+//!
 //! `duet-torture verify DIR LOG` restarts on DIR and checks that every
 //! acknowledged batch is present, that a batch that was in flight at the
 //! kill is either wholly applied or not at all, that file contents are
@@ -178,6 +188,7 @@ fn load(dir: PathBuf, run: u64) -> ExitCode {
         }
     };
     let engine = running.engine().clone();
+    let lazy = std::env::var("DUET_TORTURE_LAZY").is_ok_and(|v| v == "1");
     let out = std::sync::Arc::new(std::sync::Mutex::new(std::io::stdout()));
     std::thread::scope(|sc| {
         for w in 0..WORKERS {
@@ -226,7 +237,12 @@ fn load(dir: PathBuf, run: u64) -> ExitCode {
                         let _ = writeln!(o, "BEGIN {line}");
                         let _ = o.flush();
                     }
-                    match engine.submit_blocking(step.batch(dir), tag()) {
+                    let mut batch = step.batch(dir);
+                    if lazy {
+                        batch.lazy = i % 5 != 4;
+                        batch.flush = i % 5 == 4;
+                    }
+                    match engine.submit_blocking(batch, tag()) {
                         Ok(r) if r.results.iter().all(|x| x.is_ok()) => {
                             let mut o = out.lock().unwrap_or_else(|e| e.into_inner());
                             let _ = writeln!(o, "ACK {line}");

@@ -43,7 +43,7 @@ use duet_fs::{
     ALLOC_TRUNCATES, CTIME_KEEP,
 };
 
-use crate::records::{Command, ShareRecord, UserRecord};
+use crate::records::{Command, Durability, ShareRecord, UserRecord};
 use crate::wire::{Reader, WireError, Writer};
 
 /// The first byte of every command in the versioned format, version 1.
@@ -98,6 +98,18 @@ const CMD_PUBLIC_ADDRESSES: u8 = 8;
 const CMD_SNAPSHOT: u8 = 9;
 /// A snapshot deleted: share name, snapshot name, time.
 const CMD_DROP_SNAPSHOT: u8 = 10;
+/// `Init` whose share records are each followed by a durability tag
+/// ([`DURABILITY_ALWAYS`], [`DURABILITY_PROTOCOL`]). What the encoder
+/// writes when a share's durability is not `always`; otherwise `CMD_INIT`,
+/// whose shares are `always`.
+const CMD_INIT_DURABILITY: u8 = 11;
+/// `PutShare` whose share record is followed by a durability tag (see
+/// [`CMD_INIT_DURABILITY`]); a share of durability `always` is `CMD_PUT_SHARE`.
+const CMD_PUT_SHARE_DURABILITY: u8 = 12;
+
+// A share's durability (`ShareRecord::durability`).
+const DURABILITY_ALWAYS: u8 = 0;
+const DURABILITY_PROTOCOL: u8 = 1;
 
 // Op tags.
 const OP_LOOKUP: u8 = 1;
@@ -181,7 +193,8 @@ fn decode_legacy(b: &[u8]) -> Result<Command, CommandError> {
 fn put_command(w: &mut Writer, cmd: &Command) {
     match cmd {
         Command::Init { now_ns, admin_secrets, shares } => {
-            w.u8(CMD_INIT);
+            let tagged = shares.iter().any(|s| s.durability != Durability::Always);
+            w.u8(if tagged { CMD_INIT_DURABILITY } else { CMD_INIT });
             w.i64(*now_ns);
             w.u64(admin_secrets.len() as u64);
             for (name, secret) in admin_secrets {
@@ -191,6 +204,9 @@ fn put_command(w: &mut Writer, cmd: &Command) {
             w.u64(shares.len() as u64);
             for s in shares {
                 put_share(w, s);
+                if tagged {
+                    put_durability(w, s.durability);
+                }
             }
         }
         Command::Batch(b) => {
@@ -198,8 +214,12 @@ fn put_command(w: &mut Writer, cmd: &Command) {
             put_batch(w, b);
         }
         Command::PutShare { share, replace, now_ns } => {
-            w.u8(CMD_PUT_SHARE);
+            let tagged = share.durability != Durability::Always;
+            w.u8(if tagged { CMD_PUT_SHARE_DURABILITY } else { CMD_PUT_SHARE });
             put_share(w, share);
+            if tagged {
+                put_durability(w, share.durability);
+            }
             w.bool(*replace);
             w.i64(*now_ns);
         }
@@ -247,8 +267,26 @@ fn put_command(w: &mut Writer, cmd: &Command) {
     }
 }
 
+fn put_durability(w: &mut Writer, d: Durability) {
+    w.u8(match d {
+        Durability::Always => DURABILITY_ALWAYS,
+        Durability::Protocol => DURABILITY_PROTOCOL,
+    });
+}
+
+fn get_durability(r: &mut Reader<'_>) -> R<Durability> {
+    match r.tag("share durability")? {
+        DURABILITY_ALWAYS => Ok(Durability::Always),
+        DURABILITY_PROTOCOL => Ok(Durability::Protocol),
+        t => r.unknown("share durability", t),
+    }
+}
+
+/// A share record without its durability (written after it by the tagged
+/// commands only).
 fn put_share(w: &mut Writer, s: &ShareRecord) {
-    let ShareRecord { name, path, smb, nfs, read_only, guest_ok, nfs_clients, root_squash, append_extension } = s;
+    let ShareRecord { name, path, smb, nfs, read_only, guest_ok, nfs_clients, root_squash, append_extension, durability: _ } =
+        s;
     w.str(name);
     w.str(path);
     w.bool(*smb);
@@ -287,7 +325,9 @@ fn put_user(w: &mut Writer, u: &UserRecord) {
 }
 
 fn put_batch(w: &mut Writer, b: &Batch) {
-    let Batch { cred, ops, stop_on_error, read_only, now_ns } = b;
+    // `lazy` and `flush` say how to answer the batch, not what it changes:
+    // they are not in the entry.
+    let Batch { cred, ops, stop_on_error, read_only, now_ns, lazy: _, flush: _ } = b;
     put_cred(w, cred);
     w.bool(*stop_on_error);
     w.bool(*read_only);
@@ -647,7 +687,7 @@ type R<T> = Result<T, WireError>;
 fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
     let tag = r.tag("command")?;
     Ok(match tag {
-        CMD_INIT => {
+        CMD_INIT | CMD_INIT_DURABILITY => {
             let now_ns = r.i64("init time")?;
             let n = r.count("admin secrets")?;
             let mut admin_secrets = Vec::with_capacity(n);
@@ -657,13 +697,20 @@ fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
             let n = r.count("shares")?;
             let mut shares = Vec::with_capacity(n);
             for _ in 0..n {
-                shares.push(get_share(r)?);
+                let mut share = get_share(r)?;
+                if tag == CMD_INIT_DURABILITY {
+                    share.durability = get_durability(r)?;
+                }
+                shares.push(share);
             }
             Command::Init { now_ns, admin_secrets, shares }
         }
         CMD_BATCH => Command::Batch(get_batch(r, v)?),
-        CMD_PUT_SHARE => {
-            let share = get_share(r)?;
+        CMD_PUT_SHARE | CMD_PUT_SHARE_DURABILITY => {
+            let mut share = get_share(r)?;
+            if tag == CMD_PUT_SHARE_DURABILITY {
+                share.durability = get_durability(r)?;
+            }
             let replace = r.bool("replace")?;
             let now_ns = r.i64("share time")?;
             Command::PutShare { share, replace, now_ns }
@@ -722,7 +769,18 @@ fn get_share(r: &mut Reader<'_>) -> R<ShareRecord> {
     }
     let root_squash = r.bool("share root_squash")?;
     let append_extension = r.bool("share append_extension")?;
-    Ok(ShareRecord { name, path, smb, nfs, read_only, guest_ok, nfs_clients, root_squash, append_extension })
+    Ok(ShareRecord {
+        name,
+        path,
+        smb,
+        nfs,
+        read_only,
+        guest_ok,
+        nfs_clients,
+        root_squash,
+        append_extension,
+        durability: Durability::Always,
+    })
 }
 
 fn get_auto_id(r: &mut Reader<'_>, what: &'static str) -> R<u32> {
@@ -759,7 +817,7 @@ fn get_batch(r: &mut Reader<'_>, v: u8) -> R<Batch> {
     for _ in 0..n {
         ops.push(get_op(r, v)?);
     }
-    Ok(Batch { cred, ops, stop_on_error, read_only, now_ns })
+    Ok(Batch { cred, ops, stop_on_error, read_only, now_ns, lazy: false, flush: false })
 }
 
 fn get_cred(r: &mut Reader<'_>) -> R<Credentials> {

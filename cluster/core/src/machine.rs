@@ -1616,7 +1616,7 @@ pub fn overlay<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, file: NodeId) -> Vec<(u
 
 /// Looks up a share record.
 pub fn get_share<R: KvRead + ?Sized>(kv: &R, name: &str) -> Option<ShareRecord> {
-    kv.get(&keys::share(name)).and_then(|v| decode(&v))
+    kv.get(&keys::share(name)).and_then(|v| ShareRecord::decode(&v))
 }
 
 /// Looks up a user record.

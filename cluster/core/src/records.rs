@@ -151,6 +151,80 @@ pub struct ShareRecord {
     pub nfs_clients: Vec<String>,
     pub root_squash: bool,
     pub append_extension: bool,
+    /// When a change is durable before its reply (`docs/durability.md`).
+    /// Appended last: records stored before it decode as
+    /// [`Durability::Always`] ([`ShareRecord::decode`]).
+    pub durability: Durability,
+}
+
+/// A share's durability setting (`duetctl share add|modify
+/// --durability`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Durability {
+    /// Every change is durable before its reply (the default).
+    #[default]
+    Always,
+    /// A change is durable before its reply when the protocol promises it
+    /// (SMB WRITE_THROUGH, FLUSH, CREATE with FILE_WRITE_THROUGH; NFS
+    /// FILE_SYNC/DATA_SYNC WRITE, COMMIT and every metadata operation);
+    /// the rest within `[durability] window_ms` by a group commit. A
+    /// multi-voter cluster serves it as `Always`.
+    Protocol,
+}
+
+impl Durability {
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Always => "always",
+            Durability::Protocol => "protocol",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Durability> {
+        match s {
+            "always" => Some(Durability::Always),
+            "protocol" => Some(Durability::Protocol),
+            _ => None,
+        }
+    }
+}
+
+/// A share record as versions before `durability` stored it.
+#[derive(Deserialize)]
+struct ShareRecordV1 {
+    name: String,
+    path: String,
+    smb: bool,
+    nfs: bool,
+    read_only: bool,
+    guest_ok: bool,
+    nfs_clients: Vec<String>,
+    root_squash: bool,
+    append_extension: bool,
+}
+
+impl ShareRecord {
+    /// Decodes a share record of this layout or of the one before
+    /// `durability` (a strict prefix: it fails the new layout at its end),
+    /// which decodes as `always`.
+    pub fn decode(b: &[u8]) -> Option<ShareRecord> {
+        if let Some(s) = decode::<ShareRecord>(b) {
+            return Some(s);
+        }
+        let ShareRecordV1 { name, path, smb, nfs, read_only, guest_ok, nfs_clients, root_squash, append_extension } =
+            decode(b)?;
+        Some(ShareRecord {
+            name,
+            path,
+            smb,
+            nfs,
+            read_only,
+            guest_ok,
+            nfs_clients,
+            root_squash,
+            append_extension,
+            durability: Durability::Always,
+        })
+    }
 }
 
 /// A snapshot of a share (`Y` zone layer): the frozen layer `layer` of the

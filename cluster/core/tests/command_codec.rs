@@ -235,6 +235,9 @@ impl Gen {
             stop_on_error: self.bool(),
             read_only: self.bool(),
             now_ns: self.i64(),
+            // Not in the entry: they say how to answer the batch.
+            lazy: false,
+            flush: false,
         }
     }
     fn share(&mut self) -> ShareRecord {
@@ -248,6 +251,7 @@ impl Gen {
             nfs_clients: self.vec(3, Gen::string),
             root_squash: self.bool(),
             append_extension: self.bool(),
+            durability: if self.bool() { duet_cluster::records::Durability::Protocol } else { duet_cluster::records::Durability::Always },
         }
     }
     fn user(&mut self) -> UserRecord {

@@ -64,6 +64,7 @@ fn share(name: &str, path: &str) -> ShareRecord {
         nfs_clients: vec![],
         root_squash: false,
         append_extension: false,
+        durability: Default::default(),
     }
 }
 

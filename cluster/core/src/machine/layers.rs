@@ -200,7 +200,7 @@ pub fn check_snapshot_name(name: &str) -> Result<(), AdminError> {
 fn share_dir<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, share: &str) -> Result<NodeId, AdminError> {
     let rec: ShareRecord = txn
         .get(&keys::share(share))
-        .and_then(|v| decode(&v))
+        .and_then(|v| ShareRecord::decode(&v))
         .ok_or_else(|| AdminError::NotFound(format!("share {share}")))?;
     let mut dir = ROOT_ID;
     for comp in rec.path.split('/').filter(|c| !c.is_empty()) {

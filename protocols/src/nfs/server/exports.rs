@@ -23,6 +23,11 @@ pub struct ExportEntry {
     pub clients: Vec<String>,
     /// vNFS append extension: a WRITE at offset 2^64-1 appends atomically.
     pub append_extension: bool,
+    /// The share's durability is `protocol`: an UNSTABLE WRITE (RFC 1813
+    /// 3.3.7, RFC 8881 18.32) is answered UNSTABLE before it is durable,
+    /// and COMMIT makes it so; every other operation stays durable before
+    /// its reply (NFS promises metadata operations synchronously).
+    pub protocol_durability: bool,
     /// Non-zero, unique among exports, stable: it is in every handle.
     pub fsid: u64,
     /// The share's allowed users, as uids (None: everyone). AUTH_SYS

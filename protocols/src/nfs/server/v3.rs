@@ -4,8 +4,13 @@
 //! on error, so a failed operation still gets the directory attributes
 //! its reply carries.
 //!
-//! WRITE answers FILE_SYNC whatever `stable` asked: a duet reply means
-//! durable. The write verifier changes per boot only.
+//! WRITE answers FILE_SYNC whatever `stable` asked (a duet reply means
+//! durable), except an UNSTABLE write to an export of `protocol`
+//! durability (`ExportEntry::protocol_durability`): it is answered
+//! UNSTABLE once applied, and COMMIT (RFC 1813 3.3.21) makes it durable.
+//! Every other call, metadata included, is durable before its reply. The
+//! write verifier changes at every daemon start (a client whose unstable
+//! writes a crash may have lost then sends them again).
 //!
 //! Changes SMB clients may cache against (issue 13, shared with NFSv4 in
 //! `server::breaks`): WRITE and SETATTR of the size break other holders'
@@ -58,7 +63,8 @@ enum Kind {
     Access(u32),
     ReadLink,
     Read,
-    Write,
+    /// `unstable`: answered before durable (UNSTABLE, a `protocol` export).
+    Write { unstable: bool },
     Create {
         excl: Option<[u8; 8]>,
     },
@@ -341,7 +347,9 @@ fn build(
                 data: WriteData::Bytes(a.data.0[..n].to_vec()),
                 append,
             });
-            Kind::Write
+            let unstable = a.stable == StableHow::Unstable && export.protocol_durability;
+            b.lazy = unstable;
+            Kind::Write { unstable }
         }
         A::Create(a) => {
             let name = name_of(&a.where_.name)?;
@@ -533,6 +541,7 @@ fn build(
         }
         A::Commit(_) => {
             b.push(Op::GetAttr { obj });
+            b.flush = true;
             Kind::Commit
         }
     };
@@ -806,7 +815,7 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>, now:
                 out(&|w| v.encode(w))
             }
         },
-        Kind::Write => {
+        Kind::Write { unstable } => {
             let v: Write3Res = match r0 {
                 Some(Ok(OpOutput::Written {
                     count,
@@ -816,7 +825,7 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>, now:
                 })) => Nfs3Res::Ok(Write3ResOk {
                     file_wcc: wcc(Some(before), Some(attrs), fsid),
                     count: *count as u32,
-                    committed: StableHow::FileSync,
+                    committed: if unstable { StableHow::Unstable } else { StableHow::FileSync },
                     verf: srv.write_verf,
                 }),
                 _ => Nfs3Res::Fail(

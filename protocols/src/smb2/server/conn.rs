@@ -239,6 +239,10 @@ pub(super) struct FramePlan {
     /// The most bytes the responses planned so far can take (see
     /// [`COMPOUND_RESPONSE_MAX`]).
     pub reserved: u64,
+    /// A request of the frame asks for durability (WRITE_THROUGH) / is a
+    /// FLUSH: see [`ShareEntry::protocol_durability`].
+    pub durable: bool,
+    pub flush: bool,
 }
 
 impl FramePlan {
@@ -255,6 +259,8 @@ impl FramePlan {
             tag,
             deferred: HashMap::new(),
             reserved: 0,
+            durable: false,
+            flush: false,
         }
     }
 
@@ -854,6 +860,14 @@ impl Connection {
                     return self.finish(fp, results);
                 }
                 batch.read_only = fp.all_read_only;
+                // Answered before durable only on `protocol` shares, when
+                // nothing in the frame asks for durability.
+                batch.flush = fp.flush;
+                batch.lazy = !fp.durable
+                    && !fp.flush
+                    && fp.slots.iter().filter(|s| matches!(s.plan, Plan::Fs(_))).all(|s| {
+                        self.tree_of(&s.hdr).is_ok_and(|(_, t)| t.share.protocol_durability)
+                    });
                 let token = self.next_token;
                 self.next_token += 1;
                 let tag = fp.tag;
@@ -1069,7 +1083,7 @@ impl Connection {
             }
             Request::Flush(f) => {
                 self.with_target(fp, chain, hdr, related, f.file_id, |me, fp, t| {
-                    me.plan_flush(fp, t)
+                    me.plan_flush(fp, hdr, t)
                 })
             }
             Request::Read(r) => {
@@ -1820,6 +1834,7 @@ impl Connection {
                 read_only: true,
                 guest_ok: true,
                 encrypt: false,
+                protocol_durability: false,
             }
         } else {
             match dir.share(&name) {

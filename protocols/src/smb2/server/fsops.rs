@@ -436,6 +436,9 @@ impl Connection {
             return Err(NtStatus::TOO_MANY_OPENED_FILES);
         }
         let o = req.create_options;
+        // FILE_WRITE_THROUGH (MS-SMB2 2.2.13): the create is durable
+        // before its reply on any share.
+        fp.durable |= o & opt::WRITE_THROUGH != 0;
         let d = req.create_disposition;
         let desired = access::expand(req.desired_access);
         if o & opt::DIRECTORY_FILE != 0 && o & opt::NON_DIRECTORY_FILE != 0 {
@@ -948,18 +951,35 @@ impl Connection {
         })
     }
 
-    pub(super) fn plan_flush(&mut self, fp: &mut FramePlan, t: Target) -> Plan {
+    /// FLUSH (MS-SMB2 3.3.5.11): on a `protocol` share everything answered
+    /// before is made durable before the reply (the frame's batch carries
+    /// `flush`); elsewhere every reply already meant durable.
+    pub(super) fn plan_flush(&mut self, fp: &mut FramePlan, hdr: &Header, t: Target) -> Plan {
+        let lazy_share = self.tree_of(hdr).is_ok_and(|(_, t)| t.share.protocol_durability);
         match t {
             Target::Table(id) => {
-                let granted = self.opens.get(&id).map_or(0, |o| o.granted);
+                let (granted, node) = self.opens.get(&id).map_or((0, 0), |o| (o.granted, o.node));
                 if granted & (access::FILE_WRITE_DATA | access::FILE_APPEND_DATA) == 0 {
                     return done(NtStatus::ACCESS_DENIED);
                 }
-                // Every reply already means durable: nothing to flush.
-                ok(Response::Flush(Default::default()))
+                if !lazy_share {
+                    return ok(Response::Flush(Default::default()));
+                }
+                fp.flush = true;
+                let Ok(cred) = self.tree_of(hdr).map(|(s, _)| s.cred.clone()) else {
+                    return done(NtStatus::USER_SESSION_DELETED);
+                };
+                match fp.batch_for(hdr.session_id, &cred, true) {
+                    Some(_) => {
+                        fp.push(Op::GetAttr { obj: ObjRef::Id(node) });
+                        Plan::Fs(FsPlan::Flush { target: t })
+                    }
+                    // The frame's batch (another session's) carries the flush.
+                    None => ok(Response::Flush(Default::default())),
+                }
             }
             Target::Pending(_) => {
-                let _ = fp;
+                fp.flush |= lazy_share;
                 Plan::Fs(FsPlan::Flush { target: t })
             }
         }
@@ -1056,6 +1076,10 @@ impl Connection {
         if let Some(file) = v.file {
             self.break_for_write(file, fp.now_ns);
         }
+        // WRITE_THROUGH (MS-SMB2 2.2.21), or an open made with
+        // FILE_WRITE_THROUGH: durable before the reply on any share.
+        let open_through = v.file.and_then(|f| self.opens.get(&f)).is_some_and(|o| o.options & opt::WRITE_THROUGH != 0);
+        fp.durable |= w.flags & WriteRequest::WRITE_THROUGH != 0 || open_through;
         if let (Some(file), Some(node), false) = (v.file, v.node, append) {
             if self.lock_conflict(file, node, w.offset, w.data.len() as u64, true) {
                 return done(NtStatus::FILE_LOCK_CONFLICT);

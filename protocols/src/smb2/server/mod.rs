@@ -141,6 +141,13 @@ pub struct ShareEntry {
     pub guest_ok: bool,
     /// Require encryption on this share (3.x).
     pub encrypt: bool,
+    /// The share's durability is `protocol`: a change is answered before
+    /// it is durable unless its request asks for durability (WRITE with
+    /// SMB2_WRITEFLAG_WRITE_THROUGH or on a FILE_WRITE_THROUGH open, a
+    /// CREATE with FILE_WRITE_THROUGH, MS-SMB2 2.2.13 / 2.2.21; FLUSH,
+    /// 3.3.5.11, makes everything before it durable). False: every change
+    /// is durable before its reply.
+    pub protocol_durability: bool,
 }
 
 /// Users and shares; the appliance implements it over its admin database.

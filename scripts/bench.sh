@@ -6,7 +6,9 @@
 # starts a fresh duetd on free loopback ports, runs `duetctl bench` against
 # all four servers (duet SMB, Samba, duet NFSv4.1, Ganesha) with the same
 # client, the amplification report against duet, the vectorised-copy
-# comparison at 0 and 5 ms added latency, and writes docs/benchmarks.md,
+# comparison at 0 and 5 ms added latency, Samba's smbclient (mput/mget of
+# 1,000 x 4 KiB) against duet `always`, duet `protocol` and Samba
+# (scripts/bench-smbclient.sh), and writes docs/benchmarks.md,
 # docs/bench/results.json and docs/bench/results.svg.
 #
 # Environment (defaults in brackets):
@@ -18,6 +20,7 @@
 #   VCOPY_FILES  [1000]                    LATENCY   ms for the vcopy run [5]
 #   PEERS        path to the peers scripts [../shared/peers]
 #   KEEP=1       keep duetd's data directory and log (else removed)
+#   SMB_FILES    files for the smbclient run [1000]  SMB_ROUNDS [3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -78,6 +81,7 @@ done
 ctl() { "$CTL" --addr "127.0.0.1:$admin" --data-dir "$work/data" "$@"; }
 ctl user add bench --password benchpw >/dev/null
 ctl share add bench --path /bench --no-root-squash >/dev/null
+ctl share add benchp --path /benchp --no-root-squash --durability protocol >/dev/null
 sleep 2 # the protocol executors pick up new users and shares shortly after
 
 mkdir -p docs/bench
@@ -94,6 +98,8 @@ ctl "${cmd[@]}" | tee "$work/main.txt" || status=$?
 vc=(bench "duet-nfs=nfs4://127.0.0.1:$nfs/bench" --workloads vcopy --files "$VCOPY_FILES")
 ctl "${vc[@]}" --markdown "$work/vcopy0.md" --json-out docs/bench/vcopy-0ms.json | tee "$work/vcopy0.txt" || status=$?
 ctl "${vc[@]}" --latency "$LATENCY" --markdown "$work/vcopy.md" --json-out "docs/bench/vcopy-${LATENCY}ms.json" | tee "$work/vcopy.txt" || status=$?
+SMB_PORT=$smb ADMIN=127.0.0.1:$admin DATA_DIR=$work/data DUETD=$DUETD CTL=$CTL PEERS=$PEERS \
+  scripts/bench-smbclient.sh | tee "$work/smbclient.md" || status=$?
 t1=$(date +%s)
 # The disk's synchronous-write latency (what one durable commit costs here).
 fs_ms=$(dd if=/dev/zero of="$work/fsync-probe" bs=4k count=200 oflag=dsync 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) s=$(i-1); printf "%.2f", s*1000/200}')
@@ -129,6 +135,10 @@ rm -f "$work/fsync-probe"
   cat "$work/main.md"
   echo
   echo "![chart](bench/results.svg)"
+  echo
+  echo "## smbclient: mput and mget of many small files, per durability (docs/durability.md)"
+  echo
+  cat "$work/smbclient.md"
   echo
   echo "## Vectorised NFSv4 client against one file at a time (server-side COPY of $VCOPY_FILES files)"
   echo

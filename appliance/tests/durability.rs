@@ -20,7 +20,8 @@ use std::time::Duration;
 use clients::*;
 use common::Daemon;
 use duet_protocols::nfs::nfs3::*;
-use duet_protocols::nfs::xdr::Opaque;
+use duet_protocols::nfs::nfs4::*;
+use duet_protocols::nfs::xdr::{Name, Opaque};
 use duet_protocols::smb2::flush::FlushRequest;
 use duet_protocols::smb2::header::Command as Cmd;
 use duet_protocols::smb2::message::Request;
@@ -57,12 +58,63 @@ fn commit3(c: &mut Nfs, fh: &[u8]) -> [u8; 8] {
     }
 }
 
+/// NFSv4.1 on `export`: creates `name`, writes UNSTABLE, then COMMITs.
+/// Returns (WRITE's committed, WRITE's verifier, COMMIT's verifier, fsyncs
+/// the COMMIT took).
+fn v41_write_commit(d: &Daemon, export: &str, name: &str) -> (StableHow4, [u8; 8], [u8; 8], u64) {
+    let mut c = Nfs::connect(d.nfs_port).as_user(0, 0);
+    let root = c.mount(export).unwrap();
+    let mut s = session(&mut c, format!("durability-{export}").as_bytes(), 1 << 20, 64);
+    let seq = s.sequence();
+    let rep = c
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
+            ArgOp4::Open(Open4Args {
+                seqid: 0,
+                share_access: share::ACCESS_BOTH,
+                share_deny: share::DENY_NONE,
+                owner: StateOwner4 { clientid: s.clientid, owner: Opaque(b"writer") },
+                openhow: OpenFlag4::Create(CreateHow4::Unchecked(Fattr4 { attrmask: Bitmap4::new(), attr_vals: Opaque(b"") })),
+                claim: OpenClaim4::Null(Name(name.as_bytes())),
+            }),
+            ArgOp4::GetFh(()),
+        ])
+        .unwrap();
+    let r = res4(&rep);
+    let (Some(ResOp4::Open(Nfs4Res::Ok(o))), Some(ResOp4::GetFh(Nfs4Res::Ok(fh)))) = (r.results.get(2), r.results.get(3)) else {
+        panic!("NFSv4.1 OPEN: {r:?}")
+    };
+    let (sid, fh) = (o.stateid, fh.object.0.to_vec());
+    let seq = s.sequence();
+    let rep = c
+        .v4(vec![
+            seq,
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+            ArgOp4::Write(Write4Args { stateid: sid, offset: 0, stable: StableHow4::Unstable, data: Opaque(b"v4 bytes") }),
+        ])
+        .unwrap();
+    let r = res4(&rep);
+    let Some(ResOp4::Write(Nfs4Res::Ok(w))) = r.results.get(2) else { panic!("NFSv4.1 WRITE: {r:?}") };
+    let (committed, wverf) = (w.committed, w.writeverf);
+    // The window (500 ms) cannot sync it before the COMMIT comes.
+    let before = fsyncs(d);
+    let seq = s.sequence();
+    let rep = c
+        .v4(vec![seq, ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }), ArgOp4::Commit(Commit4Args { offset: 0, count: 0 })])
+        .unwrap();
+    let r = res4(&rep);
+    let Some(ResOp4::Commit(Nfs4Res::Ok(cm))) = r.results.get(2) else { panic!("NFSv4.1 COMMIT: {r:?}") };
+    (committed, wverf, cm.writeverf, fsyncs(d) - before)
+}
+
 /// Waits until the destager and the group commit are idle (the fsync
-/// counter stops moving), so a measured interval counts only its own.
+/// counter stops moving for longer than the 500 ms window), so a measured
+/// interval counts only its own.
 fn settle(d: &Daemon) -> u64 {
     let mut last = fsyncs(d);
     loop {
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(600));
         let now = fsyncs(d);
         if now == last {
             return now;
@@ -74,7 +126,9 @@ fn settle(d: &Daemon) -> u64 {
 #[test]
 fn always_syncs_every_change_and_protocol_only_what_the_protocol_promises() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(tmp.path());
+    // A window longer than a round trip: a sync between a write and its
+    // COMMIT or FLUSH can only come from them.
+    let mut d = Daemon::start_top(tmp.path(), "[durability]\nwindow_ms = 500", "", "portmap = false");
     d.ok(&["user", "add", "bench", "--password", "benchpw"]);
     d.ok(&["share", "add", "lazy", "--path", "/lazy", "--no-root-squash", "--durability", "protocol"]);
     let show = d.ok(&["share", "show", "lazy"]);
@@ -120,8 +174,9 @@ fn always_syncs_every_change_and_protocol_only_what_the_protocol_promises() {
     let through = fsyncs(&d) - before;
     assert!(through >= N, "protocol: {through} fsyncs for {N} WRITE_THROUGH writes");
     // ... and FLUSH syncs what was answered before it.
-    let before = settle(&d);
+    settle(&d);
     assert_eq!(c.write(f, 0, b"flushed", false), NtStatus::SUCCESS);
+    let before = fsyncs(&d);
     let r = c.call(Request::Flush(FlushRequest { file_id: f }), Cmd::FLUSH);
     assert_eq!(r.status(), NtStatus::SUCCESS);
     let flushed = fsyncs(&d) - before;
@@ -146,11 +201,20 @@ fn always_syncs_every_change_and_protocol_only_what_the_protocol_promises() {
     }
     let unstable = settle(&d) - before;
     assert!(unstable < N / 2, "protocol: {unstable} fsyncs for {N} UNSTABLE writes");
-    let before = settle(&d);
     assert_eq!(write3(&mut n, &fh, 0, b"unstable bytes", StableHow::Unstable).1, verf);
+    let before = fsyncs(&d);
     assert_eq!(commit3(&mut n, &fh), verf, "COMMIT answers the verifier of the writes it made durable");
     assert!(fsyncs(&d) > before, "COMMIT synced nothing");
     assert_eq!(write3(&mut n, &fh, 0, b"unstable bytes", StableHow::FileSync).0, StableHow::FileSync);
+
+    // NFSv4.1: FILE_SYNC on `always`; on `protocol` UNSTABLE, and COMMIT
+    // syncs and answers the write's verifier.
+    let (committed, _, _, _) = v41_write_commit(&d, "/public", "v4a.bin");
+    assert_eq!(committed, StableHow4::FileSync);
+    let (committed, wverf, cverf, synced) = v41_write_commit(&d, "/lazy", "v4b.bin");
+    assert_eq!(committed, StableHow4::Unstable);
+    assert_eq!(cverf, wverf);
+    assert!(synced >= 1, "NFSv4.1 COMMIT synced nothing");
 
     // A crash and a restart: a new verifier; what was written is there
     // (SIGKILL keeps the kernel's page cache; COMMIT made it durable).

@@ -234,6 +234,10 @@ pub(crate) struct Compound {
     /// The operation (by index) that passed its break gate and is now
     /// translated for real (`breaks.rs`).
     gated: Option<usize>,
+    /// The batch's WRITEs all asked UNSTABLE of `protocol` exports (and it
+    /// changes nothing else): answered UNSTABLE before durable, COMMIT
+    /// makes them so (RFC 8881 18.32.3, 18.3; docs/durability.md).
+    lazy: Option<bool>,
 }
 
 enum Flow {
@@ -429,6 +433,7 @@ pub(super) fn call(
         now: ctx.now_ns,
         reply_limit: None,
         gated: None,
+        lazy: None,
     });
     // RFC 8881 2.10.6: SEQUENCE first, or one of the operations that may
     // come without a session.
@@ -573,6 +578,7 @@ fn translate(srv: &mut NfsServer, c: &mut Compound, ops: &[ArgOp4<'_>], now: i64
     b.stop_on_error = true;
     c.squash = false;
     c.read_only = false;
+    c.lazy = None;
     while c.next_op < ops.len() {
         let Some(op) = ops.get(c.next_op) else { break };
         if (needs_empty_batch(op) || needs_known_fh(c, op)) && !b.ops.is_empty() {
@@ -600,6 +606,8 @@ fn translate(srv: &mut NfsServer, c: &mut Compound, ops: &[ArgOp4<'_>], now: i64
         b.cred = nobody();
     }
     b.read_only = c.read_only;
+    b.lazy = c.lazy == Some(true) && b.ops.iter().all(|op| !op.mutates() || matches!(op, Op::Write { .. }));
+    c.lazy = Some(b.lazy);
     b
 }
 
@@ -824,7 +832,7 @@ fn translate_inner(
         ArgOp4::Read(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, false),
         ArgOp4::ReadPlus(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, true),
         ArgOp4::Write(a) => op_write(srv, c, a, b, now),
-        ArgOp4::Commit(_) => op_commit(srv, c),
+        ArgOp4::Commit(_) => op_commit(srv, c, b),
         ArgOp4::Create(a) => op_create(c, a, b),
         ArgOp4::Remove(a) => op_remove(srv, c, a, b, now),
         ArgOp4::Rename(a) => op_rename(srv, c, a, b, now),
@@ -1183,6 +1191,8 @@ fn op_write(
         data: WriteData::Bytes(a.data.0.to_vec()),
         append,
     });
+    let unstable = a.stable == StableHow4::Unstable && c.export(fsid).is_some_and(|e| e.protocol_durability);
+    c.lazy = Some(c.lazy.unwrap_or(true) && unstable);
     c.steps.push(Step::Write {
         op: b.ops.len() - 1,
     });
@@ -1190,8 +1200,14 @@ fn op_write(
 }
 
 /// COMMIT (RFC 8881 18.3).
-fn op_commit(srv: &mut NfsServer, c: &mut Compound) -> Result<Flow, Nfsstat4> {
-    c.obj()?;
+fn op_commit(srv: &mut NfsServer, c: &mut Compound, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+    let (fsid, obj) = c.obj()?;
+    // On a `protocol` export, everything answered before is made durable
+    // before this reply (the batch carries `flush`).
+    if c.export(fsid).is_some_and(|e| e.protocol_durability) {
+        b.push(Op::GetAttr { obj });
+        b.flush = true;
+    }
     let verf = srv.write_verf;
     Ok(ready(
         c,
@@ -2547,7 +2563,7 @@ fn finish_write(
                     c,
                     ResOp4::Write(Nfs4Res::Ok(Write4ResOk {
                         count: *count as u32,
-                        committed: StableHow4::FileSync,
+                        committed: if c.lazy == Some(true) { StableHow4::Unstable } else { StableHow4::FileSync },
                         writeverf: verf,
                     })),
                 ))

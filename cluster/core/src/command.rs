@@ -102,10 +102,10 @@ const CMD_DROP_SNAPSHOT: u8 = 10;
 /// ([`DURABILITY_ALWAYS`], [`DURABILITY_PROTOCOL`]). What the encoder
 /// writes when a share's durability is not `always`; otherwise `CMD_INIT`,
 /// whose shares are `always`.
-const CMD_INIT_DURABILITY: u8 = 11;
+const CMD_INIT_DURABILITY: u8 = 12;
 /// `PutShare` whose share record is followed by a durability tag (see
 /// [`CMD_INIT_DURABILITY`]); a share of durability `always` is `CMD_PUT_SHARE`.
-const CMD_PUT_SHARE_DURABILITY: u8 = 12;
+const CMD_PUT_SHARE_DURABILITY: u8 = 13;
 
 // A share's durability (`ShareRecord::durability`).
 const DURABILITY_ALWAYS: u8 = 0;

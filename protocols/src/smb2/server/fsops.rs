@@ -318,6 +318,8 @@ impl Connection {
         // its lease.
         self.cfg.share_modes.release(o.node, (self.conn_key, id));
         self.lease_forget_open(o.lease, id);
+        // Its waiting CHANGE_NOTIFYs end (STATUS_NOTIFY_CLEANUP).
+        self.notify_cleanup(id);
         Some(o)
     }
 

@@ -25,7 +25,8 @@ use std::sync::Mutex;
 
 use duet_fs::{Batch, BatchResult, NodeId};
 use duet_protocols::changes::{derive, Intents, NameCache};
-use duet_protocols::smb2::server::Notified;
+use duet_protocols::changes::action;
+use duet_protocols::smb2::server::{Notified, WatchedDir, DIR_REMOVED};
 
 use crate::frontend::SmbRoutes;
 
@@ -47,7 +48,7 @@ pub struct NotifyHub {
 struct Inner {
     cache: NameCache,
     /// Connection key -> the directories it watches (WATCH_TREE or not).
-    watches: HashMap<u64, Vec<(NodeId, bool)>>,
+    watches: HashMap<u64, Vec<WatchedDir>>,
 }
 
 impl Default for NotifyHub {
@@ -67,7 +68,7 @@ impl NotifyHub {
     }
 
     /// Connection `conn` now watches `dirs` (none: it leaves the registry).
-    pub fn set_watches(&self, conn: u64, dirs: Vec<(NodeId, bool)>) {
+    pub fn set_watches(&self, conn: u64, dirs: Vec<WatchedDir>) {
         let mut g = self.lock();
         if dirs.is_empty() {
             g.watches.remove(&conn);
@@ -106,12 +107,15 @@ impl NotifyHub {
                 .filter_map(|(conn, dirs)| {
                     let mut v = Vec::new();
                     for c in &changes {
-                        for (w, tree) in dirs {
-                            if c.dir == *w {
-                                v.push(Notified { watch: *w, name: c.name.clone(), direct: true, action: c.action, filter: c.filter });
-                            } else if *tree {
-                                if let Some(path) = cache.path_under(*w, c.dir, &c.name) {
-                                    v.push(Notified { watch: *w, name: path, direct: false, action: c.action, filter: c.filter });
+                        for wd in dirs {
+                            let w: NodeId = wd.node;
+                            if c.action == action::REMOVED && c.dir == wd.parent && c.name.eq_ignore_ascii_case(&wd.name) {
+                                v.push(Notified { watch: w, name: String::new(), direct: true, action: DIR_REMOVED, filter: u32::MAX });
+                            } else if c.dir == w {
+                                v.push(Notified { watch: w, name: c.name.clone(), direct: true, action: c.action, filter: c.filter });
+                            } else if wd.tree {
+                                if let Some(path) = cache.path_under(w, c.dir, &c.name) {
+                                    v.push(Notified { watch: w, name: path, direct: false, action: c.action, filter: c.filter });
                                 }
                             }
                         }

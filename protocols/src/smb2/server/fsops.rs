@@ -930,6 +930,10 @@ impl Connection {
                 // Another open of the same file keeps it; the last one deletes.
                 if let Some(other) = self.opens.values_mut().find(|x| x.node == o.node) {
                     other.delete_on_close |= remove;
+                    if remove {
+                        // A watch on it learns of the pending delete (notify.rs).
+                        self.notify_delete_pending(o.node);
+                    }
                     remove = false;
                 }
             }

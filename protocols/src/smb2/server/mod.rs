@@ -42,7 +42,7 @@ use duet_fs::{Batch, NodeId};
 use crate::smb2::negotiate::dialect;
 
 pub use conn::Connection;
-pub use notify::{encode_entries, Notified, MAX_WATCHES};
+pub use notify::{encode_entries, Notified, WatchedDir, DIR_REMOVED, MAX_WATCHES};
 pub use sharemode::ShareModes;
 pub use info::fs_status;
 

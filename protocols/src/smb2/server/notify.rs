@@ -34,10 +34,28 @@ pub struct Notified {
     pub filter: u32,
 }
 
+/// The [`Notified::action`] that says the watched directory itself was
+/// removed (by another open or protocol): its waiting requests complete
+/// with STATUS_DELETE_PENDING (smbtorture smb2.notify.rmdir*).
+pub const DIR_REMOVED: u32 = 0;
+
+/// A directory one connection watches, for the registry: the node, with
+/// WATCH_TREE or not, and the name it was opened by (its removal is
+/// reported as [`DIR_REMOVED`]).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WatchedDir {
+    pub node: NodeId,
+    pub tree: bool,
+    pub parent: NodeId,
+    pub name: String,
+}
+
 /// The watch of one directory open.
 #[derive(Debug, Clone)]
 pub(super) struct Watch {
     pub node: NodeId,
+    pub parent: NodeId,
+    pub name: String,
     pub filter: u32,
     pub tree: bool,
     /// The buffer for changes between requests: the first request's
@@ -115,7 +133,7 @@ impl Watch {
 
     /// Whether this watch sees `n` (its directory, its filter, its depth).
     pub fn sees(&self, n: &Notified) -> bool {
-        n.watch == self.node && self.filter & n.filter != 0 && (n.direct || self.tree)
+        n.action != DIR_REMOVED && n.watch == self.node && self.filter & n.filter != 0 && (n.direct || self.tree)
     }
 }
 
@@ -163,7 +181,7 @@ impl Connection {
         if req.output_buffer_length > self.cfg.max_transact_size {
             return done(NtStatus::INVALID_PARAMETER);
         }
-        let node = o.node;
+        let (node, parent, name) = (o.node, o.parent, o.name.clone());
         if !self.watches.contains_key(&id) {
             if self.watches.len() >= MAX_WATCHES {
                 return done(NtStatus::INSUFFICIENT_RESOURCES);
@@ -172,6 +190,8 @@ impl Connection {
                 id,
                 Watch {
                     node,
+                    parent,
+                    name,
                     filter: req.completion_filter,
                     tree: req.flags & ChangeNotifyRequest::WATCH_TREE != 0,
                     capacity: req.output_buffer_length,
@@ -206,8 +226,12 @@ impl Connection {
 
     /// The directories this connection watches, with WATCH_TREE, for the
     /// appliance's registry. Call after [`Connection::watches_changed`].
-    pub fn watched(&self) -> Vec<(NodeId, bool)> {
-        let mut v: Vec<(NodeId, bool)> = self.watches.values().map(|w| (w.node, w.tree)).collect();
+    pub fn watched(&self) -> Vec<WatchedDir> {
+        let mut v: Vec<WatchedDir> = self
+            .watches
+            .values()
+            .map(|w| WatchedDir { node: w.node, tree: w.tree, parent: w.parent, name: w.name.clone() })
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -228,6 +252,17 @@ impl Connection {
         files.sort_unstable();
         for file in files {
             let Some(w) = self.watches.get_mut(&file) else { continue };
+            if changes.iter().any(|n| n.action == DIR_REMOVED && n.watch == w.node) {
+                let mut ids: Vec<u64> =
+                    self.notifies.iter().filter(|(_, n)| n.file == file).map(|(k, _)| *k).collect();
+                ids.sort_unstable();
+                for id in ids {
+                    if let Some(n) = self.notifies.remove(&id) {
+                        out.extend(self.send_reply(&n.reply, NtStatus::DELETE_PENDING, &error_body()));
+                    }
+                }
+                continue;
+            }
             let mut seen = false;
             for n in changes {
                 if w.sees(n) {
@@ -287,6 +322,21 @@ impl Connection {
         }
     }
 
+    /// Directory `node` is to be deleted when its last open here closes:
+    /// the CHANGE_NOTIFYs waiting on watches of it complete with
+    /// STATUS_DELETE_PENDING (sent ahead of the frame's answers).
+    pub(super) fn notify_delete_pending(&mut self, node: NodeId) {
+        let files: Vec<u64> = self.watches.iter().filter(|(_, w)| w.node == node).map(|(f, _)| *f).collect();
+        let mut ids: Vec<u64> = self.notifies.iter().filter(|(_, n)| files.contains(&n.file)).map(|(k, _)| *k).collect();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(n) = self.notifies.remove(&id) {
+                let ev = self.send_reply(&n.reply, NtStatus::DELETE_PENDING, &error_body());
+                self.outbox.extend(ev);
+            }
+        }
+    }
+
     /// CHANGE_NOTIFYs waiting now.
     pub fn waiting_notifies(&self) -> usize {
         self.notifies.len()
@@ -313,7 +363,7 @@ mod tests {
     }
 
     fn watch(capacity: u32) -> Watch {
-        Watch { node: 7, filter: 3, tree: false, capacity, buffered: Vec::new(), overflow: false }
+        Watch { node: 7, parent: 1, name: "d".into(), filter: 3, tree: false, capacity, buffered: Vec::new(), overflow: false }
     }
 
     #[test]

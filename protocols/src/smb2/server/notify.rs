@@ -62,6 +62,8 @@ pub(super) struct Watch {
     /// OutputBufferLength.
     pub capacity: u32,
     pub buffered: Vec<(u32, String)>,
+    /// What `buffered` takes encoded, each entry padded to 4 bytes.
+    pub padded: usize,
     /// Changes were lost: the next answer is STATUS_NOTIFY_ENUM_DIR.
     pub overflow: bool,
 }
@@ -77,6 +79,14 @@ pub(super) struct WaitingNotify {
 /// The most directory watches, and CHANGE_NOTIFYs waiting, one connection
 /// may hold (over it: STATUS_INSUFFICIENT_RESOURCES).
 pub const MAX_WATCHES: usize = 1024;
+
+/// The most one watch buffers between requests, whatever its first
+/// request asked (more: STATUS_NOTIFY_ENUM_DIR, the client lists the
+/// directory again).
+pub const MAX_WATCH_BUFFER: u32 = 64 << 10;
+
+/// The most all watches of one connection buffer together.
+pub const MAX_CONNECTION_BUFFER: usize = 1 << 20;
 
 /// Size of one FILE_NOTIFY_INFORMATION entry (MS-FSCC 2.7.1) before the
 /// padding that aligns the next on 4 bytes.
@@ -117,18 +127,30 @@ impl Watch {
     /// Adds a change to the buffer, or marks it overflowed when the buffer
     /// (the first request's size) cannot hold it. A change equal to the
     /// last one buffered is not repeated.
-    pub fn push(&mut self, action: u32, name: &str) {
+    /// `room` is what the connection may still buffer in all.
+    pub fn push(&mut self, action: u32, name: &str, room: usize) {
         if self.overflow {
             return;
         }
         if self.buffered.last().is_some_and(|(a, n)| *a == action && n == name) {
             return;
         }
-        self.buffered.push((action, name.to_string()));
-        if encoded_len(&self.buffered) > self.capacity as usize {
-            self.buffered.clear();
+        let len = entry_len(name);
+        let padded = (len + 3) & !3;
+        // Encoded, the new last entry is not padded.
+        if self.padded + len > self.capacity as usize || padded > room {
+            self.drop_buffer();
             self.overflow = true;
+            return;
         }
+        self.buffered.push((action, name.to_string()));
+        self.padded += padded;
+    }
+
+    /// Empties the buffer (answered, or overflowed).
+    pub fn drop_buffer(&mut self) -> Vec<(u32, String)> {
+        self.padded = 0;
+        std::mem::take(&mut self.buffered)
     }
 
     /// Whether this watch sees `n` (its directory, its filter, its depth).
@@ -194,8 +216,9 @@ impl Connection {
                     name,
                     filter: req.completion_filter,
                     tree: req.flags & ChangeNotifyRequest::WATCH_TREE != 0,
-                    capacity: req.output_buffer_length,
+                    capacity: req.output_buffer_length.min(MAX_WATCH_BUFFER),
                     buffered: Vec::new(),
+                    padded: 0,
                     overflow: false,
                 },
             );
@@ -205,7 +228,7 @@ impl Connection {
             return done(NtStatus::INSUFFICIENT_RESOURCES);
         };
         if w.overflow || !w.buffered.is_empty() {
-            let entries = std::mem::take(&mut w.buffered);
+            let entries = w.drop_buffer();
             let overflow = std::mem::replace(&mut w.overflow, false);
             let (status, body) = answer(&entries, overflow, req.output_buffer_length);
             return Plan::Done { status, body };
@@ -250,6 +273,7 @@ impl Connection {
         let mut out = Vec::new();
         let mut files: Vec<u64> = self.watches.keys().copied().collect();
         files.sort_unstable();
+        let mut used: usize = self.watches.values().map(|w| w.padded).sum();
         for file in files {
             let Some(w) = self.watches.get_mut(&file) else { continue };
             if changes.iter().any(|n| n.action == DIR_REMOVED && n.watch == w.node) {
@@ -266,7 +290,9 @@ impl Connection {
             let mut seen = false;
             for n in changes {
                 if w.sees(n) {
-                    w.push(n.action, &n.name);
+                    let before = w.padded;
+                    w.push(n.action, &n.name, MAX_CONNECTION_BUFFER.saturating_sub(used));
+                    used = (used + w.padded).saturating_sub(before);
                     seen = true;
                 }
             }
@@ -282,7 +308,8 @@ impl Connection {
             let Some(async_id) = waiting else { continue };
             let Some(n) = self.notifies.remove(&async_id) else { continue };
             let Some(w) = self.watches.get_mut(&file) else { continue };
-            let entries = std::mem::take(&mut w.buffered);
+            used = used.saturating_sub(w.padded);
+            let entries = w.drop_buffer();
             let overflow = std::mem::replace(&mut w.overflow, false);
             let (status, body) = answer(&entries, overflow, n.output_len);
             out.extend(self.send_reply(&n.reply, status, &body));
@@ -363,27 +390,31 @@ mod tests {
     }
 
     fn watch(capacity: u32) -> Watch {
-        Watch { node: 7, parent: 1, name: "d".into(), filter: 3, tree: false, capacity, buffered: Vec::new(), overflow: false }
+        Watch { node: 7, parent: 1, name: "d".into(), filter: 3, tree: false, capacity, buffered: Vec::new(), padded: 0, overflow: false }
     }
 
     #[test]
     fn the_buffer_holds_what_the_first_request_allowed_then_overflows() {
         let mut w = watch(40);
-        w.push(1, "one");
-        w.push(1, "one");
+        w.push(1, "one", usize::MAX);
+        w.push(1, "one", usize::MAX);
         assert_eq!(w.buffered.len(), 1, "a repeated change is not buffered twice");
-        w.push(2, "one");
+        w.push(2, "one", usize::MAX);
         assert_eq!(w.buffered.len(), 2);
-        w.push(1, "three");
-        assert!(w.overflow && w.buffered.is_empty(), "over 40 bytes: the buffer is dropped");
-        w.push(1, "x");
+        assert_eq!(w.padded, encoded_len(&w.buffered) + 2, "18 + 18 encoded, the first padded to 20");
+        w.push(1, "three", usize::MAX);
+        assert!(w.overflow && w.buffered.is_empty() && w.padded == 0, "over 40 bytes: the buffer is dropped");
+        w.push(1, "x", usize::MAX);
         assert!(w.buffered.is_empty(), "nothing is buffered once overflowed");
         assert_eq!(answer(&[], true, 1000).0, NtStatus::NOTIFY_ENUM_DIR);
         assert_eq!(answer(&[(1, "abc".into())], false, 10).0, NtStatus::NOTIFY_ENUM_DIR);
         assert_eq!(answer(&[(1, "abc".into())], false, 18).0, NtStatus::SUCCESS);
         let mut zero = watch(0);
-        zero.push(1, "a");
+        zero.push(1, "a", usize::MAX);
         assert!(zero.overflow, "a zero-length buffer holds nothing");
+        let mut tight = watch(1000);
+        tight.push(1, "a", 15);
+        assert!(tight.overflow, "no room left on the connection: overflowed");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! SMB2 CHANGE_NOTIFY against a real duetd, fed by another protocol: a raw
 //! SMB client watches a directory (WATCH_TREE) while an NFSv3 client
-//! creates, writes, renames and removes files in it and below it; the SMB
+//! (and then an NFSv4.1 client) creates, writes, renames and removes
+//! files in it and below it; the SMB
 //! side gets the interim STATUS_PENDING (ASYNC form, MS-SMB2 3.3.4.2), then
 //! FILE_NOTIFY_INFORMATION records (MS-FSCC 2.7.1) with the right actions
 //! and names relative to the watched directory. Changes made between two
@@ -17,6 +18,7 @@ use clients::*;
 use common::Daemon;
 use duet_protocols::changes::{action, filter};
 use duet_protocols::nfs::nfs3::*;
+use duet_protocols::nfs::nfs4::{ArgOp4, Nfsstat4, PutFh4Args, Remove4Args, Rename4Args};
 use duet_protocols::nfs::xdr::{Name, Opaque};
 use duet_protocols::smb2::change_notify::ChangeNotifyRequest;
 use duet_protocols::smb2::compound::Compound;
@@ -130,6 +132,17 @@ fn rename3(n: &mut Nfs, from_dir: &[u8], from: &str, to_dir: &[u8], to: &str) ->
     }
 }
 
+/// NFSv4.1 PUTFH dir SAVEFH then RENAME `name` to `to`, or REMOVE it.
+fn v4_remove_or_rename(n: &mut Nfs, s: &mut Sess, dir: &[u8], name: &str, to: Option<&str>) -> Nfsstat4 {
+    let seq = s.sequence();
+    let op = match to {
+        Some(t) => ArgOp4::Rename(Rename4Args { oldname: Name(name.as_bytes()), newname: Name(t.as_bytes()) }),
+        None => ArgOp4::Remove(Remove4Args { target: Name(name.as_bytes()) }),
+    };
+    let rep = n.v4(vec![seq, ArgOp4::PutFh(PutFh4Args { object: Opaque(dir) }), ArgOp4::SaveFh(()), op]).expect("a reply");
+    res4(&rep).status
+}
+
 #[test]
 fn smb_watcher_sees_what_an_nfs_client_changes() {
     let dir = tempfile::tempdir().unwrap();
@@ -179,6 +192,19 @@ fn smb_watcher_sees_what_an_nfs_client_changes() {
     .map(|(a, s)| (*a, s.to_string()))
     .collect();
     assert_eq!(got, want, "NFS WRITE, RENAME, REMOVE, a CREATE below (WATCH_TREE), a move up");
+
+    // NFSv4.1: OPEN creating, RENAME, REMOVE.
+    let mut s = session(&mut n, b"notify-v4", 1 << 20, 64);
+    open4(&mut n, &mut s, &wfh, b"o1", "e.txt").unwrap();
+    assert_eq!(v4_remove_or_rename(&mut n, &mut s, &wfh, "e.txt", Some("f.txt")), Nfsstat4::OK);
+    assert_eq!(v4_remove_or_rename(&mut n, &mut s, &wfh, "f.txt", None), Nfsstat4::OK);
+    let got = collect(&mut c, w, 4);
+    let want: Vec<(u32, String)> =
+        [(action::ADDED, "e.txt"), (action::RENAMED_OLD_NAME, "e.txt"), (action::RENAMED_NEW_NAME, "f.txt"), (action::REMOVED, "f.txt")]
+            .iter()
+            .map(|(a, s)| (*a, s.to_string()))
+            .collect();
+    assert_eq!(got, want, "NFSv4.1 OPEN (create), RENAME, REMOVE");
 
     // CANCEL by AsyncId: STATUS_CANCELLED.
     let mid = notify(&mut c, w, true, 4096);

@@ -233,3 +233,33 @@ fn smb_watcher_sees_what_an_nfs_client_changes() {
     assert!(statuses.iter().any(|s| s.0 == Cmd::CLOSE && s.1 == NtStatus::SUCCESS), "{statuses:?}");
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
+
+/// One connection holds at most `MAX_WATCHES` directory watches (each a
+/// CHANGE_NOTIFY waiting on its own open): the next is refused with
+/// STATUS_INSUFFICIENT_RESOURCES, and the daemon serves on.
+#[test]
+fn watches_per_connection_are_bounded() {
+    use duet_protocols::smb2::server::MAX_WATCHES;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(dir.path());
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut c = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let first = c.create_req(open_req("many", create_disposition::CREATE, create_options::DIRECTORY_FILE, R)).unwrap();
+    let mut opens = vec![first];
+    for _ in 1..=MAX_WATCHES {
+        opens.push(c.open_dir("many").unwrap());
+    }
+    for (i, fid) in opens.iter().enumerate() {
+        let mid = notify(&mut c, *fid, false, 1024);
+        let (h, _) = next_msg(&mut c, Duration::from_secs(5)).expect("an answer");
+        assert_eq!(h.message_id, mid);
+        if i < MAX_WATCHES {
+            assert_eq!(h.status, NtStatus::PENDING, "watch {i}");
+        } else {
+            assert_eq!(h.status, NtStatus::INSUFFICIENT_RESOURCES, "watch {i}, over the bound");
+        }
+    }
+    let mut other = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    assert!(other.create("still-serving").is_ok());
+}

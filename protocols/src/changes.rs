@@ -137,10 +137,12 @@ fn intent(op: &Op) -> Intent {
     }
 }
 
-/// node -> (parent, name, is a directory), as last seen; bounded.
+/// node -> (parent, name, is a directory), as last seen, and the way
+/// back; bounded.
 #[derive(Debug)]
 pub struct NameCache {
     names: HashMap<NodeId, (NodeId, String, bool)>,
+    by_name: HashMap<(NodeId, String), NodeId>,
     max: usize,
 }
 
@@ -151,7 +153,7 @@ impl NameCache {
     /// A cache of at most `max` nodes (over it, it starts again empty:
     /// what is forgotten is only a MODIFIED record or a subtree path).
     pub fn new(max: usize) -> NameCache {
-        NameCache { names: HashMap::new(), max: max.max(1) }
+        NameCache { names: HashMap::new(), by_name: HashMap::new(), max: max.max(1) }
     }
 
     pub fn len(&self) -> usize {
@@ -168,12 +170,31 @@ impl NameCache {
         }
         if self.names.len() >= self.max && !self.names.contains_key(&node) {
             self.names.clear();
+            self.by_name.clear();
         }
-        self.names.insert(node, (parent, name.to_string(), is_dir));
+        if let Some((p, n, _)) = self.names.insert(node, (parent, name.to_string(), is_dir)) {
+            if self.by_name.get(&(p, n.clone())) == Some(&node) {
+                self.by_name.remove(&(p, n));
+            }
+        }
+        // A hard link's other name is forgotten: one name per node.
+        if let Some(old) = self.by_name.insert((parent, name.to_string()), node) {
+            if old != node {
+                self.names.remove(&old);
+            }
+        }
+    }
+
+    /// The node last seen as `name` in `parent`.
+    pub fn node_at(&self, parent: NodeId, name: &str) -> Option<(NodeId, bool)> {
+        let n = *self.by_name.get(&(parent, name.to_string()))?;
+        self.names.get(&n).map(|(_, _, d)| (n, *d))
     }
 
     pub fn forget(&mut self, parent: NodeId, name: &str) {
-        self.names.retain(|_, (p, n, _)| !(*p == parent && n == name));
+        if let Some(n) = self.by_name.remove(&(parent, name.to_string())) {
+            self.names.remove(&n);
+        }
     }
 
     /// Where `node` was last seen.
@@ -249,7 +270,7 @@ pub fn derive(intents: &Intents, results: &[OpResult], cache: &mut NameCache) ->
                 let Some(d) = resolve(*dir, results) else { continue };
                 let is_dir = match res {
                     OpOutput::Dirs { target: Some(t), .. } => t.ftype == FileType::Directory,
-                    _ => dir_only.unwrap_or(false),
+                    _ => dir_only.or_else(|| cache.node_at(d, name).map(|(_, is_dir)| is_dir)).unwrap_or(false),
                 };
                 cache.forget(d, name);
                 out.push(Change { dir: d, name: name.clone(), action: action::REMOVED, filter: name_filter(is_dir) });
@@ -259,7 +280,7 @@ pub fn derive(intents: &Intents, results: &[OpResult], cache: &mut NameCache) ->
                 if s == d && src_name == dst_name {
                     continue;
                 }
-                let moved = cache.names.iter().find(|(_, (p, n, _))| *p == s && n == src_name).map(|(k, v)| (*k, v.2));
+                let moved = cache.node_at(s, src_name);
                 let is_dir = match (res, moved) {
                     (OpOutput::Dirs { target: Some(t), .. }, _) => t.ftype == FileType::Directory,
                     (_, Some((_, d))) => d,
@@ -448,6 +469,17 @@ mod tests {
         let c = derive(&Intents::of(&b).unwrap(), &results, &mut cache);
         assert_eq!(c, vec![Change { dir: 1, name: "y".into(), action: action::REMOVED, filter: filter::DIR_NAME }]);
         assert!(Intents::of(&batch(vec![Op::GetAttr { obj: ObjRef::Id(1) }])).is_none());
+    }
+
+    #[test]
+    fn a_removed_directory_known_to_the_cache_is_a_directory_name_change() {
+        let mut cache = NameCache::new(100);
+        cache.learn(9, 1, "sub", true);
+        let b = batch(vec![Op::Remove { dir: ObjRef::Id(1), name: "sub".into(), dir_only: None }]);
+        let c = derive(&Intents::of(&b).unwrap(), &[Ok(OpOutput::Dirs { changed: vec![], target: None })], &mut cache);
+        assert_eq!(c[0].filter, filter::DIR_NAME);
+        assert_eq!(cache.name_of(9), None, "forgotten");
+        assert_eq!(cache.node_at(1, "sub"), None);
     }
 
     #[test]

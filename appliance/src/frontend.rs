@@ -40,6 +40,8 @@ pub struct ConnTable {
     /// Every SMB connection of every executor, for server-initiated
     /// messages (oplock breaks).
     pub smb_routes: SmbRoutes,
+    /// Who watches which directory (CHANGE_NOTIFY), fed by every batch.
+    pub notify: crate::notify::NotifyHub,
 }
 
 /// How many server-initiated messages may wait for one SMB connection's
@@ -70,6 +72,8 @@ pub enum Routed {
     /// A client reconnected naming session `previous` of user `uid`
     /// (PreviousSessionId): the connection holding it ends it.
     EndSession { previous: u64, uid: u32 },
+    /// Changes in directories it watches (`crate::notify`).
+    Changes(Vec<smb::Notified>),
 }
 
 /// A connection's place in [`SmbRoutes`]; leaves it when dropped.
@@ -116,6 +120,13 @@ impl SmbRoutes {
                 self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
+    }
+
+    /// Hands changes to the watching connection `key`; false when it is
+    /// gone or its queue is full.
+    pub fn notify(&self, key: u64, changes: Vec<smb::Notified>) -> bool {
+        let tx = self.conns.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        tx.is_some_and(|tx| tx.try_send(Routed::Changes(changes)).is_ok())
     }
 
     /// SMB connections registered now.
@@ -194,6 +205,7 @@ impl ConnTable {
             counters: ConnCounters::default(),
             audit: std::sync::OnceLock::new(),
             smb_routes: SmbRoutes::default(),
+            notify: crate::notify::NotifyHub::default(),
         })
     }
 
@@ -680,9 +692,11 @@ type Done = (u64, BatchResult);
 /// Runs a connection's batch on the engine in a task of its own, so that
 /// the connection reads and starts its next requests meanwhile (up to
 /// `[limits] requests_per_connection`); the result comes back on `done`.
-fn spawn_batch(engine: &EngineHandle, tag: RequestTag, token: u64, batch: Batch, done: &flume::Sender<Done>) {
+fn spawn_batch(engine: &EngineHandle, conns: &Arc<ConnTable>, tag: RequestTag, token: u64, batch: Batch, done: &flume::Sender<Done>) {
     let engine = engine.clone();
     let done = done.clone();
+    // What it changes goes to the CHANGE_NOTIFY watchers (`notify.rs`).
+    let watched = conns.notify.intents(&batch).map(|i| (i, conns.clone()));
     glommio::spawn_local(async move {
         let n = batch.ops.len();
         let proto = tag.protocol.clone();
@@ -694,6 +708,9 @@ fn spawn_batch(engine: &EngineHandle, tag: RequestTag, token: u64, batch: Batch,
             }
             failed(n, &e)
         });
+        if let Some((intents, conns)) = watched {
+            conns.notify.publish(&intents, &r, &conns.smb_routes);
+        }
         // The connection may be gone: its batch still ran, as if the
         // client had disconnected after sending it.
         let _ = done.send((token, r));
@@ -784,9 +801,15 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 if let Some(c) = conn.client_route() {
                     route.join_client(c);
                 }
+                if conn.watches_changed() {
+                    ctx.conns.notify.set_watches(conn.key(), conn.watched());
+                }
                 if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
                     return Ok(());
                 }
+            }
+            if conn.watches_changed() {
+                ctx.conns.notify.set_watches(conn.key(), conn.watched());
             }
             let ticking = conn.waiting_locks() > 0 || conn.parked_opens() > 0;
             let wake = futures_lite::future::or(
@@ -801,8 +824,17 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                         return Ok(());
                     }
                 }
+                Wake::Recall(Routed::Changes(v)) => {
+                    queue.extend(conn.on_changes(&v));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
+                }
                 Wake::Recall(Routed::EndSession { previous, uid }) => {
                     queue.extend(conn.end_previous_session(previous, uid, now_ns()));
+                    if conn.watches_changed() {
+                        ctx.conns.notify.set_watches(conn.key(), conn.watched());
+                    }
                     if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
                         return Ok(());
                     }
@@ -835,10 +867,11 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     .await;
     // The connection is gone (MS-SMB2 3.3.7.1): its opens close as a
     // CLOSE would, delete-on-close ones removed (the batches run after
-    // the ones it had in flight).
+    // the ones it had in flight); its watches end.
+    ctx.conns.notify.set_watches(conn.key(), Vec::new());
     for ev in conn.on_disconnect(now_ns()) {
         if let smb::Event::Run { token, batch, tag } = ev {
-            spawn_batch(&ctx.engine, RequestTag::new("smb", tag), token, batch, &done_tx);
+            spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, &done_tx);
         }
     }
     result
@@ -869,7 +902,7 @@ async fn smb_events(
                 stream.write_all(&bytes).await?
             }
             smb::Event::Run { token, batch, tag } => {
-                spawn_batch(&ctx.engine, RequestTag::new("smb", tag), token, batch, done);
+                spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, done);
                 *in_flight += 1;
             }
             smb::Event::Close => return Ok(true),
@@ -965,7 +998,7 @@ async fn nfs_events(
             Event::Reply { conn, bytes } if conn == id => stream.write_all(&bytes).await?,
             Event::Reply { .. } => {}
             Event::Run { token, batch, tag } => {
-                spawn_batch(&ctx.engine, RequestTag::new("nfs", tag), token, batch, done);
+                spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("nfs", tag), token, batch, done);
                 *in_flight += 1;
             }
             Event::Close(conn) if conn == id => return Ok(true),

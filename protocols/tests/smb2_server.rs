@@ -3251,3 +3251,125 @@ fn a_rename_breaks_handle_caching_and_waits_and_the_lease_follows() {
     let r = a.one(Request::Create(leased("before")));
     assert_eq!(r.status(), NtStatus::INVALID_PARAMETER, "the key is the file's at its new name");
 }
+
+/// A CANCEL naming the AsyncId of `interim` (MS-SMB2 2.2.30, 3.3.5.16).
+fn cancel_of(c: &mut Client, interim: &Reply) -> Vec<Reply> {
+    let mut h = interim.header;
+    h.flags.0 = HeaderFlags::ASYNC_COMMAND;
+    h.command = Command::CANCEL;
+    h.status = NtStatus::SUCCESS;
+    h.credit = 0;
+    let mut m = Vec::new();
+    h.encode(&mut m);
+    m.extend_from_slice(&[4, 0, 0, 0]);
+    let frame = c.frame_raw(&m);
+    let ev = c.conn.on_frame(&frame, NOW, &c.dir);
+    sent_replies(c, ev)
+}
+
+/// MS-SMB2 3.3.5.19 / 3.3.4.2 / 3.3.5.16: CHANGE_NOTIFY on a directory
+/// waits (STATUS_PENDING, ASYNC form) and is completed by a change the
+/// appliance hands in (`on_changes`), with FILE_NOTIFY_INFORMATION
+/// (MS-FSCC 2.7.1), in the ASYNC form with the same ids; changes between
+/// requests are buffered (the first request's size) and answered at once,
+/// overflow gives STATUS_NOTIFY_ENUM_DIR; a watch without WATCH_TREE or
+/// without the filter bit does not see a change; CANCEL gives
+/// STATUS_CANCELLED, CLOSE of the directory STATUS_NOTIFY_CLEANUP; a file
+/// or an oversized buffer is refused with STATUS_INVALID_PARAMETER.
+#[test]
+fn change_notify_waits_buffers_overflows_cancels_and_cleans_up() {
+    use duet_protocols::changes::{action, filter};
+    use duet_protocols::smb2::server::{encode_entries, Notified};
+    let mut c = Client::connected();
+    let r = c.one(Request::Create(create("w", create_disposition::CREATE, create_options::DIRECTORY_FILE, RW)));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    let dir = cr.file_id;
+    let r = c.one(Request::Create(create("f", create_disposition::CREATE, create_options::NON_DIRECTORY_FILE, RW)));
+    let Response::Create(cr) = r.body() else { panic!() };
+    let file = cr.file_id;
+    let notify = |file_id, len| {
+        Request::ChangeNotify(ChangeNotifyRequest {
+            flags: 0,
+            output_buffer_length: len,
+            file_id,
+            completion_filter: filter::FILE_NAME,
+        })
+    };
+    assert_eq!(c.one(notify(file, 1000)).status(), NtStatus::INVALID_PARAMETER, "a file cannot be watched");
+    assert_eq!(c.one(notify(dir, 16 << 20)).status(), NtStatus::INVALID_PARAMETER, "over MaxTransactSize");
+    let interim = c.one(notify(dir, 100));
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    assert!(interim.header.flags.is_async() && interim.header.async_id().is_some());
+    assert!(c.conn.watches_changed());
+    let watched = c.conn.watched();
+    assert_eq!(watched.len(), 1);
+    let node = watched[0].node;
+    assert_eq!(watched[0].name, "w");
+    let n = |name: &str, direct, action, filter| Notified { watch: node, name: name.into(), direct, action, filter };
+    // Not seen: another filter bit, a subdirectory without WATCH_TREE.
+    let ev = c.conn.on_changes(&[n("d", true, action::ADDED, filter::DIR_NAME), n("s\\x", false, action::ADDED, filter::FILE_NAME)]);
+    assert!(sent_replies(&c, ev).is_empty());
+    let ev = c.conn.on_changes(&[n("a", true, action::ADDED, filter::FILE_NAME)]);
+    let done = sent_replies(&c, ev);
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].status(), done[0].header.message_id, done[0].header.ids), (NtStatus::SUCCESS, interim.header.message_id, interim.header.ids));
+    assert_eq!(done[0].header.credit, 0);
+    let Response::ChangeNotify(o) = done[0].body() else { panic!() };
+    assert_eq!(o.output_buffer, encode_entries(&[(action::ADDED, "a".into())]).as_slice());
+    // Buffered between requests, answered at once.
+    let ev = c.conn.on_changes(&[n("a", true, action::RENAMED_OLD_NAME, filter::FILE_NAME), n("b", true, action::RENAMED_NEW_NAME, filter::FILE_NAME)]);
+    assert!(sent_replies(&c, ev).is_empty());
+    let r = c.one(notify(dir, 1000));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let Response::ChangeNotify(o) = r.body() else { panic!() };
+    assert_eq!(o.output_buffer, encode_entries(&[(4, "a".into()), (5, "b".into())]).as_slice());
+    // More than the first request's 100 bytes: STATUS_NOTIFY_ENUM_DIR.
+    let many: Vec<Notified> = (0..10).map(|i| n(&format!("file-{i}"), true, action::ADDED, filter::FILE_NAME)).collect();
+    let ev = c.conn.on_changes(&many);
+    assert!(sent_replies(&c, ev).is_empty());
+    assert_eq!(c.one(notify(dir, 1000)).status(), NtStatus::NOTIFY_ENUM_DIR);
+    // CANCEL.
+    let interim = c.one(notify(dir, 1000));
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    let done = cancel_of(&mut c, &interim);
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].status(), done[0].header.message_id), (NtStatus::CANCELLED, interim.header.message_id));
+    assert_eq!(c.conn.waiting_notifies(), 0);
+    // CLOSE of the directory.
+    let interim = c.one(notify(dir, 1000));
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    let f = c.frame(vec![msg(Request::Close(CloseRequest { flags: 0, file_id: dir }), false)], true);
+    let ev = c.conn.on_frame(&f, NOW, &c.dir);
+    let done = drive(&mut c, ev);
+    let got: Vec<(Command, NtStatus)> = done.iter().map(|r| (r.header.command, r.status())).collect();
+    assert_eq!(got, vec![(Command::CHANGE_NOTIFY, NtStatus::NOTIFY_CLEANUP), (Command::CLOSE, NtStatus::SUCCESS)]);
+    assert!(c.conn.watches_changed() && c.conn.watched().is_empty());
+}
+
+/// MS-SMB2 3.3.5.16: a CREATE parked until an oplock break is over is
+/// answered STATUS_CANCELLED (ASYNC form, its AsyncId) on CANCEL, and is
+/// not run again.
+#[test]
+fn cancel_of_a_parked_create() {
+    use duet_protocols::smb2::create::oplock_level;
+    let locks = duet_locks::LockManager::new(duet_locks::Limits { recall_backoff_ns: 0, ..Default::default() });
+    let share_modes = duet_protocols::smb2::server::ShareModes::with_locks(std::sync::Arc::new(locks));
+    let mut c = Client::connected_with(ServerConfig { share_modes: std::sync::Arc::new(share_modes), ..Default::default() });
+    let mut req = create("parked", create_disposition::OPEN_IF, 0, RW);
+    req.requested_oplock_level = oplock_level::BATCH;
+    let r = c.one(Request::Create(req));
+    let Response::Create(cr) = r.body() else { panic!() };
+    assert_eq!(cr.oplock_level, oplock_level::BATCH);
+    let interim = c.one(Request::Create(create("parked", create_disposition::OPEN, 0, READ)));
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    assert_eq!(c.conn.parked_opens(), 1);
+    let done = cancel_of(&mut c, &interim);
+    assert_eq!(done.len(), 1);
+    assert_eq!(
+        (done[0].status(), done[0].header.message_id, done[0].header.ids),
+        (NtStatus::CANCELLED, interim.header.message_id, interim.header.ids)
+    );
+    assert_eq!(c.conn.parked_opens(), 0);
+    let ev = c.conn.poll_opens(NOW, &c.dir);
+    assert!(drive(&mut c, ev).is_empty(), "a cancelled CREATE is not run again");
+}

@@ -173,6 +173,16 @@ pub(super) struct AsyncLock {
     pub encrypt: Option<(u64, CipherKey)>,
 }
 
+/// Where and how the final response of an async request goes (MS-SMB2
+/// 3.3.4.2): its header in the ASYNC form, signed or encrypted as its
+/// request was.
+#[derive(Clone)]
+pub(super) struct AsyncReply {
+    pub hdr: Header,
+    pub sign: Option<SigningKey>,
+    pub encrypt: Option<(u64, CipherKey)>,
+}
+
 /// Which file a command acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Target {
@@ -319,6 +329,13 @@ pub struct Connection {
     /// The AsyncId of the interim answer `dispatch` just planned.
     last_async: Option<AsyncLock>,
     next_async_id: u64,
+    /// Directory watches by open (`notify.rs`).
+    pub(super) watches: HashMap<u64, super::notify::Watch>,
+    /// CHANGE_NOTIFYs answered STATUS_PENDING, by AsyncId.
+    pub(super) notifies: std::collections::BTreeMap<u64, super::notify::WaitingNotify>,
+    /// The CHANGE_NOTIFY `dispatch` just made wait.
+    pub(super) last_notify: Option<super::notify::WaitingNotify>,
+    pub(super) watches_changed: bool,
     pending: HashMap<u64, FramePlan>,
     /// Frames (decrypted, with the session that encrypted them) held back
     /// until the batches in progress finish: a CLOSE must not overtake the
@@ -464,6 +481,10 @@ impl Connection {
             async_locks: HashMap::new(),
             last_async: None,
             next_async_id: 1,
+            watches: HashMap::new(),
+            notifies: std::collections::BTreeMap::new(),
+            last_notify: None,
+            watches_changed: false,
             pending: HashMap::new(),
             held: VecDeque::new(),
             next_token: 1,
@@ -499,6 +520,12 @@ impl Connection {
         self.pending.clear();
         self.held.clear();
         self.parked.clear();
+        self.notifies.clear();
+        self.outbox.clear();
+        if !self.watches.is_empty() {
+            self.watches.clear();
+            self.watches_changed = true;
+        }
         vec![Event::Close]
     }
 
@@ -703,9 +730,10 @@ impl Connection {
             }
             if hdr.command == Command::CANCEL {
                 // No response of its own, no credit (3.3.5.16): the
-                // request it names (a blocking LOCK, by AsyncId or
-                // MessageId) completes with STATUS_CANCELLED.
-                cancelled.extend(self.cancel_lock(&hdr));
+                // request it names (a blocking LOCK, a CHANGE_NOTIFY or a
+                // parked CREATE, by AsyncId or MessageId) completes with
+                // STATUS_CANCELLED.
+                cancelled.extend(self.cancel(&hdr));
                 continue;
             }
             let charge = if self.dialect().unwrap_or(0) == dialect::SMB2_0_2 {
@@ -821,6 +849,15 @@ impl Connection {
                 a.encrypt = fp.encrypt.clone();
                 if let HeaderIds::Async { async_id } = hdr.ids {
                     self.async_locks.insert(async_id, a);
+                }
+            }
+            // A CHANGE_NOTIFY that waits for a change: likewise.
+            if let Some(mut n) = self.last_notify.take() {
+                hdr.flags.0 |= crate::smb2::header::HeaderFlags::ASYNC_COMMAND;
+                hdr.ids = n.reply.hdr.ids;
+                n.reply = AsyncReply { hdr, sign: sign.clone(), encrypt: fp.encrypt.clone() };
+                if let HeaderIds::Async { async_id } = hdr.ids {
+                    self.notifies.insert(async_id, n);
                 }
             }
             fp.slots.push(Slot {
@@ -1141,10 +1178,9 @@ impl Connection {
                     me.plan_dup_extents(fp, hdr, t, &io)
                 }),
             Request::Ioctl(io) => self.ioctl(hdr, &io),
-            // No CHANGE_NOTIFY yet; in a failed chain it fails like the rest.
             Request::ChangeNotify(n) => {
-                self.with_target(fp, chain, hdr, related, n.file_id, |_, _, _| {
-                    done(NtStatus::NOT_SUPPORTED)
+                self.with_target(fp, chain, hdr, related, n.file_id, |me, fp, t| {
+                    me.plan_change_notify(fp, hdr, t, &n)
                 })
             }
             Request::OplockBreak(crate::smb2::oplock_break::OplockBreakMessage::Oplock(a)) => {
@@ -1733,7 +1769,11 @@ impl Connection {
         if !s.valid || s.guest || s.cred.uid != uid {
             return Vec::new();
         }
-        self.close_session(previous, now_ns, "end-session").into_iter().collect()
+        let ended = self.close_session(previous, now_ns, "end-session");
+        // Its waiting CHANGE_NOTIFYs were answered STATUS_NOTIFY_CLEANUP.
+        let mut out = std::mem::take(&mut self.outbox);
+        out.extend(ended);
+        out
     }
 
     /// Closes every open of session `sid` as LOGOFF does and forgets the
@@ -2027,8 +2067,7 @@ impl Connection {
             Target::Table(id) => match self.apply_locks(id, &elements, alone) {
                 Ok(None) => ok(Response::Lock(LockResponse)),
                 Ok(Some(waiter)) => {
-                    let async_id = self.next_async_id;
-                    self.next_async_id += 1;
+                    let async_id = self.new_async_id();
                     let mut h = *hdr;
                     h.ids = HeaderIds::Async { async_id };
                     self.last_async = Some(AsyncLock { waiter, hdr: h, sign: None, encrypt: None });
@@ -2084,6 +2123,55 @@ impl Connection {
         out
     }
 
+    /// A fresh AsyncId (MS-SMB2 3.3.4.2).
+    pub(super) fn new_async_id(&mut self) -> u64 {
+        let id = self.next_async_id;
+        self.next_async_id += 1;
+        id
+    }
+
+    /// CANCEL (MS-SMB2 3.3.5.16) of whatever async request it names: a
+    /// blocking LOCK, a CHANGE_NOTIFY, a CREATE parked for breaks.
+    fn cancel(&mut self, hdr: &Header) -> Vec<Event> {
+        if let Some(out) = self.cancel_notify(hdr) {
+            return out;
+        }
+        if let Some(out) = self.cancel_parked(hdr) {
+            return out;
+        }
+        self.cancel_lock(hdr)
+    }
+
+    /// CANCEL of a CREATE parked until oplock or lease breaks are over: it
+    /// is forgotten (it had changed nothing) and answered STATUS_CANCELLED
+    /// in the ASYNC form of its interim answer.
+    fn cancel_parked(&mut self, hdr: &Header) -> Option<Vec<Event>> {
+        let first = |frame: &[u8]| Compound::new(frame).next().and_then(|m| m.ok()).map(|m| m.header);
+        let key = self
+            .parked
+            .iter()
+            .find(|(id, p)| match hdr.ids {
+                HeaderIds::Async { async_id } => **id == async_id,
+                HeaderIds::Sync { .. } => first(&p.frame).is_some_and(|h| h.message_id == hdr.message_id),
+            })
+            .map(|(k, _)| *k)?;
+        let p = self.parked.remove(&key)?;
+        let mut h = first(&p.frame)?;
+        h.flags.0 |= crate::smb2::header::HeaderFlags::ASYNC_COMMAND;
+        h.ids = HeaderIds::Async { async_id: key };
+        let encrypt = p.encrypted_by.and_then(|sid| {
+            let k = self.sessions.get(&sid)?.keys.as_ref()?.encrypt.clone()?;
+            Some((sid, k))
+        });
+        let sign = if encrypt.is_none() && h.flags.is_signed() {
+            self.sessions.get(&h.session_id).and_then(|s| s.keys.as_ref()).map(|k| k.signing.clone())
+        } else {
+            None
+        };
+        let reply = AsyncReply { hdr: h, sign, encrypt };
+        Some(self.send_reply(&reply, NtStatus::CANCELLED, &error_body()))
+    }
+
     /// CANCEL (MS-SMB2 3.3.5.16): the blocking LOCK it names by AsyncId
     /// (or, in the SYNC form, by MessageId) completes with
     /// STATUS_CANCELLED if it still waits.
@@ -2112,6 +2200,12 @@ impl Connection {
     /// The final response of an async request: no credits (MS-SMB2
     /// 3.3.4.2), signed and encrypted as its request's session was.
     fn send_async(&mut self, a: &AsyncLock, status: NtStatus, body: &[u8]) -> Vec<Event> {
+        let reply = AsyncReply { hdr: a.hdr, sign: a.sign.clone(), encrypt: a.encrypt.clone() };
+        self.send_reply(&reply, status, body)
+    }
+
+    /// The final response of an async request (see [`AsyncReply`]).
+    pub(super) fn send_reply(&mut self, a: &AsyncReply, status: NtStatus, body: &[u8]) -> Vec<Event> {
         let mut out = message_bytes(&a.hdr, status, 0, body);
         if let Some((sid, key)) = &a.encrypt {
             let mut nonce = [0u8; 16];

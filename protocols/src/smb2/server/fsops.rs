@@ -318,6 +318,8 @@ impl Connection {
         // its lease.
         self.cfg.share_modes.release(o.node, (self.conn_key, id));
         self.lease_forget_open(o.lease, id);
+        // Its waiting CHANGE_NOTIFYs end (STATUS_NOTIFY_CLEANUP).
+        self.notify_cleanup(id);
         Some(o)
     }
 
@@ -931,6 +933,10 @@ impl Connection {
                 // Another open of the same file keeps it; the last one deletes.
                 if let Some(other) = self.opens.values_mut().find(|x| x.node == o.node) {
                     other.delete_on_close |= remove;
+                    if remove {
+                        // A watch on it learns of the pending delete (notify.rs).
+                        self.notify_delete_pending(o.node);
+                    }
                     remove = false;
                 }
             }

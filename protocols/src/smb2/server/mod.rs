@@ -29,6 +29,7 @@ pub mod crypto;
 mod fsops;
 pub mod info;
 mod lease;
+mod notify;
 mod oplock;
 mod pipe;
 pub mod sharemode;
@@ -41,6 +42,7 @@ use duet_fs::{Batch, NodeId};
 use crate::smb2::negotiate::dialect;
 
 pub use conn::Connection;
+pub use notify::{encode_entries, Notified, WatchedDir, DIR_REMOVED, MAX_WATCHES};
 pub use sharemode::ShareModes;
 pub use info::fs_status;
 

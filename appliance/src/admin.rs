@@ -183,6 +183,7 @@ fn share_to_api(s: ShareRecord) -> Share {
             append_extension: s.append_extension,
         },
         users: allowed_users(&s.nfs_clients),
+        origin: None,
     }
 }
 
@@ -823,6 +824,18 @@ impl Admin {
         }
     }
 
+    /// Shares as the API shows them, each clone with its origin.
+    async fn shares_with_origins(&self, shares: Vec<ShareRecord>) -> Result<Vec<Share>, ApiError> {
+        let QueryAnswer::Clones(clones) = self.query(Query::Clones).await? else { return Err(internal("clones")) };
+        Ok(shares
+            .into_iter()
+            .map(|s| {
+                let origin = clones.iter().find(|c| c.name == s.name).map(|c| format!("{}@{}", c.source, c.snapshot));
+                Share { origin, ..share_to_api(s) }
+            })
+            .collect())
+    }
+
     async fn query(&self, q: Query) -> Result<QueryAnswer, ApiError> {
         self.engine.store.query(q).await.map_err(internal)
     }
@@ -877,12 +890,27 @@ impl Admin {
             }
             AdminRequest::ShareList => {
                 let QueryAnswer::Shares(s) = self.query(Query::Shares).await? else { return Err(internal("shares")) };
-                Ok(AdminResponse::Shares(s.into_iter().map(share_to_api).collect()))
+                Ok(AdminResponse::Shares(self.shares_with_origins(s).await?))
             }
             AdminRequest::ShareShow(name) => match self.query(Query::Share(name.clone())).await? {
-                QueryAnswer::Share(Some(s)) => Ok(AdminResponse::Share(share_to_api(s))),
+                QueryAnswer::Share(Some(s)) => {
+                    Ok(AdminResponse::Share(self.shares_with_origins(vec![s]).await?.remove(0)))
+                }
                 _ => Err(ApiError::not_found(format!("share {name} not found"))),
             },
+            AdminRequest::ShareClone { source, clone } => {
+                clone.validate()?;
+                let record = share_from_api(&clone.share);
+                let snapshot = clone.snapshot.clone();
+                self.command(Command::Clone { source, snapshot, share: record, now_ns: now_ns() }).await?;
+                let name = clone.share.name.clone();
+                match self.query(Query::Share(name.clone())).await? {
+                    QueryAnswer::Share(Some(s)) => {
+                        Ok(AdminResponse::ShareCreated(self.shares_with_origins(vec![s]).await?.remove(0)))
+                    }
+                    _ => Err(internal("the clone vanished after it was made")),
+                }
+            }
             AdminRequest::ShareAdd(share) => {
                 share.validate()?;
                 self.command(Command::PutShare { share: share_from_api(&share), replace: false, now_ns: now_ns() }).await?;

@@ -227,24 +227,32 @@ pub fn share_list(shares: &[Share]) -> String {
                 if s.read_only { "ro" } else { "rw" }.to_string(),
                 yes_no(s.guest_ok),
                 s.nfs.clients.join(","),
+                s.origin.clone().unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
-    table(
-        &[
-            ("NAME", Align::Left),
-            ("PATH", Align::Left),
-            ("PROTOCOLS", Align::Left),
-            ("ACCESS", Align::Left),
-            ("GUEST", Align::Left),
-            ("NFS CLIENTS", Align::Left),
-        ],
-        &rows,
-    )
+    let mut cols = vec![
+        ("NAME", Align::Left),
+        ("PATH", Align::Left),
+        ("PROTOCOLS", Align::Left),
+        ("ACCESS", Align::Left),
+        ("GUEST", Align::Left),
+        ("NFS CLIENTS", Align::Left),
+        // Clones' origins, when there are clones.
+        ("ORIGIN", Align::Left),
+    ];
+    let mut rows = rows;
+    if shares.iter().all(|s| s.origin.is_none()) {
+        cols.pop();
+        for r in &mut rows {
+            r.pop();
+        }
+    }
+    table(&cols, &rows)
 }
 
 pub fn share_show(s: &Share) -> String {
-    key_values(&[
+    let mut kv = vec![
         ("name", s.name.clone()),
         ("path", s.path.clone()),
         ("protocols", protocols(s)),
@@ -254,7 +262,11 @@ pub fn share_show(s: &Share) -> String {
         ("nfs root squash", yes_no(s.nfs.root_squash)),
         ("nfs append extension", yes_no(s.nfs.append_extension)),
         ("users", if s.users.is_empty() { "everyone".to_string() } else { s.users.join(",") }),
-    ])
+    ];
+    if let Some(o) = &s.origin {
+        kv.push(("clone of", o.clone()));
+    }
+    key_values(&kv)
 }
 
 pub fn user_list(users: &[UserInfo]) -> String {

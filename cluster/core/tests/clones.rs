@@ -276,7 +276,11 @@ fn a_clone_reads_its_source_and_its_changes_never_reach_the_source() {
     write(&mut kv, cbig, CS + 5, b"one chunk changes".to_vec());
     assert_eq!(lookup(&mut kv, c, "big").unwrap().id, cbig, "an id stays across copy-up");
     let cd = lookup(&mut kv, c, "d").unwrap().id;
+    let cx = lookup(&mut kv, cd, "x").unwrap().id;
     ok(rm(&mut kv, cd, "x"));
+    // A deleted object is gone for a handle too (it never reads through
+    // to the source again).
+    assert_eq!(run(&mut kv, vec![Op::GetAttr { obj: ObjRef::Id(cx) }]).remove(0), Err(FsError::Stale));
     let ce = lookup(&mut kv, cd, "e").unwrap().id;
     ok(mv(&mut kv, ce, "deep", c, "deep-moved"));
     ok(rm(&mut kv, cd, "e"));
@@ -432,6 +436,10 @@ fn clones_of_clones_each_keep_their_own_state_up_to_the_depth_limit() {
     let (mut kv, root) = init();
     let mut disk = Disk::default();
     populate(&mut kv, root);
+    for i in 1..=CLONE_DEPTH_MAX {
+        let p = create(&mut kv, root, &format!("p{i}"), CreateKind::File);
+        write(&mut kv, p, 0, format!("p{i} of the share").into_bytes());
+    }
     disk.destage(&mut kv);
     let mut states: Vec<(String, NodeId, Tree)> = vec![("data".into(), root, tree(&mut kv, &mut disk, root))];
     for depth in 1..=CLONE_DEPTH_MAX {
@@ -440,13 +448,29 @@ fn clones_of_clones_each_keep_their_own_state_up_to_the_depth_limit() {
         let c = make_clone(&mut kv, &src, None, &name);
         // Each clone changes a file, removes one, makes one.
         let small = lookup(&mut kv, c, "small").unwrap().id;
-        write(&mut kv, small, depth as u64, format!("<{depth}>").into_bytes());
+        let mut want = read_all(&mut kv, &mut disk, small);
+        let mark = format!("<{depth}>").into_bytes();
+        write(&mut kv, small, depth as u64, mark.clone());
+        let at = depth as usize;
+        if want.len() < at + mark.len() {
+            want.resize(at + mark.len(), 0);
+        }
+        want[at..at + mark.len()].copy_from_slice(&mark);
+        assert_eq!(read_all(&mut kv, &mut disk, small), want, "depth {depth}: the clone's write");
         let _ = rm(&mut kv, c, &format!("made{}", depth - 1));
         create(&mut kv, c, &format!("made{depth}"), CreateKind::File);
         let cbig = lookup(&mut kv, c, "big").unwrap().id;
         write(&mut kv, cbig, depth as u64 * 100, vec![depth as u8; 10]);
         disk.destage(&mut kv);
         states.push((name, c, tree(&mut kv, &mut disk, c)));
+        // The source changes after: it deletes a file it never copied up
+        // (and another it did), which its clone still has.
+        let (_, src_root, _) = states[depth as usize - 1].clone();
+        ok(rm(&mut kv, src_root, &format!("p{depth}")));
+        let linked = lookup(&mut kv, src_root, "linked").unwrap().id;
+        write(&mut kv, linked, 0, format!("[{depth}]").into_bytes());
+        disk.destage(&mut kv);
+        states[depth as usize - 1].2 = tree(&mut kv, &mut disk, src_root);
         for (n, r, want) in &states {
             assert_eq!(&tree(&mut kv, &mut disk, *r), want, "depth {depth}: {n}");
         }

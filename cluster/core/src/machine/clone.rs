@@ -67,6 +67,14 @@ pub(super) fn new_id(zone: NodeId, id: NodeId) -> Result<NodeId, FsError> {
     }
 }
 
+/// The zone of clone object `id` (its clone's root), 0 for other ids.
+pub(super) fn zone_of_id<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> NodeId {
+    match split(id) {
+        Some((c, _)) => record(txn, c).map_or(0, |r| clone_id(c, r.root_base)),
+        None => 0,
+    }
+}
+
 fn record<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, c: u64) -> Option<CloneRecord> {
     txn.get(&keys::clone(c)).and_then(|v| decode(&v))
 }

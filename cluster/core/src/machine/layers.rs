@@ -85,7 +85,9 @@ fn zone_of<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> NodeId {
         .or_else(|| txn.base_get(&k))
         .and_then(|v| Node::decode(&v))
         .map(|n| n.zone)
-        .unwrap_or(0)
+        // A clone's object made and deleted in this one command (copied up
+        // to be deleted) has no node record either side: its clone's zone.
+        .unwrap_or_else(|| super::clone::zone_of_id(txn, id))
 }
 
 /// Keeps the before-image of every node, edge, inline-data and extended

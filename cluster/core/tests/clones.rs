@@ -393,6 +393,17 @@ fn a_clone_writes_the_same_records_for_10_files_and_for_10000() {
         let r = read_only(&kv, vec![Op::ReadDir { dir: ObjRef::Id(c), after: None, max_entries: 20_000, with_attrs: false }]);
         let OpOutput::Dir { entries, eof: true, .. } = ok(r.results[0].clone()) else { panic!() };
         assert_eq!(entries.len(), files);
+        // A page of the clone's (read-through) root costs its page, not
+        // the rest of the directory.
+        let mut b = Batch::new(Credentials::root(), 1_000);
+        b.ops = vec![Op::ReadDir { dir: ObjRef::Id(c), after: Some("f00004".into()), max_entries: 5, with_attrs: true }];
+        let counting = Counting { kv: &kv, rows: std::cell::Cell::new(0) };
+        let (out, _) = duet_cluster::machine::execute_read_only(&counting, &b);
+        let OpOutput::Dir { entries, eof, .. } = ok(out.results[0].clone()) else { panic!() };
+        assert_eq!(names(&entries), ["f00005", "f00006", "f00007", "f00008", "f00009"]);
+        assert_eq!(eof, files == 10);
+        let rows = counting.rows.get();
+        assert!(rows < 200, "{files} files: a page of 5 read {rows} records");
     }
     println!("keys written by a clone: 10 files {:?}, 10,000 files {:?} (of a share, of a snapshot)", written[0], written[1]);
     assert_eq!(written[0], written[1]);
@@ -532,6 +543,24 @@ fn bad_names_and_unknown_sources_are_refused_with_nothing_changed() {
     admin(&mut kv, Command::Snapshot { share: "c".into(), name: "s".into(), now_ns: 8 }).0.unwrap();
     assert_eq!(lookup(&mut kv, c, view::SNAPSHOT_DIR), Err(FsError::NotFound));
     clean(&kv, &Disk::default());
+}
+
+/// The store, counting the records its reads return.
+struct Counting<'a> {
+    kv: &'a Kv,
+    rows: std::cell::Cell<usize>,
+}
+
+impl duet_cluster::kv::KvRead for Counting<'_> {
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.rows.set(self.rows.get() + 1);
+        self.kv.get(key).cloned()
+    }
+    fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let out = duet_cluster::kv::KvRead::scan(self.kv, start, end, limit);
+        self.rows.set(self.rows.get() + out.len().max(1));
+        out
+    }
 }
 
 /// A splitmix64 step.

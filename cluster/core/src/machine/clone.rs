@@ -218,8 +218,13 @@ pub(super) fn through<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) -> Re
 impl Through {
     /// The edges of the lower directory from suffix `from` on, mapped into
     /// the clone: (name, edge).
-    fn edges<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, from: &[u8]) -> Result<Vec<(Vec<u8>, Edge)>, FsError> {
-        let rows = self.level.f.scan(txn, &keys::edge_prefix(self.id), from)?;
+    fn edges<R: KvRead + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, R>,
+        from: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Edge)>, FsError> {
+        let rows = self.level.f.scan_limit(txn, &keys::edge_prefix(self.id), from, limit)?;
         let mut out = Vec::with_capacity(rows.len());
         for (name, v) in rows {
             let mut e: Edge = decode(&v).ok_or(FsError::Io)?;
@@ -283,10 +288,9 @@ pub(super) fn edge_rows<R: KvRead + ?Sized>(
     };
     let prefix = keys::edge_prefix(dir);
     let from = start.get(prefix.len()..).unwrap_or(&[]);
-    let rows = t.edges(txn, from).unwrap_or_default();
+    let rows = t.edges(txn, from, limit).unwrap_or_default();
     Some(
         rows.into_iter()
-            .take(limit)
             .filter_map(|(name, e)| {
                 let mut k = prefix.clone();
                 k.extend_from_slice(&name);
@@ -348,7 +352,7 @@ pub(super) fn materialise<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exe
     }
     match n.attrs.ftype {
         FileType::Directory => {
-            for (name, e) in t.edges(txn, &[])? {
+            for (name, e) in t.edges(txn, &[], usize::MAX)? {
                 let mut k = keys::edge_prefix(x);
                 k.extend_from_slice(&name);
                 txn.put_record(k, &e);

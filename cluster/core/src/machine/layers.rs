@@ -395,6 +395,62 @@ impl Frozen {
         Ok(merged.into_iter().filter_map(|(k, v)| Some((k, v?))).collect())
     }
 
+    /// As [`Frozen::scan`], at most `limit` pairs, reading at most about
+    /// `limit` records of each layer per round (a page of a large frozen
+    /// directory costs its page, not the rest of the directory): pairs up
+    /// to the smallest last key of a source cut short are exact; past it,
+    /// another round.
+    pub(super) fn scan_limit<R: KvRead + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, R>,
+        prefix: &[u8],
+        from: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, FsError> {
+        let per = limit.max(16).saturating_add(1);
+        let mut out = Vec::new();
+        let mut from = from.to_vec();
+        loop {
+            let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+            let mut cut: Option<Vec<u8>> = None;
+            let mut sources: Vec<(Vec<u8>, bool)> = self.layers.iter().map(|&l| (keys::layered(l, prefix), true)).collect();
+            sources.push((prefix.to_vec(), false));
+            for (p, layered) in sources {
+                let mut start = p.clone();
+                start.extend_from_slice(&from);
+                let rows = txn.scan(&start, &keys::prefix_end(&p), per);
+                if rows.len() == per {
+                    let last = rows[rows.len() - 1].0[p.len()..].to_vec();
+                    if cut.as_ref().map_or(true, |c| last < *c) {
+                        cut = Some(last);
+                    }
+                }
+                for (k, v) in rows {
+                    let value = if layered { keys::unpreserved(&v).ok_or(FsError::Io)?.map(|b| b.to_vec()) } else { Some(v) };
+                    merged.entry(k[p.len()..].to_vec()).or_insert(value);
+                }
+            }
+            for (k, v) in merged {
+                if cut.as_ref().is_some_and(|c| k > *c) {
+                    break;
+                }
+                if let Some(v) = v {
+                    out.push((k, v));
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
+                }
+            }
+            match cut {
+                None => return Ok(out),
+                Some(mut c) => {
+                    c.push(0);
+                    from = c;
+                }
+            }
+        }
+    }
+
     /// Node `id` as this layer froze it, with its view id, and the id
     /// whose data (inline record or chunks) it reads.
     fn node<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, id: NodeId) -> Result<(Node, NodeId), FsError> {
@@ -774,7 +830,7 @@ fn readdir<R: KvRead + ?Sized>(
                 }
                 None => Vec::new(),
             };
-            let rows = f.scan(txn, &keys::edge_prefix(real), &from)?;
+            let rows = f.scan_limit(txn, &keys::edge_prefix(real), &from, max + 1)?;
             eof = rows.len() <= max;
             for (k, v) in rows.into_iter().take(max) {
                 let e: Edge = decode(&v).ok_or(FsError::Io)?;

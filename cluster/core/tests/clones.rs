@@ -727,3 +727,63 @@ fn random_changes_on_a_clone_and_its_source_match_their_models() {
         assert_eq!(flat(&tree(&mut kv, &mut disk, root)), src_model.flat(), "seed {seed}: the source after the clone went");
     }
 }
+
+fn eas(kv: &Kv, id: NodeId) -> Vec<(String, Vec<u8>)> {
+    match ok(read_only(kv, vec![Op::GetEas { obj: ObjRef::Id(id) }]).results.remove(0)) {
+        OpOutput::Eas { eas, .. } => eas,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Extended attributes read through and are copied up with their file; a
+/// reflink (NFSv4.2 CLONE, SMB duplicate extents) from a file not yet
+/// copied up shares its chunks; zeroing and truncating a clone's chunked
+/// file leave the source's alone; fsck clean, nothing left after delete.
+#[test]
+fn attributes_reflinks_and_truncation_in_a_clone_leave_the_source_alone() {
+    let (mut kv, root) = init();
+    let mut disk = Disk::default();
+    let f = create(&mut kv, root, "f", CreateKind::File);
+    let content = pattern(9, (3 * CS) as usize);
+    write(&mut kv, f, 0, content.clone());
+    let e = create(&mut kv, root, "e", CreateKind::File);
+    let set = vec![("USER.ONE".to_string(), b"1".to_vec()), ("USER.TWO".to_string(), b"22".to_vec())];
+    ok(run(&mut kv, vec![Op::SetEas { obj: ObjRef::Id(e), eas: set.clone() }]).remove(0));
+    disk.destage(&mut kv);
+    let inodes = disk.inodes();
+    let c = make_clone(&mut kv, "data", None, "c");
+    let ce = lookup(&mut kv, c, "e").unwrap().id;
+    assert_eq!(eas(&kv, ce), set, "read through");
+    ok(run(&mut kv, vec![Op::SetEas { obj: ObjRef::Id(ce), eas: vec![("USER.ONE".into(), Vec::new())] }]).remove(0));
+    assert_eq!(eas(&kv, ce), set[1..].to_vec(), "copied up, then one removed");
+    assert_eq!(eas(&kv, e), set, "the source's");
+
+    // A reflink of the clone's file (not copied up) into a new clone file.
+    let cf = lookup(&mut kv, c, "f").unwrap().id;
+    let copy = create(&mut kv, c, "copy", CreateKind::File);
+    let r = run(
+        &mut kv,
+        vec![Op::Clone { src: ObjRef::Id(cf), src_offset: 0, dst: ObjRef::Id(copy), dst_offset: 0, len: 3 * CS, extend: true }],
+    );
+    ok(r[0].clone());
+    disk.destage(&mut kv);
+    assert_eq!(disk.inodes(), inodes, "shared, nothing copied");
+    assert!(read_all(&mut kv, &mut disk, copy) == content);
+    // Zero a chunk of the clone's file and truncate it.
+    ok(run(&mut kv, vec![Op::ZeroRange { obj: ObjRef::Id(cf), offset: CS, len: CS }]).remove(0));
+    ok(run(&mut kv, vec![Op::SetAttr { obj: ObjRef::Id(cf), attrs: SetAttrs { size: Some(CS + 10), ..Default::default() } }])
+        .remove(0));
+    disk.destage(&mut kv);
+    clean(&kv, &disk);
+    let mut want = content[..(CS + 10) as usize].to_vec();
+    want[CS as usize..].fill(0);
+    assert!(read_all(&mut kv, &mut disk, cf) == want, "the clone's file");
+    assert!(read_all(&mut kv, &mut disk, f) == content, "the source's file");
+    assert!(read_all(&mut kv, &mut disk, copy) == content, "the reflinked copy");
+    remove_share(&mut kv, "c").unwrap();
+    disk.destage(&mut kv);
+    clean(&kv, &disk);
+    assert_eq!(clone_keys(&kv), 0);
+    assert_eq!(disk.inodes(), inodes);
+    assert!(read_all(&mut kv, &mut disk, f) == content);
+}

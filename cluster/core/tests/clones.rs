@@ -57,8 +57,9 @@ fn admin(kv: &mut Kv, cmd: Command) -> (Result<(), AdminError>, usize) {
         (out, t.into_writes())
     };
     let r = out.admin.expect("an admin outcome");
-    // A refused command writes nothing.
-    let n = if r.is_ok() { commit(kv, writes) } else { 0 };
+    // As the store does: a refused command's writes are applied too (the
+    // callers check that it wrote nothing).
+    let n = commit(kv, writes);
     (r, n)
 }
 
@@ -528,12 +529,28 @@ fn bad_names_and_unknown_sources_are_refused_with_nothing_changed() {
     assert!(matches!(refuse(&mut kv, clone_cmd("nope", None, "c")), Err(AdminError::NotFound(_))));
     assert!(matches!(refuse(&mut kv, clone_cmd("data", Some("nope"), "c")), Err(AdminError::NotFound(_))));
     assert!(matches!(refuse(&mut kv, clone_cmd("data", None, "data")), Err(AdminError::Exists(_))));
-    // A clone's directory may not lie inside a share.
-    let mut cmd = clone_cmd("data", None, "inside");
-    if let Command::Clone { share, .. } = &mut cmd {
-        share.path = "/data/inside".into();
+    // A clone's directory may not lie inside a share (its parents are not
+    // made either); an unknown snapshot makes no parent directory.
+    for (path, snap) in [("/data/inside", None), ("/data/not/yet/inside", None), ("/fresh/parents/c", Some("nope"))] {
+        let mut cmd = clone_cmd("data", snap, "inside");
+        if let Command::Clone { share, .. } = &mut cmd {
+            share.path = path.into();
+        }
+        let r = refuse(&mut kv, cmd);
+        assert!(matches!(r, Err(AdminError::Invalid(_)) | Err(AdminError::NotFound(_))), "{path}: {r:?}");
     }
-    assert!(matches!(refuse(&mut kv, cmd), Err(AdminError::Invalid(_))));
+    // A clone made from another clone's snapshot keeps that snapshot when
+    // the first clone goes.
+    make_clone(&mut kv, "data", None, "first");
+    make_clone(&mut kv, "data", Some("clone.first"), "second");
+    remove_share(&mut kv, "first").unwrap();
+    let snaps = duet_cluster::machine::list_snapshots(&kv, "data").unwrap();
+    assert_eq!(snaps.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["clone.first"]);
+    let clones = lookup(&mut kv, ROOT_ID, "clones").unwrap().id;
+    let second = lookup(&mut kv, clones, "second");
+    assert!(second.is_ok());
+    remove_share(&mut kv, "second").unwrap();
+    admin(&mut kv, Command::DropSnapshot { share: "data".into(), name: "clone.first".into(), now_ns: 9 }).0.unwrap();
     make_clone(&mut kv, "data", None, "c");
     assert!(matches!(refuse(&mut kv, clone_cmd("data", None, "c")), Err(AdminError::Exists(_))));
     // Snapshots of a clone are no views (their ids would not fit): the

@@ -516,43 +516,57 @@ pub(super) fn create<R: KvRead + ?Sized>(
     for comp in &comps {
         check_name(comp).map_err(|_| AdminError::Invalid(format!("bad path component {comp:?}")))?;
     }
-    // The parent directories, made as a share's are (mkdir -p).
+    // Every check before the first write (a refused command's writes
+    // would be applied all the same): the parents that exist, the zone
+    // the clone's directory would lie in, the snapshot, the numbers.
     let mut parent = ROOT_ID;
-    for comp in parents {
-        parent = match get_edge(txn, parent, comp) {
-            Some(e) if e.ftype == FileType::Directory => e.child,
+    let mut missing = parents.len();
+    for (i, comp) in parents.iter().enumerate() {
+        match get_edge(txn, parent, comp) {
+            Some(e) if e.ftype == FileType::Directory => parent = e.child,
             Some(_) => return Err(AdminError::Invalid(format!("{} is not a directory", share.path))),
             None => {
-                let mut b = Batch::new(duet_fs::Credentials::root(), now);
-                b.push(Op::Create {
-                    dir: ObjRef::Id(parent),
-                    name: comp.to_string(),
-                    kind: CreateKind::Directory,
-                    attrs: SetAttrs { mode: Some(0o755), ..Default::default() },
-                    if_exists: IfExists::Open,
-                });
-                match execute(txn, &b).results.into_iter().next() {
-                    Some(Ok(OpOutput::Object { attrs, .. })) => attrs.id,
-                    _ => return Err(AdminError::Invalid(format!("cannot create {}", share.path))),
-                }
+                missing = i;
+                break;
             }
-        };
+        }
     }
-    let mut pnode = get_node(txn, parent).map_err(|_| AdminError::Invalid(format!("cannot create {}", share.path)))?;
+    let pnode = get_node(txn, parent).map_err(|_| AdminError::Invalid(format!("cannot create {}", share.path)))?;
     if pnode.zone != 0 {
         return Err(AdminError::Invalid(format!(
             "clone share {}: its directory {} would lie inside a share's; put it outside every share",
             share.name, share.path
         )));
     }
-    if get_edge(txn, parent, leaf).is_some() {
+    if missing == parents.len() && get_edge(txn, parent, leaf).is_some() {
         return Err(AdminError::Exists(format!("path {}", share.path)));
     }
-    // The frozen layer: the named snapshot, or one taken now.
     let (snap_name, implicit) = match snapshot {
         Some(s) => (s.to_string(), false),
         None => (format!("clone.{}", share.name), true),
     };
+    // The root as the frozen layer has it (taken now: as it is now).
+    let frozen_root = if implicit {
+        get_node(txn, src_root).map_err(|_| AdminError::Invalid(format!("share {source}: no directory")))?
+    } else {
+        let layer = zone_snapshots(txn, zone)
+            .into_iter()
+            .find(|s| s.name == snap_name)
+            .map(|s| s.layer)
+            .ok_or_else(|| AdminError::NotFound(format!("snapshot {snap_name} of share {source}")))?;
+        let f = Frozen::open(txn, layer).map_err(|e| AdminError::Invalid(format!("snapshot {snap_name}: {e:?}")))?;
+        f.get(txn, &keys::node(src_root))
+            .ok()
+            .flatten()
+            .and_then(|v| Node::decode(&v))
+            .ok_or_else(|| AdminError::Invalid(format!("snapshot {snap_name} of share {source}: no root")))?
+    };
+    let c = counter(txn, "next_layer").max(1) + u64::from(implicit);
+    if c > CLONE_MAX {
+        return Err(AdminError::Invalid("no clone numbers left".into()));
+    }
+    // The writes: the parents (mkdir -p, as a share's), the snapshot when
+    // one is taken (it checks its own name and limits before writing).
     if implicit {
         super::layers::snapshot(txn, source, &snap_name, now)?;
     }
@@ -561,11 +575,24 @@ pub(super) fn create<R: KvRead + ?Sized>(
         .find(|s| s.name == snap_name)
         .map(|s| s.layer)
         .ok_or_else(|| AdminError::NotFound(format!("snapshot {snap_name} of share {source}")))?;
-    let c = counter(txn, "next_layer").max(1);
-    if c > CLONE_MAX {
-        return Err(AdminError::Invalid("no clone numbers left".into()));
+    for comp in &parents[missing..] {
+        let mut b = Batch::new(duet_fs::Credentials::root(), now);
+        b.push(Op::Create {
+            dir: ObjRef::Id(parent),
+            name: comp.to_string(),
+            kind: CreateKind::Directory,
+            attrs: SetAttrs { mode: Some(0o755), ..Default::default() },
+            if_exists: IfExists::Open,
+        });
+        parent = match execute(txn, &b).results.into_iter().next() {
+            Some(Ok(OpOutput::Object { attrs, .. })) => attrs.id,
+            _ => return Err(AdminError::Invalid(format!("cannot create {}", share.path))),
+        };
     }
+    let mut pnode = get_node(txn, parent).map_err(|_| AdminError::Invalid(format!("cannot create {}", share.path)))?;
+    let c = counter(txn, "next_layer").max(1);
     put_counter(txn, "next_layer", c + 1);
+    let x = clone_id(c, root_base);
     let rec = CloneRecord {
         name: share.name.clone(),
         source: source.to_string(),
@@ -582,11 +609,12 @@ pub(super) fn create<R: KvRead + ?Sized>(
         created_ns: now,
     };
     txn.put_record(keys::clone(c), &rec);
-    // The root: its node record of its own (its parent is live), its
+    // The root: a node record of its own (its parent is live), its
     // entries read through.
-    let x = clone_id(c, root_base);
-    let mut root = lower_node(txn, x).map_err(|e| AdminError::Invalid(format!("share {source}: its root: {e:?}")))?;
+    let mut root = frozen_root;
+    root.attrs.id = x;
     root.parent = parent;
+    root.zone = x;
     root.attrs.ctime = now;
     put_node(txn, &root);
     txn.put_record(keys::edge(parent, leaf), &edge_for(&root));
@@ -668,7 +696,9 @@ pub(super) fn remove_share<R: KvRead + ?Sized>(
         put_node(txn, &p);
     }
     txn.delete(keys::clone(c));
-    if rec.implicit {
+    // The snapshot taken for it goes too, unless another clone was made
+    // from it since (it stays then, an ordinary snapshot).
+    if rec.implicit && standing_on(txn, rec.layer).is_none() {
         super::layers::drop_snapshot(txn, ex, &rec.source, &rec.snapshot)?;
     }
     Ok(true)

@@ -300,14 +300,14 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
         }
         _ => r.problems.push(format!("undecodable clone record {}", hex(k))),
     });
-    for p in [keys::NODE, keys::EDGE, keys::DATA, keys::EA, keys::CHUNK, keys::CLONE_MARK] {
+    for p in [keys::NODE, keys::EDGE, keys::DATA, keys::EA, keys::CHUNK, keys::CLONE_MARK, keys::WHITEOUT] {
         scan_all(kv, p, |k, v| {
             let Some(id) = keys::u64_at(k, 1).filter(|id| is_clone_id(*id)) else { return };
             let c = (id & !crate::machine::CLONE_BIT) >> 40;
             if !clones.contains(&c) {
                 r.problems.push(format!("record {} of clone {c}, which does not exist", hex(k)));
             }
-            if p == keys::CLONE_MARK && !matches!(v, [keys::CLONE_OWN] | [keys::CLONE_GONE]) {
+            if p == keys::CLONE_MARK && !matches!(v, [keys::CLONE_OWN] | [keys::CLONE_GONE] | [keys::CLONE_MERGED]) {
                 r.problems.push(format!("undecodable clone mark {}", hex(k)));
             }
         });

@@ -656,6 +656,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             touch(&mut n.attrs, now, false);
             put_node(txn, &n);
             txn.put_record(keys::edge(d.attrs.id, name), &edge_for(&n));
+            clone::linked(txn, d.attrs.id, name);
             touch(&mut d.attrs, now, true);
             put_node(txn, &d);
             Ok(OpOutput::Dirs { changed: vec![(before, d.attrs)], target: Some(n.attrs) })
@@ -868,6 +869,7 @@ fn create<R: KvRead + ?Sized>(
     }
     put_node(txn, &n);
     txn.put_record(keys::edge(d.attrs.id, name), &edge_for(&n));
+    clone::linked(txn, d.attrs.id, name);
     let before = d.attrs.clone();
     if ftype == FileType::Directory {
         d.attrs.nlink += 1;
@@ -1441,6 +1443,7 @@ fn remove<R: KvRead + ?Sized>(
     }
     let before = d.attrs.clone();
     txn.delete(keys::edge(d.attrs.id, name));
+    clone::unlinked(txn, d.attrs.id, name);
     let target = unlink_node(txn, ex, n);
     if is_dir {
         d.attrs.nlink = d.attrs.nlink.saturating_sub(1);
@@ -1619,12 +1622,14 @@ fn rename<R: KvRead + ?Sized>(
         }
     }
     txn.delete(keys::edge(sd.attrs.id, src_name));
+    clone::unlinked(txn, sd.attrs.id, src_name);
     if is_dir {
         moving.parent = dd.attrs.id;
     }
     touch(&mut moving.attrs, now, false);
     put_node(txn, &moving);
     txn.put_record(keys::edge(dd.attrs.id, dst_name), &edge_for(&moving));
+    clone::linked(txn, dd.attrs.id, dst_name);
     let same = sd.attrs.id == dd.attrs.id;
     let mut s = get_node(txn, sd.attrs.id)?;
     let s_before = sd.attrs.clone();

@@ -405,6 +405,20 @@ fn a_clone_writes_the_same_records_for_10_files_and_for_10000() {
         assert_eq!(eof, files == 10);
         let rows = counting.rows.get();
         assert!(rows < 200, "{files} files: a page of 5 read {rows} records");
+        // The first changes in the clone's root copy it up without its
+        // entries: a create, a removal (a whiteout), a rename.
+        let before = kv.len();
+        create(&mut kv, c, "new", CreateKind::File);
+        ok(rm(&mut kv, c, "f00003"));
+        ok(mv(&mut kv, c, "f00004", c, "moved"));
+        let added = kv.len() - before;
+        assert!(added < 20, "{files} files: the first changes added {added} keys");
+        let r = read_only(&kv, vec![Op::ReadDir { dir: ObjRef::Id(c), after: None, max_entries: 20_000, with_attrs: false }]);
+        let OpOutput::Dir { entries, .. } = ok(r.results[0].clone()) else { panic!() };
+        assert_eq!(entries.len(), files);
+        let n = names(&entries);
+        assert!(n.contains(&"new".to_string()) && n.contains(&"moved".to_string()));
+        assert!(!n.contains(&"f00003".to_string()) && !n.contains(&"f00004".to_string()));
     }
     println!("keys written by a clone: 10 files {:?}, 10,000 files {:?} (of a share, of a snapshot)", written[0], written[1]);
     assert_eq!(written[0], written[1]);

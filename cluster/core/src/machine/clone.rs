@@ -181,11 +181,10 @@ pub(super) fn lower_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) ->
 }
 
 /// Where clone object `x`'s contents are read when they are not its own:
-/// the frozen layer, the id there, and `x`'s clone number.
+/// the frozen layer and the id there.
 pub(super) struct Through {
     level: Level,
     id: NodeId,
-    c: u64,
 }
 
 /// `None`: `id`'s contents are its own records (a live id, an object copied
@@ -193,7 +192,7 @@ pub(super) struct Through {
 pub(super) fn through<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) -> Result<Option<Through>, FsError> {
     let Some((c, b)) = split(x) else { return Ok(None) };
     match mark(txn, x) {
-        Some(keys::CLONE_OWN) => return Ok(None),
+        Some(keys::CLONE_OWN) | Some(keys::CLONE_MERGED) => return Ok(None),
         Some(_) => return Err(FsError::Stale),
         None => {}
     }
@@ -204,10 +203,10 @@ pub(super) fn through<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) -> Re
     for level in levels {
         let id = level.id(b);
         if level.clone == 0 || b >= level.floor {
-            return Ok(Some(Through { level, id, c }));
+            return Ok(Some(Through { level, id }));
         }
         match level.f.get(txn, &keys::clone_mark(id))?.and_then(|v| v.first().copied()) {
-            Some(keys::CLONE_OWN) => return Ok(Some(Through { level, id, c })),
+            Some(keys::CLONE_OWN) | Some(keys::CLONE_MERGED) => return Ok(Some(Through { level, id })),
             Some(_) => return Err(FsError::Stale),
             None => {}
         }
@@ -216,24 +215,6 @@ pub(super) fn through<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) -> Re
 }
 
 impl Through {
-    /// The edges of the lower directory from suffix `from` on, mapped into
-    /// the clone: (name, edge).
-    fn edges<R: KvRead + ?Sized>(
-        &self,
-        txn: &mut Txn<'_, R>,
-        from: &[u8],
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Edge)>, FsError> {
-        let rows = self.level.f.scan_limit(txn, &keys::edge_prefix(self.id), from, limit)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for (name, v) in rows {
-            let mut e: Edge = decode(&v).ok_or(FsError::Io)?;
-            e.child = clone_id(self.c, e.child & view::ID_MAX);
-            out.push((name, e));
-        }
-        Ok(out)
-    }
-
     fn inline<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>) -> Result<Option<Vec<u8>>, FsError> {
         self.level.f.get(txn, &keys::data(self.id))
     }
@@ -250,28 +231,162 @@ impl Through {
 
 // ---- hooks of the ordinary paths (machine.rs) ----
 
-/// Edge `name` of directory `dir`, when `dir` reads through (`None`: its
-/// edges are its own).
+/// Where a clone directory's entries come from when they are not all its
+/// own records, nearest first: `x`'s own live edges and whiteouts (when it
+/// is merged), then frozen levels (`Some(index)`) with the directory's id
+/// there. Each source but the last lies over the next: its edges and
+/// whiteouts win.
+pub(super) struct Sources {
+    levels: Vec<Level>,
+    list: Vec<(Option<usize>, NodeId)>,
+    c: u64,
+}
+
+fn sources<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) -> Result<Option<Sources>, FsError> {
+    let Some((c, b)) = split(x) else { return Ok(None) };
+    let mut list = Vec::new();
+    match mark(txn, x) {
+        Some(keys::CLONE_OWN) => return Ok(None),
+        Some(keys::CLONE_MERGED) => list.push((None, x)),
+        Some(_) => return Err(FsError::Stale),
+        None => {}
+    }
+    let (rec, levels) = chain(txn, c)?;
+    if b >= rec.floor {
+        return Ok(None);
+    }
+    for i in 0..levels.len() {
+        let id = levels[i].id(b);
+        if levels[i].clone == 0 || b >= levels[i].floor {
+            list.push((Some(i), id));
+            return Ok(Some(Sources { levels, list, c }));
+        }
+        match levels[i].f.get(txn, &keys::clone_mark(id))?.and_then(|v| v.first().copied()) {
+            Some(keys::CLONE_OWN) => {
+                list.push((Some(i), id));
+                return Ok(Some(Sources { levels, list, c }));
+            }
+            Some(keys::CLONE_MERGED) => list.push((Some(i), id)),
+            Some(_) => return Err(FsError::Stale),
+            None => {}
+        }
+    }
+    Err(FsError::Stale)
+}
+
+impl Sources {
+    fn get<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, src: Option<usize>, key: &[u8]) -> Result<Option<Vec<u8>>, FsError> {
+        match src {
+            None => Ok(txn.get(key)),
+            Some(i) => self.levels[i].f.get(txn, key),
+        }
+    }
+
+    /// Up to `per` (suffix, value) pairs under `prefix` from suffix `from`.
+    fn scan<R: KvRead + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, R>,
+        src: Option<usize>,
+        prefix: &[u8],
+        from: &[u8],
+        per: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, FsError> {
+        match src {
+            None => {
+                let mut start = prefix.to_vec();
+                start.extend_from_slice(from);
+                Ok(txn
+                    .scan(&start, &keys::prefix_end(prefix), per)
+                    .into_iter()
+                    .map(|(k, v)| (k[prefix.len()..].to_vec(), v))
+                    .collect())
+            }
+            Some(i) => self.levels[i].f.scan_limit(txn, prefix, from, per),
+        }
+    }
+
+    fn map(&self, v: &[u8]) -> Result<Edge, FsError> {
+        let mut e: Edge = decode(v).ok_or(FsError::Io)?;
+        e.child = clone_id(self.c, e.child & view::ID_MAX);
+        Ok(e)
+    }
+
+    /// Entry `name`, its child's id mapped into the clone.
+    fn edge<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, name: &str) -> Result<Option<Edge>, FsError> {
+        for &(src, id) in &self.list {
+            if let Some(v) = self.get(txn, src, &keys::edge(id, name))? {
+                return self.map(&v).map(Some);
+            }
+            if self.get(txn, src, &keys::whiteout(id, name))?.is_some() {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The entries from suffix `from` on, at most `limit`, merged (a page
+    /// reads about a page of each source per round, as `scan_limit`).
+    fn edges<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Edge)>, FsError> {
+        let per = limit.max(16).saturating_add(1);
+        let mut out = Vec::new();
+        let mut from = from.to_vec();
+        loop {
+            let mut merged: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> = std::collections::BTreeMap::new();
+            let mut cut: Option<Vec<u8>> = None;
+            for &(src, id) in &self.list {
+                for (prefix, edges) in [(keys::edge_prefix(id), true), (keys::whiteout_prefix(id), false)] {
+                    let rows = self.scan(txn, src, &prefix, &from, per)?;
+                    if rows.len() >= per {
+                        let last = rows[rows.len() - 1].0.clone();
+                        if cut.as_ref().map_or(true, |c| last < *c) {
+                            cut = Some(last);
+                        }
+                    }
+                    for (k, v) in rows {
+                        merged.entry(k).or_insert(if edges { Some(v) } else { None });
+                    }
+                }
+            }
+            for (k, v) in merged {
+                if cut.as_ref().is_some_and(|c| k > *c) {
+                    break;
+                }
+                if let Some(v) = v {
+                    out.push((k, self.map(&v)?));
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
+                }
+            }
+            match cut {
+                None => return Ok(out),
+                Some(mut c) => {
+                    c.push(0);
+                    from = c;
+                }
+            }
+        }
+    }
+}
+
+// ---- hooks of the ordinary paths (machine.rs) ----
+
+/// Edge `name` of clone directory `dir` when its entries are not all its
+/// own records (`None`: read its own).
 pub(super) fn edge<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &str) -> Option<Option<Edge>> {
     if !is_clone_id(dir) {
         return None;
     }
-    match through(txn, dir) {
+    match sources(txn, dir) {
         Ok(None) => None,
         Err(_) => Some(None),
-        Ok(Some(t)) => Some(match t.level.f.get(txn, &keys::edge(t.id, name)) {
-            Ok(Some(v)) => decode::<Edge>(&v).map(|mut e| {
-                e.child = clone_id(t.c, e.child & view::ID_MAX);
-                e
-            }),
-            _ => None,
-        }),
+        Ok(Some(s)) => Some(s.edge(txn, name).ok().flatten()),
     }
 }
 
-/// The edge rows (`e` dir name -> Edge, as a scan returns them) of
-/// directory `dir` from key `start` on, at most `limit`, when `dir` reads
-/// through (`None`: scan its own).
+/// The edge rows (`e` dir name -> Edge, as a scan returns them) of clone
+/// directory `dir` from key `start` on, at most `limit`, merged from its
+/// sources (`None`: scan its own).
 pub(super) fn edge_rows<R: KvRead + ?Sized>(
     txn: &mut Txn<'_, R>,
     dir: NodeId,
@@ -281,14 +396,14 @@ pub(super) fn edge_rows<R: KvRead + ?Sized>(
     if !is_clone_id(dir) {
         return None;
     }
-    let t = match through(txn, dir) {
+    let s = match sources(txn, dir) {
         Ok(None) => return None,
         Err(_) => return Some(Vec::new()),
-        Ok(Some(t)) => t,
+        Ok(Some(s)) => s,
     };
     let prefix = keys::edge_prefix(dir);
     let from = start.get(prefix.len()..).unwrap_or(&[]);
-    let rows = t.edges(txn, from, limit).unwrap_or_default();
+    let rows = s.edges(txn, from, limit).unwrap_or_default();
     Some(
         rows.into_iter()
             .filter_map(|(name, e)| {
@@ -298,6 +413,21 @@ pub(super) fn edge_rows<R: KvRead + ?Sized>(
             })
             .collect(),
     )
+}
+
+/// An edge `name` was made in directory `dir`: a whiteout of it goes.
+pub(super) fn linked<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &str) {
+    if is_clone_id(dir) && txn.get(&keys::whiteout(dir, name)).is_some() {
+        txn.delete(keys::whiteout(dir, name));
+    }
+}
+
+/// Edge `name` of directory `dir` was removed: in a merged directory a
+/// whiteout hides its source's entry of that name.
+pub(super) fn unlinked<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &str) {
+    if is_clone_id(dir) && mark(txn, dir) == Some(keys::CLONE_MERGED) {
+        txn.put(keys::whiteout(dir, name), Vec::new());
+    }
 }
 
 /// The extended attributes of `id` when they read through.
@@ -338,6 +468,10 @@ pub(super) fn chunk_file<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -
 pub(super) fn gone<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) {
     if is_clone_id(id) {
         txn.put(keys::clone_mark(id), vec![keys::CLONE_GONE]);
+        let p = keys::whiteout_prefix(id);
+        for (k, _) in txn.scan(&p, &keys::prefix_end(&p), usize::MAX) {
+            txn.delete(k);
+        }
     }
 }
 
@@ -350,14 +484,11 @@ pub(super) fn materialise<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exe
     if txn.get(&keys::node(x)).is_none() {
         put_node(txn, &n);
     }
+    let mut own = keys::CLONE_OWN;
     match n.attrs.ftype {
-        FileType::Directory => {
-            for (name, e) in t.edges(txn, &[], usize::MAX)? {
-                let mut k = keys::edge_prefix(x);
-                k.extend_from_slice(&name);
-                txn.put_record(k, &e);
-            }
-        }
+        // A directory's entries stay where they are: its own edges and
+        // whiteouts lie over them from now on.
+        FileType::Directory => own = keys::CLONE_MERGED,
         FileType::Regular if n.chunked => {
             let src = t.chunks(txn)?;
             let prefix = keys::chunk_prefix(src);
@@ -399,7 +530,7 @@ pub(super) fn materialise<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exe
             txn.put(k, v);
         }
     }
-    txn.put(keys::clone_mark(x), vec![keys::CLONE_OWN]);
+    txn.put(keys::clone_mark(x), vec![own]);
     Ok(())
 }
 
@@ -449,6 +580,14 @@ pub(super) fn prepare<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_
     for id in objs.into_iter().flatten() {
         if is_clone_id(id) {
             materialise(txn, ex, id)?;
+            if matches!(op, Op::SetAttr { .. }) {
+                // A directory's mode and owner are kept in its edge too.
+                if let Ok(n) = get_node(txn, id) {
+                    if n.attrs.ftype == FileType::Directory && is_clone_id(n.parent) {
+                        materialise(txn, ex, n.parent)?;
+                    }
+                }
+            }
         }
     }
     for (dir, name, caseless) in named {
@@ -677,7 +816,7 @@ pub(super) fn remove_share<R: KvRead + ?Sized>(
         }
         txn.delete(k);
     }
-    for p in [keys::EDGE, keys::DATA, keys::EA, keys::CLONE_MARK] {
+    for p in [keys::EDGE, keys::DATA, keys::EA, keys::CLONE_MARK, keys::WHITEOUT] {
         let (a, b) = range(p);
         for (k, _) in txn.scan(&a, &b, usize::MAX) {
             txn.delete(k);

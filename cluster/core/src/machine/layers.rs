@@ -99,7 +99,7 @@ pub(super) fn preserve<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>) {
     if txn.is_empty() || !any_layers(txn) {
         return;
     }
-    let written = txn.written_keys(&[keys::NODE, keys::EDGE, keys::DATA, keys::EA, keys::CLONE_MARK]);
+    let written = txn.written_keys(&[keys::NODE, keys::EDGE, keys::DATA, keys::EA, keys::CLONE_MARK, keys::WHITEOUT]);
     let mut layer_of: BTreeMap<NodeId, Option<u64>> = BTreeMap::new();
     for key in written {
         // Every one of these keys holds its owner's id at byte 1 (the node,

@@ -169,6 +169,20 @@ fn a_clone_is_a_writable_share_whose_changes_never_reach_its_source() {
     assert_eq!(k.lookup3(&cdir2, b"inner"), Err(Nfsstat3::NOENT), "a directory made again is empty (opaque)");
     std::fs::write(local.join("clone-only.txt"), b"only in the clone\n").unwrap();
     smbclient(d.smb_port, "c", &local, "put clone-only.txt; rename smb.bin renamed.bin; mkdir newdir");
+    // Listings merge the clone's own entries over the source's.
+    let names = |text: &str| -> Vec<String> {
+        text.lines().filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect()
+    };
+    let listed = names(&smbclient(d.smb_port, "c", &local, "ls"));
+    for n in ["big", "small", "dir", "renamed.bin", "clone-only.txt", "newdir"] {
+        assert!(listed.iter().any(|l| l == n), "{n} in the clone's listing: {listed:?}");
+    }
+    assert!(!listed.iter().any(|l| l == "smb.bin"), "renamed away in the clone: {listed:?}");
+    let listed = names(&smbclient(d.smb_port, "public", &local, "ls"));
+    assert!(listed.iter().any(|l| l == "smb.bin"), "{listed:?}");
+    for n in ["renamed.bin", "clone-only.txt", "newdir"] {
+        assert!(!listed.iter().any(|l| l == n), "{n} is not in the source: {listed:?}");
+    }
     let mut big_new = big_old.clone();
     big_new[5 * MIB..6 * MIB].fill(0xCD);
     assert!(k.read3_all(&cbig).unwrap() == big_new, "big in the clone");

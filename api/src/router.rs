@@ -16,6 +16,7 @@
 //! | GET    | /v1/shares/{name}/snapshots  | SnapshotList   | 200 [Snapshot]   |
 //! | POST   | /v1/shares/{name}/snapshots  | SnapshotCreate | 201 Snapshot     |
 //! | DELETE | /v1/shares/{name}/snapshots/{snapshot} | SnapshotDelete | 204    |
+//! | POST   | /v1/shares/{name}/clone      | ShareClone     | 201 Share        |
 //! | GET    | /v1/users                    | UserList       | 200 [UserInfo]   |
 //! | POST   | /v1/users                    | UserAdd        | 201 UserInfo     |
 //! | PUT    | /v1/users/{name}/password    | UserPasswd     | 204              |
@@ -67,6 +68,8 @@ pub enum AdminRequest {
     SnapshotCreate { share: String, snapshot: NewSnapshot },
     /// Delete a snapshot of a share.
     SnapshotDelete { share: String, name: String },
+    /// Make a writable clone of a share (or of one of its snapshots).
+    ShareClone { source: String, clone: NewClone },
     UserList,
     UserAdd(NewUser),
     UserPasswd { name: String, password: String },
@@ -109,6 +112,9 @@ impl fmt::Debug for AdminRequest {
             AdminRequest::SnapshotDelete { share, name } => {
                 f.debug_struct("SnapshotDelete").field("share", share).field("name", name).finish()
             }
+            AdminRequest::ShareClone { source, clone } => {
+                f.debug_struct("ShareClone").field("source", source).field("clone", clone).finish()
+            }
             AdminRequest::UserList => f.write_str("UserList"),
             AdminRequest::UserAdd(u) => f.debug_tuple("UserAdd").field(u).finish(),
             AdminRequest::AdminPasswd(c) => f.debug_tuple("AdminPasswd").field(c).finish(),
@@ -137,6 +143,7 @@ impl AdminRequest {
                 | AdminRequest::ShareModify { .. }
                 | AdminRequest::SnapshotCreate { .. }
                 | AdminRequest::SnapshotDelete { .. }
+                | AdminRequest::ShareClone { .. }
                 | AdminRequest::UserAdd(_)
                 | AdminRequest::UserPasswd { .. }
                 | AdminRequest::AdminPasswd(_)
@@ -162,6 +169,10 @@ impl AdminRequest {
             AdminRequest::SnapshotDelete { share, name } => {
                 validate_share_name(share)?;
                 validate_snapshot_name(name)
+            }
+            AdminRequest::ShareClone { source, clone } => {
+                validate_share_name(source)?;
+                clone.validate()
             }
             AdminRequest::ShareAdd(s) => s.validate(),
             AdminRequest::UserAdd(u) => u.validate(),
@@ -213,6 +224,7 @@ impl AdminRequest {
             AdminRequest::SnapshotDelete { share, name } => {
                 ("DELETE", format!("/v1/shares/{}/snapshots/{}", seg(share), seg(name)))
             }
+            AdminRequest::ShareClone { source, .. } => ("POST", format!("/v1/shares/{}/clone", seg(source))),
             AdminRequest::UserModify { name, .. } => ("PATCH", format!("/v1/users/{}", seg(name))),
             AdminRequest::UserList => ("GET", "/v1/users".into()),
             AdminRequest::UserAdd(_) => ("POST", "/v1/users".into()),
@@ -239,6 +251,7 @@ impl AdminRequest {
             AdminRequest::MemberAdd(m) => Some(to_json(m)),
             AdminRequest::ShareModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::SnapshotCreate { snapshot, .. } => Some(to_json(snapshot)),
+            AdminRequest::ShareClone { clone, .. } => Some(to_json(clone)),
             AdminRequest::UserModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::UserPasswd { password, .. } => Some(to_json(&PasswordChange {
                 password: password.clone(),
@@ -423,6 +436,10 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
                 _ => return Err(wrong_method("GET, POST")),
             }
         }
+        ["shares", name, "clone"] => match m {
+            "POST" => AdminRequest::ShareClone { source: percent_decode(name)?, clone: json_body(req)? },
+            _ => return Err(wrong_method("POST")),
+        },
         ["shares", name, "snapshots", snap] => match m {
             "DELETE" => AdminRequest::SnapshotDelete { share: percent_decode(name)?, name: percent_decode(snap)? },
             _ => return Err(wrong_method("DELETE")),
@@ -512,7 +529,7 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
         AdminRequest::ShareList => AdminResponse::Shares(body(resp)?),
         AdminRequest::ShareShow(_) | AdminRequest::ShareModify { .. } => AdminResponse::Share(body(resp)?),
         AdminRequest::UserModify { .. } => AdminResponse::User(body(resp)?),
-        AdminRequest::ShareAdd(_) => {
+        AdminRequest::ShareAdd(_) | AdminRequest::ShareClone { .. } => {
             expect(201)?;
             AdminResponse::ShareCreated(body(resp)?)
         }
@@ -702,6 +719,11 @@ mod tests {
             AdminRequest::SnapshotCreate { share: "media".into(), snapshot: NewSnapshot { name: Some("daily 1".into()) } },
             AdminRequest::SnapshotCreate { share: "media".into(), snapshot: NewSnapshot::default() },
             AdminRequest::SnapshotDelete { share: "media".into(), name: "daily 1".into() },
+            AdminRequest::ShareClone {
+                source: "media".into(),
+                clone: NewClone { share: Share::new("copy", "/clones/copy"), snapshot: Some("daily 1".into()) },
+            },
+            AdminRequest::ShareClone { source: "media".into(), clone: NewClone { share: share.clone(), snapshot: None } },
             AdminRequest::ShareAdd(share),
             AdminRequest::ShareRemove("media".into()),
             AdminRequest::UserList,

@@ -331,6 +331,10 @@ pub struct Share {
     /// Ignored in requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durability_applied: Option<Durability>,
+    /// A writable clone's origin, `SOURCE@SNAPSHOT` (set by the daemon in
+    /// answers; ignored in requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 impl Share {
@@ -346,6 +350,7 @@ impl Share {
             users: Vec::new(),
             durability: Durability::Always,
             durability_applied: None,
+            origin: None,
         }
     }
 
@@ -1056,6 +1061,41 @@ pub struct Snapshot {
 pub struct NewSnapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+/// Body of POST /v1/shares/{source}/clone: a writable clone of share
+/// `source` (at its snapshot `snapshot`; none: a snapshot `clone.NAME` is
+/// taken first and deleted with the clone), served as share `share` (its
+/// path must lie outside every share; its other options as any share's).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewClone {
+    pub share: Share,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+}
+
+impl NewClone {
+    pub fn validate(&self) -> Result<(), ApiError> {
+        self.share.validate()?;
+        if let Some(s) = &self.snapshot {
+            validate_snapshot_name(s)?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses `SOURCE[@SNAPSHOT]` (duetctl's form of a clone's origin).
+pub fn parse_origin(s: &str) -> Result<(String, Option<String>), ApiError> {
+    let (share, snap) = match s.split_once('@') {
+        Some((a, b)) => (a.to_string(), Some(b.to_string())),
+        None => (s.to_string(), None),
+    };
+    validate_share_name(&share)?;
+    if let Some(n) = &snap {
+        validate_snapshot_name(n)?;
+    }
+    Ok((share, snap))
 }
 
 /// Snapshot names: 1-255 bytes, not `.` or `..`, no `/`, `@`, `\` or

@@ -200,6 +200,7 @@ fn share_to_api(s: ShareRecord) -> Share {
             duet_cluster::records::Durability::Protocol => duet_admin_api::types::Durability::Protocol,
         },
         durability_applied: None,
+        origin: None,
     }
 }
 
@@ -844,6 +845,18 @@ impl Admin {
         }
     }
 
+    /// Shares as the API shows them, each clone with its origin.
+    async fn shares_with_origins(&self, shares: Vec<ShareRecord>) -> Result<Vec<Share>, ApiError> {
+        let QueryAnswer::Clones(clones) = self.query(Query::Clones).await? else { return Err(internal("clones")) };
+        Ok(shares
+            .into_iter()
+            .map(|s| {
+                let origin = clones.iter().find(|c| c.name == s.name).map(|c| format!("{}@{}", c.source, c.snapshot));
+                Share { origin, ..share_to_api(s) }
+            })
+            .collect())
+    }
+
     async fn query(&self, q: Query) -> Result<QueryAnswer, ApiError> {
         self.engine.store.query(q).await.map_err(internal)
     }
@@ -898,12 +911,27 @@ impl Admin {
             }
             AdminRequest::ShareList => {
                 let QueryAnswer::Shares(s) = self.query(Query::Shares).await? else { return Err(internal("shares")) };
-                Ok(AdminResponse::Shares(s.into_iter().map(|s| self.applied(share_to_api(s))).collect()))
+                Ok(AdminResponse::Shares(self.shares_with_origins(s).await?.into_iter().map(|s| self.applied(s)).collect()))
             }
             AdminRequest::ShareShow(name) => match self.query(Query::Share(name.clone())).await? {
-                QueryAnswer::Share(Some(s)) => Ok(AdminResponse::Share(self.applied(share_to_api(s)))),
+                QueryAnswer::Share(Some(s)) => {
+                    Ok(AdminResponse::Share(self.applied(self.shares_with_origins(vec![s]).await?.remove(0))))
+                }
                 _ => Err(ApiError::not_found(format!("share {name} not found"))),
             },
+            AdminRequest::ShareClone { source, clone } => {
+                clone.validate()?;
+                let record = share_from_api(&clone.share);
+                let snapshot = clone.snapshot.clone();
+                self.command(Command::Clone { source, snapshot, share: record, now_ns: now_ns() }).await?;
+                let name = clone.share.name.clone();
+                match self.query(Query::Share(name.clone())).await? {
+                    QueryAnswer::Share(Some(s)) => {
+                        Ok(AdminResponse::ShareCreated(self.applied(self.shares_with_origins(vec![s]).await?.remove(0))))
+                    }
+                    _ => Err(internal("the clone vanished after it was made")),
+                }
+            }
             AdminRequest::ShareAdd(share) => {
                 share.validate()?;
                 self.command(Command::PutShare { share: share_from_api(&share), replace: false, now_ns: now_ns() }).await?;

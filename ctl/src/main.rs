@@ -201,6 +201,13 @@ enum ShareCmd {
     Show { name: String },
     /// Change a share's options in place (clients stay connected)
     Modify(ShareModifyArgs),
+    /// Make share NEW a writable clone of SOURCE (at its snapshot SNAPSHOT;
+    /// without one a snapshot clone.NEW is taken and deleted with the
+    /// clone), in constant time whatever SOURCE's size; remove it with
+    /// `share remove NEW`. Exit status 3 for an unknown share or snapshot,
+    /// 4 if NEW exists, 2 for a bad name, a path inside a share or a clone
+    /// more than 8 deep
+    Clone(ShareCloneArgs),
     /// Remove a share (the files stay; asks first unless --yes)
     #[command(visible_alias = "rm")]
     Remove { name: String },
@@ -323,6 +330,41 @@ struct ShareAddArgs {
     /// within [durability] window_ms (docs/durability.md)
     #[arg(long, default_value = "always", value_name = "always|protocol")]
     durability: String,
+}
+
+#[derive(Args, Debug)]
+struct ShareCloneArgs {
+    /// The share to clone, SOURCE or SOURCE@SNAPSHOT
+    #[arg(value_name = "SOURCE[@SNAPSHOT]")]
+    origin: String,
+    /// The clone's share name
+    #[arg(value_name = "NEW")]
+    name: String,
+    /// Absolute path of the clone's directory, outside every share
+    /// (default: /clones/NEW)
+    #[arg(long, value_name = "PATH")]
+    path: Option<String>,
+    /// Protocols to serve the share over
+    #[arg(long, default_value = "smb,nfs", value_name = "smb,nfs")]
+    protocols: String,
+    /// Export read-only
+    #[arg(long)]
+    read_only: bool,
+    /// Allow guest (unauthenticated) SMB access
+    #[arg(long)]
+    guest_ok: bool,
+    /// NFS clients allowed to mount: CIDRs, addresses or *
+    #[arg(long, default_value = "*", value_name = "CIDR,...")]
+    nfs_clients: String,
+    /// Do not map NFS root (uid 0) to the anonymous user
+    #[arg(long)]
+    no_root_squash: bool,
+    /// Allow the NFS append extension (WRITE at offset 2^64-1 appends)
+    #[arg(long)]
+    append_extension: bool,
+    /// SMB users allowed to connect (default: every user)
+    #[arg(long, default_value = "", value_name = "USER,...")]
+    users: String,
 }
 
 /// The new password of a user (never the admin's: that is
@@ -509,6 +551,24 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
         Command::Snapshot(SnapshotCmd::List { share }) => ready(AdminRequest::SnapshotList(share.clone())),
         Command::Snapshot(SnapshotCmd::Delete { share, name }) => {
             ready(AdminRequest::SnapshotDelete { share: share.clone(), name: name.clone() })
+        }
+        Command::Share(ShareCmd::Clone(a)) => {
+            let (source, snapshot) = duet_admin_api::parse_origin(&a.origin).map_err(CtlError::usage)?;
+            validate_share_name(&a.name).map_err(CtlError::usage)?;
+            let path = a.path.clone().unwrap_or_else(|| format!("/clones/{}", a.name));
+            let mut share = Share::new(a.name.clone(), path);
+            share.protocols = split_list(&a.protocols)
+                .iter()
+                .map(|p| p.parse::<Protocol>())
+                .collect::<Result<_, _>>()
+                .map_err(CtlError::usage)?;
+            share.read_only = a.read_only;
+            share.guest_ok = a.guest_ok;
+            share.nfs.clients = split_list(&a.nfs_clients);
+            share.nfs.root_squash = !a.no_root_squash;
+            share.nfs.append_extension = a.append_extension;
+            share.users = split_list(&a.users);
+            ready(AdminRequest::ShareClone { source, clone: duet_admin_api::NewClone { share, snapshot } })
         }
         Command::Share(ShareCmd::Add(a)) => {
             validate_share_name(&a.name).map_err(CtlError::usage)?;
@@ -831,6 +891,12 @@ fn human(request: &AdminRequest, response: &AdminResponse, last: usize) -> Strin
             format!("changed share {}\n{}", s.name, output::share_show(s))
         }
         (_, AdminResponse::Share(s)) => output::share_show(s),
+        (AdminRequest::ShareClone { .. }, AdminResponse::ShareCreated(s)) => format!(
+            "made share {} at {}, a writable clone of {}\n",
+            s.name,
+            s.path,
+            s.origin.as_deref().unwrap_or("?")
+        ),
         (_, AdminResponse::ShareCreated(s)) => format!(
             "added share {} at {} ({})\n",
             s.name,

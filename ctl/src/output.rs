@@ -228,25 +228,33 @@ pub fn share_list(shares: &[Share]) -> String {
                 yes_no(s.guest_ok),
                 durability(s),
                 s.nfs.clients.join(","),
+                s.origin.clone().unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
-    table(
-        &[
-            ("NAME", Align::Left),
-            ("PATH", Align::Left),
-            ("PROTOCOLS", Align::Left),
-            ("ACCESS", Align::Left),
-            ("GUEST", Align::Left),
-            ("DURABILITY", Align::Left),
-            ("NFS CLIENTS", Align::Left),
-        ],
-        &rows,
-    )
+    let mut cols = vec![
+        ("NAME", Align::Left),
+        ("PATH", Align::Left),
+        ("PROTOCOLS", Align::Left),
+        ("ACCESS", Align::Left),
+        ("GUEST", Align::Left),
+        ("DURABILITY", Align::Left),
+        ("NFS CLIENTS", Align::Left),
+        // Clones' origins, when there are clones.
+        ("ORIGIN", Align::Left),
+    ];
+    let mut rows = rows;
+    if shares.iter().all(|s| s.origin.is_none()) {
+        cols.pop();
+        for r in &mut rows {
+            r.pop();
+        }
+    }
+    table(&cols, &rows)
 }
 
 pub fn share_show(s: &Share) -> String {
-    key_values(&[
+    let mut kv = vec![
         ("name", s.name.clone()),
         ("path", s.path.clone()),
         ("protocols", protocols(s)),
@@ -257,7 +265,11 @@ pub fn share_show(s: &Share) -> String {
         ("nfs append extension", yes_no(s.nfs.append_extension)),
         ("users", if s.users.is_empty() { "everyone".to_string() } else { s.users.join(",") }),
         ("durability", durability(s)),
-    ])
+    ];
+    if let Some(o) = &s.origin {
+        kv.push(("clone of", o.clone()));
+    }
+    key_values(&kv)
 }
 
 /// "always", "protocol", or "protocol (applied: always)" where the node

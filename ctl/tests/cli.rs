@@ -1151,3 +1151,54 @@ fn cluster_status_shows_a_node_rebuild_in_progress() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["receiving_snapshot"]["bytes"], 12 << 20);
 }
+
+#[test]
+fn share_clone_request_output_and_refusals() {
+    let mut made = Share::new("copy", "/clones/copy");
+    made.origin = Some("data@daily".into());
+    let f = fake(vec![
+        ok(AdminResponse::ShareCreated(made.clone())),
+        ok(AdminResponse::Shares(vec![Share::new("data", "/data"), made])),
+        err(ApiError::not_found("snapshot nope of share data not found")),
+        err(ApiError::invalid_argument("share c8 is a clone 8 deep: a clone may be at most 8 deep")),
+    ]);
+    let o = run(&f, &["share", "clone", "data@daily", "copy", "--read-only"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let req = f.request();
+    assert_eq!((req.method.as_str(), req.path.as_str()), ("POST", "/v1/shares/data/clone"));
+    let body: NewClone = serde_json::from_slice(&req.body).unwrap();
+    assert_eq!(body.snapshot.as_deref(), Some("daily"));
+    assert_eq!(body.share.path, "/clones/copy");
+    assert!(body.share.read_only);
+    assert_eq!(stdout(&o), "made share copy at /clones/copy, a writable clone of data@daily\n");
+    let o = run(&f, &["share", "list"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    f.request();
+    assert_eq!(
+        stdout(&o),
+        "NAME  PATH          PROTOCOLS  ACCESS  GUEST  NFS CLIENTS  ORIGIN\n\
+         data  /data         smb,nfs    rw      no     *            -\n\
+         copy  /clones/copy  smb,nfs    rw      no     *            data@daily\n"
+    );
+    let o = run(&f, &["share", "clone", "data@nope", "c2", "--path", "/x/c2"]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let req = f.request();
+    let body: NewClone = serde_json::from_slice(&req.body).unwrap();
+    assert_eq!(body.share.path, "/x/c2");
+    let o = run(&f, &["share", "clone", "c8", "c9"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("8 deep"), "{}", stderr(&o));
+    f.request();
+    // Bad names are refused before anything is sent.
+    for args in [
+        &["share", "clone", "data@a/b", "c"][..],
+        &["share", "clone", "da ta", "c"],
+        &["share", "clone", "data", "c@d"],
+        &["share", "clone", "data", "c", "--path", "relative"],
+        &["share", "clone", "data@", "c"],
+    ] {
+        let o = run(&f, args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+    }
+    f.no_request();
+}

@@ -98,6 +98,8 @@ const CMD_PUBLIC_ADDRESSES: u8 = 8;
 const CMD_SNAPSHOT: u8 = 9;
 /// A snapshot deleted: share name, snapshot name, time.
 const CMD_DROP_SNAPSHOT: u8 = 10;
+/// Issue 15 (clones): a writable clone of a share or snapshot.
+const CMD_CLONE: u8 = 11;
 /// `Init` whose share records are each followed by a durability tag
 /// ([`DURABILITY_ALWAYS`], [`DURABILITY_PROTOCOL`]). What the encoder
 /// writes when a share's durability is not `always`; otherwise `CMD_INIT`,
@@ -262,6 +264,16 @@ fn put_command(w: &mut Writer, cmd: &Command) {
             w.u8(CMD_DROP_SNAPSHOT);
             w.str(share);
             w.str(name);
+            w.i64(*now_ns);
+        }
+        Command::Clone { source, snapshot, share, now_ns } => {
+            w.u8(CMD_CLONE);
+            w.str(source);
+            w.bool(snapshot.is_some());
+            if let Some(s) = snapshot {
+                w.str(s);
+            }
+            put_share(w, share);
             w.i64(*now_ns);
         }
     }
@@ -750,6 +762,13 @@ fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
             let name = r.string("snapshot name")?;
             let now_ns = r.i64("snapshot deletion time")?;
             Command::DropSnapshot { share, name, now_ns }
+        }
+        CMD_CLONE => {
+            let source = r.string("clone source")?;
+            let snapshot = if r.bool("clone of a snapshot")? { Some(r.string("clone snapshot")?) } else { None };
+            let share = get_share(r)?;
+            let now_ns = r.i64("clone time")?;
+            Command::Clone { source, snapshot, share, now_ns }
         }
         t => return r.unknown("command", t),
     })

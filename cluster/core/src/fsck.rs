@@ -7,6 +7,12 @@
 //! zone record names the newest, every before-image decodes and lies in a
 //! known layer, and a layer's shadow files (which hold the frozen chunks
 //! by reference) count as chunked files for the chunk and blob checks.
+//! Clones: a clone's object not copied up has no node record of its own
+//! (it reads through its source, checked as that source), so edges to one
+//! are not dangling, and a clone's nodes are not held to link counts or
+//! orphan checks (their other links may still read through); every clone
+//! record names a snapshot that exists, and every record in a clone's id
+//! range belongs to a clone that exists.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,7 +20,8 @@ use duet_fs::{FileType, NodeId, ROOT_ID};
 
 use crate::keys;
 use crate::kv::KvRead;
-use crate::records::{decode, DataRecord, Edge, Node, SnapshotRecord};
+use crate::machine::{clone_id, is_clone_id};
+use crate::records::{decode, CloneRecord, DataRecord, Edge, Node, SnapshotRecord};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FsckReport {
@@ -73,6 +80,7 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
             None => r.problems.push(format!("edge {parent}/{name}: parent node missing")),
         }
         match nodes.get(&e.child) {
+            None if is_clone_id(e.child) => {}
             None => r.problems.push(format!("edge {parent}/{name} points at missing node {}", e.child)),
             Some(c) => {
                 if c.attrs.ftype != e.ftype {
@@ -90,6 +98,12 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
         *links.entry(e.child).or_default() += 1;
     });
     for (id, n) in &nodes {
+        if is_clone_id(*id) {
+            if n.chunked && kv.get(&keys::data(*id)).is_some() {
+                r.problems.push(format!("node {id}: chunked but has inline data"));
+            }
+            continue;
+        }
         let edges = links.get(id).copied().unwrap_or(0);
         if *id == ROOT_ID {
             if edges != 0 {
@@ -272,6 +286,32 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
         },
         None => r.problems.push(format!("bad extended attribute key {}", hex(k))),
     });
+    // Clones: their records, and every key in a clone's id range.
+    let mut clones: BTreeSet<u64> = BTreeSet::new();
+    scan_all(kv, keys::CLONE, |k, v| match (keys::u64_at(k, 1), decode::<CloneRecord>(v)) {
+        (Some(c), Some(rec)) => {
+            clones.insert(c);
+            if layers.get(&rec.layer) != Some(&rec.source_zone) {
+                r.problems.push(format!("clone {} stands on layer {}, which no snapshot of its source has", rec.name, rec.layer));
+            }
+            if !nodes.contains_key(&clone_id(c, rec.root_base)) {
+                r.problems.push(format!("clone {} has no root directory", rec.name));
+            }
+        }
+        _ => r.problems.push(format!("undecodable clone record {}", hex(k))),
+    });
+    for p in [keys::NODE, keys::EDGE, keys::DATA, keys::EA, keys::CHUNK, keys::CLONE_MARK, keys::WHITEOUT] {
+        scan_all(kv, p, |k, v| {
+            let Some(id) = keys::u64_at(k, 1).filter(|id| is_clone_id(*id)) else { return };
+            let c = (id & !crate::machine::CLONE_BIT) >> 40;
+            if !clones.contains(&c) {
+                r.problems.push(format!("record {} of clone {c}, which does not exist", hex(k)));
+            }
+            if p == keys::CLONE_MARK && !matches!(v, [keys::CLONE_OWN] | [keys::CLONE_GONE] | [keys::CLONE_MERGED]) {
+                r.problems.push(format!("undecodable clone mark {}", hex(k)));
+            }
+        });
+    }
     if !nodes.contains_key(&ROOT_ID) {
         r.problems.push("the root directory is missing".into());
     }

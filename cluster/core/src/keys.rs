@@ -24,6 +24,9 @@
 //! | `Z` layer                         | the zone (u64) a frozen layer belongs to |
 //! | `y` layer key                     | the before-image of live record `key` as the layer froze it: [`PRESERVED_ABSENT`] or [`PRESERVED_PRESENT`] + value |
 //! | `y` layer `D` id                  | the shadow file (u64 id) holding the layer's chunks of file `id` |
+//! | `K` clone                         | [`CloneRecord`](crate::records::CloneRecord): a writable clone of a share |
+//! | `M` id                            | a clone object's mark: [`CLONE_OWN`] (its contents are its own records), [`CLONE_MERGED`] (a directory: its own entries over its source's) or [`CLONE_GONE`] (deleted: never read through again) |
+//! | `W` dir name                      | () a clone directory's whiteout: its source's entry `name` is hidden |
 //!
 //! Layers (snapshots) are described in `cluster/STORAGE-MODEL.md`,
 //! "Layers".
@@ -60,6 +63,21 @@ pub const LAYER: u8 = b'y';
 /// Inside a layer only: `D` id -> the shadow file holding the frozen
 /// chunks of file `id` (never a key of its own outside `y`).
 pub const SHADOW: u8 = b'D';
+/// Clones: `K` clone number -> [`CloneRecord`](crate::records::CloneRecord).
+pub const CLONE: u8 = b'K';
+/// Clones: `M` id -> [`CLONE_OWN`], [`CLONE_MERGED`] or [`CLONE_GONE`]
+/// (see `machine/clone.rs`).
+pub const CLONE_MARK: u8 = b'M';
+/// Clones: `W` dir name -> () a whiteout in a merged directory.
+pub const WHITEOUT: u8 = b'W';
+/// A clone directory's mark: its own edges and whiteouts (`W`) lie over
+/// its source's entries (copied up without copying them).
+pub const CLONE_MERGED: u8 = 2;
+/// A clone object's mark: its edges, data and attributes are its own
+/// records (copied up), not read through its source.
+pub const CLONE_OWN: u8 = 1;
+/// A clone object's mark: deleted in the clone (a whiteout of its id).
+pub const CLONE_GONE: u8 = 0;
 /// A before-image: the record did not exist when the layer froze.
 pub const PRESERVED_ABSENT: u8 = 0;
 /// A before-image: the record's value follows.
@@ -154,7 +172,25 @@ pub fn shadow(id: NodeId) -> Vec<u8> {
 /// Whether a live key is one a layer keeps before-images of (node, edge,
 /// inline data, extended attribute).
 pub fn layered_kind(key: &[u8]) -> bool {
-    matches!(key.first(), Some(&NODE) | Some(&EDGE) | Some(&DATA) | Some(&EA))
+    matches!(key.first(), Some(&NODE) | Some(&EDGE) | Some(&DATA) | Some(&EA) | Some(&CLONE_MARK) | Some(&WHITEOUT))
+}
+
+pub fn clone(c: u64) -> Vec<u8> {
+    with_u64(CLONE, c)
+}
+
+pub fn clone_mark(id: NodeId) -> Vec<u8> {
+    with_u64(CLONE_MARK, id)
+}
+
+pub fn whiteout(dir: NodeId, name: &str) -> Vec<u8> {
+    let mut k = whiteout_prefix(dir);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+pub fn whiteout_prefix(dir: NodeId) -> Vec<u8> {
+    with_u64(WHITEOUT, dir)
 }
 
 /// A before-image's value: `None` for "absent".

@@ -14,9 +14,11 @@ use duet_fs::{
 
 use crate::keys;
 use crate::kv::{KvRead, Txn};
-use crate::records::{decode, Command, DataOp, DataRecord, Edge, Node, ShareRecord, SnapshotRecord, UserRecord};
+use crate::records::{decode, encode, Command, DataOp, DataRecord, Edge, Node, ShareRecord, SnapshotRecord, UserRecord};
 
+mod clone;
 mod layers;
+pub use clone::{clone_id, is_clone_id, list_clones, CLONE_BIT, DEPTH_MAX as CLONE_DEPTH_MAX};
 pub use layers::{check_snapshot_name, list_snapshots, SNAPSHOT_MAX};
 
 /// Most links one node may have.
@@ -97,13 +99,19 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
         }
         Command::RemoveShare { name } => {
             let key = keys::share(name);
-            let r = if txn.get(&key).is_some() {
-                txn.delete(key);
-                Ok(())
-            } else {
-                Err(AdminError::NotFound(format!("share {name}")))
-            };
-            Applied { admin: Some(r), ..Default::default() }
+            if txn.get(&key).is_none() {
+                return Applied { admin: Some(Err(AdminError::NotFound(format!("share {name}")))), ..Default::default() };
+            }
+            // A clone share goes with all its records; a share a clone
+            // stands on stays.
+            let batch = Batch::new(duet_fs::Credentials::root(), 0);
+            let mut ex = Exec { batch: &batch, produced: Vec::new(), out: Applied::default() };
+            let r = clone::remove_share(txn, &mut ex, name).map(|_| txn.delete(key));
+            if r.is_err() {
+                return Applied { admin: Some(r), ..Default::default() };
+            }
+            ex.out.admin = Some(r);
+            ex.out
         }
         Command::PutUser { user, replace } => {
             let key = keys::user(&user.name);
@@ -157,6 +165,10 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
             ex.out.admin = Some(r);
             ex.out
         }
+        Command::Clone { source, snapshot, share, now_ns } => Applied {
+            admin: Some(clone::create(txn, source, snapshot.as_deref(), share, *now_ns)),
+            ..Default::default()
+        },
     }
 }
 
@@ -270,8 +282,12 @@ fn new_attrs(id: NodeId, ftype: FileType, mode: u32, uid: u32, gid: u32, now: Ti
 }
 
 fn get_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Result<Node, FsError> {
-    let v = txn.get(&keys::node(id)).ok_or(FsError::Stale)?;
-    Node::decode(&v).ok_or(FsError::Io)
+    match txn.get(&keys::node(id)) {
+        Some(v) => Node::decode(&v).ok_or(FsError::Io),
+        // A clone's object not yet copied up reads through its source.
+        None if clone::is_clone_id(id) => clone::lower_node(txn, id),
+        None => Err(FsError::Stale),
+    }
 }
 
 fn put_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) {
@@ -279,6 +295,9 @@ fn put_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) {
 }
 
 fn get_edge<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &str) -> Option<Edge> {
+    if let Some(e) = clone::edge(txn, dir, name) {
+        return e;
+    }
     txn.get(&keys::edge(dir, name)).and_then(|v| decode(&v))
 }
 
@@ -335,6 +354,9 @@ pub fn execute<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, batch: &Batch) -> Appli
         } else if layers::changes_view(op, |r| resolve(&ex, r).ok()) {
             // Snapshots are read-only.
             Err(FsError::ReadOnly)
+        } else if let Err(e) = if op.mutates() { clone::prepare(txn, &mut ex, op) } else { Ok(()) } {
+            // Copying up a clone's objects failed: nothing ran.
+            Err(e)
         } else {
             match layers::run_view_op(txn, &mut ex, i, op) {
                 Some(r) => r,
@@ -590,7 +612,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             let len = (*len).min(size - start);
             let eof = start + len >= size;
             if !n.chunked {
-                let data = txn.get(&keys::data(n.attrs.id)).unwrap_or_default();
+                let data = clone::inline_data(txn, n.attrs.id)?;
                 let mut buf = vec![0u8; len as usize];
                 let s = start as usize;
                 if s < data.len() {
@@ -599,8 +621,10 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 }
                 return Ok(OpOutput::Read { data: buf, eof, attrs: n.attrs });
             }
-            let overlay = overlay(txn, n.attrs.id);
-            ex.out.reads.push(ReadPlan { op: i, file: n.attrs.id, offset: start, len, overlay });
+            // A clone's file not yet copied up reads its source's chunks.
+            let file = clone::chunk_file(txn, n.attrs.id)?;
+            let overlay = overlay(txn, file);
+            ex.out.reads.push(ReadPlan { op: i, file, offset: start, len, overlay });
             Ok(OpOutput::Read { data: Vec::new(), eof, attrs: n.attrs })
         }
         Op::Remove { dir, name, dir_only } => remove(txn, ex, *dir, name, *dir_only),
@@ -632,6 +656,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             touch(&mut n.attrs, now, false);
             put_node(txn, &n);
             txn.put_record(keys::edge(d.attrs.id, name), &edge_for(&n));
+            clone::linked(txn, d.attrs.id, name);
             touch(&mut d.attrs, now, true);
             put_node(txn, &d);
             Ok(OpOutput::Dirs { changed: vec![(before, d.attrs)], target: Some(n.attrs) })
@@ -658,7 +683,10 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 None => prefix.clone(),
             };
             let max = (*max_entries).clamp(1, 1 << 20) as usize;
-            let mut rows = txn.scan(&start, &keys::prefix_end(&prefix), max + 1);
+            let mut rows = match clone::edge_rows(txn, d.attrs.id, &start, max + 1) {
+                Some(rows) => rows,
+                None => txn.scan(&start, &keys::prefix_end(&prefix), max + 1),
+            };
             let eof = rows.len() <= max;
             rows.truncate(max);
             let mut entries = Vec::with_capacity(rows.len());
@@ -672,7 +700,10 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 // scan only for nodes that may have some.
                 let ids: Vec<NodeId> = entries.iter().map(|e| e.id).collect();
                 for (e, v) in entries.iter_mut().zip(get_nodes(txn, &ids)) {
-                    let n = Node::decode(&v.ok_or(FsError::Stale)?).ok_or(FsError::Io)?;
+                    let n = match v {
+                        Some(v) => Node::decode(&v).ok_or(FsError::Io)?,
+                        None => get_node(txn, e.id)?,
+                    };
                     e.eas = node_eas(txn, &n);
                     e.attrs = Some(n.attrs);
                 }
@@ -792,6 +823,8 @@ fn create<R: KvRead + ?Sized>(
     }
     let id = counter(txn, "next_id").max(ROOT_ID + 1);
     put_counter(txn, "next_id", id + 1);
+    // In a clone, new objects get the clone's ids.
+    let id = clone::new_id(d.zone, id)?;
     let default_mode = match ftype {
         FileType::Directory => 0o755,
         FileType::Symlink => 0o777,
@@ -836,6 +869,7 @@ fn create<R: KvRead + ?Sized>(
     }
     put_node(txn, &n);
     txn.put_record(keys::edge(d.attrs.id, name), &edge_for(&n));
+    clone::linked(txn, d.attrs.id, name);
     let before = d.attrs.clone();
     if ftype == FileType::Directory {
         d.attrs.nlink += 1;
@@ -960,7 +994,11 @@ fn find_name<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, parent: NodeId, child: No
         return None;
     }
     let prefix = keys::edge_prefix(parent);
-    for (k, v) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
+    let rows = match clone::edge_rows(txn, parent, &prefix, usize::MAX) {
+        Some(rows) => rows,
+        None => txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX),
+    };
+    for (k, v) in rows {
         if decode::<Edge>(&v).map(|e| e.child) == Some(child) {
             return Some(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
         }
@@ -1351,6 +1389,7 @@ fn unlink_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, mut 
     let id = n.attrs.id;
     txn.delete(keys::node(id));
     txn.delete(keys::data(id));
+    clone::gone(txn, id);
     if n.may_have_eas {
         let eas = keys::ea_prefix(id);
         for (k, _) in txn.scan(&eas, &keys::prefix_end(&eas), usize::MAX) {
@@ -1404,6 +1443,7 @@ fn remove<R: KvRead + ?Sized>(
     }
     let before = d.attrs.clone();
     txn.delete(keys::edge(d.attrs.id, name));
+    clone::unlinked(txn, d.attrs.id, name);
     let target = unlink_node(txn, ex, n);
     if is_dir {
         d.attrs.nlink = d.attrs.nlink.saturating_sub(1);
@@ -1452,6 +1492,9 @@ fn node_eas<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> Vec<(String, 
 
 /// The extended attributes of a node, in name order.
 fn list_eas<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Vec<(String, Vec<u8>)> {
+    if let Some(eas) = clone::eas(txn, id) {
+        return eas;
+    }
     let prefix = keys::ea_prefix(id);
     txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX)
         .into_iter()
@@ -1471,7 +1514,10 @@ fn find_caseless<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &s
     let end = keys::prefix_end(&prefix);
     let mut start = prefix.clone();
     loop {
-        let rows = txn.scan(&start, &end, 1024);
+        let rows = match clone::edge_rows(txn, dir, &start, usize::MAX) {
+            Some(rows) => rows,
+            None => txn.scan(&start, &end, 1024),
+        };
         let full = rows.len() == 1024;
         for (k, v) in &rows {
             let entry = String::from_utf8_lossy(&k[prefix.len()..]);
@@ -1490,6 +1536,9 @@ fn find_caseless<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &s
 
 fn dir_is_empty<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> bool {
     let prefix = keys::edge_prefix(id);
+    if let Some(rows) = clone::edge_rows(txn, id, &prefix, 1) {
+        return rows.is_empty();
+    }
     txn.scan(&prefix, &keys::prefix_end(&prefix), 1).is_empty()
 }
 
@@ -1573,12 +1622,14 @@ fn rename<R: KvRead + ?Sized>(
         }
     }
     txn.delete(keys::edge(sd.attrs.id, src_name));
+    clone::unlinked(txn, sd.attrs.id, src_name);
     if is_dir {
         moving.parent = dd.attrs.id;
     }
     touch(&mut moving.attrs, now, false);
     put_node(txn, &moving);
     txn.put_record(keys::edge(dd.attrs.id, dst_name), &edge_for(&moving));
+    clone::linked(txn, dd.attrs.id, dst_name);
     let same = sd.attrs.id == dd.attrs.id;
     let mut s = get_node(txn, sd.attrs.id)?;
     let s_before = sd.attrs.clone();

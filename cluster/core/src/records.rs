@@ -238,6 +238,39 @@ pub struct SnapshotRecord {
     pub created_ns: TimeNs,
 }
 
+/// A writable clone of a share (`K` clone number; `machine/clone.rs`,
+/// `cluster/STORAGE-MODEL.md` "Clones"): share `name` reads through the
+/// frozen layer `layer` of its source's zone `source_zone` (snapshot
+/// `snapshot` of share `source`) until its objects are copied up. Its
+/// objects' ids are `clone_id(number, base)`, base being the id the object
+/// has in the original share (or, for objects made in a clone, a fresh id
+/// of at least that clone's `floor`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloneRecord {
+    /// The clone share's name.
+    pub name: String,
+    pub source: String,
+    pub snapshot: String,
+    /// The snapshot was taken for this clone (`share clone SOURCE NEW`)
+    /// and is deleted with it.
+    pub implicit: bool,
+    pub layer: u64,
+    /// The source share's directory (its zone).
+    pub source_zone: NodeId,
+    /// The clone number of the source when it is itself a clone, else 0.
+    pub source_clone: u64,
+    /// The base id of the share's root directory.
+    pub root_base: NodeId,
+    /// The live directory holding the clone's root, and the root's name in it.
+    pub parent: NodeId,
+    pub leaf: String,
+    /// Ids of at least `floor` were made in this clone (never read through).
+    pub floor: NodeId,
+    /// 1 for a clone of a share, 2 for a clone of such a clone, ...
+    pub depth: u32,
+    pub created_ns: TimeNs,
+}
+
 /// A user (`u` name): what NTLMv2 needs (the NT one-way function of the
 /// password, MS-NLMP 3.3.1), never the password.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -286,6 +319,11 @@ pub enum Command {
     /// are detached for reclaim. `now_ns`: the `.snapshot` directory's new
     /// modification time.
     DropSnapshot { share: String, name: String, now_ns: TimeNs },
+    /// Makes share `share` a writable clone of share `source` at its
+    /// snapshot `snapshot` (none: a snapshot `clone.NAME` is taken first and
+    /// dropped with the clone), in a constant number of keys (see
+    /// `cluster/STORAGE-MODEL.md`, "Clones"). Appended last.
+    Clone { source: String, snapshot: Option<String>, share: ShareRecord, now_ns: TimeNs },
 }
 
 /// Encodes a stored record (RocksDB). Raft commands use

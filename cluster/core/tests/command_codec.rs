@@ -277,13 +277,19 @@ impl Gen {
             6 => Command::Destaged { upto: self.u64(), reclaimed: self.vec(5, Gen::u64) },
             7 => Command::PublicAddresses { assignment: self.vec(4, |g| (g.string(), g.u64())) },
             8 => Command::Snapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
-            _ => Command::DropSnapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
+            9 => Command::DropSnapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
+            _ => Command::Clone {
+                source: self.string(),
+                snapshot: if self.bool() { Some(self.string()) } else { None },
+                share: self.share(),
+                now_ns: self.i64(),
+            },
         }
     }
 }
 
 const OP_VARIANTS: u64 = 22;
-const COMMAND_VARIANTS: u64 = 10;
+const COMMAND_VARIANTS: u64 = 11;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
 
@@ -367,6 +373,7 @@ fn every_command_and_op_variant_round_trips() {
             Command::PublicAddresses { .. } => 7,
             Command::Snapshot { .. } => 8,
             Command::DropSnapshot { .. } => 9,
+            Command::Clone { .. } => 10,
         };
         assert_eq!(n, which);
     }

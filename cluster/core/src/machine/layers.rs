@@ -85,7 +85,9 @@ fn zone_of<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> NodeId {
         .or_else(|| txn.base_get(&k))
         .and_then(|v| Node::decode(&v))
         .map(|n| n.zone)
-        .unwrap_or(0)
+        // A clone's object made and deleted in this one command (copied up
+        // to be deleted) has no node record either side: its clone's zone.
+        .unwrap_or_else(|| super::clone::zone_of_id(txn, id))
 }
 
 /// Keeps the before-image of every node, edge, inline-data and extended
@@ -97,7 +99,7 @@ pub(super) fn preserve<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>) {
     if txn.is_empty() || !any_layers(txn) {
         return;
     }
-    let written = txn.written_keys(&[keys::NODE, keys::EDGE, keys::DATA, keys::EA]);
+    let written = txn.written_keys(&[keys::NODE, keys::EDGE, keys::DATA, keys::EA, keys::CLONE_MARK, keys::WHITEOUT]);
     let mut layer_of: BTreeMap<NodeId, Option<u64>> = BTreeMap::new();
     for key in written {
         // Every one of these keys holds its owner's id at byte 1 (the node,
@@ -197,7 +199,7 @@ pub fn check_snapshot_name(name: &str) -> Result<(), AdminError> {
 }
 
 /// The directory node of a share's path.
-fn share_dir<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, share: &str) -> Result<NodeId, AdminError> {
+pub(super) fn share_dir<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, share: &str) -> Result<NodeId, AdminError> {
     let rec: ShareRecord = txn
         .get(&keys::share(share))
         .and_then(|v| ShareRecord::decode(&v))
@@ -213,7 +215,7 @@ fn share_dir<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, share: &str) -> Result<No
 }
 
 /// The snapshots of zone `zone`, oldest first.
-fn zone_snapshots<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, zone: NodeId) -> Vec<SnapshotRecord> {
+pub(super) fn zone_snapshots<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, zone: NodeId) -> Vec<SnapshotRecord> {
     let p = keys::snapshot_prefix(zone);
     txn.scan(&p, &keys::prefix_end(&p), usize::MAX).into_iter().filter_map(|(_, v)| decode(&v)).collect()
 }
@@ -277,6 +279,12 @@ pub(super) fn drop_snapshot<R: KvRead + ?Sized>(
         return Err(AdminError::NotFound(format!("snapshot {name} of share {share}")));
     };
     let layer = snaps[at].layer;
+    if let Some(c) = super::clone::standing_on(txn, layer) {
+        return Err(AdminError::Invalid(format!(
+            "snapshot {name} of share {share} is the origin of clone share {}: delete that share first",
+            c.name
+        )));
+    }
     let older = at.checked_sub(1).map(|i| snaps[i].layer);
     let p = keys::layer_prefix(layer);
     for (k, v) in txn.scan(&p, &keys::prefix_end(&p), usize::MAX) {
@@ -336,21 +344,21 @@ pub fn list_snapshots<R: KvRead + ?Sized>(kv: &R, share: &str) -> Option<Vec<Sna
 
 /// A frozen layer as a view reads it: the zone and the zone's layers from
 /// it to the newest, oldest first.
-struct Frozen {
+pub(super) struct Frozen {
     layer: u64,
-    zone: NodeId,
+    pub(super) zone: NodeId,
     layers: Vec<u64>,
 }
 
 impl Frozen {
-    fn open<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, layer: u64) -> Result<Frozen, FsError> {
+    pub(super) fn open<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, layer: u64) -> Result<Frozen, FsError> {
         let zone = txn.get(&keys::layer_zone(layer)).and_then(|v| keys::u64_at(&v, 0)).ok_or(FsError::Stale)?;
         let layers = zone_snapshots(txn, zone).into_iter().map(|s| s.layer).filter(|l| *l >= layer).collect();
         Ok(Frozen { layer, zone, layers })
     }
 
     /// Live key `key` as this layer froze it.
-    fn get<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, key: &[u8]) -> Result<Option<Vec<u8>>, FsError> {
+    pub(super) fn get<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, key: &[u8]) -> Result<Option<Vec<u8>>, FsError> {
         for &l in &self.layers {
             if let Some(v) = txn.get(&keys::layered(l, key)) {
                 return Ok(keys::unpreserved(&v).ok_or(FsError::Io)?.map(|b| b.to_vec()));
@@ -363,7 +371,7 @@ impl Frozen {
     /// froze them, in suffix order, from `from` (a suffix) on: one ordered
     /// scan per layer and one of the live records, the lowest layer's
     /// before-image winning, absent marks hiding the live name.
-    fn scan<R: KvRead + ?Sized>(
+    pub(super) fn scan<R: KvRead + ?Sized>(
         &self,
         txn: &mut Txn<'_, R>,
         prefix: &[u8],
@@ -387,6 +395,62 @@ impl Frozen {
         Ok(merged.into_iter().filter_map(|(k, v)| Some((k, v?))).collect())
     }
 
+    /// As [`Frozen::scan`], at most `limit` pairs, reading at most about
+    /// `limit` records of each layer per round (a page of a large frozen
+    /// directory costs its page, not the rest of the directory): pairs up
+    /// to the smallest last key of a source cut short are exact; past it,
+    /// another round.
+    pub(super) fn scan_limit<R: KvRead + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, R>,
+        prefix: &[u8],
+        from: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, FsError> {
+        let per = limit.max(16).saturating_add(1);
+        let mut out = Vec::new();
+        let mut from = from.to_vec();
+        loop {
+            let mut merged: BTreeMap<Vec<u8>, Option<Vec<u8>>> = BTreeMap::new();
+            let mut cut: Option<Vec<u8>> = None;
+            let mut sources: Vec<(Vec<u8>, bool)> = self.layers.iter().map(|&l| (keys::layered(l, prefix), true)).collect();
+            sources.push((prefix.to_vec(), false));
+            for (p, layered) in sources {
+                let mut start = p.clone();
+                start.extend_from_slice(&from);
+                let rows = txn.scan(&start, &keys::prefix_end(&p), per);
+                if rows.len() == per {
+                    let last = rows[rows.len() - 1].0[p.len()..].to_vec();
+                    if cut.as_ref().map_or(true, |c| last < *c) {
+                        cut = Some(last);
+                    }
+                }
+                for (k, v) in rows {
+                    let value = if layered { keys::unpreserved(&v).ok_or(FsError::Io)?.map(|b| b.to_vec()) } else { Some(v) };
+                    merged.entry(k[p.len()..].to_vec()).or_insert(value);
+                }
+            }
+            for (k, v) in merged {
+                if cut.as_ref().is_some_and(|c| k > *c) {
+                    break;
+                }
+                if let Some(v) = v {
+                    out.push((k, v));
+                    if out.len() == limit {
+                        return Ok(out);
+                    }
+                }
+            }
+            match cut {
+                None => return Ok(out),
+                Some(mut c) => {
+                    c.push(0);
+                    from = c;
+                }
+            }
+        }
+    }
+
     /// Node `id` as this layer froze it, with its view id, and the id
     /// whose data (inline record or chunks) it reads.
     fn node<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, id: NodeId) -> Result<(Node, NodeId), FsError> {
@@ -397,17 +461,20 @@ impl Frozen {
             // part of this share's snapshots.
             return Err(FsError::Stale);
         }
-        let mut data = id;
-        if n.chunked {
-            for &l in &self.layers {
-                if let Some(v) = txn.get(&keys::layered(l, &keys::shadow(id))) {
-                    data = keys::u64_at(&v, 0).ok_or(FsError::Io)?;
-                    break;
-                }
-            }
-        }
+        let data = if n.chunked { self.shadow_of(txn, id)? } else { id };
         n.attrs.id = view::id(self.layer, id);
         Ok((n, data))
+    }
+
+    /// The file whose chunks hold chunked file `id` as this layer froze
+    /// it: a shadow, or (unchanged since) `id` itself.
+    pub(super) fn shadow_of<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, id: NodeId) -> Result<NodeId, FsError> {
+        for &l in &self.layers {
+            if let Some(v) = txn.get(&keys::layered(l, &keys::shadow(id))) {
+                return keys::u64_at(&v, 0).ok_or(FsError::Io);
+            }
+        }
+        Ok(id)
     }
 }
 
@@ -474,7 +541,7 @@ fn view_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Result<(No
         Obj::Live => Err(FsError::BadRef),
         Obj::SnapDir { dir } => {
             let d = get_node(txn, dir)?;
-            if d.attrs.ftype != FileType::Directory || d.zone == 0 {
+            if d.attrs.ftype != FileType::Directory || d.zone == 0 || super::clone::is_clone_id(d.zone) {
                 return Err(FsError::Stale);
             }
             let attrs = snapdir_attrs(txn, &d);
@@ -518,7 +585,9 @@ pub(super) fn run_view_op<R: KvRead + ?Sized>(
                     Ok(n) => n,
                     Err(_) => return None,
                 };
-                if n.attrs.ftype != FileType::Directory || n.zone == 0 {
+                // A clone's snapshots are its clones' sources only: views
+                // cannot name a clone's ids (`machine/clone.rs`).
+                if n.attrs.ftype != FileType::Directory || n.zone == 0 || super::clone::is_clone_id(n.zone) {
                     return None;
                 }
                 if !may(&ex.batch.cred, &n.attrs, 1) {
@@ -576,7 +645,8 @@ pub(super) fn list_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, obj: NodeId) -> 
     };
     let mut entries = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    for s in zone_snapshots(txn, zone).into_iter().rev() {
+    let snaps = if super::clone::is_clone_id(zone) { Vec::new() } else { zone_snapshots(txn, zone) };
+    for s in snaps.into_iter().rev() {
         let token = view::gmt_token(s.created_ns);
         // Two snapshots taken in one second share a token: the newer one
         // answers to it.
@@ -760,7 +830,7 @@ fn readdir<R: KvRead + ?Sized>(
                 }
                 None => Vec::new(),
             };
-            let rows = f.scan(txn, &keys::edge_prefix(real), &from)?;
+            let rows = f.scan_limit(txn, &keys::edge_prefix(real), &from, max + 1)?;
             eof = rows.len() <= max;
             for (k, v) in rows.into_iter().take(max) {
                 let e: Edge = decode(&v).ok_or(FsError::Io)?;

@@ -365,6 +365,9 @@ struct ShareCloneArgs {
     /// SMB users allowed to connect (default: every user)
     #[arg(long, default_value = "", value_name = "USER,...")]
     users: String,
+    /// always (default) or protocol, as for `share add` (docs/durability.md)
+    #[arg(long, default_value = "always", value_name = "always|protocol")]
+    durability: String,
 }
 
 /// The new password of a user (never the admin's: that is
@@ -568,6 +571,7 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
             share.nfs.root_squash = !a.no_root_squash;
             share.nfs.append_extension = a.append_extension;
             share.users = split_list(&a.users);
+            share.durability = a.durability.parse::<duet_admin_api::Durability>().map_err(CtlError::usage)?;
             ready(AdminRequest::ShareClone { source, clone: duet_admin_api::NewClone { share, snapshot } })
         }
         Command::Share(ShareCmd::Add(a)) => {

@@ -1176,9 +1176,9 @@ fn share_clone_request_output_and_refusals() {
     f.request();
     assert_eq!(
         stdout(&o),
-        "NAME  PATH          PROTOCOLS  ACCESS  GUEST  NFS CLIENTS  ORIGIN\n\
-         data  /data         smb,nfs    rw      no     *            -\n\
-         copy  /clones/copy  smb,nfs    rw      no     *            data@daily\n"
+        "NAME  PATH          PROTOCOLS  ACCESS  GUEST  DURABILITY  NFS CLIENTS  ORIGIN\n\
+         data  /data         smb,nfs    rw      no     always      *            -\n\
+         copy  /clones/copy  smb,nfs    rw      no     always      *            data@daily\n"
     );
     let o = run(&f, &["share", "clone", "data@nope", "c2", "--path", "/x/c2"]);
     assert_eq!(code(&o), 3, "{}", stderr(&o));

@@ -98,7 +98,8 @@ const CMD_PUBLIC_ADDRESSES: u8 = 8;
 const CMD_SNAPSHOT: u8 = 9;
 /// A snapshot deleted: share name, snapshot name, time.
 const CMD_DROP_SNAPSHOT: u8 = 10;
-/// Issue 15 (clones): a writable clone of a share or snapshot.
+/// Issue 15 (clones): a writable clone of a share or snapshot: source,
+/// snapshot (optional), the new share's record and its durability tag, time.
 const CMD_CLONE: u8 = 11;
 /// `Init` whose share records are each followed by a durability tag
 /// ([`DURABILITY_ALWAYS`], [`DURABILITY_PROTOCOL`]). What the encoder
@@ -274,6 +275,7 @@ fn put_command(w: &mut Writer, cmd: &Command) {
                 w.str(s);
             }
             put_share(w, share);
+            put_durability(w, share.durability);
             w.i64(*now_ns);
         }
     }
@@ -766,7 +768,8 @@ fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
         CMD_CLONE => {
             let source = r.string("clone source")?;
             let snapshot = if r.bool("clone of a snapshot")? { Some(r.string("clone snapshot")?) } else { None };
-            let share = get_share(r)?;
+            let mut share = get_share(r)?;
+            share.durability = get_durability(r)?;
             let now_ns = r.i64("clone time")?;
             Command::Clone { source, snapshot, share, now_ns }
         }

@@ -16,6 +16,7 @@ pub mod engine;
 pub mod forward;
 pub mod frontend;
 pub mod metrics;
+pub mod nfs_callback;
 pub mod peers;
 pub mod replica;
 pub mod secrets;

@@ -410,6 +410,32 @@ impl Table {
         why: Conflict,
         now: i64,
     ) -> (Vec<Break>, Option<i64>) {
+        self.break_which(file, opener, share, why, now, false)
+    }
+
+    /// As [`Table::break_for`] for the NFSv4 delegations of `file` alone
+    /// (an SMB open that learnt the file's node only from its own batch:
+    /// other SMB grants were asked about before it, by path).
+    pub fn break_delegations(
+        &mut self,
+        file: FileId,
+        opener: &Holder,
+        share: Share,
+        why: Conflict,
+        now: i64,
+    ) -> (Vec<Break>, Option<i64>) {
+        self.break_which(file, opener, share, why, now, true)
+    }
+
+    fn break_which(
+        &mut self,
+        file: FileId,
+        opener: &Holder,
+        share: Share,
+        why: Conflict,
+        now: i64,
+        delegations_only: bool,
+    ) -> (Vec<Break>, Option<i64>) {
         let mut out = Vec::new();
         let Some(f) = self.files.get(&file) else { return (out, None) };
         let ids: Vec<GrantId> = f.grants.clone();
@@ -424,6 +450,9 @@ impl Table {
         for id in ids {
             let Some(g) = self.grants.by_id.get_mut(&id) else { continue };
             if g.owns(opener) {
+                continue;
+            }
+            if delegations_only && !(g.scope == Scope::Client && g.holder.proto == Protocol::Nfs4) {
                 continue;
             }
             let current = match g.state {

@@ -3418,7 +3418,7 @@ fn open_deleg(h: &mut Harness, s: &mut Sess, dir: &[u8], name: &[u8], access: u3
         OpenDelegation4::NoneExt(OpenNoneDelegation4::Contention(_)) => (None, 1),
         OpenDelegation4::NoneExt(OpenNoneDelegation4::Resource(_)) => (None, 2),
         OpenDelegation4::NoneExt(OpenNoneDelegation4::Other(v)) => (None, *v),
-        OpenDelegation4::Write(_) => panic!("no write delegations are granted"),
+        OpenDelegation4::Write(d) => (Some(d.stateid), 100),
     };
     let fh = match &r.results[3] {
         ResOp4::GetFh(Nfs4Res::Ok(f)) => f.object.0.to_vec(),
@@ -3624,4 +3624,44 @@ fn nfs41_read_delegation_recall_return_and_revoke() {
     let mut r = XdrReader::new(&rec[4..]);
     let call = CallBody::decode(&mut r).unwrap();
     assert_eq!((call.prog, call.cred.flavor), (0x4000_0099, AUTH_NONE));
+    // One callback at a time on slot 0: the next waits for this reply.
+    assert!(h.srv.on_call(12, h.peer, &cb_reply(call.xid), h.now, &h.exports).is_empty());
+
+    // A write delegation to a writer that asks for one; any other client's
+    // open (for reading too) recalls it. A writer that does not ask gets
+    // none.
+    make_file(&mut h, &mut b, &root, b"f5");
+    h.now += 2_000_000_000;
+    let (_, o, _) = open_deleg(&mut h, &mut a, &root, b"f5", share::ACCESS_BOTH, b"a7");
+    assert_eq!(o.unwrap().1, None, "no write delegation unasked");
+    let (_, o, fh5) = open_deleg(&mut h, &mut a, &root, b"f5", share::ACCESS_BOTH | share::WANT_WRITE_DELEG, b"a8");
+    let (d5, kind) = (o.unwrap().1.expect("a write delegation"), o.unwrap().2);
+    assert_eq!(kind, 100, "OPEN_DELEGATE_WRITE");
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f5", share::ACCESS_READ, b"b5");
+    assert_eq!(st, Nfsstat4::DELAY, "a reader waits for a write delegation's recall");
+    let (_, rec) = h.callbacks.remove(0);
+    assert_eq!(decode_cb_recall_none(&rec), d5);
+    let rep = h.v4(vec![a.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh5) }), ArgOp4::DelegReturn(DelegReturn4Args { deleg_stateid: d5 })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f5", share::ACCESS_READ, b"b5");
+    assert_eq!(st, Nfsstat4::OK);
+}
+
+/// The recalled stateid of a CB_RECALL sent with an AUTH_NONE credential.
+fn decode_cb_recall_none(rec: &[u8]) -> Stateid4 {
+    let mut r = XdrReader::new(&rec[4..]);
+    let call = CallBody::decode(&mut r).unwrap();
+    assert_eq!(call.cred.flavor, AUTH_NONE);
+    r.get_string(64, "tag").unwrap();
+    for _ in 0..3 {
+        r.get_u32().unwrap();
+    }
+    assert_eq!(r.get_u32().unwrap(), 11);
+    let _: SessionId4 = r.get_array_fixed().unwrap();
+    for _ in 0..4 {
+        r.get_u32().unwrap();
+    }
+    assert_eq!(r.get_u32().unwrap(), 0);
+    assert_eq!(r.get_u32().unwrap(), 4);
+    Stateid4::decode(&mut r).unwrap()
 }

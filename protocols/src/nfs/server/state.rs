@@ -121,11 +121,12 @@ pub struct OpenState {
     pub deny: u32,
 }
 
-/// A delegation (RFC 8881 10.4): read only (a write delegation is not
-/// granted).
+/// A delegation (RFC 8881 10.4): read, or write when the client asked
+/// for one explicitly.
 #[derive(Debug, Clone)]
 pub struct Deleg {
     pub seqid: u32,
+    pub write: bool,
     pub client: u64,
     pub node: NodeId,
     /// The file handle CB_RECALL names (RFC 8881 20.2.1).
@@ -604,8 +605,8 @@ impl State {
     }
 
     /// Records a delegation granted as `grant`; returns its stateid.
-    pub fn add_deleg(&mut self, other: Other, client: u64, node: NodeId, fh: Vec<u8>, grant: duet_locks::GrantId) -> Stateid4 {
-        self.delegs.insert(other, Deleg { seqid: 1, client, node, fh, grant, recalled: None, revoked: false });
+    pub fn add_deleg(&mut self, other: Other, client: u64, node: NodeId, fh: Vec<u8>, grant: duet_locks::GrantId, write: bool) -> Stateid4 {
+        self.delegs.insert(other, Deleg { seqid: 1, write, client, node, fh, grant, recalled: None, revoked: false });
         self.deleg_by_key.insert((client, node), other);
         self.deleg_by_grant.insert(grant, other);
         Stateid4 { seqid: 1, other }

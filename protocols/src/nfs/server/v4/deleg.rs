@@ -22,7 +22,10 @@
 //! lasted a lease period: the delegation is then revoked (the table drops
 //! the grant, the stateid answers NFS4ERR_DELEG_REVOKED until
 //! FREE_STATEID, SEQUENCE says SEQ4_STATUS_RECALLABLE_STATE_REVOKED).
-//! Write delegations are never granted; reclaims (CLAIM_PREVIOUS,
+//! Write delegations (RW in the table) go only to a writer that asks for
+//! one (OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG / WANT_ANY_DELEG): without
+//! CB_GETATTR other clients' GETATTRs would not see its cached writes;
+//! any other client's open recalls it. Reclaims (CLAIM_PREVIOUS,
 //! CLAIM_DELEGATE_PREV) get no delegation (RFC 8881 10.2.1 lets the
 //! server refuse), and CB_GETATTR is not sent.
 //!
@@ -169,8 +172,9 @@ fn read_deleg(stateid: Stateid4) -> OpenDelegation4<'static> {
 }
 
 /// The delegation an OPEN gets (RFC 8881 10.4, 18.16.3): a read
-/// delegation when the open is for reading only, the client did not ask
-/// for none, has a back channel and the lock table grants read caching;
+/// delegation when the open is for reading only (a write one for a writer
+/// that asks), the client did not ask for none, has a back channel and
+/// the lock table grants the caching;
 /// otherwise none (OPEN_DELEGATE_NONE_EXT with the reason when the client
 /// said what it wants).
 pub(super) fn offer(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4<'static> {
@@ -183,7 +187,13 @@ pub(super) fn offer(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4
     if o.reclaim {
         return OpenDelegation4::None;
     }
-    if o.access & share::ACCESS_WRITE != 0 || want == share::WANT_WRITE_DELEG {
+    // A write delegation only to a writer that asks for one (WANT_WRITE or
+    // WANT_ANY): duet sends no CB_GETATTR (RFC 8881 10.4.3), so other
+    // clients' GETATTRs do not see what the holder has cached; a client
+    // that did not ask gets none for a write open.
+    let writer = o.access & share::ACCESS_WRITE != 0;
+    let write = writer && matches!(want, share::WANT_WRITE_DELEG | share::WANT_ANY_DELEG);
+    if (writer && !write) || (want == share::WANT_WRITE_DELEG && !writer) {
         return none_ext(want, OpenNoneDelegation4::Contention(false));
     }
     if !srv.state.has_back_channel(o.client) {
@@ -191,7 +201,7 @@ pub(super) fn offer(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4
     }
     if let Some(other) = srv.state.deleg_by_key.get(&(o.client, o.node)).copied() {
         if let Some(d) = srv.state.delegs.get(&other) {
-            return read_deleg(Stateid4 { seqid: d.seqid, other });
+            return delegation(Stateid4 { seqid: d.seqid, other }, d.write);
         }
     }
     if srv.state.delegs.len() >= srv.cfg.max_opens {
@@ -200,11 +210,12 @@ pub(super) fn offer(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4
     let other = srv.state.new_other(KIND_DELEG);
     let h: Holder = state::holder(o.client, &other);
     let locks = srv.cfg.locks.clone();
-    let got = locks.table().request_grant(o.node, h, Level::R, now);
+    let level = if write { Level::RW } else { Level::R };
+    let got = locks.table().request_grant(o.node, h, level, now);
     match got {
-        Some((g, level)) if level.has(Level::R) && !level.has(Level::W) => {
+        Some((g, l)) if l == level => {
             let fh = srv.handle(FileHandle::Object { fsid: o.fsid, id: o.node });
-            read_deleg(srv.state.add_deleg(other, o.client, o.node, fh, g))
+            delegation(srv.state.add_deleg(other, o.client, o.node, fh, g, write), write)
         }
         Some((g, _)) => {
             locks.table().release_grant(g);
@@ -212,6 +223,20 @@ pub(super) fn offer(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4
         }
         None => none_ext(want, OpenNoneDelegation4::Contention(false)),
     }
+}
+
+fn delegation(stateid: Stateid4, write: bool) -> OpenDelegation4<'static> {
+    if !write {
+        return read_deleg(stateid);
+    }
+    OpenDelegation4::Write(OpenWriteDelegation4 {
+        stateid,
+        recall: false,
+        // RFC 8881 18.16.2: no limit on how far the client may extend the
+        // file under the delegation.
+        space_limit: SpaceLimit4::Size(u64::MAX),
+        permissions: NfsAce4 { type_: 0, flag: 0, access_mask: 0, who: Opaque(b"EVERYONE@") },
+    })
 }
 
 impl NfsServer {

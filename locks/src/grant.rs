@@ -21,8 +21,8 @@
 //!
 //! SMB oplocks ([`Table::request_open_grant`]) and leases
 //! ([`Table::request_lease`]) are granted through it
-//! (`duet_protocols::smb2::server`), and so are NFSv4 read delegations
-//! ([`Table::request_grant`] with an NFSv4 holder, `Scope::Client`). A
+//! (`duet_protocols::smb2::server`), and so are NFSv4 delegations (read R,
+//! write RW: [`Table::request_grant`] with an NFSv4 holder, `Scope::Client`). A
 //! delegation is all or nothing (RFC 8881 10.4: a recall takes the whole
 //! delegation back, DELEGRETURN): any conflicting open, write, truncation,
 //! rename or remove by another client breaks it to none, and the break

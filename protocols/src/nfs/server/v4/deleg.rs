@@ -1,14 +1,14 @@
-//! NFSv4.1 read delegations and the back channel that recalls them
+//! NFSv4.1 delegations and the back channel that recalls them
 //! (issue 13): RFC 8881 10.4 (open delegation), 10.4.4 (recall), 10.4.6
 //! (revocation), 18.33 BACKCHANNEL_CTL, 18.34 BIND_CONN_TO_SESSION (back
 //! direction), 18.36 CREATE_SESSION (CONN_BACK_CHAN, csa_cb_program,
 //! csa_sec_parms), 18.6 DELEGRETURN, 20.2 CB_RECALL and 20.9 CB_SEQUENCE.
 //!
 //! A delegation is a grant of the daemon's lock table (`duet_locks`,
-//! `Level::R`, `Scope::Client`, held by an NFSv4 holder), so SMB opens,
-//! writes and renames see it as they see SMB leases. OPEN offers one when
-//! the open is for reading only, the client has a back channel, and the
-//! table grants read caching (nobody else has the file open for writing
+//! `Level::R`, or `Level::RW` for a write one, `Scope::Client`, held by
+//! an NFSv4 holder), so SMB opens, writes and renames see it as they see
+//! SMB leases. OPEN offers a read delegation when the open is for reading
+//! only, the client has a back channel, and the table grants read caching (nobody else has the file open for writing
 //! or caches writes, no break in progress, not recalled in the last
 //! `recall_backoff_ns`). A conflicting operation (another client's open
 //! for writing, a WRITE, a size change, a REMOVE or RENAME of the file, an

@@ -3645,6 +3645,40 @@ fn nfs41_read_delegation_recall_return_and_revoke() {
     assert_eq!(res4(&rep).status, Nfsstat4::OK);
     let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f5", share::ACCESS_READ, b"b5");
     assert_eq!(st, Nfsstat4::OK);
+    // (f5's callback is still unanswered: let it be answered.)
+    let xid5 = u32::from_be_bytes(rec[4..8].try_into().unwrap());
+    assert!(h.srv.on_call(12, h.peer, &cb_reply(xid5), h.now, &h.exports).is_empty());
+
+    // A callback lost with its connection goes again, same CB_SEQUENCE
+    // sequence id, on the connection bound next (RFC 8881 2.10.6.2).
+    make_file(&mut h, &mut b, &root, b"f6");
+    h.now += 2_000_000_000;
+    let (_, o, _) = open_deleg(&mut h, &mut a, &root, b"f6", want_read, b"a9");
+    let d6 = o.unwrap().1.expect("a read delegation of f6");
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f6", share::ACCESS_WRITE, b"b6");
+    assert_eq!(st, Nfsstat4::DELAY);
+    let (conn, rec6) = h.callbacks.remove(0);
+    assert_eq!(conn, 12);
+    let seq6 = {
+        let mut r = XdrReader::new(&rec6[4..]);
+        CallBody::decode(&mut r).unwrap();
+        r.get_string(64, "tag").unwrap();
+        for _ in 0..4 {
+            r.get_u32().unwrap();
+        }
+        let _: SessionId4 = r.get_array_fixed().unwrap();
+        r.get_u32().unwrap()
+    };
+    h.conn = 13;
+    let rep = h.v4(vec![ArgOp4::BindConnToSession(BindConnToSession4Args { sessid: a.id, dir: ChannelDirFromClient4::Back, use_conn_in_rdma_mode: false })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    h.conn = 1;
+    h.srv.on_conn_closed(12);
+    let ev = h.srv.on_tick(h.now);
+    let [Event::Reply { conn: 13, bytes }] = &ev[..] else { panic!("{ev:?}") };
+    assert_eq!(decode_cb_recall_none(bytes), d6);
+    assert_eq!(bytes[4 + 4..].len(), rec6[4 + 4..].len());
+    assert_eq!(&bytes[8..], &rec6[8..], "the same call again (only the xid differs): sequence {seq6}");
 }
 
 /// The recalled stateid of a CB_RECALL sent with an AUTH_NONE credential.

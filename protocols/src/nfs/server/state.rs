@@ -106,8 +106,13 @@ pub struct Session {
     /// CB_SEQUENCE's sequence id last sent on back-channel slot 0 (RFC
     /// 8881 2.10.6.1: the server is the requester there).
     pub cb_seq: u32,
-    /// The callback in flight on slot 0: (xid, delegation, when sent).
-    pub cb_inflight: Option<(u32, Other, i64)>,
+    /// The callback in flight on slot 0: (xid, delegation, when sent,
+    /// on which connection).
+    pub cb_inflight: Option<(u32, Other, i64, ConnId)>,
+    /// A callback lost with its connection: that delegation's recall goes
+    /// again with this CB_SEQUENCE sequence id (a retry, RFC 8881
+    /// 2.10.6.2).
+    pub cb_retry: Option<(Other, u32)>,
 }
 
 #[derive(Debug, Clone)]
@@ -477,6 +482,7 @@ impl State {
                 cb_cred: Default::default(),
                 cb_seq: 0,
                 cb_inflight: None,
+                cb_retry: None,
             },
         );
         self.confirm(client);
@@ -576,10 +582,20 @@ impl State {
         }
     }
 
+    /// The connection is gone: a callback in flight on it is sent again
+    /// (with the same CB_SEQUENCE sequence id, RFC 8881 2.10.6.2: a retry)
+    /// once the session has a back connection again.
     pub fn unbind_conn(&mut self, conn: ConnId) {
         for s in self.sessions.values_mut() {
             s.conns.retain(|c| *c != conn);
             s.back_conns.retain(|c| *c != conn);
+            if let Some((_, other, _, c)) = s.cb_inflight {
+                if c == conn {
+                    s.cb_inflight = None;
+                    s.cb_retry = Some((other, s.cb_seq));
+                    self.cb_queue.push_front(other);
+                }
+            }
         }
     }
 

@@ -306,8 +306,12 @@ impl NfsServer {
             let xid = self.state.next_cb_xid;
             self.state.next_cb_xid = xid.wrapping_add(1).max(1);
             let Some(s) = self.state.sessions.get_mut(&sid) else { continue };
-            s.cb_seq = s.cb_seq.wrapping_add(1).max(1);
-            s.cb_inflight = Some((xid, other, now));
+            let Some(conn) = s.back_conns.last().copied() else { continue };
+            match s.cb_retry.take() {
+                Some((o, seq)) if o == other => s.cb_seq = seq,
+                _ => s.cb_seq = s.cb_seq.wrapping_add(1).max(1),
+            }
+            s.cb_inflight = Some((xid, other, now, conn));
             let seq = CbSequence4Args {
                 sessionid: sid,
                 sequenceid: s.cb_seq,
@@ -316,7 +320,6 @@ impl NfsServer {
                 cachethis: false,
             };
             let rc = CbRecall4Args { stateid: Stateid4 { seqid: d.seqid, other }, truncate: false, fh: d.fh.clone() };
-            let Some(conn) = s.back_conns.last().copied() else { continue };
             let bytes = callback::encode_cb_recall(xid, s.cb_program, &s.cb_cred, &seq, &rc);
             out.push(Event::Reply { conn, bytes });
         }
@@ -331,7 +334,7 @@ impl NfsServer {
         let Ok(r) = callback::decode_cb_reply(record) else { return Vec::new() };
         let mut found = false;
         for s in self.state.sessions.values_mut() {
-            if s.cb_inflight.is_some_and(|(x, _, _)| x == r.xid) {
+            if s.cb_inflight.is_some_and(|(x, _, _, _)| x == r.xid) {
                 s.cb_inflight = None;
                 found = true;
                 break;
@@ -382,7 +385,7 @@ impl NfsServer {
         }
         let lease = self.state.lease_ns;
         for s in self.state.sessions.values_mut() {
-            if s.cb_inflight.is_some_and(|(_, _, at)| now.saturating_sub(at) > lease) {
+            if s.cb_inflight.is_some_and(|(_, _, at, _)| now.saturating_sub(at) > lease) {
                 s.cb_inflight = None;
             }
         }

@@ -263,7 +263,7 @@ fn read_delegation_is_recalled_by_smb_and_nfs_writers() {
 
     // 1. An SMB open for writing recalls it: CB_RECALL on A's connection.
     let t = Instant::now();
-    let mut w = open_req("shared.bin", create_disposition::OPEN, create_options::NON_DIRECTORY_FILE, RW);
+    let mut w = open_req("shared.bin", create_disposition::OVERWRITE_IF, create_options::NON_DIRECTORY_FILE, RW);
     w.share_access = 7;
     let f = smb.create_req(w).unwrap();
     let call = a.wait_call(Duration::from_secs(5)).expect("a CB_RECALL after the SMB open");

@@ -3440,7 +3440,7 @@ fn decode_cb_recall(rec: &[u8]) -> (u32, u32, u32, SessionId4, u32, Stateid4, Ve
     let sys = AuthSysParms::decode(&mut cr).unwrap();
     assert_eq!(sys.gid, 19);
     let _tag = r.get_string(64, "tag").unwrap();
-    assert_eq!(r.get_u32().unwrap(), 1, "minorversion");
+    assert_eq!(r.get_u32().unwrap(), 2, "the session's minor version (its CREATE_SESSION was a 4.2 COMPOUND)");
     let _ident = r.get_u32().unwrap();
     assert_eq!(r.get_u32().unwrap(), 2, "CB_SEQUENCE and CB_RECALL");
     assert_eq!(r.get_u32().unwrap(), 11, "OP_CB_SEQUENCE");

@@ -71,9 +71,10 @@ pub enum CbCred {
 }
 
 /// One whole record-marked RPC CALL of CB_COMPOUND (RFC 8881 19.2.1:
-/// CB_COMPOUND4args tag, minorversion 1, callback_ident, argarray) holding
-/// CB_SEQUENCE and CB_RECALL.
-pub fn encode_cb_recall(xid: u32, prog: u32, cred: &CbCred, seq: &CbSequence4Args, recall: &CbRecall4Args) -> Vec<u8> {
+/// CB_COMPOUND4args tag, minorversion, callback_ident, argarray) holding
+/// CB_SEQUENCE and CB_RECALL. `minor` is the session's minor version (1
+/// or 2: RFC 7862 keeps the callback program and asks the same).
+pub fn encode_cb_recall(xid: u32, prog: u32, minor: u32, cred: &CbCred, seq: &CbSequence4Args, recall: &CbRecall4Args) -> Vec<u8> {
     let mut w = XdrWriter::new();
     let at = begin_record(&mut w);
     let cred_auth = match cred {
@@ -91,7 +92,7 @@ pub fn encode_cb_recall(xid: u32, prog: u32, cred: &CbCred, seq: &CbSequence4Arg
     }
     .encode(&mut w);
     w.put_string(b"");
-    w.put_u32(1); // minorversion
+    w.put_u32(minor);
     w.put_u32(0); // callback_ident: ignored in 4.1 (RFC 8881 19.2.3)
     w.put_u32(2);
     w.put_u32(cb_opnum::CB_SEQUENCE);
@@ -138,7 +139,7 @@ mod tests {
     fn recall_call_layout_and_reply() {
         let seq = CbSequence4Args { sessionid: [7; 16], sequenceid: 1, slotid: 0, highest_slotid: 0, cachethis: false };
         let rc = CbRecall4Args { stateid: Stateid4 { seqid: 1, other: [3; 12] }, truncate: false, fh: vec![1, 2, 3] };
-        let b = encode_cb_recall(0x55, 0x4000_0000, &CbCred::None, &seq, &rc);
+        let b = encode_cb_recall(0x55, 0x4000_0000, 1, &CbCred::None, &seq, &rc);
         let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
         assert_eq!(len & 0x8000_0000, 0x8000_0000);
         assert_eq!((len & 0x7fff_ffff) as usize, b.len() - 4);

@@ -103,6 +103,9 @@ pub struct Session {
     /// csa_cb_program and csa_sec_parms, BACKCHANNEL_CTL, RFC 8881 18.33).
     pub cb_program: u32,
     pub cb_cred: crate::nfs::nfs4::callback::CbCred,
+    /// The minor version of the session's CREATE_SESSION: CB_COMPOUND
+    /// carries it (a Linux client matches its session by it).
+    pub cb_minor: u32,
     /// CB_SEQUENCE's sequence id last sent on back-channel slot 0 (RFC
     /// 8881 2.10.6.1: the server is the requester there).
     pub cb_seq: u32,
@@ -480,6 +483,7 @@ impl State {
                 back_conns: Vec::new(),
                 cb_program: 0,
                 cb_cred: Default::default(),
+                cb_minor: 1,
                 cb_seq: 0,
                 cb_inflight: None,
                 cb_retry: None,

@@ -240,6 +240,9 @@ pub(crate) struct Compound {
     /// The operation (by index) that passed its break gate and is now
     /// translated for real (`breaks.rs`).
     gated: Option<usize>,
+    /// COMPOUND4args' minorversion: a session's callbacks carry the one
+    /// its CREATE_SESSION came with (`deleg.rs`).
+    minor: u32,
 }
 
 enum Flow {
@@ -435,6 +438,7 @@ pub(super) fn call(
         now: ctx.now_ns,
         reply_limit: None,
         gated: None,
+        minor: args.minorversion,
     });
     // RFC 8881 2.10.6: SEQUENCE first, or one of the operations that may
     // come without a session.
@@ -2004,7 +2008,7 @@ fn create_session(
     let id = srv.state.add_session(
         a.clientid, slots, max_ops, max_req, max_resp, max_cached, c.conn,
     )?;
-    deleg::setup_session(srv, &id, c.conn, a);
+    deleg::setup_session(srv, &id, c.conn, c.minor, a);
     let res = ResOp4::CreateSession(Nfs4Res::Ok(CreateSession4ResOk {
         sessionid: id,
         sequence: a.sequence,

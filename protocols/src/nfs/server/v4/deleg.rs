@@ -64,10 +64,11 @@ pub(super) fn cb_cred(parms: &[CallbackSecParms4<'_>]) -> Option<CbCred> {
 /// CREATE_SESSION made session `id` on `conn`: with CONN_BACK_CHAN the
 /// connection carries the back channel too (RFC 8881 18.36.3); the
 /// callback program and credential are kept either way.
-pub(super) fn setup_session(srv: &mut NfsServer, id: &SessionId4, conn: super::ConnId, a: &CreateSession4Args<'_>) {
+pub(super) fn setup_session(srv: &mut NfsServer, id: &SessionId4, conn: super::ConnId, minor: u32, a: &CreateSession4Args<'_>) {
     let back = a.flags & create_session4_flag::CONN_BACK_CHAN != 0;
     let cred = cb_cred(&a.sec_parms.0);
     if let Some(s) = srv.state.sessions.get_mut(id) {
+        s.cb_minor = minor;
         s.cb_program = a.cb_program;
         s.cb_cred = cred.clone().unwrap_or_default();
     }
@@ -320,7 +321,7 @@ impl NfsServer {
                 cachethis: false,
             };
             let rc = CbRecall4Args { stateid: Stateid4 { seqid: d.seqid, other }, truncate: false, fh: d.fh.clone() };
-            let bytes = callback::encode_cb_recall(xid, s.cb_program, &s.cb_cred, &seq, &rc);
+            let bytes = callback::encode_cb_recall(xid, s.cb_program, s.cb_minor, &s.cb_cred, &seq, &rc);
             out.push(Event::Reply { conn, bytes });
         }
         self.state.cb_queue = keep;

@@ -42,6 +42,9 @@ pub struct ConnTable {
     pub smb_routes: SmbRoutes,
     /// Who watches which directory (CHANGE_NOTIFY), fed by every batch.
     pub notify: crate::notify::NotifyHub,
+    /// Every NFS connection, for callbacks on back channels, and the
+    /// delegation breaks SMB connections decide (`nfs_callback.rs`).
+    pub nfs_routes: crate::nfs_callback::NfsRoutes,
 }
 
 /// How many server-initiated messages may wait for one SMB connection's
@@ -206,6 +209,7 @@ impl ConnTable {
             audit: std::sync::OnceLock::new(),
             smb_routes: SmbRoutes::default(),
             notify: crate::notify::NotifyHub::default(),
+            nfs_routes: Default::default(),
         })
     }
 
@@ -590,7 +594,8 @@ pub async fn run(
                 if let Some(n) = &ctx.nfs {
                     let owners = {
                         let mut n = n.borrow_mut();
-                        let _ = n.on_tick(now_ns());
+                        let ev = n.on_tick(now_ns());
+                        crate::nfs_callback::route(&ctx.conns, ev);
                         n.state_owners()
                     };
                     // Until the grace period is over, the clients of the
@@ -612,6 +617,9 @@ pub async fn run(
             }
         })
         .detach();
+    }
+    if let Some(n) = &ctx.nfs {
+        glommio::spawn_local(crate::nfs_callback::serve_recalls(n.clone(), ctx.conns.clone())).detach();
     }
     let mut accepts = Vec::new();
     for (l, proto) in listeners {
@@ -727,6 +735,8 @@ enum Wake {
     /// A break for one of this connection's opens, or a session to end,
     /// routed from another connection (or this one) through [`SmbRoutes`].
     Recall(Routed),
+    /// An NFS callback (record-marked) for this connection's back channel.
+    Callback(Vec<u8>),
 }
 
 /// Waits for bytes from the client (only while fewer than `limit`
@@ -839,6 +849,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                         return Ok(());
                     }
                 }
+                Wake::Callback(_) => {}
                 Wake::Tick => {
                     queue.extend(conn.poll_locks(now_ns()));
                     queue.extend(conn.poll_opens(now_ns(), &*ctx.catalog.borrow()));
@@ -907,7 +918,7 @@ async fn smb_events(
             }
             smb::Event::Close => return Ok(true),
             smb::Event::Recall(b) => {
-                ctx.conns.smb_routes.deliver(b);
+                crate::nfs_callback::deliver(&ctx.conns, b);
             }
             smb::Event::EndSession { previous, uid, from } => {
                 ctx.conns.smb_routes.end_session(previous, uid, from);
@@ -923,6 +934,7 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     let peer: IpAddr = stream.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
     let id = ctx.next_conn.get();
     ctx.next_conn.set(id + 1);
+    let route = ctx.conns.nfs_routes.register(id);
     let mut asm = duet_protocols::nfs::rpc::RecordAssembler::new(ctx.limits.nfs_record_max, 1024);
     let mut tmp = vec![0u8; 1 << 18];
     // Bytes read and not yet given to the record assembler.
@@ -958,7 +970,15 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 }
             }
             inbuf.drain(..off);
-            match next_wake(&mut stream, &mut tmp, &done_rx, in_flight, limit).await {
+            // Or a callback another connection's call decided for this
+            // one's back channel.
+            let wake = futures_lite::future::or(
+                async { route.rx.recv_async().await.map(Wake::Callback).unwrap_or(Wake::Tick) },
+                next_wake(&mut stream, &mut tmp, &done_rx, in_flight, limit),
+            )
+            .await;
+            match wake {
+                Wake::Callback(bytes) => stream.write_all(&bytes).await?,
                 Wake::Tick | Wake::Recall(_) => {}
                 Wake::Read(r) => {
                     let n = r?;
@@ -996,7 +1016,10 @@ async fn nfs_events(
     while let Some(ev) = queue.pop_front() {
         match ev {
             Event::Reply { conn, bytes } if conn == id => stream.write_all(&bytes).await?,
-            Event::Reply { .. } => {}
+            // A callback for another connection's back channel.
+            Event::Reply { conn, bytes } => {
+                ctx.conns.nfs_routes.send(conn, bytes);
+            }
             Event::Run { token, batch, tag } => {
                 spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("nfs", tag), token, batch, done);
                 *in_flight += 1;
@@ -1006,7 +1029,7 @@ async fn nfs_events(
             // An NFSv4 operation broke an SMB lease or oplock: to the
             // holder's connection, on whatever executor it lives.
             Event::Recall(b) => {
-                ctx.conns.smb_routes.deliver(b);
+                crate::nfs_callback::deliver(&ctx.conns, b);
             }
         }
     }

@@ -17,6 +17,7 @@ pub mod forward;
 pub mod frontend;
 pub mod metrics;
 pub mod notify;
+pub mod nfs_callback;
 pub mod peers;
 pub mod replica;
 pub mod secrets;

@@ -21,7 +21,13 @@
 //!
 //! SMB oplocks ([`Table::request_open_grant`]) and leases
 //! ([`Table::request_lease`]) are granted through it
-//! (`duet_protocols::smb2::server`); NFS delegations are not yet.
+//! (`duet_protocols::smb2::server`), and so are NFSv4 delegations (read R,
+//! write RW: [`Table::request_grant`] with an NFSv4 holder, `Scope::Client`). A
+//! delegation is all or nothing (RFC 8881 10.4: a recall takes the whole
+//! delegation back, DELEGRETURN): any conflicting open, write, truncation,
+//! rename or remove by another client breaks it to none, and the break
+//! always waits for the holder (CB_RECALL, then DELEGRETURN or revocation
+//! at the deadline, RFC 8881 10.4.6), read delegations included.
 
 use std::collections::HashMap;
 
@@ -176,6 +182,8 @@ pub enum AckError {
 pub(crate) struct Grants {
     by_id: HashMap<GrantId, GrantRec>,
     next: u64,
+    /// Grants per (protocol, client): whether anyone else caches anything.
+    per_client: HashMap<(Protocol, u64), usize>,
 }
 
 impl Grants {
@@ -375,6 +383,7 @@ impl Table {
         self.grants.next += 1;
         let id = GrantId(self.grants.next);
         self.grants.by_id.insert(id, GrantRec { file, holder, level, state: State::Granted, scope, members: members.to_vec() });
+        *self.grants.per_client.entry((holder.proto, holder.client)).or_default() += 1;
         self.touch(file, &holder).grants.push(id);
         Some((id, level))
     }
@@ -401,6 +410,32 @@ impl Table {
         why: Conflict,
         now: i64,
     ) -> (Vec<Break>, Option<i64>) {
+        self.break_which(file, opener, share, why, now, false)
+    }
+
+    /// As [`Table::break_for`] for the NFSv4 delegations of `file` alone
+    /// (an SMB open that learnt the file's node only from its own batch:
+    /// other SMB grants were asked about before it, by path).
+    pub fn break_delegations(
+        &mut self,
+        file: FileId,
+        opener: &Holder,
+        share: Share,
+        why: Conflict,
+        now: i64,
+    ) -> (Vec<Break>, Option<i64>) {
+        self.break_which(file, opener, share, why, now, true)
+    }
+
+    fn break_which(
+        &mut self,
+        file: FileId,
+        opener: &Holder,
+        share: Share,
+        why: Conflict,
+        now: i64,
+        delegations_only: bool,
+    ) -> (Vec<Break>, Option<i64>) {
         let mut out = Vec::new();
         let Some(f) = self.files.get(&file) else { return (out, None) };
         let ids: Vec<GrantId> = f.grants.clone();
@@ -415,6 +450,9 @@ impl Table {
         for id in ids {
             let Some(g) = self.grants.by_id.get_mut(&id) else { continue };
             if g.owns(opener) {
+                continue;
+            }
+            if delegations_only && !(g.scope == Scope::Client && g.holder.proto == Protocol::Nfs4) {
                 continue;
             }
             let current = match g.state {
@@ -443,13 +481,28 @@ impl Table {
                     to.without(Level::H)
                 };
             }
+            // An NFSv4 delegation (RFC 8881 10.4.1-10.4.4): what conflicts
+            // recalls all of it. A read delegation stands beside other
+            // readers; a write, a truncation, a rename or a remove, or an
+            // open for writing, recalls it; beside a write delegation any
+            // open of another client does.
+            let deleg = g.scope == Scope::Client && g.holder.proto == Protocol::Nfs4;
+            if deleg {
+                let conflict = match why {
+                    Conflict::Write | Conflict::Namespace => true,
+                    Conflict::Open | Conflict::SmbOpen => {
+                        share.access & super::share::WRITE != 0 || (current.has(Level::W) && share.access != 0)
+                    }
+                };
+                to = if conflict { Level::NONE } else { current };
+            }
             // H alone is no SMB lease state; a writer leaves the holder H
             // only where it keeps read caching too, so H alone goes.
             let to = to.normal();
             if to == current {
                 continue;
             }
-            let ack_needed = current.has(Level::W) || current.has(Level::H);
+            let ack_needed = current.has(Level::W) || current.has(Level::H) || deleg;
             let from = g.level;
             if ack_needed {
                 let deadline = match g.state {
@@ -511,6 +564,30 @@ impl Table {
         Ok(())
     }
 
+    /// Whether a grant of another client than (`proto`, `client`) exists:
+    /// an operation of that client can break nothing otherwise (its own
+    /// grants never break for it), so it needs no hidden lookup.
+    pub fn has_grants_of_others(&self, proto: Protocol, client: u64) -> bool {
+        let mine = self.grants.per_client.get(&(proto, client)).copied().unwrap_or(0);
+        self.grants.len() > mine
+    }
+
+    /// Moves the deadline of a break in progress (an NFSv4 recall lasts a
+    /// lease period, RFC 8881 10.4.6, not the SMB break timeout). False
+    /// when the grant is gone or not being broken.
+    pub fn set_break_deadline(&mut self, id: GrantId, deadline: i64) -> bool {
+        match self.grants.by_id.get_mut(&id) {
+            Some(g) => match &mut g.state {
+                State::Breaking { deadline: d, .. } => {
+                    *d = deadline;
+                    true
+                }
+                State::Granted => false,
+            },
+            None => false,
+        }
+    }
+
     /// Whether any caching grant is held at all (a cheap test before an
     /// operation looks up the file it would have to ask [`Table::break_for`]
     /// about).
@@ -559,6 +636,13 @@ impl Table {
     /// DELEGRETURN outside a recall).
     pub fn release_grant(&mut self, id: GrantId) {
         if let Some(g) = self.grants.by_id.remove(&id) {
+            let k = (g.holder.proto, g.holder.client);
+            if let Some(n) = self.grants.per_client.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.grants.per_client.remove(&k);
+                }
+            }
             if let Some(f) = self.files.get_mut(&g.file) {
                 f.grants.retain(|x| *x != id);
             }

@@ -635,3 +635,55 @@ fn nfs_openers_break_smb_leases_and_revoke_overdue_ones() {
     assert_eq!(breaks, vec![Break { grant: g2, holder: l1, from: Level::R, to: Level::NONE, ack_needed: false }]);
     assert!(wait.is_none() && !t.has_grants());
 }
+
+/// NFSv4 delegations (RFC 8881 10.4) in the grant model: all or nothing,
+/// the break always waits for the holder (DELEGRETURN), readers leave a
+/// read delegation alone, writers and renames take it, a write delegation
+/// goes for any other open; `break_delegations` touches delegations only.
+#[test]
+fn delegations_are_recalled_whole_and_waited_for() {
+    use grant::{Conflict, Level};
+    let mut t = Table::default();
+    let holder = nfs(7, 100);
+    assert!(!t.has_grants_of_others(Protocol::Nfs4, 7));
+    let (g, l) = t.request_grant(F, holder, Level::R, 0).unwrap();
+    assert_eq!(l, Level::R);
+    assert!(!t.has_grants_of_others(Protocol::Nfs4, 7), "its own grant only");
+    assert!(t.has_grants_of_others(Protocol::Nfs4, 8));
+    // The holder's own write open and another client's read open: nothing.
+    let (b, w) = t.break_for(F, &nfs(7, 0), Share::nfs(3, 0), Conflict::Open, 1);
+    assert!(b.is_empty() && w.is_none());
+    let (b, w) = t.break_for(F, &nfs(8, 0), Share::nfs(1, 0), Conflict::Open, 1);
+    assert!(b.is_empty() && w.is_none());
+    let (b, w) = t.break_for(F, &smb(1, 1), Share::smb(READ_DATA, 7), Conflict::SmbOpen, 1);
+    assert!(b.is_empty() && w.is_none(), "an SMB reader leaves a read delegation");
+    // An SMB lease beside it is not a delegation: break_delegations skips it.
+    let lease = smb(2, 0x8000_0000_0000_0001);
+    t.open(F, smb(2, 1), Share::smb(READ_DATA, 7)).unwrap();
+    let (lg, ll, _) = t.request_lease(F, lease, &[smb(2, 1)], Level::RH, 2).unwrap();
+    assert_eq!(ll, Level::RH);
+    // An SMB open for writing: the delegation breaks to none, and waits.
+    let (b, w) = t.break_delegations(F, &smb(1, 2), Share::smb(WRITE_DATA, 7), Conflict::SmbOpen, 3);
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_eq!((b[0].grant, b[0].from, b[0].to, b[0].ack_needed), (g, Level::R, Level::NONE, true));
+    assert!(w.is_some());
+    assert_eq!(t.grant(lg), Some((Level::RH, false)), "the lease was not asked about");
+    // The recall lasts as long as the NFS side says; then it is revoked.
+    assert!(t.set_break_deadline(g, 1_000));
+    assert!(!t.set_break_deadline(lg, 1_000), "not breaking");
+    assert!(t.revoke_overdue(999).is_empty());
+    assert_eq!(t.revoke_overdue(1_000), vec![(g, holder)]);
+    assert_eq!(t.grant(g), None);
+    t.release_grant(lg);
+    t.release(F, &smb(2, 1));
+
+    // A write delegation: any other open, a reader's too, recalls it.
+    let (g, l) = t.request_grant(F, nfs(9, 1), Level::RW, 5_000_000_000).unwrap();
+    assert_eq!(l, Level::RW);
+    let (b, w) = t.break_for(F, &nfs(10, 0), Share::nfs(1, 0), Conflict::Open, 5_000_000_001);
+    assert_eq!((b.len(), b[0].to, w.is_some()), (1, Level::NONE, true));
+    // DELEGRETURN: the grant goes, nobody waits any more.
+    t.release_grant(g);
+    assert_eq!(t.break_deadline(F, &nfs(10, 0)), None);
+    assert!(!t.has_grants());
+}

@@ -119,6 +119,11 @@ pub struct Harness {
     pub uid: u32,
     /// SMB breaks the server handed out (`Event::Recall`).
     pub recalls: Vec<duet_locks::Break>,
+    /// The connection calls come on.
+    pub conn: u64,
+    /// Records the server wrote to other connections (callbacks on a back
+    /// channel), with record marking.
+    pub callbacks: Vec<(u64, Vec<u8>)>,
 }
 
 impl Default for Harness {
@@ -186,6 +191,8 @@ impl Harness {
             batches: Vec::new(),
             uid: 1000,
             recalls: Vec::new(),
+            conn: 1,
+            callbacks: Vec::new(),
         }
     }
 
@@ -239,10 +246,11 @@ impl Harness {
     pub fn record(&mut self, rec: &[u8]) -> Vec<Vec<u8>> {
         self.batches.clear();
         self.now += 1_000_000;
-        let mut events = self.srv.on_call(1, self.peer, rec, self.now, &self.exports);
+        let mut events = self.srv.on_call(self.conn, self.peer, rec, self.now, &self.exports);
         let mut replies = Vec::new();
         while let Some(ev) = events.pop() {
             match ev {
+                Event::Reply { conn, bytes } if conn != self.conn => self.callbacks.push((conn, bytes)),
                 Event::Reply { bytes, .. } => {
                     let mark = u32::from_be_bytes(bytes[..4].try_into().unwrap());
                     assert_eq!(mark & 0x7fff_ffff, bytes.len() as u32 - 4);
@@ -2509,7 +2517,13 @@ mod replay {
                     a.owner.clientid = *m
                         .clientid
                         .get(&a.owner.clientid)
-                        .unwrap_or(&a.owner.clientid)
+                        .unwrap_or(&a.owner.clientid);
+                    // Ganesha granted no delegation in the capture (and the
+                    // client returned none before DESTROY_CLIENTID): ask
+                    // duet for none either, so the replies compare.
+                    if a.share_access & share::WANT_DELEG_MASK == 0 {
+                        a.share_access |= share::WANT_NO_DELEG;
+                    }
                 }
                 ArgOp4::Close(a) => m.sid(&mut a.open_stateid),
                 ArgOp4::Read(a) => m.sid(&mut a.stateid),
@@ -3341,4 +3355,350 @@ fn nfs3_operations_break_smb_leases_and_answer_jukebox_until_acked() {
     assert_eq!(create(&mut h, Some(0)), Nfsstat3::OK);
     assert_eq!(write(&mut h), Nfsstat3::OK);
     assert_eq!(setattr(&mut h, Sattr3 { size: Some(1), ..Default::default() }), Nfsstat3::OK);
+}
+
+// ---- Delegations and the back channel (issue 13) ----
+
+/// A client whose CREATE_SESSION asks for a back channel on connection
+/// `conn` (CREATE_SESSION4_FLAG_CONN_BACK_CHAN, RFC 8881 18.36) with an
+/// AUTH_SYS callback credential of uid 17, gid 19; RECLAIM_COMPLETE sent.
+fn back_chan_session(h: &mut Harness, owner: &[u8], conn: u64) -> Sess {
+    let fore = h.conn;
+    h.conn = conn;
+    let rep = h.v4(vec![ArgOp4::ExchangeId(ExchangeId4Args {
+        clientowner: ClientOwner4 { verifier: [1; 8], ownerid: Opaque(owner) },
+        flags: 0x101,
+        state_protect: StateProtect4A::None,
+        client_impl_id: List(vec![]),
+    })]);
+    let r = res4(&rep);
+    let [ResOp4::ExchangeId(Nfs4Res::Ok(x))] = &r.results[..] else { panic!("{r:?}") };
+    let (clientid, sequence) = (x.clientid, x.sequenceid);
+    let sys = AuthSysParms { stamp: 13, machine_name: Opaque(b"cb"), uid: 17, gid: 19, gids: vec![] };
+    let rep = h.v4(vec![ArgOp4::CreateSession(CreateSession4Args {
+        clientid,
+        sequence,
+        flags: create_session4_flag::CONN_BACK_CHAN,
+        fore_chan_attrs: chan(1 << 20),
+        back_chan_attrs: chan(4096),
+        cb_program: 0x4000_0077,
+        sec_parms: List(vec![CallbackSecParms4::Sys(sys)]),
+    })]);
+    let r = res4(&rep);
+    let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &r.results[..] else { panic!("{r:?}") };
+    assert_eq!(cs.flags & create_session4_flag::CONN_BACK_CHAN, create_session4_flag::CONN_BACK_CHAN);
+    let mut s = Sess { clientid, id: cs.sessionid, seq: 0 };
+    let rep = h.v4(vec![s.sequence(), ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    h.conn = fore;
+    s
+}
+
+/// OPEN of `name` in `dir` (no create) with `access` (WANT_* bits
+/// included); the OPEN's result, the file handle and the statuses.
+fn open_deleg(h: &mut Harness, s: &mut Sess, dir: &[u8], name: &[u8], access: u32, owner: &[u8]) -> (Nfsstat4, Option<(Stateid4, Option<Stateid4>, u32)>, Vec<u8>) {
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(dir) }),
+        ArgOp4::Open(Open4Args {
+            seqid: 0,
+            share_access: access,
+            share_deny: share::DENY_NONE,
+            owner: StateOwner4 { clientid: s.clientid, owner: Opaque(owner) },
+            openhow: OpenFlag4::NoCreate,
+            claim: OpenClaim4::Null(Name(name)),
+        }),
+        ArgOp4::GetFh(()),
+    ]);
+    let r = res4(&rep);
+    let st = r.results.get(2).map(|x| x.status()).unwrap_or(r.status);
+    let ResOp4::Open(Nfs4Res::Ok(o)) = &r.results.get(2).cloned().unwrap_or(ResOp4::Failed { opnum: 18, status: st }) else {
+        return (st, None, Vec::new());
+    };
+    let (deleg, why) = match &o.delegation {
+        OpenDelegation4::Read(d) => (Some(d.stateid), 0),
+        OpenDelegation4::None => (None, u32::MAX),
+        OpenDelegation4::NoneExt(OpenNoneDelegation4::Contention(_)) => (None, 1),
+        OpenDelegation4::NoneExt(OpenNoneDelegation4::Resource(_)) => (None, 2),
+        OpenDelegation4::NoneExt(OpenNoneDelegation4::Other(v)) => (None, *v),
+        OpenDelegation4::Write(d) => (Some(d.stateid), 100),
+    };
+    let fh = match &r.results[3] {
+        ResOp4::GetFh(Nfs4Res::Ok(f)) => f.object.0.to_vec(),
+        _ => Vec::new(),
+    };
+    (st, Some((o.stateid, deleg, why)), fh)
+}
+
+/// The CB_RECALL call a callback record carries: (xid, program, AUTH_SYS
+/// uid, CB_SEQUENCE session and sequence id, recalled stateid and file
+/// handle), decoded by hand from RFC 8881 19.2.1 / 20.9.1 / 20.2.1.
+fn decode_cb_recall(rec: &[u8]) -> (u32, u32, u32, SessionId4, u32, Stateid4, Vec<u8>) {
+    let body = &rec[4..];
+    let mut r = XdrReader::new(body);
+    let call = CallBody::decode(&mut r).unwrap();
+    assert_eq!((call.vers, call.proc_), (1, 1), "NFS_CB version 1, CB_COMPOUND");
+    assert_eq!(call.cred.flavor, AUTH_SYS);
+    let mut cr = XdrReader::new(call.cred.body);
+    let sys = AuthSysParms::decode(&mut cr).unwrap();
+    assert_eq!(sys.gid, 19);
+    let _tag = r.get_string(64, "tag").unwrap();
+    assert_eq!(r.get_u32().unwrap(), 2, "the session's minor version (its CREATE_SESSION was a 4.2 COMPOUND)");
+    let _ident = r.get_u32().unwrap();
+    assert_eq!(r.get_u32().unwrap(), 2, "CB_SEQUENCE and CB_RECALL");
+    assert_eq!(r.get_u32().unwrap(), 11, "OP_CB_SEQUENCE");
+    let sid: SessionId4 = r.get_array_fixed().unwrap();
+    let seq = r.get_u32().unwrap();
+    assert_eq!(r.get_u32().unwrap(), 0, "slot 0");
+    let _highest = r.get_u32().unwrap();
+    let _cachethis = r.get_bool().unwrap();
+    assert_eq!(r.get_u32().unwrap(), 0, "no referring calls");
+    assert_eq!(r.get_u32().unwrap(), 4, "OP_CB_RECALL");
+    let stateid = Stateid4::decode(&mut r).unwrap();
+    assert!(!r.get_bool().unwrap(), "no truncate");
+    let fh = r.get_opaque(128, "fh").unwrap().to_vec();
+    r.finish().unwrap();
+    (call.xid, call.prog, sys.uid, sid, seq, stateid, fh)
+}
+
+/// The client's REPLY to callback `xid`: accepted, CB_COMPOUND4res NFS4_OK.
+fn cb_reply(xid: u32) -> Vec<u8> {
+    let mut w = XdrWriter::new();
+    ReplyHeader::success(xid).encode(&mut w);
+    w.put_u32(0);
+    w.put_string(b"");
+    w.put_u32(0);
+    w.into_inner()
+}
+
+fn seq_flags(h: &mut Harness, s: &mut Sess) -> u32 {
+    let rep = h.v4(vec![s.sequence()]);
+    match &res4(&rep).results[..] {
+        [ResOp4::Sequence(Nfs4Res::Ok(x))] => x.status_flags,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Issue 13, sans-I/O: OPEN for reading grants a read delegation (a grant
+/// of the shared lock table) to a client with a back channel; another
+/// client's OPEN for writing recalls it: a CB_RECALL (CB_SEQUENCE +
+/// CB_RECALL, the session's callback program and AUTH_SYS credential)
+/// goes to the back-channel connection and the OPEN answers NFS4ERR_DELAY
+/// until DELEGRETURN; the file is not delegated again at once. A recall
+/// not answered within the lease period revokes the delegation (fake
+/// clock): NFS4ERR_DELEG_REVOKED, SEQ4_STATUS_RECALLABLE_STATE_REVOKED
+/// until FREE_STATEID. An SMB open for writing recalls it too, through
+/// the table and `NfsServer::on_recall`. WANT_NO_DELEG is answered
+/// OPEN_DELEGATE_NONE_EXT / WND4_NOT_WANTED, a client without a back
+/// channel gets none, and SEQUENCE says CB_PATH_DOWN when the back
+/// connection is gone, until BIND_CONN_TO_SESSION binds another.
+#[test]
+fn nfs41_read_delegation_recall_return_and_revoke() {
+    use duet_locks::{Conflict, Holder, Level, Protocol, Share};
+    let mut h = Harness::new();
+    let mut a = back_chan_session(&mut h, b"deleg-a", 10);
+    let mut b = session(&mut h);
+    let root = share_root(&mut h, &mut b);
+    let node = make_file(&mut h, &mut b, &root, b"f1");
+    let locks = h.srv.config().locks.clone();
+    let want_read = share::ACCESS_READ | share::WANT_READ_DELEG;
+
+    // No back channel: no delegation (the reason given as asked for).
+    let (st, o, _) = open_deleg(&mut h, &mut b, &root, b"f1", want_read, b"b0");
+    assert_eq!(st, Nfsstat4::OK);
+    assert_eq!(o.unwrap().1, None);
+    // WANT_NO_DELEG: NONE_EXT, WND4_NOT_WANTED.
+    let (_, o, _) = open_deleg(&mut h, &mut a, &root, b"f1", share::ACCESS_READ | share::WANT_NO_DELEG, b"a0");
+    assert_eq!(o.unwrap().1, None);
+    assert_eq!(o.unwrap().2, 0, "WND4_NOT_WANTED");
+    // B's read open stands beside a read delegation; grant one to A.
+    let (st, o, fh) = open_deleg(&mut h, &mut a, &root, b"f1", want_read, b"a1");
+    assert_eq!(st, Nfsstat4::OK);
+    let dsid = o.unwrap().1.expect("a read delegation");
+    assert!(locks.table().has_grants());
+    assert!(h.callbacks.is_empty());
+    // A's own opens need no gate: one batch.
+    let (st, _, _) = open_deleg(&mut h, &mut a, &root, b"f1", share::ACCESS_BOTH, b"a2");
+    assert_eq!(st, Nfsstat4::OK);
+    assert_eq!(h.batches.len(), 1, "the holder's own open breaks nothing");
+    assert!(h.callbacks.is_empty(), "the holder's own write open recalls nothing");
+
+    // B opens for writing: DELAY, and a CB_RECALL on A's back channel.
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f1", share::ACCESS_BOTH, b"b1");
+    assert_eq!(st, Nfsstat4::DELAY);
+    assert_eq!(h.callbacks.len(), 1);
+    let (conn, rec) = h.callbacks.remove(0);
+    assert_eq!(conn, 10, "the connection bound to A's back channel");
+    let (xid, prog, uid, sid, seq, rstateid, rfh) = decode_cb_recall(&rec);
+    assert_eq!((prog, uid, sid, seq), (0x4000_0077, 17, a.id, 1));
+    assert_eq!((rstateid, rfh.as_slice()), (dsid, fh.as_slice()));
+    assert!(h.recalls.is_empty(), "nothing for SMB");
+    // Retried before DELEGRETURN: DELAY again, nothing sent twice.
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f1", share::ACCESS_BOTH, b"b1");
+    assert_eq!(st, Nfsstat4::DELAY);
+    assert!(h.callbacks.is_empty());
+    // The callback's reply (by xid) is consumed; an unknown one ignored.
+    assert!(h.srv.on_call(10, h.peer, &cb_reply(xid), h.now, &h.exports).is_empty());
+    assert!(h.srv.on_call(10, h.peer, &cb_reply(xid ^ 0x5a5a), h.now, &h.exports).is_empty());
+    assert!(h.srv.on_call(10, h.peer, &cb_reply(xid)[..9], h.now, &h.exports).is_empty());
+    // DELEGRETURN; then B's OPEN goes through.
+    let rep = h.v4(vec![a.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }), ArgOp4::DelegReturn(DelegReturn4Args { deleg_stateid: dsid })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    let rep = h.v4(vec![a.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }), ArgOp4::DelegReturn(DelegReturn4Args { deleg_stateid: dsid })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::BAD_STATEID, "returned already");
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f1", share::ACCESS_BOTH, b"b1");
+    assert_eq!(st, Nfsstat4::OK);
+    assert!(!locks.table().has_grants());
+    // B has it open for writing: A gets no delegation now.
+    let (_, o, _) = open_deleg(&mut h, &mut a, &root, b"f1", want_read, b"a3");
+    assert_eq!(o.unwrap().1, None, "a file open for writing by another client is not delegated");
+
+    // Revocation after the lease period (90 s), with the fake clock.
+    make_file(&mut h, &mut b, &root, b"f2");
+    let (_, o, fh2) = open_deleg(&mut h, &mut a, &root, b"f2", want_read, b"a4");
+    let d2 = o.unwrap().1.expect("a read delegation of f2");
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f2", share::ACCESS_WRITE, b"b2");
+    assert_eq!(st, Nfsstat4::DELAY);
+    let (_, rec) = h.callbacks.remove(0);
+    let (xid2, _, _, _, seq2, _, _) = decode_cb_recall(&rec);
+    assert_eq!(seq2, 2, "CB_SEQUENCE's slot 0 sequence goes on");
+    assert!(h.srv.on_call(10, h.peer, &cb_reply(xid2), h.now, &h.exports).is_empty());
+    h.now += 50_000_000_000;
+    assert_eq!(seq_flags(&mut h, &mut a), 0);
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f2", share::ACCESS_WRITE, b"b2");
+    assert_eq!(st, Nfsstat4::DELAY, "still within the lease period");
+    h.now += 41_000_000_000;
+    assert!(h.srv.on_tick(h.now).is_empty());
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f2", share::ACCESS_WRITE, b"b2");
+    assert_eq!(st, Nfsstat4::OK, "the delegation was revoked");
+    assert_eq!(seq_flags(&mut h, &mut a) & seq4_status::RECALLABLE_STATE_REVOKED, seq4_status::RECALLABLE_STATE_REVOKED);
+    let rep = h.v4(vec![a.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh2) }), ArgOp4::Read(Read4Args { stateid: d2, offset: 0, count: 10 })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::DELEG_REVOKED);
+    let rep = h.v4(vec![a.sequence(), ArgOp4::TestStateid(TestStateid4Args { stateids: List(vec![d2]) })]);
+    match &res4(&rep).results[..] {
+        [_, ResOp4::TestStateid(Nfs4Res::Ok(t))] => assert_eq!(t.status_codes.0, [Nfsstat4::DELEG_REVOKED]),
+        other => panic!("{other:?}"),
+    }
+    let rep = h.v4(vec![a.sequence(), ArgOp4::FreeStateid(FreeStateid4Args { stateid: d2 })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    assert_eq!(seq_flags(&mut h, &mut a), 0, "freed: the flag clears");
+
+    // An SMB open for writing recalls a delegation through the table; the
+    // SMB side waits (break deadline) until DELEGRETURN.
+    let n3 = make_file(&mut h, &mut b, &root, b"f3");
+    h.now += 2_000_000_000; // past the recall backoff of f1/f2
+    let (_, o, fh3) = open_deleg(&mut h, &mut a, &root, b"f3", want_read, b"a5");
+    let d3 = o.unwrap().1.expect("a read delegation of f3");
+    let smb = Holder::new(Protocol::Smb, 77, 1);
+    let (breaks, wait) = locks.table().break_for(n3, &smb, Share::smb(0x3, 7), Conflict::SmbOpen, h.now);
+    assert_eq!(breaks.len(), 1);
+    assert_eq!((breaks[0].holder.proto, breaks[0].to, breaks[0].ack_needed), (Protocol::Nfs4, Level::NONE, true));
+    assert!(wait.is_some(), "the SMB open waits for the recall");
+    let ev = h.srv.on_recall(breaks[0], h.now);
+    let [Event::Reply { conn: 10, bytes }] = &ev[..] else { panic!("{ev:?}") };
+    let (xid3, _, _, _, _, r3, _) = decode_cb_recall(bytes);
+    assert_eq!(r3, d3);
+    assert!(h.srv.on_call(10, h.peer, &cb_reply(xid3), h.now, &h.exports).is_empty());
+    let rep = h.v4(vec![a.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh3) }), ArgOp4::DelegReturn(DelegReturn4Args { deleg_stateid: d3 })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    assert_eq!(locks.table().break_deadline(n3, &smb), None, "returned: the SMB open goes on");
+    let _ = node;
+
+    // The back connection goes: CB_PATH_DOWN(_SESSION); a new connection
+    // bound for the back direction clears it.
+    h.srv.on_conn_closed(10);
+    let f = seq_flags(&mut h, &mut a);
+    assert_eq!(f & (seq4_status::CB_PATH_DOWN | seq4_status::CB_PATH_DOWN_SESSION), seq4_status::CB_PATH_DOWN | seq4_status::CB_PATH_DOWN_SESSION);
+    h.conn = 12;
+    let rep = h.v4(vec![ArgOp4::BindConnToSession(BindConnToSession4Args { sessid: a.id, dir: ChannelDirFromClient4::BackOrBoth, use_conn_in_rdma_mode: false })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    h.conn = 1;
+    assert_eq!(seq_flags(&mut h, &mut a), 0);
+    // BACKCHANNEL_CTL changes the callback program (RFC 8881 18.33).
+    let rep = h.v4(vec![a.sequence(), ArgOp4::BackchannelCtl(BackchannelCtl4Args { cb_program: 0x4000_0099, sec_parms: List(vec![CallbackSecParms4::None]) })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    make_file(&mut h, &mut b, &root, b"f4");
+    let (_, o, _) = open_deleg(&mut h, &mut a, &root, b"f4", want_read, b"a6");
+    o.unwrap().1.expect("a read delegation of f4");
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f4", share::ACCESS_WRITE, b"b4");
+    assert_eq!(st, Nfsstat4::DELAY);
+    let (conn, rec) = h.callbacks.remove(0);
+    assert_eq!(conn, 12);
+    let mut r = XdrReader::new(&rec[4..]);
+    let call = CallBody::decode(&mut r).unwrap();
+    assert_eq!((call.prog, call.cred.flavor), (0x4000_0099, AUTH_NONE));
+    // One callback at a time on slot 0: the next waits for this reply.
+    assert!(h.srv.on_call(12, h.peer, &cb_reply(call.xid), h.now, &h.exports).is_empty());
+
+    // A write delegation to a writer that asks for one; any other client's
+    // open (for reading too) recalls it. A writer that does not ask gets
+    // none.
+    make_file(&mut h, &mut b, &root, b"f5");
+    h.now += 2_000_000_000;
+    let (_, o, _) = open_deleg(&mut h, &mut a, &root, b"f5", share::ACCESS_BOTH, b"a7");
+    assert_eq!(o.unwrap().1, None, "no write delegation unasked");
+    let (_, o, fh5) = open_deleg(&mut h, &mut a, &root, b"f5", share::ACCESS_BOTH | share::WANT_WRITE_DELEG, b"a8");
+    let (d5, kind) = (o.unwrap().1.expect("a write delegation"), o.unwrap().2);
+    assert_eq!(kind, 100, "OPEN_DELEGATE_WRITE");
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f5", share::ACCESS_READ, b"b5");
+    assert_eq!(st, Nfsstat4::DELAY, "a reader waits for a write delegation's recall");
+    let (_, rec) = h.callbacks.remove(0);
+    assert_eq!(decode_cb_recall_none(&rec), d5);
+    let rep = h.v4(vec![a.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh5) }), ArgOp4::DelegReturn(DelegReturn4Args { deleg_stateid: d5 })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f5", share::ACCESS_READ, b"b5");
+    assert_eq!(st, Nfsstat4::OK);
+    // (f5's callback is still unanswered: let it be answered.)
+    let xid5 = u32::from_be_bytes(rec[4..8].try_into().unwrap());
+    assert!(h.srv.on_call(12, h.peer, &cb_reply(xid5), h.now, &h.exports).is_empty());
+
+    // A callback lost with its connection goes again, same CB_SEQUENCE
+    // sequence id, on the connection bound next (RFC 8881 2.10.6.2).
+    make_file(&mut h, &mut b, &root, b"f6");
+    h.now += 2_000_000_000;
+    let (_, o, _) = open_deleg(&mut h, &mut a, &root, b"f6", want_read, b"a9");
+    let d6 = o.unwrap().1.expect("a read delegation of f6");
+    let (st, _, _) = open_deleg(&mut h, &mut b, &root, b"f6", share::ACCESS_WRITE, b"b6");
+    assert_eq!(st, Nfsstat4::DELAY);
+    let (conn, rec6) = h.callbacks.remove(0);
+    assert_eq!(conn, 12);
+    let seq6 = {
+        let mut r = XdrReader::new(&rec6[4..]);
+        CallBody::decode(&mut r).unwrap();
+        r.get_string(64, "tag").unwrap();
+        for _ in 0..4 {
+            r.get_u32().unwrap();
+        }
+        let _: SessionId4 = r.get_array_fixed().unwrap();
+        r.get_u32().unwrap()
+    };
+    h.conn = 13;
+    let rep = h.v4(vec![ArgOp4::BindConnToSession(BindConnToSession4Args { sessid: a.id, dir: ChannelDirFromClient4::Back, use_conn_in_rdma_mode: false })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    h.conn = 1;
+    h.srv.on_conn_closed(12);
+    let ev = h.srv.on_tick(h.now);
+    let [Event::Reply { conn: 13, bytes }] = &ev[..] else { panic!("{ev:?}") };
+    assert_eq!(decode_cb_recall_none(bytes), d6);
+    assert_eq!(bytes[4 + 4..].len(), rec6[4 + 4..].len());
+    assert_eq!(&bytes[8..], &rec6[8..], "the same call again (only the xid differs): sequence {seq6}");
+}
+
+/// The recalled stateid of a CB_RECALL sent with an AUTH_NONE credential.
+fn decode_cb_recall_none(rec: &[u8]) -> Stateid4 {
+    let mut r = XdrReader::new(&rec[4..]);
+    let call = CallBody::decode(&mut r).unwrap();
+    assert_eq!(call.cred.flavor, AUTH_NONE);
+    r.get_string(64, "tag").unwrap();
+    for _ in 0..3 {
+        r.get_u32().unwrap();
+    }
+    assert_eq!(r.get_u32().unwrap(), 11);
+    let _: SessionId4 = r.get_array_fixed().unwrap();
+    for _ in 0..4 {
+        r.get_u32().unwrap();
+    }
+    assert_eq!(r.get_u32().unwrap(), 0);
+    assert_eq!(r.get_u32().unwrap(), 4);
+    Stateid4::decode(&mut r).unwrap()
 }

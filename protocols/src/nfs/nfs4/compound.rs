@@ -372,6 +372,7 @@ compound_ops! { 'a;
     SetAttr = opnum::SETATTR: SetAttr4Args<'a> => SetAttr4Res,
     Verify = opnum::VERIFY: Verify4Args<'a> => Status4Res,
     Write = opnum::WRITE: Write4Args<'a> => Nfs4Res<Write4ResOk>,
+    BackchannelCtl = opnum::BACKCHANNEL_CTL: BackchannelCtl4Args<'a> => Status4Res,
     BindConnToSession = opnum::BIND_CONN_TO_SESSION:
         BindConnToSession4Args => Nfs4Res<BindConnToSession4ResOk>,
     ExchangeId = opnum::EXCHANGE_ID: ExchangeId4Args<'a> => Nfs4Res<ExchangeId4ResOk<'a>>,

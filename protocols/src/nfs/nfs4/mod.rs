@@ -14,6 +14,7 @@ pub mod ops;
 pub mod session;
 pub mod v42;
 pub mod xattr;
+pub mod callback;
 
 pub use attrs::Attrs;
 pub use compound::{ArgOp4, Compound4Args, Compound4Res, CompoundLimits, CompoundStop, ResOp4};

@@ -660,9 +660,9 @@ xdr_struct! {
 /// (`union switch (why_no_delegation4 ond_why)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenNoneDelegation4 {
-    /// WND4_CONTENTION (7) with ond_server_will_push_deleg.
+    /// WND4_CONTENTION (1) with ond_server_will_push_deleg.
     Contention(bool),
-    /// WND4_RESOURCE (8) with ond_server_will_signal_avail.
+    /// WND4_RESOURCE (2) with ond_server_will_signal_avail.
     Resource(bool),
     /// Any other why_no_delegation4 value (void arm).
     Other(u32),
@@ -671,8 +671,8 @@ pub enum OpenNoneDelegation4 {
 impl<'a> XdrDecode<'a> for OpenNoneDelegation4 {
     fn decode(r: &mut XdrReader<'a>) -> Result<Self, XdrError> {
         Ok(match r.get_u32()? {
-            7 => OpenNoneDelegation4::Contention(r.get_bool()?),
-            8 => OpenNoneDelegation4::Resource(r.get_bool()?),
+            1 => OpenNoneDelegation4::Contention(r.get_bool()?),
+            2 => OpenNoneDelegation4::Resource(r.get_bool()?),
             v => OpenNoneDelegation4::Other(v),
         })
     }
@@ -681,11 +681,11 @@ impl XdrEncode for OpenNoneDelegation4 {
     fn encode(&self, w: &mut XdrWriter) {
         match self {
             OpenNoneDelegation4::Contention(b) => {
-                w.put_u32(7);
+                w.put_u32(1);
                 w.put_bool(*b);
             }
             OpenNoneDelegation4::Resource(b) => {
-                w.put_u32(8);
+                w.put_u32(2);
                 w.put_bool(*b);
             }
             OpenNoneDelegation4::Other(v) => w.put_u32(*v),

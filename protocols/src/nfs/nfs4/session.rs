@@ -39,6 +39,16 @@ pub mod create_session4_flag {
     pub const CONN_RDMA: u32 = 0x0000_0004;
 }
 
+// ---- 18.33 BACKCHANNEL_CTL ----
+
+xdr_struct! {
+    /// RFC 8881 18.33.1: BACKCHANNEL_CTL4args.
+    pub struct BackchannelCtl4Args<'a> {
+        pub cb_program: u32,
+        pub sec_parms: List<CallbackSecParms4<'a>, NFS4_MAX_SEC_PARMS>,
+    }
+}
+
 // ---- 18.34 BIND_CONN_TO_SESSION ----
 
 xdr_enum! {

@@ -199,9 +199,13 @@ pub struct NfsServer {
     reclaim_pending: std::collections::HashSet<Vec<u8>>,
     /// When the grace period ends (set by the first request after start).
     grace_end: Option<i64>,
-    /// SMB breaks decided by NFSv4 operations, handed out as
-    /// [`Event::Recall`] with the events of the call that decided them.
+    /// Breaks decided by NFSv4 operations: an SMB holder's are handed out
+    /// as [`Event::Recall`] with the events of the call that decided them,
+    /// an NFSv4 delegation's become a CB_RECALL (`v4/deleg.rs`).
     recalls: Vec<duet_locks::Break>,
+    /// Events an operation decided for other connections (a callback on a
+    /// newly bound back channel), sent with the call's own.
+    deferred: Vec<Event>,
 }
 
 impl NfsServer {
@@ -224,6 +228,7 @@ impl NfsServer {
             reclaim_pending: cfg_reclaimers,
             grace_end: None,
             recalls: Vec::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -303,16 +308,21 @@ impl NfsServer {
         exports: &dyn Exports,
     ) -> Vec<Event> {
         let ev = self.call_inner(conn, peer, record, now_ns, exports);
-        self.with_recalls(ev)
+        self.with_recalls(ev, now_ns)
     }
 
-    /// The breaks decided meanwhile go first: the SMB holder is told
-    /// before the NFS client hears NFS4ERR_DELAY.
-    fn with_recalls(&mut self, ev: Vec<Event>) -> Vec<Event> {
-        if self.recalls.is_empty() {
+    /// The breaks decided meanwhile go first: the SMB holder is told (and
+    /// a delegation's CB_RECALL sent) before the NFS client hears
+    /// NFS4ERR_DELAY.
+    fn with_recalls(&mut self, ev: Vec<Event>, now_ns: i64) -> Vec<Event> {
+        if self.recalls.is_empty() && self.deferred.is_empty() {
             return ev;
         }
-        let mut out: Vec<Event> = self.recalls.drain(..).map(Event::Recall).collect();
+        let breaks: Vec<duet_locks::Break> = self.recalls.drain(..).collect();
+        let (smb, cb) = self.take_deleg_breaks(breaks, now_ns);
+        let mut out: Vec<Event> = smb.into_iter().map(Event::Recall).collect();
+        out.append(&mut self.deferred);
+        out.extend(cb);
         out.extend(ev);
         out
     }
@@ -329,11 +339,11 @@ impl NfsServer {
         let call = match CallBody::decode(&mut r) {
             Ok(c) => c,
             Err(_) => {
-                // A REPLY (to a callback we never send) is ignored; a
-                // message that does not even have a header cannot be
+                // A REPLY answers a callback (matched by xid, or dropped);
+                // a message that does not even have a header cannot be
                 // answered: the stream is not RPC.
-                if record.len() >= 8 && record[4..8] == [0, 0, 0, 1] {
-                    return Vec::new();
+                if v4::is_cb_reply(record) {
+                    return self.on_cb_reply(record, now_ns);
                 }
                 return vec![Event::Close(conn)];
             }
@@ -396,14 +406,17 @@ impl NfsServer {
             Some(Pending::V4(c)) => v4::batch_done(self, c, result.results, now_ns),
             None => Vec::new(),
         };
-        self.with_recalls(ev)
+        self.with_recalls(ev, now_ns)
     }
 
-    /// Expires NFSv4 clients whose lease ran out (their sessions, opens
-    /// and locks go with them).
+    /// Expires NFSv4 clients whose lease ran out (their sessions, opens,
+    /// locks and delegations go with them), revokes what outlasted its
+    /// recall, and sends recalls that were waiting for a back channel or
+    /// a free callback slot. The driver sends the events (callbacks for
+    /// back-channel connections, revocations for SMB holders).
     pub fn on_tick(&mut self, now_ns: i64) -> Vec<Event> {
         self.state.expire(now_ns);
-        Vec::new()
+        self.deleg_tick(now_ns)
     }
 
     /// The driver closed `conn`: forget its session bindings.

@@ -5,8 +5,12 @@
 //! open stateid and a lock stateid are its holders (NFSv4, client id,
 //! the stateid's kind and counter).
 //!
+//! Delegations (RFC 8881 10.4) are grants of the same lock table (an
+//! NFSv4 holder, `Scope::Client`), so SMB sees them; their recall
+//! (CB_RECALL on the session's back channel) is in `v4/deleg.rs`.
+//!
 //! Stateid `other` (12 bytes): the boot epoch (4), a kind byte (1 open,
-//! 2 lock), and a 7-byte counter; a stateid of another boot or unknown
+//! 2 lock, 3 delegation), and a 7-byte counter; a stateid of another boot or unknown
 //! here is NFS4ERR_BAD_STATEID, one with an older seqid
 //! NFS4ERR_OLD_STATEID.
 
@@ -21,6 +25,7 @@ use crate::nfs::nfs4::{Nfsstat4, SessionId4, Stateid4};
 
 pub const KIND_OPEN: u8 = 1;
 pub const KIND_LOCK: u8 = 2;
+pub const KIND_DELEG: u8 = 3;
 /// Sessions one client may hold.
 pub const MAX_SESSIONS_PER_CLIENT: usize = 16;
 /// Connections remembered per session.
@@ -56,6 +61,10 @@ pub struct Client {
     pub last_renew: i64,
     pub reclaim_done: bool,
     pub sessions: Vec<SessionId4>,
+    /// Delegations of this client revoked and not yet freed: SEQUENCE
+    /// says SEQ4_STATUS_RECALLABLE_STATE_REVOKED while any remain (RFC
+    /// 8881 18.46.3).
+    pub revoked_delegs: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +93,29 @@ pub struct Session {
     pub max_response: u32,
     pub max_cached: u32,
     pub conns: Vec<ConnId>,
+    /// The client asked for a back channel (CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+    /// RFC 8881 18.36.3, or BIND_CONN_TO_SESSION for the back direction,
+    /// 18.34.3).
+    pub back_chan: bool,
+    /// The connections bound to the back channel, oldest first.
+    pub back_conns: Vec<ConnId>,
+    /// The callback program number and credential (CREATE_SESSION's
+    /// csa_cb_program and csa_sec_parms, BACKCHANNEL_CTL, RFC 8881 18.33).
+    pub cb_program: u32,
+    pub cb_cred: crate::nfs::nfs4::callback::CbCred,
+    /// The minor version of the session's CREATE_SESSION: CB_COMPOUND
+    /// carries it (a Linux client matches its session by it).
+    pub cb_minor: u32,
+    /// CB_SEQUENCE's sequence id last sent on back-channel slot 0 (RFC
+    /// 8881 2.10.6.1: the server is the requester there).
+    pub cb_seq: u32,
+    /// The callback in flight on slot 0: (xid, delegation, when sent,
+    /// on which connection).
+    pub cb_inflight: Option<(u32, Other, i64, ConnId)>,
+    /// A callback lost with its connection: that delegation's recall goes
+    /// again with this CB_SEQUENCE sequence id (a retry, RFC 8881
+    /// 2.10.6.2).
+    pub cb_retry: Option<(Other, u32)>,
 }
 
 #[derive(Debug, Clone)]
@@ -95,6 +127,23 @@ pub struct OpenState {
     pub fsid: u64,
     pub access: u32,
     pub deny: u32,
+}
+
+/// A delegation (RFC 8881 10.4): read, or write when the client asked
+/// for one explicitly.
+#[derive(Debug, Clone)]
+pub struct Deleg {
+    pub seqid: u32,
+    pub write: bool,
+    pub client: u64,
+    pub node: NodeId,
+    /// The file handle CB_RECALL names (RFC 8881 20.2.1).
+    pub fh: Vec<u8>,
+    pub grant: duet_locks::GrantId,
+    /// When the recall was decided (None: not recalled).
+    pub recalled: Option<i64>,
+    /// Revoked (RFC 8881 8.5): NFS4ERR_DELEG_REVOKED until FREE_STATEID (18.38.3).
+    pub revoked: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -121,6 +170,7 @@ pub struct Conflict {
 pub enum StateRef {
     Open(Other),
     Lock(Other),
+    Deleg(Other),
 }
 
 pub struct State {
@@ -152,6 +202,14 @@ pub struct State {
     /// Opens holding deny bits: while there are any, OPEN's share check
     /// ends its batch (see v4).
     pub deny_opens: usize,
+    /// Delegations by stateid, and by (client, file) and by lock-table
+    /// grant.
+    pub delegs: HashMap<Other, Deleg>,
+    pub deleg_by_key: HashMap<(u64, NodeId), Other>,
+    pub deleg_by_grant: HashMap<duet_locks::GrantId, Other>,
+    /// Delegations whose CB_RECALL is still to be sent.
+    pub cb_queue: std::collections::VecDeque<Other>,
+    pub next_cb_xid: u32,
 }
 
 /// The exclusive end of a lock range (RFC 8881 18.10.4): length
@@ -206,6 +264,11 @@ impl State {
             table: cfg.locks.clone(),
             n_byte_locks: 0,
             deny_opens: 0,
+            delegs: HashMap::new(),
+            deleg_by_key: HashMap::new(),
+            deleg_by_grant: HashMap::new(),
+            cb_queue: std::collections::VecDeque::new(),
+            next_cb_xid: (cfg.boot_seed as u32) | 1,
         }
     }
 
@@ -338,6 +401,7 @@ impl State {
                 last_renew: now,
                 reclaim_done: false,
                 sessions: Vec::new(),
+                revoked_delegs: 0,
             },
         );
         self.unconfirmed.insert(owner.to_vec(), id);
@@ -350,6 +414,7 @@ impl State {
         self.clients.get(&id).is_some_and(|c| !c.sessions.is_empty())
             || self.opens.values().any(|o| o.client == id)
             || self.locks.values().any(|l| l.client == id)
+            || self.delegs.values().any(|d| d.client == id)
     }
 
     /// CREATE_SESSION confirmed `client` (RFC 8881 18.36.4): it becomes
@@ -414,6 +479,14 @@ impl State {
                 max_response,
                 max_cached,
                 conns: vec![conn],
+                back_chan: false,
+                back_conns: Vec::new(),
+                cb_program: 0,
+                cb_cred: Default::default(),
+                cb_minor: 1,
+                cb_seq: 0,
+                cb_inflight: None,
+                cb_retry: None,
             },
         );
         self.confirm(client);
@@ -466,6 +539,10 @@ impl State {
         for o in opens {
             self.remove_open(&o);
         }
+        let delegs: Vec<Other> = self.delegs.iter().filter(|(_, d)| d.client == id).map(|(o, _)| *o).collect();
+        for o in delegs {
+            self.remove_deleg(&o);
+        }
     }
 
     /// Drops clients whose lease ran out, unless a request of theirs is in
@@ -509,10 +586,94 @@ impl State {
         }
     }
 
+    /// The connection is gone: a callback in flight on it is sent again
+    /// (with the same CB_SEQUENCE sequence id, RFC 8881 2.10.6.2: a retry)
+    /// once the session has a back connection again.
     pub fn unbind_conn(&mut self, conn: ConnId) {
         for s in self.sessions.values_mut() {
             s.conns.retain(|c| *c != conn);
+            s.back_conns.retain(|c| *c != conn);
+            if let Some((_, other, _, c)) = s.cb_inflight {
+                if c == conn {
+                    s.cb_inflight = None;
+                    s.cb_retry = Some((other, s.cb_seq));
+                    self.cb_queue.push_front(other);
+                }
+            }
         }
+    }
+
+    /// Binds `conn` to the back channel of session `id` (RFC 8881 18.34.3,
+    /// 18.36.3).
+    pub fn bind_back(&mut self, id: &SessionId4, conn: ConnId) {
+        if let Some(s) = self.sessions.get_mut(id) {
+            s.back_chan = true;
+            if !s.back_conns.contains(&conn) {
+                if s.back_conns.len() >= MAX_CONNS_PER_SESSION {
+                    s.back_conns.remove(0);
+                }
+                s.back_conns.push(conn);
+            }
+        }
+    }
+
+    /// Whether some session of `client` has a connection for callbacks.
+    pub fn has_back_channel(&self, client: u64) -> bool {
+        self.clients.get(&client).is_some_and(|c| {
+            c.sessions.iter().any(|s| self.sessions.get(s).is_some_and(|s| !s.back_conns.is_empty()))
+        })
+    }
+
+    /// Records a delegation granted as `grant`; returns its stateid.
+    pub fn add_deleg(&mut self, other: Other, client: u64, node: NodeId, fh: Vec<u8>, grant: duet_locks::GrantId, write: bool) -> Stateid4 {
+        self.delegs.insert(other, Deleg { seqid: 1, write, client, node, fh, grant, recalled: None, revoked: false });
+        self.deleg_by_key.insert((client, node), other);
+        self.deleg_by_grant.insert(grant, other);
+        Stateid4 { seqid: 1, other }
+    }
+
+    /// Forgets a delegation (DELEGRETURN, FREE_STATEID of a revoked one,
+    /// the client's end) and gives its grant back to the lock table.
+    pub fn remove_deleg(&mut self, other: &Other) {
+        if let Some(d) = self.delegs.remove(other) {
+            if self.deleg_by_key.get(&(d.client, d.node)) == Some(other) {
+                self.deleg_by_key.remove(&(d.client, d.node));
+            }
+            self.deleg_by_grant.remove(&d.grant);
+            if d.revoked {
+                if let Some(c) = self.clients.get_mut(&d.client) {
+                    c.revoked_delegs = c.revoked_delegs.saturating_sub(1);
+                }
+            } else {
+                self.table.table().release_grant(d.grant);
+            }
+        }
+    }
+
+    /// Marks a delegation revoked (its recall ran past the lease period,
+    /// RFC 8881 10.4.6, or its grant is gone from the table): the stateid
+    /// stays, answering NFS4ERR_DELEG_REVOKED, until FREE_STATEID.
+    pub fn revoke_deleg(&mut self, other: &Other) {
+        let Some(d) = self.delegs.get_mut(other) else { return };
+        if d.revoked {
+            return;
+        }
+        d.revoked = true;
+        let (client, node, grant) = (d.client, d.node, d.grant);
+        if self.deleg_by_key.get(&(client, node)) == Some(other) {
+            self.deleg_by_key.remove(&(client, node));
+        }
+        self.deleg_by_grant.remove(&grant);
+        self.table.table().release_grant(grant);
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.revoked_delegs += 1;
+        }
+    }
+
+    /// Whether another client than `client` holds a live delegation of
+    /// `node` (a WRITE or size change must then wait for its recall).
+    pub fn deleg_of_other(&self, node: NodeId, client: u64) -> bool {
+        !self.delegs.is_empty() && self.delegs.values().any(|d| d.node == node && d.client != client && !d.revoked)
     }
 
     pub fn bind_conn(&mut self, id: &SessionId4, conn: ConnId) -> bool {
@@ -551,6 +712,13 @@ impl State {
         if let Some(l) = self.locks.get(&sid.other) {
             check(l.seqid, l.client)?;
             return Ok(StateRef::Lock(sid.other));
+        }
+        if let Some(d) = self.delegs.get(&sid.other) {
+            check(d.seqid, d.client)?;
+            if d.revoked {
+                return Err(Nfsstat4::DELEG_REVOKED);
+            }
+            return Ok(StateRef::Deleg(sid.other));
         }
         Err(Nfsstat4::BAD_STATEID)
     }
@@ -868,6 +1036,15 @@ impl State {
     pub fn free_stateid(&mut self, other: &Other) -> Nfsstat4 {
         if self.opens.contains_key(other) {
             return Nfsstat4::LOCKS_HELD;
+        }
+        // A revoked delegation goes (RFC 8881 8.5, 18.38.3); a live one
+        // must be returned with DELEGRETURN.
+        if let Some(d) = self.delegs.get(other) {
+            if !d.revoked {
+                return Nfsstat4::LOCKS_HELD;
+            }
+            self.remove_deleg(other);
+            return Nfsstat4::OK;
         }
         match self.locks.get(other) {
             Some(l) => {

@@ -35,7 +35,10 @@
 //! paths.
 
 mod breaks;
+mod deleg;
 mod xattr;
+
+pub(crate) use deleg::is_reply as is_cb_reply;
 
 use std::net::IpAddr;
 
@@ -192,6 +195,9 @@ struct OpenStep {
     excl: Option<[u8; 8]>,
     attrset: Bitmap4,
     fsid: u64,
+    /// OPEN4_SHARE_ACCESS_WANT_* bits (RFC 8881 18.16.3).
+    want: u32,
+    reclaim: bool,
 }
 
 /// A COMPOUND in progress (waiting for its batch).
@@ -238,6 +244,9 @@ pub(crate) struct Compound {
     /// changes nothing else): answered UNSTABLE before durable, COMMIT
     /// makes them so (RFC 8881 18.32.3, 18.3; docs/durability.md).
     lazy: Option<bool>,
+    /// COMPOUND4args' minorversion: a session's callbacks carry the one
+    /// its CREATE_SESSION came with (`deleg.rs`).
+    minor: u32,
 }
 
 enum Flow {
@@ -434,6 +443,7 @@ pub(super) fn call(
         reply_limit: None,
         gated: None,
         lazy: None,
+        minor: args.minorversion,
     });
     // RFC 8881 2.10.6: SEQUENCE first, or one of the operations that may
     // come without a session.
@@ -561,13 +571,14 @@ fn sequence(
     srv.state.renew(client, now);
     c.session = Some((a.sessionid, a.slotid as usize, a.cachethis));
     c.clientid = Some(client);
+    let status_flags = deleg::status_flags(srv, &a.sessionid, client);
     let res = ResOp4::Sequence(Nfs4Res::Ok(Sequence4ResOk {
         sessionid: a.sessionid,
         sequenceid: a.sequenceid,
         slotid: a.slotid,
         highest_slotid: nslots.saturating_sub(1),
         target_highest_slotid: nslots.saturating_sub(1),
-        status_flags: 0,
+        status_flags,
     }));
     Ok(encode_res(&res).1)
 }
@@ -729,6 +740,9 @@ fn resolve_sid(srv: &NfsServer, c: &Compound, sid: &Stateid4) -> Result<Option<O
     }
     match srv.state.check_stateid(&sid, c.clientid)? {
         StateRef::Open(o) | StateRef::Lock(o) => Ok(Some(o)),
+        // A delegation stateid reads and writes as the special stateids
+        // do (RFC 8881 10.4: I/O under the delegation needs no open).
+        StateRef::Deleg(_) => Ok(None),
     }
 }
 
@@ -851,7 +865,8 @@ fn translate_inner(
         ArgOp4::SetXattr(a) => xattr::op_setxattr(c, a, b),
         ArgOp4::ListXattrs(a) => xattr::op_listxattrs(c, a, b),
         ArgOp4::RemoveXattr(a) => xattr::op_removexattr(c, a, b),
-        ArgOp4::DelegReturn(_) => Err(Nfsstat4::BAD_STATEID),
+        ArgOp4::DelegReturn(a) => deleg::op_delegreturn(srv, c, a),
+        ArgOp4::BackchannelCtl(a) => deleg::op_backchannel_ctl(srv, c, a),
         ArgOp4::OpenDowngrade(a) => op_open_downgrade(srv, c, a),
         ArgOp4::Lock(a) => lock(srv, c, a),
         ArgOp4::LockT(a) => op_lockt(srv, c, a),
@@ -1172,8 +1187,11 @@ fn op_write(
     if a.data.0.len() > srv.cfg.max_io as usize {
         return Err(Nfsstat4::INVAL);
     }
-    // Others' SMB read caching goes (no wait, as for an SMB WRITE).
+    // Others' SMB read caching goes (no wait, as for an SMB WRITE); another
+    // NFS client's delegation is recalled and the write waits for it
+    // (RFC 8881 10.4.4).
     breaks::break_for_write(srv, c, obj, now);
+    breaks::deleg_wait(srv, c, obj)?;
     let append = a.offset == u64::MAX && c.export(fsid).is_some_and(|e| e.append_extension);
     // An SMB client's lock on the range forbids the write (RFC
     // 8881 18.32.3: NFS4ERR_LOCKED).
@@ -1480,8 +1498,10 @@ fn op_setattr(
     let (attrs, attrset) = fattr4_to_set(&a.obj_attributes, SETTABLE)?;
     if attrs.size.is_some() {
         // A size change is a change of the data (MS-FSA 2.1.5.15.4 as SMB's
-        // end-of-file sees it): others' SMB read caching goes.
+        // end-of-file sees it): others' SMB read caching goes, others'
+        // delegations are recalled (and the change waits for them).
         breaks::break_for_write(srv, c, obj, now);
+        breaks::deleg_wait(srv, c, obj)?;
     }
     b.push(Op::SetAttr { obj, attrs });
     c.steps.push(Step::SetAttr {
@@ -1748,7 +1768,18 @@ fn op_free_stateid(
     c: &mut Compound,
     a: &FreeStateid4Args,
 ) -> Result<Flow, Nfsstat4> {
-    need_session(c)?;
+    let client = need_session(c)?;
+    // A delegation stateid (revoked ones included) is freed by its own.
+    if let Some(d) = srv.state.delegs.get(&a.stateid.other) {
+        if d.client != client {
+            return Err(Nfsstat4::BAD_STATEID);
+        }
+        let st = srv.state.free_stateid(&a.stateid.other);
+        if st != Nfsstat4::OK {
+            return Err(st);
+        }
+        return Ok(ok_status(c, opnum::FREE_STATEID));
+    }
     let other = resolve_sid(srv, c, &a.stateid)?.ok_or(Nfsstat4::BAD_STATEID)?;
     let st = srv.state.free_stateid(&other);
     if st != Nfsstat4::OK {
@@ -1855,6 +1886,12 @@ fn op_bind_conn_to_session(
         ChannelDirFromClient4::Back => ChannelDirFromServer4::Back,
         _ => ChannelDirFromServer4::Both,
     };
+    // 18.34.3: the connection now carries the session's callbacks too.
+    if dir != ChannelDirFromServer4::Fore {
+        srv.state.bind_back(&a.sessid, c.conn);
+        let ev = srv.cb_pump(c.now);
+        srv.deferred.extend(ev);
+    }
     Ok(ready(
         c,
         ResOp4::BindConnToSession(Nfs4Res::Ok(BindConnToSession4ResOk {
@@ -1987,6 +2024,7 @@ fn create_session(
     let id = srv.state.add_session(
         a.clientid, slots, max_ops, max_req, max_resp, max_cached, c.conn,
     )?;
+    deleg::setup_session(srv, &id, c.conn, c.minor, a);
     let res = ResOp4::CreateSession(Nfs4Res::Ok(CreateSession4ResOk {
         sessionid: id,
         sequence: a.sequence,
@@ -2134,8 +2172,22 @@ fn open(
             cur
         }
         OpenClaim4::DelegPrevFh | OpenClaim4::DelegatePrev(_) => return Err(Nfsstat4::NO_GRACE),
-        OpenClaim4::DelegateCur(_) | OpenClaim4::DelegCurFh(_) => {
-            return Err(Nfsstat4::BAD_STATEID)
+        // RFC 8881 18.16.3: an open the client made locally
+        // under its delegation, told to the server (before DELEGRETURN):
+        // the delegation must be this client's and live.
+        OpenClaim4::DelegCurFh(sid) => {
+            if matches!(a.openhow, OpenFlag4::Create(_)) {
+                return Err(Nfsstat4::INVAL);
+            }
+            own_deleg(srv, client, sid)?;
+            cur
+        }
+        OpenClaim4::DelegateCur(dc) => {
+            if matches!(a.openhow, OpenFlag4::Create(_)) {
+                return Err(Nfsstat4::INVAL);
+            }
+            own_deleg(srv, client, &dc.delegate_stateid)?;
+            b.push(Op::Lookup { dir: cur, name: utf8_name(dc.file.0)? })
         }
     };
     let r = b.push(Op::Open {
@@ -2166,8 +2218,20 @@ fn open(
         excl,
         attrset,
         fsid,
+        want: a.share_access & share::WANT_DELEG_MASK,
+        reclaim: matches!(a.claim, OpenClaim4::Previous(_)),
     })));
     Ok(if barrier { Flow::Barrier } else { Flow::Next })
+}
+
+/// The delegation stateid of a CLAIM_DELEGATE_CUR / CLAIM_DELEG_CUR_FH
+/// open (RFC 8881 18.16.3): this client's, not revoked.
+fn own_deleg(srv: &NfsServer, client: u64, sid: &Stateid4) -> Result<(), Nfsstat4> {
+    match srv.state.delegs.get(&sid.other) {
+        Some(d) if d.client == client && !d.revoked => Ok(()),
+        Some(d) if d.client == client => Err(Nfsstat4::DELEG_REVOKED),
+        _ => Err(Nfsstat4::BAD_STATEID),
+    }
 }
 
 /// Whether `client` sent RECLAIM_COMPLETE (RFC 8881 18.51): until then its
@@ -2955,6 +3019,15 @@ fn finish_open(
     }
     c.cur_sid = Some(sid);
     let attrset = if created { o.attrset } else { Bitmap4::new() };
+    let offer = deleg::Offer {
+        client: o.client,
+        node: a.id,
+        fsid: o.fsid,
+        want: o.want,
+        access: o.access,
+        reclaim: o.reclaim,
+    };
+    let delegation = deleg::offer(srv, &offer, c.now);
     Ok(put(
         c,
         ResOp4::Open(Nfs4Res::Ok(Open4ResOk {
@@ -2962,7 +3035,7 @@ fn finish_open(
             cinfo: ci,
             rflags: open4_result::LOCKTYPE_POSIX,
             attrset,
-            delegation: OpenDelegation4::None,
+            delegation,
         })),
     ))
 }

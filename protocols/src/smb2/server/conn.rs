@@ -603,7 +603,15 @@ impl Connection {
         let Some(fp) = self.pending.remove(&token) else {
             return Vec::new();
         };
-        self.finish(fp, result.results)
+        let mut events = self.finish(fp, result.results);
+        // Breaks decided while finishing (an open that recalls NFSv4
+        // delegations) go first, as in `process`.
+        if !self.outbox.is_empty() {
+            let mut out = std::mem::take(&mut self.outbox);
+            out.append(&mut events);
+            events = out;
+        }
+        events
     }
 
     // ---- framing -------------------------------------------------------

@@ -849,6 +849,21 @@ impl Connection {
                 lease: None,
             },
         );
+        // NFSv4 delegations of the file that this open contradicts are
+        // recalled once the node is known (a path no SMB client has open
+        // names no node before the batch); the open does not wait for the
+        // recall (issue 13, `nfs/server/v4/deleg.rs`).
+        {
+            let why = match cp.disposition {
+                disp::OVERWRITE | disp::OVERWRITE_IF | disp::SUPERSEDE => duet_locks::Conflict::Write,
+                _ => duet_locks::Conflict::SmbOpen,
+            };
+            let locks = self.cfg.share_modes.locks().clone();
+            let opener = super::sharemode::holder((self.conn_key, id));
+            let share = duet_locks::Share::smb(granted, cp.share_access);
+            let (breaks, _) = locks.table().break_delegations(attrs.id, &opener, share, why, fp.now_ns);
+            self.outbox.extend(breaks.into_iter().map(super::Event::Recall));
+        }
         // Leases on files only (no directory leasing); an oplock when no
         // lease was asked for.
         let mut lease_resp = None;

@@ -45,10 +45,12 @@ fn opener(client: u64) -> Holder {
     Holder::new(Protocol::Nfs4, client, 0)
 }
 
-/// Whether the operation at `c.next_op` must pass a gate: some grant
-/// exists and it has not passed one yet.
+/// Whether the operation at `c.next_op` must pass a gate: a grant of
+/// someone else than this client exists (its own delegations never break
+/// for it) and it has not passed one yet.
 pub(super) fn gate_needed(srv: &NfsServer, c: &Compound) -> bool {
-    c.gated != Some(c.next_op) && shared::any_grants(srv)
+    c.gated != Some(c.next_op)
+        && srv.cfg.locks.table().has_grants_of_others(Protocol::Nfs4, c.clientid.unwrap_or(0))
 }
 
 /// Asks the table about `node` for NFSv4 client `client`: true when the
@@ -108,5 +110,15 @@ pub(super) fn finish_gate(srv: &mut NfsServer, g: &GateStep, results: &[OpResult
 pub(super) fn break_for_write(srv: &mut NfsServer, c: &Compound, obj: ObjRef, now: i64) {
     if let ObjRef::Id(node) = obj {
         break_node(srv, node, c.clientid.unwrap_or(0), GateKind::write(), now);
+    }
+}
+
+/// After a WRITE's or size change's break: NFS4ERR_DELAY while another
+/// client's delegation of the file is not returned or revoked (RFC 8881
+/// 10.4.4: the server recalls it before the conflicting change).
+pub(super) fn deleg_wait(srv: &NfsServer, c: &Compound, obj: ObjRef) -> Result<(), Nfsstat4> {
+    match obj {
+        ObjRef::Id(node) if srv.state.deleg_of_other(node, c.clientid.unwrap_or(0)) => Err(Nfsstat4::DELAY),
+        _ => Ok(()),
     }
 }

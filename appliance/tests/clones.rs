@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clients::*;
-use common::Daemon;
+use common::{settle_chunks, Daemon};
 use duet_protocols::nfs::nfs3::*;
 use duet_protocols::nfs::xdr::{Name, Opaque};
 
@@ -75,43 +75,6 @@ fn exit_code(d: &Daemon, args: &[&str]) -> i32 {
     d.ctl(args).status.code().unwrap_or(-1)
 }
 
-/// Bytes the chunk store holds, each inode once.
-fn chunk_bytes(data: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut seen = std::collections::HashSet::new();
-    let mut total = 0;
-    let Ok(dirs) = std::fs::read_dir(data.join("chunks")) else { return 0 };
-    for d in dirs.flatten() {
-        let Ok(files) = std::fs::read_dir(d.path()) else { continue };
-        for f in files.flatten() {
-            if let Ok(m) = f.metadata() {
-                if m.is_file() && seen.insert((m.dev(), m.ino())) {
-                    total += m.blocks() * 512;
-                }
-            }
-        }
-    }
-    total
-}
-
-/// Waits until the chunk store has not changed for 2.5 s.
-fn settle(data: &Path) -> u64 {
-    let mut last = chunk_bytes(data);
-    let mut still = Duration::ZERO;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while still < Duration::from_millis(2500) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(250));
-        let now = chunk_bytes(data);
-        if now == last {
-            still += Duration::from_millis(250);
-        } else {
-            still = Duration::ZERO;
-            last = now;
-        }
-    }
-    last
-}
-
 #[test]
 fn a_clone_is_a_writable_share_whose_changes_never_reach_its_source() {
     let tmp = tempfile::tempdir().unwrap();
@@ -134,7 +97,7 @@ fn a_clone_is_a_writable_share_whose_changes_never_reach_its_source() {
     let dir = mkdir3(&mut c, &root, "dir").unwrap();
     let inner = c.create3(&dir, "inner").unwrap();
     write_all(&mut c, &inner, b"inside dir");
-    let source_chunks = settle(&d.data);
+    let source_chunks = settle_chunks(&d.data);
 
     let t = Instant::now();
     let out = d.ok(&["share", "clone", "public", "c"]);
@@ -191,7 +154,7 @@ fn a_clone_is_a_writable_share_whose_changes_never_reach_its_source() {
     assert_eq!(read_named(&mut k, &croot, "clone-only.txt"), b"only in the clone\n");
     // Writing 1 MiB into the 12 MiB clone file stored one chunk more, not
     // the file again.
-    let after = settle(&d.data);
+    let after = settle_chunks(&d.data);
     assert!(after <= source_chunks + 4 * MIB as u64 + 64 * 1024, "chunk store {source_chunks} -> {after} bytes");
     println!("1 MiB written into a 12 MiB clone file: chunk store {source_chunks} -> {after} bytes");
 
@@ -232,7 +195,7 @@ fn a_clone_is_a_writable_share_whose_changes_never_reach_its_source() {
     assert!(fsck.contains("file system is consistent"), "{fsck}");
     assert!(!d.ok(&["share", "list"]).contains("clone"), "the clone and its snapshot are gone");
     assert!(d.ok(&["snapshot", "list", "public"]).contains("no snapshots"));
-    let left = settle(&d.data);
+    let left = settle_chunks(&d.data);
     // The source's data, with the one chunk it rewrote itself since.
     assert!(left <= source_chunks + 64 * 1024, "chunk store {left} bytes, the source's {source_chunks}");
     let mut c = Nfs::connect(d.nfs_port);

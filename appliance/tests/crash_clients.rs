@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use clients::*;
 use common::Daemon;
 use duet_protocols::nfs::nfs4::*;
-use duet_protocols::nfs::xdr::{Name, Opaque};
+use duet_protocols::nfs::xdr::Opaque;
 use duet_protocols::smb2::status::NtStatus;
 
 const V4_OWNER: &[u8] = b"crash-clients-v41";
@@ -118,27 +118,7 @@ fn sigkill_under_smb_and_nfs_clients_loses_no_acknowledged_write() {
     let mut v4 = Nfs::connect(d.nfs_port).as_user(2000, 2000);
     let root = v4.mount("/public").unwrap();
     let mut s4 = session(&mut v4, V4_OWNER, 1 << 20, 64);
-    let seq = s4.sequence();
-    let rep = v4
-        .v4(vec![
-            seq,
-            ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
-            ArgOp4::Open(Open4Args {
-                seqid: 0,
-                share_access: share::ACCESS_BOTH,
-                share_deny: share::DENY_NONE,
-                owner: StateOwner4 { clientid: s4.clientid, owner: Opaque(b"writer") },
-                openhow: OpenFlag4::Create(CreateHow4::Unchecked(Fattr4 { attrmask: Bitmap4::new(), attr_vals: Opaque(b"") })),
-                claim: OpenClaim4::Null(Name(V4_FILE.as_bytes())),
-            }),
-            ArgOp4::GetFh(()),
-        ])
-        .unwrap();
-    let r = res4(&rep);
-    let (Some(ResOp4::Open(Nfs4Res::Ok(o))), Some(ResOp4::GetFh(Nfs4Res::Ok(fh)))) = (r.results.get(2), r.results.get(3)) else {
-        panic!("NFSv4.1 OPEN: {r:?}")
-    };
-    let (mut sid4, v4_fh) = (o.stateid, fh.object.0.to_vec());
+    let (mut sid4, v4_fh) = open4_fh(&mut v4, &mut s4, &root, b"writer", V4_FILE).expect("NFSv4.1 OPEN");
     let clients_file = d.data.join("nfs4-clients");
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::fs::read_to_string(&clients_file).map_or(true, |t| t.trim().is_empty()) {

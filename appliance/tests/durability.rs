@@ -21,7 +21,7 @@ use clients::*;
 use common::Daemon;
 use duet_protocols::nfs::nfs3::*;
 use duet_protocols::nfs::nfs4::*;
-use duet_protocols::nfs::xdr::{Name, Opaque};
+use duet_protocols::nfs::xdr::Opaque;
 use duet_protocols::smb2::flush::FlushRequest;
 use duet_protocols::smb2::header::Command as Cmd;
 use duet_protocols::smb2::message::Request;
@@ -65,27 +65,7 @@ fn v41_write_commit(d: &Daemon, export: &str, name: &str) -> (StableHow4, [u8; 8
     let mut c = Nfs::connect(d.nfs_port).as_user(0, 0);
     let root = c.mount(export).unwrap();
     let mut s = session(&mut c, format!("durability-{export}").as_bytes(), 1 << 20, 64);
-    let seq = s.sequence();
-    let rep = c
-        .v4(vec![
-            seq,
-            ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }),
-            ArgOp4::Open(Open4Args {
-                seqid: 0,
-                share_access: share::ACCESS_BOTH,
-                share_deny: share::DENY_NONE,
-                owner: StateOwner4 { clientid: s.clientid, owner: Opaque(b"writer") },
-                openhow: OpenFlag4::Create(CreateHow4::Unchecked(Fattr4 { attrmask: Bitmap4::new(), attr_vals: Opaque(b"") })),
-                claim: OpenClaim4::Null(Name(name.as_bytes())),
-            }),
-            ArgOp4::GetFh(()),
-        ])
-        .unwrap();
-    let r = res4(&rep);
-    let (Some(ResOp4::Open(Nfs4Res::Ok(o))), Some(ResOp4::GetFh(Nfs4Res::Ok(fh)))) = (r.results.get(2), r.results.get(3)) else {
-        panic!("NFSv4.1 OPEN: {r:?}")
-    };
-    let (sid, fh) = (o.stateid, fh.object.0.to_vec());
+    let (sid, fh) = open4_fh(&mut c, &mut s, &root, b"writer", name).expect("NFSv4.1 OPEN");
     let seq = s.sequence();
     let rep = c
         .v4(vec![

@@ -22,7 +22,7 @@ use duet_protocols::nfs::nfs4::*;
 use duet_protocols::nfs::xdr::{Name, Opaque};
 use duet_protocols::smb2::compound::Compound;
 use duet_protocols::smb2::create::{create_disposition, create_options, oplock_level};
-use duet_protocols::smb2::header::{Command as Cmd, Header, HeaderFlags, HeaderIds};
+use duet_protocols::smb2::header::{Command as Cmd, Header, HeaderIds};
 use duet_protocols::smb2::lock::{LockElement, LockRequest};
 use duet_protocols::smb2::message::{Request, Response};
 use duet_protocols::smb2::oplock_break::{OplockBreak, OplockBreakMessage};
@@ -57,26 +57,6 @@ fn next_raw(c: &mut Smb, wait: Duration) -> Option<Header> {
     c.tcp.read_exact(&mut buf).unwrap();
     let m = Compound::new(&buf).next().unwrap().unwrap();
     Some(m.header)
-}
-
-/// SMB2 CANCEL of the async request `async_id` (MS-SMB2 2.2.30, 3.2.4.24).
-fn cancel(c: &mut Smb, message_id: u64, async_id: u64) {
-    let h = Header {
-        credit_charge: 0,
-        status: NtStatus::SUCCESS,
-        command: Cmd::CANCEL,
-        credit: 0,
-        flags: HeaderFlags(HeaderFlags::ASYNC_COMMAND),
-        next_command: 0,
-        message_id,
-        ids: HeaderIds::Async { async_id },
-        session_id: c.session_id,
-        signature: [0; 16],
-    };
-    let mut out = Vec::new();
-    h.encode(&mut out);
-    out.extend_from_slice(&[4, 0, 0, 0]);
-    c.send(&out).unwrap();
 }
 
 fn open_share(c: &mut Smb, name: &str, access: u32, share: u32) -> Result<FileId, NtStatus> {
@@ -275,7 +255,7 @@ fn smb_connections_share_one_lock_table() {
     let interim = next_raw(&mut a, Duration::from_secs(5)).expect("an interim response");
     assert_eq!(interim.status, NtStatus::PENDING);
     let HeaderIds::Async { async_id } = interim.ids else { panic!("{interim:?}") };
-    cancel(&mut a, mid, async_id);
+    a.cancel(mid, async_id);
     let done = next_raw(&mut a, Duration::from_secs(5)).expect("the cancelled lock's response");
     assert_eq!((done.status, done.message_id), (NtStatus::CANCELLED, mid));
 

@@ -23,7 +23,7 @@ use duet_protocols::nfs::xdr::{Name, Opaque};
 use duet_protocols::smb2::change_notify::ChangeNotifyRequest;
 use duet_protocols::smb2::compound::Compound;
 use duet_protocols::smb2::create::{create_disposition, create_options};
-use duet_protocols::smb2::header::{Command as Cmd, Header, HeaderFlags, HeaderIds};
+use duet_protocols::smb2::header::{Command as Cmd, Header, HeaderFlags};
 use duet_protocols::smb2::message::{Request, Response};
 use duet_protocols::smb2::status::NtStatus;
 use duet_protocols::smb2::FileId;
@@ -99,25 +99,6 @@ fn collect(c: &mut Smb, dir: FileId, want: usize) -> Vec<(u32, String)> {
         got.extend(records(&h, &b));
     }
     got
-}
-
-fn cancel(c: &mut Smb, message_id: u64, async_id: u64) {
-    let h = Header {
-        credit_charge: 0,
-        status: NtStatus::SUCCESS,
-        command: Cmd::CANCEL,
-        credit: 0,
-        flags: HeaderFlags(HeaderFlags::ASYNC_COMMAND),
-        next_command: 0,
-        message_id,
-        ids: HeaderIds::Async { async_id },
-        session_id: c.session_id,
-        signature: [0; 16],
-    };
-    let mut out = Vec::new();
-    h.encode(&mut out);
-    out.extend_from_slice(&[4, 0, 0, 0]);
-    c.send(&out).unwrap();
 }
 
 fn rename3(n: &mut Nfs, from_dir: &[u8], from: &str, to_dir: &[u8], to: &str) -> Nfsstat3 {
@@ -210,7 +191,7 @@ fn smb_watcher_sees_what_an_nfs_client_changes() {
     let mid = notify(&mut c, w, true, 4096);
     let (h, _) = next_msg(&mut c, Duration::from_secs(5)).expect("an interim answer");
     assert_eq!(h.status, NtStatus::PENDING);
-    cancel(&mut c, mid, h.async_id().unwrap());
+    c.cancel(mid, h.async_id().unwrap());
     let (h, _) = final_answer(&mut c, mid);
     assert_eq!(h.status, NtStatus::CANCELLED);
 

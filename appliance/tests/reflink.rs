@@ -10,13 +10,11 @@
 mod clients;
 mod common;
 
-use std::collections::HashSet;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
 use clients::*;
-use common::Daemon;
+use common::{settle_chunks, Daemon};
 use duet_protocols::nfs::nfs3::Nfsstat3;
 use duet_protocols::nfs::nfs4::v42::*;
 use duet_protocols::nfs::nfs4::*;
@@ -28,25 +26,6 @@ use duet_protocols::smb2::status::NtStatus;
 use duet_protocols::smb2::FileId;
 
 const MIB: u64 = 1 << 20;
-
-/// Bytes the chunk store holds, each inode once (as `du` counts hard
-/// links: a shared chunk is one inode under several names).
-fn chunk_bytes(data: &Path) -> u64 {
-    let mut seen = HashSet::new();
-    let mut total = 0;
-    let Ok(dirs) = std::fs::read_dir(data.join("chunks")) else { return 0 };
-    for d in dirs.flatten() {
-        let Ok(files) = std::fs::read_dir(d.path()) else { continue };
-        for f in files.flatten() {
-            if let Ok(m) = f.metadata() {
-                if m.is_file() && seen.insert((m.dev(), m.ino())) {
-                    total += m.blocks() * 512;
-                }
-            }
-        }
-    }
-    total
-}
 
 /// What `du -s --block-size=1` of the chunk store says.
 fn du(data: &Path) -> String {
@@ -87,20 +66,6 @@ fn write_all(c: &mut Nfs, fh: &[u8], offset: u64, data: &[u8]) {
     }
 }
 
-/// Waits until the chunk store stops changing (the destager is idle).
-fn settle(data: &Path) -> u64 {
-    let mut last = chunk_bytes(data);
-    for _ in 0..100 {
-        std::thread::sleep(Duration::from_millis(300));
-        let now = chunk_bytes(data);
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
-    last
-}
-
 #[test]
 fn nfs_clone_of_64_mib_shares_chunks_and_a_write_copies_one() {
     let tmp = tempfile::tempdir().unwrap();
@@ -118,7 +83,7 @@ fn nfs_clone_of_64_mib_shares_chunks_and_a_write_copies_one() {
     assert_eq!(clone4(&mut c, &mut s, &src, &dst, 0, 0, 0), Nfsstat4::OK);
     let clone_ms = started.elapsed().as_millis();
     assert!(c.read3_all(&dst).unwrap() == src_data, "the clone differs from its source right after CLONE");
-    let after_clone = settle(&d.data);
+    let after_clone = settle_chunks(&d.data);
     eprintln!("reflink: 64 MiB CLONE took {clone_ms} ms; chunk store after it: {after_clone} bytes (du: {})", du(&d.data));
     // Both files together: about one file's worth, not two.
     assert!(after_clone < size + 4 * MIB, "the chunk store holds {after_clone} bytes for a 64 MiB file and its clone");
@@ -131,7 +96,7 @@ fn nfs_clone_of_64_mib_shares_chunks_and_a_write_copies_one() {
     dst_data[at as usize..(at + MIB) as usize].copy_from_slice(&patch);
     assert!(c.read3_all(&dst).unwrap() == dst_data, "the clone after a write");
     assert!(c.read3_all(&src).unwrap() == src_data, "the source changed when its clone was written");
-    let after_write = settle(&d.data);
+    let after_write = settle_chunks(&d.data);
     let grew = after_write - after_clone;
     eprintln!(
         "reflink: 1 MiB written into the clone: chunk store grew by {grew} bytes ({:.2} chunks of 4 MiB; du: {})",
@@ -158,7 +123,7 @@ fn nfs_clone_of_64_mib_shares_chunks_and_a_write_copies_one() {
     // Past the source's end: invalid, nothing changed.
     assert_eq!(clone4(&mut c, &mut s, &src, &dst, 60 * MIB, 0, 8 * MIB), Nfsstat4::INVAL);
     // The same bytes after the destager ran and the daemon restarted.
-    settle(&d.data);
+    settle_chunks(&d.data);
     d.restart();
     let mut c = Nfs::connect(d.nfs_port);
     assert!(c.read3_all(&src).unwrap() == src_new, "the source across a restart");
@@ -167,9 +132,9 @@ fn nfs_clone_of_64_mib_shares_chunks_and_a_write_copies_one() {
     // Deleting the source keeps the clone whole; deleting both frees all.
     assert_eq!(c.remove3(&root, "vm-image"), Nfsstat3::OK);
     assert!(c.read3_all(&dst).unwrap() == dst_data, "the clone after its source was deleted");
-    let one = settle(&d.data);
+    let one = settle_chunks(&d.data);
     assert_eq!(c.remove3(&root, "vm-image.clone"), Nfsstat3::OK);
-    let none = settle(&d.data);
+    let none = settle_chunks(&d.data);
     eprintln!("reflink: after deleting the source {one} bytes, after deleting the clone too {none} bytes");
     // The clone alone: 16 chunks, two of which (3 and 5, both the
     // source's chunk 5 once) are still one inode: 15 chunks' worth.
@@ -258,7 +223,7 @@ fn sigkill_during_clone_and_delete_loops_leaves_fsck_clean() {
                 checked += 1;
             }
         }
-        settle(&d.data);
+        settle_chunks(&d.data);
         let side: Vec<String> = std::fs::read_dir(d.data.join("chunks"))
             .unwrap()
             .flatten()
@@ -309,13 +274,13 @@ fn smb_duplicate_extents_shares_chunks_and_each_side_writes_its_own() {
             assert_eq!(c.write(fid, i as u64 * MIB, piece, false), NtStatus::SUCCESS);
         }
     }
-    let before = settle(&d.data);
+    let before = settle_chunks(&d.data);
     // Not cluster-aligned: refused (MS-FSA 2.1.5.10.8).
     assert_eq!(dup_extents(&mut c, src, dst, 100, 0, 4096), NtStatus::INVALID_PARAMETER);
     // The whole file over the target (which is as large already).
     assert_eq!(dup_extents(&mut c, src, dst, 0, 0, size), NtStatus::SUCCESS);
     assert!(c.read_all(dst, size as usize).unwrap() == a, "the target after DUPLICATE_EXTENTS");
-    let shared = settle(&d.data);
+    let shared = settle_chunks(&d.data);
     eprintln!("reflink (SMB): two 12 MiB files {before} bytes, after duplicating one over the other {shared} bytes");
     assert!(shared <= size + MIB, "the chunk store holds {shared} bytes after the duplication");
     // Each side written: byte-exact, each keeps the other's data.
@@ -327,7 +292,7 @@ fn smb_duplicate_extents_shares_chunks_and_each_side_writes_its_own() {
     a2[(9 * MIB + 3) as usize..(9 * MIB + 780) as usize].fill(0x22);
     assert!(c.read_all(src, size as usize).unwrap() == a2, "the source after writes to both");
     assert!(c.read_all(dst, size as usize).unwrap() == b2, "the target after writes to both");
-    let written = settle(&d.data);
+    let written = settle_chunks(&d.data);
     eprintln!("reflink (SMB): after a write to each side {written} bytes (+{})", written - shared);
     assert!(written - shared <= 2 * 4 * MIB + MIB, "two writes grew the chunk store by {}", written - shared);
     assert!(d.ok(&["fsck"]).contains("file system is consistent"));

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clients::*;
-use common::Daemon;
+use common::{settle_chunks, Daemon};
 use duet_protocols::nfs::nfs3::Nfsstat3;
 use duet_protocols::nfs::nfs4::*;
 use duet_protocols::nfs::xdr::{Name, Opaque};
@@ -243,45 +243,6 @@ fn smbtorture_shadow_copy_passes_with_snapshots_present() {
     assert!(d.ok(&["fsck"]).contains("file system is consistent"));
 }
 
-/// Bytes the chunk store holds, each inode once (a chunk shared by a
-/// snapshot's shadow and the live file is one inode under two names).
-fn chunk_bytes(data: &std::path::Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut seen = std::collections::HashSet::new();
-    let mut total = 0;
-    let Ok(dirs) = std::fs::read_dir(data.join("chunks")) else { return 0 };
-    for d in dirs.flatten() {
-        let Ok(files) = std::fs::read_dir(d.path()) else { continue };
-        for f in files.flatten() {
-            if let Ok(m) = f.metadata() {
-                if m.is_file() && seen.insert((m.dev(), m.ino())) {
-                    total += m.blocks() * 512;
-                }
-            }
-        }
-    }
-    total
-}
-
-/// Waits until the chunk store has not changed for 2.5 s (the destager
-/// idles up to 1 s between rounds when it had nothing to do).
-fn settle(data: &std::path::Path) -> u64 {
-    let mut last = chunk_bytes(data);
-    let mut still = Duration::ZERO;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while still < Duration::from_millis(2500) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(250));
-        let now = chunk_bytes(data);
-        if now == last {
-            still += Duration::from_millis(250);
-        } else {
-            still = Duration::ZERO;
-            last = now;
-        }
-    }
-    last
-}
-
 #[test]
 fn snapshots_deleted_under_sigkill_leave_fsck_clean_and_free_the_space() {
     const MIB: usize = 1 << 20;
@@ -295,10 +256,10 @@ fn snapshots_deleted_under_sigkill_leave_fsck_clean_and_free_the_space() {
         write_all(&mut c, &fh, &pattern(i + 1, 8 * MIB));
         files.push(fh);
     }
-    let base = settle(&d.data);
+    let base = settle_chunks(&d.data);
     for round in 0..3 {
         let name = format!("k{round}");
-        let before = settle(&d.data);
+        let before = settle_chunks(&d.data);
         d.ok(&["snapshot", "create", "public", &name]);
         // Each change after the snapshot: a chunk rewritten in every file
         // (one copied chunk each), the last file deleted in round 1.
@@ -309,7 +270,7 @@ fn snapshots_deleted_under_sigkill_leave_fsck_clean_and_free_the_space() {
             assert_eq!(c.remove3(&root, "f2"), Nfsstat3::OK);
             files.pop();
         }
-        let held = settle(&d.data);
+        let held = settle_chunks(&d.data);
         // One chunk copied per file still live (the snapshot keeps the old
         // one); a deleted file's chunks stay with the snapshot.
         let want = before + files.len() as u64 * (4 * MIB as u64);
@@ -322,7 +283,7 @@ fn snapshots_deleted_under_sigkill_leave_fsck_clean_and_free_the_space() {
         assert!(fsck.contains("file system is consistent"), "round {round}: {fsck}");
     }
     // Nothing but the live files' chunks is left: 2 files of 8 MiB.
-    let left = settle(&d.data);
+    let left = settle_chunks(&d.data);
     let live = 2 * 8 * MIB as u64;
     assert!(left <= live + 64 * 1024, "chunk store {left} bytes for {live} bytes of live data");
     let fsck = d.ok(&["fsck"]);

@@ -303,6 +303,29 @@ struct ShareAddArgs {
     /// Absolute path in duet's namespace, e.g. /public (created if missing)
     #[arg(long, value_name = "PATH")]
     path: String,
+    #[command(flatten)]
+    opts: ShareOptions,
+}
+
+#[derive(Args, Debug)]
+struct ShareCloneArgs {
+    /// The share to clone, SOURCE or SOURCE@SNAPSHOT
+    #[arg(value_name = "SOURCE[@SNAPSHOT]")]
+    origin: String,
+    /// The clone's share name
+    #[arg(value_name = "NEW")]
+    name: String,
+    /// Absolute path of the clone's directory, outside every share
+    /// (default: /clones/NEW)
+    #[arg(long, value_name = "PATH")]
+    path: Option<String>,
+    #[command(flatten)]
+    opts: ShareOptions,
+}
+
+/// The options `share add` and `share clone` share.
+#[derive(Args, Debug)]
+struct ShareOptions {
     /// Protocols to serve the share over
     #[arg(long, default_value = "smb,nfs", value_name = "smb,nfs")]
     protocols: String,
@@ -332,42 +355,23 @@ struct ShareAddArgs {
     durability: String,
 }
 
-#[derive(Args, Debug)]
-struct ShareCloneArgs {
-    /// The share to clone, SOURCE or SOURCE@SNAPSHOT
-    #[arg(value_name = "SOURCE[@SNAPSHOT]")]
-    origin: String,
-    /// The clone's share name
-    #[arg(value_name = "NEW")]
-    name: String,
-    /// Absolute path of the clone's directory, outside every share
-    /// (default: /clones/NEW)
-    #[arg(long, value_name = "PATH")]
-    path: Option<String>,
-    /// Protocols to serve the share over
-    #[arg(long, default_value = "smb,nfs", value_name = "smb,nfs")]
-    protocols: String,
-    /// Export read-only
-    #[arg(long)]
-    read_only: bool,
-    /// Allow guest (unauthenticated) SMB access
-    #[arg(long)]
-    guest_ok: bool,
-    /// NFS clients allowed to mount: CIDRs, addresses or *
-    #[arg(long, default_value = "*", value_name = "CIDR,...")]
-    nfs_clients: String,
-    /// Do not map NFS root (uid 0) to the anonymous user
-    #[arg(long)]
-    no_root_squash: bool,
-    /// Allow the NFS append extension (WRITE at offset 2^64-1 appends)
-    #[arg(long)]
-    append_extension: bool,
-    /// SMB users allowed to connect (default: every user)
-    #[arg(long, default_value = "", value_name = "USER,...")]
-    users: String,
-    /// always (default) or protocol, as for `share add` (docs/durability.md)
-    #[arg(long, default_value = "always", value_name = "always|protocol")]
-    durability: String,
+impl ShareOptions {
+    /// Sets these options on `share`.
+    fn apply(&self, share: &mut Share) -> Result<(), CtlError> {
+        share.protocols = split_list(&self.protocols)
+            .iter()
+            .map(|p| p.parse::<Protocol>())
+            .collect::<Result<_, _>>()
+            .map_err(CtlError::usage)?;
+        share.read_only = self.read_only;
+        share.guest_ok = self.guest_ok;
+        share.nfs.clients = split_list(&self.nfs_clients);
+        share.nfs.root_squash = !self.no_root_squash;
+        share.nfs.append_extension = self.append_extension;
+        share.users = split_list(&self.users);
+        share.durability = self.durability.parse::<duet_admin_api::Durability>().map_err(CtlError::usage)?;
+        Ok(())
+    }
 }
 
 /// The new password of a user (never the admin's: that is
@@ -560,35 +564,13 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
             validate_share_name(&a.name).map_err(CtlError::usage)?;
             let path = a.path.clone().unwrap_or_else(|| format!("/clones/{}", a.name));
             let mut share = Share::new(a.name.clone(), path);
-            share.protocols = split_list(&a.protocols)
-                .iter()
-                .map(|p| p.parse::<Protocol>())
-                .collect::<Result<_, _>>()
-                .map_err(CtlError::usage)?;
-            share.read_only = a.read_only;
-            share.guest_ok = a.guest_ok;
-            share.nfs.clients = split_list(&a.nfs_clients);
-            share.nfs.root_squash = !a.no_root_squash;
-            share.nfs.append_extension = a.append_extension;
-            share.users = split_list(&a.users);
-            share.durability = a.durability.parse::<duet_admin_api::Durability>().map_err(CtlError::usage)?;
+            a.opts.apply(&mut share)?;
             ready(AdminRequest::ShareClone { source, clone: duet_admin_api::NewClone { share, snapshot } })
         }
         Command::Share(ShareCmd::Add(a)) => {
             validate_share_name(&a.name).map_err(CtlError::usage)?;
             let mut share = Share::new(a.name.clone(), a.path.clone());
-            share.protocols = split_list(&a.protocols)
-                .iter()
-                .map(|p| p.parse::<Protocol>())
-                .collect::<Result<_, _>>()
-                .map_err(CtlError::usage)?;
-            share.read_only = a.read_only;
-            share.guest_ok = a.guest_ok;
-            share.nfs.clients = split_list(&a.nfs_clients);
-            share.nfs.root_squash = !a.no_root_squash;
-            share.nfs.append_extension = a.append_extension;
-            share.users = split_list(&a.users);
-            share.durability = a.durability.parse::<duet_admin_api::Durability>().map_err(CtlError::usage)?;
+            a.opts.apply(&mut share)?;
             ready(AdminRequest::ShareAdd(share))
         }
         Command::User(UserCmd::List) => ready(AdminRequest::UserList),

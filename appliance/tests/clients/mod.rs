@@ -233,6 +233,27 @@ impl Smb {
             .expect("a reply (the server closed the connection)")
     }
 
+    /// SMB2 CANCEL of the async request `async_id` (MS-SMB2 2.2.30,
+    /// 3.2.4.24): no reply comes for it.
+    pub fn cancel(&mut self, message_id: u64, async_id: u64) {
+        let h = Header {
+            credit_charge: 0,
+            status: NtStatus::SUCCESS,
+            command: Cmd::CANCEL,
+            credit: 0,
+            flags: HeaderFlags(HeaderFlags::ASYNC_COMMAND),
+            next_command: 0,
+            message_id,
+            ids: HeaderIds::Async { async_id },
+            session_id: self.session_id,
+            signature: [0; 16],
+        };
+        let mut out = Vec::new();
+        h.encode(&mut out);
+        out.extend_from_slice(&[4, 0, 0, 0]);
+        self.send(&out).unwrap();
+    }
+
     pub fn negotiate(&mut self) {
         let req = NegotiateRequest {
             security_mode: 1,
@@ -822,6 +843,18 @@ pub fn open4(
     owner: &[u8],
     name: &str,
 ) -> Result<Stateid4, Nfsstat4> {
+    open4_fh(c, s, dir, owner, name).map(|(sid, _)| sid)
+}
+
+/// NFSv4.1 OPEN (create if missing, read and write, deny none) of `name`
+/// in `dir` by `owner`, then GETFH: the open's stateid and file handle.
+pub fn open4_fh(
+    c: &mut Nfs,
+    s: &mut Sess,
+    dir: &[u8],
+    owner: &[u8],
+    name: &str,
+) -> Result<(Stateid4, Vec<u8>), Nfsstat4> {
     let seq = s.sequence();
     let rep = c
         .v4(vec![
@@ -843,11 +876,14 @@ pub fn open4(
                 })),
                 claim: OpenClaim4::Null(Name(name.as_bytes())),
             }),
+            ArgOp4::GetFh(()),
         ])
         .expect("OPEN reply");
     let r = res4(&rep);
-    match r.results.get(2) {
-        Some(ResOp4::Open(Nfs4Res::Ok(o))) => Ok(o.stateid),
+    match (r.results.get(2), r.results.get(3)) {
+        (Some(ResOp4::Open(Nfs4Res::Ok(o))), Some(ResOp4::GetFh(Nfs4Res::Ok(fh)))) => {
+            Ok((o.stateid, fh.object.0.to_vec()))
+        }
         _ => Err(r.status),
     }
 }

@@ -325,3 +325,44 @@ pub fn statvfs(path: &Path) -> (u64, u64, u64) {
         (st.f_blocks as u64 * u, st.f_bfree as u64 * u, st.f_bavail as u64 * u)
     }
 }
+
+/// Bytes the chunk store of data directory `data` holds, each inode once
+/// (as `du` counts hard links: a chunk shared by clones, a snapshot's
+/// shadow or a share clone is one inode under several names).
+pub fn chunk_bytes(data: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0;
+    let Ok(dirs) = std::fs::read_dir(data.join("chunks")) else { return 0 };
+    for d in dirs.flatten() {
+        let Ok(files) = std::fs::read_dir(d.path()) else { continue };
+        for f in files.flatten() {
+            if let Ok(m) = f.metadata() {
+                if m.is_file() && seen.insert((m.dev(), m.ino())) {
+                    total += m.blocks() * 512;
+                }
+            }
+        }
+    }
+    total
+}
+
+/// Waits until the chunk store has not changed for 2.5 s (the destager
+/// idles up to 1 s between rounds when it had nothing to do), at most 60 s;
+/// returns its size.
+pub fn settle_chunks(data: &Path) -> u64 {
+    let mut last = chunk_bytes(data);
+    let mut still = Duration::ZERO;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while still < Duration::from_millis(2500) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = chunk_bytes(data);
+        if now == last {
+            still += Duration::from_millis(250);
+        } else {
+            still = Duration::ZERO;
+            last = now;
+        }
+    }
+    last
+}

@@ -14,69 +14,16 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::{commit, Disk, Kv};
-use duet_cluster::kv::Txn;
-use duet_cluster::machine::{apply, execute, is_clone_id, AdminError, Applied, CLONE_DEPTH_MAX};
-use duet_cluster::records::{Command, ShareRecord};
-use duet_cluster::{fsck, keys};
+use common::*;
+use duet_cluster::keys;
+use duet_cluster::machine::{is_clone_id, AdminError, CLONE_DEPTH_MAX};
+use duet_cluster::records::Command;
 use duet_fs::{
     view, Batch, CreateKind, Credentials, DirEntry, FileType, FsError, IfExists, NodeId, ObjRef, Op, OpOutput,
-    OpResult, SetAttrs, WriteData, CHUNK_SIZE, ROOT_ID,
+    OpResult, SetAttrs, CHUNK_SIZE, ROOT_ID,
 };
 
 const CS: u64 = CHUNK_SIZE;
-
-fn run_batch(kv: &mut Kv, b: &Batch) -> Applied {
-    let (out, writes) = {
-        let mut t = Txn::new(&*kv);
-        let out = execute(&mut t, b);
-        (out, t.into_writes())
-    };
-    commit(kv, writes);
-    out
-}
-
-fn run(kv: &mut Kv, ops: Vec<Op>) -> Vec<OpResult> {
-    let mut b = Batch::new(Credentials::root(), 1_000);
-    b.ops = ops;
-    run_batch(kv, &b).results
-}
-
-/// A read-only batch: its writes are thrown away (as the store does).
-fn read_only(kv: &Kv, ops: Vec<Op>) -> Applied {
-    let mut b = Batch::new(Credentials::root(), 1_000);
-    b.ops = ops;
-    let mut t = Txn::new(kv);
-    execute(&mut t, &b)
-}
-
-fn admin(kv: &mut Kv, cmd: Command) -> (Result<(), AdminError>, usize) {
-    let (out, writes) = {
-        let mut t = Txn::new(&*kv);
-        let out = apply(&mut t, &cmd);
-        (out, t.into_writes())
-    };
-    let r = out.admin.expect("an admin outcome");
-    // As the store does: a refused command's writes are applied too (the
-    // callers check that it wrote nothing).
-    let n = commit(kv, writes);
-    (r, n)
-}
-
-fn share(name: &str, path: &str) -> ShareRecord {
-    ShareRecord {
-        name: name.into(),
-        path: path.into(),
-        smb: true,
-        nfs: true,
-        read_only: false,
-        guest_ok: false,
-        nfs_clients: vec![],
-        root_squash: false,
-        append_extension: false,
-        durability: Default::default(),
-    }
-}
 
 fn init() -> (Kv, NodeId) {
     let mut kv = Kv::new();
@@ -108,47 +55,6 @@ fn remove_share(kv: &mut Kv, name: &str) -> Result<(), AdminError> {
     admin(kv, Command::RemoveShare { name: name.into() }).0
 }
 
-fn lookup(kv: &mut Kv, dir: NodeId, name: &str) -> Result<duet_fs::Attrs, FsError> {
-    match run(kv, vec![Op::Lookup { dir: ObjRef::Id(dir), name: name.into() }]).remove(0)? {
-        OpOutput::Object { attrs, .. } => Ok(attrs),
-        other => panic!("{other:?}"),
-    }
-}
-
-fn create(kv: &mut Kv, dir: NodeId, name: &str, kind: CreateKind) -> NodeId {
-    let r = run(
-        kv,
-        vec![Op::Create { dir: ObjRef::Id(dir), name: name.into(), kind, attrs: SetAttrs::default(), if_exists: IfExists::Fail }],
-    );
-    r[0].as_ref().unwrap_or_else(|e| panic!("create {name}: {e:?}")).attrs().unwrap().id
-}
-
-fn write(kv: &mut Kv, id: NodeId, offset: u64, data: Vec<u8>) {
-    let r = run(kv, vec![Op::Write { obj: ObjRef::Id(id), offset, data: WriteData::Bytes(data), append: false }]);
-    assert!(r[0].is_ok(), "{:?}", r[0]);
-}
-
-fn ok(r: OpResult) -> OpOutput {
-    r.unwrap_or_else(|e| panic!("{e:?}"))
-}
-
-fn clean(kv: &Kv, disk: &Disk) {
-    let r = fsck::check(kv, &disk.files());
-    assert!(r.problems.is_empty(), "fsck: {:?}", r.problems);
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 fn read_all(kv: &mut Kv, disk: &mut Disk, id: NodeId) -> Vec<u8> {
     disk.destage(kv);
     let out = read_only(kv, vec![Op::Read { obj: ObjRef::Id(id), offset: 0, len: u64::MAX }]);
@@ -175,10 +81,6 @@ fn list(kv: &Kv, dir: NodeId) -> Vec<DirEntry> {
             return out;
         }
     }
-}
-
-fn names(entries: &[DirEntry]) -> Vec<String> {
-    entries.iter().map(|e| e.name.clone()).collect()
 }
 
 /// What a tree holds: path -> (type, content, mode, nlink).
@@ -593,15 +495,6 @@ impl duet_cluster::kv::KvRead for Counting<'_> {
         self.rows.set(self.rows.get() + out.len().max(1));
         out
     }
-}
-
-/// A splitmix64 step.
-fn next(x: &mut u64) -> u64 {
-    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// A model of one tree: each path names a directory or a file (by an

@@ -13,60 +13,17 @@
 
 mod common;
 
-use duet_cluster::kv::Txn;
-use duet_cluster::machine::{apply, execute, AdminError, Applied};
-use duet_cluster::records::{Command, ShareRecord};
-use duet_cluster::{fsck, keys};
-use common::{commit, Disk, Kv};
+use duet_cluster::keys;
+use duet_cluster::machine::AdminError;
+use duet_cluster::records::Command;
+use common::*;
 use duet_fs::{
     view, Access, Attrs, Batch, CreateKind, Credentials, DirEntry, FileType, FsError, IfExists, NodeId, ObjRef, Op,
-    OpOutput, OpResult, SetAttrs, WriteData, CHUNK_SIZE, ROOT_ID,
+    OpOutput, SetAttrs, WriteData, CHUNK_SIZE, ROOT_ID,
 };
 
 const CS: u64 = CHUNK_SIZE;
 
-
-fn run_batch(kv: &mut Kv, b: &Batch) -> Applied {
-    let (out, writes) = {
-        let mut t = Txn::new(&*kv);
-        let out = execute(&mut t, b);
-        (out, t.into_writes())
-    };
-    commit(kv, writes);
-    out
-}
-
-fn run(kv: &mut Kv, ops: Vec<Op>) -> Vec<OpResult> {
-    let mut b = Batch::new(Credentials::root(), 1_000);
-    b.ops = ops;
-    run_batch(kv, &b).results
-}
-
-/// Applies an admin command; answers its outcome and how many keys it wrote.
-fn admin(kv: &mut Kv, cmd: Command) -> (Result<(), AdminError>, usize) {
-    let (out, writes) = {
-        let mut t = Txn::new(&*kv);
-        let out = apply(&mut t, &cmd);
-        (out, t.into_writes())
-    };
-    let n = commit(kv, writes);
-    (out.admin.expect("an admin outcome"), n)
-}
-
-fn share(name: &str, path: &str) -> ShareRecord {
-    ShareRecord {
-        name: name.into(),
-        path: path.into(),
-        smb: true,
-        nfs: true,
-        read_only: false,
-        guest_ok: false,
-        nfs_clients: vec![],
-        root_squash: false,
-        append_extension: false,
-        durability: Default::default(),
-    }
-}
 
 /// A fresh namespace with share `data` at `/data`; answers its directory.
 fn init() -> (Kv, NodeId) {
@@ -85,47 +42,6 @@ fn drop_snap(kv: &mut Kv, name: &str) -> Result<(), AdminError> {
     admin(kv, Command::DropSnapshot { share: "data".into(), name: name.into(), now_ns: 6_000 }).0
 }
 
-fn lookup(kv: &mut Kv, dir: NodeId, name: &str) -> Result<Attrs, FsError> {
-    match run(kv, vec![Op::Lookup { dir: ObjRef::Id(dir), name: name.into() }]).remove(0)? {
-        OpOutput::Object { attrs, .. } => Ok(attrs),
-        other => panic!("{other:?}"),
-    }
-}
-
-fn create(kv: &mut Kv, dir: NodeId, name: &str, kind: CreateKind) -> NodeId {
-    let r = run(
-        kv,
-        vec![Op::Create { dir: ObjRef::Id(dir), name: name.into(), kind, attrs: SetAttrs::default(), if_exists: IfExists::Fail }],
-    );
-    r[0].as_ref().unwrap_or_else(|e| panic!("create {name}: {e:?}")).attrs().unwrap().id
-}
-
-fn write(kv: &mut Kv, id: NodeId, offset: u64, data: Vec<u8>) {
-    let r = run(kv, vec![Op::Write { obj: ObjRef::Id(id), offset, data: WriteData::Bytes(data), append: false }]);
-    assert!(r[0].is_ok(), "{:?}", r[0]);
-}
-
-fn ok(r: OpResult) -> OpOutput {
-    r.unwrap_or_else(|e| panic!("{e:?}"))
-}
-
-
-fn clean(kv: &Kv, disk: &Disk) {
-    let r = fsck::check(kv, &disk.files());
-    assert!(r.problems.is_empty(), "fsck: {:?}", r.problems);
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// Reads a whole file (live or view) through the machine; chunked data
 /// from the model disk (everything destaged first).
@@ -157,10 +73,6 @@ fn list(kv: &mut Kv, dir: NodeId) -> Vec<DirEntry> {
             return out;
         }
     }
-}
-
-fn names(entries: &[DirEntry]) -> Vec<String> {
-    entries.iter().map(|e| e.name.clone()).collect()
 }
 
 /// A whole tree as (path, type, size, content) through the machine.
@@ -513,15 +425,6 @@ fn snapshot_names_limits_and_unknowns_are_refused_with_nothing_changed() {
     let r = run(&mut kv, vec![Op::Link { obj: ObjRef::Id(f), dir: ObjRef::Id(plain), name: "f".into() }]);
     assert_eq!(r[0], Err(FsError::CrossDevice));
     clean(&kv, &Disk::default());
-}
-
-/// A splitmix64 step.
-fn next(x: &mut u64) -> u64 {
-    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *x;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// Random writes (inline and chunked), truncations, deletions, renames,

@@ -17,9 +17,9 @@ use duet_cluster::kv::Txn;
 use duet_cluster::machine::{apply, execute};
 use duet_cluster::records::{decode, Command, DataOp, DataRecord, Node};
 use duet_cluster::{fsck, keys};
-use common::{commit, Disk, Kv};
+use common::*;
 use duet_fs::{
-    Batch, CreateKind, Credentials, FsError, IfExists, NodeId, ObjRef, Op, OpOutput, OpResult, SetAttrs, WriteData,
+    Batch, CreateKind, Credentials, FsError, IfExists, NodeId, ObjRef, Op, OpOutput, OpResult, SetAttrs,
     CHUNK_SIZE, ROOT_ID,
 };
 
@@ -63,11 +63,6 @@ fn create(kv: &mut Kv, name: &str) -> NodeId {
     r[0].as_ref().unwrap().attrs().unwrap().id
 }
 
-fn write(kv: &mut Kv, id: NodeId, offset: u64, data: Vec<u8>) {
-    let r = run(kv, vec![Op::Write { obj: ObjRef::Id(id), offset, data: WriteData::Bytes(data), append: false }]);
-    assert!(r[0].is_ok(), "{:?}", r[0]);
-}
-
 fn clone(kv: &mut Kv, src: NodeId, so: u64, dst: NodeId, d_o: u64, len: u64) -> OpResult {
     run(kv, vec![Op::Clone { src: ObjRef::Id(src), src_offset: so, dst: ObjRef::Id(dst), dst_offset: d_o, len, extend: true }])
         .remove(0)
@@ -82,23 +77,6 @@ fn content(kv: &Kv, disk: &Disk, id: NodeId) -> Vec<u8> {
         return d;
     }
     disk.read(id, 0, n.attrs.size)
-}
-
-fn clean(kv: &Kv, disk: &Disk) {
-    let r = fsck::check(kv, &disk.files());
-    assert!(r.problems.is_empty(), "fsck: {:?}", r.problems);
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn blob_count(kv: &Kv) -> usize {

@@ -33,7 +33,7 @@
 
 use duet_fs::view;
 
-use super::layers::{share_dir, zone_snapshots, Frozen};
+use super::layers::{share_chunks, share_dir, zone_snapshots, Frozen};
 use super::*;
 use crate::records::CloneRecord;
 
@@ -491,30 +491,7 @@ pub(super) fn materialise<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exe
         FileType::Directory => own = keys::CLONE_MERGED,
         FileType::Regular if n.chunked => {
             let src = t.chunks(txn)?;
-            let prefix = keys::chunk_prefix(src);
-            let mut share = Vec::new();
-            for (k, v) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
-                let Some(idx) = keys::u64_at(&k, 9) else { continue };
-                let b = match keys::chunk_blob(&v) {
-                    Some(b) => b,
-                    None => {
-                        // The lower file's own chunk becomes a blob (its
-                        // bytes do not change: frozen views still read it).
-                        let b = counter(txn, "next_blob").max(1);
-                        put_counter(txn, "next_blob", b + 1);
-                        txn.put(k, b.to_be_bytes().to_vec());
-                        set_refs(txn, b, 1);
-                        b
-                    }
-                };
-                txn.put(keys::chunk(x, idx), b.to_be_bytes().to_vec());
-                let refs = blob_refs(txn, b);
-                set_refs(txn, b, refs + 1);
-                share.push((idx, idx));
-            }
-            if !share.is_empty() {
-                queue(txn, ex, x, DataOp::CloneFrom { src, share, copy: Vec::new() });
-            }
+            share_chunks(txn, ex, src, x);
         }
         FileType::Regular => {
             if let Some(d) = t.inline(txn)? {

@@ -157,7 +157,18 @@ pub(super) fn cow<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i
     }
     let sid = counter(txn, "next_id").max(ROOT_ID + 1);
     put_counter(txn, "next_id", sid + 1);
-    let prefix = keys::chunk_prefix(id);
+    share_chunks(txn, ex, id, sid);
+    txn.put(yd, sid.to_be_bytes().to_vec());
+}
+
+/// Gives file `dst` chunk records naming every chunk of file `src` by
+/// reference, and queues one `DataOp::CloneFrom` on `dst` (its chunk files
+/// hard-linked on each node, no bytes copied). A chunk `src` owns outright
+/// becomes a blob first (its bytes do not change, so frozen views and
+/// clones reading through still read it). Used by `cow` (a layer's shadow)
+/// and by a clone's copy-up (`clone::materialise`).
+pub(super) fn share_chunks<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, src: NodeId, dst: NodeId) {
+    let prefix = keys::chunk_prefix(src);
     let mut share = Vec::new();
     for (k, v) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
         let Some(idx) = keys::u64_at(&k, 9) else { continue };
@@ -171,15 +182,14 @@ pub(super) fn cow<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i
                 b
             }
         };
-        txn.put(keys::chunk(sid, idx), b.to_be_bytes().to_vec());
+        txn.put(keys::chunk(dst, idx), b.to_be_bytes().to_vec());
         let n = blob_refs(txn, b);
         set_refs(txn, b, n + 1);
         share.push((idx, idx));
     }
     if !share.is_empty() {
-        queue(txn, ex, sid, DataOp::CloneFrom { src: id, share, copy: Vec::new() });
+        queue(txn, ex, dst, DataOp::CloneFrom { src, share, copy: Vec::new() });
     }
-    txn.put(yd, sid.to_be_bytes().to_vec());
 }
 
 // ---- snapshot commands ----

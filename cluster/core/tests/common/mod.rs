@@ -1,6 +1,7 @@
 //! What the state-machine tests of data sharing have in common
-//! (`reflink.rs`, `layers.rs`): the in-memory store and a model of the
-//! chunk store as the data path keeps it.
+//! (`reflink.rs`, `layers.rs`, `clones.rs`): the in-memory store, a model of
+//! the chunk store as the data path keeps it, and helpers that run batches
+//! and admin commands through the machine.
 
 #![allow(dead_code)]
 
@@ -10,9 +11,13 @@ use std::rc::Rc;
 
 use duet_cluster::keys;
 use duet_cluster::kv::Txn;
-use duet_cluster::machine::drop_destaged;
-use duet_cluster::records::{decode, DataOp, DataRecord};
-use duet_fs::{NodeId, CHUNK_SIZE};
+use duet_cluster::machine::{apply, drop_destaged, execute, AdminError, Applied};
+use duet_cluster::records::{decode, Command, DataOp, DataRecord, ShareRecord};
+use duet_cluster::fsck;
+use duet_fs::{
+    Attrs, Batch, CreateKind, Credentials, DirEntry, FsError, IfExists, NodeId, ObjRef, Op, OpOutput, OpResult, SetAttrs,
+    WriteData, CHUNK_SIZE,
+};
 
 /// The metadata store: RocksDB's keys and values, in memory.
 pub type Kv = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -177,3 +182,112 @@ impl Disk {
         seen.len()
     }
 }
+
+// ---- machine helpers shared by `layers.rs` and `clones.rs` ----
+
+pub fn run_batch(kv: &mut Kv, b: &Batch) -> Applied {
+    let (out, writes) = {
+        let mut t = Txn::new(&*kv);
+        let out = execute(&mut t, b);
+        (out, t.into_writes())
+    };
+    commit(kv, writes);
+    out
+}
+
+pub fn run(kv: &mut Kv, ops: Vec<Op>) -> Vec<OpResult> {
+    let mut b = Batch::new(Credentials::root(), 1_000);
+    b.ops = ops;
+    run_batch(kv, &b).results
+}
+
+/// A read-only batch: its writes are thrown away (as the store does).
+pub fn read_only(kv: &Kv, ops: Vec<Op>) -> Applied {
+    let mut b = Batch::new(Credentials::root(), 1_000);
+    b.ops = ops;
+    let mut t = Txn::new(kv);
+    execute(&mut t, &b)
+}
+
+pub fn admin(kv: &mut Kv, cmd: Command) -> (Result<(), AdminError>, usize) {
+    let (out, writes) = {
+        let mut t = Txn::new(&*kv);
+        let out = apply(&mut t, &cmd);
+        (out, t.into_writes())
+    };
+    let r = out.admin.expect("an admin outcome");
+    // As the store does: a refused command's writes are applied too (the
+    // callers check that it wrote nothing).
+    let n = commit(kv, writes);
+    (r, n)
+}
+
+pub fn share(name: &str, path: &str) -> ShareRecord {
+    ShareRecord {
+        name: name.into(),
+        path: path.into(),
+        smb: true,
+        nfs: true,
+        read_only: false,
+        guest_ok: false,
+        nfs_clients: vec![],
+        root_squash: false,
+        append_extension: false,
+        durability: Default::default(),
+    }
+}
+
+pub fn lookup(kv: &mut Kv, dir: NodeId, name: &str) -> Result<Attrs, FsError> {
+    match run(kv, vec![Op::Lookup { dir: ObjRef::Id(dir), name: name.into() }]).remove(0)? {
+        OpOutput::Object { attrs, .. } => Ok(attrs),
+        other => panic!("{other:?}"),
+    }
+}
+
+pub fn create(kv: &mut Kv, dir: NodeId, name: &str, kind: CreateKind) -> NodeId {
+    let r = run(
+        kv,
+        vec![Op::Create { dir: ObjRef::Id(dir), name: name.into(), kind, attrs: SetAttrs::default(), if_exists: IfExists::Fail }],
+    );
+    r[0].as_ref().unwrap_or_else(|e| panic!("create {name}: {e:?}")).attrs().unwrap().id
+}
+
+pub fn write(kv: &mut Kv, id: NodeId, offset: u64, data: Vec<u8>) {
+    let r = run(kv, vec![Op::Write { obj: ObjRef::Id(id), offset, data: WriteData::Bytes(data), append: false }]);
+    assert!(r[0].is_ok(), "{:?}", r[0]);
+}
+
+pub fn ok(r: OpResult) -> OpOutput {
+    r.unwrap_or_else(|e| panic!("{e:?}"))
+}
+
+pub fn clean(kv: &Kv, disk: &Disk) {
+    let r = fsck::check(kv, &disk.files());
+    assert!(r.problems.is_empty(), "fsck: {:?}", r.problems);
+}
+
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+pub fn names(entries: &[DirEntry]) -> Vec<String> {
+    entries.iter().map(|e| e.name.clone()).collect()
+}
+
+/// A splitmix64 step.
+pub fn next(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+

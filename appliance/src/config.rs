@@ -87,6 +87,10 @@ smb_credits = 8192
 # Files one SMB session may hold open; CREATE over it gets
 # STATUS_TOO_MANY_OPENED_FILES.
 smb_open_files_per_session = 16384
+# CHANGE_NOTIFY watches (directory opens watched) one SMB connection may
+# hold, and as many waiting requests; more get
+# STATUS_INSUFFICIENT_RESOURCES.
+smb_notify_watches = 1024
 # Open stateids one NFSv4 client may hold; OPEN over it gets
 # NFS4ERR_RESOURCE.
 nfs_open_files_per_client = 4096
@@ -260,6 +264,7 @@ pub struct LimitsConfig {
     pub nfs_compound_ops: u32,
     pub smb_credits: u16,
     pub smb_open_files_per_session: usize,
+    pub smb_notify_watches: usize,
     pub nfs_open_files_per_client: usize,
     pub smb_transact_max: u32,
     pub nfs_readdir_max: u32,
@@ -278,6 +283,7 @@ impl Default for LimitsConfig {
             nfs_compound_ops: 1024,
             smb_credits: 8192,
             smb_open_files_per_session: 16384,
+            smb_notify_watches: 1024,
             nfs_open_files_per_client: 4096,
             smb_transact_max: 8 << 20,
             nfs_readdir_max: 1 << 20,
@@ -578,7 +584,7 @@ impl Config {
             );
         }
         let l = &self.limits;
-        let ranges: [(&'static str, u64, u64, u64); 13] = [
+        let ranges: [(&'static str, u64, u64, u64); 14] = [
             ("limits.smb_oplock_break_ms", l.smb_oplock_break_ms, 1, 600_000),
             ("limits.disk_reserve_mib", l.disk_reserve_mib, 0, 1 << 20),
             ("limits.connections", l.connections as u64, 1, 1 << 20),
@@ -589,6 +595,7 @@ impl Config {
             ("limits.nfs_compound_ops", l.nfs_compound_ops as u64, 2, 1 << 16),
             ("limits.smb_credits", l.smb_credits as u64, 1, 16384),
             ("limits.smb_open_files_per_session", l.smb_open_files_per_session as u64, 1, 1 << 20),
+            ("limits.smb_notify_watches", l.smb_notify_watches as u64, 1, 1 << 16),
             ("limits.nfs_open_files_per_client", l.nfs_open_files_per_client as u64, 1, 1 << 20),
             ("limits.smb_transact_max", l.smb_transact_max as u64, 64 << 10, 8 << 20),
             ("limits.nfs_readdir_max", l.nfs_readdir_max as u64, 4 << 10, 16 << 20),

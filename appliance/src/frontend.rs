@@ -556,6 +556,7 @@ pub async fn run(
         max_transact_size: plan.limits.smb_transact_max,
         max_credits: plan.limits.smb_credits,
         max_opens_per_session: plan.limits.smb_open_files_per_session,
+        max_watches: plan.limits.smb_notify_watches,
         // Never reached: the driver keeps batches and held frames within
         // requests_per_connection.
         max_pending: plan.limits.requests_per_connection.max(256),

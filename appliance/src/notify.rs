@@ -9,7 +9,7 @@
 //! `frontend::SmbRoutes`), which answers or buffers them
 //! (`Connection::on_changes`). Nothing is kept while nobody watches.
 //!
-//! Bounds: at most `duet_protocols::smb2::server::MAX_WATCHES` watches and
+//! Bounds: at most `[limits] smb_notify_watches` (1024) watches and
 //! waiting requests per connection (the state machine refuses more), the
 //! name cache `NAME_CACHE` nodes, and each connection's route queue (a
 //! full queue drops the changes, counted in `dropped`: the client then

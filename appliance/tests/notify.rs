@@ -215,14 +215,14 @@ fn smb_watcher_sees_what_an_nfs_client_changes() {
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
 
-/// One connection holds at most `MAX_WATCHES` directory watches (each a
-/// CHANGE_NOTIFY waiting on its own open): the next is refused with
-/// STATUS_INSUFFICIENT_RESOURCES, and the daemon serves on.
+/// One connection holds at most `[limits] smb_notify_watches` directory
+/// watches (each a CHANGE_NOTIFY waiting on its own open): the next is
+/// refused with STATUS_INSUFFICIENT_RESOURCES, and the daemon serves on.
 #[test]
 fn watches_per_connection_are_bounded() {
-    use duet_protocols::smb2::server::MAX_WATCHES;
+    const MAX_WATCHES: usize = 12;
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(dir.path());
+    let d = Daemon::start_with(dir.path(), &format!("\n[limits]\nsmb_notify_watches = {MAX_WATCHES}\n"));
     d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
     std::thread::sleep(Duration::from_millis(1500));
     let mut c = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");

@@ -71,6 +71,9 @@ pub struct ServerConfig {
     /// Opens one session may hold (a CREATE over it gets
     /// STATUS_TOO_MANY_OPENED_FILES).
     pub max_opens_per_session: usize,
+    /// CHANGE_NOTIFY watches one connection may hold, and as many waiting
+    /// requests (more get STATUS_INSUFFICIENT_RESOURCES).
+    pub max_watches: usize,
     pub max_locks: usize,
     /// Frames whose batches may be in flight at once.
     pub max_pending: usize,
@@ -113,6 +116,7 @@ impl Default for ServerConfig {
             max_trees_per_session: 64,
             max_opens: 16384,
             max_opens_per_session: 16384,
+            max_watches: MAX_WATCHES,
             max_locks: 4096,
             max_pending: 256,
             guest_uid: 65534,

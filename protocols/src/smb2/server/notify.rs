@@ -76,8 +76,9 @@ pub(super) struct WaitingNotify {
     pub reply: AsyncReply,
 }
 
-/// The most directory watches, and CHANGE_NOTIFYs waiting, one connection
-/// may hold (over it: STATUS_INSUFFICIENT_RESOURCES).
+/// The default of `ServerConfig::max_watches` (`[limits]
+/// smb_notify_watches`): the most directory watches, and CHANGE_NOTIFYs
+/// waiting, one connection may hold (over it: STATUS_INSUFFICIENT_RESOURCES).
 pub const MAX_WATCHES: usize = 1024;
 
 /// The most one watch buffers between requests, whatever its first
@@ -205,7 +206,7 @@ impl Connection {
         }
         let (node, parent, name) = (o.node, o.parent, o.name.clone());
         if !self.watches.contains_key(&id) {
-            if self.watches.len() >= MAX_WATCHES {
+            if self.watches.len() >= self.cfg.max_watches {
                 return done(NtStatus::INSUFFICIENT_RESOURCES);
             }
             self.watches.insert(
@@ -233,7 +234,7 @@ impl Connection {
             let (status, body) = answer(&entries, overflow, req.output_buffer_length);
             return Plan::Done { status, body };
         }
-        if self.notifies.len() >= MAX_WATCHES {
+        if self.notifies.len() >= self.cfg.max_watches {
             return done(NtStatus::INSUFFICIENT_RESOURCES);
         }
         let async_id = self.new_async_id();

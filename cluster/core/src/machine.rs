@@ -822,6 +822,11 @@ fn create<R: KvRead + ?Sized>(
         return Err(FsError::TooManyLinks);
     }
     let id = counter(txn, "next_id").max(ROOT_ID + 1);
+    if id > duet_fs::view::ID_MAX {
+        // Past 2^40 - 1 neither snapshot views nor clones could name the
+        // object (their ids hold 40 bits of it): refused, never aliased.
+        return Err(FsError::NoSpace);
+    }
     put_counter(txn, "next_id", id + 1);
     // In a clone, new objects get the clone's ids.
     let id = clone::new_id(d.zone, id)?;

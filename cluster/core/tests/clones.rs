@@ -470,12 +470,13 @@ fn bad_names_and_unknown_sources_are_refused_with_nothing_changed() {
     admin(&mut kv, Command::DropSnapshot { share: "data".into(), name: "clone.first".into(), now_ns: 9 }).0.unwrap();
     make_clone(&mut kv, "data", None, "c");
     assert!(matches!(refuse(&mut kv, clone_cmd("data", None, "c")), Err(AdminError::Exists(_))));
-    // Snapshots of a clone are no views (their ids would not fit): the
-    // clone's directories have no `.snapshot`, and list none.
+    // Snapshots of a clone are views like any share's (`tests/clone_snapshots.rs`).
     let cl = lookup(&mut kv, ROOT_ID, "clones").unwrap().id;
     let c = lookup(&mut kv, cl, "c").unwrap().id;
     admin(&mut kv, Command::Snapshot { share: "c".into(), name: "s".into(), now_ns: 8 }).0.unwrap();
-    assert_eq!(lookup(&mut kv, c, view::SNAPSHOT_DIR), Err(FsError::NotFound));
+    let sd = lookup(&mut kv, c, view::SNAPSHOT_DIR).unwrap();
+    assert!(view::is_view(sd.id));
+    assert!(view::is_view(lookup(&mut kv, sd.id, "s").unwrap().id));
     clean(&kv, &Disk::default());
 }
 

@@ -104,7 +104,8 @@ pub fn list_clones<R: KvRead + ?Sized>(kv: &R) -> Vec<CloneRecord> {
 
 /// One frozen layer an object reads through: the source's layer, and the
 /// clone number of that source (0: an ordinary share) with its floor.
-struct Level {
+#[derive(Clone)]
+pub(super) struct Level {
     f: Frozen,
     clone: u64,
     floor: NodeId,
@@ -159,16 +160,24 @@ pub(super) fn lower_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) ->
     if b >= rec.floor {
         return Err(FsError::Stale);
     }
-    for lvl in &levels {
+    let (mut n, _) = lower_in(txn, &levels, b)?;
+    remap_node(&mut n, c, x, &rec);
+    Ok(n)
+}
+
+/// The node record of base id `b` at the first of `levels` that has one
+/// (unmapped) and that level's index; `Stale` when a level says it is not
+/// there (made later, or deleted).
+fn lower_in<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, levels: &[Level], b: NodeId) -> Result<(Node, usize), FsError> {
+    for (i, lvl) in levels.iter().enumerate() {
         let id = lvl.id(b);
         if let Some(v) = lvl.f.get(txn, &keys::node(id))? {
-            let mut n = Node::decode(&v).ok_or(FsError::Io)?;
+            let n = Node::decode(&v).ok_or(FsError::Io)?;
             if n.zone != lvl.f.zone {
                 // A share nested in the source: not part of the clone.
                 return Err(FsError::Stale);
             }
-            remap_node(&mut n, c, x, &rec);
-            return Ok(n);
+            return Ok((n, i));
         }
         if lvl.clone == 0 || b >= lvl.floor {
             break;
@@ -200,13 +209,19 @@ pub(super) fn through<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) -> Re
     if b >= rec.floor {
         return Ok(None);
     }
+    through_in(txn, levels, b).map(Some)
+}
+
+/// The first of `levels` that holds base id `b`'s contents: one where it
+/// is the object's own (marked, made there, or an ordinary share).
+fn through_in<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, levels: Vec<Level>, b: NodeId) -> Result<Through, FsError> {
     for level in levels {
         let id = level.id(b);
         if level.clone == 0 || b >= level.floor {
-            return Ok(Some(Through { level, id }));
+            return Ok(Through { level, id });
         }
         match level.f.get(txn, &keys::clone_mark(id))?.and_then(|v| v.first().copied()) {
-            Some(keys::CLONE_OWN) | Some(keys::CLONE_MERGED) => return Ok(Some(Through { level, id })),
+            Some(keys::CLONE_OWN) | Some(keys::CLONE_MERGED) => return Ok(Through { level, id }),
             Some(_) => return Err(FsError::Stale),
             None => {}
         }
@@ -215,16 +230,16 @@ pub(super) fn through<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) -> Re
 }
 
 impl Through {
-    fn inline<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>) -> Result<Option<Vec<u8>>, FsError> {
+    pub(super) fn inline<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>) -> Result<Option<Vec<u8>>, FsError> {
         self.level.f.get(txn, &keys::data(self.id))
     }
 
-    fn eas<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, FsError> {
+    pub(super) fn eas<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>) -> Result<Vec<(Vec<u8>, Vec<u8>)>, FsError> {
         self.level.f.scan(txn, &keys::ea_prefix(self.id), &[])
     }
 
     /// The file whose chunk records hold the lower file's data.
-    fn chunks<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>) -> Result<NodeId, FsError> {
+    pub(super) fn chunks<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>) -> Result<NodeId, FsError> {
         self.level.f.shadow_of(txn, self.id)
     }
 }
@@ -255,16 +270,29 @@ fn sources<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) -> Result<Option
     if b >= rec.floor {
         return Ok(None);
     }
+    sources_in(txn, levels, c, b, list).map(Some)
+}
+
+/// The frozen sources of base id `b`'s entries among `levels`, after those
+/// in `list` already: every level where it is merged, down to one where its
+/// entries are its own.
+fn sources_in<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    levels: Vec<Level>,
+    c: u64,
+    b: NodeId,
+    mut list: Vec<(Option<usize>, NodeId)>,
+) -> Result<Sources, FsError> {
     for i in 0..levels.len() {
         let id = levels[i].id(b);
         if levels[i].clone == 0 || b >= levels[i].floor {
             list.push((Some(i), id));
-            return Ok(Some(Sources { levels, list, c }));
+            return Ok(Sources { levels, list, c });
         }
         match levels[i].f.get(txn, &keys::clone_mark(id))?.and_then(|v| v.first().copied()) {
             Some(keys::CLONE_OWN) => {
                 list.push((Some(i), id));
-                return Ok(Some(Sources { levels, list, c }));
+                return Ok(Sources { levels, list, c });
             }
             Some(keys::CLONE_MERGED) => list.push((Some(i), id)),
             Some(_) => return Err(FsError::Stale),
@@ -272,6 +300,57 @@ fn sources<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, x: NodeId) -> Result<Option
         }
     }
     Err(FsError::Stale)
+}
+
+/// A snapshot of a clone as its views read it: the clone's own frozen
+/// layer first (its records as they were when the snapshot was taken:
+/// what it had copied up, made, marked and whited out), then the layers
+/// the clone reads through, as a clone made from that snapshot would (an
+/// object with no record and no mark at the freeze reads on through the
+/// clone's sources). Ids are the clone's (`clone_id(c, base)`).
+pub(super) struct Snap {
+    c: u64,
+    rec: CloneRecord,
+    levels: Vec<Level>,
+}
+
+impl Snap {
+    /// The snapshot `f` of clone zone `f.zone`.
+    pub(super) fn open<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, f: Frozen) -> Result<Snap, FsError> {
+        let (c, _) = split(f.zone).ok_or(FsError::Stale)?;
+        let (rec, rest) = chain(txn, c)?;
+        let mut levels = vec![Level { f, clone: c, floor: rec.floor }];
+        levels.extend(rest);
+        Ok(Snap { c, rec, levels })
+    }
+
+    /// The clone number.
+    pub(super) fn clone_no(&self) -> u64 {
+        self.c
+    }
+
+    /// Clone object `x` as the snapshot holds it (ids the clone's).
+    pub(super) fn node<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, x: NodeId) -> Result<Node, FsError> {
+        let (c, b) = split(x).ok_or(FsError::Stale)?;
+        if c != self.c {
+            return Err(FsError::Stale);
+        }
+        let (mut n, i) = lower_in(txn, &self.levels, b)?;
+        if i > 0 {
+            remap_node(&mut n, c, x, &self.rec);
+        }
+        Ok(n)
+    }
+
+    /// Where object `x`'s contents are read.
+    pub(super) fn through<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, x: NodeId) -> Result<Through, FsError> {
+        through_in(txn, self.levels.clone(), x & view::ID_MAX)
+    }
+
+    /// The entries of directory `x` (children's ids the clone's).
+    pub(super) fn sources<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, x: NodeId) -> Result<Sources, FsError> {
+        sources_in(txn, self.levels.clone(), self.c, x & view::ID_MAX, Vec::new())
+    }
 }
 
 impl Sources {
@@ -312,7 +391,7 @@ impl Sources {
     }
 
     /// Entry `name`, its child's id mapped into the clone.
-    fn edge<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, name: &str) -> Result<Option<Edge>, FsError> {
+    pub(super) fn edge<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, name: &str) -> Result<Option<Edge>, FsError> {
         for &(src, id) in &self.list {
             if let Some(v) = self.get(txn, src, &keys::edge(id, name))? {
                 return self.map(&v).map(Some);
@@ -326,7 +405,7 @@ impl Sources {
 
     /// The entries from suffix `from` on, at most `limit`, merged (a page
     /// reads about a page of each source per round, as `scan_limit`).
-    fn edges<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Edge)>, FsError> {
+    pub(super) fn edges<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, from: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Edge)>, FsError> {
         let per = limit.max(16).saturating_add(1);
         let mut out = Vec::new();
         let mut from = from.to_vec();

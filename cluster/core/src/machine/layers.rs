@@ -354,6 +354,7 @@ pub fn list_snapshots<R: KvRead + ?Sized>(kv: &R, share: &str) -> Option<Vec<Sna
 
 /// A frozen layer as a view reads it: the zone and the zone's layers from
 /// it to the newest, oldest first.
+#[derive(Clone)]
 pub(super) struct Frozen {
     layer: u64,
     pub(super) zone: NodeId,
@@ -461,21 +462,6 @@ impl Frozen {
         }
     }
 
-    /// Node `id` as this layer froze it, with its view id, and the id
-    /// whose data (inline record or chunks) it reads.
-    fn node<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, id: NodeId) -> Result<(Node, NodeId), FsError> {
-        let v = self.get(txn, &keys::node(id))?.ok_or(FsError::Stale)?;
-        let mut n = Node::decode(&v).ok_or(FsError::Io)?;
-        if n.zone != self.zone {
-            // Another share's node (a share nested inside this one): not
-            // part of this share's snapshots.
-            return Err(FsError::Stale);
-        }
-        let data = if n.chunked { self.shadow_of(txn, id)? } else { id };
-        n.attrs.id = view::id(self.layer, id);
-        Ok((n, data))
-    }
-
     /// The file whose chunks hold chunked file `id` as this layer froze
     /// it: a shadow, or (unchanged since) `id` itself.
     pub(super) fn shadow_of<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, id: NodeId) -> Result<NodeId, FsError> {
@@ -509,7 +495,7 @@ pub(super) fn changes_view(op: &Op, resolve: impl Fn(ObjRef) -> Option<NodeId>) 
 fn snapdir_attrs<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, d: &Node) -> Attrs {
     let z = zone_rec(txn, d.zone).unwrap_or_default();
     let mut a = d.attrs.clone();
-    a.id = view::id(0, d.attrs.id);
+    a.id = snapdir_id(d.attrs.id);
     a.mode = 0o555;
     a.nlink = 2;
     a.size = 0;
@@ -527,40 +513,174 @@ fn object(attrs: Attrs) -> OpResult {
     Ok(OpOutput::Object { attrs, created: false, dir_before: None, dir_after: None })
 }
 
+/// The id of directory `dir`'s `.snapshot` directory: layer 0 with the
+/// directory's id for an ordinary share's; for a clone's directory
+/// `clone_id(c, base)`, the clone's number `c` in the layer field with
+/// `base` (layer ids and clone numbers come from one counter, so a number
+/// names a layer or a clone, never both).
+fn snapdir_id(dir: NodeId) -> NodeId {
+    match super::clone::split(dir) {
+        Some((c, b)) => view::id(c, b),
+        None => view::id(0, dir),
+    }
+}
+
 /// What an object id names for reading.
 enum Obj {
     Live,
     /// The `.snapshot` directory of live directory `dir`.
     SnapDir { dir: NodeId },
-    /// Object `id` frozen in `layer`.
-    Frozen { layer: u64, id: NodeId },
+    /// Object `low` (the low bits of its id) frozen in `layer`.
+    Frozen { layer: u64, low: NodeId },
 }
 
-fn classify(id: NodeId) -> Obj {
-    match view::split(id) {
+fn classify<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Result<Obj, FsError> {
+    Ok(match view::split(id) {
         None => Obj::Live,
         Some((0, dir)) => Obj::SnapDir { dir },
-        Some((layer, id)) => Obj::Frozen { layer, id },
+        Some((n, low)) => {
+            if txn.get(&keys::layer_zone(n)).is_some() {
+                Obj::Frozen { layer: n, low }
+            } else if txn.get(&keys::clone(n)).is_some() {
+                Obj::SnapDir { dir: super::clone::clone_id(n, low) }
+            } else {
+                return Err(FsError::Stale);
+            }
+        }
+    })
+}
+
+/// A snapshot as views read it: an ordinary share's frozen layer, or a
+/// clone's (its frozen records over the layers the clone reads through).
+/// Objects are named by their *real* ids: a live id, or a clone's id.
+pub(super) struct View {
+    f: Frozen,
+    clone: Option<super::clone::Snap>,
+}
+
+impl View {
+    pub(super) fn open<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, layer: u64) -> Result<View, FsError> {
+        let f = Frozen::open(txn, layer)?;
+        let clone = if super::clone::is_clone_id(f.zone) { Some(super::clone::Snap::open(txn, f.clone())?) } else { None };
+        Ok(View { f, clone })
+    }
+
+    fn zone(&self) -> NodeId {
+        self.f.zone
+    }
+
+    /// The real id of the object whose view id has low bits `low`.
+    fn real(&self, low: NodeId) -> NodeId {
+        match &self.clone {
+            Some(s) => super::clone::clone_id(s.clone_no(), low),
+            None => low,
+        }
+    }
+
+    /// The view id of real id `real`. An id a view cannot name (a live id
+    /// past `view::ID_MAX`; the allocator makes none) is refused, never
+    /// aliased.
+    fn vid(&self, real: NodeId) -> Result<NodeId, FsError> {
+        let low = match (&self.clone, super::clone::split(real)) {
+            (Some(s), Some((c, b))) if c == s.clone_no() => b,
+            (None, None) => real,
+            _ => return Err(FsError::Io),
+        };
+        view::checked(self.f.layer, low).ok_or(FsError::Io)
+    }
+
+    /// Node `real` as the snapshot holds it, with its view id.
+    fn node<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, real: NodeId) -> Result<Node, FsError> {
+        let mut n = match &self.clone {
+            None => {
+                let v = self.f.get(txn, &keys::node(real))?.ok_or(FsError::Stale)?;
+                Node::decode(&v).ok_or(FsError::Io)?
+            }
+            Some(s) => s.node(txn, real)?,
+        };
+        if n.zone != self.f.zone {
+            // Another share's node (a share nested inside this one): not
+            // part of this share's snapshots.
+            return Err(FsError::Stale);
+        }
+        n.attrs.id = self.vid(real)?;
+        Ok(n)
+    }
+
+    /// File `real`'s inline data as the snapshot holds it.
+    fn inline<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, real: NodeId) -> Result<Vec<u8>, FsError> {
+        Ok(match &self.clone {
+            None => self.f.get(txn, &keys::data(real))?,
+            Some(s) => s.through(txn, real)?.inline(txn)?,
+        }
+        .unwrap_or_default())
+    }
+
+    /// The file whose chunks hold chunked file `real` as the snapshot has it.
+    fn chunk_file<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, real: NodeId) -> Result<NodeId, FsError> {
+        match &self.clone {
+            None => self.f.shadow_of(txn, real),
+            Some(s) => s.through(txn, real)?.chunks(txn),
+        }
+    }
+
+    fn eas<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, real: NodeId) -> Result<Vec<(String, Vec<u8>)>, FsError> {
+        let rows = match &self.clone {
+            None => self.f.scan(txn, &keys::ea_prefix(real), &[])?,
+            Some(s) => s.through(txn, real)?.eas(txn)?,
+        };
+        Ok(rows.into_iter().map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v)).collect())
+    }
+
+    /// Entry `name` of directory `dir` (the child's real id).
+    fn edge<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, dir: NodeId, name: &str) -> Result<Option<Edge>, FsError> {
+        match &self.clone {
+            None => match self.f.get(txn, &keys::edge(dir, name))? {
+                Some(v) => Ok(Some(decode::<Edge>(&v).ok_or(FsError::Io)?)),
+                None => Ok(None),
+            },
+            Some(s) => s.sources(txn, dir)?.edge(txn, name),
+        }
+    }
+
+    /// At most `limit` entries of directory `dir` from name suffix `from`.
+    fn edges<R: KvRead + ?Sized>(
+        &self,
+        txn: &mut Txn<'_, R>,
+        dir: NodeId,
+        from: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Edge)>, FsError> {
+        match &self.clone {
+            None => self
+                .f
+                .scan_limit(txn, &keys::edge_prefix(dir), from, limit)?
+                .into_iter()
+                .map(|(k, v)| Ok((k, decode::<Edge>(&v).ok_or(FsError::Io)?)))
+                .collect(),
+            Some(s) => s.sources(txn, dir)?.edges(txn, from, limit),
+        }
     }
 }
 
 /// A view object's node (a frozen one, or a `.snapshot` directory as a
-/// synthetic node) and its data id.
-fn view_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Result<(Node, NodeId, Option<Frozen>), FsError> {
-    match classify(id) {
+/// synthetic node), its real id, and the snapshot it is read from.
+fn view_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Result<(Node, NodeId, Option<View>), FsError> {
+    match classify(txn, id)? {
         Obj::Live => Err(FsError::BadRef),
         Obj::SnapDir { dir } => {
             let d = get_node(txn, dir)?;
-            if d.attrs.ftype != FileType::Directory || d.zone == 0 || super::clone::is_clone_id(d.zone) {
+            if d.attrs.ftype != FileType::Directory || d.zone == 0 {
                 return Err(FsError::Stale);
             }
             let attrs = snapdir_attrs(txn, &d);
             Ok((Node { attrs, parent: dir, target: None, chunked: false, may_have_eas: false, zone: d.zone }, dir, None))
         }
-        Obj::Frozen { layer, id } => {
-            let f = Frozen::open(txn, layer)?;
-            let (n, data) = f.node(txn, id)?;
-            Ok((n, data, Some(f)))
+        Obj::Frozen { layer, low } => {
+            let v = View::open(txn, layer)?;
+            let real = v.real(low);
+            let n = v.node(txn, real)?;
+            Ok((n, real, Some(v)))
         }
     }
 }
@@ -595,9 +715,7 @@ pub(super) fn run_view_op<R: KvRead + ?Sized>(
                     Ok(n) => n,
                     Err(_) => return None,
                 };
-                // A clone's snapshots are its clones' sources only: views
-                // cannot name a clone's ids (`machine/clone.rs`).
-                if n.attrs.ftype != FileType::Directory || n.zone == 0 || super::clone::is_clone_id(n.zone) {
+                if n.attrs.ftype != FileType::Directory || n.zone == 0 {
                     return None;
                 }
                 if !may(&ex.batch.cred, &n.attrs, 1) {
@@ -628,9 +746,9 @@ pub(super) fn run_view_op<R: KvRead + ?Sized>(
         Op::ReadDir { dir, after, max_entries, with_attrs } if is_view(dir) => {
             readdir(txn, ex, id(dir)?, after.as_deref(), *max_entries, *with_attrs)
         }
-        Op::GetEas { obj } if is_view(obj) => view_node(txn, id(obj)?).and_then(|(n, _, f)| {
-            let eas = match f {
-                Some(f) if n.may_have_eas => view_eas(txn, &f, view::split(n.attrs.id).map_or(0, |v| v.1))?,
+        Op::GetEas { obj } if is_view(obj) => view_node(txn, id(obj)?).and_then(|(n, real, v)| {
+            let eas = match v {
+                Some(v) if n.may_have_eas => v.eas(txn, real)?,
                 _ => Vec::new(),
             };
             Ok(OpOutput::Eas { eas, attrs: n.attrs })
@@ -649,21 +767,19 @@ pub(super) fn run_view_op<R: KvRead + ?Sized>(
 /// named by their `@GMT-` tokens.
 pub(super) fn list_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, obj: NodeId) -> OpResult {
     let n = if view::is_view(obj) { view_node(txn, obj)?.0 } else { get_node(txn, obj)? };
-    let zone = match view::split(obj) {
-        Some((l, _)) if l != 0 => Frozen::open(txn, l)?.zone,
-        _ => n.zone,
-    };
+    let zone = n.zone;
     let mut entries = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
-    let snaps = if super::clone::is_clone_id(zone) { Vec::new() } else { zone_snapshots(txn, zone) };
+    let snaps = if zone == 0 { Vec::new() } else { zone_snapshots(txn, zone) };
     for s in snaps.into_iter().rev() {
         let token = view::gmt_token(s.created_ns);
         // Two snapshots taken in one second share a token: the newer one
         // answers to it.
         if seen.insert(token.clone()) {
+            let v = View::open(txn, s.layer)?;
             entries.push(DirEntry {
                 name: token,
-                id: view::id(s.layer, s.root),
+                id: v.vid(s.root)?,
                 ftype: FileType::Directory,
                 attrs: None,
                 eas: Vec::new(),
@@ -673,15 +789,8 @@ pub(super) fn list_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, obj: NodeId) -> 
     Ok(OpOutput::Dir { entries, eof: true, attrs: n.attrs })
 }
 
-fn view_eas<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, f: &Frozen, id: NodeId) -> Result<Vec<(String, Vec<u8>)>, FsError> {
-    Ok(f.scan(txn, &keys::ea_prefix(id), &[])?
-        .into_iter()
-        .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
-        .collect())
-}
-
 fn lookup<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &Exec<'_>, dir: NodeId, name: &str, caseless: bool) -> OpResult {
-    let (d, _, f) = view_node(txn, dir)?;
+    let (d, real, f) = view_node(txn, dir)?;
     if d.attrs.ftype != FileType::Directory {
         return Err(FsError::NotDir);
     }
@@ -719,48 +828,47 @@ fn lookup<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &Exec<'_>, dir: NodeId, 
                 })
                 .or_else(|| if caseless { snaps.iter().find(|s| s.name.eq_ignore_ascii_case(name)) } else { None })
                 .ok_or(FsError::NotFound)?;
-            let f = Frozen::open(txn, s.layer)?;
-            let (n, _) = f.node(txn, live).map_err(|_| FsError::NotFound)?;
+            let v = View::open(txn, s.layer)?;
+            let n = v.node(txn, live).map_err(|_| FsError::NotFound)?;
             found(&s.name, n.attrs)
         }
-        Some(f) => {
-            let (_, real) = view::split(dir).ok_or(FsError::BadRef)?;
+        Some(v) => {
             if name == "." {
                 return found(name, d.attrs);
             }
             if name == ".." {
                 // The share's root leads back to its `.snapshot` directory.
-                let attrs = if real == f.zone {
+                let attrs = if real == v.zone() {
                     let root = get_node(txn, real)?;
                     snapdir_attrs(txn, &root)
                 } else {
-                    f.node(txn, d.parent)?.0.attrs
+                    v.node(txn, d.parent)?.attrs
                 };
                 return found(name, attrs);
             }
             check_name(name)?;
-            let (real_name, edge) = match f.get(txn, &keys::edge(real, name))? {
-                Some(v) => (name.to_string(), decode::<Edge>(&v).ok_or(FsError::Io)?),
+            let (real_name, edge) = match v.edge(txn, real, name)? {
+                Some(e) => (name.to_string(), e),
                 None if caseless => {
                     let want = name.to_lowercase();
-                    let rows = f.scan(txn, &keys::edge_prefix(real), &[])?;
-                    let (k, v) = rows
+                    let rows = v.edges(txn, real, &[], usize::MAX)?;
+                    let (k, e) = rows
                         .into_iter()
                         .find(|(k, _)| String::from_utf8_lossy(k).to_lowercase() == want)
                         .ok_or(FsError::NotFound)?;
-                    (String::from_utf8_lossy(&k).into_owned(), decode::<Edge>(&v).ok_or(FsError::Io)?)
+                    (String::from_utf8_lossy(&k).into_owned(), e)
                 }
                 None => return Err(FsError::NotFound),
             };
-            let (n, _) = f.node(txn, edge.child)?;
+            let n = v.node(txn, edge.child)?;
             found(&real_name, n.attrs)
         }
     }
 }
 
 fn read<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize, obj: NodeId, offset: u64, len: u64) -> OpResult {
-    let (n, data_id, f) = view_node(txn, obj)?;
-    let Some(f) = f else { return Err(FsError::IsDir) };
+    let (n, real, v) = view_node(txn, obj)?;
+    let Some(v) = v else { return Err(FsError::IsDir) };
     match n.attrs.ftype {
         FileType::Regular => {}
         FileType::Directory => return Err(FsError::IsDir),
@@ -775,7 +883,7 @@ fn read<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize, o
     let len = len.min(size - start);
     let eof = start + len >= size;
     if !n.chunked {
-        let data = f.get(txn, &keys::data(data_id))?.unwrap_or_default();
+        let data = v.inline(txn, real)?;
         let mut buf = vec![0u8; len as usize];
         let s = start as usize;
         if s < data.len() {
@@ -786,6 +894,7 @@ fn read<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize, o
     }
     // The chunks are the shadow's (or, unchanged since the freeze, the
     // live file's own, with only records queued before it).
+    let data_id = v.chunk_file(txn, real)?;
     let overlay = overlay(txn, data_id);
     ex.out.reads.push(ReadPlan { op: i, file: data_id, offset: start, len, overlay });
     Ok(OpOutput::Read { data: Vec::new(), eof, attrs: n.attrs })
@@ -799,7 +908,7 @@ fn readdir<R: KvRead + ?Sized>(
     max_entries: u32,
     with_attrs: bool,
 ) -> OpResult {
-    let (d, _, f) = view_node(txn, dir)?;
+    let (d, real, f) = view_node(txn, dir)?;
     if d.attrs.ftype != FileType::Directory {
         return Err(FsError::NotDir);
     }
@@ -815,8 +924,8 @@ fn readdir<R: KvRead + ?Sized>(
             let mut snaps = zone_snapshots(txn, d.zone);
             snaps.sort_by(|a, b| a.name.cmp(&b.name));
             for s in snaps.into_iter().filter(|s| after.map_or(true, |a| s.name.as_str() > a)) {
-                let f = Frozen::open(txn, s.layer)?;
-                let Ok((n, _)) = f.node(txn, live) else { continue };
+                let v = View::open(txn, s.layer)?;
+                let Ok(n) = v.node(txn, live) else { continue };
                 if entries.len() == max {
                     eof = false;
                     break;
@@ -830,8 +939,7 @@ fn readdir<R: KvRead + ?Sized>(
                 });
             }
         }
-        Some(f) => {
-            let (_, real) = view::split(dir).ok_or(FsError::BadRef)?;
+        Some(v) => {
             let from = match after {
                 Some(a) => {
                     let mut v = a.as_bytes().to_vec();
@@ -840,17 +948,15 @@ fn readdir<R: KvRead + ?Sized>(
                 }
                 None => Vec::new(),
             };
-            let rows = f.scan_limit(txn, &keys::edge_prefix(real), &from, max + 1)?;
+            let rows = v.edges(txn, real, &from, max + 1)?;
             eof = rows.len() <= max;
-            for (k, v) in rows.into_iter().take(max) {
-                let e: Edge = decode(&v).ok_or(FsError::Io)?;
+            for (k, e) in rows.into_iter().take(max) {
                 let name = String::from_utf8_lossy(&k).into_owned();
-                let mut entry =
-                    DirEntry { name, id: view::id(f.layer, e.child), ftype: e.ftype, attrs: None, eas: Vec::new() };
+                let mut entry = DirEntry { name, id: v.vid(e.child)?, ftype: e.ftype, attrs: None, eas: Vec::new() };
                 if with_attrs {
-                    let Ok((n, _)) = f.node(txn, e.child) else { continue };
+                    let Ok(n) = v.node(txn, e.child) else { continue };
                     if n.may_have_eas {
-                        entry.eas = view_eas(txn, &f, e.child)?;
+                        entry.eas = v.eas(txn, e.child)?;
                     }
                     entry.attrs = Some(n.attrs);
                 }
@@ -870,8 +976,8 @@ fn copy_from_view<R: KvRead + ?Sized>(
     dst_offset: u64,
     len: u64,
 ) -> OpResult {
-    let (s, data_id, f) = view_node(txn, src)?;
-    let Some(f) = f else { return Err(FsError::Invalid) };
+    let (s, real, v) = view_node(txn, src)?;
+    let Some(v) = v else { return Err(FsError::Invalid) };
     if s.attrs.ftype != FileType::Regular {
         return Err(FsError::Invalid);
     }
@@ -886,7 +992,7 @@ fn copy_from_view<R: KvRead + ?Sized>(
         // The engine resolves copies from chunked files before proposing.
         return Err(FsError::NotSupported);
     }
-    let data = f.get(txn, &keys::data(data_id))?.unwrap_or_default();
+    let data = v.inline(txn, real)?;
     let from = src_offset.min(s.attrs.size) as usize;
     let to = (s.attrs.size.min(src_offset.saturating_add(len))) as usize;
     let mut bytes = vec![0u8; to.saturating_sub(from)];

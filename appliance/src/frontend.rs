@@ -45,6 +45,9 @@ pub struct ConnTable {
     /// Every NFS connection, for callbacks on back channels, and the
     /// delegation breaks SMB connections decide (`nfs_callback.rs`).
     pub nfs_routes: crate::nfs_callback::NfsRoutes,
+    /// The SMB share-mode table (set once at start), for breaks that
+    /// reach kept durable opens (`nfs_callback::deliver`).
+    pub share_modes: std::sync::OnceLock<Arc<smb::ShareModes>>,
 }
 
 /// How many server-initiated messages may wait for one SMB connection's
@@ -210,6 +213,7 @@ impl ConnTable {
             smb_routes: SmbRoutes::default(),
             notify: crate::notify::NotifyHub::default(),
             nfs_routes: Default::default(),
+            share_modes: std::sync::OnceLock::new(),
         })
     }
 
@@ -557,6 +561,8 @@ pub async fn run(
         max_credits: plan.limits.smb_credits,
         max_opens_per_session: plan.limits.smb_open_files_per_session,
         max_watches: plan.limits.smb_notify_watches,
+        durable_timeout_ms: plan.limits.smb_durable_timeout_ms as u32,
+        max_durable: plan.limits.smb_durable_handles,
         // Never reached: the driver keeps batches and held frames within
         // requests_per_connection.
         max_pending: plan.limits.requests_per_connection.max(256),
@@ -622,6 +628,11 @@ pub async fn run(
     if let Some(n) = &ctx.nfs {
         glommio::spawn_local(crate::nfs_callback::serve_recalls(n.clone(), ctx.conns.clone())).detach();
     }
+    // The durable-handle scavenger (MS-SMB2 3.3.2.2), on the first
+    // executor for the daemon's one table.
+    if plan.index == 0 {
+        glommio::spawn_local(durable_scavenger(plan.share_modes.clone(), ctx.engine.clone())).detach();
+    }
     let mut accepts = Vec::new();
     for (l, proto) in listeners {
         let ctx = ctx.clone();
@@ -635,6 +646,28 @@ pub async fn run(
             break;
         }
         glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How often kept durable handles are checked for their deadline (the
+/// timeout of a handle is honoured within this).
+const DURABLE_TICK: Duration = Duration::from_millis(100);
+
+/// Closes kept durable opens whose timeout passed, and runs the batches
+/// removing the delete-on-close files of those closed (by the timeout, or
+/// by a break from an NFS client). Results are not waited for by anyone.
+async fn durable_scavenger(share_modes: Arc<smb::ShareModes>, engine: EngineHandle) {
+    loop {
+        glommio::timer::sleep(DURABLE_TICK).await;
+        for batch in share_modes.expire_durable(now_ns()) {
+            let engine = engine.clone();
+            glommio::spawn_local(async move {
+                if let Err(e) = engine.submit(batch, RequestTag::new("smb", "durable-expire")).await {
+                    tracing::warn!("removing a kept durable open's delete-on-close file: {e}");
+                }
+            })
+            .detach();
+        }
     }
 }
 

@@ -333,3 +333,76 @@ fn malformed_durable_contexts_are_invalid_parameter_and_the_connection_goes_on()
     assert_eq!(a.close(f), NtStatus::SUCCESS);
     assert!(!d.log_text().contains("panicked"), "log:\n{}", d.log_text());
 }
+
+/// `[limits] smb_durable_handles`: at most that many durable opens are
+/// kept for lost connections; the others close as if not durable.
+#[test]
+fn smb_durable_handles_bounds_what_is_kept() {
+    let (_tmp, d) = start("[limits]\nsmb_durable_handles = 1\n");
+    let mut a = smb3(&d, CLIENT, "bench", "benchpw");
+    let mut fids = Vec::new();
+    for name in ["one.txt", "two.txt"] {
+        let mut req = file_req(name, 0);
+        req.requested_oplock_level = oplock_level::BATCH;
+        req.create_contexts = vec![CreateContextRequest::DurableHandleRequest];
+        let got = create(&mut a, req);
+        assert!(got.dhnq, "{name} durable: {:?}", got.contexts);
+        fids.push((name, got.file_id));
+    }
+    cut(a);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut b = smb3(&d, CLIENT, "bench", "benchpw");
+    let mut back = 0;
+    for (name, fid) in &fids {
+        let mut req = file_req(name, 7);
+        req.create_contexts = vec![CreateContextRequest::DurableHandleReconnect { file_id: *fid }];
+        match create(&mut b, req).status {
+            NtStatus::SUCCESS => back += 1,
+            NtStatus::OBJECT_NAME_NOT_FOUND => {
+                // Closed at the cut: its sharing mode no longer stands.
+                let f = b.create_req(file_req(name, 0)).expect("the closed one opens");
+                assert_eq!(b.close(f), NtStatus::SUCCESS);
+            }
+            s => panic!("{name}: {s:?}"),
+        }
+    }
+    assert_eq!(back, 1, "one of the two was kept");
+}
+
+/// An NFSv3 WRITE to a file whose only SMB open is a kept durable handle
+/// with a batch oplock: the break the write causes closes the kept handle
+/// (no holder is there to acknowledge it), the write goes through well
+/// before the oplock break timeout, and the handle cannot be reconnected.
+#[test]
+fn an_nfs_write_closes_a_kept_handle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(tmp.path(), "", "", "portmap = false");
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    let mut a = smb3(&d, CLIENT, "alice", "alicepw");
+    let mut req = file_req("nfs-write.txt", 7);
+    req.requested_oplock_level = oplock_level::BATCH;
+    req.create_contexts = vec![CreateContextRequest::DurableHandleRequest];
+    let got = create(&mut a, req);
+    assert!(got.dhnq && got.oplock == oplock_level::BATCH, "{:?}", got.contexts);
+    assert_eq!(a.write(got.file_id, 0, b"from smb", true), NtStatus::SUCCESS);
+    cut(a);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut n = Nfs::connect(d.nfs_port).as_user(1500, 1500);
+    let root = n.mount("/public").unwrap();
+    let fh = n.lookup3(&root, b"nfs-write.txt").expect("lookup");
+    let t0 = Instant::now();
+    loop {
+        match n.write3(&fh, 0, b"FROM") {
+            Ok(4) => break,
+            Err(duet_protocols::nfs::nfs3::Nfsstat3::JUKEBOX) => {}
+            other => panic!("write3: {other:?}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "the NFS write still waits after {:?}", t0.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(n.read3_all(&fh).unwrap(), b"FROM smb");
+    let mut b = smb3(&d, CLIENT, "alice", "alicepw");
+    let mut v1 = file_req("nfs-write.txt", 7);
+    v1.create_contexts = vec![CreateContextRequest::DurableHandleReconnect { file_id: got.file_id }];
+    assert_eq!(create(&mut b, v1).status, NtStatus::OBJECT_NAME_NOT_FOUND, "closed by the break");
+}

@@ -239,3 +239,102 @@ impl super::Connection {
         Ok(id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::smb2::server::info::access;
+    use crate::smb2::server::sharemode::holder;
+    use crate::smb2::server::ShareModes;
+    use crate::smb2::status::NtStatus;
+    use duet_locks::{Break, Level};
+
+    const NODE: NodeId = 5;
+
+    fn kept(doc: bool, deadline: i64) -> Kept {
+        Kept {
+            open: Open {
+                session_id: 1,
+                tree_id: 1,
+                node: NODE,
+                parent: 1,
+                name: "f".into(),
+                path: "f".into(),
+                is_dir: false,
+                granted: access::FILE_READ_DATA | access::FILE_WRITE_DATA,
+                options: 0,
+                delete_on_close: doc,
+                position: 0,
+                dir: None,
+                oplock: crate::smb2::create::oplock_level::BATCH,
+                grant: None,
+                breaking_to: None,
+                lease: None,
+                durable: Some(Durable { v2: true, create_guid: [7; 16], timeout_ms: 1000 }),
+            },
+            cred: Credentials { uid: 1000, gid: 1000, groups: Vec::new() },
+            client_guid: [1; 16],
+            root: 1,
+            deadline,
+        }
+    }
+
+    fn open_with_batch(t: &ShareModes, key: (u64, u64)) -> duet_locks::GrantId {
+        let rw = access::FILE_READ_DATA | access::FILE_WRITE_DATA;
+        assert!(t.acquire(NODE, key, rw, 0, "1:f".into()));
+        t.locks().table().request_open_grant(NODE, holder(key), Level::RWH, 0).unwrap().0
+    }
+
+    /// Kept: the dead connection's cleanup leaves it; the scavenger and a
+    /// break close it (with the delete-on-close batch); a reclaim moves it
+    /// to the new connection, whose cleanup then releases it.
+    #[test]
+    fn kept_opens_outlive_their_connection_until_reclaimed_broken_or_expired() {
+        let t = ShareModes::new();
+        let rw = access::FILE_READ_DATA | access::FILE_WRITE_DATA;
+        let g = open_with_batch(&t, (1, 10));
+        t.keep_durable(1, 10, kept(true, 1_000), 8).unwrap();
+        t.release_connection(1);
+        assert!(t.conflicts(NODE, rw, 7), "the kept open's reservation stands");
+        assert!(t.expire_durable(999).is_empty(), "not yet");
+        // A check that fails leaves it kept.
+        assert_eq!(
+            t.reclaim_durable(10, |_| Err(NtStatus::ACCESS_DENIED), 2, 1, 0).err(),
+            Some(NtStatus::ACCESS_DENIED)
+        );
+        assert_eq!(t.durable().len(), 1);
+        // A break of its oplock closes it, its delete-on-close batch out.
+        let b = Break { grant: g, holder: holder((KEPT, 10)), from: Level::RWH, to: Level::R, ack_needed: true };
+        let batches = t.break_kept(&b, 5).expect("a kept holder");
+        assert_eq!(batches.len(), 1, "delete-on-close removal");
+        assert!(!t.conflicts(NODE, rw, 7), "released");
+        assert!(t.durable().is_empty());
+        // A break for a live open is none of the table's business.
+        let live = Break { grant: g, holder: holder((3, 10)), from: Level::RWH, to: Level::R, ack_needed: true };
+        assert!(t.break_kept(&live, 5).is_none());
+
+        // Expiry.
+        open_with_batch(&t, (1, 11));
+        t.keep_durable(1, 11, kept(false, 2_000), 8).unwrap();
+        assert!(t.expire_durable(2_000).is_empty(), "closed, no delete-on-close");
+        assert!(!t.conflicts(NODE, rw, 7) && t.durable().is_empty());
+
+        // Reclaimed by connection 2, then released by its cleanup.
+        open_with_batch(&t, (1, 12));
+        t.keep_durable(1, 12, kept(false, 9_000), 8).unwrap();
+        let k = t.reclaim_durable(12, |_| Ok(()), 2, 4, 0).unwrap();
+        assert_eq!(k.open.node, NODE);
+        assert!(t.conflicts(NODE, rw, 7));
+        t.release_connection(2);
+        assert!(!t.conflicts(NODE, rw, 7));
+        assert_eq!(t.locks().table().counts().files, 0);
+
+        // The limit: nothing kept past it.
+        open_with_batch(&t, (1, 13));
+        assert!(t.keep_durable(1, 13, kept(false, 9_000), 0).is_err());
+        t.release_connection(1);
+        assert!(!t.conflicts(NODE, rw, 7));
+        assert_eq!(v2_timeout(0, 60_000), 60_000);
+        assert_eq!(v2_timeout(u32::MAX, 60_000), MAX_TIMEOUT_MS);
+    }
+}

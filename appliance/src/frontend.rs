@@ -80,6 +80,9 @@ pub enum Routed {
     EndSession { previous: u64, uid: u32 },
     /// Changes in directories it watches (`crate::notify`).
     Changes(Vec<smb::Notified>),
+    /// Close this open without a response (another connection's CREATE
+    /// took its AppInstanceId, MS-SMB2 3.3.5.9.13).
+    CloseOpen(u64),
 }
 
 /// A connection's place in [`SmbRoutes`]; leaves it when dropped.
@@ -125,6 +128,14 @@ impl SmbRoutes {
             if *key != from && tx.try_send(Routed::EndSession { previous, uid }).is_err() {
                 self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Asks connection `key` to close its open `file` (AppInstanceId).
+    pub fn close_open(&self, key: u64, file: u64) {
+        let tx = self.conns.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        if !tx.is_some_and(|tx| tx.try_send(Routed::CloseOpen(file)).is_ok()) {
+            self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -868,6 +879,12 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                         return Ok(());
                     }
                 }
+                Wake::Recall(Routed::CloseOpen(file)) => {
+                    queue.extend(conn.close_open(file, now_ns()));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
+                }
                 Wake::Recall(Routed::Changes(v)) => {
                     queue.extend(conn.on_changes(&v));
                     if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
@@ -957,6 +974,7 @@ async fn smb_events(
             smb::Event::EndSession { previous, uid, from } => {
                 ctx.conns.smb_routes.end_session(previous, uid, from);
             }
+            smb::Event::CloseOpen { conn, file } => ctx.conns.smb_routes.close_open(conn, file),
         }
     }
     Ok(false)

@@ -288,7 +288,10 @@ fn malformed_durable_contexts_are_invalid_parameter_and_the_connection_goes_on()
     let (_tmp, d) = start("");
     let mut a = smb3(&d, CLIENT, "bench", "benchpw");
     let junk = [0xA5u8; 40];
-    let cases: [(&[u8], usize); 8] = [
+    let app_name = duet_protocols::smb2::create_context::name::APP_INSTANCE_ID;
+    let cases: [(&[u8], usize); 10] = [
+        (app_name, 19),
+        (app_name, 0),
         (b"DHnQ", 0),
         (b"DHnQ", 15),
         (b"DHnC", 8),
@@ -405,4 +408,34 @@ fn an_nfs_write_closes_a_kept_handle() {
     let mut v1 = file_req("nfs-write.txt", 7);
     v1.create_contexts = vec![CreateContextRequest::DurableHandleReconnect { file_id: got.file_id }];
     assert_eq!(create(&mut b, v1).status, NtStatus::OBJECT_NAME_NOT_FOUND, "closed by the break");
+}
+
+/// SMB2_CREATE_APP_INSTANCE_ID (MS-SMB2 3.3.5.9.13): a DH2Q open on a
+/// second connection with the AppInstanceId of an open on the first takes
+/// its place without an oplock break; the first connection's handle is
+/// closed (STATUS_FILE_CLOSED) and the new open got the batch oplock.
+#[test]
+fn a_new_app_instance_closes_the_old_ones_open() {
+    let (_tmp, d) = start("");
+    let app = [0xa9; 16];
+    let open = |c: &mut Smb, guid: [u8; 16]| {
+        let mut req = file_req("app.txt", 0);
+        req.requested_oplock_level = oplock_level::BATCH;
+        req.create_contexts = vec![
+            CreateContextRequest::DurableHandleRequestV2 { timeout: 0, flags: 0, create_guid: guid },
+            CreateContextRequest::AppInstanceId(app),
+        ];
+        create(c, req)
+    };
+    let mut a = smb3(&d, CLIENT, "bench", "benchpw");
+    let first = open(&mut a, [1; 16]);
+    assert_eq!((first.status, first.oplock), (NtStatus::SUCCESS, oplock_level::BATCH));
+    let mut b = smb3(&d, [0x63; 16], "bench", "benchpw");
+    let t0 = Instant::now();
+    let second = open(&mut b, [2; 16]);
+    assert_eq!(second.status, NtStatus::SUCCESS, "no sharing violation: the first open was closed");
+    assert_eq!(second.oplock, oplock_level::BATCH, "and broke nothing");
+    assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());
+    assert_eq!(a.close(first.file_id), NtStatus::FILE_CLOSED);
+    assert_eq!(b.close(second.file_id), NtStatus::SUCCESS);
 }

@@ -162,6 +162,8 @@ pub(super) struct Open {
     pub lease: Option<[u8; 16]>,
     /// Open.IsDurable with its timeout and CreateGuid (`durable.rs`).
     pub durable: Option<super::durable::Durable>,
+    /// Open.AppInstanceId (MS-SMB2 2.2.13.2.13, `durable.rs`).
+    pub app_instance: Option<[u8; 16]>,
 }
 
 /// A LOCK waiting in the lock table (MS-SMB2 3.3.5.14.2: a blocking lock
@@ -363,6 +365,9 @@ pub struct Connection {
     pub(super) side_runs: std::collections::HashSet<u64>,
     /// Set with `park`: the side batches the parked CREATE waits for.
     pub(super) park_after: Vec<u64>,
+    /// Set with `park`: the open (connection key, file id) another
+    /// connection is asked to close first (AppInstanceId).
+    pub(super) park_gone: Option<((u64, u64), i64)>,
     /// The session a SESSION_SETUP just created, for its response header.
     last_new_session: u64,
     /// The tree a TREE_CONNECT just made, for its response header.
@@ -503,6 +508,7 @@ impl Connection {
             resuming: None,
             side_runs: Default::default(),
             park_after: Vec::new(),
+            park_gone: None,
             last_new_session: 0,
             last_new_tree: 0,
         }
@@ -845,6 +851,7 @@ impl Connection {
                     encrypted_by,
                     nodes,
                     after: std::mem::take(&mut self.park_after),
+                    gone: self.park_gone.take(),
                 };
                 if let Some(async_id) = self.resuming {
                     self.parked.insert(async_id, park);

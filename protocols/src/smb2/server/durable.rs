@@ -29,6 +29,10 @@
 //!   past an oplock break): a break that reaches a kept open (another
 //!   client opens the file, an NFS client writes it) closes it at once
 //!   instead of being waited for, as Windows and Samba do.
+//! * **AppInstanceId** (2.2.13.2.13, 3.3.5.9.13): a DH2Q CREATE with one
+//!   closes the same user's open that has it, without a break (3.3.4.17):
+//!   here, kept, or on another connection through
+//!   [`super::Event::CloseOpen`] while the CREATE waits.
 //! * **Expiry**: past its deadline a kept open closes as a CLOSE would; a
 //!   delete-on-close file is removed by a batch under the open's
 //!   credentials, which the driver runs ([`super::ShareModes::expire_durable`]).
@@ -240,6 +244,73 @@ impl super::Connection {
     }
 }
 
+impl super::Connection {
+    /// MS-SMB2 3.3.5.9.13: a DH2Q CREATE with AppInstanceId `app` closes
+    /// the open of the same user that has it (3.3.4.17 Server Application Requests Closing
+    /// an Open: no response, no break). An open of this connection or a
+    /// kept one closes here; one of another connection is asked to close
+    /// ([`super::Event::CloseOpen`]). None: nothing to wait for; Some:
+    /// the CREATE waits for the side batches queued (`park_after`) and,
+    /// when given, for that open to be gone.
+    pub(super) fn close_app_instance(
+        &mut self,
+        app: [u8; 16],
+        hdr: &crate::smb2::header::Header,
+        now_ns: i64,
+    ) -> Option<Option<(u64, u64)>> {
+        let (key, owner) = self.cfg.share_modes.app_instance(app)?;
+        // Only the same user's application instance takes an open over.
+        let (s, _) = self.tree_of(hdr).ok()?;
+        if s.cred.uid != owner {
+            return None;
+        }
+        if key.0 == self.conn_key {
+            self.close_open_quietly(key.1, now_ns);
+        } else if key.0 == KEPT {
+            for b in self.cfg.share_modes.close_kept_id(key.1, now_ns) {
+                let token = self.side_run(b, "app-instance-close");
+                self.park_after.push(token);
+            }
+        } else {
+            // Asked once; run again (resumed), the CREATE goes on whatever
+            // became of it.
+            if self.resuming.is_some() {
+                return None;
+            }
+            self.outbox.push(super::Event::CloseOpen { conn: key.0, file: key.1 });
+            return Some(Some(key));
+        }
+        (!self.park_after.is_empty()).then_some(None)
+    }
+
+    /// Closes open `file` as a CLOSE would, without a response (3.3.4.17);
+    /// a delete-on-close file is removed by a side batch.
+    fn close_open_quietly(&mut self, file: u64, now_ns: i64) {
+        let Some(sid) = self.opens.get(&file).map(|o| o.session_id) else { return };
+        let cred = self.sessions.get(&sid).map(|s| s.cred.clone());
+        let Some(o) = self.forget_open(file) else { return };
+        if o.delete_on_close && !o.name.is_empty() && !self.opens.values().any(|x| x.node == o.node) {
+            if let Some(c) = cred {
+                let mut b = Batch::new(c, now_ns);
+                b.stop_on_error = false;
+                b.ops.push(Op::Remove { dir: ObjRef::Id(o.parent), name: o.name.clone(), dir_only: Some(o.is_dir) });
+                let token = self.side_run(b, "app-instance-close");
+                self.park_after.push(token);
+            }
+        }
+    }
+
+    /// Another connection's CREATE took over this connection's open
+    /// `file` by its AppInstanceId ([`super::Event::CloseOpen`]): it
+    /// closes without a response; later requests on it get
+    /// STATUS_FILE_CLOSED. Returns the events (its delete-on-close batch).
+    pub fn close_open(&mut self, file: u64, now_ns: i64) -> Vec<super::Event> {
+        self.close_open_quietly(file, now_ns);
+        self.park_after.clear();
+        std::mem::take(&mut self.outbox)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +342,7 @@ mod tests {
                 breaking_to: None,
                 lease: None,
                 durable: Some(Durable { v2: true, create_guid: [7; 16], timeout_ms: 1000 }),
+                app_instance: None,
             },
             cred: Credentials { uid: 1000, gid: 1000, groups: Vec::new() },
             client_guid: [1; 16],

@@ -111,6 +111,8 @@ pub struct CreatePlan {
     lease: Option<crate::smb2::create_context::Lease>,
     /// DHnQ / DH2Q (`durable.rs`).
     durable: Option<super::durable::DurableRequest>,
+    /// SMB2_CREATE_APP_INSTANCE_ID (with DH2Q only).
+    app_instance: Option<[u8; 16]>,
     /// A reconnected durable open (DHnC / DH2C) or a replayed DH2Q: the
     /// open (already in the table) the response describes, and whether
     /// the DH2Q response context goes with it (a replay).
@@ -324,6 +326,9 @@ impl Connection {
         // its lease.
         self.cfg.share_modes.release(o.node, (self.conn_key, id));
         self.lease_forget_open(o.lease, id);
+        if o.app_instance.is_some() {
+            self.cfg.share_modes.forget_app_instance((self.conn_key, id));
+        }
         // Its waiting CHANGE_NOTIFYs end (STATUS_NOTIFY_CLEANUP).
         self.notify_cleanup(id);
         Some(o)
@@ -444,6 +449,7 @@ impl Connection {
         let mut dhnc = None;
         let mut dh2c = None;
         let mut lease_key_any = None;
+        let mut app_id = None;
         for c in &req.create_contexts {
             match c {
                 CreateContextRequest::DurableHandleRequest => dhnq = true,
@@ -455,6 +461,7 @@ impl Connection {
                     dh2c = Some((*file_id, *create_guid))
                 }
                 CreateContextRequest::RequestLease(l) => lease_key_any = Some(l.lease_key),
+                CreateContextRequest::AppInstanceId(a) => app_id = Some(*a),
                 _ => {}
             }
         }
@@ -570,6 +577,19 @@ impl Connection {
                 .map(|(id, _)| *id);
             if let (true, Some(id)) = (replay, held) {
                 return self.plan_reattach(fp, slot, hdr, id, true);
+            }
+        }
+        // 3.3.5.9.13: with a DH2Q, an open of the same AppInstanceId is
+        // closed before this one runs (a failed-over application's new
+        // instance takes its files over, without a break).
+        let app_instance = app_id.filter(|_| dh2q.is_some());
+        if let Some(app) = app_instance {
+            if let Some(wait) = self.close_app_instance(app, hdr, fp.now_ns) {
+                if fp.slots.is_empty() && hdr.next_command == 0 {
+                    self.park = Some(Vec::new());
+                    self.park_gone = wait.map(|k| (k, fp.now_ns.saturating_add(5_000_000_000)));
+                    return Ok(done(NtStatus::PENDING));
+                }
             }
         }
         let durable = match (dh2q, dhnq) {
@@ -792,6 +812,7 @@ impl Connection {
             oplock: req.requested_oplock_level,
             lease,
             durable,
+            app_instance,
             reattach: None,
         }))))
     }
@@ -848,6 +869,7 @@ impl Connection {
             oplock: o.oplock,
             lease: None,
             durable: None,
+            app_instance: None,
             reattach: Some((id, replay)),
         }))))
     }
@@ -1034,6 +1056,7 @@ impl Connection {
                 breaking_to: None,
                 lease: None,
                 durable: None,
+                app_instance: None,
             },
         );
         // NFSv4 delegations of the file that this open contradicts are
@@ -1095,6 +1118,11 @@ impl Connection {
         if let Some(d) = cp.durable.filter(|_| !is_dir && handle_cached) {
             if let Some(o) = self.opens.get_mut(&id) {
                 o.durable = Some(super::durable::Durable { v2: d.v2, create_guid: d.create_guid, timeout_ms: d.timeout_ms });
+                // 3.3.5.9.13: the AppInstanceId of a DH2Q open.
+                if let Some(app) = cp.app_instance.filter(|_| d.v2) {
+                    o.app_instance = Some(app);
+                    self.cfg.share_modes.set_app_instance(app, (self.conn_key, id), cred.uid);
+                }
             }
             contexts.push(if d.v2 {
                 CreateContextResponse::DurableHandleV2 { timeout: d.timeout_ms, flags: 0 }

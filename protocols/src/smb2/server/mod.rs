@@ -208,4 +208,9 @@ pub enum Event {
     /// session `previous` of the same user ends it. `from` is this
     /// connection's [`Connection::key`].
     EndSession { previous: u64, uid: u32, from: u64 },
+    /// Close open `file` of the connection whose [`Connection::key`] is
+    /// `conn` (MS-SMB2 3.3.5.9.13: a new open with the same AppInstanceId
+    /// replaces it); that connection passes it to its
+    /// [`Connection::close_open`].
+    CloseOpen { conn: u64, file: u64 },
 }

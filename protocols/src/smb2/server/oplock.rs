@@ -40,6 +40,10 @@ pub(super) struct ParkedCreate {
     pub nodes: Vec<NodeId>,
     /// Side batches it waits for (`Connection::side_runs`).
     pub after: Vec<u64>,
+    /// An open of another connection it waits to see closed
+    /// (AppInstanceId, `durable.rs`).
+    /// (the open, until when at most).
+    pub gone: Option<((u64, u64), i64)>,
 }
 
 /// The caching a RequestedOplockLevel asks for (a lease request, 0xFF, is
@@ -391,6 +395,7 @@ impl Connection {
                 .iter()
                 .filter(|(_, p)| p.nodes.iter().all(|n| t.break_deadline(*n, &opener).is_none()))
                 .filter(|(_, p)| p.after.iter().all(|k| !self.side_runs.contains(k)))
+                .filter(|(_, p)| p.gone.is_none_or(|(k, until)| until <= now_ns || !self.cfg.share_modes.has_open(k)))
                 .map(|(k, _)| *k)
                 .collect();
             ready.sort();

@@ -38,6 +38,9 @@ pub struct ShareModes {
     leases: Mutex<super::lease::Leases>,
     /// Durable opens kept after their connection was lost (`durable.rs`).
     durable: Mutex<DurableTable>,
+    /// Open.AppInstanceId -> the open (connection key, file id) that has
+    /// it and its owner's uid (MS-SMB2 3.3.5.9.13).
+    apps: Mutex<HashMap<[u8; 16], ((u64, u64), u32)>>,
     /// The next SMB file id: one counter for every connection, so that a
     /// durable open keeps its FileId wherever it is reconnected.
     next_file: AtomicU64,
@@ -71,8 +74,39 @@ impl ShareModes {
             paths: Mutex::new(HashMap::new()),
             leases: Mutex::new(Default::default()),
             durable: Mutex::new(DurableTable::default()),
+            apps: Mutex::new(HashMap::new()),
             next_file: AtomicU64::new(1),
         }
+    }
+
+    fn apps(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 16], ((u64, u64), u32)>> {
+        self.apps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The open holding AppInstanceId `app`, and its owner's uid.
+    pub(super) fn app_instance(&self, app: [u8; 16]) -> Option<((u64, u64), u32)> {
+        self.apps().get(&app).copied()
+    }
+
+    pub(super) fn set_app_instance(&self, app: [u8; 16], key: (u64, u64), uid: u32) {
+        self.apps().insert(app, (key, uid));
+    }
+
+    /// Open `key` is gone: its AppInstanceId with it.
+    pub(super) fn forget_app_instance(&self, key: (u64, u64)) {
+        self.apps().retain(|_, (k, _)| *k != key);
+    }
+
+    /// Whether SMB open `key` (connection key, file id) still exists.
+    pub(super) fn has_open(&self, key: (u64, u64)) -> bool {
+        self.paths().contains_key(&key)
+    }
+
+    /// Closes the kept durable open `id` now (another open took its
+    /// AppInstanceId); the batches removing its delete-on-close file.
+    pub(super) fn close_kept_id(&self, id: u64, now_ns: i64) -> Vec<Batch> {
+        let k = self.durable().kept.remove(&id);
+        k.and_then(|k| self.close_kept(id, k, now_ns)).into_iter().collect()
     }
 
     /// A new SMB file id (volatile and persistent), unique in the daemon.
@@ -101,6 +135,9 @@ impl ShareModes {
             paths.insert(new, p);
         }
         leases.rekey_open(lease, old, new, session);
+        for (k, _) in self.apps().values_mut().filter(|(k, _)| *k == old) {
+            *k = new;
+        }
         true
     }
 
@@ -153,6 +190,7 @@ impl ShareModes {
     /// it was delete-on-close and no other SMB open of the file is left.
     fn close_kept(&self, id: u64, k: Kept, now_ns: i64) -> Option<Batch> {
         let key = k.key(id);
+        self.forget_app_instance(key);
         if let Some(l) = k.open.lease {
             self.leases().forget_open(Some((k.client_guid, l)), key);
         }

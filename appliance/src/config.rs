@@ -112,6 +112,13 @@ disk_reserve_mib = 256
 # the break waits that long at most; then the grant is revoked and it
 # proceeds.
 smb_oplock_break_ms = 35000
+# How long an SMB durable handle is kept after its connection is lost, in
+# milliseconds (DHnQ, and DH2Q asking 0; a DH2Q may ask up to 300000). The
+# client reconnects it within that time with its data, locks and lease.
+smb_durable_timeout_ms = 60000
+# Durable handles kept at once for lost connections, daemon-wide; past it
+# a lost connection's opens close as if they were not durable.
+smb_durable_handles = 4096
 
 [durability]
 # Shares of `durability = protocol` (duetctl share add|modify NAME
@@ -271,6 +278,8 @@ pub struct LimitsConfig {
     pub nfs_readdir_max: u32,
     pub disk_reserve_mib: u64,
     pub smb_oplock_break_ms: u64,
+    pub smb_durable_timeout_ms: u64,
+    pub smb_durable_handles: usize,
 }
 
 impl Default for LimitsConfig {
@@ -290,6 +299,8 @@ impl Default for LimitsConfig {
             nfs_readdir_max: 1 << 20,
             disk_reserve_mib: 256,
             smb_oplock_break_ms: 35_000,
+            smb_durable_timeout_ms: 60_000,
+            smb_durable_handles: 4096,
         }
     }
 }
@@ -588,7 +599,9 @@ impl Config {
             );
         }
         let l = &self.limits;
-        let ranges: [(&'static str, u64, u64, u64); 14] = [
+        let ranges: [(&'static str, u64, u64, u64); 16] = [
+            ("limits.smb_durable_timeout_ms", l.smb_durable_timeout_ms, 1, 300_000),
+            ("limits.smb_durable_handles", l.smb_durable_handles as u64, 0, 1 << 20),
             ("limits.smb_oplock_break_ms", l.smb_oplock_break_ms, 1, 600_000),
             ("limits.disk_reserve_mib", l.disk_reserve_mib, 0, 1 << 20),
             ("limits.connections", l.connections as u64, 1, 1 << 20),

@@ -668,8 +668,14 @@ const DURABLE_TICK: Duration = Duration::from_millis(100);
 /// removing the delete-on-close files of those closed (by the timeout, or
 /// by a break from an NFS client). Results are not waited for by anyone.
 async fn durable_scavenger(share_modes: Arc<smb::ShareModes>, engine: EngineHandle) {
+    let mut kept = 0;
     loop {
         glommio::timer::sleep(DURABLE_TICK).await;
+        let now_kept = share_modes.durable().len();
+        if now_kept != kept {
+            tracing::debug!(kept = now_kept, was = kept, "SMB durable handles kept for lost connections");
+            kept = now_kept;
+        }
         for batch in share_modes.expire_durable(now_ns()) {
             let engine = engine.clone();
             glommio::spawn_local(async move {

@@ -228,8 +228,8 @@ pub fn share_list(shares: &[Share]) -> String {
                 yes_no(s.guest_ok),
                 durability(s),
                 s.nfs.clients.join(","),
-                s.origin.clone().unwrap_or_else(|| "-".into()),
                 s.exclusive.map_or_else(|| "-".into(), |x| bytes(x.bytes)),
+                s.origin.clone().unwrap_or_else(|| "-".into()),
             ]
         })
         .collect();
@@ -243,8 +243,8 @@ pub fn share_list(shares: &[Share]) -> String {
         ("NFS CLIENTS", Align::Left),
         // Clones' origins and the space only each clone holds (what
         // removing it would free), when there are clones.
-        ("ORIGIN", Align::Left),
         ("EXCLUSIVE", Align::Right),
+        ("ORIGIN", Align::Left),
     ];
     let mut rows = rows;
     if shares.iter().all(|s| s.origin.is_none()) {

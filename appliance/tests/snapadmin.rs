@@ -206,6 +206,7 @@ fn a_schedule_takes_snapshots_and_retires_the_oldest() {
     let newest = autos(&d).last().cloned().unwrap();
     until(15, "a snapshot after the restart", || autos(&d).last() != Some(&newest));
     assert!(autos(&d).contains(&pinned));
+    assert!(d.ok(&["fsck"]).contains("file system is consistent"), "with a schedule stored");
 
     // Off: no more are taken, and those there stay.
     let out = d.ok(&["snapshot", "schedule", "public", "--off"]);

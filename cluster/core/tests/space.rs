@@ -11,7 +11,8 @@ mod common;
 
 use common::*;
 use duet_cluster::machine::{clone_space, snapshot_space, Exclusive};
-use duet_cluster::records::Command;
+use duet_cluster::machine::{schedules, AdminError};
+use duet_cluster::records::{Command, ScheduleRecord};
 use duet_fs::{CreateKind, NodeId, ObjRef, Op, SetAttrs, CHUNK_SIZE, ROOT_ID};
 
 const CS: u64 = CHUNK_SIZE;
@@ -262,4 +263,34 @@ fn a_clone_written_one_mib_holds_about_one_mib() {
     disk.destage(&mut kv);
     assert_eq!(before - stored(&disk), x.bytes);
     clean(&kv, &disk);
+}
+
+#[test]
+fn a_schedule_is_stored_per_share_refused_when_bad_and_goes_with_its_share() {
+    let mut kv = Kv::new();
+    let disk = Disk::default();
+    admin(&mut kv, Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![share("data", "/data")] }).0.unwrap();
+    let set = |kv: &mut Kv, name: &str, s: Option<ScheduleRecord>| admin(kv, Command::SnapshotSchedule { share: name.into(), schedule: s });
+    let hourly = ScheduleRecord { every_s: 3600, keep: 24 };
+    assert!(matches!(set(&mut kv, "nosuch", Some(hourly)), (Err(AdminError::NotFound(_)), 0)));
+    for bad in [ScheduleRecord { every_s: 0, keep: 1 }, ScheduleRecord { every_s: 60, keep: 0 }, ScheduleRecord { every_s: 60, keep: 257 }] {
+        assert!(matches!(set(&mut kv, "data", Some(bad)), (Err(AdminError::Invalid(_)), 0)), "{bad:?}");
+    }
+    assert!(schedules(&kv).is_empty());
+    assert_eq!(set(&mut kv, "data", Some(hourly)), (Ok(()), 1));
+    assert_eq!(schedules(&kv), vec![("data".to_string(), hourly)]);
+    clean(&kv, &disk);
+    let daily = ScheduleRecord { every_s: 86_400, keep: 7 };
+    set(&mut kv, "data", Some(daily)).0.unwrap();
+    assert_eq!(schedules(&kv), vec![("data".to_string(), daily)]);
+    set(&mut kv, "data", None).0.unwrap();
+    assert!(schedules(&kv).is_empty());
+    set(&mut kv, "data", Some(daily)).0.unwrap();
+    admin(&mut kv, Command::RemoveShare { name: "data".into() }).0.unwrap();
+    assert!(schedules(&kv).is_empty(), "removed with its share");
+    clean(&kv, &disk);
+    // fsck notices a schedule left without its share.
+    kv.insert(duet_cluster::keys::schedule("gone"), duet_cluster::records::encode(&hourly).unwrap());
+    let r = duet_cluster::fsck::check(&kv, &[]);
+    assert!(r.problems.iter().any(|p| p.contains("share gone, which does not exist")), "{:?}", r.problems);
 }

@@ -1087,6 +1087,10 @@ pub struct Exclusive {
     pub chunks: u64,
     /// Metadata records that go with it.
     pub records: u64,
+    /// The daemon stopped reading at its bound (100,000 records per
+    /// figure): the figures are lower bounds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
 }
 
 /// A share's snapshot schedule (`PUT /v1/shares/{name}/snapshot-schedule`):

@@ -210,7 +210,7 @@ fn share_to_api(s: ShareRecord) -> Share {
 }
 
 fn exclusive_to_api(x: duet_cluster::machine::Exclusive) -> duet_admin_api::Exclusive {
-    duet_admin_api::Exclusive { bytes: x.bytes, chunks: x.chunks, records: x.records }
+    duet_admin_api::Exclusive { bytes: x.bytes, chunks: x.chunks, records: x.records, partial: x.partial }
 }
 
 pub fn share_from_api(s: &Share) -> ShareRecord {

@@ -228,7 +228,7 @@ pub fn share_list(shares: &[Share]) -> String {
                 yes_no(s.guest_ok),
                 durability(s),
                 s.nfs.clients.join(","),
-                s.exclusive.map_or_else(|| "-".into(), |x| bytes(x.bytes)),
+                s.exclusive.as_ref().map_or_else(|| "-".into(), space),
                 s.origin.clone().unwrap_or_else(|| "-".into()),
             ]
         })
@@ -409,8 +409,8 @@ pub fn snapshot_list(snaps: &[duet_admin_api::Snapshot]) -> String {
                 s.name.clone(),
                 utc(s.created_ns),
                 s.gmt.clone(),
-                bytes(s.exclusive.bytes),
-                s.exclusive.records.to_string(),
+                space(&s.exclusive),
+                format!("{}{}", if s.exclusive.partial { ">=" } else { "" }, s.exclusive.records),
                 if s.scheduled { "schedule" } else { "manual" }.to_string(),
                 s.clone.clone().unwrap_or_else(|| "-".into()),
             ]
@@ -430,9 +430,16 @@ pub fn snapshot_list(snaps: &[duet_admin_api::Snapshot]) -> String {
     )
 }
 
-/// "12.0 MiB in 3 chunks, 41 records".
+/// "12.0 MiB in 3 chunks, 41 records" (">= ..." when the daemon stopped
+/// at its bound).
 pub fn exclusive(x: &duet_admin_api::Exclusive) -> String {
-    format!("{} in {} chunks, {} records", bytes(x.bytes), x.chunks, x.records)
+    let at_least = if x.partial { "at least " } else { "" };
+    format!("{at_least}{} in {} chunks, {} records", bytes(x.bytes), x.chunks, x.records)
+}
+
+/// "8.0 MiB", or ">=8.0 MiB" for a lower bound.
+fn space(x: &duet_admin_api::Exclusive) -> String {
+    format!("{}{}", if x.partial { ">=" } else { "" }, bytes(x.bytes))
 }
 
 /// "every 1h, keep 24" or "none".

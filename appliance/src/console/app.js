@@ -128,7 +128,7 @@ function renderShares(list) {
     tr.dataset.share = s.name;
     tr.append(el("td", s.name), el("td", s.path), el("td", s.protocols.join(", ")), el("td", s.read_only ? "read-only" : "read-write"),
       el("td", (s.users || []).join(", ") || "all"), el("td", s.nfs.clients.join(", ")),
-      el("td", s.origin || "-"), el("td", s.exclusive ? bytes(s.exclusive.bytes) : "-"));
+      el("td", s.origin || "-"), el("td", s.exclusive ? (s.exclusive.partial ? "≥ " : "") + bytes(s.exclusive.bytes) : "-"));
     const td = el("td");
     td.append(button("Remove", async () => {
       if (!confirm(`Remove share ${s.name}? Its files stay in the namespace.`)) return;
@@ -193,7 +193,7 @@ async function renderSnapshots(shares) {
   for (const sn of list.slice().reverse()) {
     const tr = el("tr");
     tr.dataset.snapshot = sn.name;
-    tr.append(el("td", sn.name), el("td", utc(sn.created_ns)), el("td", sn.gmt), el("td", bytes(sn.exclusive.bytes), "num"),
+    tr.append(el("td", sn.name), el("td", utc(sn.created_ns)), el("td", sn.gmt), el("td", (sn.exclusive.partial ? "≥ " : "") + bytes(sn.exclusive.bytes), "num"),
       el("td", sn.scheduled ? "schedule" : "manual"), el("td", sn.clone || "-"));
     const td = el("td");
     const del = button("Delete", async () => {

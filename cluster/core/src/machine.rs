@@ -21,7 +21,7 @@ mod layers;
 mod space;
 pub use clone::{clone_id, is_clone_id, list_clones, CLONE_BIT, DEPTH_MAX as CLONE_DEPTH_MAX};
 pub use layers::{check_snapshot_name, list_snapshots, SNAPSHOT_MAX};
-pub use space::{clone_space, snapshot_space, Exclusive};
+pub use space::{clone_space, clone_space_within, snapshot_space, snapshot_space_within, Exclusive, SCAN_MAX as SPACE_SCAN_MAX};
 
 /// Most links one node may have.
 pub const LINK_MAX: u32 = 65_000;

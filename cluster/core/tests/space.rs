@@ -10,7 +10,7 @@
 mod common;
 
 use common::*;
-use duet_cluster::machine::{clone_space, snapshot_space, Exclusive};
+use duet_cluster::machine::{clone_space, clone_space_within, snapshot_space, snapshot_space_within, Exclusive};
 use duet_cluster::machine::{schedules, AdminError};
 use duet_cluster::records::{Command, ScheduleRecord};
 use duet_fs::{CreateKind, NodeId, ObjRef, Op, SetAttrs, CHUNK_SIZE, ROOT_ID};
@@ -161,7 +161,21 @@ fn each_figure_is_what_its_deletion_frees() {
             assert_eq!(x.bytes, got, "seed {seed}: snapshot {}: {x:?}", s.name);
             nonzero += usize::from(got > 0);
         }
+        // Bounded: a figure read within a small budget is a lower bound,
+        // marked partial; within a budget large enough, the same.
+        for (full, cut) in space.iter().zip(snapshot_space_within(&b.kv, "data", 5).unwrap()) {
+            assert!(cut.1.bytes <= full.1.bytes && cut.1.records <= full.1.records, "{full:?} {cut:?}");
+            if !cut.1.partial {
+                assert_eq!(cut.1, full.1);
+            }
+            assert!(full.1.records <= 5 || cut.1.partial, "{full:?} {cut:?}");
+            assert!(!full.1.partial);
+        }
+        assert_eq!(snapshot_space_within(&b.kv, "data", 1 << 20).unwrap(), space);
+        let cut = clone_space_within(&b.kv, 3)[0].1;
+        assert!(cut.partial, "{cut:?}");
         let clones = clone_space(&b.kv);
+        assert!(cut.bytes <= clones[0].1.bytes && cut.records <= clones[0].1.records);
         assert_eq!(clones.len(), 1);
         let (rec, x) = &clones[0];
         assert_eq!(rec.name, "c");

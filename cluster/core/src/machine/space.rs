@@ -22,13 +22,18 @@
 //! for the last one): what its chunk file holds on each node.
 //!
 //! Nothing is kept per layer, so no write path pays for the figure, and it
-//! is always exact for the committed state it was read from.
+//! is exact for the committed state it was read from. Each figure reads at
+//! most [`SCAN_MAX`] records (the metadata thread serves clients too): past
+//! that it is a lower bound, marked `partial`.
 
 use std::collections::BTreeMap;
 
 use super::layers::{share_dir, zone_snapshots, Frozen};
 use super::*;
 use crate::records::{CloneRecord, SnapshotRecord};
+
+/// Most records one figure reads.
+pub const SCAN_MAX: usize = 100_000;
 
 /// What deleting one snapshot or clone would free.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -40,17 +45,45 @@ pub struct Exclusive {
     /// Metadata records deleting it removes (before-images, shadows'
     /// chunk records; a clone's own records).
     pub records: u64,
+    /// More than [`SCAN_MAX`] records: the figures are lower bounds.
+    pub partial: bool,
 }
 
 /// The chunk references one deletion drops.
-#[derive(Default)]
 struct Tally {
     /// Blob -> (references dropped, the chunk's length).
     blobs: BTreeMap<u64, (u64, u64)>,
     own: Exclusive,
+    /// Records it may still read.
+    left: usize,
 }
 
 impl Tally {
+    fn new(budget: usize) -> Tally {
+        Tally { blobs: BTreeMap::new(), own: Exclusive::default(), left: budget }
+    }
+
+    /// A range scan within the budget.
+    fn scan<R: KvRead + ?Sized>(&mut self, txn: &mut Txn<'_, R>, from: &[u8], to: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut rows = txn.scan(from, to, self.left.saturating_add(1));
+        if rows.len() > self.left {
+            rows.truncate(self.left);
+            self.own.partial = true;
+        }
+        self.left -= rows.len();
+        rows
+    }
+
+    /// Whether one more point read fits the budget.
+    fn read(&mut self) -> bool {
+        if self.left == 0 {
+            self.own.partial = true;
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+
     fn chunk(&mut self, value: &[u8], len: u64) {
         self.own.records += 1;
         match keys::chunk_blob(value) {
@@ -95,9 +128,12 @@ fn chunk_len(size: Option<u64>, idx: u64) -> u64 {
 fn layer<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, layer: u64, older: Option<u64>, t: &mut Tally) {
     let p = keys::layer_prefix(layer);
     let frozen = Frozen::open(txn, layer).ok();
-    for (k, v) in txn.scan(&p, &keys::prefix_end(&p), usize::MAX) {
+    for (k, v) in t.scan(txn, &p, &keys::prefix_end(&p)) {
         let key = &k[p.len()..];
         if let Some(o) = older {
+            if !t.read() {
+                break;
+            }
             if txn.get(&keys::layered(o, key)).is_none() {
                 // Moves to the older snapshot: not freed.
                 continue;
@@ -115,7 +151,7 @@ fn layer<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, layer: u64, older: Option<u64
             None => None,
         };
         let cp = keys::chunk_prefix(sid);
-        for (ck, cv) in txn.scan(&cp, &keys::prefix_end(&cp), usize::MAX) {
+        for (ck, cv) in t.scan(txn, &cp, &keys::prefix_end(&cp)) {
             let idx = keys::u64_at(&ck, 9).unwrap_or(0);
             t.chunk(&cv, chunk_len(size, idx));
         }
@@ -125,6 +161,15 @@ fn layer<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, layer: u64, older: Option<u64
 /// The snapshots of a share, oldest first, each with what deleting it
 /// would free (`None`: no such share).
 pub fn snapshot_space<R: KvRead + ?Sized>(kv: &R, share: &str) -> Option<Vec<(SnapshotRecord, Exclusive)>> {
+    snapshot_space_within(kv, share, SCAN_MAX)
+}
+
+/// [`snapshot_space`] reading at most `budget` records per figure.
+pub fn snapshot_space_within<R: KvRead + ?Sized>(
+    kv: &R,
+    share: &str,
+    budget: usize,
+) -> Option<Vec<(SnapshotRecord, Exclusive)>> {
     let mut txn = Txn::new(kv);
     let root = match share_dir(&mut txn, share) {
         Ok(r) => r,
@@ -134,7 +179,7 @@ pub fn snapshot_space<R: KvRead + ?Sized>(kv: &R, share: &str) -> Option<Vec<(Sn
     let snaps = zone_snapshots(&mut txn, root);
     let mut out = Vec::with_capacity(snaps.len());
     for (at, s) in snaps.iter().enumerate() {
-        let mut t = Tally::default();
+        let mut t = Tally::new(budget);
         let older = at.checked_sub(1).map(|i| snaps[i].layer);
         layer(&mut txn, s.layer, older, &mut t);
         out.push((s.clone(), t.finish(&mut txn)));
@@ -146,6 +191,11 @@ pub fn snapshot_space<R: KvRead + ?Sized>(kv: &R, share: &str) -> Option<Vec<(Sn
 /// and chunks, its own snapshots, and the snapshot taken for it when no
 /// other clone stands on that one.
 pub fn clone_space<R: KvRead + ?Sized>(kv: &R) -> Vec<(CloneRecord, Exclusive)> {
+    clone_space_within(kv, SCAN_MAX)
+}
+
+/// [`clone_space`] reading at most `budget` records per figure.
+pub fn clone_space_within<R: KvRead + ?Sized>(kv: &R, budget: usize) -> Vec<(CloneRecord, Exclusive)> {
     let mut txn = Txn::new(kv);
     let p = [keys::CLONE];
     let clones: Vec<(u64, CloneRecord)> = txn
@@ -155,7 +205,7 @@ pub fn clone_space<R: KvRead + ?Sized>(kv: &R) -> Vec<(CloneRecord, Exclusive)> 
         .collect();
     let mut out = Vec::with_capacity(clones.len());
     for (c, rec) in &clones {
-        let mut t = Tally::default();
+        let mut t = Tally::new(budget);
         // Its snapshots go oldest first: each has nothing older left.
         for s in zone_snapshots(&mut txn, clone_id(*c, rec.root_base)) {
             layer(&mut txn, s.layer, None, &mut t);
@@ -171,20 +221,20 @@ pub fn clone_space<R: KvRead + ?Sized>(kv: &R) -> Vec<(CloneRecord, Exclusive)> 
         };
         let mut sizes = BTreeMap::new();
         let (a, b) = range(keys::NODE);
-        for (k, v) in txn.scan(&a, &b, usize::MAX) {
+        for (k, v) in t.scan(&mut txn, &a, &b) {
             t.own.records += 1;
             if let (Some(id), Some(n)) = (keys::u64_at(&k, 1), Node::decode(&v)) {
                 sizes.insert(id, n.attrs.size);
             }
         }
         let (a, b) = range(keys::CHUNK);
-        for (k, v) in txn.scan(&a, &b, usize::MAX) {
+        for (k, v) in t.scan(&mut txn, &a, &b) {
             let size = keys::u64_at(&k, 1).and_then(|id| sizes.get(&id).copied());
             t.chunk(&v, chunk_len(size, keys::u64_at(&k, 9).unwrap_or(0)));
         }
         for kind in [keys::EDGE, keys::DATA, keys::EA, keys::CLONE_MARK, keys::WHITEOUT] {
             let (a, b) = range(kind);
-            t.own.records += txn.scan(&a, &b, usize::MAX).len() as u64;
+            t.own.records += t.scan(&mut txn, &a, &b).len() as u64;
         }
         if rec.implicit && !clones.iter().any(|(o, r)| o != c && r.layer == rec.layer) {
             let snaps = zone_snapshots(&mut txn, rec.source_zone);

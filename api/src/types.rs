@@ -1020,6 +1020,14 @@ pub struct Stats {
     pub errors: Vec<ErrorCount>,
     #[serde(default)]
     pub connections: ConnectionStats,
+    /// Metadata groups written without a sync and answered before they
+    /// were durable (`protocol` shares; docs/durability.md).
+    #[serde(default)]
+    pub lazy_groups: u64,
+    /// Syncs of the metadata WAL that made lazy groups durable (each also
+    /// in `fsyncs_metadata`): the window ran out, or a FLUSH or COMMIT came.
+    #[serde(default)]
+    pub wal_syncs: u64,
 }
 
 /// One line of the audit log (GET /v1/audit returns the newest, oldest

@@ -1226,6 +1226,8 @@ impl Admin {
             by_request,
             destaged_records: ld(&d.destaged_records),
             destage_backlog: self.engine.data.live_records() as u64,
+            lazy_groups: ld(&c.lazy_groups),
+            wal_syncs: ld(&c.wal_syncs),
             errors: self
                 .engine
                 .stats

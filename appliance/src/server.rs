@@ -564,6 +564,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         ..duet_locks::Limits::default()
     }));
     let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(locks.clone()));
+    let _ = conns.share_modes.set(share_modes.clone());
     // A node of a multi-node cluster serves clients too: its engine routes
     // every batch to the leader (forward.rs), and runs the batches other
     // nodes forward when it leads.

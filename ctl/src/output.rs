@@ -345,6 +345,8 @@ pub fn stats(s: &Stats) -> String {
         total("chunk reads", s.chunk_reads, true),
         total("chunk writes", s.chunk_writes, true),
         total("log writes", s.log_writes, true),
+        total("lazy groups", s.lazy_groups, false),
+        total("wal syncs", s.wal_syncs, false),
     ];
     let mut out = table(
         &[

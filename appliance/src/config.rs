@@ -183,6 +183,9 @@ fault_injection = false
 # Test-only: the first this-many raft snapshot images this node sends have
 # a byte flipped (the follower must refuse them). Never set in production.
 snapshot_corrupt = 0
+# Test-only: the shortest snapshot schedule interval the admin API takes,
+# in seconds (default 60). Never set in production.
+# snapshot_schedule_min_s = 60
 
 # The share created on first start (both protocols).
 [default_share]
@@ -459,6 +462,9 @@ pub struct TestingConfig {
     pub fault_injection: bool,
     /// Test-only: this many snapshot images sent are corrupted.
     pub snapshot_corrupt: u32,
+    /// Test-only: the shortest snapshot schedule interval (seconds) the
+    /// admin API takes; unset: `duet_admin_api::SCHEDULE_EVERY_MIN_S` (60).
+    pub snapshot_schedule_min_s: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

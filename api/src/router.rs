@@ -17,6 +17,8 @@
 //! | POST   | /v1/shares/{name}/snapshots  | SnapshotCreate | 201 Snapshot     |
 //! | DELETE | /v1/shares/{name}/snapshots/{snapshot} | SnapshotDelete | 204    |
 //! | POST   | /v1/shares/{name}/clone      | ShareClone     | 201 Share        |
+//! | PUT    | /v1/shares/{name}/snapshot-schedule | SnapshotSchedule | 200 Share |
+//! | DELETE | /v1/shares/{name}/snapshot-schedule | SnapshotSchedule (none) | 200 Share |
 //! | GET    | /v1/users                    | UserList       | 200 [UserInfo]   |
 //! | POST   | /v1/users                    | UserAdd        | 201 UserInfo     |
 //! | PUT    | /v1/users/{name}/password    | UserPasswd     | 204              |
@@ -70,6 +72,8 @@ pub enum AdminRequest {
     SnapshotDelete { share: String, name: String },
     /// Make a writable clone of a share (or of one of its snapshots).
     ShareClone { source: String, clone: NewClone },
+    /// Set (or, `None`, remove) a share's snapshot schedule.
+    SnapshotSchedule { share: String, schedule: Option<SnapshotSchedule> },
     UserList,
     UserAdd(NewUser),
     UserPasswd { name: String, password: String },
@@ -112,6 +116,9 @@ impl fmt::Debug for AdminRequest {
             AdminRequest::SnapshotDelete { share, name } => {
                 f.debug_struct("SnapshotDelete").field("share", share).field("name", name).finish()
             }
+            AdminRequest::SnapshotSchedule { share, schedule } => {
+                f.debug_struct("SnapshotSchedule").field("share", share).field("schedule", schedule).finish()
+            }
             AdminRequest::ShareClone { source, clone } => {
                 f.debug_struct("ShareClone").field("source", source).field("clone", clone).finish()
             }
@@ -144,6 +151,7 @@ impl AdminRequest {
                 | AdminRequest::SnapshotCreate { .. }
                 | AdminRequest::SnapshotDelete { .. }
                 | AdminRequest::ShareClone { .. }
+                | AdminRequest::SnapshotSchedule { .. }
                 | AdminRequest::UserAdd(_)
                 | AdminRequest::UserPasswd { .. }
                 | AdminRequest::AdminPasswd(_)
@@ -164,7 +172,11 @@ impl AdminRequest {
             }
             AdminRequest::SnapshotCreate { share, snapshot } => {
                 validate_share_name(share)?;
-                snapshot.name.as_deref().map_or(Ok(()), validate_snapshot_name)
+                snapshot.name.as_deref().map_or(Ok(()), validate_manual_snapshot_name)
+            }
+            AdminRequest::SnapshotSchedule { share, schedule } => {
+                validate_share_name(share)?;
+                schedule.as_ref().map_or(Ok(()), SnapshotSchedule::validate)
             }
             AdminRequest::SnapshotDelete { share, name } => {
                 validate_share_name(share)?;
@@ -225,6 +237,9 @@ impl AdminRequest {
                 ("DELETE", format!("/v1/shares/{}/snapshots/{}", seg(share), seg(name)))
             }
             AdminRequest::ShareClone { source, .. } => ("POST", format!("/v1/shares/{}/clone", seg(source))),
+            AdminRequest::SnapshotSchedule { share, schedule } => {
+                (if schedule.is_some() { "PUT" } else { "DELETE" }, format!("/v1/shares/{}/snapshot-schedule", seg(share)))
+            }
             AdminRequest::UserModify { name, .. } => ("PATCH", format!("/v1/users/{}", seg(name))),
             AdminRequest::UserList => ("GET", "/v1/users".into()),
             AdminRequest::UserAdd(_) => ("POST", "/v1/users".into()),
@@ -252,6 +267,7 @@ impl AdminRequest {
             AdminRequest::ShareModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::SnapshotCreate { snapshot, .. } => Some(to_json(snapshot)),
             AdminRequest::ShareClone { clone, .. } => Some(to_json(clone)),
+            AdminRequest::SnapshotSchedule { schedule: Some(s), .. } => Some(to_json(s)),
             AdminRequest::UserModify { changes, .. } => Some(to_json(changes)),
             AdminRequest::UserPasswd { password, .. } => Some(to_json(&PasswordChange {
                 password: password.clone(),
@@ -440,6 +456,11 @@ pub fn route(req: &HttpRequest) -> Result<AdminRequest, ApiError> {
             "POST" => AdminRequest::ShareClone { source: percent_decode(name)?, clone: json_body(req)? },
             _ => return Err(wrong_method("POST")),
         },
+        ["shares", name, "snapshot-schedule"] => match m {
+            "PUT" => AdminRequest::SnapshotSchedule { share: percent_decode(name)?, schedule: Some(json_body(req)?) },
+            "DELETE" => AdminRequest::SnapshotSchedule { share: percent_decode(name)?, schedule: None },
+            _ => return Err(wrong_method("PUT, DELETE")),
+        },
         ["shares", name, "snapshots", snap] => match m {
             "DELETE" => AdminRequest::SnapshotDelete { share: percent_decode(name)?, name: percent_decode(snap)? },
             _ => return Err(wrong_method("DELETE")),
@@ -527,7 +548,9 @@ pub fn decode_response(req: &AdminRequest, resp: &HttpResponse) -> Result<AdminR
         | AdminRequest::MemberAdd(_)
         | AdminRequest::MemberRemove(_) => AdminResponse::Cluster(body(resp)?),
         AdminRequest::ShareList => AdminResponse::Shares(body(resp)?),
-        AdminRequest::ShareShow(_) | AdminRequest::ShareModify { .. } => AdminResponse::Share(body(resp)?),
+        AdminRequest::ShareShow(_) | AdminRequest::ShareModify { .. } | AdminRequest::SnapshotSchedule { .. } => {
+            AdminResponse::Share(body(resp)?)
+        }
         AdminRequest::UserModify { .. } => AdminResponse::User(body(resp)?),
         AdminRequest::ShareAdd(_) | AdminRequest::ShareClone { .. } => {
             expect(201)?;
@@ -719,6 +742,11 @@ mod tests {
             AdminRequest::SnapshotCreate { share: "media".into(), snapshot: NewSnapshot { name: Some("daily 1".into()) } },
             AdminRequest::SnapshotCreate { share: "media".into(), snapshot: NewSnapshot::default() },
             AdminRequest::SnapshotDelete { share: "media".into(), name: "daily 1".into() },
+            AdminRequest::SnapshotSchedule {
+                share: "media".into(),
+                schedule: Some(SnapshotSchedule { every_s: 3600, keep: 24 }),
+            },
+            AdminRequest::SnapshotSchedule { share: "media".into(), schedule: None },
             AdminRequest::ShareClone {
                 source: "media".into(),
                 clone: NewClone { share: Share::new("copy", "/clones/copy"), snapshot: Some("daily 1".into()) },
@@ -755,6 +783,26 @@ mod tests {
             AdminRequest::Fsck,
             AdminRequest::Audit,
         ]
+    }
+
+    #[test]
+    fn snapshot_schedule_endpoint() {
+        let put = |body: &str| route(&req("PUT", "/v1/shares/media/snapshot-schedule", body));
+        assert_eq!(
+            put(r#"{"every_s": 60, "keep": 3}"#).unwrap(),
+            AdminRequest::SnapshotSchedule { share: "media".into(), schedule: Some(SnapshotSchedule { every_s: 60, keep: 3 }) }
+        );
+        for bad in ["", r#"{"every_s": 0, "keep": 3}"#, r#"{"every_s": 60, "keep": 0}"#, r#"{"every_s": 60}"#, r#"{"every_s":60,"keep":3,"x":1}"#] {
+            assert_eq!(put(bad).unwrap_err().http_status(), 400, "{bad}");
+        }
+        assert_eq!(
+            route(&req("DELETE", "/v1/shares/media/snapshot-schedule", "")).unwrap(),
+            AdminRequest::SnapshotSchedule { share: "media".into(), schedule: None }
+        );
+        assert_eq!(route(&req("GET", "/v1/shares/media/snapshot-schedule", "")).unwrap_err().http_status(), 405);
+        // Manual snapshots may not take the schedule's names.
+        let e = route(&req("POST", "/v1/shares/media/snapshots", r#"{"name": "auto-20261203T200000Z"}"#)).unwrap_err();
+        assert_eq!(e.http_status(), 400);
     }
 
     #[test]

@@ -335,6 +335,16 @@ pub struct Share {
     /// answers; ignored in requests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// A clone's space: what removing it would free (its own chunks and
+    /// records, its snapshots, the snapshot taken for it). Set by the
+    /// daemon in answers for clones; ignored in requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Exclusive>,
+    /// The share's snapshot schedule (set with `PUT
+    /// /v1/shares/{name}/snapshot-schedule`). In answers only; ignored in
+    /// requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_schedule: Option<SnapshotSchedule>,
 }
 
 impl Share {
@@ -351,6 +361,8 @@ impl Share {
             durability: Durability::Always,
             durability_applied: None,
             origin: None,
+            exclusive: None,
+            snapshot_schedule: None,
         }
     }
 
@@ -1008,6 +1020,14 @@ pub struct Stats {
     pub errors: Vec<ErrorCount>,
     #[serde(default)]
     pub connections: ConnectionStats,
+    /// Metadata groups written without a sync and answered before they
+    /// were durable (`protocol` shares; docs/durability.md).
+    #[serde(default)]
+    pub lazy_groups: u64,
+    /// Syncs of the metadata WAL that made lazy groups durable (each also
+    /// in `fsyncs_metadata`): the window ran out, or a FLUSH or COMMIT came.
+    #[serde(default)]
+    pub wal_syncs: u64,
 }
 
 /// One line of the audit log (GET /v1/audit returns the newest, oldest
@@ -1052,6 +1072,115 @@ pub struct Snapshot {
     /// Its SMB Previous Versions token, `@GMT-YYYY.MM.DD-HH.MM.SS` (UTC,
     /// MS-SMB2 2.2.32.2).
     pub gmt: String,
+    /// What deleting it would free (data only it holds; a chunk shared
+    /// with the live share, a clone or another snapshot is not counted).
+    #[serde(default)]
+    pub exclusive: Exclusive,
+    /// Taken by the share's schedule (named `auto-YYYYMMDDTHHMMSSZ`): the
+    /// schedule's retention may delete it.
+    #[serde(default)]
+    pub scheduled: bool,
+    /// The clone share standing on it: it cannot be deleted until that
+    /// share is removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone: Option<String>,
+}
+
+/// What deleting a snapshot or removing a clone would free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Exclusive {
+    /// Bytes of chunk data only it holds.
+    pub bytes: u64,
+    /// Chunks (up to 4 MiB each) only it holds.
+    pub chunks: u64,
+    /// Metadata records that go with it.
+    pub records: u64,
+    /// The daemon stopped reading at its bound (100,000 records per
+    /// figure): the figures are lower bounds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+}
+
+/// A share's snapshot schedule (`PUT /v1/shares/{name}/snapshot-schedule`):
+/// a snapshot `auto-YYYYMMDDTHHMMSSZ` every `every_s` seconds (slots from
+/// the epoch, UTC), the newest `keep` scheduled snapshots kept; manual
+/// snapshots and those a clone stands on are never deleted by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotSchedule {
+    pub every_s: u64,
+    pub keep: u32,
+}
+
+/// The longest snapshot interval: a year.
+pub const SCHEDULE_EVERY_MAX_S: u64 = 366 * 86_400;
+/// The shortest snapshot interval the daemon takes (unless configured for
+/// tests: `[testing] snapshot_schedule_min_s`).
+pub const SCHEDULE_EVERY_MIN_S: u64 = 60;
+/// The prefix of scheduled snapshots' names, which manual ones may not use.
+pub const SCHEDULED_PREFIX: &str = "auto-";
+
+impl SnapshotSchedule {
+    /// Checks what does not depend on the daemon's configuration: 1 s to a
+    /// year, keep 1 to 256.
+    pub fn validate(&self) -> Result<(), ApiError> {
+        if self.every_s == 0 || self.every_s > SCHEDULE_EVERY_MAX_S {
+            return Err(ApiError::invalid_argument(format!(
+                "invalid snapshot interval {} s: at most a year ({SCHEDULE_EVERY_MAX_S} s)",
+                self.every_s
+            )));
+        }
+        if self.keep == 0 || self.keep as usize > MAX_SNAPSHOTS {
+            return Err(ApiError::invalid_argument(format!(
+                "invalid snapshot retention {}: keep 1 to {MAX_SNAPSHOTS}",
+                self.keep
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// An interval as duetctl and the console take it: `90s`, `15m`, `1h`,
+/// `1d`, or a bare number of minutes.
+pub fn parse_interval(s: &str) -> Result<u64, ApiError> {
+    let t = s.trim();
+    let bad = || ApiError::invalid_argument(format!("invalid interval {s:?}: give e.g. 30s, 15m, 1h or 1d (a bare number is minutes)"));
+    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => (&t[..i], &t[i..]),
+        None => (t, "m"),
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let mult = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(mult).ok_or_else(bad)
+}
+
+/// `1h`, `15m`, `90s`, `2d`: the largest unit that divides the interval.
+pub fn format_interval(secs: u64) -> String {
+    match secs {
+        0 => "0s".into(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+/// A manual snapshot's name: a valid name not beginning `auto-` (the
+/// schedule's, whose retention deletes them).
+pub fn validate_manual_snapshot_name(name: &str) -> Result<(), ApiError> {
+    validate_snapshot_name(name)?;
+    if name.starts_with(SCHEDULED_PREFIX) {
+        return Err(ApiError::invalid_argument(format!(
+            "invalid snapshot name {name:?}: names beginning {SCHEDULED_PREFIX} are the snapshot schedule's"
+        )));
+    }
+    Ok(())
 }
 
 /// Body of `POST /v1/shares/{name}/snapshots`. Without a name the daemon
@@ -1144,6 +1273,31 @@ mod tests {
         // 2026-12-03T13:20:05Z
         assert_eq!(gmt_token(1_796_304_005_000_000_123), "@GMT-2026.12.03-13.20.05");
         assert_eq!(gmt_name(0), "GMT-1970.01.01-00.00.00");
+    }
+
+    #[test]
+    fn intervals_schedules_and_manual_names() {
+        assert_eq!(parse_interval("90s"), Ok(90));
+        assert_eq!(parse_interval("15m"), Ok(900));
+        assert_eq!(parse_interval("15"), Ok(900));
+        assert_eq!(parse_interval(" 1h "), Ok(3600));
+        assert_eq!(parse_interval("2d"), Ok(172_800));
+        for bad in ["", "h", "1x", "1.5h", "-1m", "1 h", "99999999999999999999d"] {
+            assert!(parse_interval(bad).is_err(), "{bad:?}");
+        }
+        for s in [1, 59, 60, 90, 900, 3600, 5400, 86_400, 172_800] {
+            assert_eq!(parse_interval(&format_interval(s)), Ok(s), "{s}");
+        }
+        assert_eq!(format_interval(3600), "1h");
+        assert!(SnapshotSchedule { every_s: 3600, keep: 24 }.validate().is_ok());
+        assert!(SnapshotSchedule { every_s: 0, keep: 24 }.validate().is_err());
+        assert!(SnapshotSchedule { every_s: SCHEDULE_EVERY_MAX_S + 1, keep: 24 }.validate().is_err());
+        assert!(SnapshotSchedule { every_s: 60, keep: 0 }.validate().is_err());
+        assert!(SnapshotSchedule { every_s: 60, keep: 257 }.validate().is_err());
+        assert!(serde_json::from_str::<SnapshotSchedule>(r#"{"every_s":60,"keep":2,"x":1}"#).is_err());
+        assert!(validate_manual_snapshot_name("auto-20261203T200000Z").is_err());
+        assert!(validate_manual_snapshot_name("automatic").is_ok());
+        assert!(validate_manual_snapshot_name("a/b").is_err());
     }
 
     #[test]

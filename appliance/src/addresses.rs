@@ -10,8 +10,11 @@
 //!   `Command::PublicAddresses` (one raft command, so every node reads the
 //!   same table);
 //! - on every node: the addresses the committed table gives it are added to
-//!   `public_interface` (`ip address add`) and announced with a gratuitous
-//!   ARP (twice, a second apart), the others it holds are removed. A node
+//!   `public_interface` (`ip address add`; IPv6 ones `nodad`: the table,
+//!   not duplicate address detection, says who holds an address) and
+//!   announced (twice, a second apart) with a gratuitous ARP, or for IPv6
+//!   an unsolicited neighbour advertisement to all nodes (ff02::1), the
+//!   others it holds are removed. A node
 //!   out of touch with a leader for [`RELEASE_AFTER`] gives up all of its
 //!   addresses: by then the leader on the other side counts it unhealthy
 //!   and has given them to others.
@@ -27,7 +30,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use duet_cluster::addresses::{assign, gratuitous_arp, held_by};
+use duet_cluster::addresses::{assign, gratuitous_arp, held_by, unsolicited_na};
 use duet_cluster::records::Command;
 use duet_cluster_store::{Query, QueryAnswer, StoreHandle};
 
@@ -192,7 +195,7 @@ impl Worker {
 
     fn announce(&mut self, addr: &str, now: Instant) {
         if let Err(e) = self.iface.announce(addr) {
-            self.warn(now, format!("cannot announce public address {addr} on {} (gratuitous ARP): {e}", self.iface.name));
+            self.warn(now, format!("cannot announce public address {addr} on {} (gratuitous ARP or neighbour advertisement): {e}", self.iface.name));
         }
     }
 
@@ -230,7 +233,11 @@ impl Interface {
     }
 
     fn add(&self, addr: &str) -> Result<(), String> {
-        match self.ip(&["address", "add", addr, "dev", &self.name]) {
+        let mut args = vec!["address", "add", addr, "dev", &self.name];
+        if addr.contains(':') {
+            args.push("nodad");
+        }
+        match self.ip(&args) {
             // Already there (added by hand, or a retry): ours now.
             Err(e) if e.contains("File exists") => Ok(()),
             r => r.map(|_| ()),
@@ -248,10 +255,12 @@ impl Interface {
     /// node that crashed left them there, and the table may give them to
     /// another node now.
     fn clear_stale(&self, addresses: &[String]) {
-        let Ok(text) = self.ip(&["-o", "-4", "address", "show", "dev", &self.name]) else { return };
+        let Ok(text) = self.ip(&["-o", "address", "show", "dev", &self.name]) else { return };
+        let on: Vec<std::net::IpAddr> =
+            text.split_whitespace().filter_map(|w| w.split('/').next().and_then(|a| a.parse().ok())).collect();
         for a in addresses {
-            let ip = a.split('/').next().unwrap_or(a);
-            if text.split_whitespace().any(|w| w.split('/').next() == Some(ip)) {
+            let ip: Option<std::net::IpAddr> = a.split('/').next().and_then(|x| x.parse().ok());
+            if ip.is_some_and(|ip| on.contains(&ip)) {
                 match self.del(a) {
                     Ok(()) => tracing::info!("public address {a} left on {} by an earlier run: removed", self.name),
                     Err(e) => tracing::warn!("public address {a} left on {}: cannot remove it: {e}", self.name),
@@ -260,11 +269,20 @@ impl Interface {
         }
     }
 
-    /// One gratuitous ARP announcement of `addr` (RFC 5227 section 3) on
-    /// the interface, to the Ethernet broadcast address.
+    /// Announces `addr` on the interface: a gratuitous ARP (IPv4) or an
+    /// unsolicited neighbour advertisement (IPv6).
     fn announce(&self, addr: &str) -> Result<(), String> {
-        let ip: std::net::Ipv4Addr =
-            addr.split('/').next().unwrap_or(addr).parse().map_err(|_| format!("{addr:?} is not IPv4"))?;
+        let ip: std::net::IpAddr =
+            addr.split('/').next().unwrap_or(addr).parse().map_err(|_| format!("{addr:?} is not an address"))?;
+        let (mac, index) = self.link()?;
+        match ip {
+            std::net::IpAddr::V4(v4) => Self::arp(mac, index, v4),
+            std::net::IpAddr::V6(v6) => Self::neighbour_advertisement(mac, index, v6),
+        }
+    }
+
+    /// The interface's Ethernet address and index.
+    fn link(&self) -> Result<([u8; 6], u32), String> {
         let mac_text = std::fs::read_to_string(format!("/sys/class/net/{}/address", self.name))
             .map_err(|e| format!("no MAC address for {}: {e}", self.name))?;
         let mut mac = [0u8; 6];
@@ -281,6 +299,73 @@ impl Interface {
         if index == 0 {
             return Err(format!("no interface {}", self.name));
         }
+        Ok((mac, index))
+    }
+
+    /// One unsolicited neighbour advertisement of `ip` (RFC 4861 section
+    /// 7.2.6) to the all-nodes address ff02::1 on interface `index`, hop
+    /// limit 255 (receivers drop it otherwise, 7.1.2), from a raw ICMPv6
+    /// socket (the kernel computes the checksum and picks the source).
+    fn neighbour_advertisement(mac: [u8; 6], index: u32, ip: std::net::Ipv6Addr) -> Result<(), String> {
+        let packet = unsolicited_na(mac, ip.octets());
+        // SAFETY: socket(2) with constant arguments; the fd is closed below.
+        let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_ICMPV6) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().to_string());
+        }
+        let hops: libc::c_int = 255;
+        let ifindex: libc::c_int = index as libc::c_int;
+        // SAFETY: setsockopt with pointers to ints of the size given.
+        let set = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MULTICAST_HOPS,
+                (&hops as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            ) == 0
+                && libc::setsockopt(
+                    fd,
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_MULTICAST_IF,
+                    (&ifindex as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as u32,
+                ) == 0
+        };
+        if !set {
+            let err = std::io::Error::last_os_error();
+            // SAFETY: closing the fd opened above.
+            unsafe { libc::close(fd) };
+            return Err(err.to_string());
+        }
+        // SAFETY: sockaddr_in6 is plain data; zeroed is a valid start.
+        let mut to: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+        to.sin6_family = libc::AF_INET6 as u16;
+        to.sin6_addr.s6_addr = std::net::Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1).octets();
+        to.sin6_scope_id = index;
+        // SAFETY: sendto with a valid buffer and a sockaddr_in6 of its size.
+        let n = unsafe {
+            libc::sendto(
+                fd,
+                packet.as_ptr().cast(),
+                packet.len(),
+                0,
+                (&to as *const libc::sockaddr_in6).cast(),
+                std::mem::size_of::<libc::sockaddr_in6>() as u32,
+            )
+        };
+        let err = std::io::Error::last_os_error();
+        // SAFETY: closing the fd opened above.
+        unsafe { libc::close(fd) };
+        if n < 0 {
+            return Err(err.to_string());
+        }
+        Ok(())
+    }
+
+    /// One gratuitous ARP announcement of `ip` (RFC 5227 section 3) on
+    /// interface `index`, to the Ethernet broadcast address.
+    fn arp(mac: [u8; 6], index: u32, ip: std::net::Ipv4Addr) -> Result<(), String> {
         let packet = gratuitous_arp(mac, ip.octets());
         let proto = (libc::ETH_P_ARP as u16).to_be();
         // SAFETY: socket(2) with constant arguments; the fd is closed below.

@@ -70,6 +70,9 @@ pub struct Admin {
     pub node: NodeInfo,
     /// `[testing] fault_injection`: whether `POST /v1/faults` is served.
     pub fault_injection: bool,
+    /// The shortest snapshot schedule interval taken (`[testing]
+    /// snapshot_schedule_min_s`, default 60 s).
+    pub schedule_min_s: u64,
     /// The data volume's capacity as the protocols report it.
     pub space: std::sync::Arc<duet_protocols::space::Space>,
     /// `[limits] disk_reserve_mib` in bytes.
@@ -201,7 +204,13 @@ fn share_to_api(s: ShareRecord) -> Share {
         },
         durability_applied: None,
         origin: None,
+        exclusive: None,
+        snapshot_schedule: None,
     }
+}
+
+fn exclusive_to_api(x: duet_cluster::machine::Exclusive) -> duet_admin_api::Exclusive {
+    duet_admin_api::Exclusive { bytes: x.bytes, chunks: x.chunks, records: x.records, partial: x.partial }
 }
 
 pub fn share_from_api(s: &Share) -> ShareRecord {
@@ -780,7 +789,7 @@ impl Admin {
         Ok(())
     }
 
-    async fn command(&self, cmd: Command) -> Result<(), ApiError> {
+    pub(crate) async fn command(&self, cmd: Command) -> Result<(), ApiError> {
         let store = &self.engine.store;
         let out = if self.node.cluster.health.is_some() {
             // Several voters: a leader cut off from its majority would keep
@@ -829,32 +838,56 @@ impl Admin {
         }
     }
 
-    /// The snapshots of a share, oldest first, as the API shows them.
+    /// The snapshots of a share, oldest first, as the API shows them: each
+    /// with what deleting it would free, whether the schedule took it, and
+    /// the clone standing on it.
     async fn snapshots(&self, share: &str) -> Result<Vec<duet_admin_api::Snapshot>, ApiError> {
-        match self.query(Query::Snapshots(share.to_string())).await? {
-            QueryAnswer::Snapshots(Some(list)) => Ok(list
+        let QueryAnswer::Clones(clones) = self.query(Query::Clones).await? else { return Err(internal("clones")) };
+        match self.query(Query::SnapshotSpace(share.to_string())).await? {
+            QueryAnswer::SnapshotSpace(Some(list)) => Ok(list
                 .into_iter()
-                .map(|s| duet_admin_api::Snapshot {
+                .map(|(s, x)| duet_admin_api::Snapshot {
                     gmt: duet_admin_api::gmt_token(s.created_ns),
+                    scheduled: duet_cluster::schedule::parse(&s.name).is_some(),
+                    clone: clones.iter().find(|c| c.layer == s.layer).map(|c| c.name.clone()),
                     name: s.name,
                     created_ns: s.created_ns,
+                    exclusive: exclusive_to_api(x),
                 })
                 .collect()),
-            QueryAnswer::Snapshots(None) => Err(ApiError::not_found(format!("share {share} not found"))),
+            QueryAnswer::SnapshotSpace(None) => Err(ApiError::not_found(format!("share {share} not found"))),
             _ => Err(internal("snapshots")),
         }
     }
 
-    /// Shares as the API shows them, each clone with its origin.
+    /// Shares as the API shows them: each clone with its origin and what
+    /// removing it would free, each share's snapshot schedule.
     async fn shares_with_origins(&self, shares: Vec<ShareRecord>) -> Result<Vec<Share>, ApiError> {
-        let QueryAnswer::Clones(clones) = self.query(Query::Clones).await? else { return Err(internal("clones")) };
+        let QueryAnswer::CloneSpace(clones) = self.query(Query::CloneSpace).await? else { return Err(internal("clones")) };
+        let QueryAnswer::Schedules(schedules) = self.query(Query::Schedules).await? else {
+            return Err(internal("schedules"));
+        };
         Ok(shares
             .into_iter()
             .map(|s| {
-                let origin = clones.iter().find(|c| c.name == s.name).map(|c| format!("{}@{}", c.source, c.snapshot));
-                Share { origin, ..share_to_api(s) }
+                let clone = clones.iter().find(|(c, _)| c.name == s.name);
+                let origin = clone.map(|(c, _)| format!("{}@{}", c.source, c.snapshot));
+                let exclusive = clone.map(|(_, x)| exclusive_to_api(*x));
+                let snapshot_schedule = schedules
+                    .iter()
+                    .find(|(n, _)| *n == s.name)
+                    .map(|(_, r)| duet_admin_api::SnapshotSchedule { every_s: r.every_s, keep: r.keep });
+                Share { origin, exclusive, snapshot_schedule, ..share_to_api(s) }
             })
             .collect())
+    }
+
+    /// One share as the API shows it.
+    async fn share_api(&self, name: &str) -> Result<Share, ApiError> {
+        match self.query(Query::Share(name.to_string())).await? {
+            QueryAnswer::Share(Some(s)) => Ok(self.applied(self.shares_with_origins(vec![s]).await?.remove(0))),
+            _ => Err(ApiError::not_found(format!("share {name} not found"))),
+        }
     }
 
     async fn query(&self, q: Query) -> Result<QueryAnswer, ApiError> {
@@ -969,6 +1002,23 @@ impl Admin {
                 Ok(AdminResponse::NoContent)
             }
             AdminRequest::SnapshotList(share) => Ok(AdminResponse::Snapshots(self.snapshots(&share).await?)),
+            AdminRequest::SnapshotSchedule { share, schedule } => {
+                if let Some(s) = &schedule {
+                    s.validate()?;
+                    if s.every_s < self.schedule_min_s {
+                        return Err(ApiError::invalid_argument(format!(
+                            "invalid snapshot interval {} s: at least {} ({} s)",
+                            s.every_s,
+                            duet_admin_api::format_interval(self.schedule_min_s),
+                            self.schedule_min_s
+                        )));
+                    }
+                }
+                let schedule =
+                    schedule.map(|s| duet_cluster::records::ScheduleRecord { every_s: s.every_s, keep: s.keep });
+                self.command(Command::SnapshotSchedule { share: share.clone(), schedule }).await?;
+                Ok(AdminResponse::Share(self.share_api(&share).await?))
+            }
             AdminRequest::SnapshotCreate { share, snapshot } => {
                 let now = now_ns();
                 let name = snapshot.name.unwrap_or_else(|| duet_admin_api::gmt_name(now));
@@ -1176,6 +1226,8 @@ impl Admin {
             by_request,
             destaged_records: ld(&d.destaged_records),
             destage_backlog: self.engine.data.live_records() as u64,
+            lazy_groups: ld(&c.lazy_groups),
+            wal_syncs: ld(&c.wal_syncs),
             errors: self
                 .engine
                 .stats

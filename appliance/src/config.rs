@@ -112,6 +112,13 @@ disk_reserve_mib = 256
 # the break waits that long at most; then the grant is revoked and it
 # proceeds.
 smb_oplock_break_ms = 35000
+# How long an SMB durable handle is kept after its connection is lost, in
+# milliseconds (DHnQ, and DH2Q asking 0; a DH2Q may ask up to 300000). The
+# client reconnects it within that time with its data, locks and lease.
+smb_durable_timeout_ms = 60000
+# Durable handles kept at once for lost connections, daemon-wide; past it
+# a lost connection's opens close as if they were not durable.
+smb_durable_handles = 4096
 
 [durability]
 # Shares of `durability = protocol` (duetctl share add|modify NAME
@@ -154,12 +161,13 @@ join = false
 # further behind (or one whose data directory was emptied) is sent a
 # snapshot of the state instead (docs/cluster.md).
 log_retain = 4096
-# Public service addresses (IPv4 "ADDRESS/PREFIX") that clients mount: the
-# leader spreads them over the healthy nodes and moves the addresses of a
-# node that dies to a survivor, which adds them to `public_interface` and
-# announces them with a gratuitous ARP (as CTDB does for Samba clusters).
-# Needs CAP_NET_ADMIN and CAP_NET_RAW (docs/cluster.md). Example:
-#   public_addresses = ["192.168.10.50/24", "192.168.10.51/24", "192.168.10.52/24"]
+# Public service addresses ("ADDRESS/PREFIX", IPv4 or IPv6) that clients
+# mount: the leader spreads them over the healthy nodes and moves the
+# addresses of a node that dies to a survivor, which adds them to
+# `public_interface` and announces them (a gratuitous ARP for IPv4, an
+# unsolicited neighbour advertisement for IPv6), as CTDB does for Samba
+# clusters. Needs CAP_NET_ADMIN and CAP_NET_RAW (docs/cluster.md). Example:
+#   public_addresses = ["192.168.10.50/24", "192.168.10.51/24", "fd00:10::52/64"]
 public_addresses = []
 # The interface public addresses are added to (the same name on every node).
 public_interface = "eth0"
@@ -175,6 +183,9 @@ fault_injection = false
 # Test-only: the first this-many raft snapshot images this node sends have
 # a byte flipped (the follower must refuse them). Never set in production.
 snapshot_corrupt = 0
+# Test-only: the shortest snapshot schedule interval the admin API takes,
+# in seconds (default 60). Never set in production.
+# snapshot_schedule_min_s = 60
 
 # The share created on first start (both protocols).
 [default_share]
@@ -270,6 +281,8 @@ pub struct LimitsConfig {
     pub nfs_readdir_max: u32,
     pub disk_reserve_mib: u64,
     pub smb_oplock_break_ms: u64,
+    pub smb_durable_timeout_ms: u64,
+    pub smb_durable_handles: usize,
 }
 
 impl Default for LimitsConfig {
@@ -289,6 +302,8 @@ impl Default for LimitsConfig {
             nfs_readdir_max: 1 << 20,
             disk_reserve_mib: 256,
             smb_oplock_break_ms: 35_000,
+            smb_durable_timeout_ms: 60_000,
+            smb_durable_handles: 4096,
         }
     }
 }
@@ -369,22 +384,25 @@ pub const CLUSTER_LISTEN_DEFAULT: &str = "0.0.0.0:7446";
 /// The shortest cluster secret accepted, in bytes.
 pub const CLUSTER_SECRET_MIN: usize = 32;
 
-/// Parses one of `[cluster] public_addresses`: IPv4 `ADDRESS/PREFIX`
-/// (prefix 1 to 32), a unicast address.
-pub fn parse_public_address(s: &str) -> Result<std::net::Ipv4Addr, String> {
-    let (a, p) = s.split_once('/').ok_or_else(|| format!("{s:?} is not ADDRESS/PREFIX such as \"192.168.10.50/24\""))?;
-    let ip: std::net::Ipv4Addr = a.parse().map_err(|_| {
-        if a.parse::<std::net::Ipv6Addr>().is_ok() {
-            format!("{s:?}: IPv6 public addresses are not supported yet (no unsolicited neighbour advertisement)")
-        } else {
-            format!("{s:?}: {a:?} is not an IPv4 address")
-        }
-    })?;
+/// Parses one of `[cluster] public_addresses`: `ADDRESS/PREFIX`, IPv4
+/// (prefix 1 to 32) or IPv6 (prefix 1 to 128), a unicast address clients
+/// can reach (not link-local: it would need a zone).
+pub fn parse_public_address(s: &str) -> Result<std::net::IpAddr, String> {
+    use std::net::IpAddr;
+    let (a, p) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?} is not ADDRESS/PREFIX such as \"192.168.10.50/24\" or \"fd00:10::50/64\""))?;
+    let ip: IpAddr = a.parse().map_err(|_| format!("{s:?}: {a:?} is not an IPv4 or IPv6 address"))?;
     let prefix: u8 = p.parse().map_err(|_| format!("{s:?}: the prefix {p:?} is not a number"))?;
-    if !(1..=32).contains(&prefix) {
-        return Err(format!("{s:?}: the prefix must be between 1 and 32"));
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    if !(1..=max).contains(&prefix) {
+        return Err(format!("{s:?}: the prefix must be between 1 and {max}"));
     }
-    if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip.is_loopback() {
+    let unreachable = match ip {
+        IpAddr::V4(v4) => v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() || v4.is_loopback(),
+        IpAddr::V6(v6) => v6.is_unspecified() || v6.is_multicast() || v6.is_loopback() || v6.segments()[0] & 0xffc0 == 0xfe80,
+    };
+    if unreachable {
         return Err(format!("{s:?} is not a unicast address clients can reach"));
     }
     Ok(ip)
@@ -444,6 +462,9 @@ pub struct TestingConfig {
     pub fault_injection: bool,
     /// Test-only: this many snapshot images sent are corrupted.
     pub snapshot_corrupt: u32,
+    /// Test-only: the shortest snapshot schedule interval (seconds) the
+    /// admin API takes; unset: `duet_admin_api::SCHEDULE_EVERY_MIN_S` (60).
+    pub snapshot_schedule_min_s: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -584,7 +605,9 @@ impl Config {
             );
         }
         let l = &self.limits;
-        let ranges: [(&'static str, u64, u64, u64); 14] = [
+        let ranges: [(&'static str, u64, u64, u64); 16] = [
+            ("limits.smb_durable_timeout_ms", l.smb_durable_timeout_ms, 1, 300_000),
+            ("limits.smb_durable_handles", l.smb_durable_handles as u64, 0, 1 << 20),
             ("limits.smb_oplock_break_ms", l.smb_oplock_break_ms, 1, 600_000),
             ("limits.disk_reserve_mib", l.disk_reserve_mib, 0, 1 << 20),
             ("limits.connections", l.connections as u64, 1, 1 << 20),
@@ -654,13 +677,13 @@ impl Config {
         if c.leader_wait_ms > 600_000 {
             return invalid("cluster.leader_wait_ms", format!("{} is more than 600000", c.leader_wait_ms));
         }
-        let mut seen: Vec<std::net::Ipv4Addr> = Vec::new();
+        let mut seen: Vec<std::net::IpAddr> = Vec::new();
         for text in &c.public_addresses {
             let ip = parse_public_address(text).map_err(|message| ConfigError::Invalid { key: "cluster.public_addresses", message })?;
             if seen.contains(&ip) {
                 return invalid("cluster.public_addresses", format!("{ip} is listed twice"));
             }
-            if peers.iter().any(|p| p.addr.ip() == std::net::IpAddr::V4(ip)) {
+            if peers.iter().any(|p| p.addr.ip() == ip) {
                 return invalid("cluster.public_addresses", format!("{ip} is a node's cluster address, not one that moves"));
             }
             seen.push(ip);
@@ -810,10 +833,13 @@ mod tests {
     fn public_addresses_are_checked() {
         let two = "[cluster]\npeers = [\"1@127.0.0.11:1\", \"2@127.0.0.12:1\"]\nsecret_file = \"/x\"\n";
         assert_eq!(parse_public_address("10.0.0.100/24").unwrap(), std::net::Ipv4Addr::new(10, 0, 0, 100));
-        for bad in ["10.0.0.100", "10.0.0.100/33", "10.0.0.100/0", "x/24", "fd00::1/64", "127.0.0.5/8", "224.0.0.1/4", "0.0.0.0/8", "10.0.0.1/x"] {
+        assert_eq!(parse_public_address("fd00:10::50/64").unwrap(), "fd00:10::50".parse::<std::net::IpAddr>().unwrap());
+        for bad in [
+            "10.0.0.100", "10.0.0.100/33", "10.0.0.100/0", "x/24", "127.0.0.5/8", "224.0.0.1/4", "0.0.0.0/8", "10.0.0.1/x",
+            "fd00::1/129", "fd00::1/0", "::1/128", "::/64", "ff02::1/64", "fe80::1/64",
+        ] {
             assert!(parse_public_address(bad).is_err(), "{bad:?}");
         }
-        assert!(parse_public_address("fd00::1/64").unwrap_err().contains("IPv6"));
         let e = key_of(&format!("{two}public_addresses = [\"10.0.0.100\"]"));
         assert!(e.starts_with("cluster.public_addresses: "), "{e}");
         let e = key_of(&format!("{two}public_addresses = [\"10.0.0.100/24\", \"10.0.0.100/16\"]"));

@@ -45,6 +45,9 @@ pub struct ConnTable {
     /// Every NFS connection, for callbacks on back channels, and the
     /// delegation breaks SMB connections decide (`nfs_callback.rs`).
     pub nfs_routes: crate::nfs_callback::NfsRoutes,
+    /// The SMB share-mode table (set once at start), for breaks that
+    /// reach kept durable opens (`nfs_callback::deliver`).
+    pub share_modes: std::sync::OnceLock<Arc<smb::ShareModes>>,
 }
 
 /// How many server-initiated messages may wait for one SMB connection's
@@ -77,6 +80,9 @@ pub enum Routed {
     EndSession { previous: u64, uid: u32 },
     /// Changes in directories it watches (`crate::notify`).
     Changes(Vec<smb::Notified>),
+    /// Close this open without a response (another connection's CREATE
+    /// took its AppInstanceId, MS-SMB2 3.3.5.9.13).
+    CloseOpen(u64),
 }
 
 /// A connection's place in [`SmbRoutes`]; leaves it when dropped.
@@ -122,6 +128,14 @@ impl SmbRoutes {
             if *key != from && tx.try_send(Routed::EndSession { previous, uid }).is_err() {
                 self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Asks connection `key` to close its open `file` (AppInstanceId).
+    pub fn close_open(&self, key: u64, file: u64) {
+        let tx = self.conns.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        if !tx.is_some_and(|tx| tx.try_send(Routed::CloseOpen(file)).is_ok()) {
+            self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -210,6 +224,7 @@ impl ConnTable {
             smb_routes: SmbRoutes::default(),
             notify: crate::notify::NotifyHub::default(),
             nfs_routes: Default::default(),
+            share_modes: std::sync::OnceLock::new(),
         })
     }
 
@@ -557,6 +572,8 @@ pub async fn run(
         max_credits: plan.limits.smb_credits,
         max_opens_per_session: plan.limits.smb_open_files_per_session,
         max_watches: plan.limits.smb_notify_watches,
+        durable_timeout_ms: plan.limits.smb_durable_timeout_ms as u32,
+        max_durable: plan.limits.smb_durable_handles,
         // Never reached: the driver keeps batches and held frames within
         // requests_per_connection.
         max_pending: plan.limits.requests_per_connection.max(256),
@@ -622,6 +639,11 @@ pub async fn run(
     if let Some(n) = &ctx.nfs {
         glommio::spawn_local(crate::nfs_callback::serve_recalls(n.clone(), ctx.conns.clone())).detach();
     }
+    // The durable-handle scavenger (MS-SMB2 3.3.2.2), on the first
+    // executor for the daemon's one table.
+    if plan.index == 0 {
+        glommio::spawn_local(durable_scavenger(plan.share_modes.clone(), ctx.engine.clone())).detach();
+    }
     let mut accepts = Vec::new();
     for (l, proto) in listeners {
         let ctx = ctx.clone();
@@ -635,6 +657,34 @@ pub async fn run(
             break;
         }
         glommio::timer::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How often kept durable handles are checked for their deadline (the
+/// timeout of a handle is honoured within this).
+const DURABLE_TICK: Duration = Duration::from_millis(100);
+
+/// Closes kept durable opens whose timeout passed, and runs the batches
+/// removing the delete-on-close files of those closed (by the timeout, or
+/// by a break from an NFS client). Results are not waited for by anyone.
+async fn durable_scavenger(share_modes: Arc<smb::ShareModes>, engine: EngineHandle) {
+    let mut kept = 0;
+    loop {
+        glommio::timer::sleep(DURABLE_TICK).await;
+        let now_kept = share_modes.durable().len();
+        if now_kept != kept {
+            tracing::debug!(kept = now_kept, was = kept, "SMB durable handles kept for lost connections");
+            kept = now_kept;
+        }
+        for batch in share_modes.expire_durable(now_ns()) {
+            let engine = engine.clone();
+            glommio::spawn_local(async move {
+                if let Err(e) = engine.submit(batch, RequestTag::new("smb", "durable-expire")).await {
+                    tracing::warn!("removing a kept durable open's delete-on-close file: {e}");
+                }
+            })
+            .detach();
+        }
     }
 }
 
@@ -835,6 +885,12 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                         return Ok(());
                     }
                 }
+                Wake::Recall(Routed::CloseOpen(file)) => {
+                    queue.extend(conn.close_open(file, now_ns()));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
+                }
                 Wake::Recall(Routed::Changes(v)) => {
                     queue.extend(conn.on_changes(&v));
                     if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
@@ -924,6 +980,7 @@ async fn smb_events(
             smb::Event::EndSession { previous, uid, from } => {
                 ctx.conns.smb_routes.end_session(previous, uid, from);
             }
+            smb::Event::CloseOpen { conn, file } => ctx.conns.smb_routes.close_open(conn, file),
         }
     }
     Ok(false)

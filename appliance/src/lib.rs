@@ -20,6 +20,7 @@ pub mod notify;
 pub mod nfs_callback;
 pub mod peers;
 pub mod replica;
+pub mod schedule;
 pub mod secrets;
 pub mod server;
 pub mod snapshot;

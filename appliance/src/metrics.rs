@@ -309,6 +309,8 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     counter(&mut reg, "chunk_reads", "Chunk file reads", stats.chunk_reads);
     counter(&mut reg, "chunk_writes", "Chunk file writes", stats.chunk_writes);
     counter(&mut reg, "log_writes", "Write-log appends", stats.log_writes);
+    counter(&mut reg, "lazy_groups", "Metadata groups answered before they were durable (protocol shares)", stats.lazy_groups);
+    counter(&mut reg, "wal_syncs", "Metadata WAL syncs that made lazy groups durable", stats.wal_syncs);
     counter(&mut reg, "destaged_records", "Write-log records destaged into chunk files", stats.destaged_records);
     gauge(&mut reg, "destage_backlog_records", "Write-log records not yet destaged", stats.destage_backlog);
 

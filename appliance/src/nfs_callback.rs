@@ -84,6 +84,9 @@ impl NfsRoutes {
 pub fn deliver(conns: &crate::frontend::ConnTable, b: Break) {
     if b.holder.proto == Protocol::Nfs4 {
         conns.nfs_routes.recall(b);
+    } else if conns.share_modes.get().is_some_and(|s| s.break_kept_open(&b, crate::admin::now_ns())) {
+        // A kept durable open (no connection): closed instead of broken;
+        // the durable scavenger runs its delete-on-close batch.
     } else {
         conns.smb_routes.deliver(b);
     }

@@ -434,6 +434,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     };
     let space_reserve = cfg.limits.disk_reserve_mib << 20;
     let fault_injection = cfg.testing.fault_injection;
+    let schedule_min_s =
+        cfg.testing.snapshot_schedule_min_s.unwrap_or(duet_admin_api::SCHEDULE_EVERY_MIN_S).max(1);
     let listeners = std::sync::Arc::new(std::sync::Mutex::new(Vec::<ListenerInfo>::new()));
     // The data volume's capacity, measured now and about once a second.
     let space = crate::capacity::initial(&cfg.data_dir, space_reserve);
@@ -510,6 +512,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
                 engine: eng.clone(),
                 node,
                 fault_injection,
+                schedule_min_s,
                 space: admin_space,
                 reserve: space_reserve,
                 conns: admin_conns,
@@ -524,6 +527,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             if let Some(l) = &admin.link {
                 glommio::spawn_local(admin::serve_forwarded(admin.clone(), l.incoming())).detach();
             }
+            // Snapshot schedules: planned and carried out on the leader.
+            glommio::spawn_local(crate::schedule::run(admin.clone())).detach();
             glommio::spawn_local(admin::serve(admin, listener, stop_rx)).detach();
             let _ = ready_tx.send(Ok((handle, bound)));
             drop(ready_tx);
@@ -559,6 +564,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         ..duet_locks::Limits::default()
     }));
     let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(locks.clone()));
+    let _ = conns.share_modes.set(share_modes.clone());
     // A node of a multi-node cluster serves clients too: its engine routes
     // every batch to the leader (forward.rs), and runs the batches other
     // nodes forward when it leads.

@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 const SUBNET: &str = "10.213.0";
+/// The IPv6 prefix of the same network, and its public address.
+const SUBNET6: &str = "fd00:213";
+const PUBLIC6: &str = "fd00:213::100";
 const PUBLIC: [&str; 3] = ["10.213.0.100", "10.213.0.101", "10.213.0.102"];
 const WAIT: Duration = Duration::from_secs(40);
 
@@ -57,6 +60,7 @@ impl Net {
             must(&["ip", "link", "set", &peer, "netns", &ns]);
             must(&["ip", "netns", "exec", &ns, "ip", "link", "set", &peer, "name", "eth0"]);
             must(&["ip", "netns", "exec", &ns, "ip", "address", "add", &format!("{SUBNET}.{host}/24"), "dev", "eth0"]);
+            must(&["ip", "netns", "exec", &ns, "ip", "address", "add", &format!("{SUBNET6}::{host}/64"), "dev", "eth0", "nodad"]);
             must(&["ip", "netns", "exec", &ns, "ip", "link", "set", "eth0", "up"]);
             must(&["ip", "netns", "exec", &ns, "ip", "link", "set", "lo", "up"]);
             must(&["ip", "link", "set", &veth, "master", &bridge]);
@@ -75,12 +79,17 @@ impl Net {
 
     /// The IPv4 addresses on a namespace's eth0.
     fn addresses(&self, ns: &str) -> Vec<String> {
-        let o = sh(&["ip", "netns", "exec", ns, "ip", "-o", "-4", "address", "show", "dev", "eth0"]);
+        self.addresses_of(ns, "inet")
+    }
+
+    /// The addresses of family `inet` or `inet6` on a namespace's eth0.
+    fn addresses_of(&self, ns: &str, family: &str) -> Vec<String> {
+        let o = sh(&["ip", "netns", "exec", ns, "ip", "-o", "address", "show", "dev", "eth0"]);
         String::from_utf8_lossy(&o.stdout)
             .lines()
             .filter_map(|l| {
                 let mut w = l.split_whitespace();
-                w.position(|x| x == "inet")?;
+                w.position(|x| x == family)?;
                 Some(w.next()?.split('/').next()?.to_string())
             })
             .collect()
@@ -225,7 +234,7 @@ fn wait_table(what: &str, n: &Node, nodes: &[&Node], net: &Net, f: impl Fn(&[Opt
 
 fn smbclient(net: &Net, ip: &str, dir: &Path, cmds: &str) -> Result<String, String> {
     let out = Command::new("ip")
-        .args(["netns", "exec", net.client_ns(), "smbclient", &format!("//{ip}/public"), "-U", "bench%benchpw", "-m", "SMB3"])
+        .args(["netns", "exec", net.client_ns(), "smbclient", "//duet/public", "-I", ip, "-U", "bench%benchpw", "-m", "SMB3"])
         .args(["-t", "10", "-c", cmds])
         .current_dir(dir)
         .output()
@@ -261,13 +270,26 @@ fn public_addresses_move_to_a_survivor_and_back() {
     let local = root.path().join("local");
     std::fs::create_dir_all(&local).unwrap();
     let net = Net::new();
-    let secret = root.path().join("cluster.secret");
+    let public: Vec<String> = PUBLIC.iter().map(|a| format!("\"{a}/24\"")).collect();
+    let mut nodes = three_nodes(root.path(), &net, &public, "0.0.0.0:445");
+    for n in nodes.iter_mut() {
+        n.spawn();
+    }
+    for n in &nodes {
+        n.wait_serving(0);
+    }
+    public_addresses_move(&net, &local, &mut nodes);
+}
+
+/// Nodes 1-3 in `net`'s namespaces (not started), with `public`
+/// addresses (quoted TOML strings) and SMB on `smb_listen`.
+fn three_nodes(root: &Path, net: &Net, public: &[String], smb_listen: &str) -> Vec<Node> {
+    let secret = root.join("cluster.secret");
     std::fs::write(&secret, [0x5au8; 48]).unwrap();
     let peers: Vec<String> = (1..=3).map(|i| format!("\"{i}@{SUBNET}.1{i}:7446\"")).collect();
-    let public: Vec<String> = PUBLIC.iter().map(|a| format!("\"{a}/24\"")).collect();
-    let mut nodes: Vec<Node> = (1..=3u64)
+    (1..=3u64)
         .map(|id| {
-            let dir = root.path().join(format!("n{id}"));
+            let dir = root.join(format!("n{id}"));
             std::fs::create_dir_all(&dir).unwrap();
             let data = dir.join("data");
             let admin = format!("{SUBNET}.1{id}:7445");
@@ -276,7 +298,7 @@ fn public_addresses_move_to_a_survivor_and_back() {
                 &config,
                 format!(
                     "data_dir = {data:?}\nnode_id = {id}\nexecutors = 1\n[admin]\nlisten = \"{admin}\"\ntls = \"off\"\n\
-                     [smb]\nlisten = \"0.0.0.0:445\"\n[nfs]\nlisten = \"0.0.0.0:2049\"\nportmap = false\n\
+                     [smb]\nlisten = \"{smb_listen}\"\n[nfs]\nlisten = \"0.0.0.0:2049\"\nportmap = false\n\
                      [cache]\nlog_segment_mib = 8\n\
                      [cluster]\nlisten = \"{SUBNET}.1{id}:7446\"\npeers = [{}]\nsecret_file = {secret:?}\n\
                      public_addresses = [{}]\npublic_interface = \"eth0\"\n",
@@ -287,13 +309,10 @@ fn public_addresses_move_to_a_survivor_and_back() {
             .unwrap();
             Node { id, ns: net.node_ns(id).to_string(), admin, data, config, log: dir.join("duetd.log"), child: None }
         })
-        .collect();
-    for n in nodes.iter_mut() {
-        n.spawn();
-    }
-    for n in &nodes {
-        n.wait_serving(0);
-    }
+        .collect()
+}
+
+fn public_addresses_move(net: &Net, local: &Path, nodes: &mut [Node]) {
     let all: Vec<&Node> = nodes.iter().collect();
     let t = wait_table("one address per node", &nodes[0], &all, &net, |t| {
         let mut held: Vec<u64> = t.iter().flatten().copied().collect();
@@ -383,9 +402,112 @@ fn public_addresses_move_to_a_survivor_and_back() {
     for ((name, bytes), ip) in files.iter().chain([&later]).zip(PUBLIC.iter().cycle()) {
         check_file(&net, ip, &local, name, bytes);
     }
-    for n in &nodes {
+    for n in nodes.iter() {
         let text = n.log_text();
         assert!(!text.contains("panicked"), "node {}:\n{text}", n.id);
         assert!(!text.contains("cannot add public address"), "node {}:\n{text}", n.id);
+    }
+}
+
+/// Who holds the IPv6 public address, as `n` reports it.
+fn holder6(n: &Node) -> Option<u64> {
+    let s = n.status()?;
+    s["public_addresses"]
+        .as_array()?
+        .iter()
+        .find(|r| r["address"].as_str().is_some_and(|a| a.starts_with(&format!("{PUBLIC6}/"))))
+        .and_then(|r| r["node"].as_u64())
+}
+
+/// Waits until the IPv6 address is on node `want(holder)`'s interface
+/// only, as `n` reports; the holder.
+fn wait_holder6(what: &str, n: &Node, nodes: &[&Node], net: &Net, want: impl Fn(u64) -> bool) -> u64 {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(h) = holder6(n).filter(|h| want(*h)) {
+            let on: Vec<u64> =
+                nodes.iter().filter(|m| net.addresses_of(&m.ns, "inet6").contains(&PUBLIC6.to_string())).map(|m| m.id).collect();
+            if on == [h] {
+                return h;
+            }
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {WAIT:?}; node {} reports {:?}; log:\n{}", n.id, holder6(n), n.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The same for an IPv6 public address (issue 12: "IPv6 addresses"): three
+/// nodes in namespaces serving SMB on `[::]:445`; smbclient writes through
+/// the address; its holder loses power; a survivor adds it (no duplicate
+/// address detection wait) and announces it with an unsolicited neighbour
+/// advertisement: the client's neighbour entry changes to the survivor's
+/// MAC address without the client asking, and the same address serves the
+/// file back byte-exact.
+#[test]
+fn ipv6_public_address_moves_with_a_neighbour_advertisement() {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "this test makes network namespaces: run it as root (CI does)");
+    let root = tempfile::tempdir().unwrap();
+    let local = root.path().join("local");
+    std::fs::create_dir_all(&local).unwrap();
+    let net = Net::new();
+    let mut nodes = three_nodes(root.path(), &net, &[format!("\"{PUBLIC6}/64\"")], "[::]:445");
+    for n in nodes.iter_mut() {
+        n.spawn();
+    }
+    for n in &nodes {
+        n.wait_serving(0);
+    }
+    let all: Vec<&Node> = nodes.iter().collect();
+    let first = wait_holder6("the IPv6 address is held", &nodes[0], &all, &net, |_| true);
+    let human = String::from_utf8_lossy(&nodes[1].ctl(&["cluster", "status"]).stdout).into_owned();
+    assert!(human.contains(&format!("{PUBLIC6}/64")), "{human}");
+    let o = nodes[0].ctl(&["user", "add", "bench", "--password", "benchpw"]);
+    assert!(o.status.success(), "user add: {o:?}");
+    let bytes = random_bytes(200_000);
+    std::fs::write(local.join("v6"), &bytes).unwrap();
+    let deadline = Instant::now() + WAIT;
+    while let Err(e) = smbclient(&net, PUBLIC6, &local, "put v6") {
+        assert!(Instant::now() < deadline, "put via {PUBLIC6}: {e}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let old_mac = net.mac(net.node_ns(first));
+    assert_eq!(net.client_neighbour(PUBLIC6).as_deref(), Some(old_mac.as_str()), "the client reached {PUBLIC6} at node {first}");
+
+    let cut = Instant::now();
+    net.link(first, false);
+    nodes[first as usize - 1].kill9();
+    let rest: Vec<&Node> = nodes.iter().filter(|n| n.id != first).collect();
+    let to = wait_holder6("the IPv6 address moves to a survivor", rest[0], &rest, &net, |h| h != first);
+    eprintln!("{PUBLIC6} moved from node {first} to node {to} in {:?}", cut.elapsed());
+    let new_mac = net.mac(net.node_ns(to));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while net.client_neighbour(PUBLIC6).as_deref() != Some(new_mac.as_str()) {
+        assert!(
+            Instant::now() < deadline,
+            "the client's neighbour entry for {PUBLIC6} is {:?}, not node {to}'s {new_mac} (no neighbour advertisement?)",
+            net.client_neighbour(PUBLIC6)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("the client's neighbour entry named node {to} {:?} after the cut", cut.elapsed());
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let back = local.join("back-v6");
+        let _ = std::fs::remove_file(&back);
+        match smbclient(&net, PUBLIC6, &local, &format!("get v6 {}", back.display())) {
+            Ok(_) => {
+                assert!(std::fs::read(&back).unwrap() == bytes, "v6 via {PUBLIC6} after the move: different bytes");
+                break;
+            }
+            Err(e) => assert!(Instant::now() < deadline, "get via {PUBLIC6} after the move: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    eprintln!("smbclient read back through {PUBLIC6} {:?} after the cut", cut.elapsed());
+    for n in &nodes {
+        let text = n.log_text();
+        assert!(!text.contains("panicked"), "node {}:\n{text}", n.id);
+        assert!(!text.contains("cannot announce"), "node {}:\n{text}", n.id);
     }
 }

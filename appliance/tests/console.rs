@@ -312,6 +312,55 @@ fn the_console_signs_in_manages_shares_and_users_and_refuses_forgery() {
     assert!(o.status.success() && !t.contains("NT_STATUS_"), "smbclient on the browser's share:\n{t}");
     assert_eq!(std::fs::read(local.join("back.txt")).unwrap(), b"made in the browser\n");
 
+    // Snapshots and clones from the console: a snapshot of the browser's
+    // share, its exclusive space once its file is overwritten, a schedule
+    // set (a bad one refused) and removed, a clone from the snapshot's row,
+    // the pinned snapshot's deletion refused, then allowed.
+    std::fs::write(local.join("big.bin"), vec![1u8; 5 << 20]).unwrap();
+    let o = smb("webuser%webpass-1", "put big.bin");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    b.wait("the share in the snapshot view", "return !!document.querySelector('#snap-share option[value=\"webshare\"]')");
+    b.js("const s = document.getElementById('snap-share'); s.value = 'webshare'; s.dispatchEvent(new Event('change')); return true");
+    b.type_into("#snap-name", "websnap");
+    b.click("#snap-create");
+    b.wait("the new snapshot", "return !!document.querySelector('tr[data-snapshot=\"websnap\"]')");
+    assert!(d.ok(&["snapshot", "list", "webshare"]).contains("websnap"));
+    std::fs::write(local.join("big.bin"), vec![2u8; 5 << 20]).unwrap();
+    let o = smb("webuser%webpass-1", "put big.bin");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    b.wait(
+        "the snapshot's exclusive space",
+        "const r = document.querySelector('tr[data-snapshot=\"websnap\"]'); return !!r && r.cells[3].textContent === '5.0 MiB'",
+    );
+    b.type_into("#sched-every", "30s");
+    b.type_into("#sched-keep", "24");
+    b.click("#sched-set");
+    b.wait("the short interval refused", "return document.getElementById('app-error').textContent.includes('at least 1m')");
+    b.type_into("#sched-every", "1h");
+    b.type_into("#sched-keep", "24");
+    b.click("#sched-set");
+    b.wait("the schedule", "return document.getElementById('sched-now').textContent.includes('every 1h, keep 24')");
+    assert!(d.ok(&["share", "show", "webshare"]).contains("every 1h, keep 24"));
+    b.click("#sched-off");
+    b.wait("no schedule", "return document.getElementById('sched-now').textContent === 'No schedule.'");
+    b.type_into("#clone-name", "webclone");
+    b.js("document.querySelector('tr[data-snapshot=\"websnap\"] .snap-clone').click(); return true");
+    b.wait(
+        "the clone share",
+        "const r = document.querySelector('tr[data-share=\"webclone\"]'); return !!r && r.cells[6].textContent === 'webshare@websnap'",
+    );
+    b.wait(
+        "the pinned snapshot",
+        "const r = document.querySelector('tr[data-snapshot=\"websnap\"]'); return !!r && r.cells[5].textContent === 'webclone'",
+    );
+    b.js("window.confirm = () => true; document.querySelector('tr[data-snapshot=\"websnap\"] .snap-delete').click(); return true");
+    b.wait("the refusal", "return document.getElementById('app-error').textContent.includes('origin of clone share webclone')");
+    d.ok(&["--yes", "share", "remove", "webclone"]);
+    b.wait("the clone gone", "return !document.querySelector('tr[data-share=\"webclone\"]')");
+    b.js("window.confirm = () => true; document.querySelector('tr[data-snapshot=\"websnap\"] .snap-delete').click(); return true");
+    b.wait("the snapshot gone", "return !document.querySelector('tr[data-snapshot=\"websnap\"]')");
+    assert!(!d.ok(&["snapshot", "list", "webshare"]).contains("websnap"));
+
     // The admin password changed from the console: the current one is
     // asked for, every session ends (this one too), the new one signs in.
     let new_password = "changed in the browser";

@@ -28,8 +28,13 @@ use duet_protocols::smb2::message::Request;
 use duet_protocols::smb2::status::NtStatus;
 
 fn fsyncs(d: &Daemon) -> u64 {
+    stat(d, "fsyncs")
+}
+
+/// One counter of `duetctl --json stats`.
+fn stat(d: &Daemon, name: &str) -> u64 {
     let v: serde_json::Value = serde_json::from_str(&d.ok(&["--json", "stats"])).unwrap();
-    v["fsyncs"].as_u64().unwrap_or_else(|| panic!("stats has no fsyncs: {v}"))
+    v[name].as_u64().unwrap_or_else(|| panic!("stats has no {name}: {v}"))
 }
 
 /// NFSv3 WRITE with `stable`: (committed, verifier).
@@ -141,11 +146,19 @@ fn always_syncs_every_change_and_protocol_only_what_the_protocol_promises() {
     let mut c = Smb::logged_on(d.smb_port, "bench", "benchpw", "lazy");
     let f = c.create("b.bin").unwrap();
     let before = settle(&d);
+    let (groups0, wal0) = (stat(&d, "lazy_groups"), stat(&d, "wal_syncs"));
     for i in 0..N {
         assert_eq!(c.write(f, i * 64, &data, false), NtStatus::SUCCESS);
     }
     let lazy = settle(&d) - before;
     assert!(lazy < N / 2, "protocol: {lazy} fsyncs for {N} plain writes (a group commit should share them)");
+    // duetctl stats counts them: every plain WRITE a lazy group (one
+    // round trip each), made durable by a few WAL syncs.
+    let (groups, wal) = (stat(&d, "lazy_groups") - groups0, stat(&d, "wal_syncs") - wal0);
+    assert!(groups >= N, "{groups} lazy groups for {N} plain writes");
+    assert!((1..=lazy).contains(&wal), "{wal} WAL syncs, {lazy} fsyncs");
+    let text = d.ok(&["stats"]);
+    assert!(text.contains("lazy groups") && text.contains("wal syncs"), "{text}");
     // ... WRITE_THROUGH syncs each ...
     let before = settle(&d);
     for i in 0..N {

@@ -350,3 +350,90 @@ fn libnfs_through_the_portmapper_on_111() {
 }
 
 static PORT_111: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Removes ANSI colour sequences (the daemon's log may carry them).
+fn plain(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Issue 13's durable-handle acceptance with the kernel as client: a cifs
+/// 3.0 mount holds a file open for writing; the guest asks the host (on a
+/// control port) to cut its TCP connection, which the host does with
+/// `ss -K` on the daemon's socket; the mount reconnects, reclaims its
+/// durable handle (DH2C, MS-SMB2 3.3.5.9.12) and goes on writing the same
+/// open file. The daemon's log shows the handle kept at the cut and gone
+/// again before its 60 s timeout, with no other client to break it: the
+/// client took it back. Needs `ss` with socket destruction (iproute2,
+/// CONFIG_INET_DIAG_DESTROY, root).
+#[test]
+fn linux_kernel_cifs_reconnects_its_durable_handle_after_a_cut() {
+    let _vm = ONE_VM.lock().unwrap_or_else(|e| e.into_inner());
+    require_vm_tools();
+    let client = linux_client();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(tmp.path(), "[log]\nfilter = \"info,duet_appliance::frontend=debug\"", "", "portmap = false");
+    d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let smb_port = d.smb_port;
+    let ctrl = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ctrl_port = ctrl.local_addr().unwrap().port();
+    let cutter = std::thread::spawn(move || {
+        let (mut conn, _) = ctrl.accept().unwrap();
+        let mut line = String::new();
+        let _ = BufReader::new(&conn).read_line(&mut line);
+        assert_eq!(line.trim(), "cut");
+        let filter = format!("( sport = :{smb_port} )");
+        let before = Command::new("ss").args(["-tnH", "state", "established", &filter]).output().unwrap();
+        let out = Command::new("ss").args(["-K", "-tnH", "state", "established", &filter]).output().unwrap();
+        let _ = conn.write_all(b"cut\n");
+        (String::from_utf8_lossy(&before.stdout).lines().count(), String::from_utf8_lossy(&out.stdout).to_string())
+    });
+    let guest = tmp.path().join("guest.sh");
+    std::fs::write(
+        &guest,
+        format!(
+            "set -e\n\
+             mount -t cifs //10.0.2.2/public /mnt -o ip=10.0.2.2,port={smb_port},username=bench,password=benchpw,vers=3.0\n\
+             exec 3>/mnt/durable.txt\n\
+             echo before >&3\n\
+             reply=$(echo cut | nc 10.0.2.2 {ctrl_port})\n\
+             echo \"CTRL $reply\"\n\
+             sleep 2\n\
+             echo after >&3\n\
+             exec 3>&-\n\
+             echo \"CONTENT $(tr '\\n' ' ' </mnt/durable.txt)\"\n\
+             grep reconnects /proc/fs/cifs/Stats || true\n\
+             umount /mnt\n\
+             echo '=== durable done'\n"
+        ),
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let out = Command::new(&client).arg(&guest).args(["--timeout", "240"]).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let log = plain(&d.log_text());
+    eprintln!("{text}\nlinux-client took {:.0} s", t0.elapsed().as_secs_f64());
+    assert!(text.contains("=== durable done"), "the guest did not finish; duetd log:\n{log}");
+    let (established, killed) = cutter.join().unwrap();
+    assert!(established >= 1, "no SMB connection to cut ({killed})");
+    assert!(text.contains("CTRL cut"), "the cut was not acknowledged");
+    assert!(text.contains("CONTENT before after "), "the open file went on being written: {text}");
+    assert!(log.contains("kept=1 was=0"), "the durable handle was not kept at the cut; log:\n{log}");
+    assert!(
+        log.contains("kept=0 was=1"),
+        "the kept handle was not taken back (it would still be kept until its 60 s timeout); log:\n{log}"
+    );
+}

@@ -225,11 +225,32 @@ enum SnapshotCmd {
         /// The snapshot's name (no '/', '@', '\\' or control characters)
         name: Option<String>,
     },
-    /// List the snapshots of SHARE, oldest first (name, time, SMB token)
+    /// List the snapshots of SHARE, oldest first (name, time, SMB token,
+    /// the space only it holds: what deleting it would free, whether the
+    /// schedule took it, the clone standing on it)
     #[command(visible_alias = "ls")]
     List {
         /// The share
         share: String,
+    },
+    /// Take a snapshot of SHARE every INTERVAL (auto-YYYYMMDDTHHMMSSZ, UTC
+    /// slots from the epoch), keeping the newest KEEP of them (manual
+    /// snapshots and those a clone stands on are never deleted by it); on
+    /// the cluster's leader, whichever node that is. Exit status 2 for a
+    /// bad value (interval 1 min to a year, keep 1 to 256), 3 for an
+    /// unknown share
+    Schedule {
+        /// The share
+        share: String,
+        /// 30s, 15m, 1h, 1d (a bare number is minutes)
+        #[arg(long, value_name = "INTERVAL", required_unless_present = "off", conflicts_with = "off")]
+        every: Option<String>,
+        /// How many scheduled snapshots to keep
+        #[arg(long, value_name = "KEEP", required_unless_present = "off", conflicts_with = "off")]
+        keep: Option<u32>,
+        /// Remove the schedule (its snapshots stay)
+        #[arg(long)]
+        off: bool,
     },
     /// Delete snapshot NAME of SHARE: the space only it holds is reclaimed
     /// (asks first unless --yes)
@@ -556,6 +577,22 @@ fn prepare(cmd: &Command) -> Result<Prepared, CtlError> {
             snapshot: duet_admin_api::NewSnapshot { name: name.clone() },
         }),
         Command::Snapshot(SnapshotCmd::List { share }) => ready(AdminRequest::SnapshotList(share.clone())),
+        Command::Snapshot(SnapshotCmd::Schedule { share, every, keep, off }) => {
+            validate_share_name(share).map_err(CtlError::usage)?;
+            let schedule = match (every, keep, off) {
+                (_, _, true) => None,
+                (Some(e), Some(k), false) => {
+                    let s = duet_admin_api::SnapshotSchedule {
+                        every_s: duet_admin_api::parse_interval(e).map_err(CtlError::usage)?,
+                        keep: *k,
+                    };
+                    s.validate().map_err(CtlError::usage)?;
+                    Some(s)
+                }
+                _ => return Err(CtlError::usage(duet_admin_api::ApiError::invalid_argument("give --every and --keep, or --off"))),
+            };
+            ready(AdminRequest::SnapshotSchedule { share: share.clone(), schedule })
+        }
         Command::Snapshot(SnapshotCmd::Delete { share, name }) => {
             ready(AdminRequest::SnapshotDelete { share: share.clone(), name: name.clone() })
         }
@@ -875,6 +912,12 @@ fn human(request: &AdminRequest, response: &AdminResponse, last: usize) -> Strin
         (_, AdminResponse::Shares(s)) => output::share_list(s),
         (AdminRequest::ShareModify { .. }, AdminResponse::Share(s)) => {
             format!("changed share {}\n{}", s.name, output::share_show(s))
+        }
+        (AdminRequest::SnapshotSchedule { share, schedule: Some(_) }, AdminResponse::Share(s)) => {
+            format!("share {share}: {}\n", output::schedule(s.snapshot_schedule.as_ref()))
+        }
+        (AdminRequest::SnapshotSchedule { share, schedule: None }, AdminResponse::Share(_)) => {
+            format!("share {share}: no snapshot schedule (its snapshots stay)\n")
         }
         (_, AdminResponse::Share(s)) => output::share_show(s),
         (AdminRequest::ShareClone { .. }, AdminResponse::ShareCreated(s)) => format!(

@@ -228,6 +228,7 @@ pub fn share_list(shares: &[Share]) -> String {
                 yes_no(s.guest_ok),
                 durability(s),
                 s.nfs.clients.join(","),
+                s.exclusive.as_ref().map_or_else(|| "-".into(), space),
                 s.origin.clone().unwrap_or_else(|| "-".into()),
             ]
         })
@@ -240,14 +241,16 @@ pub fn share_list(shares: &[Share]) -> String {
         ("GUEST", Align::Left),
         ("DURABILITY", Align::Left),
         ("NFS CLIENTS", Align::Left),
-        // Clones' origins, when there are clones.
+        // Clones' origins and the space only each clone holds (what
+        // removing it would free), when there are clones.
+        ("EXCLUSIVE", Align::Right),
         ("ORIGIN", Align::Left),
     ];
     let mut rows = rows;
     if shares.iter().all(|s| s.origin.is_none()) {
-        cols.pop();
+        cols.truncate(cols.len() - 2);
         for r in &mut rows {
-            r.pop();
+            r.truncate(r.len() - 2);
         }
     }
     table(&cols, &rows)
@@ -269,6 +272,10 @@ pub fn share_show(s: &Share) -> String {
     if let Some(o) = &s.origin {
         kv.push(("clone of", o.clone()));
     }
+    if let Some(x) = &s.exclusive {
+        kv.push(("exclusive space", exclusive(x)));
+    }
+    kv.push(("snapshot schedule", schedule(s.snapshot_schedule.as_ref())));
     key_values(&kv)
 }
 
@@ -338,6 +345,8 @@ pub fn stats(s: &Stats) -> String {
         total("chunk reads", s.chunk_reads, true),
         total("chunk writes", s.chunk_writes, true),
         total("log writes", s.log_writes, true),
+        total("lazy groups", s.lazy_groups, false),
+        total("wal syncs", s.wal_syncs, false),
     ];
     let mut out = table(
         &[
@@ -389,13 +398,58 @@ pub fn stats(s: &Stats) -> String {
     out
 }
 
-/// The snapshots of a share: name, time, SMB token.
+/// The snapshots of a share: name, time, SMB token, the space only it
+/// holds, who took it, the clone standing on it.
 pub fn snapshot_list(snaps: &[duet_admin_api::Snapshot]) -> String {
     if snaps.is_empty() {
         return "no snapshots\n".to_string();
     }
-    let rows: Vec<Vec<String>> = snaps.iter().map(|s| vec![s.name.clone(), utc(s.created_ns), s.gmt.clone()]).collect();
-    table(&[("NAME", Align::Left), ("TAKEN", Align::Left), ("SMB", Align::Left)], &rows)
+    let rows: Vec<Vec<String>> = snaps
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                utc(s.created_ns),
+                s.gmt.clone(),
+                space(&s.exclusive),
+                format!("{}{}", if s.exclusive.partial { ">=" } else { "" }, s.exclusive.records),
+                if s.scheduled { "schedule" } else { "manual" }.to_string(),
+                s.clone.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            ("NAME", Align::Left),
+            ("TAKEN", Align::Left),
+            ("SMB", Align::Left),
+            ("EXCLUSIVE", Align::Right),
+            ("RECORDS", Align::Right),
+            ("BY", Align::Left),
+            ("CLONE", Align::Left),
+        ],
+        &rows,
+    )
+}
+
+/// "12.0 MiB in 3 chunks, 41 records" (">= ..." when the daemon stopped
+/// at its bound).
+pub fn exclusive(x: &duet_admin_api::Exclusive) -> String {
+    let at_least = if x.partial { "at least " } else { "" };
+    format!("{at_least}{} in {} chunks, {} records", bytes(x.bytes), x.chunks, x.records)
+}
+
+/// "8.0 MiB", or ">=8.0 MiB" for a lower bound.
+fn space(x: &duet_admin_api::Exclusive) -> String {
+    format!("{}{}", if x.partial { ">=" } else { "" }, bytes(x.bytes))
+}
+
+/// "every 1h, keep 24" or "none".
+pub fn schedule(s: Option<&duet_admin_api::SnapshotSchedule>) -> String {
+    match s {
+        Some(s) => format!("every {}, keep {}", duet_admin_api::format_interval(s.every_s), s.keep),
+        None => "none".into(),
+    }
 }
 
 /// "2026-12-01T22:45:39Z" for nanoseconds since the epoch (UTC).

@@ -9,13 +9,13 @@
 
 use std::path::Path;
 
-use duet_fuzz::{nfs_mode, smb_mode, NfsHarness};
+use duet_fuzz::{cb_mode, nfs_mode, smb_mode, CbSetup, NfsHarness, CB_CONN};
 use duet_protocols::nfs::mount::{mountproc3, MountRes3, MOUNT_VERSION_3};
 use duet_protocols::nfs::nfs3::*;
 use duet_protocols::nfs::nfs4::attrs::fattr4;
 use duet_protocols::nfs::nfs4::*;
 use duet_protocols::nfs::rpc::{write_record, ReplyHeader, PROGRAM_MOUNT, PROGRAM_NFS, PROGRAM_PORTMAP};
-use duet_protocols::nfs::xdr::{Name, Opaque, XdrDecode, XdrEncode, XdrReader, XdrWriter};
+use duet_protocols::nfs::xdr::{List, Name, Opaque, XdrDecode, XdrEncode, XdrReader, XdrWriter};
 use duet_protocols::smb2::close::CloseRequest;
 use duet_protocols::smb2::compound::CompoundWriter;
 use duet_protocols::smb2::create::{create_disposition, create_options, CreateRequest};
@@ -270,6 +270,36 @@ fn smb_seeds() {
     for f in &edges {
         put("smb2_conn", &[&[mode][..], &frames[0], f].concat());
     }
+    // CHANGE_NOTIFY (MS-SMB2 3.3.5.19) goes async: the share root opened
+    // alone (FileId 1: the connection's first open), a watch (interim
+    // STATUS_PENDING), its CANCEL (the harness gives a CANCEL the
+    // MessageId of the request before it), a second watch with
+    // WATCH_TREE, a create in the directory, then CLOSE
+    // (STATUS_NOTIFY_CLEANUP). The request alone in a compound after its
+    // open is refused (INVALID_PARAMETER).
+    let root_id = FileId { persistent: 1, volatile: 1 };
+    let notify = |flags: u16, len: u32, file_id: FileId| {
+        Request::ChangeNotify(duet_protocols::smb2::change_notify::ChangeNotifyRequest {
+            flags,
+            output_buffer_length: len,
+            file_id,
+            completion_filter: 0x17f,
+        })
+    };
+    let cancel = || Request::Cancel(duet_protocols::smb2::cancel::CancelRequest);
+    let notify_frames = [
+        compound(&[create("", cd::OPEN, dir)]),
+        compound(&[notify(0, 4096, root_id)]),
+        compound(&[cancel()]),
+        compound(&[notify(1, 64, root_id)]),
+        compound(&[create("n.txt", cd::OVERWRITE_IF, file), close()]),
+        compound(&[Request::Close(CloseRequest { flags: 0, file_id: root_id })]),
+        compound(&[create("", cd::OPEN, dir), notify(1, 65536, FileId::RELATED), close()]),
+    ]
+    .concat();
+    for m in [mode, mode | smb_mode::DEFER, mode | smb_mode::SIGN] {
+        put("smb2_conn", &[&[m][..], &notify_frames].concat());
+    }
     let all = frames.concat();
     for m in [mode, mode | smb_mode::SIGN, mode | smb_mode::DEFER, smb_mode::SETUP_TREE_21 | smb_mode::REWRITE_IDS | smb_mode::SIGN]
     {
@@ -499,7 +529,152 @@ fn nfs3_seeds() {
     put("rpc_xdr", &[&[9u8][..], &c.stream].concat());
 }
 
+
+// ---- nfs4_callback ---------------------------------------------------------
+
+/// A client's REPLY to callback `xid`: accepted, CB_COMPOUND4res with
+/// `status` and `nops` results of CB_SEQUENCE/CB_RECALL (RFC 8881 20.2,
+/// 20.9), or an RPC-level answer when `accept` is not 0 (2 PROG_UNAVAIL,
+/// 4 GARBAGE_ARGS).
+fn cb_reply(xid: u32, accept: u32, status: u32, session: Option<([u8; 16], u32)>) -> Vec<u8> {
+    let mut w = XdrWriter::new();
+    if accept == 0 {
+        ReplyHeader::success(xid).encode(&mut w);
+        w.put_u32(status);
+        w.put_string(b"");
+        match session {
+            Some((id, seq)) => {
+                w.put_u32(2);
+                w.put_u32(11); // OP_CB_SEQUENCE
+                w.put_u32(0);
+                w.put_raw(&id);
+                for v in [seq, 0, 0, 0] {
+                    w.put_u32(v);
+                }
+                w.put_u32(4); // OP_CB_RECALL
+                w.put_u32(status);
+            }
+            None => w.put_u32(0),
+        }
+    } else {
+        for v in [xid, 1, 0, 0, 0, accept] {
+            w.put_u32(v);
+        }
+    }
+    w.into_inner()
+}
+
+/// Records sent through a `CbSetup`'s harness on its current connection,
+/// kept as the input stream.
+struct CbCalls {
+    s: CbSetup,
+    stream: Vec<u8>,
+    xid: u32,
+}
+
+impl CbCalls {
+    fn raw(&mut self, rec: Vec<u8>) {
+        write_record(&rec, &mut self.stream);
+        self.s.h.record(&rec);
+    }
+
+    fn v4(&mut self, ops: Vec<ArgOp4<'_>>) {
+        self.xid += 1;
+        let mut w = XdrWriter::new();
+        Compound4Args { tag: Opaque(b""), minorversion: 1, ops, stop: None }.encode(&mut w);
+        let rec = self.s.h.call(self.xid, PROGRAM_NFS, 4, 1, &w.into_inner());
+        self.raw(rec);
+    }
+
+    fn seq(&mut self) -> ArgOp4<'static> {
+        self.s.holder_seq += 1;
+        ArgOp4::Sequence(Sequence4Args {
+            sessionid: self.s.holder,
+            sequenceid: self.s.holder_seq,
+            slotid: 0,
+            highest_slotid: 0,
+            cachethis: false,
+        })
+    }
+
+    /// The xid of the newest callback the server called.
+    fn last_cb(&self) -> u32 {
+        self.s.h.callbacks.last().expect("a callback").1
+    }
+}
+
+fn cb_seeds() {
+    let start = |mode: u8| {
+        let s = CbSetup::new(mode).expect("setup");
+        CbCalls { s, stream: Vec::new(), xid: 0x7000 }
+    };
+    let put_cb = |mode: u8, c: &CbCalls| put("nfs4_callback", &[&[mode][..], &c.stream].concat());
+    for mode in [0, cb_mode::CB_NONE, cb_mode::DEFER] {
+        // The right answer, then DELEGRETURN (what a Linux client does).
+        let mut c = start(mode);
+        c.s.h.conn = CB_CONN;
+        let xid = c.last_cb();
+        let id = c.s.holder;
+        c.raw(cb_reply(xid, 0, 0, Some((id, 1))));
+        let (seq, d) = (c.seq(), c.s.delegations[0]);
+        c.v4(vec![
+            seq,
+            ArgOp4::PutRootFh(()),
+            ArgOp4::Lookup(Lookup4Args { objname: Name(b"share") }),
+            ArgOp4::Lookup(Lookup4Args { objname: Name(b"held-1") }),
+            ArgOp4::DelegReturn(DelegReturn4Args { deleg_stateid: d }),
+        ]);
+        put_cb(mode, &c);
+    }
+    // Wrong answers: another xid, RPC errors, an error status, a short one.
+    let mut c = start(0);
+    let xid = c.last_cb();
+    let id = c.s.holder;
+    c.raw(cb_reply(xid ^ 0x55, 0, 0, Some((id, 1))));
+    c.raw(cb_reply(xid, 2, 0, None));
+    c.raw(cb_reply(xid, 4, 0, None));
+    c.raw(cb_reply(xid, 0, 10008, None)); // NFS4ERR_DELAY
+    c.raw(cb_reply(xid, 0, 10052, Some((id, 1)))); // NFS4ERR_BADSESSION
+    c.raw(cb_reply(xid, 0, 0, Some((id, 1)))[..10].to_vec());
+    put_cb(0, &c);
+    put_cb(cb_mode::CB_NONE | cb_mode::DEFER, &c);
+    put_cb(cb_mode::OTHER_CONN, &c);
+    // Two recalls: the second goes once the first is answered.
+    let mut c = start(cb_mode::TWO_RECALLS);
+    let x1 = c.last_cb();
+    c.raw(cb_reply(x1, 0, 0, Some((id, 1))));
+    let x2 = c.last_cb();
+    assert_ne!(x1, x2, "the queued recall went");
+    c.raw(cb_reply(x2, 0, 0, Some((id, 2))));
+    put_cb(cb_mode::TWO_RECALLS, &c);
+    put_cb(cb_mode::TWO_RECALLS | cb_mode::DEFER, &c);
+    // BACKCHANNEL_CTL, then the session destroyed with the recall out.
+    let mut c = start(0);
+    let seq = c.seq();
+    c.v4(vec![
+        seq,
+        ArgOp4::BackchannelCtl(BackchannelCtl4Args { cb_program: 0x4000_0001, sec_parms: List(vec![CallbackSecParms4::None]) }),
+    ]);
+    let seq = c.seq();
+    c.v4(vec![seq, ArgOp4::DestroySession(DestroySession4Args { sessionid: id })]);
+    put_cb(0, &c);
+    put_cb(cb_mode::TWO_RECALLS, &c);
+    // On another connection: BIND_CONN_TO_SESSION for the back channel,
+    // then the recall's answer there.
+    let mut c = start(cb_mode::OTHER_CONN);
+    c.s.h.conn = 40;
+    c.v4(vec![ArgOp4::BindConnToSession(BindConnToSession4Args {
+        sessid: id,
+        dir: ChannelDirFromClient4::BackOrBoth,
+        use_conn_in_rdma_mode: false,
+    })]);
+    let xid = c.last_cb();
+    c.raw(cb_reply(xid, 0, 0, Some((id, 1))));
+    put_cb(cb_mode::OTHER_CONN, &c);
+}
+
 fn main() {
+    cb_seeds();
     smb_seeds();
     nfs4_seeds();
     nfs3_seeds();

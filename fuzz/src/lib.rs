@@ -61,7 +61,7 @@ pub const SMB_FRAME_MAX: usize = (8 << 20) + (64 << 10);
 pub const RPC_RECORD_MAX: usize = (1 << 20) + (128 << 10);
 
 /// Every target, by name, for the replay test and scripts/fuzz.sh.
-pub const TARGETS: [&str; 6] = ["smb2_decode", "ntlmssp_spnego", "rpc_xdr", "smb2_conn", "nfs4_session", "dcerpc"];
+pub const TARGETS: [&str; 7] = ["smb2_decode", "ntlmssp_spnego", "rpc_xdr", "smb2_conn", "nfs4_session", "dcerpc", "nfs4_callback"];
 
 /// Runs the harness of target `name` on `data`.
 pub fn run(name: &str, data: &[u8]) {
@@ -72,6 +72,7 @@ pub fn run(name: &str, data: &[u8]) {
         "smb2_conn" => smb2_conn(data),
         "nfs4_session" => nfs4_session(data),
         "dcerpc" => dcerpc(data),
+        "nfs4_callback" => nfs4_callback(data),
         _ => panic!("no fuzz target {name}"),
     }
 }
@@ -732,7 +733,7 @@ impl SmbClient {
                     }
                     SmbEvent::Close => assert!(self.conn.is_closed()),
                     // Breaks for other connections: there are none here.
-                    SmbEvent::Recall(_) | SmbEvent::EndSession { .. } => {}
+                    SmbEvent::Recall(_) | SmbEvent::EndSession { .. } | SmbEvent::CloseOpen { .. } => {}
                 }
             }
             events = next;
@@ -906,6 +907,13 @@ impl SmbClient {
             for &s in &starts {
                 let h = &mut f[s..s + HEADER_SIZE];
                 let charge = u64::from(u16::from_le_bytes([h[6], h[7]]).max(1));
+                let flags = u32::from_le_bytes(h[16..20].try_into().unwrap());
+                if u16::from_le_bytes([h[12], h[13]]) == Command::CANCEL.0 && flags & 2 == 0 {
+                    // A synchronous CANCEL names the request sent before it
+                    // (MS-SMB2 3.2.4.24) and takes no MessageId of its own.
+                    h[24..32].copy_from_slice(&self.next_id.saturating_sub(1).to_le_bytes());
+                    continue;
+                }
                 h[24..32].copy_from_slice(&self.next_id.to_le_bytes());
                 self.next_id += charge;
                 let flags = u32::from_le_bytes(h[16..20].try_into().unwrap());
@@ -1056,6 +1064,8 @@ pub struct NfsHarness {
     pub now: i64,
     deferred: Vec<(u64, Batch)>,
     defer: bool,
+    /// Every callback the server called: (connection, xid).
+    pub callbacks: Vec<(u64, u32)>,
 }
 
 impl NfsHarness {
@@ -1103,6 +1113,7 @@ impl NfsHarness {
             now: 2_000_000_000,
             deferred: Vec::new(),
             defer: false,
+            callbacks: Vec::new(),
         }
     }
 
@@ -1123,11 +1134,20 @@ impl NfsHarness {
     fn drive(&mut self, mut events: Vec<NfsEvent>, out: &mut Vec<Vec<u8>>) {
         while let Some(ev) = events.pop() {
             match ev {
-                NfsEvent::Reply { bytes, .. } => {
+                NfsEvent::Reply { conn, bytes } => {
                     assert!(bytes.len() >= 4);
                     let mark = u32::from_be_bytes(bytes[..4].try_into().unwrap());
                     assert_eq!(mark & 0x7fff_ffff, bytes.len() as u32 - 4, "record mark length");
                     assert!(mark & 0x8000_0000 != 0, "last fragment");
+                    if bytes.len() >= 12 && bytes[8..12] == [0, 0, 0, 0] {
+                        // A CALL: the server calls only back-channel
+                        // callbacks (CB_COMPOUND, RFC 8881 20.1).
+                        let mut r = XdrReader::new(&bytes[4..]);
+                        let call = CallBody::decode(&mut r).expect("a callback's call header decodes");
+                        assert_eq!((call.vers, call.proc_), (1, 1), "NFS4_CALLBACK version 1, CB_COMPOUND");
+                        self.callbacks.push((conn, call.xid));
+                        continue;
+                    }
                     let mut r = XdrReader::new(&bytes[4..]);
                     let h = ReplyHeader::decode(&mut r).expect("reply header decodes");
                     if trace() {
@@ -1155,6 +1175,13 @@ impl NfsHarness {
                 }
             }
         }
+    }
+
+    /// The server's timer at `self.now`, its events driven.
+    pub fn tick(&mut self) {
+        let ev = self.srv.on_tick(self.now);
+        let mut out = Vec::new();
+        self.drive(ev, &mut out);
     }
 
     fn finish(&mut self) {
@@ -1199,7 +1226,16 @@ impl NfsHarness {
 
     /// EXCHANGE_ID and CREATE_SESSION; the records sent and the session id.
     pub fn session(&mut self) -> (Vec<Vec<u8>>, Option<[u8; 16]>) {
+        let (records, s) = self.session_with(b"fuzz-client", 0, None);
+        (records, s.map(|(_, id)| id))
+    }
+
+    /// [`NfsHarness::session`] for client `owner` with CREATE_SESSION
+    /// `flags` and a callback credential (`Some`: AUTH_SYS of that uid,
+    /// else AUTH_NONE); the records sent and (client id, session id).
+    pub fn session_with(&mut self, owner: &[u8], flags: u32, cb_uid: Option<u32>) -> (Vec<Vec<u8>>, Option<(u64, [u8; 16])>) {
         use duet_protocols::nfs::nfs4::*;
+        use duet_protocols::nfs::rpc::AuthSysParms;
         use duet_protocols::nfs::xdr::{List, Opaque};
         let compound = |ops: Vec<ArgOp4<'_>>| {
             let mut w = XdrWriter::new();
@@ -1207,7 +1243,7 @@ impl NfsHarness {
             w.into_inner()
         };
         let args = compound(vec![ArgOp4::ExchangeId(ExchangeId4Args {
-            clientowner: ClientOwner4 { verifier: [1; 8], ownerid: Opaque(b"fuzz-client") },
+            clientowner: ClientOwner4 { verifier: [1; 8], ownerid: Opaque(owner) },
             flags: 0x101,
             state_protect: StateProtect4A::None,
             client_impl_id: List(vec![]),
@@ -1231,11 +1267,14 @@ impl NfsHarness {
         let args = compound(vec![ArgOp4::CreateSession(CreateSession4Args {
             clientid: x.clientid,
             sequence: x.sequenceid,
-            flags: 0,
+            flags,
             fore_chan_attrs: chan(2 << 20),
             back_chan_attrs: chan(4096),
             cb_program: duet_protocols::nfs::rpc::PROGRAM_NFS4_CB,
-            sec_parms: List(vec![CallbackSecParms4::None]),
+            sec_parms: List(vec![match cb_uid {
+                Some(uid) => CallbackSecParms4::Sys(AuthSysParms { stamp: 7, machine_name: Opaque(b"cb"), uid, gid: uid, gids: vec![] }),
+                None => CallbackSecParms4::None,
+            }]),
         })]);
         let rec2 = self.call(0xf000_0002, PROGRAM_NFS, 4, 1, &args);
         records.push(rec2.clone());
@@ -1244,7 +1283,17 @@ impl NfsHarness {
         ReplyHeader::decode(&mut r).expect("reply");
         let res = Compound4Res::decode(&mut r, 16).expect("CREATE_SESSION reply");
         let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &res.results[..] else { return (records, None) };
-        (records, Some(cs.sessionid))
+        (records, Some((x.clientid, cs.sessionid)))
+    }
+
+    /// A COMPOUND (minor version 1) sent on the current connection; its
+    /// reply (see [`res4`]), or None when none came back.
+    pub fn v4(&mut self, xid: u32, ops: Vec<ArgOp4<'_>>) -> Option<Vec<u8>> {
+        use duet_protocols::nfs::xdr::Opaque;
+        let mut w = XdrWriter::new();
+        Compound4Args { tag: Opaque(b""), minorversion: 1, ops, stop: None }.encode(&mut w);
+        let rec = self.call(xid, PROGRAM_NFS, 4, 1, &w.into_inner());
+        self.record(&rec).pop()
     }
 }
 
@@ -1294,6 +1343,228 @@ pub fn nfs4_session(data: &[u8]) {
         assert!(h.srv.pending_batches() <= cfg.max_pending, "pending batches past max_pending");
     }
     h.finish();
+}
+
+// ---- nfs4_callback: the back channel of delegations -------------------
+
+/// Mode bits of the `nfs4_callback` target (its first input byte).
+pub mod cb_mode {
+    /// The fuzzed records arrive on a connection of their own (40), not on
+    /// the holder's back-channel connection (BIND_CONN_TO_SESSION and
+    /// BACKCHANNEL_CTL decide what reaches the back channel then).
+    pub const OTHER_CONN: u8 = 1;
+    /// The holder's callback credential is AUTH_NONE (else AUTH_SYS).
+    pub const CB_NONE: u8 = 2;
+    /// Two files recalled: one CB_RECALL in flight, one queued behind it
+    /// (one callback at a time per session, back-channel slot 0).
+    pub const TWO_RECALLS: u8 = 4;
+    /// Hold batches back, as `nfs_mode::DEFER`.
+    pub const DEFER: u8 = 8;
+}
+
+/// The holder's back-channel connection in `nfs4_callback`.
+pub const CB_CONN: u64 = 10;
+/// The rival client's connection.
+const RIVAL_CONN: u64 = 20;
+
+/// The state `nfs4_callback` starts from: client A (back channel on
+/// [`CB_CONN`]) holds read delegations of the files, client B's OPEN for
+/// writing was answered NFS4ERR_DELAY and a CB_RECALL went to A.
+pub struct CbSetup {
+    pub h: NfsHarness,
+    /// A's session.
+    pub holder: [u8; 16],
+    pub holder_seq: u32,
+    rival: [u8; 16],
+    rival_seq: u32,
+    pub files: Vec<&'static [u8]>,
+    /// A's delegation stateid of each file.
+    pub delegations: Vec<duet_protocols::nfs::nfs4::Stateid4>,
+    xid: u32,
+}
+
+fn open_args(owner: &'static [u8], clientid: u64, access: u32, name: &'static [u8], create: bool) -> ArgOp4<'static> {
+    use duet_protocols::nfs::nfs4::*;
+    use duet_protocols::nfs::xdr::{Name, Opaque};
+    ArgOp4::Open(Open4Args {
+        seqid: 0,
+        share_access: access,
+        share_deny: share::DENY_NONE,
+        owner: StateOwner4 { clientid, owner: Opaque(owner) },
+        openhow: if create {
+            OpenFlag4::Create(CreateHow4::Unchecked(Fattr4 { attrmask: Bitmap4::from_bits(&[]), attr_vals: Opaque(b"") }))
+        } else {
+            OpenFlag4::NoCreate
+        },
+        claim: OpenClaim4::Null(Name(name)),
+    })
+}
+
+fn sequence_op(id: [u8; 16], seq: &mut u32) -> ArgOp4<'static> {
+    use duet_protocols::nfs::nfs4::*;
+    *seq += 1;
+    ArgOp4::Sequence(Sequence4Args { sessionid: id, sequenceid: *seq, slotid: 0, highest_slotid: 0, cachethis: false })
+}
+
+/// A reply's results (the reply header skipped).
+pub fn res4(rep: &[u8]) -> Option<Compound4Res<'_>> {
+    let mut r = XdrReader::new(rep);
+    ReplyHeader::decode(&mut r).ok()?;
+    Compound4Res::decode(&mut r, 64).ok()
+}
+
+/// The status of a reply's `n`th operation, or the COMPOUND's when it
+/// stopped before.
+fn op_status(rep: Option<&[u8]>, n: usize) -> Option<duet_protocols::nfs::nfs4::Nfsstat4> {
+    let r = res4(rep?)?;
+    Some(r.results.get(n).map(|o| o.status()).unwrap_or(r.status))
+}
+
+impl CbSetup {
+    /// Builds the state; None when the server did not get there (a
+    /// harness bug: `harness_setups_reach_the_command_handlers` checks).
+    pub fn new(mode: u8) -> Option<CbSetup> {
+        use duet_protocols::nfs::nfs4::*;
+        use duet_protocols::nfs::xdr::Name;
+        let mut h = NfsHarness::new();
+        let cb_uid = if mode & cb_mode::CB_NONE != 0 { None } else { Some(17) };
+        h.conn = CB_CONN;
+        let (_, a) = h.session_with(b"cb-holder", create_session4_flag::CONN_BACK_CHAN, cb_uid);
+        let (aclient, holder) = a?;
+        h.conn = RIVAL_CONN;
+        let (_, b) = h.session_with(b"cb-rival", 0, None);
+        let (bclient, rival) = b?;
+        let mut s = CbSetup { h, holder, holder_seq: 0, rival, rival_seq: 0, files: vec![b"held-1"], delegations: Vec::new(), xid: 0xc000_0000 };
+        if mode & cb_mode::TWO_RECALLS != 0 {
+            s.files.push(b"held-2");
+        }
+        let root = || [ArgOp4::PutRootFh(()), ArgOp4::Lookup(Lookup4Args { objname: Name(b"share") })];
+        for (conn, id) in [(CB_CONN, holder), (RIVAL_CONN, rival)] {
+            s.h.conn = conn;
+            let seq = if conn == CB_CONN { &mut s.holder_seq } else { &mut s.rival_seq };
+            let ops = vec![sequence_op(id, seq), ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })];
+            s.xid += 1;
+            (op_status(s.h.v4(s.xid, ops).as_deref(), 1)? == Nfsstat4::OK).then_some(())?;
+        }
+        for &f in &s.files.clone() {
+            // B creates the file (and closes it); A opens it for reading
+            // and is given a read delegation.
+            s.h.conn = RIVAL_CONN;
+            let [p, l] = root();
+            let ops = vec![
+                sequence_op(rival, &mut s.rival_seq),
+                p,
+                l,
+                open_args(b"b-create", bclient, share::ACCESS_READ, f, true),
+                ArgOp4::Close(Close4Args { seqid: 0, open_stateid: Stateid4::CURRENT }),
+            ];
+            s.xid += 1;
+            (op_status(s.h.v4(s.xid, ops).as_deref(), 4)? == Nfsstat4::OK).then_some(())?;
+            s.h.conn = CB_CONN;
+            let [p, l] = root();
+            let ops = vec![
+                sequence_op(holder, &mut s.holder_seq),
+                p,
+                l,
+                open_args(b"a-reader", aclient, share::ACCESS_READ | share::WANT_READ_DELEG, f, false),
+            ];
+            s.xid += 1;
+            let rep = s.h.v4(s.xid, ops)?;
+            let r = res4(&rep)?;
+            let Some(ResOp4::Open(Nfs4Res::Ok(o))) = r.results.get(3) else { return None };
+            let OpenDelegation4::Read(d) = &o.delegation else { return None };
+            s.delegations.push(d.stateid);
+        }
+        for &f in &s.files.clone() {
+            (s.rival_open(f)? == Nfsstat4::DELAY).then_some(())?;
+        }
+        (s.h.callbacks.len() == 1 && s.h.callbacks[0].0 == CB_CONN).then_some(())?;
+        Some(s)
+    }
+
+    /// B's OPEN of `name` for writing, on B's connection; its status.
+    fn rival_open(&mut self, name: &'static [u8]) -> Option<duet_protocols::nfs::nfs4::Nfsstat4> {
+        use duet_protocols::nfs::nfs4::*;
+        use duet_protocols::nfs::xdr::Name;
+        let conn = std::mem::replace(&mut self.h.conn, RIVAL_CONN);
+        let ops = vec![
+            sequence_op(self.rival, &mut self.rival_seq),
+            ArgOp4::PutRootFh(()),
+            ArgOp4::Lookup(Lookup4Args { objname: Name(b"share") }),
+            open_args(b"b-writer", 0, share::ACCESS_BOTH, name, false),
+            ArgOp4::Close(Close4Args { seqid: 0, open_stateid: Stateid4::CURRENT }),
+        ];
+        self.xid += 1;
+        let st = op_status(self.h.v4(self.xid, ops).as_deref(), 3);
+        self.h.conn = conn;
+        st
+    }
+
+    /// B's SEQUENCE alone (renews B's lease).
+    fn rival_renew(&mut self) {
+        let conn = std::mem::replace(&mut self.h.conn, RIVAL_CONN);
+        let ops = vec![sequence_op(self.rival, &mut self.rival_seq)];
+        self.xid += 1;
+        self.h.v4(self.xid, ops);
+        self.h.conn = conn;
+    }
+}
+
+/// The decoders of a callback's answer, on any record: what decodes as a
+/// callback reply is a REPLY.
+fn cb_reply_decoders(rec: &[u8]) {
+    use duet_protocols::nfs::nfs4::callback;
+    if callback::decode_cb_reply(rec).is_ok() {
+        assert!(callback::is_reply(rec), "a decoded callback reply is a REPLY record");
+    }
+}
+
+/// The back channel under hostile input: from [`CbSetup`] (a read
+/// delegation recalled, the CB_RECALL out on the holder's back
+/// connection), the input's records arrive on that connection (or,
+/// `cb_mode::OTHER_CONN`, on another): callback replies right or wrong,
+/// DELEGRETURN, BIND_CONN_TO_SESSION, BACKCHANNEL_CTL, DESTROY_SESSION,
+/// anything. Checks, besides those of `nfs4_session`: every callback the
+/// server calls is a CB_COMPOUND, and a recall never holds the rival up
+/// for ever: after it renewed its lease for 2.5 lease periods (the
+/// holder silent), its OPEN for writing is not answered NFS4ERR_DELAY.
+pub fn nfs4_callback(data: &[u8]) {
+    let Some((&mode, stream)) = data.split_first() else { return };
+    let mut s = CbSetup::new(mode).expect("nfs4_callback harness setup");
+    s.h.defer = mode & cb_mode::DEFER != 0;
+    s.h.conn = if mode & cb_mode::OTHER_CONN != 0 { 40 } else { CB_CONN };
+    let mut asm = RecordAssembler::new(RPC_RECORD_MAX, 1024);
+    let mut rest = stream;
+    let mut records = 0;
+    while !rest.is_empty() && records < 256 {
+        match asm.push(rest) {
+            Ok(n) => rest = &rest[n..],
+            Err(_) => break,
+        }
+        let Some(rec) = asm.take_record() else { break };
+        records += 1;
+        s.h.now += 1_000_000;
+        cb_reply_decoders(&rec);
+        s.h.record(&rec);
+        let (c, cfg) = (s.h.srv.state_counts(), s.h.srv.config());
+        assert!(c.clients <= cfg.max_clients && c.sessions <= cfg.max_sessions && c.opens <= cfg.max_opens, "{c:?}");
+    }
+    s.h.finish();
+    s.h.defer = false;
+    let lease = i64::from(s.h.srv.config().lease_time_s) * 1_000_000_000;
+    for f in s.files.clone() {
+        s.rival_open(f);
+    }
+    for _ in 0..5 {
+        s.h.now += lease / 2;
+        s.h.tick();
+        s.rival_renew();
+    }
+    for f in s.files.clone() {
+        let st = s.rival_open(f);
+        assert_ne!(st, Some(duet_protocols::nfs::nfs4::Nfsstat4::DELAY), "a recall outlived 2.5 lease periods");
+    }
+    s.h.finish();
 }
 
 // ---- dcerpc: the srvsvc pipe's DCE/RPC parser and server end ----------

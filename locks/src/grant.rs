@@ -216,6 +216,30 @@ impl Grants {
         v
     }
 
+    /// `old` becomes `new` in grant `id`: as its holder, or as a member
+    /// of a lease (see [`Table::rekey`]).
+    pub(crate) fn holder_of(&self, id: GrantId) -> Option<Holder> {
+        self.by_id.get(&id).map(|g| g.holder)
+    }
+
+    pub(crate) fn rekey(&mut self, id: GrantId, old: &Holder, new: Holder) {
+        let Some(g) = self.by_id.get_mut(&id) else { return };
+        for m in g.members.iter_mut().filter(|m| **m == *old) {
+            *m = new;
+        }
+        if g.holder == *old {
+            g.holder = new;
+            let k = (old.proto, old.client);
+            if let Some(n) = self.per_client.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_client.remove(&k);
+                }
+            }
+            *self.per_client.entry((new.proto, new.client)).or_default() += 1;
+        }
+    }
+
     pub(crate) fn of_holder_on(&self, file: FileId, holder: &Holder) -> Vec<GrantId> {
         self.by_id
             .iter()

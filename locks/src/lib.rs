@@ -619,7 +619,64 @@ impl Table {
         }
         self.leave_leases(file, holder);
         self.tidy(file);
+        self.untrack(file, holder.client_key());
         out
+    }
+
+    /// Moves everything `old` holds on `file` to `new`: its open and share
+    /// reservation, its byte-range locks, the grants it holds and its
+    /// membership of leases (an SMB durable open kept after its connection
+    /// was lost, MS-SMB2 3.3.7.1, and taken over by the connection that
+    /// reconnects it, 3.3.5.9.7). Its queued lock requests are dropped
+    /// without an outcome (their requester is gone). False when `new`
+    /// already holds anything on `file` (nothing is moved then).
+    pub fn rekey(&mut self, file: FileId, old: &Holder, new: Holder) -> bool {
+        if *old == new {
+            return true;
+        }
+        let Some(f) = self.files.get_mut(&file) else { return false };
+        if f.opens.iter().any(|o| o.holder == new) || f.locks.iter().any(|l| l.holder == new) {
+            return false;
+        }
+        let before = f.waiters.len();
+        f.waiters.retain(|w| w.holder != *old);
+        let dropped = before - f.waiters.len();
+        for o in f.opens.iter_mut().filter(|o| o.holder == *old) {
+            o.holder = new;
+        }
+        for l in f.locks.iter_mut().filter(|l| l.holder == *old) {
+            l.holder = new;
+        }
+        let grants = f.grants.clone();
+        self.n_waiters -= dropped;
+        if let Some(n) = self.locks_of.remove(&(*old, file)) {
+            self.locks_of.insert((new, file), n);
+        }
+        for id in grants {
+            self.grants.rekey(id, old, new);
+        }
+        self.by_client.entry(new.client_key()).or_default().insert(file);
+        self.untrack(file, old.client_key());
+        true
+    }
+
+    /// Drops `file` from a client's index when it holds nothing there any
+    /// more.
+    fn untrack(&mut self, file: FileId, client: (Protocol, u64)) {
+        let used = self.files.get(&file).is_some_and(|f| {
+            f.opens.iter().any(|o| o.holder.client_key() == client)
+                || f.locks.iter().any(|l| l.holder.client_key() == client)
+                || f.waiters.iter().any(|w| w.holder.client_key() == client)
+                || f.grants.iter().any(|g| self.grants.holder_of(*g).is_some_and(|h| h.client_key() == client))
+        });
+        if !used {
+            if let Some(s) = self.by_client.get_mut(&client) {
+                s.remove(&file);
+                if s.is_empty() {
+                    self.by_client.remove(&client);
+                }
+            }
+        }
     }
 
     /// A client (an SMB connection, an NFSv4 client id) is gone:

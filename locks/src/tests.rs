@@ -687,3 +687,37 @@ fn delegations_are_recalled_whole_and_waited_for() {
     assert_eq!(t.break_deadline(F, &nfs(10, 0)), None);
     assert!(!t.has_grants());
 }
+
+/// A kept SMB durable open (MS-SMB2 3.3.7.1) moves to another holder with
+/// its share reservation, locks and grants; its old client going away no
+/// longer touches it, and the new holder releases it.
+#[test]
+fn rekey_moves_an_open_with_its_locks_and_grants() {
+    let mut t = Table::default();
+    let old = smb(1, 7);
+    let kept = smb(u64::MAX - 1, 7);
+    assert_eq!(t.open(F, old, Share::smb(READ_DATA | WRITE_DATA, 0)), Ok(()));
+    t.lock(F, old, r(0, 10), true).unwrap();
+    let (g, l) = t.request_open_grant(F, old, Level::RWH, 0).unwrap();
+    assert_eq!(l, Level::RWH);
+    let lease = smb(1, 1 << 62);
+    let (lg, _, _) = t.request_lease(F, lease, &[old], Level::R, 0).unwrap();
+    assert!(t.rekey(F, &old, kept));
+    // The old connection is gone: nothing of the open goes with it.
+    t.release_client(Protocol::Smb, 1);
+    assert_eq!(t.open(F, smb(2, 1), Share::smb(READ_DATA, 7)), Err(false), "the reservation stands");
+    assert!(t.check_io(F, &smb(2, 1), &Range::io(0, 1), false).is_some(), "the lock stands");
+    assert!(t.check_io(F, &kept, &Range::io(0, 1), true).is_none(), "and is the new holder's own");
+    assert_eq!(t.grant(g).map(|x| x.0), Some(Level::RWH));
+    // A lease whose holder was the old client went with it; its membership
+    // moved (the lease grant here belonged to client 1 and was released).
+    assert_eq!(t.grant(lg), None);
+    // Taken over again, then released by its new holder.
+    assert!(t.rekey(F, &kept, smb(3, 7)));
+    t.release(F, &smb(3, 7));
+    assert_eq!(t.open(F, smb(2, 1), Share::smb(READ_DATA, 7)), Ok(()));
+    assert_eq!(t.grant(g), None);
+    t.release_client(Protocol::Smb, 2);
+    assert_eq!(t.counts().files, 0);
+    assert!(t.by_client.is_empty(), "no client index left: {:?}", t.by_client);
+}

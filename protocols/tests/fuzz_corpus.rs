@@ -78,6 +78,17 @@ fn harness_setups_reach_the_command_handlers() {
         harness::smb2_conn(&[setup | smb_mode::STRICT]);
     }
     harness::nfs4_session(&[nfs_mode::SESSION]);
+    // nfs4_callback starts from a read delegation being recalled: the
+    // CB_RECALL sent on the holder's back connection, in every mode.
+    for mode in 0..16u8 {
+        let s = harness::CbSetup::new(mode).unwrap_or_else(|| panic!("nfs4_callback setup, mode {mode}"));
+        assert_eq!(s.h.callbacks.len(), 1, "one CB_RECALL in flight, mode {mode}");
+        assert_eq!(s.h.callbacks[0].0, harness::CB_CONN);
+        assert_eq!(s.delegations.len(), if mode & harness::cb_mode::TWO_RECALLS != 0 { 2 } else { 1 });
+    }
+    // No input: the holder never answers, the recall revokes the
+    // delegation after the lease period and the rival's OPEN goes through.
+    harness::nfs4_callback(&[0]);
     let mut h = harness::NfsHarness::new();
     let (records, id) = h.session();
     assert_eq!(records.len(), 2);

@@ -3702,3 +3702,217 @@ fn decode_cb_recall_none(rec: &[u8]) -> Stateid4 {
     assert_eq!(r.get_u32().unwrap(), 4);
     Stateid4::decode(&mut r).unwrap()
 }
+
+// ---- CB_GETATTR (RFC 8881 10.4.3, 20.1) ----
+
+/// A COMPOUND record (minor version 2) from the harness's connection,
+/// fed to the server; the replies that came back on it now (none while
+/// it waits for a callback).
+fn v4_record(h: &mut Harness, ops: Vec<ArgOp4<'_>>) -> Vec<Vec<u8>> {
+    let args = Compound4Args { tag: Opaque(b"t"), minorversion: 2, ops, stop: None };
+    let mut w = XdrWriter::new();
+    args.encode(&mut w);
+    let cred = AuthSysParms { stamp: 0, machine_name: Opaque(b"client"), uid: h.uid, gid: h.uid, gids: vec![] };
+    let mut cw = XdrWriter::new();
+    cred.encode(&mut cw);
+    let cred = cw.into_inner();
+    let mut rw = XdrWriter::new();
+    CallBody {
+        xid: h.xid,
+        rpcvers: 2,
+        prog: PROGRAM_NFS,
+        vers: 4,
+        proc_: NFSPROC4_COMPOUND,
+        cred: OpaqueAuth { flavor: AUTH_SYS, body: &cred },
+        verf: OpaqueAuth::NONE,
+    }
+    .encode(&mut rw);
+    h.xid += 1;
+    rw.put_raw(&w.into_inner());
+    h.record(&rw.into_inner())
+}
+
+/// PUTFH + GETATTR of change and size, as `s`: the reply now, if any.
+fn getattr_cs(h: &mut Harness, s: &mut Sess, fh: &[u8]) -> Option<Vec<u8>> {
+    let ops = vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+        ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::from_bits(&[fattr4::CHANGE, fattr4::SIZE]) }),
+    ];
+    v4_record(h, ops).pop()
+}
+
+/// A GETATTR reply's (change, size).
+fn change_size(rep: &[u8]) -> (u64, u64) {
+    let r = res4(rep);
+    assert_eq!(r.status, Nfsstat4::OK, "{r:?}");
+    let ResOp4::GetAttr(Nfs4Res::Ok(ga)) = &r.results[2] else { panic!("{r:?}") };
+    let a = A4::from_fattr4(&ga.obj_attributes).unwrap();
+    (a.change.unwrap(), a.size.unwrap())
+}
+
+/// A CB_GETATTR call (RFC 8881 19.2.1, 20.9.1, 20.1.1) decoded by hand:
+/// (xid, CB_SEQUENCE session and sequence id, file handle, attributes).
+fn decode_cb_getattr(rec: &[u8]) -> (u32, SessionId4, u32, Vec<u8>, Bitmap4) {
+    let mut r = XdrReader::new(&rec[4..]);
+    let call = CallBody::decode(&mut r).unwrap();
+    assert_eq!((call.vers, call.proc_), (1, 1));
+    let _tag = r.get_string(64, "tag").unwrap();
+    let _minor = r.get_u32().unwrap();
+    let _ident = r.get_u32().unwrap();
+    assert_eq!(r.get_u32().unwrap(), 2, "CB_SEQUENCE and CB_GETATTR");
+    assert_eq!(r.get_u32().unwrap(), 11, "OP_CB_SEQUENCE");
+    let sid: SessionId4 = r.get_array_fixed().unwrap();
+    let seq = r.get_u32().unwrap();
+    for _ in 0..2 {
+        r.get_u32().unwrap();
+    }
+    let _cachethis = r.get_bool().unwrap();
+    assert_eq!(r.get_u32().unwrap(), 0, "no referring calls");
+    assert_eq!(r.get_u32().unwrap(), 3, "OP_CB_GETATTR");
+    let fh = r.get_opaque(128, "fh").unwrap().to_vec();
+    let req = Bitmap4::decode(&mut r).unwrap();
+    r.finish().unwrap();
+    (call.xid, sid, seq, fh, req)
+}
+
+/// The holder's CB_COMPOUND reply: CB_SEQUENCE OK, CB_GETATTR OK with
+/// `change` and `size`.
+fn cb_getattr_reply(xid: u32, sid: SessionId4, seq: u32, change: u64, size: u64) -> Vec<u8> {
+    let mut w = XdrWriter::new();
+    ReplyHeader::success(xid).encode(&mut w);
+    w.put_u32(0);
+    w.put_string(b"");
+    w.put_u32(2);
+    w.put_u32(11);
+    w.put_u32(0);
+    w.put_raw(&sid);
+    for v in [seq, 0, 0, 0] {
+        w.put_u32(v);
+    }
+    w.put_u32(3);
+    w.put_u32(0);
+    Bitmap4::from_bits(&[fattr4::CHANGE, fattr4::SIZE]).encode(&mut w);
+    let mut vals = change.to_be_bytes().to_vec();
+    vals.extend_from_slice(&size.to_be_bytes());
+    w.put_opaque(&vals);
+    w.into_inner()
+}
+
+/// Issue 13, RFC 8881 10.4.3 and 20.1: another client's GETATTR of the
+/// change attribute or size of a file under a write delegation waits for
+/// the holder's CB_GETATTR answer (the COMPOUND parked, nothing else
+/// held up); an answer with another change attribute reports the file
+/// modified (the holder's size, the server's change plus one), one with
+/// the same reports the server's attributes; no answer within 2 s, the
+/// server's. The holder's own GETATTRs and GETATTRs of other attributes
+/// send nothing; a reply that does not decode counts as no answer. The
+/// open_arguments attribute (RFC 9754) says what OPEN supports.
+#[test]
+fn nfs41_cb_getattr_answers_getattr_under_a_write_delegation() {
+    let mut h = Harness::new();
+    let mut a = back_chan_session(&mut h, b"wdeleg-a", 10);
+    let mut b = session(&mut h);
+    let root = share_root(&mut h, &mut b);
+    make_file(&mut h, &mut b, &root, b"w1");
+    let (st, o, fh) = open_deleg(&mut h, &mut a, &root, b"w1", share::ACCESS_BOTH | share::WANT_WRITE_DELEG, b"a1");
+    assert_eq!(st, Nfsstat4::OK);
+    assert_eq!(o.unwrap().2, 100, "a write delegation");
+    // The holder asks: no callback.
+    let (change0, size0) = change_size(&getattr_cs(&mut h, &mut a, &fh).expect("the holder's own GETATTR answers at once"));
+    assert!(h.callbacks.is_empty());
+    // Another attribute: no callback either.
+    let rep = h.v4(vec![
+        b.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(&fh) }),
+        ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::from_bits(&[fattr4::MODE]) }),
+    ]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    assert!(h.callbacks.is_empty());
+
+    // B asks for change and size: parked, CB_GETATTR on A's back channel.
+    assert!(getattr_cs(&mut h, &mut b, &fh).is_none(), "the GETATTR waits for the holder");
+    assert_eq!(h.callbacks.len(), 1);
+    let (conn, rec) = h.callbacks.remove(0);
+    assert_eq!(conn, 10);
+    let (xid, sid, seq, cfh, req) = decode_cb_getattr(&rec);
+    assert_eq!((sid, cfh.as_slice()), (a.id, fh.as_slice()));
+    assert!(req.is_set(fattr4::CHANGE) && req.is_set(fattr4::SIZE));
+    // A's other calls go on meanwhile.
+    getattr_cs(&mut h, &mut a, &fh).expect("the holder is not held up");
+    // A answers: modified, 5 bytes. B's reply comes (on B's connection).
+    h.conn = 10;
+    let direct = h.record(&cb_getattr_reply(xid, sid, seq, change0 + 7, 5));
+    h.conn = 1;
+    assert!(direct.is_empty(), "nothing answered on the back connection");
+    let (c, rep) = h.callbacks.remove(0);
+    assert_eq!(c, 1, "the parked COMPOUND's reply, to B");
+    let (change1, size1) = change_size(&rep[4..]);
+    assert_eq!((change1, size1), (change0 + 1, 5), "modified at the holder: its size, a greater change");
+    assert!(h.callbacks.is_empty());
+
+    // Unmodified: the server's own attributes.
+    assert!(getattr_cs(&mut h, &mut b, &fh).is_none());
+    let (_, rec) = h.callbacks.remove(0);
+    let (xid, sid, seq, _, _) = decode_cb_getattr(&rec);
+    assert_eq!(seq, 2, "CB_SEQUENCE's slot 0 sequence goes on");
+    h.conn = 10;
+    h.record(&cb_getattr_reply(xid, sid, seq, change0, size0));
+    h.conn = 1;
+    let (_, rep) = h.callbacks.remove(0);
+    assert_eq!(change_size(&rep[4..]), (change0, size0));
+
+    // A garbled answer: no answer; the server's attributes at once.
+    assert!(getattr_cs(&mut h, &mut b, &fh).is_none());
+    let (_, rec) = h.callbacks.remove(0);
+    let (xid, sid, seq, _, _) = decode_cb_getattr(&rec);
+    let mut bad = cb_getattr_reply(xid, sid, seq, 1, 1);
+    bad.truncate(bad.len() - 6);
+    h.conn = 10;
+    h.record(&bad);
+    h.conn = 1;
+    let (_, rep) = h.callbacks.remove(0);
+    assert_eq!(change_size(&rep[4..]), (change0, size0));
+
+    // No answer: the timer answers from the server's attributes after 2 s.
+    assert!(getattr_cs(&mut h, &mut b, &fh).is_none());
+    let (_, rec) = h.callbacks.remove(0);
+    let (xid, sid, seq, _, _) = decode_cb_getattr(&rec);
+    h.now += 1_000_000_000;
+    assert!(h.srv.on_tick(h.now).is_empty(), "still waiting at 1 s");
+    h.now += 1_500_000_000;
+    let mut ev = h.srv.on_tick(h.now);
+    let mut out = Vec::new();
+    while let Some(e) = ev.pop() {
+        match e {
+            Event::Run { token, batch, .. } => {
+                let res = h.eng.run(&batch);
+                ev.extend(h.srv.on_batch_done(token, res, h.now));
+            }
+            other => out.push(other),
+        }
+    }
+    let [Event::Reply { conn: 1, bytes }] = &out[..] else { panic!("{out:?}") };
+    assert_eq!(change_size(&bytes[4..]), (change0, size0));
+    // The late answer is dropped; the next GETATTR asks again.
+    h.conn = 10;
+    assert!(h.record(&cb_getattr_reply(xid, sid, seq, 99, 99)).is_empty());
+    h.conn = 1;
+    assert!(h.callbacks.is_empty());
+    assert!(getattr_cs(&mut h, &mut b, &fh).is_none());
+    assert_eq!(h.callbacks.len(), 1, "the slot was freed");
+
+    // open_arguments (RFC 9754 section 5) is supported and decodes.
+    let rep = h.v4(vec![
+        a.sequence(),
+        ArgOp4::PutRootFh(()),
+        ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::from_bits(&[fattr4::SUPPORTED_ATTRS, fattr4::OPEN_ARGUMENTS]) }),
+    ]);
+    let r = res4(&rep);
+    let ResOp4::GetAttr(Nfs4Res::Ok(ga)) = &r.results[2] else { panic!("{r:?}") };
+    let attrs = A4::from_fattr4(&ga.obj_attributes).unwrap();
+    assert!(attrs.supported_attrs.unwrap().is_set(fattr4::OPEN_ARGUMENTS));
+    let oa = attrs.open_arguments.expect("open_arguments");
+    assert!(oa.share_access_want.is_set(2) && oa.share_access_want.is_set(3), "write and any delegation wants");
+    assert!(oa.open_claim.is_set(0) && oa.open_claim.is_set(4), "CLAIM_NULL and CLAIM_FH");
+}

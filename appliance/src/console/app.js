@@ -70,10 +70,13 @@ async function refresh() {
     renderStatus(status);
     renderStats(stats);
     renderShares(shares);
+    await renderSnapshots(shares);
     renderUsers(users);
     renderCluster(cluster);
     await sampleMetrics();
-    $("app-error").textContent = "";
+    // An action's refusal stays up a while (a refresh every 2 s would
+    // wipe it at once).
+    if (Date.now() - failedAt > 10000) $("app-error").textContent = "";
   } catch (e) {
     if (e.message !== "signed out") $("app-error").textContent = e.message;
   }
@@ -124,7 +127,8 @@ function renderShares(list) {
     const tr = el("tr");
     tr.dataset.share = s.name;
     tr.append(el("td", s.name), el("td", s.path), el("td", s.protocols.join(", ")), el("td", s.read_only ? "read-only" : "read-write"),
-      el("td", (s.users || []).join(", ") || "all"), el("td", s.nfs.clients.join(", ")));
+      el("td", (s.users || []).join(", ") || "all"), el("td", s.nfs.clients.join(", ")),
+      el("td", s.origin || "-"), el("td", s.exclusive ? (s.exclusive.partial ? "≥ " : "") + bytes(s.exclusive.bytes) : "-"));
     const td = el("td");
     td.append(button("Remove", async () => {
       if (!confirm(`Remove share ${s.name}? Its files stay in the namespace.`)) return;
@@ -133,6 +137,81 @@ function renderShares(list) {
     td.append(button(s.read_only ? "Make writable" : "Make read-only", async () => {
       try { await api("PATCH", `/v1/shares/${encodeURIComponent(s.name)}`, { read_only: !s.read_only }); refresh(); } catch (e) { $("app-error").textContent = e.message; }
     }));
+    tr.append(td);
+    tb.append(tr);
+  }
+}
+
+let failedAt = 0;
+
+// Shows why an action was refused.
+function fail(e) {
+  failedAt = Date.now();
+  $("app-error").textContent = e.message;
+}
+
+function utc(ns) {
+  return new Date(Math.floor(ns / 1e6)).toISOString().replace(/\.\d+Z$/, "Z");
+}
+
+function interval(secs) {
+  for (const [u, n] of [["d", 86400], ["h", 3600], ["m", 60]]) if (secs % n === 0) return `${secs / n}${u}`;
+  return `${secs}s`;
+}
+
+// 30s, 15m, 1h, 1d, or a bare number of minutes (as duetctl takes it).
+function parseInterval(v) {
+  const m = /^(\d+)([smhd]?)$/.exec(v.trim());
+  if (!m) throw new Error(`invalid interval "${v}": give e.g. 30s, 15m, 1h or 1d`);
+  return Number(m[1]) * { s: 1, m: 60, h: 3600, d: 86400, "": 60 }[m[2]];
+}
+
+function selectedShare() {
+  return $("snap-share").value;
+}
+
+// The snapshots of the share chosen, with the space only each holds, and
+// the share's schedule.
+async function renderSnapshots(shares) {
+  const sel = $("snap-share");
+  const keep = sel.value;
+  sel.replaceChildren();
+  for (const s of shares) {
+    const o = el("option", s.name);
+    o.value = s.name;
+    sel.append(o);
+  }
+  if (shares.some((s) => s.name === keep)) sel.value = keep;
+  const name = sel.value;
+  const share = shares.find((s) => s.name === name);
+  const tb = $("snapshots").tBodies[0];
+  if (!share) { tb.replaceChildren(); return; }
+  const sch = share.snapshot_schedule;
+  $("sched-now").textContent = sch ? `Schedule: every ${interval(sch.every_s)}, keep ${sch.keep}.` : "No schedule.";
+  const list = await api("GET", `/v1/shares/${encodeURIComponent(name)}/snapshots`);
+  tb.replaceChildren();
+  for (const sn of list.slice().reverse()) {
+    const tr = el("tr");
+    tr.dataset.snapshot = sn.name;
+    tr.append(el("td", sn.name), el("td", utc(sn.created_ns)), el("td", sn.gmt), el("td", (sn.exclusive.partial ? "≥ " : "") + bytes(sn.exclusive.bytes), "num"),
+      el("td", sn.scheduled ? "schedule" : "manual"), el("td", sn.clone || "-"));
+    const td = el("td");
+    const del = button("Delete", async () => {
+      if (!confirm(`Delete snapshot ${sn.name} of share ${name}? It frees ${bytes(sn.exclusive.bytes)}.`)) return;
+      try { await api("DELETE", `/v1/shares/${encodeURIComponent(name)}/snapshots/${encodeURIComponent(sn.name)}`); refresh(); } catch (e) { fail(e); }
+    });
+    del.className = "snap-delete";
+    const cl = button("Clone", async () => {
+      const n = $("clone-name").value.trim();
+      if (!n) { fail(new Error("Give the clone share's name first.")); return; }
+      try {
+        await api("POST", `/v1/shares/${encodeURIComponent(name)}/clone`, { share: { name: n, path: `/clones/${n}` }, snapshot: sn.name });
+        $("clone-name").value = "";
+        refresh();
+      } catch (e) { fail(e); }
+    });
+    cl.className = "snap-clone";
+    td.append(del, cl);
     tr.append(td);
     tb.append(tr);
   }
@@ -149,10 +228,10 @@ function renderUsers(list) {
     if (u.name !== "admin") {
       td.append(button("Remove", async () => {
         if (!confirm(`Remove user ${u.name}?`)) return;
-        try { await api("DELETE", `/v1/users/${encodeURIComponent(u.name)}`); refresh(); } catch (e) { $("app-error").textContent = e.message; }
+        try { await api("DELETE", `/v1/users/${encodeURIComponent(u.name)}`); refresh(); } catch (e) { fail(e); }
       }));
       td.append(button(u.enabled ? "Disable" : "Enable", async () => {
-        try { await api("PATCH", `/v1/users/${encodeURIComponent(u.name)}`, { enabled: !u.enabled }); refresh(); } catch (e) { $("app-error").textContent = e.message; }
+        try { await api("PATCH", `/v1/users/${encodeURIComponent(u.name)}`, { enabled: !u.enabled }); refresh(); } catch (e) { fail(e); }
       }));
     }
     tr.append(td);
@@ -262,7 +341,38 @@ document.addEventListener("DOMContentLoaded", async () => {
       await api("POST", "/v1/shares", share);
       $("share-form").reset();
       refresh();
-    } catch (e) { $("app-error").textContent = e.message; }
+    } catch (e) { fail(e); }
+  });
+  $("snap-share").addEventListener("change", () => refresh());
+  $("snap-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const n = $("snap-name").value.trim();
+    try {
+      await api("POST", `/v1/shares/${encodeURIComponent(selectedShare())}/snapshots`, n ? { name: n } : {});
+      $("snap-name").value = "";
+      refresh();
+    } catch (e) { fail(e); }
+  });
+  $("sched-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const body = { every_s: parseInterval($("sched-every").value), keep: Number($("sched-keep").value) };
+      await api("PUT", `/v1/shares/${encodeURIComponent(selectedShare())}/snapshot-schedule`, body);
+      $("sched-form").reset();
+      refresh();
+    } catch (e) { fail(e); }
+  });
+  $("sched-off").addEventListener("click", async () => {
+    try { await api("DELETE", `/v1/shares/${encodeURIComponent(selectedShare())}/snapshot-schedule`); refresh(); } catch (e) { fail(e); }
+  });
+  $("clone-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const n = $("clone-name").value.trim();
+    try {
+      await api("POST", `/v1/shares/${encodeURIComponent(selectedShare())}/clone`, { share: { name: n, path: `/clones/${n}` } });
+      $("clone-form").reset();
+      refresh();
+    } catch (e) { fail(e); }
   });
   $("user-form").addEventListener("submit", async (ev) => {
     ev.preventDefault();

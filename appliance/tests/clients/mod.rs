@@ -100,6 +100,8 @@ pub struct Smb {
     pub granted: u64,
     /// CreditCharge of the next message (MS-SMB2 3.2.4.1.5: one per 64 KiB).
     pub charge: u16,
+    /// The dialect negotiated (its signing key derivation).
+    pub dialect: u16,
 }
 
 /// One decoded reply: its header and whole message bytes.
@@ -150,6 +152,7 @@ impl Smb {
             credit_request: 32,
             granted: 0,
             charge: 1,
+            dialect: dialect::SMB2_1,
         }
     }
 
@@ -255,16 +258,22 @@ impl Smb {
     }
 
     pub fn negotiate(&mut self) {
+        self.negotiate_as(dialect::SMB2_1, [0x33; 16]);
+    }
+
+    /// NEGOTIATE of one dialect (2.1 or 3.0) as client `client_guid`.
+    pub fn negotiate_as(&mut self, d: u16, client_guid: [u8; 16]) {
         let req = NegotiateRequest {
             security_mode: 1,
-            capabilities: 0,
-            client_guid: [0x33; 16],
+            capabilities: if d >= dialect::SMB3_0 { 0x2 } else { 0 },
+            client_guid,
             client_start_time: 0,
-            dialects: vec![dialect::SMB2_1],
+            dialects: vec![d],
             negotiate_contexts: Vec::new(),
         };
         let r = self.call(Request::Negotiate(req), Cmd::NEGOTIATE);
         assert_eq!(r.status(), NtStatus::SUCCESS);
+        self.dialect = d;
     }
 
     /// NTLMv2 through SPNEGO; the final status.
@@ -296,7 +305,7 @@ impl Smb {
         let tok = spnego::client_resp(&auth, None);
         let r = self.call(Request::SessionSetup(setup(&tok)), Cmd::SESSION_SETUP);
         if r.status() == NtStatus::SUCCESS {
-            self.signing = Some(derive_keys(dialect::SMB2_1, &key, None, &[0; 64], true).signing);
+            self.signing = Some(derive_keys(self.dialect, &key, None, &[0; 64], true).signing);
         }
         r.status()
     }

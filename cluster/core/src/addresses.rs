@@ -7,8 +7,9 @@
 //! as a [`crate::records::Command::PublicAddresses`], so every node acts on
 //! the same, replicated table; each node then adds the addresses it was
 //! given to its interface and announces them with a gratuitous ARP
-//! ([`gratuitous_arp`], RFC 5227 section 3 "ARP Announcement"), and drops
-//! the others. Sans-I/O: the appliance (`appliance/src/addresses.rs`)
+//! ([`gratuitous_arp`], RFC 5227 section 3 "ARP Announcement"), or for
+//! IPv6 an unsolicited neighbour advertisement ([`unsolicited_na`], RFC
+//! 4861 section 7.2.6), and drops the others. Sans-I/O: the appliance (`appliance/src/addresses.rs`)
 //! touches the interface and the socket.
 //!
 //! Architecture Invariant: the assignment is a pure function of the
@@ -83,9 +84,38 @@ pub fn gratuitous_arp(mac: [u8; 6], ip: [u8; 4]) -> [u8; 28] {
     p
 }
 
+/// An unsolicited Neighbor Advertisement of `ip` at `mac` (RFC 4861
+/// sections 4.4 and 7.2.6): ICMPv6 type 136, the Override flag set (the
+/// address moved: receivers replace the link-layer address they have),
+/// Router and Solicited clear, the target address, and a Target
+/// Link-Layer Address option (4.6.1). The 32 bytes of the ICMPv6 message,
+/// its checksum left zero (a raw ICMPv6 socket fills it in, RFC 3542
+/// section 3.1); sent to ff02::1 with hop limit 255.
+pub fn unsolicited_na(mac: [u8; 6], ip: [u8; 16]) -> [u8; 32] {
+    let mut p = [0u8; 32];
+    p[0] = 136; // type: Neighbor Advertisement
+    p[1] = 0; // code
+    p[4] = 0x20; // R = 0, S = 0, O = 1
+    p[8..24].copy_from_slice(&ip);
+    p[24] = 2; // option: Target Link-Layer Address
+    p[25] = 1; // length in units of 8 octets
+    p[26..32].copy_from_slice(&mac);
+    p
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn neighbour_advertisement_layout() {
+        let ip: std::net::Ipv6Addr = "fd00:213::102".parse().unwrap();
+        let p = unsolicited_na([2, 0, 0, 0, 0, 9], ip.octets());
+        assert_eq!((p[0], p[1], p[2], p[3]), (136, 0, 0, 0), "type, code, checksum left to the kernel");
+        assert_eq!(&p[4..8], &[0x20, 0, 0, 0], "Override only");
+        assert_eq!(&p[8..24], &ip.octets());
+        assert_eq!(&p[24..32], &[2, 1, 2, 0, 0, 0, 0, 9]);
+    }
 
     fn addrs(n: usize) -> Vec<String> {
         (0..n).map(|i| format!("10.0.0.{}/24", 100 + i)).collect()

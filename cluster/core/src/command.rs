@@ -109,6 +109,10 @@ const CMD_INIT_DURABILITY: u8 = 12;
 /// `PutShare` whose share record is followed by a durability tag (see
 /// [`CMD_INIT_DURABILITY`]); a share of durability `always` is `CMD_PUT_SHARE`.
 const CMD_PUT_SHARE_DURABILITY: u8 = 13;
+/// Issue 15 (schedules): a share's snapshot schedule set or removed: share
+/// name, then a bool, and when set the interval (seconds) and how many to
+/// keep.
+const CMD_SNAPSHOT_SCHEDULE: u8 = 14;
 
 // A share's durability (`ShareRecord::durability`).
 const DURABILITY_ALWAYS: u8 = 0;
@@ -277,6 +281,15 @@ fn put_command(w: &mut Writer, cmd: &Command) {
             put_share(w, share);
             put_durability(w, share.durability);
             w.i64(*now_ns);
+        }
+        Command::SnapshotSchedule { share, schedule } => {
+            w.u8(CMD_SNAPSHOT_SCHEDULE);
+            w.str(share);
+            w.bool(schedule.is_some());
+            if let Some(s) = schedule {
+                w.u64(s.every_s);
+                w.u32(s.keep);
+            }
         }
     }
 }
@@ -772,6 +785,17 @@ fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
             share.durability = get_durability(r)?;
             let now_ns = r.i64("clone time")?;
             Command::Clone { source, snapshot, share, now_ns }
+        }
+        CMD_SNAPSHOT_SCHEDULE => {
+            let share = r.string("share name")?;
+            let schedule = if r.bool("snapshot schedule set")? {
+                let every_s = r.u64("snapshot schedule interval")?;
+                let keep = r.u32("snapshot schedule keep")?;
+                Some(crate::records::ScheduleRecord { every_s, keep })
+            } else {
+                None
+            };
+            Command::SnapshotSchedule { share, schedule }
         }
         t => return r.unknown("command", t),
     })

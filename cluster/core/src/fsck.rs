@@ -312,6 +312,22 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
             }
         });
     }
+    // Snapshot schedules: each decodes, within bounds, of a share that
+    // exists (removing a share removes its schedule).
+    scan_all(kv, keys::SCHEDULE, |k, v| {
+        let name = String::from_utf8_lossy(&k[1..]).into_owned();
+        match decode::<crate::records::ScheduleRecord>(v) {
+            Some(s) => {
+                if let Err(e) = crate::schedule::check(s.every_s, s.keep) {
+                    r.problems.push(format!("snapshot schedule of share {name}: {e}"));
+                }
+                if kv.get(&keys::share(&name)).is_none() {
+                    r.problems.push(format!("snapshot schedule of share {name}, which does not exist"));
+                }
+            }
+            None => r.problems.push(format!("undecodable snapshot schedule {}", hex(k))),
+        }
+    });
     if !nodes.contains_key(&ROOT_ID) {
         r.problems.push("the root directory is missing".into());
     }

@@ -27,6 +27,7 @@
 //! | `K` clone                         | [`CloneRecord`](crate::records::CloneRecord): a writable clone of a share |
 //! | `M` id                            | a clone object's mark: [`CLONE_OWN`] (its contents are its own records), [`CLONE_MERGED`] (a directory: its own entries over its source's) or [`CLONE_GONE`] (deleted: never read through again) |
 //! | `W` dir name                      | () a clone directory's whiteout: its source's entry `name` is hidden |
+//! | `S` share-name                    | [`ScheduleRecord`](crate::records::ScheduleRecord): the share's snapshot schedule |
 //!
 //! Layers (snapshots) are described in `cluster/STORAGE-MODEL.md`,
 //! "Layers".
@@ -70,6 +71,8 @@ pub const CLONE: u8 = b'K';
 pub const CLONE_MARK: u8 = b'M';
 /// Clones: `W` dir name -> () a whiteout in a merged directory.
 pub const WHITEOUT: u8 = b'W';
+/// Snapshot schedules: `S` share-name -> [`ScheduleRecord`](crate::records::ScheduleRecord).
+pub const SCHEDULE: u8 = b'S';
 /// A clone directory's mark: its own edges and whiteouts (`W`) lie over
 /// its source's entries (copied up without copying them).
 pub const CLONE_MERGED: u8 = 2;
@@ -173,6 +176,12 @@ pub fn shadow(id: NodeId) -> Vec<u8> {
 /// inline data, extended attribute).
 pub fn layered_kind(key: &[u8]) -> bool {
     matches!(key.first(), Some(&NODE) | Some(&EDGE) | Some(&DATA) | Some(&EA) | Some(&CLONE_MARK) | Some(&WHITEOUT))
+}
+
+pub fn schedule(share: &str) -> Vec<u8> {
+    let mut k = vec![SCHEDULE];
+    k.extend_from_slice(share.as_bytes());
+    k
 }
 
 pub fn clone(c: u64) -> Vec<u8> {

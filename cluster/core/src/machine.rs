@@ -18,8 +18,10 @@ use crate::records::{decode, encode, Command, DataOp, DataRecord, Edge, Node, Sh
 
 mod clone;
 mod layers;
+mod space;
 pub use clone::{clone_id, is_clone_id, list_clones, CLONE_BIT, DEPTH_MAX as CLONE_DEPTH_MAX};
 pub use layers::{check_snapshot_name, list_snapshots, SNAPSHOT_MAX};
+pub use space::{clone_space, clone_space_within, snapshot_space, snapshot_space_within, Exclusive, SCAN_MAX as SPACE_SCAN_MAX};
 
 /// Most links one node may have.
 pub const LINK_MAX: u32 = 65_000;
@@ -106,7 +108,12 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
             // stands on stays.
             let batch = Batch::new(duet_fs::Credentials::root(), 0);
             let mut ex = Exec { batch: &batch, produced: Vec::new(), out: Applied::default() };
-            let r = clone::remove_share(txn, &mut ex, name).map(|_| txn.delete(key));
+            let r = clone::remove_share(txn, &mut ex, name).map(|_| {
+                txn.delete(key);
+                // Its snapshot schedule goes with it (a share added again
+                // under the name starts without one).
+                txn.delete(keys::schedule(name));
+            });
             if r.is_err() {
                 return Applied { admin: Some(r), ..Default::default() };
             }
@@ -165,11 +172,45 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
             ex.out.admin = Some(r);
             ex.out
         }
+        Command::SnapshotSchedule { share, schedule } => {
+            Applied { admin: Some(set_schedule(txn, share, schedule.as_ref())), ..Default::default() }
+        }
         Command::Clone { source, snapshot, share, now_ns } => Applied {
             admin: Some(clone::create(txn, source, snapshot.as_deref(), share, *now_ns)),
             ..Default::default()
         },
     }
+}
+
+/// `Command::SnapshotSchedule`: share `share`'s snapshot schedule (`None`:
+/// none). Refused, writing nothing, for an unknown share or values outside
+/// [`crate::schedule::check`]'s bounds.
+fn set_schedule<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    share: &str,
+    schedule: Option<&crate::records::ScheduleRecord>,
+) -> Result<(), AdminError> {
+    if txn.get(&keys::share(share)).is_none() {
+        return Err(AdminError::NotFound(format!("share {share}")));
+    }
+    match schedule {
+        Some(s) => {
+            crate::schedule::check(s.every_s, s.keep).map_err(AdminError::Invalid)?;
+            txn.put_record(keys::schedule(share), s);
+        }
+        None => txn.delete(keys::schedule(share)),
+    }
+    Ok(())
+}
+
+/// Every share's snapshot schedule, by share name.
+pub fn schedules<R: KvRead + ?Sized>(kv: &R) -> Vec<(String, crate::records::ScheduleRecord)> {
+    let p = [keys::SCHEDULE];
+    let mut txn = Txn::new(kv);
+    txn.scan(&p, &keys::prefix_end(&p), usize::MAX)
+        .into_iter()
+        .filter_map(|(k, v)| Some((String::from_utf8(k[1..].to_vec()).ok()?, decode(&v)?)))
+        .collect()
 }
 
 /// This node's destager has applied every data record up to `upto`

@@ -271,6 +271,16 @@ pub struct CloneRecord {
     pub created_ns: TimeNs,
 }
 
+/// A share's snapshot schedule (`S` share-name; `crate::schedule`): a
+/// snapshot `auto-YYYYMMDDTHHMMSSZ` every `every_s` seconds, the newest
+/// `keep` scheduled ones kept (manual snapshots and those a clone stands
+/// on are never deleted by it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleRecord {
+    pub every_s: u64,
+    pub keep: u32,
+}
+
 /// A user (`u` name): what NTLMv2 needs (the NT one-way function of the
 /// password, MS-NLMP 3.3.1), never the password.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -324,6 +334,9 @@ pub enum Command {
     /// dropped with the clone), in a constant number of keys (see
     /// `cluster/STORAGE-MODEL.md`, "Clones"). Appended last.
     Clone { source: String, snapshot: Option<String>, share: ShareRecord, now_ns: TimeNs },
+    /// Sets (or, `None`, removes) share `share`'s snapshot schedule
+    /// (`crate::schedule`; command tag 14). Appended last.
+    SnapshotSchedule { share: String, schedule: Option<ScheduleRecord> },
 }
 
 /// Encodes a stored record (RocksDB). Raft commands use

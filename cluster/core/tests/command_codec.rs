@@ -278,18 +278,26 @@ impl Gen {
             7 => Command::PublicAddresses { assignment: self.vec(4, |g| (g.string(), g.u64())) },
             8 => Command::Snapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
             9 => Command::DropSnapshot { share: self.string(), name: self.string(), now_ns: self.i64() },
-            _ => Command::Clone {
+            10 => Command::Clone {
                 source: self.string(),
                 snapshot: if self.bool() { Some(self.string()) } else { None },
                 share: self.share(),
                 now_ns: self.i64(),
+            },
+            _ => Command::SnapshotSchedule {
+                share: self.string(),
+                schedule: if self.bool() {
+                    Some(duet_cluster::records::ScheduleRecord { every_s: self.u64(), keep: self.u32() })
+                } else {
+                    None
+                },
             },
         }
     }
 }
 
 const OP_VARIANTS: u64 = 22;
-const COMMAND_VARIANTS: u64 = 11;
+const COMMAND_VARIANTS: u64 = 12;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
 
@@ -374,6 +382,7 @@ fn every_command_and_op_variant_round_trips() {
             Command::Snapshot { .. } => 8,
             Command::DropSnapshot { .. } => 9,
             Command::Clone { .. } => 10,
+            Command::SnapshotSchedule { .. } => 11,
         };
         assert_eq!(n, which);
     }

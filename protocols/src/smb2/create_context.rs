@@ -37,6 +37,11 @@ pub mod name {
     pub const DH2Q: &[u8] = b"DH2Q";
     /// SMB2_CREATE_DURABLE_HANDLE_RECONNECT_V2
     pub const DH2C: &[u8] = b"DH2C";
+    /// SMB2_CREATE_APP_INSTANCE_ID (2.2.13.2.13): the GUID
+    /// 45BCA66A-EFA7-F74A-9008-FA462E144D74 as the 16 name bytes.
+    pub const APP_INSTANCE_ID: &[u8] = &[
+        0x45, 0xBC, 0xA6, 0x6A, 0xEF, 0xA7, 0xF7, 0x4A, 0x90, 0x08, 0xFA, 0x46, 0x2E, 0x14, 0x4D, 0x74,
+    ];
 }
 
 /// One SMB2_CREATE_CONTEXT, undecoded: the name and the data, both borrowed.
@@ -257,6 +262,8 @@ pub enum CreateContextRequest<'a> {
     DurableHandleRequestV2 { timeout: u32, flags: u32, create_guid: Guid },
     /// 2.2.13.2.12 SMB2_CREATE_DURABLE_HANDLE_RECONNECT_V2
     DurableHandleReconnectV2 { file_id: FileId, create_guid: Guid, flags: u32 },
+    /// 2.2.13.2.13 SMB2_CREATE_APP_INSTANCE_ID (StructureSize 20).
+    AppInstanceId(Guid),
     /// Anything else (AAPL, the POSIX context, app instance ids ...), raw.
     Other(CreateContext<'a>),
 }
@@ -292,6 +299,14 @@ impl<'a> CreateContextRequest<'a> {
                 r.u64("Reserved")?;
                 Self::DurableHandleRequestV2 { timeout, flags, create_guid: r.array("CreateGuid")? }
             }
+            name::APP_INSTANCE_ID => {
+                let mut r = exact(d, 20, "AppInstanceId DataLength")?;
+                if r.u16("StructureSize")? != 20 {
+                    return Err(DecodeError::InvalidValue { field: "AppInstanceId StructureSize" });
+                }
+                r.u16("Reserved")?;
+                Self::AppInstanceId(r.array("AppInstanceId")?)
+            }
             name::DH2C => {
                 let mut r = exact(d, 36, "DH2C DataLength")?;
                 let file_id = FileId::read(&mut r)?;
@@ -321,6 +336,7 @@ impl ContextEntry for CreateContextRequest<'_> {
             Self::QueryOnDiskId => name::QFID,
             Self::DurableHandleRequestV2 { .. } => name::DH2Q,
             Self::DurableHandleReconnectV2 { .. } => name::DH2C,
+            Self::AppInstanceId(_) => name::APP_INSTANCE_ID,
             Self::Other(c) => c.name,
         }
     }
@@ -335,6 +351,7 @@ impl ContextEntry for CreateContextRequest<'_> {
             Self::QueryOnDiskId => 0,
             Self::DurableHandleRequestV2 { .. } => 32,
             Self::DurableHandleReconnectV2 { .. } => 36,
+            Self::AppInstanceId(_) => 20,
             Self::Other(c) => c.data.len(),
         }
     }
@@ -362,6 +379,11 @@ impl ContextEntry for CreateContextRequest<'_> {
                 file_id.write(out);
                 out.put_bytes(create_guid);
                 out.put_u32(*flags);
+            }
+            Self::AppInstanceId(id) => {
+                out.put_u16(20);
+                out.put_u16(0);
+                out.put_bytes(id);
             }
             Self::Other(c) => out.put_bytes(c.data),
         }
@@ -473,6 +495,7 @@ mod tests {
                 ..Lease::default()
             }),
             CreateContextRequest::DurableHandleRequestV2 { timeout: 0, flags: 0, create_guid: [9; 16] },
+            CreateContextRequest::AppInstanceId([0x5a; 16]),
             CreateContextRequest::AllocationSize(4096),
             CreateContextRequest::QueryOnDiskId,
         ];

@@ -106,6 +106,8 @@ pub mod fattr4 {
     pub const MODE_UMASK: u32 = 81;
     /// RFC 8276 section 8.1.
     pub const XATTR_SUPPORT: u32 = 82;
+    /// RFC 9754 section 5: what OPEN supports.
+    pub const OPEN_ARGUMENTS: u32 = 86;
 }
 
 /// RFC 8881 section 4.2 and 5.8.1.3: fh_expire_type bits.
@@ -258,6 +260,21 @@ xdr_struct! {
 }
 
 xdr_struct! {
+    /// RFC 9754 section 5: open_arguments4, the OPEN arguments a server
+    /// supports, each a bitmap of the values of its enum
+    /// (open_args_share_access4, open_args_share_deny4,
+    /// open_args_share_access_want4, open_args_open_claim4,
+    /// open_args_createmode4).
+    pub struct OpenArguments4 {
+        pub share_access: Bitmap4,
+        pub share_deny: Bitmap4,
+        pub share_access_want: Bitmap4,
+        pub open_claim: Bitmap4,
+        pub create_mode: Bitmap4,
+    }
+}
+
+xdr_struct! {
     /// RFC 8275 section 3: mode_umask4, the mode and the umask to apply to
     /// it at creation.
     pub struct ModeUmask4 {
@@ -406,6 +423,7 @@ attrs_table! { 'a;
     80 sec_label: SecLabel4<'a>,
     81 mode_umask: ModeUmask4,
     82 xattr_support: bool,
+    86 open_arguments: OpenArguments4,
 }
 
 impl<'a> Attrs<'a> {

@@ -1,11 +1,12 @@
 //! The NFSv4.1 callback program (RFC 8881 sections 19 and 20) as far as
 //! the server sends it: a CB_COMPOUND (19.2) of CB_SEQUENCE (20.9) and
-//! CB_RECALL (20.2) in an ONC RPC CALL (RFC
+//! CB_RECALL (20.2) or CB_GETATTR (20.1) in an ONC RPC CALL (RFC
 //! 5531 section 9) with record marking (RFC 5531 section 11), and the
 //! reply's header and status. The server writes the call on a connection
 //! the client bound to the session's back channel (RFC 8881 2.10.3.1).
 
-use super::{Nfsstat4, SessionId4, Stateid4};
+use super::attrs::fattr4;
+use super::{Bitmap4, Fattr4, Nfsstat4, SessionId4, Stateid4};
 use crate::nfs::rpc::{begin_record, end_record, CallBody, OpaqueAuth, ReplyBody, ReplyHeader, RPC_VERSION};
 use crate::nfs::rpc::AcceptedReplyData;
 use crate::nfs::xdr::{XdrDecode, XdrEncode, XdrError, XdrReader, XdrWriter};
@@ -17,6 +18,7 @@ pub const CB_VERSION: u32 = 1;
 
 /// RFC 8881 20: nfs_cb_opnum4 values duet sends.
 pub mod cb_opnum {
+    pub const CB_GETATTR: u32 = 3;
     pub const CB_RECALL: u32 = 4;
     pub const CB_SEQUENCE: u32 = 11;
 }
@@ -70,11 +72,37 @@ pub enum CbCred {
     Sys(Vec<u8>),
 }
 
+/// RFC 8881 20.1.1: CB_GETATTR4args, the file and the attributes asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CbGetattr4Args {
+    pub fh: Vec<u8>,
+    pub attr_request: Bitmap4,
+}
+
+impl XdrEncode for CbGetattr4Args {
+    fn encode(&self, w: &mut XdrWriter) {
+        w.put_opaque(&self.fh);
+        self.attr_request.encode(w);
+    }
+}
+
+/// The operation a CB_COMPOUND carries after its CB_SEQUENCE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CbOp {
+    Recall(CbRecall4Args),
+    Getattr(CbGetattr4Args),
+}
+
 /// One whole record-marked RPC CALL of CB_COMPOUND (RFC 8881 19.2.1:
 /// CB_COMPOUND4args tag, minorversion, callback_ident, argarray) holding
 /// CB_SEQUENCE and CB_RECALL. `minor` is the session's minor version (1
 /// or 2: RFC 7862 keeps the callback program and asks the same).
 pub fn encode_cb_recall(xid: u32, prog: u32, minor: u32, cred: &CbCred, seq: &CbSequence4Args, recall: &CbRecall4Args) -> Vec<u8> {
+    encode_cb_compound(xid, prog, minor, cred, seq, &CbOp::Recall(recall.clone()))
+}
+
+/// [`encode_cb_recall`] for any [`CbOp`].
+pub fn encode_cb_compound(xid: u32, prog: u32, minor: u32, cred: &CbCred, seq: &CbSequence4Args, op: &CbOp) -> Vec<u8> {
     let mut w = XdrWriter::new();
     let at = begin_record(&mut w);
     let cred_auth = match cred {
@@ -97,8 +125,16 @@ pub fn encode_cb_recall(xid: u32, prog: u32, minor: u32, cred: &CbCred, seq: &Cb
     w.put_u32(2);
     w.put_u32(cb_opnum::CB_SEQUENCE);
     seq.encode(&mut w);
-    w.put_u32(cb_opnum::CB_RECALL);
-    recall.encode(&mut w);
+    match op {
+        CbOp::Recall(r) => {
+            w.put_u32(cb_opnum::CB_RECALL);
+            r.encode(&mut w);
+        }
+        CbOp::Getattr(g) => {
+            w.put_u32(cb_opnum::CB_GETATTR);
+            g.encode(&mut w);
+        }
+    }
     end_record(&mut w, at);
     w.into_inner()
 }
@@ -129,6 +165,68 @@ pub fn decode_cb_reply(record: &[u8]) -> Result<CbReply, XdrError> {
         _ => None,
     };
     Ok(CbReply { xid: hdr.xid, status })
+}
+
+/// What the holder of a write delegation answered to CB_GETATTR (RFC
+/// 8881 20.1.2): its view of the file's change attribute and size, each
+/// present when it sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CbGetattrAttrs {
+    pub change: Option<u64>,
+    pub size: Option<u64>,
+}
+
+/// Decodes the attributes of a reply to a CB_COMPOUND of CB_SEQUENCE and
+/// CB_GETATTR (RFC 8881 19.2.2 CB_COMPOUND4res, 20.9.2, 20.1.2): None
+/// when the RPC, the CB_COMPOUND or one of its operations failed, or the
+/// results are not those two. Err for bytes that are no reply or whose
+/// results do not decode; attributes other than change and size are
+/// decoded and ignored.
+pub fn decode_cb_getattr_reply(record: &[u8]) -> Result<Option<CbGetattrAttrs>, XdrError> {
+    let mut r = XdrReader::new(record);
+    let hdr = ReplyHeader::decode(&mut r)?;
+    if !matches!(hdr.body, ReplyBody::Accepted { data: AcceptedReplyData::Success, .. }) {
+        return Ok(None);
+    }
+    let status = Nfsstat4::decode(&mut r)?;
+    r.get_opaque(1024, "CB_COMPOUND4res tag")?;
+    let n = r.get_u32()?;
+    if status != Nfsstat4::OK || n != 2 {
+        return Ok(None);
+    }
+    if r.get_u32()? != cb_opnum::CB_SEQUENCE || Nfsstat4::decode(&mut r)? != Nfsstat4::OK {
+        return Ok(None);
+    }
+    // CB_SEQUENCE4resok: session id, sequence id, slot, highest and
+    // target highest slot.
+    let _session: SessionId4 = r.get_array_fixed()?;
+    for _ in 0..4 {
+        r.get_u32()?;
+    }
+    if r.get_u32()? != cb_opnum::CB_GETATTR || Nfsstat4::decode(&mut r)? != Nfsstat4::OK {
+        return Ok(None);
+    }
+    let f = Fattr4::decode(&mut r)?;
+    // The values lie in attribute order: change (3) and size (4) are read
+    // where they are, past the three attributes before them; what follows
+    // them (a client may add attributes not asked for, such as RFC 9754's
+    // delegated times) is not parsed.
+    let mut vals = XdrReader::new(f.attr_vals.0);
+    let mut seen = CbGetattrAttrs::default();
+    for bit in f.attrmask.iter() {
+        match bit {
+            fattr4::CHANGE => seen.change = Some(vals.get_u64()?),
+            fattr4::SIZE => seen.size = Some(vals.get_u64()?),
+            fattr4::SUPPORTED_ATTRS => {
+                Bitmap4::decode(&mut vals)?;
+            }
+            fattr4::TYPE | fattr4::FH_EXPIRE_TYPE => {
+                vals.get_u32()?;
+            }
+            _ => break,
+        }
+    }
+    Ok(Some(seen))
 }
 
 #[cfg(test)]
@@ -162,5 +260,57 @@ mod tests {
         assert_eq!(decode_cb_reply(&rep).unwrap(), CbReply { xid: 0x55, status: Some(Nfsstat4::OK) });
         assert!(decode_cb_reply(&rep[..10]).is_err());
         assert!(decode_cb_reply(&[]).is_err());
+    }
+
+    #[test]
+    fn getattr_call_and_reply() {
+        let seq = CbSequence4Args { sessionid: [7; 16], sequenceid: 3, slotid: 0, highest_slotid: 0, cachethis: false };
+        let op = CbOp::Getattr(CbGetattr4Args { fh: vec![9; 5], attr_request: Bitmap4::from_bits(&[3, 4]) });
+        let b = encode_cb_compound(0x66, 0x4000_0000, 2, &CbCred::None, &seq, &op);
+        let mut r = XdrReader::new(&b[4..]);
+        CallBody::decode(&mut r).unwrap();
+        r.get_string(64, "tag").unwrap();
+        assert_eq!([r.get_u32().unwrap(), r.get_u32().unwrap(), r.get_u32().unwrap()], [2, 0, 2]);
+        assert_eq!(r.get_u32().unwrap(), cb_opnum::CB_SEQUENCE);
+        let _: [u8; 16] = r.get_array_fixed().unwrap();
+        for _ in 0..4 {
+            r.get_u32().unwrap();
+        }
+        assert_eq!(r.get_u32().unwrap(), 0);
+        assert_eq!(r.get_u32().unwrap(), cb_opnum::CB_GETATTR);
+        assert_eq!(r.get_opaque(128, "fh").unwrap(), &[9; 5]);
+        assert_eq!(Bitmap4::decode(&mut r).unwrap(), Bitmap4::from_bits(&[3, 4]));
+        r.finish().unwrap();
+        // The holder's answer: CB_SEQUENCE OK, CB_GETATTR OK, size only.
+        let answer = |status: u32, getattr_status: u32| {
+            let mut w = XdrWriter::new();
+            ReplyHeader::success(0x66).encode(&mut w);
+            w.put_u32(status);
+            w.put_string(b"");
+            w.put_u32(2);
+            w.put_u32(cb_opnum::CB_SEQUENCE);
+            w.put_u32(0);
+            w.put_raw(&[7; 16]);
+            for v in [3, 0, 0, 0] {
+                w.put_u32(v);
+            }
+            w.put_u32(cb_opnum::CB_GETATTR);
+            w.put_u32(getattr_status);
+            if getattr_status == 0 {
+                // Size, and a delegated time (RFC 9754 attribute 85) not asked for.
+                Bitmap4::from_bits(&[4, 85]).encode(&mut w);
+                w.put_opaque(&[&77u64.to_be_bytes()[..], &[0; 12]].concat());
+            }
+            w.into_inner()
+        };
+        let ok = answer(0, 0);
+        assert_eq!(decode_cb_getattr_reply(&ok).unwrap(), Some(CbGetattrAttrs { change: None, size: Some(77) }));
+        assert_eq!(decode_cb_getattr_reply(&answer(10008, 10008)).unwrap(), None, "a failed CB_COMPOUND");
+        assert_eq!(decode_cb_getattr_reply(&answer(0, 10008)).unwrap(), None, "a failed CB_GETATTR");
+        for n in 0..ok.len() {
+            let _ = decode_cb_getattr_reply(&ok[..n]);
+        }
+        assert!(decode_cb_getattr_reply(&ok[..ok.len() - 3]).is_err());
+        assert!(decode_cb_getattr_reply(&[0; 3]).is_err());
     }
 }

@@ -5,7 +5,7 @@
 use duet_fs::{Attrs, Credentials, FileType, SetAttrs, SetTime, TimeNs};
 
 use crate::nfs::nfs3::{self, Fattr3, Ftype3, NfsTime3, Sattr3, SpecData3, WccAttr};
-use crate::nfs::nfs4::attrs::{fattr4 as fa, fh4, Attrs as A4, Fsid4, ModeUmask4, SetTime4};
+use crate::nfs::nfs4::attrs::{fattr4 as fa, fh4, Attrs as A4, Fsid4, ModeUmask4, OpenArguments4, SetTime4};
 use crate::nfs::nfs4::{Bitmap4, Fattr4, NfsFtype4, NfsTime4, Nfsstat4, SpecData4};
 use crate::nfs::xdr::{Opaque, XdrWriter};
 
@@ -225,6 +225,7 @@ pub const GETTABLE: &[u32] = &[
     fa::MOUNTED_ON_FILEID,
     fa::SUPPATTR_EXCLCREAT,
     fa::XATTR_SUPPORT,
+    fa::OPEN_ARGUMENTS,
 ];
 
 /// Attributes SETATTR / CREATE / OPEN may set.
@@ -247,6 +248,22 @@ pub const EXCLCREAT: &[u32] = &[
     fa::OWNER_GROUP,
     fa::MODE_UMASK,
 ];
+
+/// RFC 9754 section 5: the OPEN arguments `v4.rs` handles. Access READ,
+/// WRITE, BOTH; every deny; the wants of RFC 8881 18.16.3 it answers (no
+/// preference, read, write, any, none, cancel; not the signal/push wants
+/// nor delegated timestamps); the claims NULL, PREVIOUS, DELEGATE_CUR, FH,
+/// DELEG_CUR_FH (DELEGATE_PREV and DELEG_PREV_FH answer NO_GRACE); every
+/// create mode.
+fn open_arguments() -> OpenArguments4 {
+    OpenArguments4 {
+        share_access: Bitmap4::from_bits(&[1, 2, 3]),
+        share_deny: Bitmap4::from_bits(&[0, 1, 2, 3]),
+        share_access_want: Bitmap4::from_bits(&[0, 1, 2, 3, 4, 5]),
+        open_claim: Bitmap4::from_bits(&[0, 1, 2, 4, 5]),
+        create_mode: Bitmap4::from_bits(&[0, 1, 2, 3]),
+    }
+}
 
 pub fn supported_bitmap() -> Bitmap4 {
     let mut b = Bitmap4::from_bits(GETTABLE);
@@ -360,6 +377,7 @@ pub fn fattr4_vals_into(
         suppattr_exclcreat: req
             .is_set(fa::SUPPATTR_EXCLCREAT)
             .then(|| Bitmap4::from_bits(EXCLCREAT)),
+        open_arguments: req.is_set(fa::OPEN_ARGUMENTS).then(open_arguments),
         ..Default::default()
     };
     v.encode_vals(Some(req), w)

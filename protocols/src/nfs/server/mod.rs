@@ -206,6 +206,9 @@ pub struct NfsServer {
     /// Events an operation decided for other connections (a callback on a
     /// newly bound back channel), sent with the call's own.
     deferred: Vec<Event>,
+    /// COMPOUNDs waiting for a CB_GETATTR's answer, by its xid, with when
+    /// it was sent (`v4/deleg.rs`).
+    cb_parked: HashMap<u32, (Box<v4::Compound>, i64)>,
 }
 
 impl NfsServer {
@@ -229,6 +232,7 @@ impl NfsServer {
             grace_end: None,
             recalls: Vec::new(),
             deferred: Vec::new(),
+            cb_parked: HashMap::new(),
         }
     }
 

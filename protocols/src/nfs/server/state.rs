@@ -210,6 +210,10 @@ pub struct State {
     /// Delegations whose CB_RECALL is still to be sent.
     pub cb_queue: std::collections::VecDeque<Other>,
     pub next_cb_xid: u32,
+    /// The xids of the CB_GETATTRs in flight (`v4/deleg.rs`): one lost
+    /// with its connection is not sent again (the GETATTR waiting for it
+    /// is answered from the server's attributes at its deadline).
+    pub cb_getattr_xids: std::collections::HashSet<u32>,
 }
 
 /// The exclusive end of a lock range (RFC 8881 18.10.4): length
@@ -269,6 +273,7 @@ impl State {
             deleg_by_grant: HashMap::new(),
             cb_queue: std::collections::VecDeque::new(),
             next_cb_xid: (cfg.boot_seed as u32) | 1,
+            cb_getattr_xids: std::collections::HashSet::new(),
         }
     }
 
@@ -593,11 +598,13 @@ impl State {
         for s in self.sessions.values_mut() {
             s.conns.retain(|c| *c != conn);
             s.back_conns.retain(|c| *c != conn);
-            if let Some((_, other, _, c)) = s.cb_inflight {
+            if let Some((xid, other, _, c)) = s.cb_inflight {
                 if c == conn {
                     s.cb_inflight = None;
-                    s.cb_retry = Some((other, s.cb_seq));
-                    self.cb_queue.push_front(other);
+                    if !self.cb_getattr_xids.remove(&xid) {
+                        s.cb_retry = Some((other, s.cb_seq));
+                        self.cb_queue.push_front(other);
+                    }
                 }
             }
         }

@@ -60,6 +60,7 @@ use super::{
     NfsServer, Pending,
 };
 use crate::nfs::nfs4::attrs::{fattr4 as fa, Fsid4};
+use crate::nfs::nfs4::callback::CbGetattrAttrs;
 use crate::nfs::nfs4::*;
 use crate::nfs::rpc::{AcceptedReplyData, AUTH_SYS};
 use crate::nfs::xdr::{LinkedList, List, Name, Opaque, XdrDecode, XdrEncode, XdrReader, XdrWriter};
@@ -182,6 +183,10 @@ enum Step {
     /// The hidden lookups of an operation that may break SMB caching
     /// (`breaks.rs`): answered DELAY or let through, never counted.
     Gate(Box<breaks::GateStep>),
+    /// A GETATTR of a file another client holds a write delegation of:
+    /// the COMPOUND waits for that client's CB_GETATTR answer
+    /// (`deleg.rs`), then the GETATTR is translated again.
+    CbGetattr(deleg::CbGetattrStep),
 }
 
 struct OpenStep {
@@ -247,6 +252,10 @@ pub(crate) struct Compound {
     /// COMPOUND4args' minorversion: a session's callbacks carry the one
     /// its CREATE_SESSION came with (`deleg.rs`).
     minor: u32,
+    /// The GETATTR (by index) whose CB_GETATTR was asked (or could not
+    /// be), and what the write delegation's holder answered: its view of
+    /// the file's change and size (RFC 8881 10.4.3).
+    cb_getattr: Option<(usize, duet_fs::NodeId, Option<CbGetattrAttrs>)>,
 }
 
 enum Flow {
@@ -444,6 +453,7 @@ pub(super) fn call(
         gated: None,
         lazy: None,
         minor: args.minorversion,
+        cb_getattr: None,
     });
     // RFC 8881 2.10.6: SEQUENCE first, or one of the operations that may
     // come without a session.
@@ -1064,6 +1074,10 @@ fn op_getattr(
         }
         Fh::Obj { .. } => {
             let (fsid, obj) = c.obj()?;
+            if let Some(step) = deleg::cb_getattr_needed(srv, c, obj, &a.attr_request) {
+                c.steps.push(Step::CbGetattr(step));
+                return Ok(Flow::Gate);
+            }
             b.push(Op::GetAttr { obj });
             c.steps.push(Step::GetAttr {
                 fsid,
@@ -2404,7 +2418,7 @@ fn finish_step(
         Step::Seek { op, offset, data } => finish_seek(c, results, op, offset, data),
         Step::Xattr(x) => xattr::finish(c, x, results),
         // Handled by `drive` before it comes here.
-        Step::Gate(_) => return Nfsstat4::OK,
+        Step::Gate(_) | Step::CbGetattr(_) => return Nfsstat4::OK,
     };
     match r {
         Ok(s) => s,
@@ -2461,7 +2475,8 @@ fn finish_get_attr(
                 fh: &fh,
                 mounted_on: a.id,
             };
-            let (mask, vals) = fattr4_vals(a, &ctx, &info, &req);
+            let seen = deleg::holder_view(c, a);
+            let (mask, vals) = fattr4_vals(seen.as_ref().unwrap_or(a), &ctx, &info, &req);
             put(
                 c,
                 ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
@@ -3230,6 +3245,21 @@ fn drive(
                 }
                 break;
             }
+            if let Step::CbGetattr(g) = step {
+                // The last step of its batch: the COMPOUND waits for the
+                // CB_GETATTR's answer, or goes on without one. Its file
+                // handles name ids first (the batch's results go).
+                c.cfh = resolve_fh(c.cfh, &results);
+                c.sfh = resolve_fh(c.sfh, &results);
+                results = Vec::new();
+                match deleg::send_cb_getattr(srv, c, g, now) {
+                    Ok(events) => return events,
+                    Err(back) => {
+                        c = back;
+                        break;
+                    }
+                }
+            }
             let before = c.results.len();
             let mut st = finish_step(srv, &mut c, step, &results);
             if let Some((limit, err)) = c.reply_limit {
@@ -3257,25 +3287,8 @@ fn drive(
             return vec![finalize(srv, c, ok)];
         }
         // Continue with the filehandles resolved to ids.
-        let resolve = |fh: Fh| match fh {
-            Fh::Obj {
-                fsid,
-                obj: ObjRef::Result(i),
-            } => match results
-                .get(i)
-                .and_then(|r| r.as_ref().ok())
-                .and_then(|o| o.attrs())
-            {
-                Some(a) => Fh::Obj {
-                    fsid,
-                    obj: ObjRef::Id(a.id),
-                },
-                None => Fh::None,
-            },
-            other => other,
-        };
-        c.cfh = resolve(c.cfh);
-        c.sfh = resolve(c.sfh);
+        c.cfh = resolve_fh(c.cfh, &results);
+        c.sfh = resolve_fh(c.sfh, &results);
         let Some(record) = c.record.take() else {
             return vec![finalize(srv, c, false)];
         };
@@ -3296,6 +3309,24 @@ fn drive(
             return vec![srv.submit(batch, "nfs4.compound", Pending::V4(c))];
         }
         results = Vec::new();
+    }
+}
+
+/// A file handle naming a result of the batch that ran, as the id it
+/// found (none if it failed); others as they are.
+fn resolve_fh(fh: Fh, results: &[OpResult]) -> Fh {
+    match fh {
+        Fh::Obj {
+            fsid,
+            obj: ObjRef::Result(i),
+        } => match results.get(i).and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs()) {
+            Some(a) => Fh::Obj {
+                fsid,
+                obj: ObjRef::Id(a.id),
+            },
+            None => Fh::None,
+        },
+        other => other,
     }
 }
 

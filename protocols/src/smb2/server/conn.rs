@@ -160,6 +160,10 @@ pub(super) struct Open {
     pub breaking_to: Option<u8>,
     /// The LeaseKey of the lease it belongs to (Open.Lease, `lease.rs`).
     pub lease: Option<[u8; 16]>,
+    /// Open.IsDurable with its timeout and CreateGuid (`durable.rs`).
+    pub durable: Option<super::durable::Durable>,
+    /// Open.AppInstanceId (MS-SMB2 2.2.13.2.13, `durable.rs`).
+    pub app_instance: Option<[u8; 16]>,
 }
 
 /// A LOCK waiting in the lock table (MS-SMB2 3.3.5.14.2: a blocking lock
@@ -322,7 +326,6 @@ pub struct Connection {
     pub(super) opens: HashMap<u64, Open>,
     /// Named pipe opens on IPC$ (`pipe.rs`), keyed like `opens`.
     pub(super) pipes: HashMap<u64, PipeOpen>,
-    next_file_id: u64,
     next_tree_id: u32,
     /// Blocking LOCKs waiting, by AsyncId.
     pub(super) async_locks: HashMap<u64, AsyncLock>,
@@ -356,6 +359,15 @@ pub struct Connection {
     pub(super) park: Option<Vec<NodeId>>,
     /// The AsyncId of the parked CREATE being run again.
     pub(super) resuming: Option<u64>,
+    /// Batches this connection runs for others (removing the
+    /// delete-on-close file of a kept durable open a break closed), by
+    /// token, until they are done.
+    pub(super) side_runs: std::collections::HashSet<u64>,
+    /// Set with `park`: the side batches the parked CREATE waits for.
+    pub(super) park_after: Vec<u64>,
+    /// Set with `park`: the open (connection key, file id) another
+    /// connection is asked to close first (AppInstanceId).
+    pub(super) park_gone: Option<((u64, u64), i64)>,
     /// The session a SESSION_SETUP just created, for its response header.
     last_new_session: u64,
     /// The tree a TREE_CONNECT just made, for its response header.
@@ -476,7 +488,6 @@ impl Connection {
             sessions: HashMap::new(),
             opens: HashMap::new(),
             pipes: HashMap::new(),
-            next_file_id: 1,
             next_tree_id: 1,
             async_locks: HashMap::new(),
             last_async: None,
@@ -495,6 +506,9 @@ impl Connection {
             parked: HashMap::new(),
             park: None,
             resuming: None,
+            side_runs: Default::default(),
+            park_after: Vec::new(),
+            park_gone: None,
             last_new_session: 0,
             last_new_tree: 0,
         }
@@ -600,6 +614,9 @@ impl Connection {
     /// The result of the batch of an [`Event::Run`].
     pub fn on_batch_done(&mut self, token: u64, result: BatchResult, now_ns: i64) -> Vec<Event> {
         let _ = now_ns;
+        if self.side_runs.remove(&token) {
+            return Vec::new();
+        }
         let Some(fp) = self.pending.remove(&token) else {
             return Vec::new();
         };
@@ -833,6 +850,8 @@ impl Connection {
                     frame: frame.to_vec(),
                     encrypted_by,
                     nodes,
+                    after: std::mem::take(&mut self.park_after),
+                    gone: self.park_gone.take(),
                 };
                 if let Some(async_id) = self.resuming {
                     self.parked.insert(async_id, park);
@@ -1320,10 +1339,20 @@ impl Connection {
         Ok((s, t))
     }
 
+    /// A FileId for a new open: unique in the daemon (the shared
+    /// table's counter), so that a durable open keeps it when another
+    /// connection reconnects it.
     pub(super) fn new_file_id(&mut self) -> u64 {
-        let id = self.next_file_id;
-        self.next_file_id += 1;
-        id
+        self.cfg.share_modes.next_file_id()
+    }
+
+    /// Runs `batch` for another holder (see `side_runs`); its token.
+    pub(super) fn side_run(&mut self, batch: Batch, tag: &'static str) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.side_runs.insert(token);
+        self.outbox.push(Event::Run { token, batch, tag });
+        token
     }
 
     // ---- NEGOTIATE -----------------------------------------------------
@@ -1825,6 +1854,12 @@ impl Connection {
             .retain(|_, p| p.session_id != session_id || tree.iter().any(|t| p.tree_id != *t));
         let cred = self.sessions.get(&session_id).map(|s| s.cred.clone());
         for id in ids {
+            // A lost connection, a LOGOFF or an ended session keeps its
+            // durable opens (MS-SMB2 3.3.7.1; `durable.rs`); a
+            // TREE_DISCONNECT closes them.
+            if tree.is_none() && self.keep_durable(id, fp.now_ns) {
+                continue;
+            }
             let Some(o) = self.forget_open(id) else {
                 continue;
             };

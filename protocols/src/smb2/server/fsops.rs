@@ -109,6 +109,14 @@ pub struct CreatePlan {
     oplock: u8,
     /// The lease asked for, when the dialect allows it (`lease.rs`).
     lease: Option<crate::smb2::create_context::Lease>,
+    /// DHnQ / DH2Q (`durable.rs`).
+    durable: Option<super::durable::DurableRequest>,
+    /// SMB2_CREATE_APP_INSTANCE_ID (with DH2Q only).
+    app_instance: Option<[u8; 16]>,
+    /// A reconnected durable open (DHnC / DH2C) or a replayed DH2Q: the
+    /// open (already in the table) the response describes, and whether
+    /// the DH2Q response context goes with it (a replay).
+    reattach: Option<(u64, bool)>,
 }
 
 #[derive(Debug)]
@@ -318,6 +326,9 @@ impl Connection {
         // its lease.
         self.cfg.share_modes.release(o.node, (self.conn_key, id));
         self.lease_forget_open(o.lease, id);
+        if o.app_instance.is_some() {
+            self.cfg.share_modes.forget_app_instance((self.conn_key, id));
+        }
         // Its waiting CHANGE_NOTIFYs end (STATUS_NOTIFY_CLEANUP).
         self.notify_cleanup(id);
         Some(o)
@@ -425,6 +436,60 @@ impl Connection {
         }
         let (root, ro) = (t.share.root, t.share.read_only);
         let cred = s.cred.clone();
+        // Durable handles (`durable.rs`) first: a reconnect ignores the
+        // other fields of the request (MS-SMB2 3.3.5.9.7: no path name
+        // validation, no open execution). v2 contexts are for 3.x only
+        // (3.3.5.9.10, 3.3.5.9.12), ignored below.
+        let dialect_rev = self.dialect().unwrap_or(0);
+        // Durable handles (`durable.rs`): v2 contexts are for 3.x only
+        // (MS-SMB2 3.3.5.9.10, 3.3.5.9.12), ignored below.
+        let v2_ok = dialect_rev >= crate::smb2::negotiate::dialect::SMB3_0;
+        let mut dhnq = false;
+        let mut dh2q = None;
+        let mut dhnc = None;
+        let mut dh2c = None;
+        let mut lease_key_any = None;
+        let mut app_id = None;
+        for c in &req.create_contexts {
+            match c {
+                CreateContextRequest::DurableHandleRequest => dhnq = true,
+                CreateContextRequest::DurableHandleRequestV2 { timeout, flags, create_guid } if v2_ok => {
+                    dh2q = Some((*timeout, *flags, *create_guid))
+                }
+                CreateContextRequest::DurableHandleReconnect { file_id } => dhnc = Some(*file_id),
+                CreateContextRequest::DurableHandleReconnectV2 { file_id, create_guid, .. } if v2_ok => {
+                    dh2c = Some((*file_id, *create_guid))
+                }
+                CreateContextRequest::RequestLease(l) => lease_key_any = Some(l.lease_key),
+                CreateContextRequest::AppInstanceId(a) => app_id = Some(*a),
+                _ => {}
+            }
+        }
+        // MS-SMB2 3.3.5.9.10 / 3.3.5.9.12 / 3.3.5.9.7: a v2 context with
+        // any other durable context is INVALID_PARAMETER; DHnC ignores a
+        // DHnQ beside it.
+        if (dh2q.is_some() && (dhnq || dhnc.is_some() || dh2c.is_some()))
+            || (dh2c.is_some() && (dhnq || dhnc.is_some()))
+        {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        let reconnect = match (dhnc, dh2c) {
+            (Some(f), _) => Some(super::durable::Reconnect { persistent: f.persistent, v2: None }),
+            (_, Some((f, g))) => Some(super::durable::Reconnect { persistent: f.persistent, v2: Some(g) }),
+            _ => None,
+        };
+        if let Some(r) = reconnect {
+            // No path name validation or open execution (3.3.5.9.7): the
+            // name counts only for a leased open.
+            let path = req
+                .name
+                .to_string_checked()
+                .map_err(|_| NtStatus::OBJECT_NAME_INVALID)
+                .and_then(|n| split_path(&n))
+                .map(|c| path_key(root, &c.join("\\")));
+            let id = self.reclaim(hdr, r, lease_key_any, path, fp.now_ns)?;
+            return self.plan_reattach(fp, slot, hdr, id, false);
+        }
         if self.opens.len() + fp.pending_opens.len() >= self.cfg.max_opens {
             return Err(NtStatus::TOO_MANY_OPENED_FILES);
         }
@@ -480,7 +545,6 @@ impl Connection {
         let mut eas: Vec<(String, Vec<u8>)> = Vec::new();
         let mut lease = None;
         let mut timewarp = None;
-        let dialect_rev = self.dialect().unwrap_or(0);
         for c in &req.create_contexts {
             match c {
                 CreateContextRequest::RequestLease(l)
@@ -494,10 +558,6 @@ impl Connection {
                 CreateContextRequest::TimewarpToken(ft) => {
                     timewarp = Some(duet_fs::view::gmt_token(from_filetime(*ft)))
                 }
-                CreateContextRequest::DurableHandleReconnect { .. }
-                | CreateContextRequest::DurableHandleReconnectV2 { .. } => {
-                    return Err(NtStatus::OBJECT_NAME_NOT_FOUND)
-                }
                 CreateContextRequest::ExtendedAttributes(d) if !d.is_empty() => {
                     eas = fscc::full_ea::decode(d).map_err(|e| e.status())?;
                 }
@@ -506,6 +566,45 @@ impl Connection {
                 _ => {}
             }
         }
+        // A replayed DH2Q (SMB2_FLAGS_REPLAY_OPERATION) of an open this
+        // connection holds answers that open again (3.3.5.9.10).
+        if let Some((_, _, guid)) = dh2q {
+            let replay = hdr.flags.0 & crate::smb2::header::HeaderFlags::REPLAY_OPERATION != 0;
+            let held = self
+                .opens
+                .iter()
+                .find(|(_, o)| o.session_id == hdr.session_id && o.durable.is_some_and(|d| d.v2 && d.create_guid == guid))
+                .map(|(id, _)| *id);
+            if let (true, Some(id)) = (replay, held) {
+                return self.plan_reattach(fp, slot, hdr, id, true);
+            }
+        }
+        // 3.3.5.9.13: with a DH2Q, an open of the same AppInstanceId is
+        // closed before this one runs (a failed-over application's new
+        // instance takes its files over, without a break).
+        let app_instance = app_id.filter(|_| dh2q.is_some());
+        if let Some(app) = app_instance {
+            if let Some(wait) = self.close_app_instance(app, hdr, fp.now_ns) {
+                if fp.slots.is_empty() && hdr.next_command == 0 {
+                    self.park = Some(Vec::new());
+                    self.park_gone = wait.map(|k| (k, fp.now_ns.saturating_add(5_000_000_000)));
+                    return Ok(done(NtStatus::PENDING));
+                }
+            }
+        }
+        let durable = match (dh2q, dhnq) {
+            (Some((t, _, g)), _) => Some(super::durable::DurableRequest {
+                v2: true,
+                timeout_ms: super::durable::v2_timeout(t, self.cfg.durable_timeout_ms),
+                create_guid: g,
+            }),
+            (None, true) => Some(super::durable::DurableRequest {
+                v2: false,
+                timeout_ms: self.cfg.durable_timeout_ms,
+                create_guid: [0; 16],
+            }),
+            _ => None,
+        };
         let name = req
             .name
             .to_string_checked()
@@ -547,11 +646,13 @@ impl Connection {
             let truncate = matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF);
             self.break_for_create(&key, share, truncate, o & opt::DELETE_ON_CLOSE != 0, lease.as_ref().map(|l| &l.lease_key), fp.now_ns)
         };
-        if wait.is_some() && fp.slots.is_empty() && hdr.next_command == 0 {
+        if (wait.is_some() || !self.park_after.is_empty()) && fp.slots.is_empty() && hdr.next_command == 0 {
             let key = path_key(root, &comps.join("\\"));
             self.park = Some(self.cfg.share_modes.nodes_at(&key));
             return Ok(done(NtStatus::PENDING));
         }
+        // In a compound the CREATE goes on at once, side batches or not.
+        self.park_after.clear();
         // Truncation happens in the batch: check the share modes of the
         // file's current opens first (MS-FSA 2.1.5.1.2.2).
         if matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF)
@@ -710,7 +811,111 @@ impl Connection {
             root_attrs_op,
             oplock: req.requested_oplock_level,
             lease,
+            durable,
+            app_instance,
+            reattach: None,
         }))))
+    }
+
+    /// Plans the CREATE response of open `id`, already in the table (a
+    /// durable reconnect, or a DH2Q replay): one GetAttr for its
+    /// attributes.
+    fn plan_reattach(&mut self, fp: &mut FramePlan, slot: usize, hdr: &Header, id: u64, replay: bool) -> Result<Plan, NtStatus> {
+        let Some(o) = self.opens.get(&id).cloned() else { return Err(NtStatus::OBJECT_NAME_NOT_FOUND) };
+        let (s, t) = match self.tree_of(hdr) {
+            Ok(x) => x,
+            Err(e) => {
+                self.forget_open(id);
+                return Err(e);
+            }
+        };
+        let (cred, root, ro) = (s.cred.clone(), t.share.root, t.share.read_only);
+        if fp.batch_for(hdr.session_id, &cred, true).is_none() {
+            // Another session's batch in this frame: the open stays, the
+            // client may reconnect it again.
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        let op = fp.push(Op::GetAttr { obj: ObjRef::Id(o.node) });
+        fp.pending_opens.insert(
+            slot,
+            PendingOpen {
+                obj: ObjRef::Id(o.node),
+                parent: ObjRef::Id(o.parent),
+                name: o.name.clone(),
+                granted: o.granted,
+                is_dir: Some(o.is_dir),
+                delete_on_close: o.delete_on_close,
+            },
+        );
+        Ok(Plan::Fs(FsPlan::Create(Box::new(CreatePlan {
+            first_op: op,
+            timewarp: false,
+            final_op: op,
+            open_op: None,
+            disposition: disp::OPEN,
+            options: o.options,
+            desired: o.granted,
+            mxac: false,
+            qfid: false,
+            root,
+            read_only: ro,
+            session_id: hdr.session_id,
+            tree_id: hdr.tree_id().unwrap_or(0),
+            name: o.name.clone(),
+            path: o.path.clone(),
+            share_access: 0,
+            ea_op: None,
+            root_attrs_op: None,
+            oplock: o.oplock,
+            lease: None,
+            durable: None,
+            app_instance: None,
+            reattach: Some((id, replay)),
+        }))))
+    }
+
+    /// The response of a reconnected (or replayed) open: its attributes,
+    /// its oplock or lease as they stand, FILE_OPENED; a reconnect sends
+    /// no durable response context (what Windows and Samba answer).
+    fn complete_reattach(&mut self, cp: &CreatePlan, id: u64, replay: bool, results: &[OpResult]) -> Result<(NtStatus, Vec<u8>, u64), NtStatus> {
+        let attrs = match result_attrs(results, cp.final_op) {
+            Ok(a) => a.clone(),
+            Err(e) => {
+                if !replay {
+                    self.forget_open(id);
+                }
+                return Err(fs_status(e));
+            }
+        };
+        let Some(o) = self.opens.get(&id).cloned() else { return Err(NtStatus::FILE_CLOSED) };
+        let mut contexts = Vec::new();
+        let oplock = match o.lease {
+            Some(k) => {
+                if let Some(l) = self.cfg.share_modes.leases().response((self.lease_client(), k)) {
+                    contexts.push(CreateContextResponse::Lease(l));
+                }
+                crate::smb2::create::oplock_level::LEASE
+            }
+            None => o.oplock,
+        };
+        if let (true, Some(d)) = (replay, o.durable) {
+            contexts.push(CreateContextResponse::DurableHandleV2 { timeout: d.timeout_ms, flags: 0 });
+        }
+        let resp = CreateResponse {
+            oplock_level: oplock,
+            flags: 0,
+            create_action: create_action::OPENED,
+            creation_time: to_filetime(attrs.btime),
+            last_access_time: to_filetime(attrs.atime),
+            last_write_time: to_filetime(attrs.mtime),
+            change_time: to_filetime(attrs.ctime),
+            allocation_size: smb_sizes(&attrs).1,
+            end_of_file: smb_sizes(&attrs).0,
+            file_attributes: attrs.smb_attributes(),
+            file_id: FileId { persistent: id, volatile: id },
+            create_contexts: contexts,
+        };
+        Ok((NtStatus::SUCCESS, body(&Response::Create(resp)), id))
     }
 
     fn complete_create(
@@ -720,6 +925,9 @@ impl Connection {
         cp: &CreatePlan,
         results: &[OpResult],
     ) -> Result<(NtStatus, Vec<u8>, u64), NtStatus> {
+        if let Some((id, replay)) = cp.reattach {
+            return self.complete_reattach(cp, id, replay, results);
+        }
         let last = cp.open_op.unwrap_or(cp.final_op);
         let checked = cp.ea_op.map_or(last, |e| e.max(last));
         if let Some((i, e)) = first_error(results, cp.first_op..checked + 1) {
@@ -847,6 +1055,8 @@ impl Connection {
                 grant: None,
                 breaking_to: None,
                 lease: None,
+                durable: None,
+                app_instance: None,
             },
         );
         // NFSv4 delegations of the file that this open contradicts are
@@ -896,6 +1106,28 @@ impl Connection {
             contexts.push(CreateContextResponse::OnDiskId {
                 disk_file_id: attrs.id,
                 volume_id: cp.root,
+            });
+        }
+        // Durable (MS-SMB2 3.3.5.9.6 / 3.3.5.9.10): a file open with a
+        // batch oplock or a lease with handle caching; the PERSISTENT flag
+        // is not granted (no continuously available shares).
+        let handle_cached = oplock == crate::smb2::create::oplock_level::BATCH
+            || lease_resp
+                .as_ref()
+                .is_some_and(|l| l.lease_state & crate::smb2::create_context::Lease::HANDLE_CACHING != 0);
+        if let Some(d) = cp.durable.filter(|_| !is_dir && handle_cached) {
+            if let Some(o) = self.opens.get_mut(&id) {
+                o.durable = Some(super::durable::Durable { v2: d.v2, create_guid: d.create_guid, timeout_ms: d.timeout_ms });
+                // 3.3.5.9.13: the AppInstanceId of a DH2Q open.
+                if let Some(app) = cp.app_instance.filter(|_| d.v2) {
+                    o.app_instance = Some(app);
+                    self.cfg.share_modes.set_app_instance(app, (self.conn_key, id), cred.uid);
+                }
+            }
+            contexts.push(if d.v2 {
+                CreateContextResponse::DurableHandleV2 { timeout: d.timeout_ms, flags: 0 }
+            } else {
+                CreateContextResponse::DurableHandle
             });
         }
         if let Some(l) = lease_resp {

@@ -60,6 +60,54 @@ impl Leases {
         });
     }
 
+    /// Open `old` is now `new` (a durable open kept, or reconnected:
+    /// `durable.rs`); with `session`, the lease's breaks go to that
+    /// session of the new connection.
+    pub(super) fn rekey_open(&mut self, lease: Option<([u8; 16], [u8; 16])>, old: (u64, u64), new: (u64, u64), session: Option<u64>) {
+        let Some(r) = lease.and_then(|l| self.by_key.get_mut(&l)) else { return };
+        for k in r.opens.iter_mut().filter(|k| **k == old) {
+            *k = new;
+        }
+        if let Some(s) = session {
+            r.session = (new.0, s);
+        }
+    }
+
+    /// Open `open` left lease `lease`, which ends with its last open.
+    pub(super) fn forget_open(&mut self, lease: Option<([u8; 16], [u8; 16])>, open: (u64, u64)) {
+        let Some(l) = lease else { return };
+        let Some(r) = self.by_key.get_mut(&l) else { return };
+        r.opens.retain(|k| *k != open);
+        if r.opens.is_empty() {
+            self.by_key.remove(&l);
+        }
+    }
+
+    /// The opens of the lease whose lock-table owner is `owner`.
+    pub(super) fn opens_of_owner(&self, owner: u64) -> Option<Vec<(u64, u64)>> {
+        self.by_key.values().find(|r| r.owner == owner).map(|r| r.opens.clone())
+    }
+
+    /// Whether lease `lease` holds handle caching and is not breaking
+    /// (MS-SMB2 3.3.7.1: what keeps a leased durable open).
+    pub(super) fn handle_held(&self, lease: ([u8; 16], [u8; 16])) -> bool {
+        self.by_key.get(&lease).is_some_and(|r| r.state.has(Level::H) && r.breaking_to.is_none())
+    }
+
+    /// The response context of lease `lease` as it stands (a reconnected
+    /// durable open's CREATE response, MS-SMB2 3.3.5.9.7).
+    pub(super) fn response(&self, lease: ([u8; 16], [u8; 16])) -> Option<Lease> {
+        let r = self.by_key.get(&lease)?;
+        Some(Lease {
+            lease_key: lease.1,
+            lease_state: u32::from(r.state.0),
+            lease_flags: if r.breaking_to.is_some() { Lease::BREAK_IN_PROGRESS } else { 0 }
+                | if r.parent.is_some() && r.v2 { Lease::PARENT_LEASE_KEY_SET } else { 0 },
+            lease_duration: 0,
+            v2: r.v2.then(|| LeaseV2 { parent_lease_key: r.parent.unwrap_or_default(), epoch: r.epoch }),
+        })
+    }
+
     /// The file at `node` was renamed to share-mode path `path`.
     pub(super) fn renamed(&mut self, node: NodeId, path: &str) {
         for r in self.by_key.values_mut().filter(|r| r.node == node) {

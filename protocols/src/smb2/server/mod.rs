@@ -26,6 +26,7 @@
 
 mod conn;
 pub mod crypto;
+pub mod durable;
 mod fsops;
 pub mod info;
 mod lease;
@@ -90,6 +91,15 @@ pub struct ServerConfig {
     /// The daemon-wide share-mode table: give every connection the same
     /// one (the default makes a private table).
     pub share_modes: Arc<ShareModes>,
+    /// How long a durable handle is kept after its connection is lost
+    /// (ms): DHnQ, and DH2Q asking 0 (`[limits] smb_durable_timeout_ms`;
+    /// MS-SMB2 3.3.5.9.6 / 3.3.5.9.10). DH2Q may ask up to
+    /// [`durable::MAX_TIMEOUT_MS`].
+    pub durable_timeout_ms: u32,
+    /// Durable handles kept at most, daemon-wide (`[limits]
+    /// smb_durable_handles`); past it a lost connection's durable opens
+    /// close as others do.
+    pub max_durable: usize,
 }
 
 impl Default for ServerConfig {
@@ -125,6 +135,8 @@ impl Default for ServerConfig {
             interface: None,
             link_speed: 10_000_000_000,
             share_modes: Arc::new(ShareModes::new()),
+            durable_timeout_ms: 60_000,
+            max_durable: 4096,
         }
     }
 }
@@ -196,4 +208,9 @@ pub enum Event {
     /// session `previous` of the same user ends it. `from` is this
     /// connection's [`Connection::key`].
     EndSession { previous: u64, uid: u32, from: u64 },
+    /// Close open `file` of the connection whose [`Connection::key`] is
+    /// `conn` (MS-SMB2 3.3.5.9.13: a new open with the same AppInstanceId
+    /// replaces it); that connection passes it to its
+    /// [`Connection::close_open`].
+    CloseOpen { conn: u64, file: u64 },
 }

@@ -38,6 +38,12 @@ pub(super) struct ParkedCreate {
     pub frame: Vec<u8>,
     pub encrypted_by: Option<u64>,
     pub nodes: Vec<NodeId>,
+    /// Side batches it waits for (`Connection::side_runs`).
+    pub after: Vec<u64>,
+    /// An open of another connection it waits to see closed
+    /// (AppInstanceId, `durable.rs`).
+    /// (the open, until when at most).
+    pub gone: Option<((u64, u64), i64)>,
 }
 
 /// The caching a RequestedOplockLevel asks for (a lease request, 0xFF, is
@@ -100,15 +106,38 @@ impl Connection {
             .and_then(|k| self.lease_opener(k, path))
             .unwrap_or_else(|| holder((self.conn_key, OPENER)));
         let locks = self.cfg.share_modes.locks().clone();
-        let mut t = locks.table();
+        let mut breaks = Vec::new();
         let mut wait: Option<i64> = None;
-        for n in &nodes {
-            let (breaks, w) = t.break_for(*n, &opener, share, why, now_ns);
-            self.outbox.extend(breaks.into_iter().map(Event::Recall));
-            wait = match (wait, w) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            };
+        {
+            let mut t = locks.table();
+            for n in &nodes {
+                let (b, w) = t.break_for(*n, &opener, share, why, now_ns);
+                breaks.extend(b);
+                wait = match (wait, w) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        // A break for a kept durable open closes it instead (`durable.rs`);
+        // its delete-on-close file is removed before this CREATE runs
+        // again (it waits for that batch, `park_after`).
+        let mut closed_kept = false;
+        for b in breaks {
+            match self.cfg.share_modes.break_kept(&b, now_ns) {
+                Some(batches) => {
+                    closed_kept = true;
+                    for batch in batches {
+                        let token = self.side_run(batch, "durable-close");
+                        self.park_after.push(token);
+                    }
+                }
+                None => self.outbox.push(Event::Recall(b)),
+            }
+        }
+        if closed_kept {
+            let t = locks.table();
+            wait = nodes.iter().filter_map(|n| t.break_deadline(*n, &opener)).max();
         }
         (nodes, wait)
     }
@@ -365,6 +394,8 @@ impl Connection {
                 .parked
                 .iter()
                 .filter(|(_, p)| p.nodes.iter().all(|n| t.break_deadline(*n, &opener).is_none()))
+                .filter(|(_, p)| p.after.iter().all(|k| !self.side_runs.contains(k)))
+                .filter(|(_, p)| p.gone.is_none_or(|(k, until)| until <= now_ns || !self.cfg.share_modes.has_open(k)))
                 .map(|(k, _)| *k)
                 .collect();
             ready.sort();

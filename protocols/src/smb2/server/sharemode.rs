@@ -13,10 +13,14 @@
 //! I/O, no clock.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use duet_fs::NodeId;
-use duet_locks::{Holder, LockManager, Protocol, Share};
+use duet_fs::{Batch, NodeId};
+use duet_locks::{Break, Holder, LockManager, Protocol, Share};
+
+use super::durable::{DurableTable, Kept, KEPT};
+use crate::smb2::status::NtStatus;
 
 /// The share access bits of CREATE (MS-SMB2 2.2.13 ShareAccess).
 pub mod share {
@@ -32,6 +36,14 @@ pub struct ShareModes {
     paths: Mutex<HashMap<(u64, u64), (NodeId, String)>>,
     /// Every client's leases (`lease.rs`); taken before the lock table.
     leases: Mutex<super::lease::Leases>,
+    /// Durable opens kept after their connection was lost (`durable.rs`).
+    durable: Mutex<DurableTable>,
+    /// Open.AppInstanceId -> the open (connection key, file id) that has
+    /// it and its owner's uid (MS-SMB2 3.3.5.9.13).
+    apps: Mutex<HashMap<[u8; 16], ((u64, u64), u32)>>,
+    /// The next SMB file id: one counter for every connection, so that a
+    /// durable open keeps its FileId wherever it is reconnected.
+    next_file: AtomicU64,
 }
 
 impl Default for ShareModes {
@@ -57,7 +69,199 @@ impl ShareModes {
     }
 
     pub fn with_locks(locks: Arc<LockManager>) -> ShareModes {
-        ShareModes { locks, paths: Mutex::new(HashMap::new()), leases: Mutex::new(Default::default()) }
+        ShareModes {
+            locks,
+            paths: Mutex::new(HashMap::new()),
+            leases: Mutex::new(Default::default()),
+            durable: Mutex::new(DurableTable::default()),
+            apps: Mutex::new(HashMap::new()),
+            next_file: AtomicU64::new(1),
+        }
+    }
+
+    fn apps(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 16], ((u64, u64), u32)>> {
+        self.apps.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The open holding AppInstanceId `app`, and its owner's uid.
+    pub(super) fn app_instance(&self, app: [u8; 16]) -> Option<((u64, u64), u32)> {
+        self.apps().get(&app).copied()
+    }
+
+    pub(super) fn set_app_instance(&self, app: [u8; 16], key: (u64, u64), uid: u32) {
+        self.apps().insert(app, (key, uid));
+    }
+
+    /// Open `key` is gone: its AppInstanceId with it.
+    pub(super) fn forget_app_instance(&self, key: (u64, u64)) {
+        self.apps().retain(|_, (k, _)| *k != key);
+    }
+
+    /// Whether SMB open `key` (connection key, file id) still exists.
+    pub(super) fn has_open(&self, key: (u64, u64)) -> bool {
+        self.paths().contains_key(&key)
+    }
+
+    /// Closes the kept durable open `id` now (another open took its
+    /// AppInstanceId); the batches removing its delete-on-close file.
+    pub(super) fn close_kept_id(&self, id: u64, now_ns: i64) -> Vec<Batch> {
+        let k = self.durable().kept.remove(&id);
+        k.and_then(|k| self.close_kept(id, k, now_ns)).into_iter().collect()
+    }
+
+    /// A new SMB file id (volatile and persistent), unique in the daemon.
+    pub fn next_file_id(&self) -> u64 {
+        self.next_file.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The durable opens kept now (`durable.rs`).
+    pub fn durable(&self) -> std::sync::MutexGuard<'_, DurableTable> {
+        // Every update is one insert or remove: a poisoned lock is still
+        // consistent.
+        self.durable.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves an open's share-mode, lock-table and lease state from key
+    /// `old` to `new` (a durable open kept, or reconnected). `lease`: its
+    /// lease (ClientGuid, LeaseKey); `session`: the session it now
+    /// belongs to, for the lease's breaks.
+    fn rekey(&self, node: NodeId, old: (u64, u64), new: (u64, u64), lease: Option<([u8; 16], [u8; 16])>, session: Option<u64>) -> bool {
+        let mut leases = self.leases();
+        let mut paths = self.paths();
+        if !self.locks.table().rekey(node, &holder(old), holder(new)) {
+            return false;
+        }
+        if let Some(p) = paths.remove(&old) {
+            paths.insert(new, p);
+        }
+        leases.rekey_open(lease, old, new, session);
+        for (k, _) in self.apps().values_mut().filter(|(k, _)| *k == old) {
+            *k = new;
+        }
+        true
+    }
+
+    /// Keeps the durable open `id` of connection `conn` after its
+    /// connection or session went away (MS-SMB2 3.3.7.1), unless `max`
+    /// are kept already. Err gives the open back, untouched.
+    pub(super) fn keep_durable(&self, conn: u64, id: u64, kept: Kept, max: usize) -> Result<(), Box<Kept>> {
+        if self.durable().kept.len() >= max {
+            return Err(Box::new(kept));
+        }
+        let lease = kept.open.lease.map(|k| (kept.client_guid, k));
+        if !self.rekey(kept.open.node, (conn, id), kept.key(id), lease, None) {
+            return Err(Box::new(kept));
+        }
+        self.durable().kept.insert(id, kept);
+        Ok(())
+    }
+
+    /// Reattaches the kept open `id` to connection `conn`, session
+    /// `session` (MS-SMB2 3.3.5.9.7 / 3.3.5.9.12) once `check` accepts it;
+    /// not kept: STATUS_OBJECT_NAME_NOT_FOUND.
+    pub(super) fn reclaim_durable(
+        &self,
+        id: u64,
+        check: impl FnOnce(&Kept) -> Result<(), NtStatus>,
+        conn: u64,
+        session: u64,
+        now_ns: i64,
+    ) -> Result<Kept, NtStatus> {
+        let k = {
+            let mut d = self.durable();
+            let Some(k) = d.kept.get(&id) else { return Err(NtStatus::OBJECT_NAME_NOT_FOUND) };
+            check(k)?;
+            d.kept.remove(&id).ok_or(NtStatus::OBJECT_NAME_NOT_FOUND)?
+        };
+        let lease = k.open.lease.map(|l| (k.client_guid, l));
+        if !self.rekey(k.open.node, k.key(id), (conn, id), lease, Some(session)) {
+            // Cannot happen (the connection holds nothing under this id):
+            // close it rather than keep a half-moved open.
+            if let Some(b) = self.close_kept(id, k, now_ns) {
+                self.durable().closed.push(b);
+            }
+            return Err(NtStatus::OBJECT_NAME_NOT_FOUND);
+        }
+        Ok(k)
+    }
+
+    /// Closes a kept open as a CLOSE would: its share reservation, locks,
+    /// grant and lease membership go. The batch removing its file, when
+    /// it was delete-on-close and no other SMB open of the file is left.
+    fn close_kept(&self, id: u64, k: Kept, now_ns: i64) -> Option<Batch> {
+        let key = k.key(id);
+        self.forget_app_instance(key);
+        if let Some(l) = k.open.lease {
+            self.leases().forget_open(Some((k.client_guid, l)), key);
+        }
+        self.release(k.open.node, key);
+        let others = self.paths().values().any(|(n, _)| *n == k.open.node);
+        if others {
+            None
+        } else {
+            k.removal(now_ns)
+        }
+    }
+
+    /// The scavenger (MS-SMB2 3.3.2.2): closes the kept opens whose time
+    /// is up; returns the batches to run (their delete-on-close files,
+    /// and those of kept opens closed by breaks meanwhile).
+    pub fn expire_durable(&self, now_ns: i64) -> Vec<Batch> {
+        let (due, mut out) = {
+            let mut d = self.durable();
+            let ids: Vec<u64> = d.kept.iter().filter(|(_, k)| k.deadline <= now_ns).map(|(i, _)| *i).collect();
+            let due: Vec<(u64, Kept)> = ids.into_iter().filter_map(|i| d.kept.remove(&i).map(|k| (i, k))).collect();
+            (due, std::mem::take(&mut d.closed))
+        };
+        for (id, k) in due {
+            out.extend(self.close_kept(id, k, now_ns));
+        }
+        out
+    }
+
+    /// A break decided for `b.holder`: when it is a kept durable open (an
+    /// oplock of one, or a lease whose opens are all kept), those opens
+    /// close now instead of being waited for (MS-SMB2 3.3.2.2, 3.3.4.6:
+    /// what Windows and Samba do) and the batches removing their
+    /// delete-on-close files are returned; None when the break is for a
+    /// live holder.
+    pub(super) fn break_kept(&self, b: &Break, now_ns: i64) -> Option<Vec<Batch>> {
+        if b.holder.proto != Protocol::Smb {
+            return None;
+        }
+        let owner = b.holder.owner;
+        let ids: Vec<u64> = if owner & super::lease::LEASE_OWNER != 0 && owner != super::oplock::OPENER {
+            let opens = self.leases().opens_of_owner(owner)?;
+            if opens.is_empty() || !opens.iter().all(|k| k.0 == KEPT) {
+                return None;
+            }
+            opens.iter().map(|k| k.1).collect()
+        } else if b.holder.client == KEPT {
+            vec![owner]
+        } else {
+            return None;
+        };
+        let taken: Vec<(u64, Kept)> = {
+            let mut d = self.durable();
+            ids.iter().filter_map(|i| d.kept.remove(i).map(|k| (*i, k))).collect()
+        };
+        if taken.is_empty() {
+            return None;
+        }
+        Some(taken.into_iter().filter_map(|(i, k)| self.close_kept(i, k, now_ns)).collect())
+    }
+
+    /// As [`ShareModes::break_kept`] for a break decided outside any SMB
+    /// connection (an NFS client's): true when it closed kept opens,
+    /// whose batches [`ShareModes::expire_durable`] hands out next.
+    pub fn break_kept_open(&self, b: &Break, now_ns: i64) -> bool {
+        match self.break_kept(b, now_ns) {
+            Some(batches) => {
+                self.durable().closed.extend(batches);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The lock table (byte-range locks go there too).

@@ -27,7 +27,17 @@
 //! CB_GETATTR other clients' GETATTRs would not see its cached writes;
 //! any other client's open recalls it. Reclaims (CLAIM_PREVIOUS,
 //! CLAIM_DELEGATE_PREV) get no delegation (RFC 8881 10.2.1 lets the
-//! server refuse), and CB_GETATTR is not sent.
+//! server refuse).
+//!
+//! CB_GETATTR (RFC 8881 10.4.3, 20.1): another client's GETATTR of the
+//! change attribute or size of a file under a write delegation (named by
+//! a file handle, not by a LOOKUP in the same batch) waits for the
+//! holder's answer, the COMPOUND parked by the callback's xid (the
+//! SEQUENCE slot stays busy, nothing blocks). An answer whose change
+//! differs from the server's reports the file modified: the holder's
+//! size and the server's change attribute plus one. No answer within
+//! [`CB_GETATTR_WAIT_NS`], a holder without a free back-channel slot, or
+//! a lost connection: the server's own attributes.
 //!
 //! Nothing here does I/O: a callback leaves as an [`Event::Reply`] for the
 //! back-channel connection (a CALL, record-marked), its reply comes back
@@ -39,7 +49,8 @@ use duet_locks::{Break, Holder, Level};
 use super::super::state::{self, Other, KIND_DELEG};
 use super::super::{Event, FileHandle, NfsServer};
 use super::{need_session, ok_status, Compound, Flow};
-use crate::nfs::nfs4::callback::{self, CbCred, CbRecall4Args, CbSequence4Args};
+use crate::nfs::nfs4::attrs::fattr4 as fa;
+use crate::nfs::nfs4::callback::{self, CbCred, CbGetattr4Args, CbGetattrAttrs, CbOp, CbRecall4Args, CbSequence4Args};
 use crate::nfs::nfs4::*;
 use crate::nfs::xdr::{Opaque, XdrEncode, XdrWriter};
 
@@ -344,7 +355,26 @@ impl NfsServer {
         if !found {
             return Vec::new();
         }
-        self.cb_pump(now)
+        let mut out = Vec::new();
+        if self.cb_parked.contains_key(&r.xid) {
+            // A reply that does not decode is no answer: the server's
+            // own attributes.
+            let seen = callback::decode_cb_getattr_reply(record).ok().flatten();
+            out = self.resume_cb_getattr(r.xid, seen, now);
+        }
+        out.extend(self.cb_pump(now));
+        out
+    }
+
+    /// The COMPOUND parked on CB_GETATTR `xid` goes on, with the holder's
+    /// answer when there is one.
+    fn resume_cb_getattr(&mut self, xid: u32, seen: Option<CbGetattrAttrs>, now: i64) -> Vec<Event> {
+        self.state.cb_getattr_xids.remove(&xid);
+        let Some((mut c, _)) = self.cb_parked.remove(&xid) else { return Vec::new() };
+        if let Some(g) = c.cb_getattr.as_mut() {
+            g.2 = seen;
+        }
+        super::drive(self, c, Vec::new(), now)
     }
 
     /// The timer's part: grants whose break ran out are revoked (an SMB
@@ -384,6 +414,22 @@ impl NfsServer {
                 self.state.revoke_deleg(&o);
             }
         }
+        // GETATTRs waiting too long for CB_GETATTR: answered from the
+        // server's attributes, the slot freed.
+        let overdue: Vec<u32> = self
+            .cb_parked
+            .iter()
+            .filter(|(_, (_, at))| now.saturating_sub(*at) >= CB_GETATTR_WAIT_NS)
+            .map(|(x, _)| *x)
+            .collect();
+        for xid in overdue {
+            for s in self.state.sessions.values_mut() {
+                if s.cb_inflight.is_some_and(|(x, _, _, _)| x == xid) {
+                    s.cb_inflight = None;
+                }
+            }
+            out.extend(self.resume_cb_getattr(xid, None, now));
+        }
         let lease = self.state.lease_ns;
         for s in self.state.sessions.values_mut() {
             if s.cb_inflight.is_some_and(|(_, _, at, _)| now.saturating_sub(at) > lease) {
@@ -399,4 +445,78 @@ impl NfsServer {
 /// only for callbacks).
 pub(crate) fn is_reply(record: &[u8]) -> bool {
     callback::is_reply(record)
+}
+
+/// How long a GETATTR waits for the write delegation holder's CB_GETATTR
+/// answer before it is answered from the server's attributes (checked by
+/// the timer, so up to a tick more).
+pub(crate) const CB_GETATTR_WAIT_NS: i64 = 2_000_000_000;
+
+/// A GETATTR waiting for CB_GETATTR: the file and the write delegation.
+pub(crate) struct CbGetattrStep {
+    node: NodeId,
+    other: Other,
+}
+
+/// RFC 8881 10.4.3: a GETATTR of the change attribute or size of `obj`,
+/// a file another client holds a write delegation of (not recalled), asks
+/// that client first, once per operation.
+pub(super) fn cb_getattr_needed(srv: &NfsServer, c: &Compound, obj: duet_fs::ObjRef, req: &Bitmap4) -> Option<CbGetattrStep> {
+    let duet_fs::ObjRef::Id(node) = obj else { return None };
+    if srv.state.delegs.is_empty() || !(req.is_set(fa::CHANGE) || req.is_set(fa::SIZE)) {
+        return None;
+    }
+    if matches!(c.cb_getattr, Some((op, n, _)) if op == c.next_op && n == node) {
+        return None;
+    }
+    let client = c.clientid.unwrap_or(0);
+    let (other, _) = srv
+        .state
+        .delegs
+        .iter()
+        .find(|(_, d)| d.node == node && d.write && d.client != client && !d.revoked && d.recalled.is_none())?;
+    Some(CbGetattrStep { node, other: *other })
+}
+
+/// Sends CB_GETATTR for step `g` on a free back-channel slot of the
+/// holder and parks the COMPOUND (Ok: the callback to send); Err gives
+/// it back to go on without an answer (no session with a free slot).
+pub(super) fn send_cb_getattr(srv: &mut NfsServer, mut c: Box<Compound>, g: CbGetattrStep, now: i64) -> Result<Vec<Event>, Box<Compound>> {
+    c.cb_getattr = Some((c.next_op, g.node, None));
+    let Some(d) = srv.state.delegs.get(&g.other).cloned() else { return Err(c) };
+    let sessions = srv.state.clients.get(&d.client).map(|cl| cl.sessions.clone()).unwrap_or_default();
+    let free = sessions
+        .iter()
+        .find(|s| srv.state.sessions.get(*s).is_some_and(|s| !s.back_conns.is_empty() && s.cb_inflight.is_none()))
+        .copied();
+    let Some(sid) = free else { return Err(c) };
+    let xid = srv.state.next_cb_xid;
+    let Some(s) = srv.state.sessions.get_mut(&sid) else { return Err(c) };
+    let Some(conn) = s.back_conns.last().copied() else { return Err(c) };
+    srv.state.next_cb_xid = xid.wrapping_add(1).max(1);
+    s.cb_seq = s.cb_seq.wrapping_add(1).max(1);
+    s.cb_inflight = Some((xid, g.other, now, conn));
+    let seq = CbSequence4Args { sessionid: sid, sequenceid: s.cb_seq, slotid: 0, highest_slotid: 0, cachethis: false };
+    let op = CbOp::Getattr(CbGetattr4Args { fh: d.fh.clone(), attr_request: Bitmap4::from_bits(&[fa::CHANGE, fa::SIZE]) });
+    let bytes = callback::encode_cb_compound(xid, s.cb_program, s.cb_minor, &s.cb_cred, &seq, &op);
+    srv.state.cb_getattr_xids.insert(xid);
+    srv.cb_parked.insert(xid, (c, now));
+    Ok(vec![Event::Reply { conn, bytes }])
+}
+
+/// The attributes a GETATTR reports for `a` after the holder answered
+/// CB_GETATTR (RFC 8881 10.4.3): when its change attribute differs from
+/// the server's, the file was modified there: its size, and a change
+/// attribute above the server's. None: the server's own.
+pub(super) fn holder_view(c: &Compound, a: &duet_fs::Attrs) -> Option<duet_fs::Attrs> {
+    let (_, node, Some(seen)) = c.cb_getattr.as_ref()? else { return None };
+    if *node != a.id || seen.change.is_none_or(|ch| ch == a.change) {
+        return None;
+    }
+    let mut v = a.clone();
+    v.change = a.change.wrapping_add(1);
+    if let Some(size) = seen.size {
+        v.size = size;
+    }
+    Some(v)
 }

@@ -36,24 +36,39 @@ fn must(args: &[&str]) {
     assert!(o.status.success(), "{args:?}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
 }
 
+/// One network at a time in this process: the tests of this file run on
+/// parallel threads of one process, and two three-node clusters failing
+/// over at once on two cores would only measure each other.
+static ONE_NETWORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The bridge, the namespaces and their veths; removed on drop.
 struct Net {
     bridge: String,
     /// (namespace, host-side veth) of nodes 1-3 and the client (index 3).
     ns: Vec<(String, String)>,
+    /// Held until the network is gone (fields drop after `Drop::drop`).
+    _one: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Net {
     fn new() -> Net {
-        let tag = std::process::id() % 100_000;
+        let one = ONE_NETWORK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Names unique per process and per network in it (a stale bridge
+        // of a killed run with the same pid is removed first).
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 10;
+        let tag = (std::process::id() % 10_000) * 10 + n;
         let bridge = format!("dbr{tag}");
-        let mut net = Net { bridge: bridge.clone(), ns: Vec::new() };
+        let _ = sh(&["ip", "link", "del", &bridge]);
+        let mut net = Net { bridge: bridge.clone(), ns: Vec::new(), _one: one };
         must(&["ip", "link", "add", &bridge, "type", "bridge"]);
         must(&["ip", "link", "set", &bridge, "up"]);
         for (i, host) in [(1, "11"), (2, "12"), (3, "13"), (4, "2")] {
             let ns = format!("duet-addr{tag}-{i}");
             let veth = format!("dv{i}{tag}");
             let peer = format!("dp{i}{tag}");
+            let _ = sh(&["ip", "link", "del", &veth]);
+            let _ = sh(&["ip", "netns", "del", &ns]);
             must(&["ip", "netns", "add", &ns]);
             net.ns.push((ns.clone(), veth.clone()));
             must(&["ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer]);

@@ -443,7 +443,8 @@ fn share_show_and_not_found() {
          nfs root squash:      yes\n\
          nfs append extension: no\n\
          users:                everyone\n\
-         durability:           always\n"
+         durability:           always\n\
+         snapshot schedule:    none\n"
     );
     let o = run(&f, &["share", "show", "nope"]);
     assert_eq!(code(&o), 3, "not found");
@@ -995,6 +996,8 @@ fn stats_table() {
          chunk reads         0       0.00\n\
          chunk writes        3       0.75\n\
          log writes          3       0.75\n\
+         lazy groups         0\n\
+         wal syncs           0\n\
          \n\
          per request (averages per batch):\n\
          PROTOCOL  REQUEST   COUNT  BATCHES  PROPOSALS  FSYNCS  DB READS  DB WRITES  CHUNK READS  CHUNK WRITES\n\
@@ -1176,9 +1179,9 @@ fn share_clone_request_output_and_refusals() {
     f.request();
     assert_eq!(
         stdout(&o),
-        "NAME  PATH          PROTOCOLS  ACCESS  GUEST  DURABILITY  NFS CLIENTS  ORIGIN\n\
-         data  /data         smb,nfs    rw      no     always      *            -\n\
-         copy  /clones/copy  smb,nfs    rw      no     always      *            data@daily\n"
+        "NAME  PATH          PROTOCOLS  ACCESS  GUEST  DURABILITY  NFS CLIENTS  EXCLUSIVE  ORIGIN\n\
+         data  /data         smb,nfs    rw      no     always      *                    -  -\n\
+         copy  /clones/copy  smb,nfs    rw      no     always      *                    -  data@daily\n"
     );
     let o = run(&f, &["share", "clone", "data@nope", "c2", "--path", "/x/c2"]);
     assert_eq!(code(&o), 3, "{}", stderr(&o));

@@ -3426,6 +3426,15 @@ fn normalized_name_is_the_stored_case_on_3_1_1_only() {
             "{asked}"
         );
     }
+    // OPEN_IF and OVERWRITE_IF meet the existing name too.
+    for disposition in [create_disposition::OPEN_IF, create_disposition::OVERWRITE_IF] {
+        let fid = open_fid(&mut c, "norm_DIR\\Sub\\file.TXT", disposition, RW).unwrap();
+        assert_eq!(
+            query_info_48(&mut c, fid),
+            (NtStatus::SUCCESS, "NoRm_DiR\\sUb\\FiLe.TxT".to_string()),
+            "{disposition}"
+        );
+    }
     let fid = open_fid(&mut c, "NORM_DIR\\SUB", create_disposition::OPEN, READ).unwrap();
     assert_eq!(
         query_info_48(&mut c, fid),

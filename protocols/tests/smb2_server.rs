@@ -3373,3 +3373,197 @@ fn cancel_of_a_parked_create() {
     let ev = c.conn.poll_opens(NOW, &c.dir);
     assert!(drive(&mut c, ev).is_empty(), "a cancelled CREATE is not run again");
 }
+
+fn query_info_48(c: &mut Client, fid: FileId) -> (NtStatus, String) {
+    let r = c.one(Request::QueryInfo(QueryInfoRequest {
+        info_type: info_type::FILE,
+        file_info_class: fscc::info_class::NORMALIZED_NAME,
+        output_buffer_length: 4096,
+        input_buffer: &[],
+        additional_information: 0,
+        flags: 0,
+        file_id: fid,
+    }));
+    match r.body() {
+        Response::QueryInfo(q) => (
+            r.status(),
+            fscc::FileNameInformation::decode(q.output_buffer)
+                .unwrap()
+                .file_name
+                .to_string_lossy(),
+        ),
+        _ => (r.status(), String::new()),
+    }
+}
+
+/// MS-FSCC 2.4.30 FileNormalizedNameInformation: each component in the
+/// case it is stored in, whichever case the client opened it by; only on
+/// dialect 3.1.1 (MS-SMB2 3.3.5.20.1), STATUS_NOT_SUPPORTED before.
+#[test]
+fn normalized_name_is_the_stored_case_on_3_1_1_only() {
+    let mut c = Client::connected();
+    assert_eq!(c.dialect, dialect::SMB3_1_1);
+    for d in ["NoRm_DiR", "NoRm_DiR\\sUb"] {
+        let r = c.one(Request::Create(create(
+            d,
+            create_disposition::CREATE,
+            create_options::DIRECTORY_FILE,
+            RW,
+        )));
+        assert_eq!(r.status(), NtStatus::SUCCESS, "{d}");
+    }
+    write_file(&mut c, "NoRm_DiR\\sUb\\FiLe.TxT", b"x");
+    for asked in [
+        "NoRm_DiR\\sUb\\FiLe.TxT",
+        "norm_dir\\sub\\file.txt",
+        "NORM_DIR\\SUB\\FILE.TXT",
+        "norm_dir\\SUB\\file.txt::$DATA",
+    ] {
+        let fid = open_fid(&mut c, asked, create_disposition::OPEN, READ).unwrap();
+        assert_eq!(
+            query_info_48(&mut c, fid),
+            (NtStatus::SUCCESS, "NoRm_DiR\\sUb\\FiLe.TxT".to_string()),
+            "{asked}"
+        );
+    }
+    // OPEN_IF and OVERWRITE_IF meet the existing name too.
+    for disposition in [create_disposition::OPEN_IF, create_disposition::OVERWRITE_IF] {
+        let fid = open_fid(&mut c, "norm_DIR\\Sub\\file.TXT", disposition, RW).unwrap();
+        assert_eq!(
+            query_info_48(&mut c, fid),
+            (NtStatus::SUCCESS, "NoRm_DiR\\sUb\\FiLe.TxT".to_string()),
+            "{disposition}"
+        );
+    }
+    let fid = open_fid(&mut c, "NORM_DIR\\SUB", create_disposition::OPEN, READ).unwrap();
+    assert_eq!(
+        query_info_48(&mut c, fid),
+        (NtStatus::SUCCESS, "NoRm_DiR\\sUb".to_string())
+    );
+    // The share root: an empty name.
+    let root = open_fid(&mut c, "", create_disposition::OPEN, READ).unwrap();
+    assert_eq!(query_info_48(&mut c, root), (NtStatus::SUCCESS, String::new()));
+
+    // Dialect 3.0.2 (and earlier): not supported.
+    let mut old = Client::new(ServerConfig::default());
+    old.negotiate(&[dialect::SMB2_1, dialect::SMB3_0_2], &[]);
+    assert_eq!(old.dialect, dialect::SMB3_0_2);
+    assert_eq!(old.login("alice", "wonderland", None), NtStatus::SUCCESS);
+    assert_eq!(old.tree("data"), NtStatus::SUCCESS);
+    let root = open_fid(&mut old, "", create_disposition::OPEN, READ).unwrap();
+    assert_eq!(query_info_48(&mut old, root).0, NtStatus::NOT_SUPPORTED);
+}
+
+/// One QUERY_DIRECTORY on `fid`: the (FileIndex, name) of each entry, or
+/// the status.
+fn find_indexed(
+    c: &mut Client,
+    fid: FileId,
+    flags: u8,
+    file_index: u32,
+    pattern: &str,
+) -> Result<Vec<(u32, String)>, NtStatus> {
+    let r = c.one(Request::QueryDirectory(QueryDirectoryRequest {
+        file_information_class: fscc::info_class::FULL_DIRECTORY,
+        flags,
+        file_index,
+        file_id: fid,
+        file_name: Utf16::Str(pattern),
+        output_buffer_length: 65536,
+    }));
+    let Response::QueryDirectory(q) = r.body() else {
+        return Err(r.status());
+    };
+    Ok(DirectoryEntry::decode_list(DirectoryInfoClass::FullDirectory, q.output_buffer)
+        .unwrap()
+        .iter()
+        .map(|e| (e.file_index, e.file_name.to_string_lossy()))
+        .collect())
+}
+
+/// MS-FSCC 2.4.x FileIndex: an entry's position in the directory as the
+/// open enumerates it ("." 1, ".." 2, then the names); SMB2_INDEX_SPECIFIED
+/// (MS-SMB2 2.2.33) resumes after the entry of that index.
+#[test]
+fn query_directory_file_index_is_the_position_and_resumes_enumeration() {
+    use QueryDirectoryRequest as Q;
+    let mut c = Client::connected();
+    let r = c.one(Request::Create(create(
+        "idx",
+        create_disposition::CREATE,
+        create_options::DIRECTORY_FILE,
+        RW,
+    )));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    for i in 0..10 {
+        write_file(&mut c, &format!("idx\\f{i}"), b"x");
+    }
+    let r = c.one(Request::Create(create(
+        "idx",
+        create_disposition::OPEN,
+        create_options::DIRECTORY_FILE,
+        READ,
+    )));
+    let Response::Create(cr) = r.body() else {
+        panic!()
+    };
+    let fid = cr.file_id;
+    let name = |i: u32| match i {
+        1 => ".".to_string(),
+        2 => "..".to_string(),
+        n => format!("f{}", n - 3),
+    };
+    // One entry at a time: the indexes count up from 1.
+    for want in 1..=7u32 {
+        let got = find_indexed(&mut c, fid, Q::RETURN_SINGLE_ENTRY, 0, "*").unwrap();
+        assert_eq!(got, vec![(want, name(want))]);
+    }
+    // The index of the entry last returned: the enumeration goes on.
+    let got = find_indexed(&mut c, fid, Q::RETURN_SINGLE_ENTRY | Q::INDEX_SPECIFIED, 7, "*")
+        .unwrap();
+    assert_eq!(got, vec![(8, name(8))]);
+    // An earlier index: resume after that entry.
+    let got = find_indexed(&mut c, fid, Q::INDEX_SPECIFIED, 5, "*").unwrap();
+    assert_eq!(got, (6..=12).map(|i| (i, name(i))).collect::<Vec<_>>());
+    assert_eq!(find_indexed(&mut c, fid, 0, 0, "*"), Err(NtStatus::NO_MORE_FILES));
+    // After the end, or an index past the names: nothing more.
+    assert_eq!(
+        find_indexed(&mut c, fid, Q::INDEX_SPECIFIED, 12, "*"),
+        Err(NtStatus::NO_MORE_FILES)
+    );
+    assert_eq!(
+        find_indexed(&mut c, fid, Q::INDEX_SPECIFIED, 40, "*"),
+        Err(NtStatus::NO_MORE_FILES)
+    );
+    // Index 0 is before the first entry; 1 resumes after ".".
+    let got = find_indexed(&mut c, fid, Q::INDEX_SPECIFIED, 0, "*").unwrap();
+    assert_eq!(got.len(), 12);
+    assert_eq!(got[0], (1, ".".to_string()));
+    let got = find_indexed(&mut c, fid, Q::INDEX_SPECIFIED, 1, "*").unwrap();
+    assert_eq!(got[0], (2, "..".to_string()));
+    // A pattern: the indexes stay positions among all names, and resuming
+    // passes the names that do not match as well.
+    let got = find_indexed(&mut c, fid, Q::RESTART_SCANS | Q::RETURN_SINGLE_ENTRY, 0, "f?").unwrap();
+    assert_eq!(got, vec![(3, name(3))]);
+    let got = find_indexed(&mut c, fid, Q::INDEX_SPECIFIED, 8, "*").unwrap();
+    assert_eq!(got, (9..=12).map(|i| (i, name(i))).collect::<Vec<_>>());
+    // A hostile index (far past what is re-read) is ignored: the
+    // enumeration goes on where it is.
+    let got = find_indexed(&mut c, fid, Q::RESTART_SCANS | Q::RETURN_SINGLE_ENTRY, 0, "*").unwrap();
+    assert_eq!(got, vec![(1, ".".to_string())]);
+    let got = find_indexed(&mut c, fid, Q::RETURN_SINGLE_ENTRY | Q::INDEX_SPECIFIED, u32::MAX, "*")
+        .unwrap();
+    assert_eq!(got, vec![(2, "..".to_string())]);
+    // A new open may start with an index too.
+    let r = c.one(Request::Create(create(
+        "idx",
+        create_disposition::OPEN,
+        create_options::DIRECTORY_FILE,
+        READ,
+    )));
+    let Response::Create(cr) = r.body() else {
+        panic!()
+    };
+    let got = find_indexed(&mut c, cr.file_id, Q::INDEX_SPECIFIED, 10, "*").unwrap();
+    assert_eq!(got, (11..=12).map(|i| (i, name(i))).collect::<Vec<_>>());
+}

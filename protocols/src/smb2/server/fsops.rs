@@ -63,9 +63,26 @@ pub struct DirState {
     pub last: Option<String>,
     /// How many of "." and ".." were returned (or skipped).
     pub dots: u8,
+    /// Positions passed since the enumeration (re)started: ".", "..",
+    /// then every name in the order ReadDir gives (matching the pattern
+    /// or not). An entry's FileIndex is its position, 1-based, which is
+    /// also the 0-based offset of the entry after it: SMB2_INDEX_SPECIFIED
+    /// "returns entries beginning at" that offset (MS-SMB2 2.2.33), i.e.
+    /// after the entry whose FileIndex the client sends back.
+    pub pos: u32,
+    /// The position of the last entry returned, or the one the
+    /// enumeration was last resumed after: every position from it to
+    /// `pos` was passed without being returned (it did not match).
+    pub returned_pos: u32,
     pub started: bool,
     pub eof: bool,
 }
+
+/// The most names a QUERY_DIRECTORY with SMB2_INDEX_SPECIFIED re-reads to
+/// reach the position it names; past it the FileIndex is ignored (Windows
+/// servers ignore it always, a product behavior note of MS-SMB2 2.2.33)
+/// and the enumeration goes on where it is.
+const MAX_INDEX_REREAD: u32 = 4096;
 
 /// The open a CREATE of this frame will make, as later commands of the
 /// same related chain see it while planning.
@@ -197,6 +214,9 @@ pub enum FsPlan {
         /// An earlier QUERY_DIRECTORY of the same frame enumerates the same
         /// open: this one continues where that one stops.
         chained: bool,
+        /// SMB2_INDEX_SPECIFIED moved the enumeration: the positions up to
+        /// this one are passed without being returned.
+        resume_at: u32,
     },
     Lock {
         target: Target,
@@ -1636,12 +1656,49 @@ impl Connection {
             .file
             .and_then(|id| self.opens.get(&id))
             .and_then(|o| o.dir.clone());
+        // SMB2_INDEX_SPECIFIED (MS-SMB2 2.2.33): resume after the entry
+        // whose FileIndex (its position, see `DirState::pos`) is given.
+        // Where the enumeration stands already, or only names that did not
+        // match were passed since, it simply goes on; otherwise it starts
+        // again from the first name and passes that many positions.
+        let index = (q.flags & QueryDirectoryRequest::INDEX_SPECIFIED != 0 && !restart)
+            .then_some(q.file_index);
+        let mut resume_at = 0;
+        let mut moved = false;
         let state = match old {
-            Some(s) if !restart => s,
-            _ => DirState {
-                pattern,
-                ..Default::default()
+            Some(s) if !restart => match index {
+                Some(k)
+                    if !has_wildcards(&s.pattern)
+                        || (s.returned_pos..=s.pos).contains(&k)
+                        || k > MAX_INDEX_REREAD + 2 =>
+                {
+                    s
+                }
+                Some(k) => {
+                    resume_at = k;
+                    moved = true;
+                    DirState {
+                        pattern: s.pattern,
+                        started: true,
+                        returned_pos: k,
+                        ..Default::default()
+                    }
+                }
+                None => s,
             },
+            _ => {
+                if let Some(k) =
+                    index.filter(|&k| has_wildcards(&pattern) && k <= MAX_INDEX_REREAD + 2)
+                {
+                    resume_at = k;
+                    moved = true;
+                }
+                DirState {
+                    pattern,
+                    returned_pos: resume_at,
+                    ..Default::default()
+                }
+            }
         };
         if state.eof {
             return done(NtStatus::NO_MORE_FILES);
@@ -1683,6 +1740,8 @@ impl Connection {
             if state.pattern != "*" {
                 max = 4096;
             }
+            // Names before `resume_at` are read too, and passed.
+            max += resume_at.saturating_sub(2);
             fp.push(Op::ReadDir {
                 dir: v.obj,
                 after: state.last.clone(),
@@ -1692,6 +1751,7 @@ impl Connection {
         };
         let dots = state.dots < 2 && state.last.is_none();
         let chained = !restart
+            && !moved
             && fp.slots.iter().any(
                 |s| matches!(&s.plan, Plan::Fs(FsPlan::QueryDir { target, .. }) if *target == t),
             );
@@ -1705,6 +1765,7 @@ impl Connection {
             dots,
             exact,
             chained,
+            resume_at,
         })
     }
 
@@ -1720,6 +1781,7 @@ impl Connection {
         dots: bool,
         exact: bool,
         skip_through: Option<String>,
+        resume_at: u32,
         results: &[OpResult],
     ) -> (NtStatus, Vec<u8>) {
         let first_call = !state.started;
@@ -1766,16 +1828,20 @@ impl Connection {
                         break;
                     }
                     let d = if state.dots == 0 { "." } else { ".." };
-                    if pattern_match(&state.pattern, d) {
+                    let at = state.pos.saturating_add(1);
+                    if at > resume_at && pattern_match(&state.pattern, d) {
                         let mut e = file_entry(a);
+                        e.file_index = at;
                         e.file_name = Utf16::Str(d);
                         if !w.push(&mut out, |o| e.encode(class, o)) {
                             full = true;
                             break;
                         }
                         emitted += 1;
+                        state.returned_pos = at;
                     }
                     state.dots += 1;
+                    state.pos = at;
                 }
             } else {
                 state.dots = 2;
@@ -1792,11 +1858,17 @@ impl Connection {
                     consumed_all = false;
                     break;
                 }
-                if !pattern_match(&state.pattern, name) {
+                let at = state.pos.saturating_add(1);
+                if at <= resume_at || !pattern_match(&state.pattern, name) {
                     state.last = Some(name.clone());
+                    state.pos = at;
                     continue;
                 }
                 let mut e = file_entry(attrs);
+                // MS-FSCC 2.4.10 (and the other directory classes):
+                // FileIndex, the entry's position in the directory as
+                // this open enumerates it (`DirState::pos`).
+                e.file_index = if exact { 0 } else { at };
                 e.file_name = Utf16::Str(name);
                 e.ea_size = *ea_size;
                 let short = short_name(name);
@@ -1804,6 +1876,8 @@ impl Connection {
                 if w.push(&mut out, |o| e.encode(class, o)) {
                     emitted += 1;
                     state.last = Some(name.clone());
+                    state.pos = at;
+                    state.returned_pos = at;
                 } else {
                     consumed_all = false;
                     break;
@@ -1855,6 +1929,15 @@ impl Connection {
         };
         let mut ea_op = None;
         let op = match q.info_type {
+            // MS-SMB2 3.3.5.20.1: FileNormalizedNameInformation only on
+            // dialect 3.1.1 and later; 2.0.2, 2.1, 3.0 and 3.0.2 get
+            // STATUS_NOT_SUPPORTED.
+            info_type::FILE
+                if q.file_info_class == info_class::NORMALIZED_NAME
+                    && self.dialect().unwrap_or(0) < crate::smb2::negotiate::dialect::SMB3_1_1 =>
+            {
+                return done(NtStatus::NOT_SUPPORTED)
+            }
             info_type::FILE => {
                 // MS-FSA 2.1.5.11: only these classes need
                 // FILE_READ_ATTRIBUTES; the full EA list needs FILE_READ_EA.
@@ -2748,6 +2831,7 @@ impl Connection {
                 dots,
                 exact,
                 chained,
+                resume_at,
             } => {
                 let id = self.resolve(target, created)?;
                 let (mut state, mut dots, mut skip_through) = (state, dots, None);
@@ -2773,6 +2857,7 @@ impl Connection {
                     dots,
                     exact,
                     skip_through,
+                    resume_at,
                     results,
                 ))
             }

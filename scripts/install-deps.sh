@@ -2,8 +2,11 @@
 # Installs what building and testing duet needs on Debian 12, if missing.
 set -euo pipefail
 need=()
+# Installed, not merely known (a removed package keeps its configuration
+# files and `dpkg -s` still succeeds for it).
+installed() { [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]; }
 command -v clang >/dev/null 2>&1 || need+=(clang)
-dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+installed libclang-dev || need+=(libclang-dev)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 # Real clients the test suite drives: smbtorture and smbclient (SMB),
@@ -19,14 +22,27 @@ command -v make >/dev/null 2>&1 || need+=(make)
 # podman and runc run the container image (crun 1.8 refuses hybrid cgroups);
 # chromium and chromium-driver drive the web console (appliance/tests/console.rs); curl;
 # iptables cuts links between cluster nodes (appliance/tests/cluster_partition.rs).
-for p in samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod python3-prometheus-client bsdutils attr mmdebstrap qemu-utils fdisk e2fsprogs extlinux syslinux-common binutils systemd umoci podman runc chromium chromium-driver curl iptables "$@"; do
-  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+wanted=(samba-testsuite smbclient libnfs-utils python3 python3-ply qemu-system-x86 linux-image-amd64 busybox-static cpio kmod python3-prometheus-client bsdutils attr mmdebstrap qemu-utils fdisk e2fsprogs extlinux syslinux-common binutils systemd umoci podman runc chromium chromium-driver curl iptables "$@")
+for p in "${wanted[@]}"; do
+  installed "$p" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "install-deps: installing ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  # An install may remove what was there: a machine with a newer
+  # qemu-utils (backports) loses it when qemu-system-x86 brings Debian's
+  # own qemu-block-extra. Check the whole list again and install what
+  # went missing.
+  again=()
+  for p in "${wanted[@]}"; do
+    installed "$p" || again+=("$p")
+  done
+  if [ ${#again[@]} -gt 0 ]; then
+    echo "install-deps: installing again ${again[*]} (removed by the install above)"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${again[@]}" >/dev/null
+  fi
 fi
 # The python3 first on PATH may not be Debian's (pyenv, a venv): pynfs-run
 # imports ply with it, so give that one ply too.

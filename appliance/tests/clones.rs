@@ -89,7 +89,9 @@ fn a_clone_is_a_writable_share_whose_changes_never_reach_its_source() {
     smbclient(d.smb_port, "public", &local, "put smb.bin");
     let mut c = Nfs::connect(d.nfs_port);
     let root = c.mount("/public").unwrap();
-    let big_old = pattern(1, 12 * MIB);
+    // DUET_CLONE_BIG_MIB=1024: the 1 GiB file (12 MiB in CI).
+    let big_mib: usize = std::env::var("DUET_CLONE_BIG_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(12).max(8);
+    let big_old = pattern(1, big_mib * MIB);
     let big = c.create3(&root, "big").unwrap();
     write_all(&mut c, &big, &big_old);
     let small = c.create3(&root, "small").unwrap();
@@ -152,11 +154,11 @@ fn a_clone_is_a_writable_share_whose_changes_never_reach_its_source() {
     assert_eq!(k.read3_all(&csmall).unwrap(), b"NEW small");
     assert!(read_named(&mut k, &croot, "renamed.bin") == smb_file);
     assert_eq!(read_named(&mut k, &croot, "clone-only.txt"), b"only in the clone\n");
-    // Writing 1 MiB into the 12 MiB clone file stored one chunk more, not
+    // Writing 1 MiB into the big clone file stored one chunk more, not
     // the file again.
     let after = settle_chunks(&d.data);
     assert!(after <= source_chunks + 4 * MIB as u64 + 64 * 1024, "chunk store {source_chunks} -> {after} bytes");
-    println!("1 MiB written into a 12 MiB clone file: chunk store {source_chunks} -> {after} bytes");
+    println!("1 MiB written into a {big_mib} MiB clone file: chunk store {source_chunks} -> {after} bytes");
 
     // The source is unchanged, over both protocols.
     assert!(c.read3_all(&big).unwrap() == big_old, "big in the source");

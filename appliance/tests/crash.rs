@@ -88,10 +88,11 @@ fn torture(kills: u64, lazy: bool) {
 
 mod common;
 
-/// smbclient in a directory of `local`, as user bench on share public.
-fn smbclient(port: u16, local: &std::path::Path, cmds: &str) -> (bool, String) {
+/// smbclient in a directory of `local`, as user bench on `share`.
+fn smbclient(port: u16, share: &str, local: &std::path::Path, cmds: &str) -> (bool, String) {
     let out = Command::new("smbclient")
-        .args(["//127.0.0.1/public", "-p", &port.to_string(), "-U", "bench%benchpw", "-m", "SMB3", "-c", cmds])
+        .arg(format!("//127.0.0.1/{share}"))
+        .args(["-p", &port.to_string(), "-U", "bench%benchpw", "-m", "SMB3", "-c", cmds])
         .current_dir(local)
         .output()
         .expect("smbclient runs (scripts/install-deps.sh installs it)");
@@ -111,21 +112,21 @@ fn file_bytes(name: &str, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Reads directory `dir` of the share back (mget) and checks each file:
+/// Reads directory `dir` of `share` back (mget) and checks each file:
 /// whole, or (unless `must_be_whole`) empty or absent. Returns how many
 /// are whole.
-fn check(port: u16, tmp: &std::path::Path, files: &[(String, usize)], dir: &str, must_be_whole: bool) -> usize {
-    let back = tmp.join(format!("back-{dir}"));
+fn check(port: u16, share: &str, tmp: &std::path::Path, files: &[(String, usize)], dir: &str, must_be_whole: bool) -> usize {
+    let back = tmp.join(format!("back-{share}-{dir}"));
     std::fs::create_dir_all(&back).unwrap();
-    let (ok, text) = smbclient(port, &back, &format!("cd {dir}; prompt; mget *"));
-    assert!(ok || !must_be_whole, "mget {dir}:\n{text}");
+    let (ok, text) = smbclient(port, share, &back, &format!("cd {dir}; prompt; mget *"));
+    assert!(ok || !must_be_whole, "mget {share}/{dir}:\n{text}");
     let mut whole = 0;
     for (name, len) in files {
         match std::fs::read(back.join(name)) {
             Ok(b) if b == file_bytes(name, *len) => whole += 1,
             Ok(b) if b.is_empty() && !must_be_whole => {}
-            Ok(b) => panic!("{dir}/{name}: {} bytes that are not the file's {len} (neither whole nor empty)", b.len()),
-            Err(_) => assert!(!must_be_whole, "{dir}/{name} is missing after a finished mput"),
+            Ok(b) => panic!("{share}/{dir}/{name}: {} bytes that are not the file's {len} (neither whole nor empty)", b.len()),
+            Err(_) => assert!(!must_be_whole, "{share}/{dir}/{name} is missing after a finished mput"),
         }
     }
     std::fs::remove_dir_all(&back).unwrap();
@@ -139,6 +140,15 @@ fn check(port: u16, tmp: &std::path::Path, files: &[(String, usize)], dir: &str,
 /// of the one cut by the kill, each file is absent, empty (its CREATE
 /// without its WRITE: a prefix of what the client did) or whole, never
 /// anything else; `duetctl fsck` is clean.
+///
+/// With a snapshot and a writable clone present throughout (issue 15:
+/// "the crash test keeps passing with a snapshot and a clone present"):
+/// `base` is written, snapshot `s0` taken and cloned to `crashclone`;
+/// every cut `mput` overwrites `base` (so the frozen layer keeps
+/// before-images and shadows while the daemon is killed) and a finished
+/// one writes into the clone. After each restart the clone's `base` (read
+/// through the snapshot) and its own directories are whole, and fsck,
+/// which checks layers, clones and their chunk references, is clean.
 #[test]
 fn protocol_share_sigkilled_under_smbclient_mput_keeps_files_whole_or_absent() {
     let tmp = tempfile::tempdir().unwrap();
@@ -159,19 +169,29 @@ fn protocol_share_sigkilled_under_smbclient_mput_keeps_files_whole_or_absent() {
         std::fs::write(local.join(&name), file_bytes(&name, len)).unwrap();
         files.push((name, len));
     }
+    // The layers present throughout: `base`, its snapshot and a clone.
+    let (ok, text) = smbclient(d.smb_port, "public", &local, "mkdir base; cd base; prompt; mput f*");
+    assert!(ok, "mput base:\n{text}");
+    d.ok(&["snapshot", "create", "public", "s0"]);
+    d.ok(&["share", "clone", "public@s0", "crashclone"]);
+    // The protocol executors see the new share at their next refresh (1 s).
+    std::thread::sleep(Duration::from_millis(2500));
     let mut seed = std::env::var("DUET_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_u64);
     for round in 0..rounds {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let done = format!("done{round}");
-        let (ok, text) = smbclient(d.smb_port, &local, &format!("mkdir {done}; cd {done}; prompt; mput f*"));
+        let (ok, text) = smbclient(d.smb_port, "public", &local, &format!("mkdir {done}; cd {done}; prompt; mput f*"));
         assert!(ok, "mput {done}:\n{text}");
-        // A second mput, cut by SIGKILL after 100..700 ms.
-        let cut = format!("cut{round}");
+        let (ok, text) = smbclient(d.smb_port, "crashclone", &local, &format!("mkdir {done}; cd {done}; prompt; mput f*"));
+        assert!(ok, "mput crashclone/{done}:\n{text}");
+        // A second mput, cut by SIGKILL after 100..700 ms: a new directory
+        // in even rounds, over `base` (which the snapshot holds) in odd ones.
+        let cut = if round % 2 == 0 { format!("cut{round}") } else { "base".to_string() };
         let child = Command::new("smbclient")
             .args(["//127.0.0.1/public", "-p", &d.smb_port.to_string(), "-U", "bench%benchpw", "-m", "SMB3"])
-            .args(["-c", &format!("mkdir {cut}; cd {cut}; prompt; mput f*")])
+            .args(["-c", &if cut == "base" { "cd base; prompt; mput f*".to_string() } else { format!("mkdir {cut}; cd {cut}; prompt; mput f*") }])
             .current_dir(&local)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -183,9 +203,13 @@ fn protocol_share_sigkilled_under_smbclient_mput_keeps_files_whole_or_absent() {
         let mut child = child;
         let _ = child.wait();
         for r in 0..=round {
-            assert_eq!(check(d.smb_port, tmp.path(), &files, &format!("done{r}"), true), files.len(), "round {round}: done{r}");
+            let dir = format!("done{r}");
+            assert_eq!(check(d.smb_port, "public", tmp.path(), &files, &dir, true), files.len(), "round {round}: {dir}");
+            assert_eq!(check(d.smb_port, "crashclone", tmp.path(), &files, &dir, true), files.len(), "round {round}: crashclone/{dir}");
         }
-        let whole = check(d.smb_port, tmp.path(), &files, &cut, false);
+        // What the snapshot froze, read through the clone.
+        assert_eq!(check(d.smb_port, "crashclone", tmp.path(), &files, "base", true), files.len(), "round {round}: crashclone/base");
+        let whole = check(d.smb_port, "public", tmp.path(), &files, &cut, false);
         let fsck = d.ok(&["fsck"]);
         assert!(fsck.contains("file system is consistent"), "round {round}: fsck:\n{fsck}");
         eprintln!("round {round}: killed {delay} ms into an mput: {whole} of {} files whole, the rest empty or absent", files.len());

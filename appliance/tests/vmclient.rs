@@ -101,6 +101,16 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
                 let mut conn = conn.unwrap();
                 let mut line = String::new();
                 let _ = BufReader::new(&conn).read_line(&mut line);
+                if line.trim() == "layers" {
+                    // layers.sh: a snapshot, and a writable clone of it.
+                    let d = d.lock().unwrap();
+                    d.ok(&["snapshot", "create", "public", "vm1"]);
+                    d.ok(&["share", "clone", "public@vm1", "vmc"]);
+                    // The protocol executors pick the new share up within a second.
+                    std::thread::sleep(std::time::Duration::from_millis(2500));
+                    let _ = conn.write_all(b"layers done\n");
+                    continue;
+                }
                 if line.trim() != "restart" {
                     break;
                 }
@@ -113,7 +123,7 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
     };
 
     let big: u32 = std::env::var("DUET_VM_BIG_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    let runs = format!("pseudo:4.1 v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3 xattr:4.2 restart:4.1 restart:4.2");
+    let runs = format!("pseudo:4.1 v3:{big} v4.1:{big} v4.2:{big} cross:v4.2 cross:v3 xattr:4.2 layers:4.2 restart:4.1 restart:4.2");
     let scripts = repo_root().join("tests/vmclient");
     let guest = tmp.path().join("guest.sh");
     std::fs::write(
@@ -140,6 +150,8 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
         .arg(scripts.join("restart.sh"))
         .arg("--bin")
         .arg(scripts.join("xattr.sh"))
+        .arg("--bin")
+        .arg(scripts.join("layers.sh"))
         .args(["--bin", "flock", "--bin", "setfattr", "--bin", "getfattr"])
         .output()
         .unwrap();
@@ -166,6 +178,7 @@ fn linux_kernel_client_nfs3_nfs41_nfs42_and_cross_protocol() {
     assert_eq!(text.matches("CROSS OK").count(), 2);
     assert_eq!(text.matches("RESTART OK").count(), 2);
     assert_eq!(text.matches("XATTR OK").count(), 1, "NFSv4.2 xattrs and SMB EAs");
+    assert_eq!(text.matches("LAYERS OK").count(), 1, "snapshots and clones through the kernel clients");
     assert_eq!(restarted, 2, "duetd was restarted twice");
     // The NFSv4 client with a file open across the restart was on the
     // list kept on disk, so the restarted daemon gave it a grace period.

@@ -7,7 +7,7 @@
 #   CTRL_PORT  where the host restarts duetd when asked (restart runs)
 #   RUNS  e.g. "v3:256 v4.1:256 v4.2:256 cross:v4.2 pseudo:4.1 smb3.1.1:64"
 #         (NFS version:big file MiB, cross:NFS version, pseudo:NFSv4 minor,
-#         restart:NFSv4 version, xattr:NFSv4 version; smb3.1.1|smb3.0|smb2.1|smbseal:big file
+#         restart:NFSv4 version, xattr:NFSv4 version, layers:NFSv4 version; smb3.1.1|smb3.0|smb2.1|smbseal:big file
 #         MiB mount cifs with that dialect, smbseal with encryption)
 # Each run prints "RESULT <name> PASS" or "RESULT <name> FAIL <status>".
 H=10.0.2.2
@@ -64,6 +64,15 @@ for run in $RUNS; do
       if mount_nfs "$arg" /mnt/an && mount_smb /mnt/as; then
         NFS_PORT=$NFS_PORT sh -e /bin/xattr.sh /mnt/an /mnt/as || rc=$?
         umount /mnt/an; umount /mnt/as
+      else
+        rc=32
+      fi ;;
+    layers)
+      # Snapshots and clones (layers.sh; the host takes them when asked).
+      if mount_nfs "$arg" /mnt/ln && mount_smb /mnt/ls; then
+        NFS_PORT=$NFS_PORT SMB_PORT=$SMB_PORT SMB_USER=$SMB_USER SMB_PASS=$SMB_PASS SMB_UID=$SMB_UID CTRL_PORT=$CTRL_PORT \
+          sh -e /bin/layers.sh /mnt/ln /mnt/ls || rc=$?
+        umount /mnt/ln; umount /mnt/ls
       else
         rc=32
       fi ;;

@@ -2437,16 +2437,7 @@ fn query_directory_pages_through_a_large_directory() {
     assert_eq!(c.runs - before, 1, "an unrelated compound is one batch too");
     assert!(r.iter().all(|x| x.status() == NtStatus::SUCCESS));
     // Open the directory, then page with a small buffer.
-    let r = c.one(Request::Create(create(
-        "big",
-        create_disposition::OPEN,
-        create_options::DIRECTORY_FILE,
-        READ,
-    )));
-    let Response::Create(cr) = r.body() else {
-        panic!()
-    };
-    let fid = cr.file_id;
+    let fid = open_dir(&mut c, "big");
     let mut seen = Vec::new();
     let mut rounds = 0;
     loop {
@@ -3498,16 +3489,7 @@ fn query_directory_file_index_is_the_position_and_resumes_enumeration() {
     for i in 0..10 {
         write_file(&mut c, &format!("idx\\f{i}"), b"x");
     }
-    let r = c.one(Request::Create(create(
-        "idx",
-        create_disposition::OPEN,
-        create_options::DIRECTORY_FILE,
-        READ,
-    )));
-    let Response::Create(cr) = r.body() else {
-        panic!()
-    };
-    let fid = cr.file_id;
+    let fid = open_dir(&mut c, "idx");
     let name = |i: u32| match i {
         1 => ".".to_string(),
         2 => "..".to_string(),
@@ -3566,4 +3548,13 @@ fn query_directory_file_index_is_the_position_and_resumes_enumeration() {
     };
     let got = find_indexed(&mut c, cr.file_id, Q::INDEX_SPECIFIED, 10, "*").unwrap();
     assert_eq!(got, (11..=12).map(|i| (i, name(i))).collect::<Vec<_>>());
+}
+
+/// Opens directory `name` for reading; its FileId.
+fn open_dir(c: &mut Client, name: &str) -> FileId {
+    let r = c.one(Request::Create(create(name, create_disposition::OPEN, create_options::DIRECTORY_FILE, READ)));
+    let Response::Create(cr) = r.body() else {
+        panic!("{name}: {:?}", r.status())
+    };
+    cr.file_id
 }

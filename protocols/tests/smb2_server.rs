@@ -1322,8 +1322,9 @@ fn validate_negotiate_info_and_unknown_ioctls() {
     };
     let v = ValidateNegotiateInfoResponse::decode(io.output).unwrap();
     assert_eq!(v.dialect, dialect::SMB3_0);
+    // FSCTL_SET_COMPRESSION, which duet does not implement.
     let r = c.one(Request::Ioctl(IoctlRequest {
-        ctl_code: 0x0009_00C4,
+        ctl_code: 0x0009_C040,
         file_id: FileId::RELATED,
         input: &[],
         max_input_response: 0,
@@ -3557,4 +3558,161 @@ fn open_dir(c: &mut Client, name: &str) -> FileId {
         panic!("{name}: {:?}", r.status())
     };
     cr.file_id
+}
+
+/// FSCTL_SET_SPARSE (MS-FSCC 2.3.64): the flag is stored as
+/// FILE_ATTRIBUTE_SPARSE_FILE (MS-FSCC 2.6), reported by QUERY_INFO and
+/// QUERY_DIRECTORY, kept by a FileBasicInformation attribute write, cleared
+/// by a zero SetSparse byte; a directory is STATUS_INVALID_PARAMETER; the
+/// volume advertises FILE_SUPPORTS_SPARSE_FILES (2.5.1); duplicating a
+/// sparse source into a target that is not sparse is STATUS_NOT_SUPPORTED
+/// (2.3.8).
+#[test]
+fn set_sparse_is_stored_reported_and_guards_dup_extents() {
+    const SPARSE: u32 = 0x200;
+    let mut c = Client::connected();
+    let ioctl = |code: u32, fid: FileId, input: &[u8]| -> Request<'static> {
+        Request::Ioctl(IoctlRequest {
+            ctl_code: code,
+            file_id: fid,
+            input: Box::leak(input.to_vec().into_boxed_slice()),
+            max_input_response: 0,
+            output: &[],
+            max_output_response: 0,
+            flags: IoctlRequest::IS_FSCTL,
+        })
+    };
+    let query = |c: &mut Client, fid: FileId, it: u8, class: u8| -> Vec<u8> {
+        let r = c.one(Request::QueryInfo(QueryInfoRequest {
+            info_type: it,
+            file_info_class: class,
+            output_buffer_length: 4096,
+            input_buffer: &[],
+            additional_information: 0,
+            flags: 0,
+            file_id: fid,
+        }));
+        assert_eq!(r.status(), NtStatus::SUCCESS);
+        let Response::QueryInfo(q) = r.body() else { panic!() };
+        q.output_buffer.to_vec()
+    };
+    let attrs = |c: &mut Client, fid: FileId| {
+        fscc::FileBasicInformation::decode(&query(c, fid, info_type::FILE, fscc::info_class::BASIC))
+            .unwrap()
+            .file_attributes
+    };
+    let dir_attrs = |c: &mut Client, name: &str| -> u32 {
+        let r = c.call(vec![
+            msg(Request::Create(create("", create_disposition::OPEN, create_options::DIRECTORY_FILE, READ)), false),
+            msg(
+                Request::QueryDirectory(QueryDirectoryRequest {
+                    file_information_class: fscc::info_class::ID_BOTH_DIRECTORY,
+                    flags: 0,
+                    file_index: 0,
+                    file_id: FileId::RELATED,
+                    file_name: Utf16::Str(name),
+                    output_buffer_length: 65536,
+                }),
+                true,
+            ),
+            close_related(),
+        ]);
+        let Response::QueryDirectory(q) = r[1].body() else { panic!() };
+        DirectoryEntry::decode_list(DirectoryInfoClass::IdBothDirectory, q.output_buffer).unwrap()[0].file_attributes
+    };
+    let f = open_fid(&mut c, "sp", create_disposition::OPEN_IF, RW).unwrap();
+    let fsa = query(&mut c, f, info_type::FILESYSTEM, fscc::fs_info_class::ATTRIBUTE);
+    let fsa = fscc::FileFsAttributeInformation::decode(&fsa).unwrap();
+    assert_ne!(fsa.file_system_attributes & 0x40, 0, "FILE_SUPPORTS_SPARSE_FILES");
+    assert_eq!(attrs(&mut c, f) & SPARSE, 0);
+    // No buffer sets; the first byte of a longer one decides.
+    assert_eq!(c.one(ioctl(ctl_code::FSCTL_SET_SPARSE, f, &[])).status(), NtStatus::SUCCESS);
+    assert_ne!(attrs(&mut c, f) & SPARSE, 0);
+    assert_ne!(dir_attrs(&mut c, "sp") & SPARSE, 0, "QUERY_DIRECTORY reports it");
+    // An attribute write keeps the flag.
+    let mut binfo = Vec::new();
+    fscc::FileBasicInformation { file_attributes: 0x2, ..Default::default() }.encode(&mut binfo);
+    let r = c.one(Request::SetInfo(SetInfoRequest {
+        info_type: info_type::FILE,
+        file_info_class: fscc::info_class::BASIC,
+        buffer: &binfo,
+        additional_information: 0,
+        file_id: f,
+    }));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    assert_eq!(attrs(&mut c, f) & (SPARSE | 0x2), SPARSE | 0x2);
+    assert_eq!(c.one(ioctl(ctl_code::FSCTL_SET_SPARSE, f, &[0, 0xFF, 0xFF])).status(), NtStatus::SUCCESS);
+    assert_eq!(attrs(&mut c, f) & (SPARSE | 0x2), 0x2, "cleared, HIDDEN kept");
+    assert_eq!(c.one(ioctl(ctl_code::FSCTL_SET_SPARSE, f, &[1])).status(), NtStatus::SUCCESS);
+    assert_ne!(attrs(&mut c, f) & SPARSE, 0);
+    // A directory cannot be sparse.
+    let r = c.one(Request::Create(create("spdir", create_disposition::OPEN_IF, create_options::DIRECTORY_FILE, READ)));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    let d = cr.file_id;
+    assert_eq!(c.one(ioctl(ctl_code::FSCTL_SET_SPARSE, d, &[])).status(), NtStatus::INVALID_PARAMETER);
+    // Sparse source, plain target: STATUS_NOT_SUPPORTED; both sparse: done.
+    assert_eq!(write_at(&mut c, f, 0, &[7u8; 4096]), NtStatus::SUCCESS);
+    let g = open_fid(&mut c, "plain", create_disposition::OPEN_IF, RW).unwrap();
+    assert_eq!(write_at(&mut c, g, 0, &[0u8; 4096]), NtStatus::SUCCESS);
+    let dup = |c: &mut Client, src: FileId, dst: FileId| {
+        let mut input = Vec::new();
+        for v in [src.persistent, src.volatile, 0, 0, 4096] {
+            input.extend_from_slice(&v.to_le_bytes());
+        }
+        c.one(ioctl(ctl_code::FSCTL_DUPLICATE_EXTENTS_TO_FILE, dst, &input)).status()
+    };
+    assert_eq!(dup(&mut c, f, g), NtStatus::NOT_SUPPORTED);
+    assert_eq!(dup(&mut c, g, f), NtStatus::SUCCESS, "plain source into a sparse target");
+    assert_eq!(c.one(ioctl(ctl_code::FSCTL_SET_SPARSE, g, &[])).status(), NtStatus::SUCCESS);
+    assert_eq!(dup(&mut c, f, g), NtStatus::SUCCESS);
+    // FSCTL_QUERY_ALLOCATED_RANGES (MS-FSCC 2.3.51): the asked range within
+    // the end of file; too small an output buffer, short input, negative or
+    // wrapping ranges are refused.
+    let qar = |c: &mut Client, off: i64, len: i64, max_out: u32| {
+        let mut input = Vec::new();
+        input.extend_from_slice(&off.to_le_bytes());
+        input.extend_from_slice(&len.to_le_bytes());
+        let mut rq = ioctl(ctl_code::FSCTL_QUERY_ALLOCATED_RANGES, g, &input);
+        if let Request::Ioctl(io) = &mut rq {
+            io.max_output_response = max_out;
+        }
+        let r = c.one(rq);
+        let out = match r.body() {
+            Response::Ioctl(io) => io.output.to_vec(),
+            _ => Vec::new(),
+        };
+        (r.status(), out)
+    };
+    let (st, out) = qar(&mut c, 0, 8192, 1024);
+    assert_eq!(st, NtStatus::SUCCESS);
+    assert_eq!(out, [0u64.to_le_bytes(), 4096u64.to_le_bytes()].concat());
+    let (st, out) = qar(&mut c, 1024, 1024, 1024);
+    assert_eq!((st, out), (NtStatus::SUCCESS, [1024u64.to_le_bytes(), 1024u64.to_le_bytes()].concat()));
+    assert_eq!(qar(&mut c, 4096, 100, 1024), (NtStatus::SUCCESS, Vec::new()), "past the end: none");
+    assert_eq!(qar(&mut c, 0, 0, 1024), (NtStatus::SUCCESS, Vec::new()));
+    assert_eq!(qar(&mut c, 0, 8192, 0).0, NtStatus::BUFFER_TOO_SMALL);
+    assert_eq!(qar(&mut c, 512, -1, 1024).0, NtStatus::INVALID_PARAMETER);
+    assert_eq!(qar(&mut c, -1, 10, 1024).0, NtStatus::INVALID_PARAMETER);
+    assert_eq!(qar(&mut c, i64::MAX, 1, 1024).0, NtStatus::INVALID_PARAMETER);
+    assert_eq!(c.one(ioctl(ctl_code::FSCTL_QUERY_ALLOCATED_RANGES, g, &[0; 8])).status(), NtStatus::INVALID_PARAMETER);
+    // FSCTL_SET_ZERO_DATA (MS-FSCC 2.3.85): zeros within the end of file,
+    // the size kept; bad ranges refused.
+    assert_eq!(write_at(&mut c, g, 0, &[9u8; 4096]), NtStatus::SUCCESS);
+    let zero = |c: &mut Client, off: i64, beyond: i64| {
+        let mut input = Vec::new();
+        input.extend_from_slice(&off.to_le_bytes());
+        input.extend_from_slice(&beyond.to_le_bytes());
+        c.one(ioctl(ctl_code::FSCTL_SET_ZERO_DATA, g, &input)).status()
+    };
+    assert_eq!(zero(&mut c, 100, 200), NtStatus::SUCCESS);
+    assert_eq!(zero(&mut c, 4000, 9000), NtStatus::SUCCESS);
+    assert_eq!(zero(&mut c, 300, 200), NtStatus::INVALID_PARAMETER);
+    assert_eq!(zero(&mut c, -1, 200), NtStatus::INVALID_PARAMETER);
+    assert_eq!(c.one(ioctl(ctl_code::FSCTL_SET_ZERO_DATA, g, &[0; 15])).status(), NtStatus::INVALID_PARAMETER);
+    let r = c.one(Request::Read(ReadRequest { offset: 0, length: 8192, file_id: g, ..Default::default() }));
+    let Response::Read(rd) = r.body() else { panic!("{:?}", r.status()) };
+    let mut want = vec![9u8; 4096];
+    want[100..200].fill(0);
+    want[4000..].fill(0);
+    assert_eq!(rd.data, &want[..]);
 }

@@ -839,7 +839,7 @@ fn create<R: KvRead + ?Sized>(
                     // Overwrite (MS-FSA 2.1.5.1.2.2) also takes the new
                     // attributes and allocation the creator asked for.
                     if let Some(a) = set.dos_attrs {
-                        n.attrs.dos_attrs = a & duet_fs::dos::SETTABLE;
+                        n.attrs.dos_attrs = duet_fs::dos::apply(n.attrs.dos_attrs, a);
                     }
                     if let Some(a) = set.alloc_size {
                         n.attrs.alloc_size = a & !duet_fs::ALLOC_TRUNCATES;
@@ -893,7 +893,7 @@ fn create<R: KvRead + ?Sized>(
         _ => {}
     }
     if let Some(a) = set.dos_attrs {
-        attrs.dos_attrs = a & duet_fs::dos::SETTABLE;
+        attrs.dos_attrs = duet_fs::dos::apply(0, a);
     }
     if let Some(t) = set.btime {
         attrs.btime = t;
@@ -988,7 +988,7 @@ fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: Obj
         n.attrs.gid = g;
     }
     if let Some(a) = s.dos_attrs {
-        n.attrs.dos_attrs = a & duet_fs::dos::SETTABLE;
+        n.attrs.dos_attrs = duet_fs::dos::apply(n.attrs.dos_attrs, a);
     }
     if let Some(a) = s.alloc_size {
         let truncates = a & duet_fs::ALLOC_TRUNCATES != 0;
@@ -1168,6 +1168,12 @@ fn clone<R: KvRead + ?Sized>(
     let dst_end = dst_offset.checked_add(len).ok_or(FsError::FileTooBig)?;
     if dst_end > FILE_SIZE_MAX {
         return Err(FsError::FileTooBig);
+    }
+    // MS-FSCC 2.3.8: a sparse source into a target that is not sparse is
+    // STATUS_NOT_SUPPORTED.
+    let sparse = |n: &Node| n.attrs.dos_attrs & duet_fs::dos::SPARSE_FILE != 0;
+    if sparse(&s) && !sparse(&d) {
+        return Err(FsError::NotSupported);
     }
     let same = s.attrs.id == d.attrs.id;
     if len == 0 {

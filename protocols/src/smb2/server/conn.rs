@@ -1200,6 +1200,18 @@ impl Connection {
                 .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
                     me.plan_enumerate_snapshots(fp, hdr, t, &io)
                 }),
+            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_SET_SPARSE => self
+                .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
+                    me.plan_set_sparse(fp, hdr, t, &io)
+                }),
+            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_SET_ZERO_DATA => self
+                .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
+                    me.plan_zero_data(fp, hdr, t, &io)
+                }),
+            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_QUERY_ALLOCATED_RANGES => self
+                .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
+                    me.plan_allocated_ranges(fp, hdr, t, &io)
+                }),
             Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_DUPLICATE_EXTENTS_TO_FILE => self
                 .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
                     me.plan_dup_extents(fp, hdr, t, &io)

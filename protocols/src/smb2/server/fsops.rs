@@ -237,6 +237,23 @@ pub enum FsPlan {
         file_id: FileId,
         max_out: u32,
     },
+    /// FSCTL_SET_SPARSE (one `Op::SetAttr`, ONLY_SPARSE) and
+    /// FSCTL_SET_ZERO_DATA (one `Op::ZeroRange`): no output.
+    NoOutput {
+        target: Target,
+        op: usize,
+        ctl_code: u32,
+        file_id: FileId,
+    },
+    /// FSCTL_QUERY_ALLOCATED_RANGES: one `Op::GetAttr`; the asked range.
+    AllocatedRanges {
+        target: Target,
+        op: usize,
+        ctl_code: u32,
+        file_id: FileId,
+        range: (u64, u64),
+        max_out: u32,
+    },
     /// FSCTL_DUPLICATE_EXTENTS_TO_FILE: one `Op::Clone`.
     DupExtents {
         target: Target,
@@ -1619,6 +1636,136 @@ impl Connection {
         Plan::Fs(FsPlan::DupExtents { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id })
     }
 
+    /// FSCTL_SET_SPARSE (MS-FSCC 2.3.64, MS-FSA 2.1.5.10.29): no input sets
+    /// the file sparse; FILE_SET_SPARSE_BUFFER's first byte (SetSparse)
+    /// sets (nonzero) or clears (zero) it, bytes past it are ignored (as
+    /// Windows does). A directory is STATUS_INVALID_PARAMETER. The flag is
+    /// the node's stored FILE_ATTRIBUTE_SPARSE_FILE (`dos::SPARSE_FILE`).
+    pub(super) fn plan_set_sparse(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        io: &IoctlRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if v.is_dir == Some(true) {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if v.granted & (access::FILE_WRITE_DATA | access::FILE_WRITE_ATTRIBUTES | access::FILE_APPEND_DATA) == 0 {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        let set = io.input.first().is_none_or(|&b| b != 0);
+        match self.begin(fp, hdr) {
+            Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
+            Ok(_) => {}
+            Err(s) => return done(s),
+        }
+        let bits = dos::ONLY_SPARSE | if set { dos::SPARSE_FILE } else { 0 };
+        let op = fp.push(Op::SetAttr {
+            obj: v.obj,
+            attrs: SetAttrs { dos_attrs: Some(bits), ctime: Some(duet_fs::CTIME_KEEP), ..Default::default() },
+        });
+        Plan::Fs(FsPlan::NoOutput { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id })
+    }
+
+    /// FSCTL_SET_ZERO_DATA (MS-FSCC 2.3.85/2.3.86, MS-FSA 2.1.5.10.33):
+    /// FILE_ZERO_DATA_INFORMATION (FileOffset, BeyondFinalZero, signed
+    /// 64-bit each) zeros `[FileOffset, BeyondFinalZero)` within the end of
+    /// file (one `Op::ZeroRange`; the size never changes). Short input, a
+    /// negative value or FileOffset past BeyondFinalZero is
+    /// STATUS_INVALID_PARAMETER.
+    pub(super) fn plan_zero_data(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        io: &IoctlRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if io.input.len() < 16 {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let le = |at: usize| i64::from_le_bytes(io.input[at..at + 8].try_into().unwrap_or_default());
+        let (offset, beyond) = (le(0), le(8));
+        if offset < 0 || beyond < 0 || offset > beyond {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if v.is_dir == Some(true) {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if v.granted & access::FILE_WRITE_DATA == 0 {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        // Zeroing writes: another open's byte-range lock over the range
+        // stops it as it stops a WRITE (MS-FSA 2.1.5.10.33).
+        if let (Some(file), Some(node)) = (v.file, v.node) {
+            if offset < beyond && self.lock_conflict(file, node, offset as u64, (beyond - offset) as u64, true) {
+                return done(NtStatus::FILE_LOCK_CONFLICT);
+            }
+        }
+        match self.begin(fp, hdr) {
+            Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
+            Ok(_) => {}
+            Err(s) => return done(s),
+        }
+        if offset == beyond {
+            return Plan::Done { status: NtStatus::SUCCESS, body: ioctl_body(io.ctl_code, io.file_id, &[]) };
+        }
+        let op = fp.push(Op::ZeroRange { obj: v.obj, offset: offset as u64, len: (beyond - offset) as u64 });
+        Plan::Fs(FsPlan::NoOutput { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id })
+    }
+
+    /// FSCTL_QUERY_ALLOCATED_RANGES (MS-FSCC 2.3.51/2.3.52, MS-FSA
+    /// 2.1.5.10.22): FILE_ALLOCATED_RANGE_BUFFER in (FileOffset, Length,
+    /// signed 64-bit each). The answer is one range, the asked range within
+    /// the file's end of file: duet reports every byte below the end of
+    /// file as allocated (a holes-unaware answer the spec allows, since a
+    /// file system may report zeroed ranges as allocated). Short input,
+    /// a negative offset or length, or their sum past i64::MAX is
+    /// STATUS_INVALID_PARAMETER.
+    pub(super) fn plan_allocated_ranges(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        io: &IoctlRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        if io.input.len() < 16 {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let le = |at: usize| i64::from_le_bytes(io.input[at..at + 8].try_into().unwrap_or_default());
+        let (offset, length) = (le(0), le(8));
+        if offset < 0 || length < 0 || offset.checked_add(length).is_none() {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if v.is_dir == Some(true) {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if v.granted & access::FILE_READ_DATA == 0 {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        if let Err(s) = self.begin(fp, hdr) {
+            return done(s);
+        }
+        let op = fp.push(Op::GetAttr { obj: v.obj });
+        Plan::Fs(FsPlan::AllocatedRanges {
+            target: t,
+            op,
+            ctl_code: io.ctl_code,
+            file_id: io.file_id,
+            range: (offset as u64, (offset + length) as u64),
+            max_out: io.max_output_response,
+        })
+    }
+
     // ---- QUERY_DIRECTORY -----------------------------------------------
 
     pub(super) fn plan_query_directory(
@@ -2210,10 +2357,11 @@ impl Connection {
             }
             fs_info_class::ATTRIBUTE => {
                 // CASE_SENSITIVE_SEARCH | CASE_PRESERVED_NAMES | UNICODE_ON_DISK,
-                // and FILE_SUPPORTS_BLOCK_REFCOUNTING (MS-FSCC 2.5.1): files
+                // FILE_SUPPORTS_SPARSE_FILES (FSCTL_SET_SPARSE) and
+                // FILE_SUPPORTS_BLOCK_REFCOUNTING (MS-FSCC 2.5.1): files
                 // may share chunks (FSCTL_DUPLICATE_EXTENTS_TO_FILE).
                 fscc::FileFsAttributeInformation {
-                    file_system_attributes: 0x1 | 0x2 | 0x4 | 0x0800_0000,
+                    file_system_attributes: 0x1 | 0x2 | 0x4 | 0x40 | 0x0800_0000,
                     maximum_component_name_length: 255,
                     file_system_name: Utf16::Str("NTFS"),
                 }
@@ -2789,6 +2937,36 @@ impl Connection {
                     Some(Ok(OpOutput::Dir { entries, .. })) => {
                         let tokens: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
                         Ok((NtStatus::SUCCESS, ioctl_body(ctl_code, file_id, &snapshot_array(&tokens, max_out))))
+                    }
+                    Some(Err(e)) => Ok((fs_status(*e), Vec::new())),
+                    _ => Ok((NtStatus::INVALID_PARAMETER, Vec::new())),
+                }
+            }
+            FsPlan::NoOutput { target, op, ctl_code, file_id } => {
+                self.resolve(target, created)?;
+                match results.get(op) {
+                    Some(Ok(_)) => Ok((NtStatus::SUCCESS, ioctl_body(ctl_code, file_id, &[]))),
+                    Some(Err(e)) => Ok((fs_status(*e), Vec::new())),
+                    _ => Ok((NtStatus::INVALID_PARAMETER, Vec::new())),
+                }
+            }
+            FsPlan::AllocatedRanges { target, op, ctl_code, file_id, range: (start, end), max_out } => {
+                self.resolve(target, created)?;
+                match results.get(op) {
+                    Some(Ok(OpOutput::Attrs { attrs: a, .. })) => {
+                        let end = end.min(a.size);
+                        let mut out = Vec::new();
+                        if start < end {
+                            // FILE_ALLOCATED_RANGE_BUFFER (MS-FSCC 2.3.52).
+                            out.extend_from_slice(&start.to_le_bytes());
+                            out.extend_from_slice(&(end - start).to_le_bytes());
+                        }
+                        // Not even one range fits: STATUS_BUFFER_TOO_SMALL
+                        // (MS-FSCC 2.3.52).
+                        if out.len() > max_out as usize {
+                            return Ok((NtStatus::BUFFER_TOO_SMALL, Vec::new()));
+                        }
+                        Ok((NtStatus::SUCCESS, ioctl_body(ctl_code, file_id, &out)))
                     }
                     Some(Err(e)) => Ok((fs_status(*e), Vec::new())),
                     _ => Ok((NtStatus::INVALID_PARAMETER, Vec::new())),

@@ -248,7 +248,13 @@ pub struct DataPath {
     /// are read with O_DIRECT, so nothing else caches them). The destager
     /// forgets a file's blocks before and after it changes its chunks.
     read_cache: RefCell<duet_cache::read::ReadCache>,
+    /// Chunk files open for reading (with the read cache on), at most
+    /// `READ_FILES_MAX`; dropped with the file's blocks, by the same rule.
+    read_files: RefCell<HashMap<(NodeId, u64), Rc<DmaFile>>>,
 }
+
+/// Chunk files kept open for reads.
+const READ_FILES_MAX: usize = 256;
 
 impl DataPath {
     /// Opens the write log and chunk store under `dir`, recovering the log.
@@ -336,6 +342,7 @@ impl DataPath {
             unclaimed: RefCell::new(Unclaimed::default()),
             started: std::time::Instant::now(),
             read_cache: RefCell::new(duet_cache::read::ReadCache::new(0)),
+            read_files: RefCell::new(HashMap::new()),
         });
         // Records still queued keep their log data alive.
         let mut after = 0;
@@ -834,23 +841,38 @@ impl DataPath {
         }
         let (Some(&m0), Some(&m1)) = (missing.first(), missing.last()) else { return Ok(0) };
         let ticket = self.read_cache.borrow().begin();
-        let path = self.chunk_path(file, idx);
-        if !path.exists() {
-            // A hole, or data not destaged yet: zeros, and nothing kept.
-            for &b in &missing {
-                place(dst, b, &[]);
+        let cached_file = self.read_files.borrow().get(&(file, idx)).cloned();
+        let f = match cached_file {
+            Some(f) => f,
+            None => {
+                let path = self.chunk_path(file, idx);
+                if !path.exists() {
+                    // A hole, or data not destaged yet: zeros, and nothing kept.
+                    for &b in &missing {
+                        place(dst, b, &[]);
+                    }
+                    return Ok(0);
+                }
+                let f = Rc::new(DmaFile::open(&path).await.map_err(|e| io_err("cannot open", &path, e))?);
+                // Kept only if the destager did not touch the file meanwhile
+                // (an unshare renames a new inode over the path).
+                if self.read_cache.borrow().still_valid(ticket, file) {
+                    let mut open = self.read_files.borrow_mut();
+                    if open.len() >= READ_FILES_MAX {
+                        open.clear();
+                    }
+                    open.insert((file, idx), f.clone());
+                }
+                f
             }
-            return Ok(0);
-        }
+        };
         let span_end = ((m1 + 1) * BLOCK + ahead).min(CHUNK_SIZE);
         let span_end = span_end.div_ceil(BLOCK) * BLOCK;
         self.fault(FaultPoint::DataRead)?;
-        let f = DmaFile::open(&path).await.map_err(|e| io_err("cannot open", &path, e))?;
         let r = f
             .read_at(m0 * BLOCK, (span_end - m0 * BLOCK) as usize)
             .await
-            .map_err(|e| io_err("cannot read", &path, e))?;
-        let _ = f.close().await;
+            .map_err(|e| io_err("cannot read", &self.chunk_path(file, idx), e))?;
         self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
         let mut cache = self.read_cache.borrow_mut();
         let mut b = m0;
@@ -871,6 +893,7 @@ impl DataPath {
     /// (the destager calls it before and after changing a file's chunks).
     fn forget_cached(&self, file: NodeId) {
         self.read_cache.borrow_mut().forget_file(file);
+        self.read_files.borrow_mut().retain(|(f, _), _| *f != file);
     }
 
     async fn open_chunk(

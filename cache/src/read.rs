@@ -134,6 +134,12 @@ impl ReadCache {
         self.forgotten.get(&file).copied().unwrap_or(self.floor)
     }
 
+    /// Whether something read or opened under `ticket` for `file` may be
+    /// kept: the file's chunks were not forgotten since.
+    pub fn still_valid(&self, ticket: Ticket, file: u64) -> bool {
+        self.forgotten_at(file) <= ticket.0 && self.floor <= ticket.0
+    }
+
     /// Keeps a block read under `ticket`, unless its file's chunks were
     /// forgotten since (the bytes may predate a change) or it is larger
     /// than a block. Evicts least recently used blocks to stay in bounds.
@@ -141,7 +147,7 @@ impl ReadCache {
         if self.capacity == 0 || data.len() as u64 > BLOCK || data.len() as u64 > self.capacity {
             return;
         }
-        if self.forgotten_at(key.0) > ticket.0 || (self.floor > ticket.0) {
+        if !self.still_valid(ticket, key.0) {
             self.stats.refused_stale += 1;
             return;
         }

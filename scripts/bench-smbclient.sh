@@ -124,6 +124,7 @@ big() {
 }
 bigres=$work/bigres
 big duet-always "//127.0.0.1/bench" "$SMB_PORT" >"$bigres"
+big duet-protocol "//127.0.0.1/benchp" "$SMB_PORT" >>"$bigres"
 big samba "//127.0.0.1/share" 1445 >>"$bigres"
 fs_ms=$(dd if=/dev/zero of="$work/fsync-probe" bs=4k count=200 oflag=dsync 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) s=$(i-1); printf "%.2f", s*1000/200}')
 case "$DUETD" in *release*) build=release ;; *) build=debug ;; esac

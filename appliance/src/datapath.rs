@@ -866,13 +866,13 @@ impl DataPath {
                 f
             }
         };
-        let span_end = ((m1 + 1) * BLOCK + ahead).min(CHUNK_SIZE);
-        let span_end = span_end.div_ceil(BLOCK) * BLOCK;
+        let end_block = self.read_cache.borrow().ahead_end(file, idx, m1, ahead, CHUNK_SIZE.div_ceil(BLOCK));
+        let span_end = end_block * BLOCK;
         self.fault(FaultPoint::DataRead)?;
-        let r = f
-            .read_at(m0 * BLOCK, (span_end - m0 * BLOCK) as usize)
-            .await
-            .map_err(|e| io_err("cannot read", &self.chunk_path(file, idx), e))?;
+        self.read_cache.borrow_mut().start_reading(file, idx, m0, end_block);
+        let r = f.read_at(m0 * BLOCK, (span_end - m0 * BLOCK) as usize).await;
+        self.read_cache.borrow_mut().done_reading(file, idx, m0, end_block);
+        let r = r.map_err(|e| io_err("cannot read", &self.chunk_path(file, idx), e))?;
         self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
         let mut cache = self.read_cache.borrow_mut();
         let mut b = m0;

@@ -28,7 +28,7 @@
 //! `READ_AHEAD` more bytes (within the chunk), so a streaming reader's
 //! next requests find their blocks in memory.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 
 /// Bytes per cached block.
@@ -75,6 +75,8 @@ pub struct ReadCache {
     floor: u64,
     /// file -> where its last read ended.
     streams: HashMap<u64, u64>,
+    /// Blocks a device read is fetching now (read-ahead stops at them).
+    in_flight: HashSet<Key>,
     stats: ReadCacheStats,
 }
 
@@ -91,6 +93,7 @@ impl ReadCache {
             forgotten: HashMap::new(),
             floor: 0,
             streams: HashMap::new(),
+            in_flight: HashSet::new(),
             stats: ReadCacheStats::default(),
         }
     }
@@ -189,6 +192,35 @@ impl ReadCache {
         }
     }
 
+    /// Where a read of blocks `..=last` of chunk `idx` of `file` should end
+    /// its read-ahead, given `ahead` bytes wanted and `chunk_blocks` blocks
+    /// in a chunk: the block after the last one to read. Read-ahead stops
+    /// before the first block that is cached or that another read is
+    /// fetching, so concurrent sequential readers (an NFS client's
+    /// parallel READs) do not read the same blocks twice.
+    pub fn ahead_end(&self, file: u64, idx: u64, last: u64, ahead: u64, chunk_blocks: u64) -> u64 {
+        let want = (last + 1 + ahead.div_ceil(BLOCK)).min(chunk_blocks);
+        let mut end = last + 1;
+        while end < want && !self.blocks.contains_key(&(file, idx, end)) && !self.in_flight.contains(&(file, idx, end)) {
+            end += 1;
+        }
+        end
+    }
+
+    /// Marks blocks `[from, to)` of chunk `idx` of `file` as being read.
+    pub fn start_reading(&mut self, file: u64, idx: u64, from: u64, to: u64) {
+        for b in from..to {
+            self.in_flight.insert((file, idx, b));
+        }
+    }
+
+    /// The read of blocks `[from, to)` ended (done or failed).
+    pub fn done_reading(&mut self, file: u64, idx: u64, from: u64, to: u64) {
+        for b in from..to {
+            self.in_flight.remove(&(file, idx, b));
+        }
+    }
+
     /// A read of `[offset, offset + len)` of `file`: how many bytes past
     /// its end to read as well (0 unless it continues the previous read of
     /// the file). Remembers where it ends.
@@ -280,6 +312,23 @@ mod tests {
         assert_eq!(c.read_ahead(1, 65536, 65536), READ_AHEAD);
         assert_eq!(c.read_ahead(1, 0, 65536), 0); // a jump back
         assert_eq!(c.read_ahead(2, 65536, 1), 0); // another file's first read
+    }
+
+    #[test]
+    fn read_ahead_stops_at_cached_and_in_flight_blocks() {
+        let mut c = ReadCache::new(64 * BLOCK);
+        // 64 blocks a chunk; a read of block 3 wanting 4 blocks ahead.
+        assert_eq!(c.ahead_end(1, 0, 3, 4 * BLOCK, 64), 8);
+        // Another read is fetching blocks 6..10: ahead stops at 6.
+        c.start_reading(1, 0, 6, 10);
+        assert_eq!(c.ahead_end(1, 0, 3, 4 * BLOCK, 64), 6);
+        c.done_reading(1, 0, 6, 10);
+        let t = c.begin();
+        c.insert(t, (1, 0, 5), b"x");
+        assert_eq!(c.ahead_end(1, 0, 3, 4 * BLOCK, 64), 5);
+        // Never past the chunk's end; nothing ahead: just the block after.
+        assert_eq!(c.ahead_end(1, 0, 62, 4 * BLOCK, 64), 64);
+        assert_eq!(c.ahead_end(2, 0, 3, 0, 64), 4);
     }
 
     #[test]

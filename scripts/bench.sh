@@ -8,7 +8,9 @@
 # client, the amplification report against duet, the vectorised-copy
 # comparison at 0 and 5 ms added latency, Samba's smbclient (mput/mget of
 # 1,000 x 4 KiB) against duet `always`, duet `protocol` and Samba
-# (scripts/bench-smbclient.sh), and writes docs/benchmarks.md,
+# (scripts/bench-smbclient.sh), the Linux kernel's NFSv4.1 and cifs clients
+# in a qemu guest against duet, Ganesha and Samba (scripts/bench-vmclient.sh),
+# and writes docs/benchmarks.md,
 # docs/bench/results.json and docs/bench/results.svg.
 #
 # Environment (defaults in brackets):
@@ -21,6 +23,8 @@
 #   PEERS        path to the peers scripts [../shared/peers]
 #   KEEP=1       keep duetd's data directory and log (else removed)
 #   SMB_FILES    files for the smbclient run [1000]  SMB_ROUNDS [3]
+#   VMCLIENT=0   skip the kernel clients in a qemu guest (scripts/bench-vmclient.sh;
+#                VM_FILES [300], VM_MB [64])
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -100,6 +104,12 @@ ctl "${vc[@]}" --markdown "$work/vcopy0.md" --json-out docs/bench/vcopy-0ms.json
 ctl "${vc[@]}" --latency "$LATENCY" --markdown "$work/vcopy.md" --json-out "docs/bench/vcopy-${LATENCY}ms.json" | tee "$work/vcopy.txt" || status=$?
 SMB_PORT=$smb ADMIN=127.0.0.1:$admin DATA_DIR=$work/data DUETD=$DUETD CTL=$CTL PEERS=$PEERS \
   scripts/bench-smbclient.sh | tee "$work/smbclient.md" || status=$?
+# The kernel's own clients in a qemu guest (relative figures: software emulation).
+if [ "${VMCLIENT:-1}" = 1 ]; then
+  DUETD=$DUETD CTL=$CTL scripts/bench-vmclient.sh | tee "$work/vmclient.md" || status=$?
+else
+  echo "(not run: VMCLIENT=0)" >"$work/vmclient.md"
+fi
 t1=$(date +%s)
 # The disk's synchronous-write latency (what one durable commit costs here).
 fs_ms=$(dd if=/dev/zero of="$work/fsync-probe" bs=4k count=200 oflag=dsync 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) s=$(i-1); printf "%.2f", s*1000/200}')
@@ -139,6 +149,10 @@ rm -f "$work/fsync-probe"
   echo "## smbclient: mput and mget of many small files, per durability (docs/durability.md)"
   echo
   cat "$work/smbclient.md"
+  echo
+  echo "## The Linux kernel's NFSv4.1 and cifs clients (scripts/bench-vmclient.sh)"
+  echo
+  cat "$work/vmclient.md"
   echo
   echo "## Vectorised NFSv4 client against one file at a time (server-side COPY of $VCOPY_FILES files)"
   echo

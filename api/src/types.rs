@@ -1028,6 +1028,15 @@ pub struct Stats {
     /// in `fsyncs_metadata`): the window ran out, or a FLUSH or COMMIT came.
     #[serde(default)]
     pub wal_syncs: u64,
+    /// Reads of chunk blocks answered from the read cache (`[cache]
+    /// read_mib`), and those that went to the device.
+    #[serde(default)]
+    pub read_cache_hits: u64,
+    #[serde(default)]
+    pub read_cache_misses: u64,
+    /// Bytes of chunk data the read cache holds now.
+    #[serde(default)]
+    pub read_cache_bytes: u64,
 }
 
 /// One line of the audit log (GET /v1/audit returns the newest, oldest

@@ -1228,6 +1228,9 @@ impl Admin {
             destage_backlog: self.engine.data.live_records() as u64,
             lazy_groups: ld(&c.lazy_groups),
             wal_syncs: ld(&c.wal_syncs),
+            read_cache_hits: ld(&d.read_cache_hits),
+            read_cache_misses: ld(&d.read_cache_misses),
+            read_cache_bytes: ld(&d.read_cache_bytes),
             errors: self
                 .engine
                 .stats

@@ -57,6 +57,10 @@ lease_secs = 90
 log_segment_mib = 64
 # How often the destager looks for data to move into chunks, in ms.
 destage_interval_ms = 20
+# Memory for file data read from chunk files, in MiB (0: none). Chunk
+# files are read with O_DIRECT, so this is the only cache of them;
+# sequential readers also read ahead into it.
+read_mib = 256
 
 [limits]
 # What one client may take; docs/limits.md says what each refusal looks like.
@@ -261,6 +265,8 @@ fn yes() -> bool {
 pub struct CacheConfig {
     pub log_segment_mib: u64,
     pub destage_interval_ms: u64,
+    /// The read cache of chunk data, in MiB (0: off).
+    pub read_mib: u64,
 }
 
 /// `[limits]`: what one client may take (docs/limits.md).
@@ -519,7 +525,7 @@ impl Default for AdminConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { log_segment_mib: 64, destage_interval_ms: 20 }
+        CacheConfig { log_segment_mib: 64, destage_interval_ms: 20, read_mib: 256 }
     }
 }
 
@@ -594,6 +600,9 @@ impl Config {
         }
         if !(5..=3600).contains(&self.nfs.lease_secs) {
             return invalid("nfs.lease_secs", format!("{} is outside 5..=3600", self.nfs.lease_secs));
+        }
+        if self.cache.read_mib > 1 << 20 {
+            return invalid("cache.read_mib", format!("{} is over 1048576 (1 TiB)", self.cache.read_mib));
         }
         if !(1..=4096).contains(&self.cache.log_segment_mib) {
             return invalid("cache.log_segment_mib", format!("{} is outside 1..=4096", self.cache.log_segment_mib));

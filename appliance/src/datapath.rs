@@ -54,6 +54,10 @@ pub struct DataCounters {
     /// Fetches from peers answered from this node's chunk store (the
     /// extent no longer in its log).
     pub fetch_from_chunks: AtomicU64,
+    /// Mirrors of the read cache's counters (it lives on the data executor).
+    pub read_cache_hits: AtomicU64,
+    pub read_cache_misses: AtomicU64,
+    pub read_cache_bytes: AtomicU64,
 }
 
 /// Where a test can make the data path fail (`[testing] fault_injection`,
@@ -240,7 +244,17 @@ pub struct DataPath {
     unclaimed: RefCell<Unclaimed>,
     /// The monotonic clock [`Unclaimed`] reads.
     started: std::time::Instant,
+    /// Blocks of chunk files in memory (`[cache] read_mib`; chunk files
+    /// are read with O_DIRECT, so nothing else caches them). The destager
+    /// forgets a file's blocks before and after it changes its chunks.
+    read_cache: RefCell<duet_cache::read::ReadCache>,
+    /// Chunk files open for reading (with the read cache on), at most
+    /// `READ_FILES_MAX`; dropped with the file's blocks, by the same rule.
+    read_files: RefCell<HashMap<(NodeId, u64), Rc<DmaFile>>>,
 }
+
+/// Chunk files kept open for reads.
+const READ_FILES_MAX: usize = 256;
 
 impl DataPath {
     /// Opens the write log and chunk store under `dir`, recovering the log.
@@ -327,6 +341,8 @@ impl DataPath {
             replica: OnceCell::new(),
             unclaimed: RefCell::new(Unclaimed::default()),
             started: std::time::Instant::now(),
+            read_cache: RefCell::new(duet_cache::read::ReadCache::new(0)),
+            read_files: RefCell::new(HashMap::new()),
         });
         // Records still queued keep their log data alive.
         let mut after = 0;
@@ -365,6 +381,17 @@ impl DataPath {
     }
 
     /// Joins this node's write log to the other voters' (multi-node).
+    /// Sizes the read cache (`[cache] read_mib`); 0 turns it off. Drops
+    /// what it held.
+    pub fn set_read_cache_bytes(&self, bytes: u64) {
+        *self.read_cache.borrow_mut() = duet_cache::read::ReadCache::new(bytes);
+    }
+
+    /// The read cache's counters.
+    pub fn read_cache_stats(&self) -> duet_cache::read::ReadCacheStats {
+        self.read_cache.borrow().stats()
+    }
+
     pub fn set_replica(&self, r: Rc<Replica>) {
         let _ = self.replica.set(r);
     }
@@ -739,23 +766,32 @@ impl DataPath {
     }
 
     /// Bytes `[offset, offset+len)` of a file as the chunk store has them
-    /// (zeros where there is no chunk).
+    /// (zeros where there is no chunk), through the read cache when it is
+    /// on (and no read fault is pending: an injected failure must reach
+    /// the device path).
     async fn read_chunks(&self, file: NodeId, offset: u64, len: u64) -> io::Result<(Vec<u8>, u64)> {
         let mut out = vec![0u8; len as usize];
         let mut reads = 0;
+        let cached = self.read_cache.borrow().capacity() > 0 && self.faults[FaultPoint::DataRead as usize].get() == 0;
+        let ahead = if cached && len > 0 { self.read_cache.borrow_mut().read_ahead(file, offset, len) } else { 0 };
         let mut pos = offset;
         let end = offset + len;
         while pos < end {
             let idx = pos / CHUNK_SIZE;
             let co = pos % CHUNK_SIZE;
             let n = (CHUNK_SIZE - co).min(end - pos);
+            let at = (pos - offset) as usize;
+            if cached {
+                reads += self.read_chunk_cached(file, idx, co, &mut out[at..at + n as usize], ahead).await?;
+                pos += n;
+                continue;
+            }
             let path = self.chunk_path(file, idx);
             // A missing chunk reads as zeros (a hole, or data not destaged yet).
             if path.exists() {
                 self.fault(FaultPoint::DataRead)?;
                 let f = DmaFile::open(&path).await.map_err(|e| io_err("cannot open", &path, e))?;
                 let r = f.read_at(co, n as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
-                let at = (pos - offset) as usize;
                 out[at..at + r.len()].copy_from_slice(&r);
                 self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
                 reads += 1;
@@ -763,7 +799,101 @@ impl DataPath {
             }
             pos += n;
         }
+        if cached {
+            let st = self.read_cache.borrow().stats();
+            self.counters.read_cache_hits.store(st.hits, Ordering::Relaxed);
+            self.counters.read_cache_misses.store(st.misses, Ordering::Relaxed);
+            self.counters.read_cache_bytes.store(st.bytes, Ordering::Relaxed);
+        }
         Ok((out, reads))
+    }
+
+    /// `dst.len()` bytes at `co` of chunk `idx` of `file`, from cached
+    /// blocks where it can; the missing blocks (and `ahead` bytes more,
+    /// within the chunk) in one device read, kept in the cache unless the
+    /// destager changed the file meanwhile. Returns the device reads made.
+    async fn read_chunk_cached(&self, file: NodeId, idx: u64, co: u64, dst: &mut [u8], ahead: u64) -> io::Result<u64> {
+        use duet_cache::read::BLOCK;
+        let n = dst.len() as u64;
+        let (b0, b1) = (co / BLOCK, (co + n - 1) / BLOCK);
+        // Copies the part of block `b` (bytes `data`, zeros past them) that `dst` wants.
+        let place = |dst: &mut [u8], b: u64, data: &[u8]| {
+            let from = (b * BLOCK).max(co);
+            let to = ((b + 1) * BLOCK).min(co + n);
+            let src_at = (from - b * BLOCK) as usize;
+            let dst_at = (from - co) as usize;
+            let len = (to - from) as usize;
+            let have = data.len().saturating_sub(src_at).min(len);
+            if have > 0 {
+                dst[dst_at..dst_at + have].copy_from_slice(&data[src_at..src_at + have]);
+            }
+            dst[dst_at + have..dst_at + len].fill(0);
+        };
+        let mut missing = Vec::new();
+        {
+            let mut cache = self.read_cache.borrow_mut();
+            for b in b0..=b1 {
+                match cache.get((file, idx, b)) {
+                    Some(data) => place(dst, b, &data),
+                    None => missing.push(b),
+                }
+            }
+        }
+        let (Some(&m0), Some(&m1)) = (missing.first(), missing.last()) else { return Ok(0) };
+        let ticket = self.read_cache.borrow().begin();
+        let cached_file = self.read_files.borrow().get(&(file, idx)).cloned();
+        let f = match cached_file {
+            Some(f) => f,
+            None => {
+                let path = self.chunk_path(file, idx);
+                if !path.exists() {
+                    // A hole, or data not destaged yet: zeros, and nothing kept.
+                    for &b in &missing {
+                        place(dst, b, &[]);
+                    }
+                    return Ok(0);
+                }
+                let f = Rc::new(DmaFile::open(&path).await.map_err(|e| io_err("cannot open", &path, e))?);
+                // Kept only if the destager did not touch the file meanwhile
+                // (an unshare renames a new inode over the path).
+                if self.read_cache.borrow().still_valid(ticket, file) {
+                    let mut open = self.read_files.borrow_mut();
+                    if open.len() >= READ_FILES_MAX {
+                        open.clear();
+                    }
+                    open.insert((file, idx), f.clone());
+                }
+                f
+            }
+        };
+        let end_block = self.read_cache.borrow().ahead_end(file, idx, m1, ahead, CHUNK_SIZE.div_ceil(BLOCK));
+        let span_end = end_block * BLOCK;
+        self.fault(FaultPoint::DataRead)?;
+        self.read_cache.borrow_mut().start_reading(file, idx, m0, end_block);
+        let r = f.read_at(m0 * BLOCK, (span_end - m0 * BLOCK) as usize).await;
+        self.read_cache.borrow_mut().done_reading(file, idx, m0, end_block);
+        let r = r.map_err(|e| io_err("cannot read", &self.chunk_path(file, idx), e))?;
+        self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
+        let mut cache = self.read_cache.borrow_mut();
+        let mut b = m0;
+        while b * BLOCK < span_end {
+            let s = (((b - m0) * BLOCK) as usize).min(r.len());
+            let e = (((b - m0 + 1) * BLOCK) as usize).min(r.len());
+            let data = &r[s..e];
+            if b <= m1 && b >= b0 {
+                place(dst, b, data);
+            }
+            cache.insert(ticket, (file, idx, b), data);
+            b += 1;
+        }
+        Ok(1)
+    }
+
+    /// Drops `file`'s cached blocks and refuses blocks read before now
+    /// (the destager calls it before and after changing a file's chunks).
+    fn forget_cached(&self, file: NodeId) {
+        self.read_cache.borrow_mut().forget_file(file);
+        self.read_files.borrow_mut().retain(|(f, _), _| *f != file);
     }
 
     async fn open_chunk(
@@ -1122,7 +1252,10 @@ impl DataPath {
         let mut open: HashMap<(NodeId, u64), Rc<DmaFile>> = HashMap::new();
         let mut reclaimed = Vec::new();
         let mut extents = Vec::new();
+        let mut touched = BTreeSet::new();
         for (dseq, rec) in &recs {
+            touched.insert(rec.file);
+            self.forget_cached(rec.file);
             match &rec.op {
                 DataOp::WriteInline { offset, data } => self.write_chunks(&mut open, rec.file, *offset, data).await?,
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
@@ -1182,6 +1315,12 @@ impl DataPath {
             self.fault(FaultPoint::ChunkSync)?;
             f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
             self.counters.chunk_fsyncs.fetch_add(1, Ordering::Relaxed);
+        }
+        // Reads that began while the chunks changed keep nothing they saw;
+        // this is before the log records go, so a read that then finds its
+        // record gone and re-reads the chunks never meets an old block.
+        for f in touched {
+            self.forget_cached(f);
         }
         // Node-local progress: each node destages into its own chunks.
         store.destaged(upto, reclaimed).await.map_err(ge)?;

@@ -1,0 +1,256 @@
+//! The read cache of chunk data (`[cache] read_mib`, `duet_cache::read`)
+//! in the real engine: reads stay byte-exact while the destager rewrites,
+//! truncates, zeroes, clones and reclaims the chunks under them, and a
+//! sequential reader's second pass comes from memory.
+
+use std::sync::atomic::Ordering;
+
+use duet_appliance::config::Config;
+use duet_appliance::engine::{EngineHandle, RequestTag};
+use duet_appliance::server;
+use duet_fs::{Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, SetAttrs, WriteData, CHUNK_SIZE, ROOT_ID};
+
+fn cfg(dir: &std::path::Path, read_mib: u64) -> Config {
+    let mut c = Config::default();
+    c.data_dir = dir.to_path_buf();
+    c.admin.listen = "127.0.0.1:0".into();
+    c.smb.listen = "127.0.0.1:0".into();
+    c.nfs.listen = "127.0.0.1:0".into();
+    c.nfs.portmap = false;
+    c.executors = 1;
+    // Destage as soon as possible: chunks change under the reads.
+    c.cache.destage_interval_ms = 1;
+    c.cache.read_mib = read_mib;
+    c
+}
+
+fn tag() -> RequestTag {
+    RequestTag::new("test", "batch")
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+fn run(e: &EngineHandle, ops: Vec<Op>) -> Vec<Result<OpOutput, FsError>> {
+    let mut b = Batch::new(Credentials::root(), 1);
+    b.ops = ops;
+    e.submit_blocking(b, tag()).unwrap().results
+}
+
+fn ok(e: &EngineHandle, op: Op) -> OpOutput {
+    let mut r = run(e, vec![op]);
+    r.remove(0).unwrap_or_else(|err| panic!("{err:?}"))
+}
+
+fn create(e: &EngineHandle, name: &str) -> u64 {
+    let op = Op::Create {
+        dir: ObjRef::Id(ROOT_ID),
+        name: name.into(),
+        kind: CreateKind::File,
+        attrs: SetAttrs::default(),
+        if_exists: IfExists::Fail,
+    };
+    match ok(e, op) {
+        OpOutput::Object { attrs, .. } => attrs.id,
+        o => panic!("{o:?}"),
+    }
+}
+
+fn read(e: &EngineHandle, id: u64, offset: u64, len: u64) -> Vec<u8> {
+    match ok(e, Op::Read { obj: ObjRef::Id(id), offset, len }) {
+        OpOutput::Read { data, .. } => data,
+        o => panic!("{o:?}"),
+    }
+}
+
+fn write(e: &EngineHandle, id: u64, offset: u64, data: &[u8]) {
+    ok(e, Op::Write { obj: ObjRef::Id(id), offset, data: WriteData::Bytes(data.to_vec()), append: false });
+}
+
+fn settle(e: &EngineHandle) {
+    for _ in 0..1000 {
+        if let Ok(duet_cluster_store::QueryAnswer::DataQueue(q)) =
+            e.store.query_blocking(duet_cluster_store::Query::DataQueue { after: 0, limit: 1 })
+        {
+            if q.is_empty() {
+                return;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("destager did not settle");
+}
+
+fn check(e: &EngineHandle, id: u64, model: &[u8], offset: u64, len: u64, what: &str) {
+    let got = read(e, id, offset, len);
+    let end = (offset + len).min(model.len() as u64);
+    let want: &[u8] = if offset >= model.len() as u64 { &[] } else { &model[offset as usize..end as usize] };
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{what}: read [{offset}, +{len}) gave {} bytes, wanted {}; first difference at {:?}",
+            got.len(),
+            want.len(),
+            first.map(|p| p as u64 + offset)
+        );
+    }
+}
+
+/// Random writes (inline-sized and logged), truncates, extensions and
+/// zeroed ranges of a three-chunk file, each followed at once by reads of
+/// random ranges and of the whole file, while the destager (every 1 ms)
+/// moves the same ranges into the chunks: every read equals the model.
+/// Then a clone of the file by reference and a removal, both through the
+/// destager, and fsck. Fails if a read ever serves a block older than the
+/// chunk file (the staleness rule of `duet_cache::read`).
+#[test]
+fn reads_stay_exact_while_the_destager_changes_the_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = server::start(&cfg(tmp.path(), 64)).unwrap();
+    let e = r.engine().clone();
+    let id = create(&e, "f");
+    let mut rng = Rng(0x5eed_cafe);
+    let mut model = bytes(&mut rng, (CHUNK_SIZE * 3) as usize);
+    write(&e, id, 0, &model);
+    settle(&e);
+    check(&e, id, &model, 0, model.len() as u64, "after the first destage");
+    let rounds = std::env::var("DUET_READ_CACHE_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(300u64);
+    for round in 0..rounds {
+        let size = model.len() as u64;
+        match rng.below(10) {
+            0..=3 => {
+                // Logged write (over 4 KiB), possibly across a chunk boundary.
+                let len = 4097 + rng.below(200_000);
+                let at = rng.below(size);
+                let data = bytes(&mut rng, len as usize);
+                write(&e, id, at, &data);
+                let end = (at + len) as usize;
+                if end > model.len() {
+                    model.resize(end, 0);
+                }
+                model[at as usize..end].copy_from_slice(&data);
+            }
+            4..=6 => {
+                // Small write into the chunked file (rides in the entry).
+                let len = 1 + rng.below(4000);
+                let at = rng.below(size);
+                let data = bytes(&mut rng, len as usize);
+                write(&e, id, at, &data);
+                let end = (at + len) as usize;
+                if end > model.len() {
+                    model.resize(end, 0);
+                }
+                model[at as usize..end].copy_from_slice(&data);
+            }
+            7 => {
+                // A new size, shorter or longer (the tail reads as zeros).
+                let cut = CHUNK_SIZE + rng.below(CHUNK_SIZE * 2);
+                ok(&e, Op::SetAttr { obj: ObjRef::Id(id), attrs: SetAttrs { size: Some(cut), ..Default::default() } });
+                model.resize(cut as usize, 0);
+            }
+            8 => {
+                let at = rng.below(size);
+                let len = 1 + rng.below(CHUNK_SIZE);
+                ok(&e, Op::ZeroRange { obj: ObjRef::Id(id), offset: at, len });
+                let end = ((at + len) as usize).min(model.len());
+                model[at as usize..end].fill(0);
+            }
+            _ => {
+                // Extend past the end: a hole, then data.
+                let at = size + rng.below(100_000);
+                let n = 1 + rng.below(100_000) as usize;
+                let data = bytes(&mut rng, n);
+                write(&e, id, at, &data);
+                model.resize(at as usize, 0);
+                model.extend_from_slice(&data);
+            }
+        }
+        let size = model.len() as u64;
+        for _ in 0..3 {
+            let at = rng.below(size);
+            let len = 1 + rng.below(300_000);
+            check(&e, id, &model, at, len, &format!("round {round}"));
+        }
+        if round % 10 == 0 {
+            // Sequential 64 KiB reads (read-ahead), racing the destager.
+            let mut at = rng.below(size / 2);
+            for _ in 0..20 {
+                check(&e, id, &model, at, 65_536, &format!("round {round}, sequential"));
+                at += 65_536;
+            }
+            check(&e, id, &model, 0, size, &format!("round {round}, whole"));
+        }
+    }
+    settle(&e);
+    check(&e, id, &model, 0, model.len() as u64, "settled");
+    check(&e, id, &model, 0, model.len() as u64, "settled, from the cache");
+    let hits = e.data_counters.read_cache_hits.load(Ordering::Relaxed);
+    let misses = e.data_counters.read_cache_misses.load(Ordering::Relaxed);
+    println!("read cache: {hits} block hits, {misses} misses over {rounds} rounds");
+    assert!(hits > 0 && misses > 0, "the cache was not exercised: {hits} hits, {misses} misses");
+    // A clone by reference shares the chunks; writes to either stay apart.
+    let c = create(&e, "clone");
+    ok(&e, Op::Clone { src: ObjRef::Id(id), src_offset: 0, dst: ObjRef::Id(c), dst_offset: 0, len: model.len() as u64, extend: true });
+    check(&e, c, &model, 0, model.len() as u64, "clone");
+    let patch = bytes(&mut rng, 70_000);
+    write(&e, c, 1000, &patch);
+    let mut cm = model.clone();
+    cm[1000..71_000].copy_from_slice(&patch);
+    settle(&e);
+    check(&e, c, &cm, 0, cm.len() as u64, "clone after a write");
+    check(&e, id, &model, 0, model.len() as u64, "source after the clone's write");
+    // Removal reclaims the chunks; a new file never reads their blocks.
+    ok(&e, Op::Remove { dir: ObjRef::Id(ROOT_ID), name: "f".into(), dir_only: None });
+    settle(&e);
+    check(&e, c, &cm, 0, cm.len() as u64, "clone after the source's removal");
+    r.shutdown();
+}
+
+/// Reading an 8 MiB file 64 KiB at a time: the first pass reads the device
+/// ahead of the reader (a read per megabyte or so, not per request), the
+/// second comes from memory (no device read); with `read_mib = 0` every
+/// request reads the device.
+#[test]
+fn a_sequential_reader_reads_ahead_and_rereads_from_memory() {
+    for read_mib in [256, 0] {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = server::start(&cfg(tmp.path(), read_mib)).unwrap();
+        let e = r.engine().clone();
+        let id = create(&e, "seq");
+        let mut rng = Rng(42);
+        let data = bytes(&mut rng, 8 << 20);
+        write(&e, id, 0, &data);
+        settle(&e);
+        let device = || e.data_counters.chunk_reads.load(Ordering::Relaxed);
+        let mut passes = Vec::new();
+        for _ in 0..2 {
+            let before = device();
+            for at in (0..data.len() as u64).step_by(65_536) {
+                check(&e, id, &data, at, 65_536, "sequential");
+            }
+            passes.push(device() - before);
+        }
+        println!("read_mib {read_mib}: device reads per pass of 128 requests: {passes:?}");
+        if read_mib > 0 {
+            assert!(passes[0] <= 24, "the first pass did not read ahead: {} device reads", passes[0]);
+            assert_eq!(passes[1], 0, "the second pass went to the device");
+        } else {
+            assert_eq!(passes, vec![128, 128], "without a cache every request reads the device");
+        }
+        r.shutdown();
+    }
+}

@@ -132,21 +132,11 @@ fn reads_stay_exact_while_the_destager_changes_the_chunks() {
     for round in 0..rounds {
         let size = model.len() as u64;
         match rng.below(10) {
-            0..=3 => {
-                // Logged write (over 4 KiB), possibly across a chunk boundary.
-                let len = 4097 + rng.below(200_000);
-                let at = rng.below(size);
-                let data = bytes(&mut rng, len as usize);
-                write(&e, id, at, &data);
-                let end = (at + len) as usize;
-                if end > model.len() {
-                    model.resize(end, 0);
-                }
-                model[at as usize..end].copy_from_slice(&data);
-            }
-            4..=6 => {
-                // Small write into the chunked file (rides in the entry).
-                let len = 1 + rng.below(4000);
+            k @ 0..=6 => {
+                // Logged writes (over 4 KiB, possibly across a chunk
+                // boundary) and small writes into the chunked file (they
+                // ride in the entry).
+                let len = if k <= 3 { 4097 + rng.below(200_000) } else { 1 + rng.below(4000) };
                 let at = rng.below(size);
                 let data = bytes(&mut rng, len as usize);
                 write(&e, id, at, &data);

@@ -295,9 +295,9 @@ fn work(engine: &EngineHandle, out: &Out, dir: u64, w: u32, kid: u64, run: u64, 
     }
 }
 
-/// Takes snapshot `sG` and clone `cG` at a generation's first run; deletes
-/// generations past DROP_AFTER runs (on a thread beside the workers).
-/// Returns the newest clone recorded in `DIR.layers`, if any.
+/// Takes snapshot `sG` and clone `cG` at a generation's first run (before
+/// any worker starts). Returns the newest clone recorded in `DIR.layers`
+/// that is not yet old enough for [`drop_old`], if any.
 fn layers_at_start(dir: &std::path::Path, running: &server::Running, run: u64, out: &Out) -> Result<Option<u64>, String> {
     let file = layers_file(dir);
     if run % GEN_EVERY == 2 {
@@ -341,7 +341,8 @@ fn drop_old(dir: &std::path::Path, running: &server::Running, run: u64, out: &Ou
             duet_admin_api::AdminRequest::SnapshotDelete { share: SHARE.into(), name: format!("s{g}") },
         ] {
             if let Err(e) = admin(dir, running, req) {
-                if !e.contains("not found") && !e.contains("unknown") && !e.contains("no such") && !e.contains("does not exist") {
+                // Typed: the API's error code, never the message text.
+                if !e.starts_with(&format!("{}:", duet_admin_api::codes::NOT_FOUND)) {
                     eprintln!("duet-torture: drop of generation {g}: {e}");
                 }
             }

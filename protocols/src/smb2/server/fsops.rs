@@ -1687,11 +1687,9 @@ impl Connection {
         let Some(v) = self.view(fp, t) else {
             return done(NtStatus::FILE_CLOSED);
         };
-        if io.input.len() < 16 {
+        let Some((offset, beyond)) = two_i64(io.input) else {
             return done(NtStatus::INVALID_PARAMETER);
-        }
-        let le = |at: usize| i64::from_le_bytes(io.input[at..at + 8].try_into().unwrap_or_default());
-        let (offset, beyond) = (le(0), le(8));
+        };
         if offset < 0 || beyond < 0 || offset > beyond {
             return done(NtStatus::INVALID_PARAMETER);
         }
@@ -1738,11 +1736,9 @@ impl Connection {
         let Some(v) = self.view(fp, t) else {
             return done(NtStatus::FILE_CLOSED);
         };
-        if io.input.len() < 16 {
+        let Some((offset, length)) = two_i64(io.input) else {
             return done(NtStatus::INVALID_PARAMETER);
-        }
-        let le = |at: usize| i64::from_le_bytes(io.input[at..at + 8].try_into().unwrap_or_default());
-        let (offset, length) = (le(0), le(8));
+        };
         if offset < 0 || length < 0 || offset.checked_add(length).is_none() {
             return done(NtStatus::INVALID_PARAMETER);
         }
@@ -3267,4 +3263,13 @@ impl Drop for Connection {
     fn drop(&mut self) {
         self.cfg.share_modes.release_connection(self.conn_key);
     }
+}
+
+/// The two signed 64-bit little-endian values that open an FSCTL input
+/// (FILE_ZERO_DATA_INFORMATION, FILE_ALLOCATED_RANGE_BUFFER: MS-FSCC
+/// 2.3.85, 2.3.51); None when the input is shorter than 16 bytes.
+fn two_i64(input: &[u8]) -> Option<(i64, i64)> {
+    let a = i64::from_le_bytes(input.get(0..8)?.try_into().ok()?);
+    let b = i64::from_le_bytes(input.get(8..16)?.try_into().ok()?);
+    Some((a, b))
 }

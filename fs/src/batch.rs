@@ -236,6 +236,16 @@ pub enum Op {
     /// layers lists none. (Appended last: stored raft entries keep
     /// decoding.)
     ListSnapshots { obj: ObjRef },
+    /// The ranges of `[offset, offset+len)` (clipped to the file's size)
+    /// that hold data, in order and merged (SMB
+    /// FSCTL_QUERY_ALLOCATED_RANGES, MS-FSCC 2.3.51; NFSv4.2 SEEK, RFC
+    /// 7862 15.11). The rest reads as zeros. Allocation is tracked in
+    /// blocks of [`crate::ALLOC_BLOCK`] bytes of chunked files, so a range
+    /// may start before and end after the bytes written in it; a hole is
+    /// never reported where data lies. Read-only; produces
+    /// `OpOutput::Ranges`. (Appended last: stored raft entries keep
+    /// decoding.)
+    Allocated { obj: ObjRef, offset: u64, len: u64 },
 }
 
 /// How [`Op::SetXattr`] treats an existing attribute (RFC 8276 8.4.2.1:
@@ -259,6 +269,7 @@ impl Op {
             Op::Lookup { .. } | Op::GetAttr { .. } | Op::Read { .. } | Op::Close { .. } => false,
             Op::LookupCaseless { .. } | Op::GetEas { .. } => false,
             Op::ReadLink { .. } | Op::ReadDir { .. } | Op::ListSnapshots { .. } => false,
+            Op::Allocated { .. } => false,
             Op::Open { truncate, .. } => *truncate,
             Op::SetAttr { attrs, .. } => !attrs.is_empty(),
             _ => true,
@@ -288,6 +299,7 @@ impl Op {
             Op::Clone { .. } => "clone",
             Op::ZeroRange { .. } => "zero",
             Op::ListSnapshots { .. } => "listsnapshots",
+            Op::Allocated { .. } => "allocated",
         }
     }
 }
@@ -367,6 +379,9 @@ pub enum OpOutput {
     Found { name: String, attrs: Attrs },
     /// GetEas: the attributes' names and values, in name order.
     Eas { eas: Vec<(String, Vec<u8>)>, attrs: Attrs },
+    /// Allocated: the `(offset, length)` ranges holding data, in order,
+    /// merged, none empty.
+    Ranges { ranges: Vec<(u64, u64)>, attrs: Attrs },
 }
 
 impl OpOutput {
@@ -381,7 +396,8 @@ impl OpOutput {
             | OpOutput::Dir { attrs, .. }
             | OpOutput::Copied { attrs, .. }
             | OpOutput::Found { attrs, .. }
-            | OpOutput::Eas { attrs, .. } => Some(attrs),
+            | OpOutput::Eas { attrs, .. }
+            | OpOutput::Ranges { attrs, .. } => Some(attrs),
             OpOutput::Dirs { target, .. } => target.as_ref(),
         }
     }

@@ -2438,6 +2438,76 @@ fn nfs42_copy_seek_allocate() {
     assert_eq!(rd.data.0, b"23456789");
 }
 
+#[test]
+fn nfs42_seek_finds_holes_and_data() {
+    let mut h = Harness::new();
+    let mut s = session(&mut h);
+    let root = share_root(&mut h, &mut s);
+    let (mask, vals) = mode_attr(0o644);
+    const MB: u64 = 1 << 20;
+    let block = vec![7u8; 8192];
+    let seek = |offset: u64, what: DataContent4| {
+        ArgOp4::Seek(Seek4Args {
+            stateid: Stateid4::CURRENT,
+            offset,
+            what,
+        })
+    };
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args {
+            object: Opaque(&root),
+        }),
+        open_create(&s, b"sparse", &vals, mask),
+        ArgOp4::Write(Write4Args {
+            stateid: Stateid4::CURRENT,
+            offset: 0,
+            stable: StableHow4::FileSync,
+            data: Opaque(&block),
+        }),
+        ArgOp4::Write(Write4Args {
+            stateid: Stateid4::CURRENT,
+            offset: MB,
+            stable: StableHow4::FileSync,
+            data: Opaque(&block),
+        }),
+        // Allocation is kept in 64 KiB blocks.
+        seek(0, DataContent4::Hole),
+        seek(65536, DataContent4::Data),
+        seek(MB + 100, DataContent4::Data),
+        seek(MB + 100, DataContent4::Hole),
+        ArgOp4::Deallocate(Allocate4Args {
+            stateid: Stateid4::CURRENT,
+            offset: 0,
+            length: 65536,
+        }),
+        seek(0, DataContent4::Data),
+        seek(0, DataContent4::Hole),
+        ArgOp4::Deallocate(Allocate4Args {
+            stateid: Stateid4::CURRENT,
+            offset: MB,
+            length: 8192,
+        }),
+        seek(0, DataContent4::Data),
+    ]);
+    let r = res4(&rep);
+    let st = statuses(&r);
+    assert_eq!(st[..13], [Nfsstat4::OK; 13], "{r:?}");
+    assert_eq!(st[13], Nfsstat4::NXIO, "no data left past offset 0: {r:?}");
+    let at = |i: usize| {
+        let ResOp4::Seek(Nfs4Res::Ok(sk)) = &r.results[i] else {
+            panic!("{:?}", r.results[i])
+        };
+        (sk.eof, sk.offset)
+    };
+    assert_eq!(at(5), (false, 65536), "the hole after the first block");
+    assert_eq!(at(6), (false, MB), "the data at 1 MiB");
+    assert_eq!(at(7), (false, MB + 100), "inside data");
+    assert_eq!(at(8), (true, MB + 8192), "the hole at the end of the file");
+    assert_eq!(at(10), (false, MB), "the first block deallocated");
+    assert_eq!(at(11), (false, 0), "a hole from 0");
+}
+
 // ---- replay of the captured Linux client ----
 
 /// Replays the Linux 6.1 NFSv4.1/4.2 client's calls (captured against

@@ -142,6 +142,8 @@ const OP_SET_XATTR: u8 = 20;
 const OP_CLONE: u8 = 21;
 /// The snapshots of an object's share (read-only; layers).
 const OP_LIST_SNAPSHOTS: u8 = 22;
+/// The allocated ranges of a file (read-only; sparse files).
+const OP_ALLOCATED: u8 = 23;
 
 // XattrHow of OP_SET_XATTR.
 const XATTR_EITHER: u8 = 0;
@@ -668,6 +670,12 @@ fn put_op(w: &mut Writer, op: &Op) {
             w.u8(OP_LIST_SNAPSHOTS);
             put_ref(w, obj);
         }
+        Op::Allocated { obj, offset, len } => {
+            w.u8(OP_ALLOCATED);
+            put_ref(w, obj);
+            w.u64(*offset);
+            w.u64(*len);
+        }
         Op::LookupCaseless { dir, name } => {
             w.u8(OP_LOOKUP_CASELESS);
             put_ref(w, dir);
@@ -1083,6 +1091,7 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
         }
         OP_LOOKUP_CASELESS => Op::LookupCaseless { dir: get_ref(r)?, name: r.string("name")? },
         OP_LIST_SNAPSHOTS => Op::ListSnapshots { obj: get_ref(r)? },
+        OP_ALLOCATED => Op::Allocated { obj: get_ref(r)?, offset: r.u64("offset")?, len: r.u64("len")? },
         OP_SET_EAS => {
             let obj = get_ref(r)?;
             let n = r.count("eas")?;

@@ -236,11 +236,10 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
             return;
         };
         r.chunks += 1;
-        if !v.is_empty() {
-            match keys::chunk_blob(v) {
-                Some(b) => *refs.entry(b).or_default() += 1,
-                None => r.problems.push(format!("chunk {id}.{idx}: undecodable blob reference {}", hex(v))),
-            }
+        match keys::chunk_value(v) {
+            Some(keys::ChunkValue::Shared(b)) => *refs.entry(b).or_default() += 1,
+            Some(keys::ChunkValue::Own(_)) => {}
+            None => r.problems.push(format!("chunk {id}.{idx}: undecodable chunk record {}", hex(v))),
         }
         attached.insert((id, idx));
         if !chunked(&id) {

@@ -234,6 +234,67 @@ pub fn chunk_blob(value: &[u8]) -> Option<u64> {
     value.try_into().ok().map(u64::from_be_bytes)
 }
 
+/// First byte of a `k` value that is the file's own chunk with a map of
+/// its allocated blocks (8 more bytes, big-endian: bit `i` = block `i` of
+/// [`duet_fs::ALLOC_BLOCK`] bytes holds data).
+pub const CHUNK_OWN_MAP: u8 = 1;
+
+/// All blocks of a chunk allocated.
+pub const ALL_BLOCKS: u64 = u64::MAX;
+
+const _: () = assert!(duet_fs::CHUNK_SIZE / duet_fs::ALLOC_BLOCK == 64, "one bit per block in a u64");
+
+/// What a `k` record's value says of its chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkValue {
+    /// The file's own chunk; the blocks that hold data (an empty value,
+    /// written before maps existed: all of them).
+    Own(u64),
+    /// A chunk shared by reference (every block counts as allocated).
+    Shared(u64),
+}
+
+/// Decodes a `k` value: empty, 8 bytes (a blob), or [`CHUNK_OWN_MAP`] + 8
+/// bytes. Anything else is `None` (fsck reports it; the state machine
+/// treats it as an own, fully allocated chunk, never as a hole).
+pub fn chunk_value(value: &[u8]) -> Option<ChunkValue> {
+    match value.len() {
+        0 => Some(ChunkValue::Own(ALL_BLOCKS)),
+        8 => chunk_blob(value).map(ChunkValue::Shared),
+        9 if value[0] == CHUNK_OWN_MAP => value[1..].try_into().ok().map(|b| ChunkValue::Own(u64::from_be_bytes(b))),
+        _ => None,
+    }
+}
+
+/// The value of an own chunk whose allocated blocks are `blocks`. All of
+/// them is the empty value (as before maps existed).
+pub fn own_chunk(blocks: u64) -> Vec<u8> {
+    if blocks == ALL_BLOCKS {
+        return Vec::new();
+    }
+    let mut v = Vec::with_capacity(9);
+    v.push(CHUNK_OWN_MAP);
+    v.extend_from_slice(&blocks.to_be_bytes());
+    v
+}
+
+/// The blocks of a chunk that `[from, to)` (offsets within the chunk)
+/// touches at all (`whole` false) or covers whole (`whole` true).
+pub fn chunk_blocks(from: u64, to: u64, whole: bool) -> u64 {
+    let b = duet_fs::ALLOC_BLOCK;
+    if from >= to {
+        return 0;
+    }
+    let (first, end) = if whole { (from.div_ceil(b), to / b) } else { (from / b, to.div_ceil(b)) };
+    let end = end.min(64);
+    if first >= end {
+        return 0;
+    }
+    let n = end - first;
+    let ones = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    ones << first
+}
+
 pub fn dq_by_file(id: NodeId, dseq: u64) -> Vec<u8> {
     let mut k = with_u64(DQ_BY_FILE, id);
     k.extend_from_slice(&dseq.to_be_bytes());

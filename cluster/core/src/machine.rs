@@ -597,15 +597,40 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                     }
                 }
                 unshare(txn, ex, id, &partial);
+                // The blocks of a partly zeroed chunk that the range covers
+                // whole are holes from now on (its record stays: the chunk
+                // file still exists). A range reaching the end of file
+                // covers the rest of its last block too.
+                let to_eof = end >= n.attrs.size;
+                for &idx in &partial {
+                    let base = idx * CHUNK_SIZE;
+                    let hi = if to_eof { base + CHUNK_SIZE } else { end.min(base + CHUNK_SIZE) };
+                    let freed = keys::chunk_blocks(start.max(base) - base, hi - base, true);
+                    let k = keys::chunk(id, idx);
+                    if let Some(Some(keys::ChunkValue::Own(had))) = txn.get(&k).map(|v| keys::chunk_value(&v)) {
+                        if had & freed != 0 {
+                            txn.put(k, keys::own_chunk(had & !freed));
+                        }
+                    }
+                }
                 queue(txn, ex, id, DataOp::Zero { offset: start, len: end - start });
             } else {
                 let mut data = txn.get(&keys::data(id)).unwrap_or_default();
                 // Inline data may be shorter than the size (the rest reads
-                // as zeros already).
+                // as zeros already): zeros reaching its end shorten it, so
+                // the range becomes a hole.
                 let to = (end as usize).min(data.len());
                 if (start as usize) < to {
-                    data[start as usize..to].fill(0);
-                    txn.put(keys::data(id), data);
+                    if to == data.len() {
+                        data.truncate(start as usize);
+                    } else {
+                        data[start as usize..to].fill(0);
+                    }
+                    if data.is_empty() {
+                        txn.delete(keys::data(id));
+                    } else {
+                        txn.put(keys::data(id), data);
+                    }
                 }
             }
             touch(&mut n.attrs, ex.batch.now_ns, true);
@@ -752,6 +777,20 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
         }
         Op::ListSnapshots { obj } => layers::list_op(txn, resolve(ex, *obj)?),
+        Op::Allocated { obj, offset, len } => {
+            let n = get_node(txn, resolve(ex, *obj)?)?;
+            match n.attrs.ftype {
+                FileType::Regular => {}
+                FileType::Directory => return Err(FsError::IsDir),
+                _ => return Err(FsError::Invalid),
+            }
+            if !may(cred, &n.attrs, 4) && cred.uid != n.attrs.uid {
+                return Err(FsError::Access);
+            }
+            let end = offset.saturating_add(*len).min(n.attrs.size);
+            let ranges = allocated(txn, &n, (*offset).min(end), end)?;
+            Ok(OpOutput::Ranges { ranges, attrs: n.attrs })
+        }
         Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
             clone(txn, ex, (*src, *src_offset), (*dst, *dst_offset), *len, *extend)
         }
@@ -1063,20 +1102,29 @@ fn queue<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, file: Node
 }
 
 /// Marks the chunks covering `[offset, offset+len)` attached, as the
-/// file's own: a shared one gets its own copy first (an `Unshare` record
-/// queued before the record that writes it).
+/// file's own, with the blocks the range touches allocated in their maps: a
+/// shared one gets its own copy first (an `Unshare` record queued before
+/// the record that writes it; its map is then all blocks).
 fn attach_chunks<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, file: NodeId, offset: u64, len: u64) {
     if len == 0 {
         return;
     }
+    let end = offset + len;
     let first = offset / CHUNK_SIZE;
-    let last = (offset + len - 1) / CHUNK_SIZE;
+    let last = (end - 1) / CHUNK_SIZE;
     let mut shared = Vec::new();
     for idx in first..=last {
+        let base = idx * CHUNK_SIZE;
+        let touched = keys::chunk_blocks(offset.max(base) - base, end.min(base + CHUNK_SIZE) - base, false);
         let k = keys::chunk(file, idx);
-        match txn.get(&k) {
-            None => txn.put(k, Vec::new()),
-            Some(v) if keys::chunk_blob(&v).is_some() => shared.push(idx),
+        match txn.get(&k).map(|v| keys::chunk_value(&v)) {
+            None => txn.put(k, keys::own_chunk(touched)),
+            Some(Some(keys::ChunkValue::Shared(_))) => shared.push(idx),
+            Some(Some(keys::ChunkValue::Own(had))) if had & touched != touched => {
+                txn.put(k, keys::own_chunk(had | touched))
+            }
+            // Already allocated there, or a value no map decodes from
+            // (counted as wholly allocated).
             Some(_) => {}
         }
     }
@@ -1100,6 +1148,67 @@ fn unshare<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, file: No
     if !gone.is_empty() {
         queue(txn, ex, file, DataOp::Unshare { chunks: gone });
     }
+}
+
+/// Most ranges [`allocated`] lists one by one; past them, the rest of the
+/// asked range is reported as one allocated range (never a hole where data
+/// may lie).
+const ALLOCATED_RANGES_MAX: usize = 65_536;
+
+/// The ranges of `[start, end)` of file `n` that hold data ([`Op::Allocated`]):
+/// an inline file's stored bytes; a chunked file's allocated blocks (a
+/// shared chunk, or a record without a map, counts whole). A clone object
+/// not yet copied up answers for the chunks it reads.
+fn allocated<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node, start: u64, end: u64) -> Result<Vec<(u64, u64)>, FsError> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    if start >= end {
+        return Ok(out);
+    }
+    let add = |from: u64, to: u64, out: &mut Vec<(u64, u64)>| {
+        let (from, to) = (from.max(start), to.min(end));
+        if from >= to {
+            return;
+        }
+        match out.last_mut() {
+            Some((o, l)) if *o + *l == from => *l += to - from,
+            _ => out.push((from, to - from)),
+        }
+    };
+    if !n.chunked {
+        let data = clone::inline_data(txn, n.attrs.id)?;
+        add(0, data.len() as u64, &mut out);
+        return Ok(out);
+    }
+    let file = clone::chunk_file(txn, n.attrs.id)?;
+    let from = keys::chunk(file, start / CHUNK_SIZE);
+    let to = keys::chunk(file, (end - 1) / CHUNK_SIZE + 1);
+    for (k, v) in txn.scan(&from, &to, usize::MAX) {
+        let Some(idx) = keys::u64_at(&k, 9) else { continue };
+        let base = idx * CHUNK_SIZE;
+        let map = match keys::chunk_value(&v) {
+            Some(keys::ChunkValue::Own(m)) => m,
+            Some(keys::ChunkValue::Shared(_)) | None => keys::ALL_BLOCKS,
+        };
+        let mut i = 0u64;
+        while i < 64 {
+            if map & (1 << i) == 0 {
+                i += 1;
+                continue;
+            }
+            let mut j = i;
+            while j < 64 && map & (1 << j) != 0 {
+                j += 1;
+            }
+            add(base + i * duet_fs::ALLOC_BLOCK, base + j * duet_fs::ALLOC_BLOCK, &mut out);
+            i = j;
+        }
+        if out.len() >= ALLOCATED_RANGES_MAX {
+            let (o, l) = out[out.len() - 1];
+            add(o + l, end, &mut out);
+            break;
+        }
+    }
+    Ok(out)
 }
 
 /// How many chunk records name blob `b`.
@@ -1272,19 +1381,15 @@ fn clone<R: KvRead + ?Sized>(
         }
     }
     // The copied chunks are the destination's own (the destager breaks a
-    // shared one's link before writing it).
+    // shared one's link before writing it), all their blocks counted
+    // allocated: the copy may bring data into any of them.
     for &(_, at, n) in &copy {
         for idx in at / CHUNK_SIZE..=(at + n - 1) / CHUNK_SIZE {
             let k = keys::chunk(dst_id, idx);
-            match txn.get(&k) {
-                Some(v) => {
-                    if let Some(b) = keys::chunk_blob(&v) {
-                        drop_ref(txn, b);
-                        txn.put(k, Vec::new());
-                    }
-                }
-                None => txn.put(k, Vec::new()),
+            if let Some(b) = txn.get(&k).and_then(|v| keys::chunk_blob(&v)) {
+                drop_ref(txn, b);
             }
+            txn.put(k, keys::own_chunk(keys::ALL_BLOCKS));
         }
     }
     queue(txn, ex, dst_id, DataOp::CloneFrom { src: src_id, share: pairs, copy });
@@ -1319,8 +1424,10 @@ fn set_size<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, n: &mut
         layers::cow(txn, ex, id);
     }
     if !n.chunked && size <= INLINE_MAX {
+        // Cut, never padded: inline data shorter than the size reads as
+        // zeros past its end, and stays a hole there (`Op::Allocated`).
         let mut data = txn.get(&keys::data(id)).unwrap_or_default();
-        data.resize(size as usize, 0);
+        data.truncate(size as usize);
         if data.is_empty() {
             txn.delete(keys::data(id));
         } else {
@@ -1385,7 +1492,7 @@ fn write<R: KvRead + ?Sized>(
     match data {
         WriteData::Bytes(bytes) if !n.chunked && end <= INLINE_MAX => {
             let mut cur = txn.get(&keys::data(id)).unwrap_or_default();
-            cur.resize((n.attrs.size as usize).max(end as usize), 0);
+            cur.resize(cur.len().max(end as usize), 0);
             cur[offset as usize..end as usize].copy_from_slice(bytes);
             txn.put(keys::data(id), cur);
         }

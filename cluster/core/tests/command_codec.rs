@@ -222,7 +222,8 @@ impl Gen {
                 len: if self.bool() { u64::MAX } else { self.u64() },
                 extend: self.bool(),
             },
-            _ => Op::ListSnapshots { obj: self.obj() },
+            21 => Op::ListSnapshots { obj: self.obj() },
+            _ => Op::Allocated { obj: self.obj(), offset: self.u64(), len: self.u64() },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -296,7 +297,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 22;
+const OP_VARIANTS: u64 = 23;
 const COMMAND_VARIANTS: u64 = 12;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
@@ -366,6 +367,7 @@ fn every_command_and_op_variant_round_trips() {
             Op::SetXattr { .. } => 19,
             Op::Clone { .. } => 20,
             Op::ListSnapshots { .. } => 21,
+            Op::Allocated { .. } => 22,
         };
         assert_eq!(n, which);
     }

@@ -743,6 +743,13 @@ pub(super) fn run_view_op<R: KvRead + ?Sized>(
             None => Err(FsError::NotSymlink),
         }),
         Op::Read { obj, offset, len } if is_view(obj) => read(txn, ex, i, id(obj)?, *offset, *len),
+        // A snapshot's file reports every byte below its size allocated.
+        Op::Allocated { obj, offset, len } if is_view(obj) => view_node(txn, id(obj)?).map(|(n, _, _)| {
+            let end = offset.saturating_add(*len).min(n.attrs.size);
+            let start = (*offset).min(end);
+            let ranges = if start < end { vec![(start, end - start)] } else { Vec::new() };
+            OpOutput::Ranges { ranges, attrs: n.attrs }
+        }),
         Op::ReadDir { dir, after, max_entries, with_attrs } if is_view(dir) => {
             readdir(txn, ex, id(dir)?, after.as_deref(), *max_entries, *with_attrs)
         }

@@ -1639,7 +1639,7 @@ fn op_seek(
 ) -> Result<Flow, Nfsstat4> {
     let (_, obj) = c.obj()?;
     resolve_sid(srv, c, &a.stateid)?;
-    b.push(Op::GetAttr { obj });
+    b.push(Op::Allocated { obj, offset: a.offset, len: u64::MAX });
     c.steps.push(Step::Seek {
         op: b.ops.len() - 1,
         offset: a.offset,
@@ -2939,6 +2939,29 @@ fn finish_copy(
     )
 }
 
+/// Where SEEK (RFC 7862 15.11) from `offset` (below `size`) lands, given
+/// the allocated ranges from `offset` on (in order, merged): DATA = the
+/// first allocated byte at or after it, none past the last data (`None`:
+/// NFS4ERR_NXIO, as lseek(2) SEEK_DATA answers ENXIO and knfsd passes it
+/// on); HOLE = the first byte at or after it in no range (the implied hole
+/// at the end of the file counts). `sr_eof` when the answer is the end of
+/// the file.
+fn seek_in(ranges: &[(u64, u64)], offset: u64, size: u64, data: bool) -> Option<Seek4ResOk> {
+    if data {
+        let &(o, _) = ranges.iter().find(|&&(o, l)| o + l > offset)?;
+        let at = o.max(offset);
+        return Some(Seek4ResOk { eof: at >= size, offset: at });
+    }
+    let mut at = offset;
+    for &(o, l) in ranges {
+        if o > at {
+            break;
+        }
+        at = at.max(o + l);
+    }
+    Some(Seek4ResOk { eof: at >= size, offset: at.min(size) })
+}
+
 /// The result of SEEK (RFC 7862 15.11) once its batch ran.
 fn finish_seek(
     c: &mut Compound,
@@ -2956,15 +2979,11 @@ fn finish_seek(
             if offset >= a.size {
                 return Err(Nfsstat4::NXIO);
             }
-            // No holes are tracked: data runs to EOF, the hole is EOF.
-            let res = if data {
-                Seek4ResOk { eof: false, offset }
-            } else {
-                Seek4ResOk {
-                    eof: true,
-                    offset: a.size,
-                }
+            let ranges = match results.get(op) {
+                Some(Ok(OpOutput::Ranges { ranges, .. })) => ranges.as_slice(),
+                _ => return Err(Nfsstat4::SERVERFAULT),
             };
+            let res = seek_in(ranges, offset, a.size, data).ok_or(Nfsstat4::NXIO)?;
             Ok(put(c, ResOp4::Seek(Nfs4Res::Ok(res))))
         }),
     )

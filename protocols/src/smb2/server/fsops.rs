@@ -1720,12 +1720,12 @@ impl Connection {
 
     /// FSCTL_QUERY_ALLOCATED_RANGES (MS-FSCC 2.3.51/2.3.52, MS-FSA
     /// 2.1.5.10.22): FILE_ALLOCATED_RANGE_BUFFER in (FileOffset, Length,
-    /// signed 64-bit each). The answer is one range, the asked range within
-    /// the file's end of file: duet reports every byte below the end of
-    /// file as allocated (a holes-unaware answer the spec allows, since a
-    /// file system may report zeroed ranges as allocated). Short input,
-    /// a negative offset or length, or their sum past i64::MAX is
-    /// STATUS_INVALID_PARAMETER.
+    /// signed 64-bit each). One `Op::Allocated`: a sparse file answers its
+    /// allocated ranges within the asked range and end of file (blocks of
+    /// 64 KiB, as NTFS); a file not sparse answers the asked range within
+    /// its end of file, whole (MS-FSA 2.1.5.10.22: a non-sparse file is
+    /// allocated throughout). Short input, a negative offset or length, or
+    /// their sum past i64::MAX is STATUS_INVALID_PARAMETER.
     pub(super) fn plan_allocated_ranges(
         &mut self,
         fp: &mut FramePlan,
@@ -1751,7 +1751,7 @@ impl Connection {
         if let Err(s) = self.begin(fp, hdr) {
             return done(s);
         }
-        let op = fp.push(Op::GetAttr { obj: v.obj });
+        let op = fp.push(Op::Allocated { obj: v.obj, offset: offset as u64, len: length as u64 });
         Plan::Fs(FsPlan::AllocatedRanges {
             target: t,
             op,
@@ -2949,20 +2949,30 @@ impl Connection {
             FsPlan::AllocatedRanges { target, op, ctl_code, file_id, range: (start, end), max_out } => {
                 self.resolve(target, created)?;
                 match results.get(op) {
-                    Some(Ok(OpOutput::Attrs { attrs: a, .. })) => {
+                    Some(Ok(OpOutput::Ranges { ranges, attrs: a })) => {
                         let end = end.min(a.size);
-                        let mut out = Vec::new();
-                        if start < end {
-                            // FILE_ALLOCATED_RANGE_BUFFER (MS-FSCC 2.3.52).
-                            out.extend_from_slice(&start.to_le_bytes());
-                            out.extend_from_slice(&(end - start).to_le_bytes());
-                        }
-                        // Not even one range fits: STATUS_BUFFER_TOO_SMALL
-                        // (MS-FSCC 2.3.52).
-                        if out.len() > max_out as usize {
+                        let whole;
+                        let ranges = if a.dos_attrs & dos::SPARSE_FILE != 0 {
+                            ranges.as_slice()
+                        } else {
+                            whole = if start < end { vec![(start, end - start)] } else { Vec::new() };
+                            whole.as_slice()
+                        };
+                        // FILE_ALLOCATED_RANGE_BUFFER (MS-FSCC 2.3.52), as
+                        // many as fit: none of several = BUFFER_TOO_SMALL,
+                        // some = BUFFER_OVERFLOW with those (MS-FSA
+                        // 2.1.5.10.22).
+                        let fit = (max_out as usize / 16).min(ranges.len());
+                        if fit == 0 && !ranges.is_empty() {
                             return Ok((NtStatus::BUFFER_TOO_SMALL, Vec::new()));
                         }
-                        Ok((NtStatus::SUCCESS, ioctl_body(ctl_code, file_id, &out)))
+                        let mut out = Vec::with_capacity(fit * 16);
+                        for &(o, l) in &ranges[..fit] {
+                            out.extend_from_slice(&o.to_le_bytes());
+                            out.extend_from_slice(&l.to_le_bytes());
+                        }
+                        let status = if fit < ranges.len() { NtStatus::BUFFER_OVERFLOW } else { NtStatus::SUCCESS };
+                        Ok((status, ioctl_body(ctl_code, file_id, &out)))
                     }
                     Some(Err(e)) => Ok((fs_status(*e), Vec::new())),
                     _ => Ok((NtStatus::INVALID_PARAMETER, Vec::new())),

@@ -13,7 +13,7 @@ secs=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(smb2_decode ntlmssp_spnego rpc_xdr smb2_conn nfs4_session dcerpc nfs4_callback)
+    targets=(smb2_decode ntlmssp_spnego rpc_xdr smb2_conn nfs4_session dcerpc nfs4_callback acl_decode)
 fi
 if ! rustup toolchain list | grep -q '^nightly'; then
     rustup toolchain install nightly --profile minimal

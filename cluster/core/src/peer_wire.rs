@@ -1,18 +1,21 @@
-//! The authenticated wire between two duetd nodes, sans-I/O: a handshake in
-//! which each side proves it holds the cluster secret, then frames that
-//! carry a per-direction HMAC over a sequence number and the frame.
+//! The authenticated, encrypted wire between two duetd nodes, sans-I/O: a
+//! handshake in which each side proves it holds the cluster secret, then
+//! frames sealed with AES-256-GCM under a per-direction key and a
+//! per-direction sequence number.
 //!
 //! This is duet's own protocol (no RFC describes it); it is built from
 //! HMAC (RFC 2104) with SHA-256 (FIPS 180-4), as HMAC-SHA256 is used in
-//! RFC 4231. Randomness (the nonces) is passed in; nothing here reads a
-//! clock, a socket or a file; `appliance/src/peers.rs` drives it over TCP.
+//! RFC 4231, and from AES-256 in Galois/Counter Mode (NIST SP 800-38D; the
+//! AEAD interface of RFC 5116). Randomness (the nonces) is passed in;
+//! nothing here reads a clock, a socket or a file;
+//! `appliance/src/peers.rs` drives it over TCP.
 //!
 //! # Handshake
 //!
 //! Both sides send a HELLO as soon as the TCP connection is up:
 //!
 //! ```text
-//! HELLO = "DUETPEER" (8 bytes) | version (1 byte, 1) | node id (u64 BE) | nonce (32 bytes)
+//! HELLO = "DUETPEER" (8 bytes) | version (1 byte, 2) | node id (u64 BE) | nonce (32 bytes)
 //! ```
 //!
 //! The transcript `T` is the initiator's (the side that connected) HELLO
@@ -26,7 +29,8 @@
 //! and checks the other's in constant time. The labels differ by role, so
 //! a proof cannot be reflected back; the transcript holds both fresh
 //! nonces and both ids, so a recorded handshake cannot be replayed. Each
-//! direction gets its own frame key:
+//! direction gets its own frame key, fresh for every connection (the
+//! transcript holds both nonces):
 //!
 //! ```text
 //! K_i2r = HMAC-SHA256(secret, "duet-peer-v1 key initiator to responder" | T)
@@ -36,18 +40,26 @@
 //! # Frames
 //!
 //! ```text
-//! FRAME = length (u32 BE, of the payload) | sequence (u64 BE) | kind (1 byte) | payload | tag (32 bytes)
-//! tag   = HMAC-SHA256(K_direction, length | sequence | kind | payload)
+//! FRAME  = header | ciphertext (length bytes) | tag (16 bytes)
+//! header = length (u32 BE, of the payload) | sequence (u64 BE) | kind (1 byte)
+//! ciphertext, tag = AES-256-GCM(K_direction, nonce = 0u32 | sequence (u64 BE),
+//!                               associated data = header, payload)
 //! ```
 //!
-//! The sequence starts at 0 in each direction and grows by one per frame.
-//! The receiver refuses a length over its maximum before buffering the
-//! payload, checks the tag (constant time), then that the sequence is
-//! exactly the next one (an older one is a replay, a newer one a lost or
-//! reordered frame), then the kind. Every refusal is an error, never a
-//! panic, and poisons the receiver: the connection is to be dropped and
-//! the peer logged (a node never acts on data it cannot authenticate).
+//! Payloads are secret on the wire (user passwords of forwarded admin
+//! requests, NT hashes in raft entries, file data); headers are
+//! authenticated. The sequence starts at 0 in each direction and grows by
+//! one per frame, so a (key, nonce) pair is never used twice. The receiver
+//! refuses a length over its maximum before buffering the payload, opens
+//! the frame (a wrong tag, or any changed header byte, fails), then checks
+//! that the sequence is exactly the next one (an older one is a replay, a
+//! newer one a lost or reordered frame), then the kind. Every refusal is
+//! an error, never a panic, and poisons the receiver: the connection is to
+//! be dropped and the peer logged (a node never acts on data it cannot
+//! authenticate). Version 1 (HMAC-tagged frames in clear) is refused.
 
+use aes_gcm::aead::{AeadInPlace, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -56,7 +68,7 @@ type HmacSha256 = Hmac<Sha256>;
 /// The HELLO's first bytes.
 pub const MAGIC: &[u8; 8] = b"DUETPEER";
 /// The protocol version this code speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Length of a nonce, a proof, a key and a frame tag.
 pub const NONCE_LEN: usize = 32;
 pub const TAG_LEN: usize = 32;
@@ -64,6 +76,8 @@ pub const TAG_LEN: usize = 32;
 pub const HELLO_LEN: usize = 8 + 1 + 8 + NONCE_LEN;
 /// Length of a frame's header (length, sequence, kind).
 pub const FRAME_HEADER_LEN: usize = 4 + 8 + 1;
+/// Length of a frame's AES-GCM tag.
+pub const FRAME_TAG_LEN: usize = 16;
 /// The shortest cluster secret accepted (as `[cluster] secret_file`).
 pub const SECRET_MIN: usize = 32;
 /// Default largest payload a receiver accepts.
@@ -430,7 +444,9 @@ pub struct Session {
 
 /// Frames this side sends, numbered from 0.
 pub struct FrameSender {
+    #[cfg(test)]
     key: [u8; TAG_LEN],
+    cipher: Aes256Gcm,
     next_seq: u64,
 }
 
@@ -441,9 +457,26 @@ impl std::fmt::Debug for FrameSender {
     }
 }
 
+/// The GCM nonce of frame `seq`: 32 zero bits, then the sequence.
+fn frame_nonce(seq: u64) -> Nonce<aes_gcm::aead::consts::U12> {
+    let mut n = [0u8; 12];
+    n[4..].copy_from_slice(&seq.to_be_bytes());
+    n.into()
+}
+
+fn frame_cipher(key: &[u8; TAG_LEN]) -> Aes256Gcm {
+    // A 32-byte key is what AES-256 takes: this cannot fail.
+    Aes256Gcm::new_from_slice(key).unwrap_or_else(|_| unreachable!())
+}
+
 impl FrameSender {
     fn new(key: [u8; TAG_LEN]) -> Self {
-        FrameSender { key, next_seq: 0 }
+        FrameSender {
+            #[cfg(test)]
+            key,
+            cipher: frame_cipher(&key),
+            next_seq: 0,
+        }
     }
 
     /// The bytes of the next frame.
@@ -452,12 +485,17 @@ impl FrameSender {
             .map_err(|_| PeerWireError::PayloadTooLarge { len: payload.len(), max: u32::MAX })?;
         let seq = self.next_seq;
         self.next_seq = seq.checked_add(1).ok_or(PeerWireError::SequenceExhausted)?;
-        let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len() + TAG_LEN);
+        let mut out = Vec::with_capacity(FRAME_HEADER_LEN + payload.len() + FRAME_TAG_LEN);
         out.extend_from_slice(&len.to_be_bytes());
         out.extend_from_slice(&seq.to_be_bytes());
         out.push(kind as u8);
         out.extend_from_slice(payload);
-        let tag = hmac(&self.key, &[&out]);
+        let (header, body) = out.split_at_mut(FRAME_HEADER_LEN);
+        // GCM fails only past 2^36 bytes of one message; frames are u32-long.
+        let tag = self
+            .cipher
+            .encrypt_in_place_detached(&frame_nonce(seq), header, body)
+            .map_err(|_| PeerWireError::PayloadTooLarge { len: payload.len(), max: u32::MAX })?;
         out.extend_from_slice(&tag);
         Ok(out)
     }
@@ -474,7 +512,9 @@ pub struct Frame {
 /// Frames from the peer: feed bytes, take frames. The first refusal
 /// poisons it.
 pub struct FrameReceiver {
+    #[cfg(test)]
     key: [u8; TAG_LEN],
+    cipher: Aes256Gcm,
     next_seq: u64,
     max_payload: u32,
     buf: Vec<u8>,
@@ -494,7 +534,15 @@ impl std::fmt::Debug for FrameReceiver {
 
 impl FrameReceiver {
     fn new(key: [u8; TAG_LEN], max_payload: u32) -> Self {
-        FrameReceiver { key, next_seq: 0, max_payload, buf: Vec::new(), failed: None }
+        FrameReceiver {
+            #[cfg(test)]
+            key,
+            cipher: frame_cipher(&key),
+            next_seq: 0,
+            max_payload,
+            buf: Vec::new(),
+            failed: None,
+        }
     }
 
     /// Bytes from the peer (buffered until [`FrameReceiver::next_frame`]).
@@ -548,14 +596,17 @@ impl FrameReceiver {
             return Err(PeerWireError::Oversize { len: len as u64, max: self.max_payload });
         }
         let body_end = FRAME_HEADER_LEN + len as usize;
-        let total = body_end + TAG_LEN;
+        let total = body_end + FRAME_TAG_LEN;
         if self.buf.len() < total {
             return Ok(None);
         }
         let mut seq = [0u8; 8];
         seq.copy_from_slice(&self.buf[4..12]);
         let seq = u64::from_be_bytes(seq);
-        if !verify(&self.key, &[&self.buf[..body_end]], &self.buf[body_end..total]) {
+        let tag = Tag::clone_from_slice(&self.buf[body_end..total]);
+        let (header, rest) = self.buf.split_at_mut(FRAME_HEADER_LEN);
+        let body = &mut rest[..len as usize];
+        if self.cipher.decrypt_in_place_detached(&frame_nonce(seq), header, body, &tag).is_err() {
             return Err(PeerWireError::BadTag { seq });
         }
         if seq < self.next_seq {
@@ -731,10 +782,13 @@ mod tests {
         let mut r = Handshake::responder(SECRET, 2, &[1], nonce(2)).unwrap();
         assert_eq!(r.feed(b"DUE").map(|_| ()), Ok(()), "a prefix of the magic waits for more");
         assert_eq!(r.feed(b"X").unwrap_err(), PeerWireError::BadMagic, "refused at the first wrong byte");
-        let mut h = Handshake::initiator(SECRET, 1, 2, nonce(1)).unwrap().hello();
-        h[8] = 2;
-        let mut r = Handshake::responder(SECRET, 2, &[1], nonce(2)).unwrap();
-        assert_eq!(r.feed(&h[..9]).unwrap_err(), PeerWireError::UnsupportedVersion(2));
+        // Version 1 (frames in clear) and anything newer.
+        for v in [1u8, 3] {
+            let mut h = Handshake::initiator(SECRET, 1, 2, nonce(1)).unwrap().hello();
+            h[8] = v;
+            let mut r = Handshake::responder(SECRET, 2, &[1], nonce(2)).unwrap();
+            assert_eq!(r.feed(&h[..9]).unwrap_err(), PeerWireError::UnsupportedVersion(v));
+        }
         // The connection ends inside the handshake.
         let mut r = Handshake::responder(SECRET, 2, &[1], nonce(2)).unwrap();
         let h1 = Handshake::initiator(SECRET, 1, 2, nonce(1)).unwrap().hello();
@@ -833,8 +887,7 @@ mod tests {
         body.extend_from_slice(&0u32.to_be_bytes());
         body.extend_from_slice(&0u64.to_be_bytes());
         body.push(77);
-        let tag = hmac(&a.sender.key, &[&body]);
-        body.extend_from_slice(&tag);
+        seal(&a.sender.key, &mut body);
         let mut rx = FrameReceiver::new(a.sender.key, DEFAULT_MAX_PAYLOAD);
         rx.feed(&body);
         assert_eq!(rx.next_frame().unwrap_err(), PeerWireError::UnknownKind { seq: 0, kind: 77 });
@@ -844,8 +897,7 @@ mod tests {
         p.extend_from_slice(&0u64.to_be_bytes());
         p.push(FrameKind::Ping as u8);
         p.extend_from_slice(b"abc");
-        let tag = hmac(&a.sender.key, &[&p]);
-        p.extend_from_slice(&tag);
+        seal(&a.sender.key, &mut p);
         let mut rx = FrameReceiver::new(a.sender.key, DEFAULT_MAX_PAYLOAD);
         rx.feed(&p);
         assert_eq!(rx.next_frame().unwrap_err(), PeerWireError::PingWithPayload(3));
@@ -886,6 +938,44 @@ mod tests {
             b.receiver.feed(&bytes);
             assert!(!matches!(b.receiver.next_frame(), Ok(Some(_))), "round {round}: a random frame passed");
         }
+    }
+
+    /// Seals a hand-made header + payload as a sender with `key` would.
+    fn seal(key: &[u8; TAG_LEN], frame: &mut Vec<u8>) {
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&frame[4..12]);
+        let (header, body) = frame.split_at_mut(FRAME_HEADER_LEN);
+        let tag = frame_cipher(key).encrypt_in_place_detached(&frame_nonce(u64::from_be_bytes(seq)), header, body).unwrap();
+        frame.extend_from_slice(&tag);
+    }
+
+    #[test]
+    fn payloads_are_not_in_clear_on_the_wire() {
+        let (mut a, mut b) = connect(SECRET, SECRET).unwrap();
+        let secret_text = b"user add alice --password hunter2hunter2";
+        let f = a.sender.frame(FrameKind::Admin, secret_text).unwrap();
+        assert_eq!(f.len(), FRAME_HEADER_LEN + secret_text.len() + FRAME_TAG_LEN);
+        assert!(!f.windows(7).any(|w| w == b"hunter2"), "the payload travels encrypted");
+        // The same payload twice: different bytes (a new nonce per frame).
+        let g = a.sender.frame(FrameKind::Admin, secret_text).unwrap();
+        assert_ne!(f[FRAME_HEADER_LEN..], g[FRAME_HEADER_LEN..]);
+        b.receiver.feed(&f);
+        b.receiver.feed(&g);
+        assert_eq!(b.receiver.next_frame().unwrap().unwrap().payload, secret_text);
+        assert_eq!(b.receiver.next_frame().unwrap().unwrap().payload, secret_text);
+    }
+
+    /// AES-256-GCM itself: the NIST GCM specification's test case 14
+    /// (McGrew and Viega, "The Galois/Counter Mode of Operation"): a zero
+    /// key, a zero nonce, one zero block.
+    #[test]
+    fn aes_256_gcm_matches_the_gcm_test_vectors() {
+        let c = Aes256Gcm::new_from_slice(&[0u8; 32]).unwrap();
+        let mut block = [0u8; 16];
+        let tag = c.encrypt_in_place_detached(&[0u8; 12].into(), &[], &mut block).unwrap();
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(hex(&block), "cea7403d4d606b6e074ec5d3baf39d18");
+        assert_eq!(hex(&tag), "d0d1c8a799996bf0265b98b5d48ab919");
     }
 
     /// HMAC-SHA256 itself: RFC 4231 section 4.2, test case 1.

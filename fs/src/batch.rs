@@ -236,6 +236,26 @@ pub enum Op {
     /// layers lists none. (Appended last: stored raft entries keep
     /// decoding.)
     ListSnapshots { obj: ObjRef },
+    /// Opens or creates the named stream `name` of `obj` (SMB alternate
+    /// data streams, MS-FSCC 2.1.5: `file:name:$DATA`). A stream is a
+    /// regular-file node of its own (its data inline or chunked like any
+    /// file, so Read, Write and SetAttr act on it by id), reached only
+    /// through its file: no directory entry names it. `name` is compared
+    /// case-insensitively and kept in the case it was created with.
+    /// `create` None opens an existing stream (`NotFound` otherwise); with
+    /// `Some(how)` a missing stream is created with `attrs`, and an
+    /// existing one is failed (`Exists`), opened or truncated as `how`
+    /// says. Produces `OpOutput::Object` (the stream's node). Streams of
+    /// objects of a writable clone or a snapshot view are refused
+    /// (`NotSupported`). (Appended last: stored raft entries keep
+    /// decoding.)
+    OpenStream { obj: ObjRef, name: String, attrs: SetAttrs, create: Option<IfExists> },
+    /// The named streams of `obj`, in name order: `OpOutput::Dir`, each
+    /// entry a stream's name, node and attributes. (Appended last.)
+    ListStreams { obj: ObjRef },
+    /// Deletes the named stream `name` of `obj` (its node and data).
+    /// Produces `OpOutput::Attrs` of the stream as it was. (Appended last.)
+    RemoveStream { obj: ObjRef, name: String },
 }
 
 /// How [`Op::SetXattr`] treats an existing attribute (RFC 8276 8.4.2.1:
@@ -259,6 +279,8 @@ impl Op {
             Op::Lookup { .. } | Op::GetAttr { .. } | Op::Read { .. } | Op::Close { .. } => false,
             Op::LookupCaseless { .. } | Op::GetEas { .. } => false,
             Op::ReadLink { .. } | Op::ReadDir { .. } | Op::ListSnapshots { .. } => false,
+            Op::ListStreams { .. } => false,
+            Op::OpenStream { create, .. } => create.is_some(),
             Op::Open { truncate, .. } => *truncate,
             Op::SetAttr { attrs, .. } => !attrs.is_empty(),
             _ => true,
@@ -288,6 +310,9 @@ impl Op {
             Op::Clone { .. } => "clone",
             Op::ZeroRange { .. } => "zero",
             Op::ListSnapshots { .. } => "listsnapshots",
+            Op::OpenStream { .. } => "openstream",
+            Op::ListStreams { .. } => "liststreams",
+            Op::RemoveStream { .. } => "removestream",
         }
     }
 }

@@ -142,6 +142,13 @@ const OP_SET_XATTR: u8 = 20;
 const OP_CLONE: u8 = 21;
 /// The snapshots of an object's share (read-only; layers).
 const OP_LIST_SNAPSHOTS: u8 = 22;
+// 23: OP_ALLOCATED (sparse files, on main).
+/// Named streams (SMB alternate data streams): open or create one.
+const OP_OPEN_STREAM: u8 = 24;
+/// Named streams: list a file's (read-only).
+const OP_LIST_STREAMS: u8 = 25;
+/// Named streams: delete one.
+const OP_REMOVE_STREAM: u8 = 26;
 
 // XattrHow of OP_SET_XATTR.
 const XATTR_EITHER: u8 = 0;
@@ -692,6 +699,28 @@ fn put_op(w: &mut Writer, op: &Op) {
             w.u64(*offset);
             w.u64(*len);
         }
+        Op::OpenStream { obj, name, attrs, create } => {
+            w.u8(OP_OPEN_STREAM);
+            put_ref(w, obj);
+            w.str(name);
+            put_set_attrs(w, attrs);
+            match create {
+                None => w.u8(NONE),
+                Some(how) => {
+                    w.u8(SOME);
+                    put_if_exists(w, *how);
+                }
+            }
+        }
+        Op::ListStreams { obj } => {
+            w.u8(OP_LIST_STREAMS);
+            put_ref(w, obj);
+        }
+        Op::RemoveStream { obj, name } => {
+            w.u8(OP_REMOVE_STREAM);
+            put_ref(w, obj);
+            w.str(name);
+        }
         Op::SetXattr { obj, name, value, how } => {
             w.u8(OP_SET_XATTR);
             put_ref(w, obj);
@@ -1107,6 +1136,14 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
             };
             Op::SetXattr { obj, name, value, how }
         }
+        OP_OPEN_STREAM => Op::OpenStream {
+            obj: get_ref(r)?,
+            name: r.string("stream name")?,
+            attrs: get_set_attrs(r)?,
+            create: get_opt(r, "stream create", get_if_exists)?,
+        },
+        OP_LIST_STREAMS => Op::ListStreams { obj: get_ref(r)? },
+        OP_REMOVE_STREAM => Op::RemoveStream { obj: get_ref(r)?, name: r.string("stream name")? },
         t => return r.unknown("op", t),
     })
 }

@@ -19,6 +19,7 @@ use crate::records::{decode, encode, Command, DataOp, DataRecord, Edge, Node, Sh
 mod clone;
 mod layers;
 mod space;
+mod streams;
 pub use clone::{clone_id, is_clone_id, list_clones, CLONE_BIT, DEPTH_MAX as CLONE_DEPTH_MAX};
 pub use layers::{check_snapshot_name, list_snapshots, SNAPSHOT_MAX};
 pub use space::{clone_space, clone_space_within, snapshot_space, snapshot_space_within, Exclusive, SCAN_MAX as SPACE_SCAN_MAX};
@@ -752,6 +753,9 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
         }
         Op::ListSnapshots { obj } => layers::list_op(txn, resolve(ex, *obj)?),
+        Op::OpenStream { obj, name, attrs, create } => streams::open(txn, ex, *obj, name, attrs, *create),
+        Op::ListStreams { obj } => streams::list(txn, ex, *obj),
+        Op::RemoveStream { obj, name } => streams::remove(txn, ex, *obj, name),
         Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
             clone(txn, ex, (*src, *src_offset), (*dst, *dst_offset), *len, *extend)
         }
@@ -1442,6 +1446,7 @@ fn unlink_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, mut 
     txn.delete(keys::node(id));
     txn.delete(keys::data(id));
     clone::gone(txn, id);
+    streams::drop_all(txn, ex, id);
     if n.may_have_eas {
         let eas = keys::ea_prefix(id);
         for (k, _) in txn.scan(&eas, &keys::prefix_end(&eas), usize::MAX) {

@@ -222,7 +222,15 @@ impl Gen {
                 len: if self.bool() { u64::MAX } else { self.u64() },
                 extend: self.bool(),
             },
-            _ => Op::ListSnapshots { obj: self.obj() },
+            21 => Op::ListSnapshots { obj: self.obj() },
+            22 => Op::OpenStream {
+                obj: self.obj(),
+                name: self.string(),
+                attrs: self.set_attrs(),
+                create: [None, Some(IfExists::Fail), Some(IfExists::Open), Some(IfExists::Truncate)][self.below(4) as usize],
+            },
+            23 => Op::ListStreams { obj: self.obj() },
+            _ => Op::RemoveStream { obj: self.obj(), name: self.string() },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -296,7 +304,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 22;
+const OP_VARIANTS: u64 = 25;
 const COMMAND_VARIANTS: u64 = 12;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
@@ -366,6 +374,9 @@ fn every_command_and_op_variant_round_trips() {
             Op::SetXattr { .. } => 19,
             Op::Clone { .. } => 20,
             Op::ListSnapshots { .. } => 21,
+            Op::OpenStream { .. } => 22,
+            Op::ListStreams { .. } => 23,
+            Op::RemoveStream { .. } => 24,
         };
         assert_eq!(n, which);
     }

@@ -116,6 +116,9 @@ pub struct CreatePlan {
     tree_id: u32,
     name: String,
     path: String,
+    /// The named stream opened (MS-FSCC 2.1.5.1), if any: `path` is then
+    /// its file's and `name` is `:stream`.
+    stream: Option<String>,
     share_access: u32,
     /// SetEas of the CREATE's EA buffer, if any.
     ea_op: Option<usize>,
@@ -291,19 +294,38 @@ fn result_attrs(results: &[OpResult], i: usize) -> Result<&Attrs, FsError> {
     }
 }
 
-/// Splits a share-relative path into checked components.
+/// Splits a share-relative path into checked components; a named stream
+/// (`file:name[:$DATA]`) is OBJECT_NAME_INVALID here (only CREATE opens
+/// streams: [`split_stream_path`]).
 fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
+    match split_stream_path(name)? {
+        (comps, None) => Ok(comps),
+        (_, Some(_)) => Err(NtStatus::OBJECT_NAME_INVALID),
+    }
+}
+
+/// Splits a share-relative path into checked components and the named
+/// stream its last component names, if any (MS-FSCC 2.1.5.1, parsed by
+/// [`crate::smb2::stream_name::parse`]; `file::$DATA` is the file itself).
+fn split_stream_path(name: &str) -> Result<(Vec<String>, Option<String>), NtStatus> {
     // MS-SMB2 3.3.5.9: a name that starts with a separator is invalid.
     if name.starts_with('\\') {
         return Err(NtStatus::INVALID_PARAMETER);
     }
-    let mut name = name;
-    if let Some(s) = name.strip_suffix("::$DATA") {
-        name = s;
-    }
-    let name = name.strip_suffix('\\').unwrap_or(name);
+    let (head, leaf) = match name.rfind('\\') {
+        Some(i) => (&name[..=i], &name[i + 1..]),
+        None => ("", name),
+    };
+    let (file, stream) = crate::smb2::stream_name::parse(leaf)?;
+    let stream = match stream {
+        crate::smb2::stream_name::Stream::Default => None,
+        crate::smb2::stream_name::Stream::Named(s) => Some(s),
+    };
+    let joined = format!("{head}{file}");
+    let name = joined.strip_suffix('\\').unwrap_or(&joined);
     if name.is_empty() {
-        return Ok(Vec::new());
+        // A named stream of the share's root directory is not served.
+        return if stream.is_some() { Err(NtStatus::OBJECT_NAME_INVALID) } else { Ok((Vec::new(), None)) };
     }
     let comps: Vec<String> = name.split('\\').map(str::to_string).collect();
     if comps.len() > MAX_PATH_COMPONENTS {
@@ -314,7 +336,55 @@ fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
             return Err(NtStatus::OBJECT_NAME_INVALID);
         }
     }
-    Ok(comps)
+    Ok((comps, stream))
+}
+
+/// The path by which share modes, leases and breaks know an open: a named
+/// stream's is its file's path and `:stream` (lower-cased: stream names
+/// are case-insensitive), so its opens are its own, apart from the file's
+/// (smbtorture `smb2.streams.sharemodes`).
+fn stream_key_path(path: &str, stream: Option<&str>) -> String {
+    match stream {
+        Some(s) => format!("{path}:{}", s.to_lowercase()),
+        None => path.to_string(),
+    }
+}
+
+/// MS-FSCC 2.4.43 FileStreamInformation of a file: `::$DATA` (files only,
+/// MS-FSA 2.1.5.11.29: a directory has no unnamed data stream) and then
+/// each named stream as `:name:$DATA`, with its size and allocation. The
+/// least buffer is one entry's (an empty list needs none).
+fn stream_info(file: &Attrs, streams: &[duet_fs::DirEntry]) -> (Vec<u8>, usize) {
+    let mut list = Vec::with_capacity(streams.len() + 1);
+    if file.ftype != FileType::Directory {
+        list.push(("::$DATA".to_string(), file.size, file.alloc_size));
+    }
+    for s in streams {
+        let (size, alloc) = s.attrs.as_ref().map_or((0, 0), |a| (a.size, a.alloc_size));
+        list.push((format!(":{}:$DATA", s.name), size, alloc));
+    }
+    let entries: Vec<fscc::FileStreamInformation<'_>> = list
+        .iter()
+        .map(|(name, size, alloc)| fscc::FileStreamInformation {
+            stream_size: *size,
+            stream_allocation_size: *alloc,
+            stream_name: Utf16::Str(name),
+        })
+        .collect();
+    let mut out = Vec::new();
+    fscc::FileStreamInformation::encode_list(&entries, &mut out);
+    let min = 32.min(out.len());
+    (out, min)
+}
+
+/// The operation that deletes what an open names: its directory entry,
+/// or, for an open of a named stream (its `name` is `:stream`, `parent`
+/// the file), that stream alone.
+pub(super) fn removal(parent: ObjRef, name: &str, is_dir: Option<bool>) -> Op {
+    match name.strip_prefix(':') {
+        Some(stream) => Op::RemoveStream { obj: parent, name: stream.to_string() },
+        None => Op::Remove { dir: parent, name: name.to_string(), dir_only: is_dir },
+    }
 }
 
 /// The sizes SMB reports: a directory has neither end of file nor
@@ -646,7 +716,11 @@ impl Connection {
             .name
             .to_string_checked()
             .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
-        let mut comps = split_path(&name)?;
+        let (mut comps, stream) = split_stream_path(&name)?;
+        // MS-FSA 2.1.5.1: a data stream is not a directory.
+        if stream.is_some() && o & opt::DIRECTORY_FILE != 0 {
+            return Err(NtStatus::NOT_A_DIRECTORY);
+        }
         // Previous Versions (MS-SMB2 2.2.13.2.7, 3.3.5.9.10): an `@GMT-`
         // token in the path (where smbclient puts it) or a TWrp context
         // opens the name as the share's snapshot of that time holds it,
@@ -659,9 +733,12 @@ impl Connection {
         if let Some(t) = token {
             comps.splice(0..0, [duet_fs::view::SNAPSHOT_DIR.to_string(), t]);
         }
+        // The path share modes, leases and breaks know the open by: a
+        // named stream's is the file's with `:stream` (its own opens).
+        let key_path = stream_key_path(&comps.join("\\"), stream.as_deref());
         // MS-SMB2 3.3.5.9.8: one lease key, one file.
         if let Some(l) = &lease {
-            if self.lease_key_conflicts(&l.lease_key, &path_key(root, &comps.join("\\"))) {
+            if self.lease_key_conflicts(&l.lease_key, &path_key(root, &key_path)) {
                 return Err(NtStatus::INVALID_PARAMETER);
             }
         }
@@ -678,13 +755,13 @@ impl Connection {
             desired
         };
         let (_, wait) = {
-            let key = path_key(root, &comps.join("\\"));
+            let key = path_key(root, &key_path);
             let share = duet_locks::Share::smb(break_access, req.share_access);
             let truncate = matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF);
             self.break_for_create(&key, share, truncate, o & opt::DELETE_ON_CLOSE != 0, lease.as_ref().map(|l| &l.lease_key), fp.now_ns)
         };
         if (wait.is_some() || !self.park_after.is_empty()) && fp.slots.is_empty() && hdr.next_command == 0 {
-            let key = path_key(root, &comps.join("\\"));
+            let key = path_key(root, &key_path);
             self.park = Some(self.cfg.share_modes.nodes_at(&key));
             return Ok(done(NtStatus::PENDING));
         }
@@ -694,7 +771,7 @@ impl Connection {
         // file's current opens first (MS-FSA 2.1.5.1.2.2).
         if matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF)
             && self.cfg.share_modes.conflicts_at(
-                &path_key(root, &comps.join("\\")),
+                &path_key(root, &key_path),
                 desired | access::FILE_WRITE_DATA,
                 req.share_access,
             )
@@ -766,24 +843,57 @@ impl Connection {
                     if_exists,
                 })
             };
-            let (f, open) = match d {
-                disp::OPEN => (
+            let (f, open) = match (&stream, d) {
+                (Some(sname), d) => {
+                    // A named stream (MS-FSA 2.1.5.1): its file is looked
+                    // up, or made when the disposition creates (Windows
+                    // makes the file of a new stream), then the stream.
+                    let base = if d == disp::OPEN || d == disp::OVERWRITE || ro {
+                        fp.push(Op::LookupCaseless { dir, name: leaf.clone() })
+                    } else {
+                        fp.push(Op::CreateCaseless {
+                            dir,
+                            name: leaf.clone(),
+                            kind: CreateKind::File,
+                            attrs: attrs.clone(),
+                            if_exists: IfExists::Open,
+                        })
+                    };
+                    let create = match d {
+                        disp::OPEN | disp::OVERWRITE => None,
+                        disp::OPEN_IF if ro => None,
+                        disp::CREATE => Some(IfExists::Fail),
+                        disp::OPEN_IF => Some(IfExists::Open),
+                        _ => Some(IfExists::Truncate),
+                    };
+                    let st = fp.push(Op::OpenStream {
+                        obj: ObjRef::Result(base),
+                        name: sname.clone(),
+                        attrs: SetAttrs { alloc_size: alloc, ..Default::default() },
+                        create,
+                    });
+                    let open = (d == disp::OVERWRITE).then(|| {
+                        fp.push(Op::Open { obj: ObjRef::Result(st), access: Default::default(), truncate: true })
+                    });
+                    (st, open)
+                }
+                (None, disp::OPEN) => (
                     fp.push(Op::LookupCaseless {
                         dir,
                         name: leaf.clone(),
                     }),
                     None,
                 ),
-                disp::OPEN_IF if ro => (
+                (None, disp::OPEN_IF) if ro => (
                     fp.push(Op::LookupCaseless {
                         dir,
                         name: leaf.clone(),
                     }),
                     None,
                 ),
-                disp::CREATE => (create(fp, IfExists::Fail), None),
-                disp::OPEN_IF => (create(fp, IfExists::Open), None),
-                disp::OVERWRITE => {
+                (None, disp::CREATE) => (create(fp, IfExists::Fail), None),
+                (None, disp::OPEN_IF) => (create(fp, IfExists::Open), None),
+                (None, disp::OVERWRITE) => {
                     let f = fp.push(Op::LookupCaseless {
                         dir,
                         name: leaf.clone(),
@@ -797,7 +907,11 @@ impl Connection {
                 }
                 _ => (create(fp, IfExists::Truncate), None),
             };
-            (f, open, dir, leaf)
+            // A stream's open is named `:stream` under its file.
+            match &stream {
+                Some(sname) => (f, open, ObjRef::Result(f - 1), format!(":{sname}")),
+                None => (f, open, dir, leaf),
+            }
         };
         let obj = ObjRef::Result(open_op.unwrap_or(final_op));
         // MS-FSA 2.1.5.1.2.1: the EA buffer of a CREATE applies to a file
@@ -843,6 +957,7 @@ impl Connection {
             tree_id: hdr.tree_id().unwrap_or(0),
             name: leaf,
             path: comps.join("\\"),
+            stream,
             share_access: req.share_access,
             ea_op,
             root_attrs_op,
@@ -900,6 +1015,7 @@ impl Connection {
             tree_id: hdr.tree_id().unwrap_or(0),
             name: o.name.clone(),
             path: o.path.clone(),
+            stream: None,
             share_access: 0,
             ea_op: None,
             root_attrs_op: None,
@@ -974,7 +1090,9 @@ impl Connection {
                 // Windows and Samba answer.
                 if cp.timewarp && i <= cp.first_op + 1 && e == FsError::NotFound {
                     NtStatus::OBJECT_NAME_NOT_FOUND
-                } else if i < cp.final_op && matches!(e, FsError::NotFound | FsError::NotDir) {
+                } else if i + usize::from(cp.stream.is_some()) < cp.final_op
+                    && matches!(e, FsError::NotFound | FsError::NotDir)
+                {
                     NtStatus::OBJECT_PATH_NOT_FOUND
                 } else {
                     fs_status(e)
@@ -1042,8 +1160,11 @@ impl Connection {
             } else {
                 cp.root_attrs_op.and_then(|i| result_attrs(results, i).ok())
             };
+            // A stream is deleted by changing its file: write permission
+            // on the file.
+            let need = if cp.stream.is_some() { 2 } else { 3 };
             if let Some(parent) = parent {
-                if super::info::mode_bits(&cred, parent) & 3 != 3 {
+                if super::info::mode_bits(&cred, parent) & need != need {
                     return Err(NtStatus::ACCESS_DENIED);
                 }
             }
@@ -1063,13 +1184,14 @@ impl Connection {
         } else {
             cp.root
         };
+        let key_path = stream_key_path(&real_path, cp.stream.as_deref());
         let id = self.new_file_id();
         if !self.cfg.share_modes.acquire(
             attrs.id,
             (self.conn_key, id),
             granted,
             cp.share_access,
-            path_key(cp.root, &cp.path),
+            path_key(cp.root, &key_path),
         ) {
             return Err(NtStatus::SHARING_VIOLATION);
         }
@@ -1080,8 +1202,12 @@ impl Connection {
                 tree_id: cp.tree_id,
                 node: attrs.id,
                 parent,
-                name: if cp.name.is_empty() { String::new() } else { leaf_name },
-                path: real_path,
+                name: match &cp.stream {
+                    Some(sname) => format!(":{sname}"),
+                    None if cp.name.is_empty() => String::new(),
+                    None => leaf_name,
+                },
+                path: key_path,
                 is_dir,
                 granted,
                 options: cp.options,
@@ -1117,7 +1243,7 @@ impl Connection {
         let oplock = if is_dir {
             0
         } else if let Some(l) = &cp.lease {
-            let key = path_key(cp.root, &cp.path);
+            let key = path_key(cp.root, &stream_key_path(&cp.path, cp.stream.as_deref()));
             lease_resp = Some(self.grant_lease(attrs.id, id, &key, cp.session_id, l, attrs.nlink, fp.now_ns));
             crate::smb2::create::oplock_level::LEASE
         } else {
@@ -1227,11 +1353,7 @@ impl Connection {
             closed = o.map(Box::new);
         }
         if remove {
-            fp.push(Op::Remove {
-                dir: v.parent,
-                name: v.name.clone(),
-                dir_only: v.is_dir,
-            });
+            fp.push(removal(v.parent, &v.name, v.is_dir));
         }
         Plan::Fs(FsPlan::Close {
             target: t,
@@ -2098,6 +2220,11 @@ impl Connection {
                 let g = fp.push(Op::GetAttr { obj: v.obj });
                 if matches!(q.file_info_class, info_class::EA | info_class::ALL | info_class::FULL_EA) {
                     ea_op = Some(fp.push(Op::GetEas { obj: v.obj }));
+                }
+                if q.file_info_class == info_class::STREAM {
+                    // The file's streams, also asked on one of its streams.
+                    let file = if v.name.starts_with(':') { v.parent } else { v.obj };
+                    ea_op = Some(fp.push(Op::ListStreams { obj: file }));
                 }
                 Some(g)
             }
@@ -3054,6 +3181,11 @@ impl Connection {
                 let _ = root;
                 let open = self.opens.get(&id).cloned().ok_or(NtStatus::FILE_CLOSED)?;
                 let (data, min) = match it {
+                    info_type::FILE if class == info_class::STREAM => match ea_op.and_then(|i| results.get(i)) {
+                        Some(Ok(OpOutput::Dir { entries, attrs: file, .. })) => stream_info(file, entries),
+                        Some(Err(e)) => return Err(fs_status(*e)),
+                        _ => return Err(NtStatus::INVALID_PARAMETER),
+                    },
                     info_type::FILE => {
                         let eas = match ea_op.and_then(|i| results.get(i)) {
                             Some(Ok(OpOutput::Eas { eas, .. })) => eas.as_slice(),

@@ -149,6 +149,8 @@ const OP_OPEN_STREAM: u8 = 24;
 const OP_LIST_STREAMS: u8 = 25;
 /// Named streams: delete one.
 const OP_REMOVE_STREAM: u8 = 26;
+/// Named streams: rename one.
+const OP_RENAME_STREAM: u8 = 27;
 
 // XattrHow of OP_SET_XATTR.
 const XATTR_EITHER: u8 = 0;
@@ -721,6 +723,13 @@ fn put_op(w: &mut Writer, op: &Op) {
             put_ref(w, obj);
             w.str(name);
         }
+        Op::RenameStream { obj, name, new_name, replace } => {
+            w.u8(OP_RENAME_STREAM);
+            put_ref(w, obj);
+            w.str(name);
+            w.str(new_name);
+            w.bool(*replace);
+        }
         Op::SetXattr { obj, name, value, how } => {
             w.u8(OP_SET_XATTR);
             put_ref(w, obj);
@@ -1144,6 +1153,12 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
         },
         OP_LIST_STREAMS => Op::ListStreams { obj: get_ref(r)? },
         OP_REMOVE_STREAM => Op::RemoveStream { obj: get_ref(r)?, name: r.string("stream name")? },
+        OP_RENAME_STREAM => Op::RenameStream {
+            obj: get_ref(r)?,
+            name: r.string("stream name")?,
+            new_name: r.string("new stream name")?,
+            replace: r.bool("replace")?,
+        },
         t => return r.unknown("op", t),
     })
 }

@@ -628,6 +628,9 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                     return Err(FsError::Access);
                 }
                 set_size(txn, ex, &mut n, 0)?;
+                // Only SMB truncates by Open (FILE_OVERWRITE): the file's
+                // named streams go too (MS-FSA 2.1.5.1.2.2).
+                streams::drop_all(txn, ex, n.attrs.id);
                 touch(&mut n.attrs, now, true);
                 put_node(txn, &n);
             }
@@ -756,6 +759,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         Op::OpenStream { obj, name, attrs, create } => streams::open(txn, ex, *obj, name, attrs, *create),
         Op::ListStreams { obj } => streams::list(txn, ex, *obj),
         Op::RemoveStream { obj, name } => streams::remove(txn, ex, *obj, name),
+        Op::RenameStream { obj, name, new_name, replace } => streams::rename(txn, ex, *obj, name, new_name, *replace),
         Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
             clone(txn, ex, (*src, *src_offset), (*dst, *dst_offset), *len, *extend)
         }
@@ -840,6 +844,11 @@ fn create<R: KvRead + ?Sized>(
                         return Err(FsError::Access);
                     }
                     set_size(txn, ex, &mut n, 0)?;
+                    if caseless {
+                        // An SMB overwrite or supersede of a file drops its
+                        // named streams (MS-FSA 2.1.5.1.2.2).
+                        streams::drop_all(txn, ex, n.attrs.id);
+                    }
                     // Overwrite (MS-FSA 2.1.5.1.2.2) also takes the new
                     // attributes and allocation the creator asked for.
                     if let Some(a) = set.dos_attrs {

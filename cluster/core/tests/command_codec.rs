@@ -230,7 +230,8 @@ impl Gen {
                 create: [None, Some(IfExists::Fail), Some(IfExists::Open), Some(IfExists::Truncate)][self.below(4) as usize],
             },
             23 => Op::ListStreams { obj: self.obj() },
-            _ => Op::RemoveStream { obj: self.obj(), name: self.string() },
+            24 => Op::RemoveStream { obj: self.obj(), name: self.string() },
+            _ => Op::RenameStream { obj: self.obj(), name: self.string(), new_name: self.string(), replace: self.bool() },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -304,7 +305,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 25;
+const OP_VARIANTS: u64 = 26;
 const COMMAND_VARIANTS: u64 = 12;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
@@ -377,6 +378,7 @@ fn every_command_and_op_variant_round_trips() {
             Op::OpenStream { .. } => 22,
             Op::ListStreams { .. } => 23,
             Op::RemoveStream { .. } => 24,
+            Op::RenameStream { .. } => 25,
         };
         assert_eq!(n, which);
     }

@@ -2,7 +2,8 @@
 //! name is `file[:stream[:type]]`; MS-SMB2 3.3.5.9 hands the whole name to
 //! the object store, MS-FSA 2.1.5.1 parses it). Sans-I/O, never panics.
 //!
-//! * `file`, `file::$DATA`: the file's default (unnamed) data stream.
+//! * `file`, `file::$DATA`: the file's default (unnamed) data stream
+//!   (named explicitly, a directory's is refused: it has none);
 //! * `file:name`, `file:name:$DATA`: the named data stream `name`.
 //! * the type is compared case-insensitively; any type but `$DATA` is
 //!   refused (OBJECT_NAME_INVALID: duet keeps no other stream types, and
@@ -19,8 +20,11 @@ pub const STREAM_NAME_MAX: usize = 255;
 /// Which data stream of the file a CREATE names.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Stream {
-    /// The unnamed stream (`file` or `file::$DATA`).
+    /// The unnamed stream, named by the file alone (`file`).
     Default,
+    /// The unnamed stream named explicitly (`file::$DATA`): a directory,
+    /// which has none, is refused (MS-FSA 2.1.5.1).
+    Data,
     /// A named data stream, its name as the client wrote it.
     Named(String),
 }
@@ -46,7 +50,7 @@ pub fn parse(leaf: &str) -> Result<(&str, Stream), NtStatus> {
     }
     if name.is_empty() {
         // `file::$DATA` is the default stream; `file:` names nothing.
-        return if ty.is_some() { Ok((file, Stream::Default)) } else { Err(NtStatus::OBJECT_NAME_INVALID) };
+        return if ty.is_some() { Ok((file, Stream::Data)) } else { Err(NtStatus::OBJECT_NAME_INVALID) };
     }
     if name.contains(['\\', '/', '\0']) || name.encode_utf16().count() > STREAM_NAME_MAX {
         return Err(NtStatus::OBJECT_NAME_INVALID);
@@ -65,8 +69,8 @@ mod tests {
     #[test]
     fn default_and_named_streams() {
         assert_eq!(parse("f.txt"), Ok(("f.txt", Stream::Default)));
-        assert_eq!(parse("f.txt::$DATA"), Ok(("f.txt", Stream::Default)));
-        assert_eq!(parse("f.txt::$data"), Ok(("f.txt", Stream::Default)));
+        assert_eq!(parse("f.txt::$DATA"), Ok(("f.txt", Stream::Data)));
+        assert_eq!(parse("f.txt::$data"), Ok(("f.txt", Stream::Data)));
         assert_eq!(parse("f.txt:s"), Ok(("f.txt", named("s"))));
         assert_eq!(parse("f.txt:s:$DATA"), Ok(("f.txt", named("s"))));
         assert_eq!(parse("f.txt:Zone.Identifier:$DaTa"), Ok(("f.txt", named("Zone.Identifier"))));

@@ -61,7 +61,7 @@ pub(super) fn open<R: KvRead + ?Sized>(
     if !matches!(file.attrs.ftype, FileType::Regular | FileType::Directory) {
         return Err(FsError::NotSupported);
     }
-    if let Some((sid, _)) = find(txn, id, name) {
+    if let Some((sid, real)) = find(txn, id, name) {
         let mut s = get_node(txn, sid)?;
         match create {
             None | Some(IfExists::Open) => {}
@@ -78,7 +78,8 @@ pub(super) fn open<R: KvRead + ?Sized>(
                 put_node(txn, &s);
             }
         }
-        return Ok(OpOutput::Object { attrs: s.attrs, created: false, dir_before: None, dir_after: None });
+        // The stream's name as created: it may differ in case from `name`.
+        return Ok(OpOutput::Found { name: real, attrs: s.attrs });
     }
     if create.is_none() {
         return Err(FsError::NotFound);
@@ -162,4 +163,49 @@ pub(super) fn drop_all<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'
             unlink_node(txn, ex, s);
         }
     }
+}
+
+/// [`Op::RenameStream`] (MS-FSA 2.1.5.14.11.1).
+pub(super) fn rename<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    ex: &mut Exec<'_>,
+    obj: ObjRef,
+    name: &str,
+    new_name: &str,
+    replace: bool,
+) -> OpResult {
+    let cred = ex.batch.cred.clone();
+    let now = ex.batch.now_ns;
+    let id = resolve(ex, obj)?;
+    check_stream_name(name)?;
+    check_stream_name(new_name)?;
+    if layered(id) {
+        return Err(FsError::NotSupported);
+    }
+    let file = get_node(txn, id)?;
+    let (sid, _) = find(txn, id, name).ok_or(FsError::NotFound)?;
+    if !may_change(&cred, &file.attrs) {
+        return Err(FsError::Access);
+    }
+    match find(txn, id, new_name) {
+        // The same stream (perhaps another case): only its name changes.
+        Some((tid, _)) if tid == sid => {}
+        Some(_) if !replace => return Err(FsError::Exists),
+        Some((tid, _)) => {
+            let t = get_node(txn, tid)?;
+            if t.attrs.size != 0 {
+                return Err(FsError::Invalid);
+            }
+            txn.delete(keys::stream(id, new_name));
+            unlink_node(txn, ex, t);
+        }
+        None => {}
+    }
+    txn.delete(keys::stream(id, name));
+    txn.put(keys::stream(id, new_name), keys::stream_value(sid, new_name));
+    let mut s = get_node(txn, sid)?;
+    s.attrs.ctime = now;
+    s.attrs.change += 1;
+    put_node(txn, &s);
+    Ok(OpOutput::Attrs { before: None, attrs: s.attrs })
 }

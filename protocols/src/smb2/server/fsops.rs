@@ -119,6 +119,8 @@ pub struct CreatePlan {
     /// The named stream opened (MS-FSCC 2.1.5.1), if any: `path` is then
     /// its file's and `name` is `:stream`.
     stream: Option<String>,
+    /// The path named the unnamed stream explicitly (`file::$DATA`).
+    data: bool,
     share_access: u32,
     /// SetEas of the CREATE's EA buffer, if any.
     ea_op: Option<usize>,
@@ -160,6 +162,13 @@ pub enum SetKind {
         link_op: usize,
     },
     Position(u64),
+    /// FileRenameInformation of a stream handle to `:name`: the open's
+    /// new stream name.
+    StreamRename {
+        op: usize,
+        name: String,
+        root: NodeId,
+    },
     /// FileModeInformation (MS-FSCC 2.4.26): the open's mode bits.
     Mode(u32),
 }
@@ -299,15 +308,16 @@ fn result_attrs(results: &[OpResult], i: usize) -> Result<&Attrs, FsError> {
 /// streams: [`split_stream_path`]).
 fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
     match split_stream_path(name)? {
-        (comps, None) => Ok(comps),
-        (_, Some(_)) => Err(NtStatus::OBJECT_NAME_INVALID),
+        (comps, None, _) => Ok(comps),
+        (_, Some(_), _) => Err(NtStatus::OBJECT_NAME_INVALID),
     }
 }
 
 /// Splits a share-relative path into checked components and the named
 /// stream its last component names, if any (MS-FSCC 2.1.5.1, parsed by
-/// [`crate::smb2::stream_name::parse`]; `file::$DATA` is the file itself).
-fn split_stream_path(name: &str) -> Result<(Vec<String>, Option<String>), NtStatus> {
+/// [`crate::smb2::stream_name::parse`]; `file::$DATA` is the file itself,
+/// and the last field says it was named so).
+fn split_stream_path(name: &str) -> Result<(Vec<String>, Option<String>, bool), NtStatus> {
     // MS-SMB2 3.3.5.9: a name that starts with a separator is invalid.
     if name.starts_with('\\') {
         return Err(NtStatus::INVALID_PARAMETER);
@@ -317,15 +327,16 @@ fn split_stream_path(name: &str) -> Result<(Vec<String>, Option<String>), NtStat
         None => ("", name),
     };
     let (file, stream) = crate::smb2::stream_name::parse(leaf)?;
+    let data = stream == crate::smb2::stream_name::Stream::Data;
     let stream = match stream {
-        crate::smb2::stream_name::Stream::Default => None,
+        crate::smb2::stream_name::Stream::Default | crate::smb2::stream_name::Stream::Data => None,
         crate::smb2::stream_name::Stream::Named(s) => Some(s),
     };
     let joined = format!("{head}{file}");
     let name = joined.strip_suffix('\\').unwrap_or(&joined);
     if name.is_empty() {
         // A named stream of the share's root directory is not served.
-        return if stream.is_some() { Err(NtStatus::OBJECT_NAME_INVALID) } else { Ok((Vec::new(), None)) };
+        return if stream.is_some() { Err(NtStatus::OBJECT_NAME_INVALID) } else { Ok((Vec::new(), None, data)) };
     }
     let comps: Vec<String> = name.split('\\').map(str::to_string).collect();
     if comps.len() > MAX_PATH_COMPONENTS {
@@ -336,7 +347,7 @@ fn split_stream_path(name: &str) -> Result<(Vec<String>, Option<String>), NtStat
             return Err(NtStatus::OBJECT_NAME_INVALID);
         }
     }
-    Ok((comps, stream))
+    Ok((comps, stream, data))
 }
 
 /// The path by which share modes, leases and breaks know an open: a named
@@ -716,9 +727,10 @@ impl Connection {
             .name
             .to_string_checked()
             .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
-        let (mut comps, stream) = split_stream_path(&name)?;
-        // MS-FSA 2.1.5.1: a data stream is not a directory.
-        if stream.is_some() && o & opt::DIRECTORY_FILE != 0 {
+        let (mut comps, stream, data) = split_stream_path(&name)?;
+        // MS-FSA 2.1.5.1: a data stream (named, or `::$DATA`) is not a
+        // directory.
+        if (stream.is_some() || data) && o & opt::DIRECTORY_FILE != 0 {
             return Err(NtStatus::NOT_A_DIRECTORY);
         }
         // Previous Versions (MS-SMB2 2.2.13.2.7, 3.3.5.9.10): an `@GMT-`
@@ -958,6 +970,7 @@ impl Connection {
             name: leaf,
             path: comps.join("\\"),
             stream,
+            data,
             share_access: req.share_access,
             ea_op,
             root_attrs_op,
@@ -1016,6 +1029,7 @@ impl Connection {
             name: o.name.clone(),
             path: o.path.clone(),
             stream: None,
+            data: false,
             share_access: 0,
             ea_op: None,
             root_attrs_op: None,
@@ -1121,7 +1135,8 @@ impl Connection {
         if cp.options & opt::DIRECTORY_FILE != 0 && !is_dir {
             return Err(NtStatus::NOT_A_DIRECTORY);
         }
-        if cp.options & opt::NON_DIRECTORY_FILE != 0 && is_dir {
+        // A directory has no unnamed data stream (MS-FSA 2.1.5.1).
+        if (cp.options & opt::NON_DIRECTORY_FILE != 0 || cp.data) && is_dir {
             return Err(NtStatus::FILE_IS_A_DIRECTORY);
         }
         let cred = self
@@ -1203,11 +1218,16 @@ impl Connection {
                 node: attrs.id,
                 parent,
                 name: match &cp.stream {
-                    Some(sname) => format!(":{sname}"),
+                    Some(sname) => format!(":{}", real(cp.final_op, sname)),
                     None if cp.name.is_empty() => String::new(),
                     None => leaf_name,
                 },
-                path: key_path,
+                // The stream's name in the case asked (a stream is opened
+                // by its created name's case; FileNormalizedNameInformation).
+                path: match &cp.stream {
+                    Some(_) => format!("{real_path}:{}", real(cp.final_op, cp.stream.as_deref().unwrap_or_default())),
+                    None => key_path,
+                },
                 is_dir,
                 granted,
                 options: cp.options,
@@ -1361,6 +1381,39 @@ impl Connection {
             close_op,
             postquery,
         })
+    }
+
+    /// FileRenameInformation of a named stream (MS-FSCC 2.4.42, MS-FSA
+    /// 2.1.5.14.11): the target is `:name[:$DATA]`, a stream of the same
+    /// file; renaming the unnamed stream, or a stream onto it, is not
+    /// built (NOT_SUPPORTED); a target naming a file is INVALID_PARAMETER.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_stream_rename(
+        &mut self,
+        fp: &mut FramePlan,
+        t: Target,
+        v: &View,
+        target: &str,
+        replace: bool,
+        ro: bool,
+        root: NodeId,
+    ) -> Result<Plan, NtStatus> {
+        use crate::smb2::stream_name::{parse, Stream};
+        if v.granted & access::DELETE == 0 {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        let (file, stream) = parse(target)?;
+        if !file.is_empty() {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        let (Some(from), Stream::Named(to)) = (v.name.strip_prefix(':'), stream) else {
+            return Err(NtStatus::NOT_SUPPORTED);
+        };
+        if ro {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        let op = fp.push(Op::RenameStream { obj: v.parent, name: from.to_string(), new_name: to.clone(), replace });
+        Ok(Plan::Fs(FsPlan::SetInfo { target: t, op: None, kind: SetKind::StreamRename { op, name: to, root } }))
     }
 
     /// FLUSH (MS-SMB2 3.3.5.11): on a `protocol` share everything answered
@@ -2774,6 +2827,9 @@ impl Connection {
                     .file_name
                     .to_string_checked()
                     .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
+                if s.file_info_class == info_class::RENAME && (v.name.starts_with(':') || target.starts_with(':')) {
+                    return self.plan_stream_rename(fp, t, &v, &target, info.replace_if_exists, ro, root);
+                }
                 let comps = split_path(&target)?;
                 let Some(leaf) = comps.last().cloned() else {
                     return Err(NtStatus::OBJECT_NAME_INVALID);
@@ -3291,6 +3347,19 @@ impl Connection {
                             o.name = name;
                             self.cfg.share_modes.renamed(o.node, path_key(root, &path));
                             o.path = path;
+                        }
+                    }
+                    SetKind::StreamRename { op, name, root } => {
+                        if let Some((_, e)) = first_error(results, op..op + 1) {
+                            return Err(fs_status(e));
+                        }
+                        if let Some(o) = self.opens.get_mut(&id) {
+                            // A file's path holds no colon: the stream's
+                            // name follows the first.
+                            let base = o.path.split(':').next().unwrap_or_default().to_string();
+                            o.name = format!(":{name}");
+                            self.cfg.share_modes.renamed(o.node, path_key(root, &stream_key_path(&base, Some(&name))));
+                            o.path = format!("{base}:{name}");
                         }
                     }
                     SetKind::Link {

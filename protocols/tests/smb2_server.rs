@@ -3827,3 +3827,52 @@ fn named_streams_round_trip_list_and_go_with_their_file() {
     let fsck = duet_cluster::fsck::check(&c.engine.kv, &[]);
     assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
 }
+
+fn rename_stream(c: &mut Client, name: &str, target: &str, replace: bool) -> NtStatus {
+    let mut rinfo = Vec::new();
+    fscc::FileRenameInformation { replace_if_exists: replace, root_directory: 0, file_name: Utf16::Str(target) }
+        .encode(&mut rinfo);
+    let r = c.call(vec![
+        msg(Request::Create(create(name, create_disposition::OPEN, 0, 0x0013_019f)), false),
+        msg(
+            Request::SetInfo(SetInfoRequest {
+                info_type: info_type::FILE,
+                file_info_class: fscc::info_class::RENAME,
+                buffer: &rinfo,
+                additional_information: 0,
+                file_id: FileId::RELATED,
+            }),
+            true,
+        ),
+        close_related(),
+    ]);
+    assert_eq!(r[0].status(), NtStatus::SUCCESS, "open {name}");
+    r[1].status()
+}
+
+/// FileRenameInformation of a stream handle to `:name` (MS-FSCC 2.4.42):
+/// the data moves with the name; an existing target collides without
+/// ReplaceIfExists and is replaced with it only when empty; the unnamed
+/// stream is not a target. An overwrite of the file drops its streams.
+#[test]
+fn named_streams_rename_and_overwrite() {
+    let mut c = Client::connected();
+    let ok = vec![NtStatus::SUCCESS; 4];
+    assert_eq!(statuses(&write_file(&mut c, "f:a", b"stream a")), ok);
+    assert_eq!(statuses(&write_file(&mut c, "f:b", b"stream b")), ok);
+    assert_eq!(rename_stream(&mut c, "f:a", ":b", false), NtStatus::OBJECT_NAME_COLLISION);
+    assert_eq!(rename_stream(&mut c, "f:a", ":b:$DATA", true), NtStatus::INVALID_PARAMETER);
+    assert_eq!(rename_stream(&mut c, "f:a", "::$DATA", true), NtStatus::NOT_SUPPORTED);
+    assert_eq!(rename_stream(&mut c, "f:a", ":c:$DATA", false), NtStatus::SUCCESS);
+    assert_eq!(read_file(&mut c, "f:c").1, b"stream a");
+    assert_eq!(read_file(&mut c, "f:a").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
+    assert_eq!(
+        streams_of(&mut c, "f"),
+        vec![("::$DATA".to_string(), 0), (":b:$DATA".to_string(), 8), (":c:$DATA".to_string(), 8)]
+    );
+    // OVERWRITE_IF of the file itself (write_file) drops its streams.
+    assert_eq!(statuses(&write_file(&mut c, "f", b"new")), ok);
+    assert_eq!(streams_of(&mut c, "f"), vec![("::$DATA".to_string(), 3)]);
+    let fsck = duet_cluster::fsck::check(&c.engine.kv, &[]);
+    assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+}

@@ -202,6 +202,8 @@ pub enum FsPlan {
         op: Option<usize>,
         /// GetEas for the classes that report EAs (EA, ALL, FULL_EA).
         ea_op: Option<usize>,
+        /// GetAttr of a named stream's node (`op` is then its file's).
+        stream_op: Option<usize>,
         info_type: u8,
         class: u8,
         out_len: u32,
@@ -277,6 +279,7 @@ pub enum FsPlan {
 
 /// What planning needs to know of the target open.
 struct View {
+    /// The open's object: a named stream's own node for a stream open.
     obj: ObjRef,
     parent: ObjRef,
     name: String,
@@ -285,6 +288,19 @@ struct View {
     is_dir: Option<bool>,
     granted: u32,
     delete_on_close: bool,
+}
+
+impl View {
+    /// The object whose times, attributes and EAs the open reports: the
+    /// file, for an open of one of its named streams (named `:stream`
+    /// under it).
+    fn file_obj(&self) -> ObjRef {
+        if self.name.starts_with(':') {
+            self.parent
+        } else {
+            self.obj
+        }
+    }
 }
 
 fn first_error(results: &[OpResult], range: std::ops::Range<usize>) -> Option<(usize, FsError)> {
@@ -1316,17 +1332,22 @@ impl Connection {
         if let Some(l) = lease_resp {
             contexts.push(CreateContextResponse::Lease(l));
         }
+        // A stream answers with its file's times and attributes.
+        let shown = match cp.stream {
+            Some(_) => result_attrs(results, cp.final_op - 1).unwrap_or(&attrs).clone(),
+            None => attrs.clone(),
+        };
         let resp = CreateResponse {
             oplock_level: oplock,
             flags: 0,
             create_action: action,
-            creation_time: to_filetime(attrs.btime),
-            last_access_time: to_filetime(attrs.atime),
-            last_write_time: to_filetime(attrs.mtime),
-            change_time: to_filetime(attrs.ctime),
+            creation_time: to_filetime(shown.btime),
+            last_access_time: to_filetime(shown.atime),
+            last_write_time: to_filetime(shown.mtime),
+            change_time: to_filetime(shown.ctime),
             allocation_size: smb_sizes(&attrs).1,
             end_of_file: smb_sizes(&attrs).0,
-            file_attributes: attrs.smb_attributes(),
+            file_attributes: shown.smb_attributes(),
             file_id: FileId {
                 persistent: id,
                 volatile: id,
@@ -2246,6 +2267,7 @@ impl Connection {
             Err(s) => return done(s),
         };
         let mut ea_op = None;
+        let mut stream_op = None;
         let op = match q.info_type {
             // MS-SMB2 3.3.5.20.1: FileNormalizedNameInformation only on
             // dialect 3.1.1 and later; 2.0.2, 2.1, 3.0 and 3.0.2 get
@@ -2270,9 +2292,14 @@ impl Connection {
                 if v.granted & need != need {
                     return done(NtStatus::ACCESS_DENIED);
                 }
-                let g = fp.push(Op::GetAttr { obj: v.obj });
+                // A stream open reports its file's times, attributes and
+                // EAs with its own sizes (`stream_op`).
+                let g = fp.push(Op::GetAttr { obj: v.file_obj() });
+                if v.name.starts_with(':') {
+                    stream_op = Some(fp.push(Op::GetAttr { obj: v.obj }));
+                }
                 if matches!(q.file_info_class, info_class::EA | info_class::ALL | info_class::FULL_EA) {
-                    ea_op = Some(fp.push(Op::GetEas { obj: v.obj }));
+                    ea_op = Some(fp.push(Op::GetEas { obj: v.file_obj() }));
                 }
                 if q.file_info_class == info_class::STREAM {
                     // The file's streams, also asked on one of its streams.
@@ -2297,6 +2324,7 @@ impl Connection {
             target: t,
             op,
             ea_op,
+            stream_op,
             info_type: q.info_type,
             class: q.file_info_class,
             out_len: q.output_buffer_length,
@@ -2725,9 +2753,11 @@ impl Connection {
                 if keep_ctime && !a.is_empty() {
                     a.ctime = Some(duet_fs::CTIME_KEEP);
                 }
+                // A stream's times and attributes are its file's (MS-FSA
+                // 2.1.5.14.2 acts on the file's object).
                 let op = (!a.is_empty()).then(|| {
                     fp.push(Op::SetAttr {
-                        obj: v.obj,
+                        obj: v.file_obj(),
                         attrs: a,
                     })
                 });
@@ -3222,6 +3252,7 @@ impl Connection {
                 target,
                 op,
                 ea_op,
+                stream_op,
                 info_type: it,
                 class,
                 out_len,
@@ -3230,10 +3261,16 @@ impl Connection {
                 share,
             } => {
                 let id = self.resolve(target, created)?;
-                let attrs = match op {
+                let mut attrs = match op {
                     Some(i) => result_attrs(results, i).map_err(fs_status)?.clone(),
                     None => return Err(NtStatus::INVALID_PARAMETER),
                 };
+                if let Some(i) = stream_op {
+                    // The file's attributes with the stream's sizes.
+                    let s = result_attrs(results, i).map_err(fs_status)?;
+                    attrs.size = s.size;
+                    attrs.alloc_size = s.alloc_size;
+                }
                 let _ = root;
                 let open = self.opens.get(&id).cloned().ok_or(NtStatus::FILE_CLOSED)?;
                 let (data, min) = match it {

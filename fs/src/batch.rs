@@ -167,6 +167,8 @@ pub enum Op {
     /// the existing) object.
     Create { dir: ObjRef, name: String, kind: CreateKind, attrs: SetAttrs, if_exists: IfExists },
     /// Open an object: checks `access`, optionally truncates. Produces it.
+    /// Truncating by Open is SMB's FILE_OVERWRITE: it also deletes the
+    /// file's named streams (MS-FSA 2.1.5.1.2.2).
     Open { obj: ObjRef, access: Access, truncate: bool },
     GetAttr { obj: ObjRef },
     SetAttr { obj: ObjRef, attrs: SetAttrs },
@@ -246,6 +248,35 @@ pub enum Op {
     /// `OpOutput::Ranges`. (Appended last: stored raft entries keep
     /// decoding.)
     Allocated { obj: ObjRef, offset: u64, len: u64 },
+    /// Opens or creates the named stream `name` of `obj` (SMB alternate
+    /// data streams, MS-FSCC 2.1.5: `file:name:$DATA`). A stream is a
+    /// regular-file node of its own (its data inline or chunked like any
+    /// file, so Read, Write and SetAttr act on it by id), reached only
+    /// through its file: no directory entry names it. `name` is compared
+    /// case-insensitively and kept in the case it was created with.
+    /// `create` None opens an existing stream (`NotFound` otherwise); with
+    /// `Some(how)` a missing stream is created with `attrs`, and an
+    /// existing one is failed (`Exists`), opened or truncated as `how`
+    /// says. Produces `OpOutput::Object` (the stream's node) for a new
+    /// stream, `OpOutput::Found` with its name as created for an existing
+    /// one. Streams of
+    /// objects of a writable clone or a snapshot view are refused
+    /// (`NotSupported`). (Appended last: stored raft entries keep
+    /// decoding.)
+    OpenStream { obj: ObjRef, name: String, attrs: SetAttrs, create: Option<IfExists> },
+    /// The named streams of `obj`, in name order: `OpOutput::Dir`, each
+    /// entry a stream's name, node and attributes. (Appended last.)
+    ListStreams { obj: ObjRef },
+    /// Deletes the named stream `name` of `obj` (its node and data).
+    /// Produces `OpOutput::Attrs` of the stream as it was. (Appended last.)
+    RemoveStream { obj: ObjRef, name: String },
+    /// Renames the named stream `name` of `obj` to `new_name` (SMB
+    /// FileRenameInformation of a stream handle to `:new_name`, MS-FSCC
+    /// 2.4.42, MS-FSA 2.1.5.14.11): an existing stream of that name is
+    /// `Exists` without `replace`, and with it is replaced only when empty
+    /// (`Invalid` otherwise, as NTFS). Produces `OpOutput::Attrs` of the
+    /// stream. (Appended last.)
+    RenameStream { obj: ObjRef, name: String, new_name: String, replace: bool },
 }
 
 /// How [`Op::SetXattr`] treats an existing attribute (RFC 8276 8.4.2.1:
@@ -270,6 +301,8 @@ impl Op {
             Op::LookupCaseless { .. } | Op::GetEas { .. } => false,
             Op::ReadLink { .. } | Op::ReadDir { .. } | Op::ListSnapshots { .. } => false,
             Op::Allocated { .. } => false,
+            Op::ListStreams { .. } => false,
+            Op::OpenStream { create, .. } => create.is_some(),
             Op::Open { truncate, .. } => *truncate,
             Op::SetAttr { attrs, .. } => !attrs.is_empty(),
             _ => true,
@@ -300,6 +333,10 @@ impl Op {
             Op::ZeroRange { .. } => "zero",
             Op::ListSnapshots { .. } => "listsnapshots",
             Op::Allocated { .. } => "allocated",
+            Op::OpenStream { .. } => "openstream",
+            Op::ListStreams { .. } => "liststreams",
+            Op::RemoveStream { .. } => "removestream",
+            Op::RenameStream { .. } => "renamestream",
         }
     }
 }

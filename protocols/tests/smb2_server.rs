@@ -3716,3 +3716,163 @@ fn set_sparse_is_stored_reported_and_guards_dup_extents() {
     want[4000..].fill(0);
     assert_eq!(rd.data, &want[..]);
 }
+
+/// QUERY_INFO FileStreamInformation of `name`: each entry's name and size.
+fn streams_of(c: &mut Client, name: &str) -> Vec<(String, u64)> {
+    let r = c.call(vec![
+        msg(Request::Create(create(name, create_disposition::OPEN, 0, READ)), false),
+        msg(
+            Request::QueryInfo(QueryInfoRequest {
+                info_type: info_type::FILE,
+                file_info_class: fscc::info_class::STREAM,
+                output_buffer_length: 4096,
+                input_buffer: &[],
+                additional_information: 0,
+                flags: 0,
+                file_id: FileId::RELATED,
+            }),
+            true,
+        ),
+        close_related(),
+    ]);
+    assert_eq!(statuses(&r), vec![NtStatus::SUCCESS; 3], "stream info of {name}");
+    let Response::QueryInfo(q) = r[1].body() else { panic!("no QUERY_INFO response") };
+    fscc::FileStreamInformation::decode_list(q.output_buffer)
+        .unwrap()
+        .iter()
+        .map(|e| (e.stream_name.to_string_lossy(), e.stream_size))
+        .collect()
+}
+
+fn delete_on_close(c: &mut Client, name: &str) -> Vec<NtStatus> {
+    let r = c.call(vec![
+        msg(
+            Request::Create(create(name, create_disposition::OPEN, create_options::DELETE_ON_CLOSE, 0x0011_0080)),
+            false,
+        ),
+        close_related(),
+    ]);
+    statuses(&r)
+}
+
+/// Named streams (MS-FSCC 2.1.5.1): `file:name[:$DATA]` created with real
+/// data, read back byte-exact apart from the file's own data, listed by
+/// FileStreamInformation and by nothing in the directory, deleted alone
+/// by delete-on-close, and gone with their file; the metadata stays
+/// consistent (fsck) and no stream record outlives its file.
+#[test]
+fn named_streams_round_trip_list_and_go_with_their_file() {
+    let mut c = Client::connected();
+    let ok = vec![NtStatus::SUCCESS; 4];
+    assert_eq!(statuses(&write_file(&mut c, "f", b"main data")), ok);
+    // Inline data (this harness has no chunk store; the smbtorture tests
+    // write chunked streams through duetd).
+    let big: Vec<u8> = (0..3_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    assert_eq!(statuses(&write_file(&mut c, "f:One:$DATA", b"stream one bytes")), ok);
+    assert_eq!(statuses(&write_file(&mut c, "f:two", &big[..])), ok);
+    // Stream names are case-insensitive, the type too.
+    assert_eq!(read_file(&mut c, "f:one").1, b"stream one bytes");
+    assert_eq!(read_file(&mut c, "f:ONE:$data").1, b"stream one bytes");
+    assert_eq!(read_file(&mut c, "f:two").1, &big[..]);
+    assert_eq!(read_file(&mut c, "f").1, b"main data");
+    assert_eq!(read_file(&mut c, "f::$DATA").1, b"main data");
+    // A new stream on a file that does not exist makes the file.
+    assert_eq!(statuses(&write_file(&mut c, "g:s", b"on g")), ok);
+    assert_eq!(read_file(&mut c, "g").1, b"");
+    assert_eq!(read_file(&mut c, "g:s").1, b"on g");
+    // Listed by FileStreamInformation, never in the directory.
+    assert_eq!(
+        streams_of(&mut c, "f"),
+        vec![("::$DATA".to_string(), 9), (":One:$DATA".to_string(), 16), (":two:$DATA".to_string(), 3_000)]
+    );
+    assert_eq!(streams_of(&mut c, "f:two").len(), 3, "asked on a stream, the file's list");
+    let mut names = list(&mut c, "", "*");
+    names.sort();
+    assert_eq!(names, vec![".", "..", "f", "g"]);
+    // Invalid names and types, missing streams and files.
+    for bad in ["f:", "f::", "f:s:$BADTYPE", "f:s:$INDEX_ALLOCATION", "f:a:$DATA:x", "d:x\\y"] {
+        assert_eq!(read_file(&mut c, bad).0[0], NtStatus::OBJECT_NAME_INVALID, "{bad}");
+    }
+    assert_eq!(read_file(&mut c, "f:nosuch").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
+    assert_eq!(read_file(&mut c, "nofile:s").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
+    // CREATE of an existing stream collides.
+    let r = c.call(vec![msg(Request::Create(create("f:one", create_disposition::CREATE, 0, RW)), false), close_related()]);
+    assert_eq!(r[0].status(), NtStatus::OBJECT_NAME_COLLISION);
+    // A stream is not a directory.
+    let r = c.call(vec![
+        msg(Request::Create(create("f:one", create_disposition::OPEN, create_options::DIRECTORY_FILE, READ)), false),
+        close_related(),
+    ]);
+    assert_eq!(r[0].status(), NtStatus::NOT_A_DIRECTORY);
+    // Delete-on-close of a stream deletes that stream alone.
+    assert_eq!(delete_on_close(&mut c, "f:One"), vec![NtStatus::SUCCESS; 2]);
+    assert_eq!(read_file(&mut c, "f:one").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
+    assert_eq!(read_file(&mut c, "f").1, b"main data");
+    assert_eq!(read_file(&mut c, "f:two").1, &big[..]);
+    assert_eq!(streams_of(&mut c, "f").len(), 2);
+    let fsck = duet_cluster::fsck::check(&c.engine.kv, &[]);
+    assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+    // Deleting the file deletes its streams: none reappears with a new
+    // file of the same name, and no stream record or node is left.
+    let nodes_before = c.engine.kv.keys().filter(|k| k.first() == Some(&b'n')).count();
+    assert_eq!(delete_on_close(&mut c, "f"), vec![NtStatus::SUCCESS; 2]);
+    assert_eq!(read_file(&mut c, "f:two").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
+    let nodes_after = c.engine.kv.keys().filter(|k| k.first() == Some(&b'n')).count();
+    assert_eq!(nodes_before - nodes_after, 2, "the file and its one stream");
+    assert_eq!(statuses(&write_file(&mut c, "f", b"new")), ok);
+    assert_eq!(streams_of(&mut c, "f"), vec![("::$DATA".to_string(), 3)]);
+    assert_eq!(read_file(&mut c, "f:two").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
+    let g_streams = c.engine.kv.keys().filter(|k| k.first() == Some(&b'T')).count();
+    assert_eq!(g_streams, 1, "only g:s is left");
+    let fsck = duet_cluster::fsck::check(&c.engine.kv, &[]);
+    assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+}
+
+fn rename_stream(c: &mut Client, name: &str, target: &str, replace: bool) -> NtStatus {
+    let mut rinfo = Vec::new();
+    fscc::FileRenameInformation { replace_if_exists: replace, root_directory: 0, file_name: Utf16::Str(target) }
+        .encode(&mut rinfo);
+    let r = c.call(vec![
+        msg(Request::Create(create(name, create_disposition::OPEN, 0, 0x0013_019f)), false),
+        msg(
+            Request::SetInfo(SetInfoRequest {
+                info_type: info_type::FILE,
+                file_info_class: fscc::info_class::RENAME,
+                buffer: &rinfo,
+                additional_information: 0,
+                file_id: FileId::RELATED,
+            }),
+            true,
+        ),
+        close_related(),
+    ]);
+    assert_eq!(r[0].status(), NtStatus::SUCCESS, "open {name}");
+    r[1].status()
+}
+
+/// FileRenameInformation of a stream handle to `:name` (MS-FSCC 2.4.42):
+/// the data moves with the name; an existing target collides without
+/// ReplaceIfExists and is replaced with it only when empty; the unnamed
+/// stream is not a target. An overwrite of the file drops its streams.
+#[test]
+fn named_streams_rename_and_overwrite() {
+    let mut c = Client::connected();
+    let ok = vec![NtStatus::SUCCESS; 4];
+    assert_eq!(statuses(&write_file(&mut c, "f:a", b"stream a")), ok);
+    assert_eq!(statuses(&write_file(&mut c, "f:b", b"stream b")), ok);
+    assert_eq!(rename_stream(&mut c, "f:a", ":b", false), NtStatus::OBJECT_NAME_COLLISION);
+    assert_eq!(rename_stream(&mut c, "f:a", ":b:$DATA", true), NtStatus::INVALID_PARAMETER);
+    assert_eq!(rename_stream(&mut c, "f:a", "::$DATA", true), NtStatus::NOT_SUPPORTED);
+    assert_eq!(rename_stream(&mut c, "f:a", ":c:$DATA", false), NtStatus::SUCCESS);
+    assert_eq!(read_file(&mut c, "f:c").1, b"stream a");
+    assert_eq!(read_file(&mut c, "f:a").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
+    assert_eq!(
+        streams_of(&mut c, "f"),
+        vec![("::$DATA".to_string(), 0), (":b:$DATA".to_string(), 8), (":c:$DATA".to_string(), 8)]
+    );
+    // OVERWRITE_IF of the file itself (write_file) drops its streams.
+    assert_eq!(statuses(&write_file(&mut c, "f", b"new")), ok);
+    assert_eq!(streams_of(&mut c, "f"), vec![("::$DATA".to_string(), 3)]);
+    let fsck = duet_cluster::fsck::check(&c.engine.kv, &[]);
+    assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+}

@@ -144,6 +144,14 @@ const OP_CLONE: u8 = 21;
 const OP_LIST_SNAPSHOTS: u8 = 22;
 /// The allocated ranges of a file (read-only; sparse files).
 const OP_ALLOCATED: u8 = 23;
+/// Named streams (SMB alternate data streams): open or create one.
+const OP_OPEN_STREAM: u8 = 24;
+/// Named streams: list a file's (read-only).
+const OP_LIST_STREAMS: u8 = 25;
+/// Named streams: delete one.
+const OP_REMOVE_STREAM: u8 = 26;
+/// Named streams: rename one.
+const OP_RENAME_STREAM: u8 = 27;
 
 // XattrHow of OP_SET_XATTR.
 const XATTR_EITHER: u8 = 0;
@@ -700,6 +708,35 @@ fn put_op(w: &mut Writer, op: &Op) {
             w.u64(*offset);
             w.u64(*len);
         }
+        Op::OpenStream { obj, name, attrs, create } => {
+            w.u8(OP_OPEN_STREAM);
+            put_ref(w, obj);
+            w.str(name);
+            put_set_attrs(w, attrs);
+            match create {
+                None => w.u8(NONE),
+                Some(how) => {
+                    w.u8(SOME);
+                    put_if_exists(w, *how);
+                }
+            }
+        }
+        Op::ListStreams { obj } => {
+            w.u8(OP_LIST_STREAMS);
+            put_ref(w, obj);
+        }
+        Op::RemoveStream { obj, name } => {
+            w.u8(OP_REMOVE_STREAM);
+            put_ref(w, obj);
+            w.str(name);
+        }
+        Op::RenameStream { obj, name, new_name, replace } => {
+            w.u8(OP_RENAME_STREAM);
+            put_ref(w, obj);
+            w.str(name);
+            w.str(new_name);
+            w.bool(*replace);
+        }
         Op::SetXattr { obj, name, value, how } => {
             w.u8(OP_SET_XATTR);
             put_ref(w, obj);
@@ -1116,6 +1153,20 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
             };
             Op::SetXattr { obj, name, value, how }
         }
+        OP_OPEN_STREAM => Op::OpenStream {
+            obj: get_ref(r)?,
+            name: r.string("stream name")?,
+            attrs: get_set_attrs(r)?,
+            create: get_opt(r, "stream create", get_if_exists)?,
+        },
+        OP_LIST_STREAMS => Op::ListStreams { obj: get_ref(r)? },
+        OP_REMOVE_STREAM => Op::RemoveStream { obj: get_ref(r)?, name: r.string("stream name")? },
+        OP_RENAME_STREAM => Op::RenameStream {
+            obj: get_ref(r)?,
+            name: r.string("stream name")?,
+            new_name: r.string("new stream name")?,
+            replace: r.bool("replace")?,
+        },
         t => return r.unknown("op", t),
     })
 }

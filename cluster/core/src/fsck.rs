@@ -97,6 +97,24 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
         }
         *links.entry(e.child).or_default() += 1;
     });
+    // Named streams: each `T` record is its stream node's one link.
+    scan_all(kv, keys::STREAM, |k, v| {
+        let (Some(file), Some((sid, name))) = (keys::u64_at(k, 1), keys::stream_entry(v)) else {
+            r.problems.push(format!("undecodable stream record {}", hex(k)));
+            return;
+        };
+        if !nodes.contains_key(&file) {
+            r.problems.push(format!("stream {file}:{name}: file node missing"));
+        }
+        match nodes.get(&sid) {
+            None => r.problems.push(format!("stream {file}:{name} points at missing node {sid}")),
+            Some(s) if s.parent != file || s.attrs.ftype != FileType::Regular => {
+                r.problems.push(format!("stream {file}:{name}: node {sid} is not a stream of it"))
+            }
+            Some(_) => {}
+        }
+        *links.entry(sid).or_default() += 1;
+    });
     for (id, n) in &nodes {
         if is_clone_id(*id) {
             if n.chunked && kv.get(&keys::data(*id)).is_some() {

@@ -28,6 +28,7 @@
 //! | `M` id                            | a clone object's mark: [`CLONE_OWN`] (its contents are its own records), [`CLONE_MERGED`] (a directory: its own entries over its source's) or [`CLONE_GONE`] (deleted: never read through again) |
 //! | `W` dir name                      | () a clone directory's whiteout: its source's entry `name` is hidden |
 //! | `S` share-name                    | [`ScheduleRecord`](crate::records::ScheduleRecord): the share's snapshot schedule |
+//! | `T` id lower-case-name            | a named stream of file `id`: the stream's node id (u64) and its name as created (see [`stream`]) |
 //!
 //! Layers (snapshots) are described in `cluster/STORAGE-MODEL.md`,
 //! "Layers".
@@ -359,4 +360,36 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
         }
     }
     vec![0xff; prefix.len() + 1]
+}
+
+/// Named streams (SMB alternate data streams, MS-FSCC 2.1.5): `T` file id
+/// name -> the stream's node. Names are case-insensitive: the key holds
+/// the name lower-cased, the value the stream's node id (8 bytes,
+/// big-endian) and then its name as created (UTF-8). A stream's node is an
+/// ordinary regular-file node (`n`, `d`, `k`) whose parent is the file;
+/// no `e` edge names it, so no listing or path walk meets it.
+pub const STREAM: u8 = b'T';
+
+pub fn stream_prefix(file: NodeId) -> Vec<u8> {
+    with_u64(STREAM, file)
+}
+
+pub fn stream(file: NodeId, name: &str) -> Vec<u8> {
+    let mut k = stream_prefix(file);
+    k.extend_from_slice(name.to_lowercase().as_bytes());
+    k
+}
+
+/// A `T` value: the stream's node id and its name as created.
+pub fn stream_value(id: NodeId, name: &str) -> Vec<u8> {
+    let mut v = id.to_be_bytes().to_vec();
+    v.extend_from_slice(name.as_bytes());
+    v
+}
+
+/// Decodes a `T` value; `None` when it is malformed.
+pub fn stream_entry(value: &[u8]) -> Option<(NodeId, String)> {
+    let id = u64::from_be_bytes(value.get(..8)?.try_into().ok()?);
+    let name = std::str::from_utf8(&value[8..]).ok()?.to_string();
+    Some((id, name))
 }

@@ -19,6 +19,7 @@ use crate::records::{decode, encode, Command, DataOp, DataRecord, Edge, Node, Sh
 mod clone;
 mod layers;
 mod space;
+mod streams;
 pub use clone::{clone_id, is_clone_id, list_clones, CLONE_BIT, DEPTH_MAX as CLONE_DEPTH_MAX};
 pub use layers::{check_snapshot_name, list_snapshots, SNAPSHOT_MAX};
 pub use space::{clone_space, clone_space_within, snapshot_space, snapshot_space_within, Exclusive, SCAN_MAX as SPACE_SCAN_MAX};
@@ -652,6 +653,9 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                     return Err(FsError::Access);
                 }
                 set_size(txn, ex, &mut n, 0)?;
+                // Only SMB truncates by Open (FILE_OVERWRITE): the file's
+                // named streams go too (MS-FSA 2.1.5.1.2.2).
+                streams::drop_all(txn, ex, n.attrs.id);
                 touch(&mut n.attrs, now, true);
                 put_node(txn, &n);
             }
@@ -791,6 +795,10 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             let ranges = allocated(txn, &n, (*offset).min(end), end)?;
             Ok(OpOutput::Ranges { ranges, attrs: n.attrs })
         }
+        Op::OpenStream { obj, name, attrs, create } => streams::open(txn, ex, *obj, name, attrs, *create),
+        Op::ListStreams { obj } => streams::list(txn, ex, *obj),
+        Op::RemoveStream { obj, name } => streams::remove(txn, ex, *obj, name),
+        Op::RenameStream { obj, name, new_name, replace } => streams::rename(txn, ex, *obj, name, new_name, *replace),
         Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
             clone(txn, ex, (*src, *src_offset), (*dst, *dst_offset), *len, *extend)
         }
@@ -875,6 +883,11 @@ fn create<R: KvRead + ?Sized>(
                         return Err(FsError::Access);
                     }
                     set_size(txn, ex, &mut n, 0)?;
+                    if caseless {
+                        // An SMB overwrite or supersede of a file drops its
+                        // named streams (MS-FSA 2.1.5.1.2.2).
+                        streams::drop_all(txn, ex, n.attrs.id);
+                    }
                     // Overwrite (MS-FSA 2.1.5.1.2.2) also takes the new
                     // attributes and allocation the creator asked for.
                     if let Some(a) = set.dos_attrs {
@@ -1549,6 +1562,7 @@ fn unlink_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, mut 
     txn.delete(keys::node(id));
     txn.delete(keys::data(id));
     clone::gone(txn, id);
+    streams::drop_all(txn, ex, id);
     if n.may_have_eas {
         let eas = keys::ea_prefix(id);
         for (k, _) in txn.scan(&eas, &keys::prefix_end(&eas), usize::MAX) {

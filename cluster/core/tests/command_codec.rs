@@ -223,7 +223,16 @@ impl Gen {
                 extend: self.bool(),
             },
             21 => Op::ListSnapshots { obj: self.obj() },
-            _ => Op::Allocated { obj: self.obj(), offset: self.u64(), len: self.u64() },
+            22 => Op::Allocated { obj: self.obj(), offset: self.u64(), len: self.u64() },
+            23 => Op::OpenStream {
+                obj: self.obj(),
+                name: self.string(),
+                attrs: self.set_attrs(),
+                create: [None, Some(IfExists::Fail), Some(IfExists::Open), Some(IfExists::Truncate)][self.below(4) as usize],
+            },
+            24 => Op::ListStreams { obj: self.obj() },
+            25 => Op::RemoveStream { obj: self.obj(), name: self.string() },
+            _ => Op::RenameStream { obj: self.obj(), name: self.string(), new_name: self.string(), replace: self.bool() },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -297,7 +306,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 23;
+const OP_VARIANTS: u64 = 27;
 const COMMAND_VARIANTS: u64 = 12;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
@@ -368,6 +377,10 @@ fn every_command_and_op_variant_round_trips() {
             Op::Clone { .. } => 20,
             Op::ListSnapshots { .. } => 21,
             Op::Allocated { .. } => 22,
+            Op::OpenStream { .. } => 23,
+            Op::ListStreams { .. } => 24,
+            Op::RemoveStream { .. } => 25,
+            Op::RenameStream { .. } => 26,
         };
         assert_eq!(n, which);
     }

@@ -58,6 +58,7 @@ pub mod server;
 pub mod session_setup;
 pub mod set_info;
 pub mod status;
+pub mod stream_name;
 pub mod transform;
 pub mod tree_connect;
 pub mod tree_disconnect;

@@ -1881,11 +1881,7 @@ impl Connection {
             {
                 if let Some(c) = &cred {
                     if fp.batch_for(session_id, c, false).is_some() {
-                        fp.push(Op::Remove {
-                            dir: ObjRef::Id(o.parent),
-                            name: o.name.clone(),
-                            dir_only: Some(o.is_dir),
-                        });
+                        fp.push(super::fsops::removal(ObjRef::Id(o.parent), &o.name, Some(o.is_dir)));
                     }
                 }
             }

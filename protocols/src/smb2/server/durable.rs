@@ -43,7 +43,7 @@
 
 use std::collections::HashMap;
 
-use duet_fs::{Batch, Credentials, NodeId, ObjRef, Op};
+use duet_fs::{Batch, Credentials, NodeId, ObjRef};
 
 use super::conn::Open;
 
@@ -109,11 +109,7 @@ impl Kept {
         }
         let mut b = Batch::new(self.cred.clone(), now_ns);
         b.stop_on_error = false;
-        b.ops.push(Op::Remove {
-            dir: ObjRef::Id(self.open.parent),
-            name: self.open.name.clone(),
-            dir_only: Some(self.open.is_dir),
-        });
+        b.ops.push(super::fsops::removal(ObjRef::Id(self.open.parent), &self.open.name, Some(self.open.is_dir)));
         Some(b)
     }
 }
@@ -293,7 +289,7 @@ impl super::Connection {
             if let Some(c) = cred {
                 let mut b = Batch::new(c, now_ns);
                 b.stop_on_error = false;
-                b.ops.push(Op::Remove { dir: ObjRef::Id(o.parent), name: o.name.clone(), dir_only: Some(o.is_dir) });
+                b.ops.push(super::fsops::removal(ObjRef::Id(o.parent), &o.name, Some(o.is_dir)));
                 let token = self.side_run(b, "app-instance-close");
                 self.park_after.push(token);
             }

@@ -116,6 +116,11 @@ pub struct CreatePlan {
     tree_id: u32,
     name: String,
     path: String,
+    /// The named stream opened (MS-FSCC 2.1.5.1), if any: `path` is then
+    /// its file's and `name` is `:stream`.
+    stream: Option<String>,
+    /// The path named the unnamed stream explicitly (`file::$DATA`).
+    data: bool,
     share_access: u32,
     /// SetEas of the CREATE's EA buffer, if any.
     ea_op: Option<usize>,
@@ -157,6 +162,13 @@ pub enum SetKind {
         link_op: usize,
     },
     Position(u64),
+    /// FileRenameInformation of a stream handle to `:name`: the open's
+    /// new stream name.
+    StreamRename {
+        op: usize,
+        name: String,
+        root: NodeId,
+    },
     /// FileModeInformation (MS-FSCC 2.4.26): the open's mode bits.
     Mode(u32),
 }
@@ -190,6 +202,8 @@ pub enum FsPlan {
         op: Option<usize>,
         /// GetEas for the classes that report EAs (EA, ALL, FULL_EA).
         ea_op: Option<usize>,
+        /// GetAttr of a named stream's node (`op` is then its file's).
+        stream_op: Option<usize>,
         info_type: u8,
         class: u8,
         out_len: u32,
@@ -265,6 +279,7 @@ pub enum FsPlan {
 
 /// What planning needs to know of the target open.
 struct View {
+    /// The open's object: a named stream's own node for a stream open.
     obj: ObjRef,
     parent: ObjRef,
     name: String,
@@ -273,6 +288,19 @@ struct View {
     is_dir: Option<bool>,
     granted: u32,
     delete_on_close: bool,
+}
+
+impl View {
+    /// The object whose times, attributes and EAs the open reports: the
+    /// file, for an open of one of its named streams (named `:stream`
+    /// under it).
+    fn file_obj(&self) -> ObjRef {
+        if self.name.starts_with(':') {
+            self.parent
+        } else {
+            self.obj
+        }
+    }
 }
 
 fn first_error(results: &[OpResult], range: std::ops::Range<usize>) -> Option<(usize, FsError)> {
@@ -291,19 +319,40 @@ fn result_attrs(results: &[OpResult], i: usize) -> Result<&Attrs, FsError> {
     }
 }
 
-/// Splits a share-relative path into checked components.
+/// Splits a share-relative path into checked components; a named stream
+/// (`file:name[:$DATA]`) is OBJECT_NAME_INVALID here (only CREATE opens
+/// streams: [`split_stream_path`]).
 fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
+    match split_stream_path(name)? {
+        (comps, None, _) => Ok(comps),
+        (_, Some(_), _) => Err(NtStatus::OBJECT_NAME_INVALID),
+    }
+}
+
+/// Splits a share-relative path into checked components and the named
+/// stream its last component names, if any (MS-FSCC 2.1.5.1, parsed by
+/// [`crate::smb2::stream_name::parse`]; `file::$DATA` is the file itself,
+/// and the last field says it was named so).
+fn split_stream_path(name: &str) -> Result<(Vec<String>, Option<String>, bool), NtStatus> {
     // MS-SMB2 3.3.5.9: a name that starts with a separator is invalid.
     if name.starts_with('\\') {
         return Err(NtStatus::INVALID_PARAMETER);
     }
-    let mut name = name;
-    if let Some(s) = name.strip_suffix("::$DATA") {
-        name = s;
-    }
-    let name = name.strip_suffix('\\').unwrap_or(name);
+    let (head, leaf) = match name.rfind('\\') {
+        Some(i) => (&name[..=i], &name[i + 1..]),
+        None => ("", name),
+    };
+    let (file, stream) = crate::smb2::stream_name::parse(leaf)?;
+    let data = stream == crate::smb2::stream_name::Stream::Data;
+    let stream = match stream {
+        crate::smb2::stream_name::Stream::Default | crate::smb2::stream_name::Stream::Data => None,
+        crate::smb2::stream_name::Stream::Named(s) => Some(s),
+    };
+    let joined = format!("{head}{file}");
+    let name = joined.strip_suffix('\\').unwrap_or(&joined);
     if name.is_empty() {
-        return Ok(Vec::new());
+        // A named stream of the share's root directory is not served.
+        return if stream.is_some() { Err(NtStatus::OBJECT_NAME_INVALID) } else { Ok((Vec::new(), None, data)) };
     }
     let comps: Vec<String> = name.split('\\').map(str::to_string).collect();
     if comps.len() > MAX_PATH_COMPONENTS {
@@ -314,7 +363,55 @@ fn split_path(name: &str) -> Result<Vec<String>, NtStatus> {
             return Err(NtStatus::OBJECT_NAME_INVALID);
         }
     }
-    Ok(comps)
+    Ok((comps, stream, data))
+}
+
+/// The path by which share modes, leases and breaks know an open: a named
+/// stream's is its file's path and `:stream` (lower-cased: stream names
+/// are case-insensitive), so its opens are its own, apart from the file's
+/// (smbtorture `smb2.streams.sharemodes`).
+fn stream_key_path(path: &str, stream: Option<&str>) -> String {
+    match stream {
+        Some(s) => format!("{path}:{}", s.to_lowercase()),
+        None => path.to_string(),
+    }
+}
+
+/// MS-FSCC 2.4.43 FileStreamInformation of a file: `::$DATA` (files only,
+/// MS-FSA 2.1.5.11.29: a directory has no unnamed data stream) and then
+/// each named stream as `:name:$DATA`, with its size and allocation. The
+/// least buffer is one entry's (an empty list needs none).
+fn stream_info(file: &Attrs, streams: &[duet_fs::DirEntry]) -> (Vec<u8>, usize) {
+    let mut list = Vec::with_capacity(streams.len() + 1);
+    if file.ftype != FileType::Directory {
+        list.push(("::$DATA".to_string(), file.size, file.alloc_size));
+    }
+    for s in streams {
+        let (size, alloc) = s.attrs.as_ref().map_or((0, 0), |a| (a.size, a.alloc_size));
+        list.push((format!(":{}:$DATA", s.name), size, alloc));
+    }
+    let entries: Vec<fscc::FileStreamInformation<'_>> = list
+        .iter()
+        .map(|(name, size, alloc)| fscc::FileStreamInformation {
+            stream_size: *size,
+            stream_allocation_size: *alloc,
+            stream_name: Utf16::Str(name),
+        })
+        .collect();
+    let mut out = Vec::new();
+    fscc::FileStreamInformation::encode_list(&entries, &mut out);
+    let min = 32.min(out.len());
+    (out, min)
+}
+
+/// The operation that deletes what an open names: its directory entry,
+/// or, for an open of a named stream (its `name` is `:stream`, `parent`
+/// the file), that stream alone.
+pub(super) fn removal(parent: ObjRef, name: &str, is_dir: Option<bool>) -> Op {
+    match name.strip_prefix(':') {
+        Some(stream) => Op::RemoveStream { obj: parent, name: stream.to_string() },
+        None => Op::Remove { dir: parent, name: name.to_string(), dir_only: is_dir },
+    }
 }
 
 /// The sizes SMB reports: a directory has neither end of file nor
@@ -646,7 +743,12 @@ impl Connection {
             .name
             .to_string_checked()
             .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
-        let mut comps = split_path(&name)?;
+        let (mut comps, stream, data) = split_stream_path(&name)?;
+        // MS-FSA 2.1.5.1: a data stream (named, or `::$DATA`) is not a
+        // directory.
+        if (stream.is_some() || data) && o & opt::DIRECTORY_FILE != 0 {
+            return Err(NtStatus::NOT_A_DIRECTORY);
+        }
         // Previous Versions (MS-SMB2 2.2.13.2.7, 3.3.5.9.10): an `@GMT-`
         // token in the path (where smbclient puts it) or a TWrp context
         // opens the name as the share's snapshot of that time holds it,
@@ -659,9 +761,12 @@ impl Connection {
         if let Some(t) = token {
             comps.splice(0..0, [duet_fs::view::SNAPSHOT_DIR.to_string(), t]);
         }
+        // The path share modes, leases and breaks know the open by: a
+        // named stream's is the file's with `:stream` (its own opens).
+        let key_path = stream_key_path(&comps.join("\\"), stream.as_deref());
         // MS-SMB2 3.3.5.9.8: one lease key, one file.
         if let Some(l) = &lease {
-            if self.lease_key_conflicts(&l.lease_key, &path_key(root, &comps.join("\\"))) {
+            if self.lease_key_conflicts(&l.lease_key, &path_key(root, &key_path)) {
                 return Err(NtStatus::INVALID_PARAMETER);
             }
         }
@@ -678,13 +783,13 @@ impl Connection {
             desired
         };
         let (_, wait) = {
-            let key = path_key(root, &comps.join("\\"));
+            let key = path_key(root, &key_path);
             let share = duet_locks::Share::smb(break_access, req.share_access);
             let truncate = matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF);
             self.break_for_create(&key, share, truncate, o & opt::DELETE_ON_CLOSE != 0, lease.as_ref().map(|l| &l.lease_key), fp.now_ns)
         };
         if (wait.is_some() || !self.park_after.is_empty()) && fp.slots.is_empty() && hdr.next_command == 0 {
-            let key = path_key(root, &comps.join("\\"));
+            let key = path_key(root, &key_path);
             self.park = Some(self.cfg.share_modes.nodes_at(&key));
             return Ok(done(NtStatus::PENDING));
         }
@@ -694,7 +799,7 @@ impl Connection {
         // file's current opens first (MS-FSA 2.1.5.1.2.2).
         if matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF)
             && self.cfg.share_modes.conflicts_at(
-                &path_key(root, &comps.join("\\")),
+                &path_key(root, &key_path),
                 desired | access::FILE_WRITE_DATA,
                 req.share_access,
             )
@@ -766,24 +871,57 @@ impl Connection {
                     if_exists,
                 })
             };
-            let (f, open) = match d {
-                disp::OPEN => (
+            let (f, open) = match (&stream, d) {
+                (Some(sname), d) => {
+                    // A named stream (MS-FSA 2.1.5.1): its file is looked
+                    // up, or made when the disposition creates (Windows
+                    // makes the file of a new stream), then the stream.
+                    let base = if d == disp::OPEN || d == disp::OVERWRITE || ro {
+                        fp.push(Op::LookupCaseless { dir, name: leaf.clone() })
+                    } else {
+                        fp.push(Op::CreateCaseless {
+                            dir,
+                            name: leaf.clone(),
+                            kind: CreateKind::File,
+                            attrs: attrs.clone(),
+                            if_exists: IfExists::Open,
+                        })
+                    };
+                    let create = match d {
+                        disp::OPEN | disp::OVERWRITE => None,
+                        disp::OPEN_IF if ro => None,
+                        disp::CREATE => Some(IfExists::Fail),
+                        disp::OPEN_IF => Some(IfExists::Open),
+                        _ => Some(IfExists::Truncate),
+                    };
+                    let st = fp.push(Op::OpenStream {
+                        obj: ObjRef::Result(base),
+                        name: sname.clone(),
+                        attrs: SetAttrs { alloc_size: alloc, ..Default::default() },
+                        create,
+                    });
+                    let open = (d == disp::OVERWRITE).then(|| {
+                        fp.push(Op::Open { obj: ObjRef::Result(st), access: Default::default(), truncate: true })
+                    });
+                    (st, open)
+                }
+                (None, disp::OPEN) => (
                     fp.push(Op::LookupCaseless {
                         dir,
                         name: leaf.clone(),
                     }),
                     None,
                 ),
-                disp::OPEN_IF if ro => (
+                (None, disp::OPEN_IF) if ro => (
                     fp.push(Op::LookupCaseless {
                         dir,
                         name: leaf.clone(),
                     }),
                     None,
                 ),
-                disp::CREATE => (create(fp, IfExists::Fail), None),
-                disp::OPEN_IF => (create(fp, IfExists::Open), None),
-                disp::OVERWRITE => {
+                (None, disp::CREATE) => (create(fp, IfExists::Fail), None),
+                (None, disp::OPEN_IF) => (create(fp, IfExists::Open), None),
+                (None, disp::OVERWRITE) => {
                     let f = fp.push(Op::LookupCaseless {
                         dir,
                         name: leaf.clone(),
@@ -797,7 +935,11 @@ impl Connection {
                 }
                 _ => (create(fp, IfExists::Truncate), None),
             };
-            (f, open, dir, leaf)
+            // A stream's open is named `:stream` under its file.
+            match &stream {
+                Some(sname) => (f, open, ObjRef::Result(f - 1), format!(":{sname}")),
+                None => (f, open, dir, leaf),
+            }
         };
         let obj = ObjRef::Result(open_op.unwrap_or(final_op));
         // MS-FSA 2.1.5.1.2.1: the EA buffer of a CREATE applies to a file
@@ -843,6 +985,8 @@ impl Connection {
             tree_id: hdr.tree_id().unwrap_or(0),
             name: leaf,
             path: comps.join("\\"),
+            stream,
+            data,
             share_access: req.share_access,
             ea_op,
             root_attrs_op,
@@ -900,6 +1044,8 @@ impl Connection {
             tree_id: hdr.tree_id().unwrap_or(0),
             name: o.name.clone(),
             path: o.path.clone(),
+            stream: None,
+            data: false,
             share_access: 0,
             ea_op: None,
             root_attrs_op: None,
@@ -974,7 +1120,9 @@ impl Connection {
                 // Windows and Samba answer.
                 if cp.timewarp && i <= cp.first_op + 1 && e == FsError::NotFound {
                     NtStatus::OBJECT_NAME_NOT_FOUND
-                } else if i < cp.final_op && matches!(e, FsError::NotFound | FsError::NotDir) {
+                } else if i + usize::from(cp.stream.is_some()) < cp.final_op
+                    && matches!(e, FsError::NotFound | FsError::NotDir)
+                {
                     NtStatus::OBJECT_PATH_NOT_FOUND
                 } else {
                     fs_status(e)
@@ -1003,7 +1151,8 @@ impl Connection {
         if cp.options & opt::DIRECTORY_FILE != 0 && !is_dir {
             return Err(NtStatus::NOT_A_DIRECTORY);
         }
-        if cp.options & opt::NON_DIRECTORY_FILE != 0 && is_dir {
+        // A directory has no unnamed data stream (MS-FSA 2.1.5.1).
+        if (cp.options & opt::NON_DIRECTORY_FILE != 0 || cp.data) && is_dir {
             return Err(NtStatus::FILE_IS_A_DIRECTORY);
         }
         let cred = self
@@ -1042,8 +1191,11 @@ impl Connection {
             } else {
                 cp.root_attrs_op.and_then(|i| result_attrs(results, i).ok())
             };
+            // A stream is deleted by changing its file: write permission
+            // on the file.
+            let need = if cp.stream.is_some() { 2 } else { 3 };
             if let Some(parent) = parent {
-                if super::info::mode_bits(&cred, parent) & 3 != 3 {
+                if super::info::mode_bits(&cred, parent) & need != need {
                     return Err(NtStatus::ACCESS_DENIED);
                 }
             }
@@ -1063,13 +1215,14 @@ impl Connection {
         } else {
             cp.root
         };
+        let key_path = stream_key_path(&real_path, cp.stream.as_deref());
         let id = self.new_file_id();
         if !self.cfg.share_modes.acquire(
             attrs.id,
             (self.conn_key, id),
             granted,
             cp.share_access,
-            path_key(cp.root, &cp.path),
+            path_key(cp.root, &key_path),
         ) {
             return Err(NtStatus::SHARING_VIOLATION);
         }
@@ -1080,8 +1233,17 @@ impl Connection {
                 tree_id: cp.tree_id,
                 node: attrs.id,
                 parent,
-                name: if cp.name.is_empty() { String::new() } else { leaf_name },
-                path: real_path,
+                name: match &cp.stream {
+                    Some(sname) => format!(":{}", real(cp.final_op, sname)),
+                    None if cp.name.is_empty() => String::new(),
+                    None => leaf_name,
+                },
+                // The stream's name in the case asked (a stream is opened
+                // by its created name's case; FileNormalizedNameInformation).
+                path: match &cp.stream {
+                    Some(_) => format!("{real_path}:{}", real(cp.final_op, cp.stream.as_deref().unwrap_or_default())),
+                    None => key_path,
+                },
                 is_dir,
                 granted,
                 options: cp.options,
@@ -1117,7 +1279,7 @@ impl Connection {
         let oplock = if is_dir {
             0
         } else if let Some(l) = &cp.lease {
-            let key = path_key(cp.root, &cp.path);
+            let key = path_key(cp.root, &stream_key_path(&cp.path, cp.stream.as_deref()));
             lease_resp = Some(self.grant_lease(attrs.id, id, &key, cp.session_id, l, attrs.nlink, fp.now_ns));
             crate::smb2::create::oplock_level::LEASE
         } else {
@@ -1170,17 +1332,22 @@ impl Connection {
         if let Some(l) = lease_resp {
             contexts.push(CreateContextResponse::Lease(l));
         }
+        // A stream answers with its file's times and attributes.
+        let shown = match cp.stream {
+            Some(_) => result_attrs(results, cp.final_op - 1).unwrap_or(&attrs).clone(),
+            None => attrs.clone(),
+        };
         let resp = CreateResponse {
             oplock_level: oplock,
             flags: 0,
             create_action: action,
-            creation_time: to_filetime(attrs.btime),
-            last_access_time: to_filetime(attrs.atime),
-            last_write_time: to_filetime(attrs.mtime),
-            change_time: to_filetime(attrs.ctime),
+            creation_time: to_filetime(shown.btime),
+            last_access_time: to_filetime(shown.atime),
+            last_write_time: to_filetime(shown.mtime),
+            change_time: to_filetime(shown.ctime),
             allocation_size: smb_sizes(&attrs).1,
             end_of_file: smb_sizes(&attrs).0,
-            file_attributes: attrs.smb_attributes(),
+            file_attributes: shown.smb_attributes(),
             file_id: FileId {
                 persistent: id,
                 volatile: id,
@@ -1227,11 +1394,7 @@ impl Connection {
             closed = o.map(Box::new);
         }
         if remove {
-            fp.push(Op::Remove {
-                dir: v.parent,
-                name: v.name.clone(),
-                dir_only: v.is_dir,
-            });
+            fp.push(removal(v.parent, &v.name, v.is_dir));
         }
         Plan::Fs(FsPlan::Close {
             target: t,
@@ -1239,6 +1402,39 @@ impl Connection {
             close_op,
             postquery,
         })
+    }
+
+    /// FileRenameInformation of a named stream (MS-FSCC 2.4.42, MS-FSA
+    /// 2.1.5.14.11): the target is `:name[:$DATA]`, a stream of the same
+    /// file; renaming the unnamed stream, or a stream onto it, is not
+    /// built (NOT_SUPPORTED); a target naming a file is INVALID_PARAMETER.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_stream_rename(
+        &mut self,
+        fp: &mut FramePlan,
+        t: Target,
+        v: &View,
+        target: &str,
+        replace: bool,
+        ro: bool,
+        root: NodeId,
+    ) -> Result<Plan, NtStatus> {
+        use crate::smb2::stream_name::{parse, Stream};
+        if v.granted & access::DELETE == 0 {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        let (file, stream) = parse(target)?;
+        if !file.is_empty() {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        let (Some(from), Stream::Named(to)) = (v.name.strip_prefix(':'), stream) else {
+            return Err(NtStatus::NOT_SUPPORTED);
+        };
+        if ro {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        let op = fp.push(Op::RenameStream { obj: v.parent, name: from.to_string(), new_name: to.clone(), replace });
+        Ok(Plan::Fs(FsPlan::SetInfo { target: t, op: None, kind: SetKind::StreamRename { op, name: to, root } }))
     }
 
     /// FLUSH (MS-SMB2 3.3.5.11): on a `protocol` share everything answered
@@ -2071,6 +2267,7 @@ impl Connection {
             Err(s) => return done(s),
         };
         let mut ea_op = None;
+        let mut stream_op = None;
         let op = match q.info_type {
             // MS-SMB2 3.3.5.20.1: FileNormalizedNameInformation only on
             // dialect 3.1.1 and later; 2.0.2, 2.1, 3.0 and 3.0.2 get
@@ -2095,9 +2292,19 @@ impl Connection {
                 if v.granted & need != need {
                     return done(NtStatus::ACCESS_DENIED);
                 }
-                let g = fp.push(Op::GetAttr { obj: v.obj });
+                // A stream open reports its file's times, attributes and
+                // EAs with its own sizes (`stream_op`).
+                let g = fp.push(Op::GetAttr { obj: v.file_obj() });
+                if v.name.starts_with(':') {
+                    stream_op = Some(fp.push(Op::GetAttr { obj: v.obj }));
+                }
                 if matches!(q.file_info_class, info_class::EA | info_class::ALL | info_class::FULL_EA) {
-                    ea_op = Some(fp.push(Op::GetEas { obj: v.obj }));
+                    ea_op = Some(fp.push(Op::GetEas { obj: v.file_obj() }));
+                }
+                if q.file_info_class == info_class::STREAM {
+                    // The file's streams, also asked on one of its streams.
+                    let file = if v.name.starts_with(':') { v.parent } else { v.obj };
+                    ea_op = Some(fp.push(Op::ListStreams { obj: file }));
                 }
                 Some(g)
             }
@@ -2117,6 +2324,7 @@ impl Connection {
             target: t,
             op,
             ea_op,
+            stream_op,
             info_type: q.info_type,
             class: q.file_info_class,
             out_len: q.output_buffer_length,
@@ -2545,9 +2753,11 @@ impl Connection {
                 if keep_ctime && !a.is_empty() {
                     a.ctime = Some(duet_fs::CTIME_KEEP);
                 }
+                // A stream's times and attributes are its file's (MS-FSA
+                // 2.1.5.14.2 acts on the file's object).
                 let op = (!a.is_empty()).then(|| {
                     fp.push(Op::SetAttr {
-                        obj: v.obj,
+                        obj: v.file_obj(),
                         attrs: a,
                     })
                 });
@@ -2647,6 +2857,9 @@ impl Connection {
                     .file_name
                     .to_string_checked()
                     .map_err(|_| NtStatus::OBJECT_NAME_INVALID)?;
+                if s.file_info_class == info_class::RENAME && (v.name.starts_with(':') || target.starts_with(':')) {
+                    return self.plan_stream_rename(fp, t, &v, &target, info.replace_if_exists, ro, root);
+                }
                 let comps = split_path(&target)?;
                 let Some(leaf) = comps.last().cloned() else {
                     return Err(NtStatus::OBJECT_NAME_INVALID);
@@ -3049,6 +3262,7 @@ impl Connection {
                 target,
                 op,
                 ea_op,
+                stream_op,
                 info_type: it,
                 class,
                 out_len,
@@ -3057,13 +3271,24 @@ impl Connection {
                 share,
             } => {
                 let id = self.resolve(target, created)?;
-                let attrs = match op {
+                let mut attrs = match op {
                     Some(i) => result_attrs(results, i).map_err(fs_status)?.clone(),
                     None => return Err(NtStatus::INVALID_PARAMETER),
                 };
+                if let Some(i) = stream_op {
+                    // The file's attributes with the stream's sizes.
+                    let s = result_attrs(results, i).map_err(fs_status)?;
+                    attrs.size = s.size;
+                    attrs.alloc_size = s.alloc_size;
+                }
                 let _ = root;
                 let open = self.opens.get(&id).cloned().ok_or(NtStatus::FILE_CLOSED)?;
                 let (data, min) = match it {
+                    info_type::FILE if class == info_class::STREAM => match ea_op.and_then(|i| results.get(i)) {
+                        Some(Ok(OpOutput::Dir { entries, attrs: file, .. })) => stream_info(file, entries),
+                        Some(Err(e)) => return Err(fs_status(*e)),
+                        _ => return Err(NtStatus::INVALID_PARAMETER),
+                    },
                     info_type::FILE => {
                         let eas = match ea_op.and_then(|i| results.get(i)) {
                             Some(Ok(OpOutput::Eas { eas, .. })) => eas.as_slice(),
@@ -3169,6 +3394,19 @@ impl Connection {
                             o.name = name;
                             self.cfg.share_modes.renamed(o.node, path_key(root, &path));
                             o.path = path;
+                        }
+                    }
+                    SetKind::StreamRename { op, name, root } => {
+                        if let Some((_, e)) = first_error(results, op..op + 1) {
+                            return Err(fs_status(e));
+                        }
+                        if let Some(o) = self.opens.get_mut(&id) {
+                            // A file's path holds no colon: the stream's
+                            // name follows the first.
+                            let base = o.path.split(':').next().unwrap_or_default().to_string();
+                            o.name = format!(":{name}");
+                            self.cfg.share_modes.renamed(o.node, path_key(root, &stream_key_path(&base, Some(&name))));
+                            o.path = format!("{base}:{name}");
                         }
                     }
                     SetKind::Link {

@@ -28,10 +28,9 @@ use duet_cluster_store::{Query, QueryAnswer, StoreHandle};
 use duet_fs::{ExtentId, NodeId, CHUNK_SIZE};
 use glommio::io::{DmaFile, OpenOptions};
 
-use duet_cache::log::{AppendStep, Durable, LogCore, LogIoError, Ticket};
+use duet_cache::log::{AppendStep, Durable, LogCore, LogIoError, LogRecovery, Ticket};
 use duet_cache::{
-    align_up, cut, decode_floor, decode_header, encode_floor, encode_record, patch, verify, ExtentIndex, Location,
-    ALIGN, HEADER_READ,
+    align_up, cut, decode_floor, encode_floor, encode_record, patch, ALIGN,
 };
 use duet_cache::replica::{FetchRange, Unclaimed};
 
@@ -286,32 +285,22 @@ impl DataPath {
             })
             .collect();
         names.sort();
-        let mut index = ExtentIndex::default();
+        // Two names for one sequence (hex digits in another case): the first is read.
+        names.dedup_by_key(|(seq, _)| *seq);
+        let mut recovery = LogRecovery::new(node_id, segment_max);
         let mut segments = BTreeMap::new();
-        let mut lens = BTreeMap::new();
         for (seq, path) in names {
             let file = OpenOptions::new().read(true).write(true).dma_open(&path).await
                 .map_err(|e| io_err("cannot open", &path, e))?;
             let size = file.file_size().await.map_err(|e| io_err("cannot stat", &path, e))?;
-            let mut pos = 0u64;
-            while pos + HEADER_READ <= size {
-                let h = file.read_at(pos, HEADER_READ as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
-                let Some(h) = decode_header(&h, segment_max) else { break };
-                let data_pos = pos + h.header_len;
-                if data_pos + h.len > size {
-                    break; // torn tail
-                }
-                let data = file.read_at(data_pos, h.len as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
-                if !verify(&h, &data) {
-                    break;
-                }
-                index.insert(h.extent.resolved(node_id), Location { segment: seq, data_pos, len: h.len });
-                pos = align_up(data_pos + h.len);
+            recovery.begin(seq, size);
+            while let Some((pos, len)) = recovery.next_read() {
+                let b = file.read_at(pos, len as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
+                recovery.got(&b);
             }
             segments.insert(seq, Segment { file: Rc::new(file), path });
-            lens.insert(seq, pos);
         }
-        let mut core = LogCore::recover(node_id, segment_max, lens, index, read_floor(&wal)?);
+        let mut core = recovery.finish(read_floor(&wal)?);
         if let Some(floor) = core.floor_wanted() {
             write_floor(&wal, floor)?;
             core.floor_persisted(floor);

@@ -1,7 +1,8 @@
 //! The write log's decisions, sans-I/O: where the next record goes (and
 //! when a new segment or a new durable sequence floor must come first),
 //! which writes one fdatasync round covers and what each writer is told,
-//! and which segments may be deleted.
+//! and which segments may be deleted; and, at open, where each segment's
+//! whole records end ([`LogRecovery`]).
 //!
 //! The appliance (`DataPath`) owns the files: it asks [`LogCore::append`]
 //! what to do, does it (creates a segment file, makes a floor durable,
@@ -24,7 +25,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use duet_fs::ExtentId;
 
-use crate::{record_len, ExtentIndex, Location, SeqAlloc, HEADER_LEN, SEQ_RESERVE};
+use crate::{
+    align_up, decode_header, record_len, verify, ExtentIndex, Location, RecordHeader, SeqAlloc, HEADER_LEN, HEADER_READ,
+    SEQ_RESERVE,
+};
 
 /// Why a log write or sync failed, as far as the log's writers are told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -397,6 +401,92 @@ impl LogCore {
     }
 }
 
+/// Reading the segments found at open, sans-I/O: for each segment (in
+/// order, [`LogRecovery::begin`]) the appliance reads what
+/// [`LogRecovery::next_read`] asks and hands the bytes to
+/// [`LogRecovery::got`], until it asks nothing more; a segment's records
+/// end at the first one that is not whole (torn tail, bad CRC, no
+/// header). Then [`LogRecovery::finish`] gives the [`LogCore`].
+#[derive(Debug)]
+pub struct LogRecovery {
+    node_id: u64,
+    segment_max: u64,
+    segments: BTreeMap<u64, u64>,
+    index: ExtentIndex,
+    scan: Option<Scan>,
+}
+
+#[derive(Debug)]
+struct Scan {
+    segment: u64,
+    size: u64,
+    /// The next record's position.
+    pos: u64,
+    /// The header read at `pos`, its data not yet read.
+    header: Option<RecordHeader>,
+    /// A record that is not whole was met: the segment ends at `pos`.
+    stopped: bool,
+}
+
+impl LogRecovery {
+    pub fn new(node_id: u64, segment_max: u64) -> LogRecovery {
+        LogRecovery { node_id, segment_max, segments: BTreeMap::new(), index: ExtentIndex::default(), scan: None }
+    }
+
+    /// Starts reading segment `segment`, whose file has `size` bytes.
+    /// Segments come in increasing order, each read to its end.
+    pub fn begin(&mut self, segment: u64, size: u64) {
+        assert!(self.scan.is_none(), "one segment at a time");
+        assert!(self.segments.keys().next_back().is_none_or(|&last| last < segment), "segments in order");
+        self.scan = Some(Scan { segment, size, pos: 0, header: None, stopped: false });
+    }
+
+    /// The bytes to read next, as (position, length); `None` when the
+    /// segment is read (its records end where its next append would be).
+    pub fn next_read(&mut self) -> Option<(u64, u64)> {
+        let s = self.scan.as_mut().expect("a segment is being read");
+        let next = match s.header {
+            _ if s.stopped => None,
+            Some(h) => Some((s.pos + h.header_len, h.len)),
+            None => (s.pos + HEADER_READ <= s.size).then_some((s.pos, HEADER_READ)),
+        };
+        if next.is_none() {
+            self.segments.insert(s.segment, s.pos);
+            self.scan = None;
+        }
+        next
+    }
+
+    /// The bytes [`LogRecovery::next_read`] asked for.
+    pub fn got(&mut self, bytes: &[u8]) {
+        let s = self.scan.as_mut().expect("a segment is being read");
+        assert!(!s.stopped, "nothing was asked");
+        match s.header.take() {
+            None => match decode_header(bytes, self.segment_max) {
+                Some(h) if s.pos + h.header_len + h.len <= s.size => s.header = Some(h),
+                // Not a header, or its data runs past the file: a torn tail.
+                _ => s.stopped = true,
+            },
+            Some(h) => {
+                if verify(&h, bytes) {
+                    let data_pos = s.pos + h.header_len;
+                    self.index.insert(h.extent.resolved(self.node_id), Location { segment: s.segment, data_pos, len: h.len });
+                    s.pos = align_up(data_pos + h.len);
+                } else {
+                    s.stopped = true;
+                }
+            }
+        }
+    }
+
+    /// The log as recovered, with the durable sequence floor (0 if none):
+    /// see [`LogCore::recover`] for what the appliance does next.
+    pub fn finish(self, floor: u64) -> LogCore {
+        assert!(self.scan.is_none(), "every segment read to its end");
+        LogCore::recover(self.node_id, self.segment_max, self.segments, self.index, floor)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -598,6 +688,78 @@ mod tests {
     fn releasing_the_current_segment_is_refused() {
         let mut c = open(1);
         c.released(1);
+    }
+
+    /// Feeds a recovery from segment images, as the appliance reads files.
+    fn recover_from(node: u64, images: &[(u64, Vec<u8>)], floor: u64) -> LogCore {
+        let mut r = LogRecovery::new(node, MAX);
+        for (seq, img) in images {
+            r.begin(*seq, img.len() as u64);
+            while let Some((pos, len)) = r.next_read() {
+                let end = (pos + len).min(img.len() as u64);
+                r.got(&img[pos as usize..end as usize]);
+            }
+        }
+        r.finish(floor)
+    }
+
+    fn image(records: &[(ExtentId, &[u8])]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (e, d) in records {
+            let mut b = vec![0u8; record_len(d.len() as u64) as usize];
+            crate::encode_record(&mut b, *e, d);
+            out.extend_from_slice(&b);
+        }
+        out
+    }
+
+    #[test]
+    fn recovery_keeps_whole_records_and_stops_at_the_first_bad_one() {
+        let mut seg1 = image(&[(ext(1, 1), b"one"), (ext(2, 7), b"copy"), (ext(1, 2), b"two")]);
+        // A bit flipped in the second record's data: it and the third go.
+        let mut seg2 = image(&[(ext(1, 3), b"three"), (ext(1, 4), b"four"), (ext(1, 5), b"five")]);
+        seg2[4096 + HEADER_LEN as usize] ^= 1;
+        // A torn tail: the last record's data cut short.
+        let mut seg3 = image(&[(ext(1, 6), b"six"), (ext(1, 9), &[7u8; 5000])]);
+        seg3.truncate(4096 + 4096);
+        // A version-1 record (lsn 8) resolves to this node.
+        let mut v1 = vec![0u8; 4096];
+        v1[..8].copy_from_slice(crate::MAGIC_V1);
+        v1[8..16].copy_from_slice(&8u64.to_le_bytes());
+        v1[16..24].copy_from_slice(&1u64.to_le_bytes());
+        v1[24..28].copy_from_slice(&crate::record_crc(ext(ExtentId::LEGACY_LOCAL, 8), b"v").to_le_bytes());
+        v1[32] = b'v';
+        seg1.extend_from_slice(&v1);
+        seg1.extend_from_slice(&[0u8; 100]); // less than a header after it
+        let mut c = recover_from(1, &[(1, seg1), (2, seg2), (4, seg3)], 0);
+        assert_eq!(c.segments().clone(), [(1, 4 * 4096), (2, 4096), (4, 4096)].into_iter().collect());
+        assert_eq!(c.locate(ext(2, 7)), Some(Location { segment: 1, data_pos: 4096 + HEADER_LEN, len: 4 }));
+        assert_eq!(c.locate(ext(1, 8)), Some(Location { segment: 1, data_pos: 3 * 4096 + 32, len: 1 }));
+        assert_eq!(c.locate(ExtentId { origin: ExtentId::LEGACY_LOCAL, seq: 8 }), c.locate(ext(1, 8)));
+        assert!(c.locate(ext(1, 3)).is_some());
+        assert_eq!(c.locate(ext(1, 4)), None, "bad CRC");
+        assert_eq!(c.locate(ext(1, 5)), None, "after a bad record");
+        assert!(c.locate(ext(1, 6)).is_some());
+        assert_eq!(c.locate(ext(1, 9)), None, "torn");
+        // Past the highest sequence the log holds (8), never after a torn tail.
+        assert_eq!(c.floor_wanted(), Some(9 + SEQ_RESERVE));
+        c.floor_persisted(9 + SEQ_RESERVE);
+        assert_eq!(c.next_segment(), 5);
+        assert_eq!(c.append(None, 1), AppendStep::CreateSegment(5), "recovered segments get no appends");
+        c.segment_created(5);
+        assert_eq!(write(&mut c, None, 1).extent, ext(1, 9));
+        // Nothing is live until the queue says so: all but the current may go.
+        assert_eq!(c.releasable(), vec![1, 2, 4]);
+        c.keep(ext(ExtentId::LEGACY_LOCAL, 8));
+        assert_eq!(c.releasable(), vec![2, 4]);
+        // A header whose length is over segment_max ends the segment.
+        let big = image(&[(ext(1, 1), b"x")]);
+        let mut r = LogRecovery::new(1, 0);
+        r.begin(1, big.len() as u64);
+        let (pos, len) = r.next_read().unwrap();
+        r.got(&big[pos as usize..(pos + len) as usize]);
+        assert_eq!(r.next_read(), None);
+        assert_eq!(r.finish(0).segments().clone(), [(1, 0)].into_iter().collect());
     }
 
     /// A small deterministic generator (xorshift64*), so failures replay.

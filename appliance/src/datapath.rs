@@ -28,9 +28,9 @@ use duet_cluster_store::{Query, QueryAnswer, StoreHandle};
 use duet_fs::{ExtentId, NodeId, CHUNK_SIZE};
 use glommio::io::{DmaFile, OpenOptions};
 
+use duet_cache::log::{AppendStep, Durable, LogCore, LogIoError, LogRecovery, Ticket};
 use duet_cache::{
-    align_up, cut, decode_floor, decode_header, encode_floor, encode_record, patch, record_len, verify, ExtentIndex,
-    Location, SeqAlloc, ALIGN, HEADER_LEN, HEADER_READ,
+    align_up, cut, decode_floor, encode_floor, encode_record, patch, ALIGN,
 };
 use duet_cache::replica::{FetchRange, Unclaimed};
 
@@ -184,50 +184,44 @@ fn io_err(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what} {}: {e}", path.display()))
 }
 
+/// A write-log segment file (its state is in the [`LogCore`]).
 struct Segment {
     file: Rc<DmaFile>,
     path: PathBuf,
-    /// Next write position.
-    len: u64,
 }
 
-struct LogState {
-    segments: BTreeMap<u64, Segment>,
-    /// Where each extent the log holds is.
-    index: ExtentIndex,
-    /// This node's next extent sequences.
-    seqs: SeqAlloc,
-    current: u64,
-    /// A write or sync failed in the current segment (a hole may follow a
-    /// record): the next append starts a new segment, so that recovery,
-    /// which stops at the first bad record, never loses a later one.
-    roll: bool,
+/// What the log core is told of a failed log write or fdatasync.
+fn log_io_error(e: &io::Error) -> LogIoError {
+    if e.kind() == io::ErrorKind::StorageFull {
+        LogIoError::NoSpace
+    } else {
+        LogIoError::Io
+    }
 }
 
-#[derive(Default)]
-struct SyncState {
-    done_writes: u64,
-    synced_upto: u64,
-    running: bool,
-    /// Writes up to this count were in a group whose fdatasync failed:
-    /// they are not durable and their writers get the error, even if a
-    /// later sync (which no longer covers their segment) succeeds.
-    failed_upto: u64,
-    dirty: BTreeSet<u64>,
-    waiters: Vec<flume::Sender<()>>,
+/// What a writer whose group's fdatasync failed (run by another writer) gets.
+fn sync_failed(e: LogIoError) -> io::Error {
+    match e {
+        LogIoError::NoSpace => {
+            io::Error::new(io::ErrorKind::StorageFull, "write log fdatasync failed: No space left on device")
+        }
+        LogIoError::Io => io::Error::other("write log fdatasync failed"),
+    }
 }
 
 /// The data path of one node. Lives on one executor (`Rc`, not `Send`).
 pub struct DataPath {
     dir: PathBuf,
-    segment_max: u64,
     /// This node's id: the origin of the extents it appends, and what
     /// legacy names (`ExtentId::LEGACY_LOCAL`) resolve to.
     node_id: u64,
-    log: RefCell<LogState>,
-    sync: RefCell<SyncState>,
-    /// Extents still needed (resolved names): appended and not yet destaged.
-    live: RefCell<BTreeSet<ExtentId>>,
+    /// The write log's decisions: placement, rollover, sequence floor,
+    /// group commit, the live extents, which segments may go.
+    log: RefCell<LogCore>,
+    /// The log's segment files, by sequence.
+    segments: RefCell<BTreeMap<u64, Segment>>,
+    /// Writers waiting for the running fdatasync round to end.
+    waiters: RefCell<Vec<flume::Sender<()>>>,
     reserve: glommio::sync::Semaphore,
     destaged_upto: Cell<u64>,
     /// Bytes kept free on the data and metadata volumes
@@ -291,48 +285,39 @@ impl DataPath {
             })
             .collect();
         names.sort();
-        let mut index = ExtentIndex::default();
+        // Two names for one sequence (hex digits in another case): the first is read.
+        names.dedup_by_key(|(seq, _)| *seq);
+        let mut recovery = LogRecovery::new(node_id, segment_max);
         let mut segments = BTreeMap::new();
-        let mut current = 0;
         for (seq, path) in names {
             let file = OpenOptions::new().read(true).write(true).dma_open(&path).await
                 .map_err(|e| io_err("cannot open", &path, e))?;
             let size = file.file_size().await.map_err(|e| io_err("cannot stat", &path, e))?;
-            let mut pos = 0u64;
-            while pos + HEADER_READ <= size {
-                let h = file.read_at(pos, HEADER_READ as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
-                let Some(h) = decode_header(&h, segment_max) else { break };
-                let data_pos = pos + h.header_len;
-                if data_pos + h.len > size {
-                    break; // torn tail
-                }
-                let data = file.read_at(data_pos, h.len as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
-                if !verify(&h, &data) {
-                    break;
-                }
-                index.insert(h.extent.resolved(node_id), Location { segment: seq, data_pos, len: h.len });
-                pos = align_up(data_pos + h.len);
+            recovery.begin(seq, size);
+            while let Some((pos, len)) = recovery.next_read() {
+                let b = file.read_at(pos, len as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
+                recovery.got(&b);
             }
-            segments.insert(seq, Segment { file: Rc::new(file), path, len: pos });
-            current = current.max(seq);
+            segments.insert(seq, Segment { file: Rc::new(file), path });
         }
-        let seqs = SeqAlloc::recover(read_floor(&wal)?, index.high(node_id));
-        write_floor(&wal, seqs.limit())?;
-        let mut state = LogState { segments, index, seqs, current, roll: false };
+        let mut core = recovery.finish(read_floor(&wal)?);
+        if let Some(floor) = core.floor_wanted() {
+            write_floor(&wal, floor)?;
+            core.floor_persisted(floor);
+        }
         // Always start a fresh segment: never append after a torn tail.
-        let seq = state.current + 1;
+        let seq = core.next_segment();
         let path = wal.join(format!("{seq:016x}.log"));
         let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
             .map_err(|e| io_err("cannot create", &path, e))?;
-        state.segments.insert(seq, Segment { file: Rc::new(file), path, len: 0 });
-        state.current = seq;
+        segments.insert(seq, Segment { file: Rc::new(file), path });
+        core.segment_created(seq);
         let dp = Rc::new(DataPath {
             dir: dir.to_path_buf(),
-            segment_max,
             node_id,
-            log: RefCell::new(state),
-            sync: RefCell::new(SyncState::default()),
-            live: RefCell::new(BTreeSet::new()),
+            log: RefCell::new(core),
+            segments: RefCell::new(segments),
+            waiters: RefCell::new(Vec::new()),
             reserve: glommio::sync::Semaphore::new(1),
             destaged_upto: Cell::new(0),
             space_reserve: Arc::new(AtomicU64::new(0)),
@@ -357,7 +342,7 @@ impl DataPath {
             let Some(last) = recs.last().map(|(d, _)| *d) else { break };
             for (_, r) in &recs {
                 if let Some((_, extent, _)) = r.op.logged() {
-                    dp.live.borrow_mut().insert(extent.resolved(node_id));
+                    dp.log.borrow_mut().keep(extent);
                 }
             }
             after = last;
@@ -366,12 +351,11 @@ impl DataPath {
         // a committed entry this node has not applied may name them, so
         // they stay until proven unnamed (`Unclaimed`).
         {
-            let log = dp.log.borrow();
-            let mut live = dp.live.borrow_mut();
+            let mut log = dp.log.borrow_mut();
             let mut unclaimed = dp.unclaimed.borrow_mut();
-            for e in log.index.names() {
-                if e.origin != node_id && !live.contains(&e) {
-                    live.insert(e);
+            for e in log.names() {
+                if e.origin != node_id && !log.is_live(e) {
+                    log.keep(e);
                     unclaimed.add(e, 0);
                 }
             }
@@ -434,117 +418,93 @@ impl DataPath {
 
     /// Appends a record: `name` for a copy of another node's extent,
     /// `None` for a new extent of this node. Returns the name and whether
-    /// it was written (false: the log held it already).
+    /// it was written (false: the log held it already). The log core
+    /// decides where the record goes and what must come first; this does
+    /// the I/O it asks for.
     async fn append(&self, name: Option<ExtentId>, data: &[u8], named: impl FnOnce(ExtentId)) -> io::Result<(ExtentId, bool)> {
-        let total = record_len(data.len() as u64);
-        let (file, pos, extent, seq) = {
-            if let Some(e) = name {
-                if self.log.borrow().index.get(&e).is_some() {
-                    return Ok((e, false));
-                }
+        if let Some(e) = name {
+            if self.log.borrow().locate(e).is_some() {
+                return Ok((e, false));
             }
+        }
+        let (w, file) = {
             let _permit = self.reserve.acquire_permit(1).await.map_err(ge)?;
-            if let Some(e) = name {
-                if self.log.borrow().index.get(&e).is_some() {
-                    return Ok((e, false));
+            loop {
+                let step = self.log.borrow_mut().append(name, data.len() as u64);
+                match step {
+                    AppendStep::Held(e) => return Ok((e, false)),
+                    AppendStep::CreateSegment(seq) => {
+                        let path = self.dir.join("wal").join(format!("{seq:016x}.log"));
+                        let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
+                            .map_err(|e| io_err("cannot create", &path, e))?;
+                        self.segments.borrow_mut().insert(seq, Segment { file: Rc::new(file), path });
+                        self.log.borrow_mut().segment_created(seq);
+                    }
+                    AppendStep::PersistFloor(floor) => {
+                        // The reserved range is used up (once per SEQ_RESERVE
+                        // appends): a higher durable floor first.
+                        write_floor(&self.dir.join("wal"), floor)?;
+                        self.log.borrow_mut().floor_persisted(floor);
+                    }
+                    AppendStep::Write(w) => {
+                        let file = self.segments.borrow().get(&w.segment).map(|g| g.file.clone());
+                        let file = file.expect("the log core places records in segments whose files exist");
+                        break (w, file);
+                    }
                 }
             }
-            let need_new = {
-                let log = self.log.borrow();
-                let cur = &log.segments[&log.current];
-                cur.len > 0 && (log.roll || cur.len + total > self.segment_max)
-            };
-            if need_new {
-                let seq = self.log.borrow().current + 1;
-                let path = self.dir.join("wal").join(format!("{seq:016x}.log"));
-                let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
-                    .map_err(|e| io_err("cannot create", &path, e))?;
-                let mut log = self.log.borrow_mut();
-                log.segments.insert(seq, Segment { file: Rc::new(file), path, len: 0 });
-                log.current = seq;
-                log.roll = false;
-            }
-            let mut log = self.log.borrow_mut();
-            let extent = match name {
-                Some(e) => e,
-                None => {
-                    let n = match log.seqs.take() {
-                        Some(n) => n,
-                        None => {
-                            // The reserved range is used up (once per SEQ_RESERVE
-                            // appends): a higher durable floor first.
-                            let floor = log.seqs.reserve();
-                            write_floor(&self.dir.join("wal"), floor)?;
-                            log.seqs.take().ok_or_else(|| io::Error::other("extent sequences exhausted"))?
-                        }
-                    };
-                    ExtentId { origin: self.node_id, seq: n }
-                }
-            };
-            let seq = log.current;
-            let seg = log.segments.get_mut(&seq).ok_or_else(|| io::Error::other("no current log segment"))?;
-            let pos = seg.len;
-            seg.len += total;
-            let file = seg.file.clone();
-            let fresh = log.index.insert(extent, Location { segment: seq, data_pos: pos + HEADER_LEN, len: data.len() as u64 });
-            assert!(fresh, "extent {extent:?} named twice by this node");
-            self.live.borrow_mut().insert(extent);
-            (file, pos, extent, seq)
         };
+        let extent = w.extent;
         named(extent);
-        let mut buf = file.alloc_dma_buffer(total as usize);
+        let mut buf = file.alloc_dma_buffer(w.record_len as usize);
         encode_record(buf.as_bytes_mut(), extent, data);
         let written = match self.fault(FaultPoint::WalWrite) {
             Err(e) => Err(e),
-            Ok(()) => file.write_at(buf, pos).await.map(|_| ()).map_err(|e| keep_kind(&e, e.to_string())),
+            Ok(()) => file.write_at(buf, w.pos).await.map(|_| ()).map_err(|e| keep_kind(&e, e.to_string())),
         };
-        if let Err(e) = written {
-            self.forget(&[extent]);
-            self.log.borrow_mut().index.remove(&extent);
-            self.log.borrow_mut().roll = true;
-            return Err(keep_kind(&e, format!("write log append: {e}")));
-        }
+        let ticket = self.log.borrow_mut().write_done(w, written.as_ref().map(|_| ()).map_err(log_io_error));
+        let ticket = match (ticket, written) {
+            (Some(t), _) => t,
+            (None, Err(e)) => {
+                self.unclaimed.borrow_mut().remove(&extent.resolved(self.node_id));
+                return Err(keep_kind(&e, format!("write log append: {e}")));
+            }
+            (None, Ok(())) => unreachable!("the log core gives a completed write a ticket"),
+        };
         self.counters.log_writes.fetch_add(1, Ordering::Relaxed);
-        self.sync.borrow_mut().dirty.insert(seq);
-        if let Err(e) = self.wait_durable().await {
-            self.forget(&[extent]);
-            self.log.borrow_mut().index.remove(&extent);
-            self.log.borrow_mut().roll = true;
+        if let Err(e) = self.wait_durable(ticket).await {
+            self.unclaimed.borrow_mut().remove(&extent.resolved(self.node_id));
             return Err(e);
         }
         Ok((extent, true))
     }
 
-    /// Group commit of the log: waits for an fdatasync that started after
-    /// this task's write completed; one sync serves every waiting writer.
-    async fn wait_durable(&self) -> io::Result<()> {
-        let my = {
-            let mut s = self.sync.borrow_mut();
-            s.done_writes += 1;
-            s.done_writes
-        };
+    /// Group commit of the log: waits for the answer to `ticket`, running
+    /// the fdatasync round the log core hands out when none runs; one round
+    /// serves every writer whose write completed before it started
+    /// (`duet_cache::log`). The writer that ran a failed round gets its
+    /// error; the others of the round get the core's typed one.
+    async fn wait_durable(&self, mut ticket: Ticket) -> io::Result<()> {
+        let mut own: Option<io::Error> = None;
         loop {
-            let (target, files) = {
-                let mut s = self.sync.borrow_mut();
-                if s.failed_upto >= my {
-                    return Err(io::Error::other("write log fdatasync failed"));
-                }
-                if s.synced_upto >= my {
-                    return Ok(());
-                }
-                if s.running {
-                    let (tx, rx) = flume::bounded(1);
-                    s.waiters.push(tx);
-                    drop(s);
-                    let _ = rx.recv_async().await;
-                    continue;
-                }
-                s.running = true;
-                let dirty: Vec<u64> = std::mem::take(&mut s.dirty).into_iter().collect();
-                let log = self.log.borrow();
-                let files: Vec<Rc<DmaFile>> =
-                    dirty.iter().filter_map(|seq| log.segments.get(seq).map(|g| g.file.clone())).collect();
-                (s.done_writes, files)
+            let answer = self.log.borrow_mut().durable(ticket);
+            match answer {
+                Durable::Done(Ok(())) => return Ok(()),
+                Durable::Done(Err(e)) => return Err(own.take().unwrap_or_else(|| sync_failed(e))),
+                Durable::Pending(t) => ticket = t,
+            }
+            let round = self.log.borrow_mut().start_sync();
+            let Some(round) = round else {
+                // A round runs (a pending ticket always has something to cover).
+                assert!(self.log.borrow().syncing(), "a pending write with no round running gets one");
+                let (tx, rx) = flume::bounded(1);
+                self.waiters.borrow_mut().push(tx);
+                let _ = rx.recv_async().await;
+                continue;
+            };
+            let files: Vec<Rc<DmaFile>> = {
+                let segs = self.segments.borrow();
+                round.segments.iter().filter_map(|seq| segs.get(seq).map(|g| g.file.clone())).collect()
             };
             let mut result = Ok(());
             for f in files {
@@ -557,20 +517,14 @@ impl DataPath {
                 }
                 self.counters.log_fsyncs.fetch_add(1, Ordering::Relaxed);
             }
-            let waiters = {
-                let mut s = self.sync.borrow_mut();
-                s.running = false;
-                if result.is_ok() {
-                    s.synced_upto = target;
-                } else {
-                    s.failed_upto = target;
-                }
-                std::mem::take(&mut s.waiters)
-            };
+            self.log.borrow_mut().sync_done(round, result.as_ref().map(|_| ()).map_err(log_io_error));
+            let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
             for w in waiters {
                 let _ = w.send(());
             }
-            result?;
+            if let Err(e) = result {
+                own = Some(e);
+            }
         }
     }
 
@@ -620,10 +574,10 @@ impl DataPath {
     /// These extents will never be applied (their batch failed), or are
     /// destaged.
     pub fn forget(&self, extents: &[ExtentId]) {
-        let mut live = self.live.borrow_mut();
+        let mut log = self.log.borrow_mut();
         let mut unclaimed = self.unclaimed.borrow_mut();
         for e in extents {
-            live.remove(&e.resolved(self.node_id));
+            log.forget(*e);
             unclaimed.remove(&e.resolved(self.node_id));
         }
     }
@@ -705,9 +659,9 @@ impl DataPath {
     /// no longer holds it.
     async fn log_read(&self, extent: ExtentId, skip: u64, n: u64) -> io::Result<Option<Vec<u8>>> {
         let (file, pos, len) = {
-            let log = self.log.borrow();
-            let Some(loc) = log.index.get(&extent.resolved(self.node_id)) else { return Ok(None) };
-            let Some(seg) = log.segments.get(&loc.segment) else { return Ok(None) };
+            let Some(loc) = self.log.borrow().locate(extent) else { return Ok(None) };
+            let segs = self.segments.borrow();
+            let Some(seg) = segs.get(&loc.segment) else { return Ok(None) };
             (seg.file.clone(), loc.data_pos, loc.len)
         };
         let skip = skip.min(len);
@@ -720,24 +674,15 @@ impl DataPath {
         Ok(Some(r.to_vec()))
     }
 
-    /// Deletes log segments that hold no live extent.
+    /// Deletes the log segments the log core releases (no live extent,
+    /// not the current one).
     async fn release_segments(&self) {
-        let doomed: Vec<(u64, PathBuf)> = {
-            let log = self.log.borrow();
-            log.index
-                .releasable(log.segments.keys().copied(), log.current, &self.live.borrow())
-                .into_iter()
-                .filter_map(|seq| Some((seq, log.segments.get(&seq)?.path.clone())))
-                .collect()
-        };
-        for (seq, path) in doomed {
-            {
-                let mut log = self.log.borrow_mut();
-                log.segments.remove(&seq);
-                log.index.drop_segment(seq);
-            }
-            if let Err(e) = std::fs::remove_file(&path) {
-                tracing::warn!("cannot delete write-log segment {}: {e}", path.display());
+        let doomed = self.log.borrow().releasable();
+        for seq in doomed {
+            self.log.borrow_mut().released(seq);
+            let Some(seg) = self.segments.borrow_mut().remove(&seq) else { continue };
+            if let Err(e) = std::fs::remove_file(&seg.path) {
+                tracing::warn!("cannot delete write-log segment {}: {e}", seg.path.display());
             }
         }
     }
@@ -1333,7 +1278,7 @@ impl DataPath {
 
     /// Extents still needed (for tests and status).
     pub fn live_records(&self) -> usize {
-        self.live.borrow().len()
+        self.log.borrow().live_len()
     }
 }
 

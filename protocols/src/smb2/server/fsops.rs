@@ -795,6 +795,14 @@ impl Connection {
         }
         // In a compound the CREATE goes on at once, side batches or not.
         self.park_after.clear();
+        // A file whose stream is open without FILE_SHARE_DELETE cannot be
+        // opened for deletion.
+        if stream.is_none()
+            && (desired & access::DELETE != 0 || o & opt::DELETE_ON_CLOSE != 0)
+            && self.cfg.share_modes.stream_conflicts(&path_key(root, &key_path), access::DELETE)
+        {
+            return Err(NtStatus::SHARING_VIOLATION);
+        }
         // Truncation happens in the batch: check the share modes of the
         // file's current opens first (MS-FSA 2.1.5.1.2.2).
         if matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF)

@@ -3283,7 +3283,13 @@ impl Connection {
                 let open = self.opens.get(&id).cloned().ok_or(NtStatus::FILE_CLOSED)?;
                 let (data, min) = match it {
                     info_type::FILE if class == info_class::STREAM => match ea_op.and_then(|i| results.get(i)) {
-                        Some(Ok(OpOutput::Dir { entries, attrs: file, .. })) => stream_info(file, entries),
+                        // The file's own attributes: the GetAttr's (also
+                        // right for a snapshot's file), or on a stream
+                        // handle the list's (the GetAttr carries the
+                        // stream's sizes).
+                        Some(Ok(OpOutput::Dir { entries, attrs: file, .. })) => {
+                            stream_info(if stream_op.is_some() { file } else { &attrs }, entries)
+                        }
                         Some(Err(e)) => return Err(fs_status(*e)),
                         _ => return Err(NtStatus::INVALID_PARAMETER),
                     },

@@ -3876,3 +3876,28 @@ fn named_streams_rename_and_overwrite() {
     let fsck = duet_cluster::fsck::check(&c.engine.kv, &[]);
     assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
 }
+
+/// A stream open that does not share DELETE keeps its file from being
+/// opened for deletion (SHARING_VIOLATION), while other opens of the file
+/// go on; once the stream is closed the file is deleted, streams and all.
+#[test]
+fn an_open_stream_without_share_delete_keeps_its_file() {
+    let mut c = Client::connected();
+    assert_eq!(statuses(&write_file(&mut c, "f:s", b"held")), vec![NtStatus::SUCCESS; 4]);
+    let mut cr = create("f:s", create_disposition::OPEN, 0, RW);
+    cr.share_access = 0;
+    let r = c.call(vec![msg(Request::Create(cr), false)]);
+    let Response::Create(held) = r[0].body() else { panic!("{:?}", r[0].status()) };
+    let fid = held.file_id;
+    assert_eq!(delete_on_close(&mut c, "f")[0], NtStatus::SHARING_VIOLATION);
+    assert_eq!(read_file(&mut c, "f").0[0], NtStatus::SUCCESS);
+    let mut shared = create("f:s", create_disposition::OPEN, 0, READ);
+    shared.share_access = 7;
+    let r = c.call(vec![msg(Request::Create(shared), false), close_related()]);
+    assert_eq!(r[0].status(), NtStatus::SHARING_VIOLATION, "the stream's own share mode holds");
+    let r = c.call(vec![msg(Request::Close(CloseRequest { flags: 0, file_id: fid }), false)]);
+    assert_eq!(r[0].status(), NtStatus::SUCCESS);
+    assert_eq!(delete_on_close(&mut c, "f"), vec![NtStatus::SUCCESS; 2]);
+    assert_eq!(read_file(&mut c, "f:s").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
+    assert_eq!(c.engine.kv.keys().filter(|k| k.first() == Some(&b'T')).count(), 0);
+}

@@ -795,6 +795,14 @@ impl Connection {
         }
         // In a compound the CREATE goes on at once, side batches or not.
         self.park_after.clear();
+        // A file whose stream is open without FILE_SHARE_DELETE cannot be
+        // opened for deletion.
+        if stream.is_none()
+            && (desired & access::DELETE != 0 || o & opt::DELETE_ON_CLOSE != 0)
+            && self.cfg.share_modes.stream_conflicts(&path_key(root, &key_path), access::DELETE)
+        {
+            return Err(NtStatus::SHARING_VIOLATION);
+        }
         // Truncation happens in the batch: check the share modes of the
         // file's current opens first (MS-FSA 2.1.5.1.2.2).
         if matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF)
@@ -3285,7 +3293,13 @@ impl Connection {
                 let open = self.opens.get(&id).cloned().ok_or(NtStatus::FILE_CLOSED)?;
                 let (data, min) = match it {
                     info_type::FILE if class == info_class::STREAM => match ea_op.and_then(|i| results.get(i)) {
-                        Some(Ok(OpOutput::Dir { entries, attrs: file, .. })) => stream_info(file, entries),
+                        // The file's own attributes: the GetAttr's (also
+                        // right for a snapshot's file), or on a stream
+                        // handle the list's (the GetAttr carries the
+                        // stream's sizes).
+                        Some(Ok(OpOutput::Dir { entries, attrs: file, .. })) => {
+                            stream_info(if stream_op.is_some() { file } else { &attrs }, entries)
+                        }
                         Some(Err(e)) => return Err(fs_status(*e)),
                         _ => return Err(NtStatus::INVALID_PARAMETER),
                     },

@@ -323,6 +323,24 @@ impl ShareModes {
         nodes
     }
 
+    /// Whether an open of the file at `path` (a path key) asking for
+    /// `access` meets an open of one of its named streams (path
+    /// `file:stream`) that does not share it: a stream open without
+    /// FILE_SHARE_DELETE keeps its file from being opened for DELETE
+    /// (Windows; smbtorture `smb2.streams.delete`).
+    pub fn stream_conflicts(&self, path: &str, access: u32) -> bool {
+        let prefix = format!("{path}:");
+        let mut nodes: Vec<NodeId> =
+            self.paths().values().filter(|(_, p)| p.starts_with(&prefix)).map(|(n, _)| *n).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        let t = self.locks.table();
+        let all = crate::smb2::create::share_access::READ
+            | crate::smb2::create::share_access::WRITE
+            | crate::smb2::create::share_access::DELETE;
+        nodes.into_iter().any(|n| t.share_conflict(n, None, Share::smb(access, all)))
+    }
+
     /// Whether a file below the directory at `path` is open by an SMB
     /// client.
     pub fn open_below(&self, path: &str) -> bool {

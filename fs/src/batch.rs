@@ -246,6 +246,17 @@ pub enum Op {
     /// `OpOutput::Ranges`. (Appended last: stored raft entries keep
     /// decoding.)
     Allocated { obj: ObjRef, offset: u64, len: u64 },
+    /// Store `acl` as the object's DACL (issue 17): the descriptor's
+    /// control word (DACL_PROTECTED, DACL_AUTO_INHERITED) and the encoded
+    /// [`crate::acl::Acl`]; `None` drops it (access back to the mode
+    /// bits). The mode becomes the DACL's ([`crate::acl::mode_from_dacl`],
+    /// RFC 8881 6.4.1.3), special bits kept. The owner (or root, or a
+    /// holder of WRITE_DAC) only. Produces `OpOutput::Attrs`. (Appended:
+    /// stored raft entries keep decoding.)
+    SetAcl { obj: ObjRef, acl: Option<(u16, Vec<u8>)> },
+    /// The object's stored DACL, if any (read-only). Produces
+    /// `OpOutput::Acl`.
+    GetAcl { obj: ObjRef },
 }
 
 /// How [`Op::SetXattr`] treats an existing attribute (RFC 8276 8.4.2.1:
@@ -269,7 +280,7 @@ impl Op {
             Op::Lookup { .. } | Op::GetAttr { .. } | Op::Read { .. } | Op::Close { .. } => false,
             Op::LookupCaseless { .. } | Op::GetEas { .. } => false,
             Op::ReadLink { .. } | Op::ReadDir { .. } | Op::ListSnapshots { .. } => false,
-            Op::Allocated { .. } => false,
+            Op::Allocated { .. } | Op::GetAcl { .. } => false,
             Op::Open { truncate, .. } => *truncate,
             Op::SetAttr { attrs, .. } => !attrs.is_empty(),
             _ => true,
@@ -300,6 +311,8 @@ impl Op {
             Op::ZeroRange { .. } => "zero",
             Op::ListSnapshots { .. } => "listsnapshots",
             Op::Allocated { .. } => "allocated",
+            Op::SetAcl { .. } => "setacl",
+            Op::GetAcl { .. } => "getacl",
         }
     }
 }
@@ -382,6 +395,9 @@ pub enum OpOutput {
     /// Allocated: the `(offset, length)` ranges holding data, in order,
     /// merged, none empty.
     Ranges { ranges: Vec<(u64, u64)>, attrs: Attrs },
+    /// GetAcl: the stored control word and DACL bytes, `None` when the
+    /// object has none (its DACL is its mode's).
+    Acl { acl: Option<(u16, Vec<u8>)>, attrs: Attrs },
 }
 
 impl OpOutput {
@@ -397,7 +413,8 @@ impl OpOutput {
             | OpOutput::Copied { attrs, .. }
             | OpOutput::Found { attrs, .. }
             | OpOutput::Eas { attrs, .. }
-            | OpOutput::Ranges { attrs, .. } => Some(attrs),
+            | OpOutput::Ranges { attrs, .. }
+            | OpOutput::Acl { attrs, .. } => Some(attrs),
             OpOutput::Dirs { target, .. } => target.as_ref(),
         }
     }

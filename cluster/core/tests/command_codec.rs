@@ -223,7 +223,9 @@ impl Gen {
                 extend: self.bool(),
             },
             21 => Op::ListSnapshots { obj: self.obj() },
-            _ => Op::Allocated { obj: self.obj(), offset: self.u64(), len: self.u64() },
+            22 => Op::Allocated { obj: self.obj(), offset: self.u64(), len: self.u64() },
+            23 => Op::SetAcl { obj: self.obj(), acl: self.bool().then(|| (self.u32() as u16, self.bytes())) },
+            _ => Op::GetAcl { obj: self.obj() },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -297,7 +299,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 23;
+const OP_VARIANTS: u64 = 25;
 const COMMAND_VARIANTS: u64 = 12;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
@@ -368,6 +370,8 @@ fn every_command_and_op_variant_round_trips() {
             Op::Clone { .. } => 20,
             Op::ListSnapshots { .. } => 21,
             Op::Allocated { .. } => 22,
+            Op::SetAcl { .. } => 23,
+            Op::GetAcl { .. } => 24,
         };
         assert_eq!(n, which);
     }

@@ -356,11 +356,7 @@ fn edge_for(n: &Node) -> Edge {
 /// 2.5.3.2): the caller's Unix SIDs (S-1-22-1-uid, S-1-22-2-gid and its
 /// groups, as SMB shows owners), Everyone and Authenticated Users.
 pub(crate) fn token_of(cred: &duet_fs::Credentials) -> acl::Token {
-    let mut sids = vec![acl::Sid::unix_user(cred.uid), acl::Sid::unix_group(cred.gid)];
-    sids.extend(cred.groups.iter().map(|g| acl::Sid::unix_group(*g)));
-    sids.push(acl::Sid::everyone());
-    sids.push(acl::Sid::authenticated_users());
-    acl::Token { sids }
+    acl::Token::unix(cred.uid, cred.gid, &cred.groups)
 }
 
 /// A node's stored DACL record: its control word and the ACL. `None`: the

@@ -1032,6 +1032,19 @@ impl Connection {
                 let token = duet_fs::acl::Token::unix(cred.uid, cred.gid, &cred.groups);
                 let owner = duet_fs::acl::Sid::unix_user(attrs.uid);
                 let mut m = duet_fs::acl::granted(&token, Some(&owner), Some(&dacl));
+                // What the parent grants (MS-FSA 2.1.5.1.2.1): listing it
+                // (here: having looked the name up in it) gives
+                // FILE_READ_ATTRIBUTES, deleting its children (POSIX: write
+                // and search on it) gives DELETE.
+                m |= access::FILE_READ_ATTRIBUTES;
+                let parent = if cp.final_op > cp.first_op {
+                    result_attrs(results, cp.final_op - 1).ok()
+                } else {
+                    cp.root_attrs_op.and_then(|i| result_attrs(results, i).ok())
+                };
+                if parent.is_some_and(|p| super::info::mode_bits(&cred, p) & 3 == 3) {
+                    m |= access::DELETE;
+                }
                 if cp.read_only {
                     m &= !access::WRITE_BITS;
                 }
@@ -2473,7 +2486,17 @@ impl Connection {
                 Err(_) => return done(NtStatus::INVALID_PARAMETER),
             };
             match (sd.control & duet_fs::acl::control::DACL_PRESENT != 0, sd.dacl) {
-                (true, Some(a)) => {
+                (true, Some(mut a)) => {
+                    // Generic rights in an ACE that applies to the object
+                    // are stored mapped to the file rights they stand for
+                    // (MS-DTYP 2.5.3.1.1, as Windows stores them; smbtorture
+                    // smb2.acls.CREATOR reads them back so); an inherit-only
+                    // ACE keeps them for its children.
+                    for ace in &mut a.aces {
+                        if ace.flags & duet_fs::acl::ace_flags::INHERIT_ONLY == 0 {
+                            ace.mask = duet_fs::acl::rights::map_generic(ace.mask);
+                        }
+                    }
                     let mut b = Vec::new();
                     a.encode(&mut b);
                     Some((sd.control, b))

@@ -2792,12 +2792,13 @@ fn query_directory_reports_ea_size_through_the_marker() {
     );
     assert!(list_ea_sizes(&mut c, "*").contains(&("eas.txt".to_string(), 0)));
     // A node as older versions stored it (the record without its trailing
-    // marker byte, and without the zone id after it that layers added),
-    // with EA records an older SetEas wrote.
+    // marker byte, without the zone id after it that layers added, and
+    // without the DACL flag after that), with EA records an older SetEas
+    // wrote.
     let o = id_of(&mut c, "old.txt");
     let key = duet_cluster::keys::node(o);
     let mut old = c.engine.kv[&key].clone();
-    old.truncate(old.len() - 9);
+    old.truncate(old.len() - 10);
     c.engine.kv.insert(key, old);
     for (n, v) in &eas {
         c.engine.kv.insert(duet_cluster::keys::ea(o, n), v.clone());

@@ -70,6 +70,15 @@ fn chmod3(n: &mut Nfs, fh: &[u8], mode: u32) -> Nfsstat3 {
     }
 }
 
+/// NFSv3 ACCESS (RFC 1813 3.3.4): the bits granted of READ|LOOKUP|MODIFY|EXTEND|DELETE|EXECUTE.
+fn access3(n: &mut Nfs, fh: &[u8]) -> u32 {
+    let rep = n.v3(&Nfs3Args::Access(Access3Args { object: Opaque(fh), access: 0x3f }));
+    match results3(proc3::ACCESS, &rep) {
+        Nfs3Results::Access(Nfs3Res::Ok(r)) => r.access,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_dacl_set_over_smb_denies_an_nfs_user_and_chmod_over_nfs_shows_in_smb() {
     let tmp = tempfile::tempdir().unwrap();
@@ -96,6 +105,7 @@ fn a_dacl_set_over_smb_denies_an_nfs_user_and_chmod_over_nfs_shows_in_smb() {
     let root_b = bob.mount("/acl").unwrap();
     let f_b = bob.lookup3(&root_b, b"f.txt").unwrap();
     assert_eq!(bob.read3_all(&f_b).as_deref(), Ok(&b"secret"[..]), "the mode lets bob read");
+    assert_ne!(access3(&mut bob, &f_b) & access3::READ, 0);
 
     // A DACL that denies bob reading, and allows everyone everything.
     let dacl = Acl {
@@ -108,10 +118,15 @@ fn a_dacl_set_over_smb_denies_an_nfs_user_and_chmod_over_nfs_shows_in_smb() {
     assert_eq!(dacl_of(&mut c, fid), dacl);
     // Bob over NFS: refused, though the mode (now 0777, from the DACL) allows.
     assert_eq!(bob.read3_all(&f_b), Err(Nfsstat3::ACCES));
+    // ACCESS says so too (the kernel client trusts it at open).
+    let granted = access3(&mut bob, &f_b);
+    assert_eq!(granted & access3::READ, 0, "ACCESS follows the DACL");
+    assert_ne!(granted & access3::MODIFY, 0, "what the DACL allows stays");
     let mut carl = Nfs::connect(nfs).as_user(3003, 3003);
     let root_c = carl.mount("/acl").unwrap();
     let f_c = carl.lookup3(&root_c, b"f.txt").unwrap();
     assert_eq!(carl.read3_all(&f_c).as_deref(), Ok(&b"secret"[..]), "everyone else may read");
+    assert_ne!(access3(&mut carl, &f_c) & access3::READ, 0);
 
     // chmod over NFS (alice owns it): the DACL becomes the mode's.
     let mut a = Nfs::connect(nfs).as_user(ALICE, ALICE);

@@ -447,6 +447,17 @@ pub struct Token {
 }
 
 impl Token {
+    /// The token of a Unix caller (as SMB and NFS both present duet's
+    /// users): S-1-22-1-uid, S-1-22-2-gid and of each group, Everyone and
+    /// Authenticated Users.
+    pub fn unix(uid: u32, gid: u32, groups: &[u32]) -> Token {
+        let mut sids = vec![Sid::unix_user(uid), Sid::unix_group(gid)];
+        sids.extend(groups.iter().map(|g| Sid::unix_group(*g)));
+        sids.push(Sid::everyone());
+        sids.push(Sid::authenticated_users());
+        Token { sids }
+    }
+
     pub fn has(&self, s: &Sid) -> bool {
         self.sids.iter().any(|x| x == s)
     }

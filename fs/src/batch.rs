@@ -277,6 +277,17 @@ pub enum Op {
     /// (`Invalid` otherwise, as NTFS). Produces `OpOutput::Attrs` of the
     /// stream. (Appended last.)
     RenameStream { obj: ObjRef, name: String, new_name: String, replace: bool },
+    /// Store `acl` as the object's DACL (issue 17): the descriptor's
+    /// control word (DACL_PROTECTED, DACL_AUTO_INHERITED) and the encoded
+    /// [`crate::acl::Acl`]; `None` drops it (access back to the mode
+    /// bits). The mode becomes the DACL's ([`crate::acl::mode_from_dacl`],
+    /// RFC 8881 6.4.1.3), special bits kept. The owner (or root, or a
+    /// holder of WRITE_DAC) only. Produces `OpOutput::Attrs`. (Appended:
+    /// stored raft entries keep decoding.)
+    SetAcl { obj: ObjRef, acl: Option<(u16, Vec<u8>)> },
+    /// The object's stored DACL, if any (read-only). Produces
+    /// `OpOutput::Acl`.
+    GetAcl { obj: ObjRef },
 }
 
 /// How [`Op::SetXattr`] treats an existing attribute (RFC 8276 8.4.2.1:
@@ -303,6 +314,7 @@ impl Op {
             Op::Allocated { .. } => false,
             Op::ListStreams { .. } => false,
             Op::OpenStream { create, .. } => create.is_some(),
+            Op::GetAcl { .. } => false,
             Op::Open { truncate, .. } => *truncate,
             Op::SetAttr { attrs, .. } => !attrs.is_empty(),
             _ => true,
@@ -337,6 +349,8 @@ impl Op {
             Op::ListStreams { .. } => "liststreams",
             Op::RemoveStream { .. } => "removestream",
             Op::RenameStream { .. } => "renamestream",
+            Op::SetAcl { .. } => "setacl",
+            Op::GetAcl { .. } => "getacl",
         }
     }
 }
@@ -419,6 +433,9 @@ pub enum OpOutput {
     /// Allocated: the `(offset, length)` ranges holding data, in order,
     /// merged, none empty.
     Ranges { ranges: Vec<(u64, u64)>, attrs: Attrs },
+    /// GetAcl: the stored control word and DACL bytes, `None` when the
+    /// object has none (its DACL is its mode's).
+    Acl { acl: Option<(u16, Vec<u8>)>, attrs: Attrs },
 }
 
 impl OpOutput {
@@ -434,7 +451,8 @@ impl OpOutput {
             | OpOutput::Copied { attrs, .. }
             | OpOutput::Found { attrs, .. }
             | OpOutput::Eas { attrs, .. }
-            | OpOutput::Ranges { attrs, .. } => Some(attrs),
+            | OpOutput::Ranges { attrs, .. }
+            | OpOutput::Acl { attrs, .. } => Some(attrs),
             OpOutput::Dirs { target, .. } => target.as_ref(),
         }
     }

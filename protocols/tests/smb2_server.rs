@@ -2792,12 +2792,13 @@ fn query_directory_reports_ea_size_through_the_marker() {
     );
     assert!(list_ea_sizes(&mut c, "*").contains(&("eas.txt".to_string(), 0)));
     // A node as older versions stored it (the record without its trailing
-    // marker byte, and without the zone id after it that layers added),
-    // with EA records an older SetEas wrote.
+    // marker byte, without the zone id after it that layers added, and
+    // without the DACL flag after that), with EA records an older SetEas
+    // wrote.
     let o = id_of(&mut c, "old.txt");
     let key = duet_cluster::keys::node(o);
     let mut old = c.engine.kv[&key].clone();
-    old.truncate(old.len() - 9);
+    old.truncate(old.len() - 10);
     c.engine.kv.insert(key, old);
     for (n, v) in &eas {
         c.engine.kv.insert(duet_cluster::keys::ea(o, n), v.clone());
@@ -3900,4 +3901,77 @@ fn an_open_stream_without_share_delete_keeps_its_file() {
     assert_eq!(delete_on_close(&mut c, "f"), vec![NtStatus::SUCCESS; 2]);
     assert_eq!(read_file(&mut c, "f:s").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
     assert_eq!(c.engine.kv.keys().filter(|k| k.first() == Some(&b'T')).count(), 0);
+
+// ---- stored DACLs (issue 17) ----------------------------------------------
+
+fn set_security(c: &mut Client, fid: FileId, sd: &[u8], addl: u32) -> NtStatus {
+    c.one(Request::SetInfo(SetInfoRequest {
+        info_type: info_type::SECURITY,
+        file_info_class: 0,
+        buffer: sd,
+        additional_information: addl,
+        file_id: fid,
+    }))
+    .status()
+}
+
+fn query_security(c: &mut Client, fid: FileId, addl: u32) -> duet_fs::acl::SecurityDescriptor {
+    let r = c.one(Request::QueryInfo(QueryInfoRequest {
+        info_type: info_type::SECURITY,
+        file_info_class: 0,
+        output_buffer_length: 4096,
+        input_buffer: &[],
+        additional_information: addl,
+        flags: 0,
+        file_id: fid,
+    }));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let Response::QueryInfo(q) = r.body() else { panic!() };
+    duet_fs::acl::SecurityDescriptor::decode(q.output_buffer).unwrap()
+}
+
+/// A DACL set over SMB (MS-SMB2 3.3.5.21.3) is stored as it was sent, read
+/// back by QUERY_INFO (3.3.5.20.3), and decides a later CREATE's access
+/// (MS-DTYP 2.5.3.2): a deny ACE refuses the owner a write its mode allows,
+/// MAXIMUM_ALLOWED leaves the write out, and the owner keeps WRITE_DAC to
+/// take the deny away again.
+#[test]
+fn a_dacl_set_over_smb_is_stored_queried_and_enforced() {
+    use duet_fs::acl::{control, rights, Ace, Acl, SecurityDescriptor, Sid};
+    let mut c = Client::connected();
+    let fid = open_fid(&mut c, "acl-f", create_disposition::CREATE, RW | 0x0004_0000).unwrap();
+    // The mode's DACL before: alice (the owner) may write.
+    let before = query_security(&mut c, fid, 7);
+    assert_eq!(before.owner, Some(Sid::unix_user(1000)));
+    let deny = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(1000), rights::WRITE_DATA | rights::APPEND_DATA, 0),
+            Ace::allow(Sid::everyone(), rights::FILE_GENERIC_READ | rights::FILE_GENERIC_WRITE, 0),
+        ],
+    };
+    let sd = SecurityDescriptor { control: control::DACL_PROTECTED, dacl: Some(deny.clone()), ..Default::default() };
+    assert_eq!(set_security(&mut c, fid, &sd.encode(), 4), NtStatus::SUCCESS);
+    // Malformed descriptors are refused, and change nothing.
+    assert_eq!(set_security(&mut c, fid, &[1, 0, 4, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 99, 0, 0, 0], 4), NtStatus::INVALID_PARAMETER);
+    let got = query_security(&mut c, fid, 7);
+    assert_eq!(got.dacl, Some(deny.clone()), "the DACL as sent");
+    assert_ne!(got.control & control::DACL_PROTECTED, 0);
+    assert_eq!(got.owner, Some(Sid::unix_user(1000)));
+    assert_eq!(got.group, Some(Sid::unix_group(1000)));
+    c.one(Request::Close(CloseRequest { flags: 0, file_id: fid }));
+
+    // Write refused, read granted, MAXIMUM_ALLOWED without the write.
+    assert_eq!(open_fid(&mut c, "acl-f", create_disposition::OPEN, RW), Err(NtStatus::ACCESS_DENIED));
+    let rd = open_fid(&mut c, "acl-f", create_disposition::OPEN, READ).unwrap();
+    c.one(Request::Close(CloseRequest { flags: 0, file_id: rd }));
+    let max = open_fid(&mut c, "acl-f", create_disposition::OPEN, 0x0200_0000).unwrap();
+    assert_eq!(write_at(&mut c, max, 0, b"x"), NtStatus::ACCESS_DENIED);
+    // The owner still holds WRITE_DAC: allow everything again.
+    let open = Acl { aces: vec![Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)] };
+    let sd = SecurityDescriptor { dacl: Some(open.clone()), ..Default::default() };
+    assert_eq!(set_security(&mut c, max, &sd.encode(), 4), NtStatus::SUCCESS);
+    c.one(Request::Close(CloseRequest { flags: 0, file_id: max }));
+    let w = open_fid(&mut c, "acl-f", create_disposition::OPEN, RW).unwrap();
+    assert_eq!(write_at(&mut c, w, 0, b"x"), NtStatus::SUCCESS);
+    assert_eq!(query_security(&mut c, w, 4).dacl, Some(open));
 }

@@ -152,6 +152,10 @@ const OP_LIST_STREAMS: u8 = 25;
 const OP_REMOVE_STREAM: u8 = 26;
 /// Named streams: rename one.
 const OP_RENAME_STREAM: u8 = 27;
+/// Store or drop an object's DACL (issue 17; 28-29 unused).
+const OP_SET_ACL: u8 = 30;
+/// An object's stored DACL (read-only).
+const OP_GET_ACL: u8 = 31;
 
 // XattrHow of OP_SET_XATTR.
 const XATTR_EITHER: u8 = 0;
@@ -684,6 +688,22 @@ fn put_op(w: &mut Writer, op: &Op) {
             w.u64(*offset);
             w.u64(*len);
         }
+        Op::SetAcl { obj, acl } => {
+            w.u8(OP_SET_ACL);
+            put_ref(w, obj);
+            match acl {
+                None => w.bool(false),
+                Some((control, bytes)) => {
+                    w.bool(true);
+                    w.u64(u64::from(*control));
+                    w.bytes(bytes);
+                }
+            }
+        }
+        Op::GetAcl { obj } => {
+            w.u8(OP_GET_ACL);
+            put_ref(w, obj);
+        }
         Op::LookupCaseless { dir, name } => {
             w.u8(OP_LOOKUP_CASELESS);
             put_ref(w, dir);
@@ -1139,6 +1159,21 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
             Op::SetEas { obj, eas }
         }
         OP_GET_EAS => Op::GetEas { obj: get_ref(r)? },
+        OP_SET_ACL => {
+            let obj = get_ref(r)?;
+            let acl = if r.bool("acl present")? {
+                let at = r.pos();
+                let control = r.u64("acl control")?;
+                let Ok(control) = u16::try_from(control) else {
+                    return r.invalid(at, "acl control");
+                };
+                Some((control, r.bytes("acl")?))
+            } else {
+                None
+            };
+            Op::SetAcl { obj, acl }
+        }
+        OP_GET_ACL => Op::GetAcl { obj: get_ref(r)? },
         OP_ZERO_RANGE => Op::ZeroRange { obj: get_ref(r)?, offset: r.u64("offset")?, len: r.u64("len")? },
         OP_SET_XATTR => {
             let obj = get_ref(r)?;

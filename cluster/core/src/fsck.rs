@@ -303,6 +303,25 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
         },
         None => r.problems.push(format!("bad extended attribute key {}", hex(k))),
     });
+    // Stored DACLs belong to live nodes marked with one, and decode.
+    scan_all(kv, keys::ACL, |k, v| match keys::u64_at(k, 1) {
+        Some(id) => {
+            match nodes.get(&id) {
+                Some(n) if n.has_acl => {}
+                Some(_) => r.problems.push(format!("DACL {} of node {id} marked as having none", hex(k))),
+                None => r.problems.push(format!("DACL {} of missing node {id}", hex(k))),
+            }
+            if v.len() < 2 || duet_fs::acl::Acl::decode(&v[2..]).is_err() {
+                r.problems.push(format!("undecodable DACL {}", hex(k)));
+            }
+        }
+        None => r.problems.push(format!("bad DACL key {}", hex(k))),
+    });
+    for (id, n) in &nodes {
+        if n.has_acl && kv.get(&keys::acl(*id)).is_none() {
+            r.problems.push(format!("node {id} is marked with a DACL but has none"));
+        }
+    }
     // Clones: their records, and every key in a clone's id range.
     let mut clones: BTreeSet<u64> = BTreeSet::new();
     scan_all(kv, keys::CLONE, |k, v| match (keys::u64_at(k, 1), decode::<CloneRecord>(v)) {

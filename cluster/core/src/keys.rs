@@ -52,6 +52,9 @@ pub const META: u8 = b'm';
 pub const RAFT_LOG: u8 = b'r';
 pub const RAFT_HARD_STATE: &[u8] = b"h";
 pub const EA: u8 = b'E';
+/// A node's stored DACL (`A` id): [`duet_fs::acl::Acl`] bytes, a control
+/// word before them (issue 17).
+pub const ACL: u8 = b'A';
 /// Shared chunks (reflink): `b` blob -> how many `k` records name it.
 pub const BLOB: u8 = b'b';
 /// Layers: `z` zone -> newest frozen layer.
@@ -119,6 +122,11 @@ pub fn ea(id: NodeId, name: &str) -> Vec<u8> {
     let mut k = ea_prefix(id);
     k.extend_from_slice(name.as_bytes());
     k
+}
+
+/// A node's stored DACL.
+pub fn acl(id: NodeId) -> Vec<u8> {
+    with_u64(ACL, id)
 }
 
 pub fn ea_prefix(id: NodeId) -> Vec<u8> {

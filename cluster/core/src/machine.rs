@@ -13,6 +13,7 @@ use duet_fs::{
 };
 
 use crate::keys;
+use duet_fs::acl;
 use crate::kv::{KvRead, Txn};
 use crate::records::{decode, encode, Command, DataOp, DataRecord, Edge, Node, ShareRecord, SnapshotRecord, UserRecord};
 
@@ -80,7 +81,7 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
                 let root = new_attrs(ROOT_ID, FileType::Directory, 0o755, 0, 0, *now_ns);
                 put_node(
                     txn,
-                    &Node { attrs: root, parent: ROOT_ID, target: None, chunked: false, may_have_eas: false, zone: 0 },
+                    &Node { attrs: root, parent: ROOT_ID, target: None, chunked: false, may_have_eas: false, zone: 0, has_acl: false },
                 );
                 put_counter(txn, "next_id", ROOT_ID + 1);
             }
@@ -352,6 +353,65 @@ fn edge_for(n: &Node) -> Edge {
     }
 }
 
+/// The token an access check matches a DACL's ACEs against (MS-DTYP
+/// 2.5.3.2): the caller's Unix SIDs (S-1-22-1-uid, S-1-22-2-gid and its
+/// groups, as SMB shows owners), Everyone and Authenticated Users.
+pub(crate) fn token_of(cred: &duet_fs::Credentials) -> acl::Token {
+    acl::Token::unix(cred.uid, cred.gid, &cred.groups)
+}
+
+/// A node's stored DACL record: its control word and the ACL. `None`: the
+/// node has none, or the record is unreadable (then the mode, which was
+/// set from the DACL, decides).
+pub(crate) fn stored_acl<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> Option<(u16, acl::Acl)> {
+    if !n.has_acl {
+        return None;
+    }
+    let v = txn.get(&keys::acl(n.attrs.id))?;
+    let (head, body) = (v.get(..2)?, v.get(2..)?);
+    let a = acl::Acl::decode(body).ok()?;
+    Some((u16::from_le_bytes([head[0], head[1]]), a))
+}
+
+fn put_acl<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId, control: u16, a: &acl::Acl) {
+    let mut v = control.to_le_bytes().to_vec();
+    a.encode(&mut v);
+    txn.put(keys::acl(id), v);
+}
+
+/// The access rights `cred` holds on `n` (MS-DTYP 2.5.3.2) from its stored
+/// DACL; `None` when it has none (the mode decides).
+pub(crate) fn acl_granted<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs::Credentials, n: &Node) -> Option<u32> {
+    let (_, a) = stored_acl(txn, n)?;
+    let owner = acl::Sid::unix_user(n.attrs.uid);
+    Some(acl::granted(&token_of(cred), Some(&owner), Some(&a)))
+}
+
+/// [`may`] for a node that may carry a DACL: with one, the rights the
+/// wanted bits stand for must all be granted by it (4: READ_DATA, which on
+/// a directory is list; 2: WRITE_DATA, on a directory add a file; 1:
+/// EXECUTE, on a directory traverse; MS-DTYP 2.4.3 / RFC 8881 6.2.1.3.1).
+/// Root keeps its bypass; a node without a DACL costs no read.
+pub(crate) fn may_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs::Credentials, n: &Node, want: u32) -> bool {
+    if cred.uid == 0 || !n.has_acl {
+        return may(cred, &n.attrs, want);
+    }
+    let Some(g) = acl_granted(txn, cred, n) else {
+        return may(cred, &n.attrs, want);
+    };
+    let mut need = 0;
+    if want & 4 != 0 {
+        need |= acl::rights::READ_DATA;
+    }
+    if want & 2 != 0 {
+        need |= acl::rights::WRITE_DATA;
+    }
+    if want & 1 != 0 {
+        need |= acl::rights::EXECUTE;
+    }
+    g & need == need
+}
+
 /// Permission bits wanted: 4 read, 2 write, 1 execute/search.
 fn may(cred: &duet_fs::Credentials, a: &Attrs, want: u32) -> bool {
     if cred.uid == 0 {
@@ -439,7 +499,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
     match op {
         Op::Lookup { dir, name } => {
             let d = load_dir(txn, ex, *dir)?;
-            if !may(cred, &d.attrs, 1) {
+            if !may_node(txn, cred, &d, 1) {
                 return Err(FsError::Access);
             }
             let child = if name == ".." {
@@ -455,7 +515,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         }
         Op::LookupCaseless { dir, name } => {
             let d = load_dir(txn, ex, *dir)?;
-            if !may(cred, &d.attrs, 1) {
+            if !may_node(txn, cred, &d, 1) {
                 return Err(FsError::Access);
             }
             if name == "." || name == ".." {
@@ -474,7 +534,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         Op::SetEas { obj, eas } => {
             let mut n = get_node(txn, resolve(ex, *obj)?)?;
             let owner = cred.uid == 0 || cred.uid == n.attrs.uid;
-            if !owner && !may(cred, &n.attrs, 2) {
+            if !owner && !may_node(txn, cred, &n, 2) {
                 return Err(FsError::Access);
             }
             let id = n.attrs.id;
@@ -526,7 +586,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         Op::SetXattr { obj, name, value, how } => {
             let mut n = get_node(txn, resolve(ex, *obj)?)?;
             let owner = cred.uid == 0 || cred.uid == n.attrs.uid;
-            if !owner && !may(cred, &n.attrs, 2) {
+            if !owner && !may_node(txn, cred, &n, 2) {
                 return Err(FsError::Access);
             }
             // RFC 8276 8.4.2: names are component4s; the store's bounds
@@ -567,7 +627,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 FileType::Directory => return Err(FsError::IsDir),
                 _ => return Err(FsError::Invalid),
             }
-            if !may(cred, &n.attrs, 2) && cred.uid != n.attrs.uid {
+            if !may_node(txn, cred, &n, 2) && cred.uid != n.attrs.uid {
                 return Err(FsError::Access);
             }
             let before = n.attrs.clone();
@@ -644,12 +704,12 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         }
         Op::Open { obj, access, truncate } => {
             let mut n = get_node(txn, resolve(ex, *obj)?)?;
-            check_access(cred, &n.attrs, *access)?;
+            check_access(txn, cred, &n, *access)?;
             if *truncate {
                 if n.attrs.ftype != FileType::Regular {
                     return Err(FsError::IsDir);
                 }
-                if !may(cred, &n.attrs, 2) {
+                if !may_node(txn, cred, &n, 2) {
                     return Err(FsError::Access);
                 }
                 set_size(txn, ex, &mut n, 0)?;
@@ -674,7 +734,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 FileType::Directory => return Err(FsError::IsDir),
                 _ => return Err(FsError::Invalid),
             }
-            if !may(cred, &n.attrs, 4) && cred.uid != n.attrs.uid {
+            if !may_node(txn, cred, &n, 4) && cred.uid != n.attrs.uid {
                 return Err(FsError::Access);
             }
             let size = n.attrs.size;
@@ -712,7 +772,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 // Each share's layers hold their own nodes only.
                 return Err(FsError::CrossDevice);
             }
-            if !may(cred, &d.attrs, 3) {
+            if !may_node(txn, cred, &d, 3) {
                 return Err(FsError::Access);
             }
             if n.attrs.nlink >= LINK_MAX {
@@ -740,7 +800,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         }
         Op::ReadDir { dir, after, max_entries, with_attrs } => {
             let d = load_dir(txn, ex, *dir)?;
-            if !may(cred, &d.attrs, 4) {
+            if !may_node(txn, cred, &d, 4) {
                 return Err(FsError::Access);
             }
             let prefix = keys::edge_prefix(d.attrs.id);
@@ -781,6 +841,55 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             Ok(OpOutput::Dir { entries, eof, attrs: d.attrs })
         }
         Op::ListSnapshots { obj } => layers::list_op(txn, resolve(ex, *obj)?),
+        Op::SetAcl { obj, acl: new } => {
+            let mut n = get_node(txn, resolve(ex, *obj)?)?;
+            // WRITE_DAC (MS-SMB2 3.3.5.21.3, MS-DTYP 2.5.3.2): root, the
+            // owner, or a holder of it by the stored DACL.
+            let owner = cred.uid == 0 || cred.uid == n.attrs.uid;
+            if !owner && !acl_granted(txn, cred, &n).is_some_and(|g| g & acl::rights::WRITE_DAC != 0) {
+                return Err(FsError::Perm);
+            }
+            if n.attrs.ftype == FileType::Symlink {
+                return Err(FsError::Invalid);
+            }
+            let before = n.attrs.clone();
+            let id = n.attrs.id;
+            match new {
+                None => {
+                    if n.has_acl {
+                        txn.delete(keys::acl(id));
+                        n.has_acl = false;
+                    }
+                }
+                Some((control, bytes)) => {
+                    let a = acl::Acl::decode(bytes).map_err(|_| FsError::Invalid)?;
+                    let o = acl::Sid::unix_user(n.attrs.uid);
+                    let g = acl::Sid::unix_group(n.attrs.gid);
+                    n.attrs.mode = acl::mode_from_dacl(Some(&a), &o, &g, n.attrs.mode);
+                    let keep = acl::control::DACL_PROTECTED | acl::control::DACL_AUTO_INHERITED;
+                    put_acl(txn, id, control & keep, &a);
+                    n.has_acl = true;
+                }
+            }
+            touch(&mut n.attrs, now, false);
+            put_node(txn, &n);
+            if n.attrs.ftype == FileType::Directory {
+                // The mode changed: keep the edge's copy in step.
+                if let Some(name) = find_name(txn, n.parent, n.attrs.id) {
+                    txn.put_record(keys::edge(n.parent, &name), &edge_for(&n));
+                }
+            }
+            Ok(OpOutput::Attrs { before: Some(before), attrs: n.attrs })
+        }
+        Op::GetAcl { obj } => {
+            let n = get_node(txn, resolve(ex, *obj)?)?;
+            let acl = stored_acl(txn, &n).map(|(c, a)| {
+                let mut v = Vec::new();
+                a.encode(&mut v);
+                (c, v)
+            });
+            Ok(OpOutput::Acl { acl, attrs: n.attrs })
+        }
         Op::Allocated { obj, offset, len } => {
             let n = get_node(txn, resolve(ex, *obj)?)?;
             match n.attrs.ftype {
@@ -788,7 +897,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                 FileType::Directory => return Err(FsError::IsDir),
                 _ => return Err(FsError::Invalid),
             }
-            if !may(cred, &n.attrs, 4) && cred.uid != n.attrs.uid {
+            if !may_node(txn, cred, &n, 4) && cred.uid != n.attrs.uid {
                 return Err(FsError::Access);
             }
             let end = offset.saturating_add(*len).min(n.attrs.size);
@@ -807,7 +916,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             if s.attrs.ftype != FileType::Regular {
                 return Err(FsError::Invalid);
             }
-            if !may(cred, &s.attrs, 4) && cred.uid != s.attrs.uid {
+            if !may_node(txn, cred, &s, 4) && cred.uid != s.attrs.uid {
                 return Err(FsError::Access);
             }
             // A range past the source's end is invalid (RFC 7862 15.2.3;
@@ -838,12 +947,17 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
     }
 }
 
-fn check_access(cred: &duet_fs::Credentials, a: &Attrs, access: Access) -> Result<(), FsError> {
+pub(crate) fn check_access<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    cred: &duet_fs::Credentials,
+    n: &Node,
+    access: Access,
+) -> Result<(), FsError> {
     let want = (access.read as u32) * 4 + (access.write as u32) * 2 + (access.execute as u32);
-    if access.write && a.ftype == FileType::Directory {
+    if access.write && n.attrs.ftype == FileType::Directory {
         return Err(FsError::IsDir);
     }
-    if want != 0 && !may(cred, a, want) {
+    if want != 0 && !may_node(txn, cred, n, want) {
         return Err(FsError::Access);
     }
     Ok(())
@@ -870,7 +984,7 @@ fn create<R: KvRead + ?Sized>(
         None => None,
     };
     if let Some((real, e)) = existing {
-        if !may(cred, &d.attrs, 1) {
+        if !may_node(txn, cred, &d, 1) {
             return Err(FsError::Access);
         }
         let mut n = get_node(txn, e.child)?;
@@ -879,7 +993,7 @@ fn create<R: KvRead + ?Sized>(
             IfExists::Open => {}
             IfExists::Truncate => {
                 if n.attrs.ftype == FileType::Regular {
-                    if !may(cred, &n.attrs, 2) {
+                    if !may_node(txn, cred, &n, 2) {
                         return Err(FsError::Access);
                     }
                     set_size(txn, ex, &mut n, 0)?;
@@ -907,7 +1021,7 @@ fn create<R: KvRead + ?Sized>(
         }
         return Ok(OpOutput::Object { attrs: n.attrs, created: false, dir_before: None, dir_after: None });
     }
-    if !may(cred, &d.attrs, 3) {
+    if !may_node(txn, cred, &d, 3) {
         return Err(FsError::Access);
     }
     let ftype = kind.file_type();
@@ -959,7 +1073,23 @@ fn create<R: KvRead + ?Sized>(
     if let Some(a) = set.alloc_size {
         attrs.alloc_size = a & !duet_fs::ALLOC_TRUNCATES;
     }
-    let mut n = Node { attrs, parent: d.attrs.id, target, chunked: false, may_have_eas: false, zone: d.zone };
+    let mut n = Node { attrs, parent: d.attrs.id, target, chunked: false, may_have_eas: false, zone: d.zone, has_acl: false };
+    // Inheritance on create (MS-DTYP 2.5.3.4.2): a parent DACL with
+    // inheritable ACEs gives the child its inherited DACL, owned by the
+    // creator; the mode follows it (RFC 8881 6.4.3).
+    if let Some((control, pacl)) = stored_acl(txn, &d) {
+        let owner = acl::Sid::unix_user(n.attrs.uid);
+        let group = acl::Sid::unix_group(n.attrs.gid);
+        let is_dir = ftype == FileType::Directory;
+        if ftype != FileType::Symlink {
+            if let Ok(Some(child)) = acl::inherit(&pacl, is_dir, &owner, &group) {
+                let ctl = if control & acl::control::DACL_AUTO_INHERITED != 0 { acl::control::DACL_AUTO_INHERITED } else { 0 };
+                n.attrs.mode = acl::mode_from_dacl(Some(&child), &owner, &group, n.attrs.mode);
+                put_acl(txn, n.attrs.id, ctl, &child);
+                n.has_acl = true;
+            }
+        }
+    }
     if let (Some(size), FileType::Regular) = (set.size, ftype) {
         if size > 0 {
             set_size(txn, ex, &mut n, size)?;
@@ -986,7 +1116,7 @@ fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: Obj
         return Ok(OpOutput::Attrs { before: Some(before), attrs: n.attrs });
     }
     let owner = cred.uid == 0 || cred.uid == n.attrs.uid;
-    let writable = may(&cred, &n.attrs, 2);
+    let writable = may_node(txn, &cred, &n, 2);
     if let Some(uid) = s.uid {
         if cred.uid != 0 && uid != n.attrs.uid {
             return Err(FsError::Perm);
@@ -1029,6 +1159,14 @@ fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: Obj
     }
     if let Some(m) = s.mode {
         n.attrs.mode = m & 0o7777;
+        // A chmod replaces a stored DACL by the mode's (RFC 8881 6.4.1.1
+        // lets the server rewrite the ACL from the mode; duet keeps no
+        // ACEs beyond what the mode says): the DACL is dropped and access
+        // goes back to the bits just set.
+        if n.has_acl {
+            txn.delete(keys::acl(n.attrs.id));
+            n.has_acl = false;
+        }
     }
     if let Some(u) = s.uid {
         if u != n.attrs.uid {
@@ -1272,10 +1410,10 @@ fn clone<R: KvRead + ?Sized>(
             _ => return Err(FsError::Invalid),
         }
     }
-    if !may(&cred, &s.attrs, 4) && cred.uid != s.attrs.uid {
+    if !may_node(txn, &cred, &s, 4) && cred.uid != s.attrs.uid {
         return Err(FsError::Access);
     }
-    if !may(&cred, &d.attrs, 2) && cred.uid != d.attrs.uid {
+    if !may_node(txn, &cred, &d, 2) && cred.uid != d.attrs.uid {
         return Err(FsError::Access);
     }
     // RFC 7862 15.13.3 / MS-FSA 2.1.5.10.8: the source range must lie in
@@ -1491,7 +1629,7 @@ fn write<R: KvRead + ?Sized>(
         FileType::Directory => return Err(FsError::IsDir),
         _ => return Err(FsError::Invalid),
     }
-    if !may(&cred, &n.attrs, 2) && cred.uid != n.attrs.uid {
+    if !may_node(txn, &cred, &n, 2) && cred.uid != n.attrs.uid {
         return Err(FsError::Access);
     }
     let before = n.attrs.clone();
@@ -1561,6 +1699,9 @@ fn unlink_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, mut 
     let id = n.attrs.id;
     txn.delete(keys::node(id));
     txn.delete(keys::data(id));
+    if n.has_acl {
+        txn.delete(keys::acl(id));
+    }
     clone::gone(txn, id);
     streams::drop_all(txn, ex, id);
     if n.may_have_eas {
@@ -1597,7 +1738,7 @@ fn remove<R: KvRead + ?Sized>(
     let now = ex.batch.now_ns;
     let mut d = load_dir(txn, ex, dir)?;
     check_name(name)?;
-    if !may(&cred, &d.attrs, 3) {
+    if !may_node(txn, &cred, &d, 3) {
         return Err(FsError::Access);
     }
     let e = get_edge(txn, d.attrs.id, name).ok_or(FsError::NotFound)?;
@@ -1731,7 +1872,7 @@ fn rename<R: KvRead + ?Sized>(
     check_name(dst_name)?;
     let sd = load_dir(txn, ex, src_dir)?;
     let dd = load_dir(txn, ex, dst_dir)?;
-    if !may(&cred, &sd.attrs, 3) || !may(&cred, &dd.attrs, 3) {
+    if !may_node(txn, &cred, &sd, 3) || !may_node(txn, &cred, &dd, 3) {
         return Err(FsError::Access);
     }
     let se = get_edge(txn, sd.attrs.id, src_name).ok_or(FsError::NotFound)?;

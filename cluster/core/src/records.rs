@@ -25,8 +25,24 @@ pub struct Node {
     /// zone (nodes stored before layers existed, and the namespace above
     /// the shares). Renames and links across zones are refused
     /// (`CrossDevice`), so a zone's subtree never holds another zone's
-    /// nodes. Appended last: older node records are a prefix.
+    /// nodes. Appended: older node records are a prefix.
     pub zone: NodeId,
+    /// The node has a stored DACL (`A` id record, issue 17): access checks
+    /// read it and evaluate it (MS-DTYP 2.5.3.2) instead of the mode bits.
+    /// False: no record, no extra read. Appended last: nodes stored before
+    /// it decode as false ([`Node::decode`]).
+    pub has_acl: bool,
+}
+
+/// A node record as versions before `has_acl` stored it.
+#[derive(Deserialize)]
+struct NodeV3 {
+    attrs: Attrs,
+    parent: NodeId,
+    target: Option<String>,
+    chunked: bool,
+    may_have_eas: bool,
+    zone: NodeId,
 }
 
 /// A node record as versions before `zone` stored it.
@@ -56,11 +72,14 @@ impl Node {
         if let Some(n) = decode::<Node>(b) {
             return Some(n);
         }
+        if let Some(NodeV3 { attrs, parent, target, chunked, may_have_eas, zone }) = decode(b) {
+            return Some(Node { attrs, parent, target, chunked, may_have_eas, zone, has_acl: false });
+        }
         if let Some(NodeV2 { attrs, parent, target, chunked, may_have_eas }) = decode(b) {
-            return Some(Node { attrs, parent, target, chunked, may_have_eas, zone: 0 });
+            return Some(Node { attrs, parent, target, chunked, may_have_eas, zone: 0, has_acl: false });
         }
         let NodeV1 { attrs, parent, target, chunked } = decode(b)?;
-        Some(Node { attrs, parent, target, chunked, may_have_eas: true, zone: 0 })
+        Some(Node { attrs, parent, target, chunked, may_have_eas: true, zone: 0, has_acl: false })
     }
 }
 
@@ -71,6 +90,10 @@ pub struct Edge {
     pub child: NodeId,
     pub ftype: FileType,
     /// For directories: mode, uid and gid, kept equal to the child node's.
+    /// No permission check reads it (every check, traverse included,
+    /// reads the node, so a directory's stored DACL is never bypassed);
+    /// a check that used it would have to read the node when it has a
+    /// DACL (`Node::has_acl`).
     pub dir_perm: Option<(u32, u32, u32)>,
 }
 

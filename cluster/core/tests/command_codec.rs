@@ -232,7 +232,9 @@ impl Gen {
             },
             24 => Op::ListStreams { obj: self.obj() },
             25 => Op::RemoveStream { obj: self.obj(), name: self.string() },
-            _ => Op::RenameStream { obj: self.obj(), name: self.string(), new_name: self.string(), replace: self.bool() },
+            26 => Op::RenameStream { obj: self.obj(), name: self.string(), new_name: self.string(), replace: self.bool() },
+            27 => Op::SetAcl { obj: self.obj(), acl: self.bool().then(|| (self.u32() as u16, self.bytes())) },
+            _ => Op::GetAcl { obj: self.obj() },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -306,7 +308,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 27;
+const OP_VARIANTS: u64 = 29;
 const COMMAND_VARIANTS: u64 = 12;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
@@ -381,6 +383,8 @@ fn every_command_and_op_variant_round_trips() {
             Op::ListStreams { .. } => 24,
             Op::RemoveStream { .. } => 25,
             Op::RenameStream { .. } => 26,
+            Op::SetAcl { .. } => 27,
+            Op::GetAcl { .. } => 28,
         };
         assert_eq!(n, which);
     }

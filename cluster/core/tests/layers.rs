@@ -248,6 +248,7 @@ fn a_snapshot_keeps_its_view_while_the_share_changes() {
         },
         Op::Link { obj: ObjRef::Id(sbig.id), dir: ObjRef::Id(root), name: "l".into() },
         Op::ZeroRange { obj: ObjRef::Id(sbig.id), offset: 0, len: 10 },
+        Op::SetAcl { obj: ObjRef::Id(sbig.id), acl: None },
         Op::Create {
             dir: ObjRef::Id(view::id(0, root)),
             name: "s9".into(),
@@ -257,6 +258,12 @@ fn a_snapshot_keeps_its_view_while_the_share_changes() {
         },
     ] {
         assert_eq!(run(&mut kv, vec![op.clone()])[0], Err(FsError::ReadOnly), "{op:?}");
+    }
+    // A snapshot object answers GetAcl (NFS ACCESS, SMB QUERY_INFO
+    // security) with no stored DACL: its mode decides.
+    match &run(&mut kv, vec![Op::GetAcl { obj: ObjRef::Id(sbig.id) }])[0] {
+        Ok(OpOutput::Acl { acl: None, attrs }) => assert_eq!(attrs.id, sbig.id),
+        other => panic!("{other:?}"),
     }
     // Reading still works after the refusals, and nothing changed.
     let r = run(&mut kv, vec![Op::Open { obj: ObjRef::Id(sbig.id), access: Access { read: true, ..Default::default() }, truncate: false }]);

@@ -31,7 +31,7 @@ use duet_fs::{
     SetAttrs, SetTime, WriteData,
 };
 
-use super::attr::{access_bits, fattr3, rdev_of, sattr3, time3, wcc_attr};
+use super::attr::{fattr3, rdev_of, sattr3, time3, wcc_attr};
 use super::breaks::{any_grants, break_found, break_node, BreakKind};
 use super::cookies::{make_cookie, Resume, MAX_POSITION};
 use super::errors::nfs3_status;
@@ -320,7 +320,8 @@ fn build(
             Kind::Lookup
         }
         A::Access(a) => {
-            b.push(Op::GetAttr { obj });
+            // With the stored DACL, if any (issue 17).
+            b.push(Op::GetAcl { obj });
             Kind::Access(a.access)
         }
         A::ReadLink(_) => {
@@ -776,10 +777,14 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>, now:
             }
         }
         Kind::Access(req) => {
+            let dacl_of = |r: Option<&OpResult>| match r {
+                Some(Ok(OpOutput::Acl { acl: Some((_, b)), .. })) => duet_fs::acl::Acl::decode(b).ok(),
+                _ => None,
+            };
             let v: Access3Res = match r0.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs()) {
                 Some(a) => Nfs3Res::Ok(Access3ResOk {
                     obj_attributes: Some(fattr3(a, fsid)),
-                    access: access_bits(&p.cred, a, req, p.read_only),
+                    access: super::attr::access_bits_with_acl(&p.cred, a, dacl_of(r0), req, p.read_only),
                 }),
                 None => Nfs3Res::Fail(err_of(r0).unwrap_or(Nfsstat3::SERVERFAULT), None),
             };

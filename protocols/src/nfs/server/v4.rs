@@ -1106,7 +1106,8 @@ fn op_access(c: &mut Compound, a: &Access4Args, b: &mut Batch) -> Result<Flow, N
         Fh::Obj { fsid, .. } => {
             let ro = c.export(fsid).is_some_and(|e| e.read_only);
             let (_, obj) = c.obj()?;
-            b.push(Op::GetAttr { obj });
+            // With the stored DACL, if any (issue 17).
+            b.push(Op::GetAcl { obj });
             c.steps.push(Step::Access {
                 op: b.ops.len() - 1,
                 req: a.access,
@@ -2535,7 +2536,11 @@ fn finish_access(
         opnum::ACCESS,
         attrs_of(results, op).map(|a| {
             let cred = c.cred.clone();
-            let mut granted = attr::access_bits(&cred, a, req, ro);
+            let dacl = match results.get(op) {
+                Some(Ok(OpOutput::Acl { acl: Some((_, b)), .. })) => duet_fs::acl::Acl::decode(b).ok(),
+                _ => None,
+            };
+            let mut granted = attr::access_bits_with_acl(&cred, a, dacl, req, ro);
             // Extended attributes (RFC 8276 8.4.5): reading and listing
             // with read permission, writing with write permission.
             let p = attr::perm_bits(&cred, a);

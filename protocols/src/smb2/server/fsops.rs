@@ -14,7 +14,7 @@ use super::conn::{done, error_body, ok, text, Connection, FramePlan, Open, Plan,
 use super::sharemode::{path_key, share};
 use super::info::{
     access, extra_status, from_filetime, fs_status, has_wildcards, maximal_access, pattern_match,
-    posix_from_security_descriptor, security_descriptor, short_name, to_filetime,
+    posix_from_security_descriptor, security_descriptor, short_name, stored_security_descriptor, to_filetime,
 };
 use crate::smb2::close::{CloseRequest, CloseResponse};
 use crate::smb2::create::{
@@ -124,6 +124,9 @@ pub struct CreatePlan {
     share_access: u32,
     /// SetEas of the CREATE's EA buffer, if any.
     ea_op: Option<usize>,
+    /// GetAcl of the opened object: a stored DACL decides the access
+    /// granted (issue 17).
+    acl_op: Option<usize>,
     /// GetAttr of the share root, when a name directly in it is opened
     /// for DELETE (its permission check needs the root's attributes).
     root_attrs_op: Option<usize>,
@@ -954,6 +957,7 @@ impl Connection {
         // it creates or overwrites (OPEN leaves the file's EAs alone).
         let ea_op = (!eas.is_empty() && d != disp::OPEN)
             .then(|| fp.push(Op::SetEas { obj, eas: eas.clone() }));
+        let acl_op = Some(fp.push(Op::GetAcl { obj }));
         let granted = if desired & access::MAXIMUM_ALLOWED != 0 {
             access::FILE_ALL_ACCESS
         } else {
@@ -997,6 +1001,7 @@ impl Connection {
             data,
             share_access: req.share_access,
             ea_op,
+            acl_op,
             root_attrs_op,
             oplock: req.requested_oplock_level,
             lease,
@@ -1056,6 +1061,7 @@ impl Connection {
             data: false,
             share_access: 0,
             ea_op: None,
+            acl_op: None,
             root_attrs_op: None,
             oplock: o.oplock,
             lease: None,
@@ -1168,10 +1174,40 @@ impl Connection {
             .get(&cp.session_id)
             .map(|s| s.cred.clone())
             .ok_or(NtStatus::USER_SESSION_DELETED)?;
-        let maximal = if created {
-            access::FILE_ALL_ACCESS
-        } else {
-            maximal_access(&cred, &attrs, cp.read_only)
+        let stored = match cp.acl_op.and_then(|i| results.get(i)) {
+            Some(Ok(OpOutput::Acl { acl: Some((_, b)), .. })) => duet_fs::acl::Acl::decode(b).ok(),
+            _ => None,
+        };
+        let maximal = match stored {
+            // The creator of an object gets the access it asked for
+            // (MS-FSA 2.1.5.1.1), whatever DACL it inherited.
+            _ if created => access::FILE_ALL_ACCESS,
+            // A stored DACL decides (MS-DTYP 2.5.3.2 AccessCheck; the
+            // owner always holds READ_CONTROL and WRITE_DAC); root keeps
+            // its bypass, a read-only share its limit.
+            Some(dacl) if cred.uid != 0 => {
+                let token = duet_fs::acl::Token::unix(cred.uid, cred.gid, &cred.groups);
+                let owner = duet_fs::acl::Sid::unix_user(attrs.uid);
+                let mut m = duet_fs::acl::granted(&token, Some(&owner), Some(&dacl));
+                // What the parent grants (MS-FSA 2.1.5.1.2.1): listing it
+                // (here: having looked the name up in it) gives
+                // FILE_READ_ATTRIBUTES, deleting its children (POSIX: write
+                // and search on it) gives DELETE.
+                m |= access::FILE_READ_ATTRIBUTES;
+                let parent = if cp.final_op > cp.first_op {
+                    result_attrs(results, cp.final_op - 1).ok()
+                } else {
+                    cp.root_attrs_op.and_then(|i| result_attrs(results, i).ok())
+                };
+                if parent.is_some_and(|p| super::info::mode_bits(&cred, p) & 3 == 3) {
+                    m |= access::DELETE;
+                }
+                if cp.read_only {
+                    m &= !access::WRITE_BITS;
+                }
+                m
+            }
+            _ => maximal_access(&cred, &attrs, cp.read_only),
         };
         let desired = access::expand(cp.desired);
         let wanted = desired & !access::MAXIMUM_ALLOWED;
@@ -2320,7 +2356,8 @@ impl Connection {
                 if v.granted & access::READ_CONTROL == 0 {
                     return done(NtStatus::ACCESS_DENIED);
                 }
-                Some(fp.push(Op::GetAttr { obj: v.obj }))
+                // The stored DACL, if any, with the attributes (issue 17).
+                Some(fp.push(Op::GetAcl { obj: v.obj }))
             }
             info_type::FILESYSTEM => Some(fp.push(Op::GetAttr {
                 obj: ObjRef::Id(root),
@@ -2624,8 +2661,9 @@ impl Connection {
 
     // ---- SET_INFO ------------------------------------------------------
 
-    /// SET_INFO of a security descriptor (MS-SMB2 3.3.5.21.3), kept as the
-    /// POSIX owner, group and mode it maps to.
+    /// SET_INFO of a security descriptor (MS-SMB2 3.3.5.21.3): owner and
+    /// group kept as the POSIX uid and gid they map to, the DACL stored
+    /// with the node (`Op::SetAcl`, which sets the mode from it).
     fn plan_set_security(
         &mut self,
         fp: &mut FramePlan,
@@ -2654,6 +2692,36 @@ impl Connection {
             Ok(p) => p,
             Err(st) => return done(st),
         };
+        // The DACL itself is stored (issue 17) and decides access for both
+        // protocols; the strict decoder refuses a malformed descriptor
+        // (MS-DTYP 2.4.6). A NULL DACL (present, no ACL) grants everyone
+        // everything: kept as mode 0777 without a stored DACL.
+        let dacl = if addl & secinfo::DACL != 0 {
+            let sd = match duet_fs::acl::SecurityDescriptor::decode(s.buffer) {
+                Ok(sd) => sd,
+                Err(_) => return done(NtStatus::INVALID_PARAMETER),
+            };
+            match (sd.control & duet_fs::acl::control::DACL_PRESENT != 0, sd.dacl) {
+                (true, Some(mut a)) => {
+                    // Generic rights in an ACE that applies to the object
+                    // are stored mapped to the file rights they stand for
+                    // (MS-DTYP 2.5.3.1.1, as Windows stores them; smbtorture
+                    // smb2.acls.CREATOR reads them back so); an inherit-only
+                    // ACE keeps them for its children.
+                    for ace in &mut a.aces {
+                        if ace.flags & duet_fs::acl::ace_flags::INHERIT_ONLY == 0 {
+                            ace.mask = duet_fs::acl::rights::map_generic(ace.mask);
+                        }
+                    }
+                    let mut b = Vec::new();
+                    a.encode(&mut b);
+                    Some((sd.control, b))
+                }
+                _ => None,
+            }
+        } else {
+            None
+        };
         // Only root gives a file away; naming oneself owner changes nothing.
         let uid = p.uid.filter(|u| cred.uid == 0 || *u != cred.uid);
         if uid.is_some() && cred.uid != 0 {
@@ -2661,17 +2729,22 @@ impl Connection {
         }
         let gid = p.gid.filter(|_| cred.uid == 0);
         let attrs = SetAttrs {
-            mode: p.mode,
+            // With a stored DACL the mode follows it (Op::SetAcl); a mode
+            // set here would drop it again.
+            mode: if dacl.is_some() { None } else { p.mode },
             uid,
             gid,
             ..Default::default()
         };
-        let op = (!attrs.is_empty()).then(|| {
+        let mut op = (!attrs.is_empty()).then(|| {
             fp.push(Op::SetAttr {
                 obj: v.obj,
                 attrs,
             })
         });
+        if let Some(acl) = dacl {
+            op = Some(fp.push(Op::SetAcl { obj: v.obj, acl: Some(acl) }));
+        }
         Plan::Fs(FsPlan::SetInfo {
             target: t,
             op,
@@ -3313,7 +3386,14 @@ impl Connection {
                     }
                     info_type::FILESYSTEM => self.fs_info(&attrs, &share, class)?,
                     info_type::SECURITY => {
-                        let sd = security_descriptor(&attrs, addl);
+                        let stored = match op.and_then(|i| results.get(i)) {
+                            Some(Ok(OpOutput::Acl { acl, .. })) => acl.clone(),
+                            _ => None,
+                        };
+                        let sd = match stored {
+                            Some((control, dacl)) => stored_security_descriptor(&attrs, addl, control, &dacl),
+                            None => security_descriptor(&attrs, addl),
+                        };
                         if sd.len() > out_len as usize {
                             let need = (sd.len() as u32).to_le_bytes();
                             let mut b = Vec::new();

@@ -408,6 +408,31 @@ pub fn posix_from_security_descriptor(
     Ok(out)
 }
 
+/// The self-relative descriptor of a node with a stored DACL (issue 17):
+/// owner S-1-22-1-uid and group S-1-22-2-gid as [`security_descriptor`],
+/// the stored DACL and its control bits (DACL_PROTECTED,
+/// DACL_AUTO_INHERITED). Only the parts `info` asks for are present; an
+/// unreadable stored DACL falls back to the mode's.
+pub fn stored_security_descriptor(a: &Attrs, info: u32, control: u16, dacl: &[u8]) -> Vec<u8> {
+    use duet_fs::acl::{Acl, SecurityDescriptor, Sid};
+    let Ok(acl) = Acl::decode(dacl) else {
+        return security_descriptor(a, info);
+    };
+    let mut sd = SecurityDescriptor::default();
+    if info & secinfo::OWNER != 0 {
+        sd.owner = Some(Sid::unix_user(a.uid));
+    }
+    if info & secinfo::GROUP != 0 {
+        sd.group = Some(Sid::unix_group(a.gid));
+    }
+    if info & secinfo::DACL != 0 {
+        use duet_fs::acl::control::*;
+        sd.control = control & (DACL_PROTECTED | DACL_AUTO_INHERITED);
+        sd.dacl = Some(acl);
+    }
+    sd.encode()
+}
+
 /// A self-relative SECURITY_DESCRIPTOR (MS-DTYP 2.4.6) for `a`: owner
 /// S-1-22-1-uid, group S-1-22-2-gid, and a DACL of three allow ACEs
 /// (owner, group, Everyone) from the mode bits. Only the parts `info`

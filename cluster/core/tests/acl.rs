@@ -1,0 +1,306 @@
+//! Stored DACLs (issue 17): `Op::SetAcl` stores one next to the node and
+//! sets the mode from it (RFC 8881 6.4), the state machine's access checks
+//! evaluate it (MS-DTYP 2.5.3.2) for every protocol, a new object inherits
+//! from its directory's (MS-DTYP 2.5.3.4.2), a chmod drops it, and node
+//! records stored before the flag existed still read.
+
+use std::collections::BTreeMap;
+
+use duet_cluster::kv::Txn;
+use duet_cluster::machine::{apply, execute};
+use duet_cluster::records::{encode, Command, Node};
+use duet_cluster::{fsck, keys};
+use duet_fs::acl::{ace_flags, rights, Ace, Acl, Sid};
+use duet_fs::{
+    Access, Attrs, Batch, CreateKind, Credentials, FsError, IfExists, NodeId, ObjRef, Op, OpOutput, OpResult, SetAttrs,
+    ROOT_ID,
+};
+use serde::{Deserialize, Serialize};
+
+type Kv = BTreeMap<Vec<u8>, Vec<u8>>;
+
+const OWNER: u32 = 1000;
+const GROUP: u32 = 100;
+const OTHER: u32 = 2000;
+
+fn run_as(kv: &mut Kv, cred: Credentials, ops: Vec<Op>) -> Vec<OpResult> {
+    let mut b = Batch::new(cred, 1_000);
+    b.ops = ops;
+    let (results, writes) = {
+        let mut t = Txn::new(&*kv);
+        let out = execute(&mut t, &b);
+        (out.results, t.into_writes())
+    };
+    for (k, v) in writes {
+        match v {
+            Some(v) => kv.insert(k, v),
+            None => kv.remove(&k),
+        };
+    }
+    results
+}
+
+fn init() -> Kv {
+    let mut kv = Kv::new();
+    let writes = {
+        let mut t = Txn::new(&kv);
+        apply(&mut t, &Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] });
+        t.into_writes()
+    };
+    for (k, v) in writes {
+        if let Some(v) = v {
+            kv.insert(k, v);
+        }
+    }
+    kv
+}
+
+fn owner() -> Credentials {
+    Credentials::user(OWNER, GROUP)
+}
+
+fn other() -> Credentials {
+    Credentials::user(OTHER, 200)
+}
+
+/// Creates `name` in `dir` as `cred` with `mode`.
+fn create(kv: &mut Kv, cred: Credentials, dir: NodeId, name: &str, kind: CreateKind, mode: u32) -> NodeId {
+    let r = run_as(
+        kv,
+        cred,
+        vec![Op::Create {
+            dir: ObjRef::Id(dir),
+            name: name.into(),
+            kind,
+            attrs: SetAttrs { mode: Some(mode), ..Default::default() },
+            if_exists: IfExists::Fail,
+        }],
+    );
+    r[0].as_ref().unwrap().attrs().unwrap().id
+}
+
+/// A directory `d` (0777, root's) with a file and a directory of OWNER's.
+fn tree(kv: &mut Kv) -> NodeId {
+    let d = create(kv, Credentials::root(), ROOT_ID, "d", CreateKind::Directory, 0o777);
+    let r = run_as(kv, Credentials::root(), vec![Op::SetAttr { obj: ObjRef::Id(ROOT_ID), attrs: SetAttrs { mode: Some(0o755), ..Default::default() } }]);
+    assert!(r[0].is_ok());
+    d
+}
+
+fn node(kv: &Kv, id: NodeId) -> Node {
+    Node::decode(&kv[&keys::node(id)]).unwrap()
+}
+
+fn set_acl(kv: &mut Kv, cred: Credentials, id: NodeId, control: u16, acl: Option<&Acl>) -> OpResult {
+    let acl = acl.map(|a| {
+        let mut v = Vec::new();
+        a.encode(&mut v);
+        (control, v)
+    });
+    run_as(kv, cred, vec![Op::SetAcl { obj: ObjRef::Id(id), acl }]).remove(0)
+}
+
+fn get_acl(kv: &mut Kv, id: NodeId) -> Option<(u16, Acl)> {
+    match run_as(kv, Credentials::root(), vec![Op::GetAcl { obj: ObjRef::Id(id) }]).remove(0) {
+        Ok(OpOutput::Acl { acl, .. }) => acl.map(|(c, b)| (c, Acl::decode(&b).unwrap())),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn open(kv: &mut Kv, cred: Credentials, id: NodeId, read: bool, write: bool) -> Result<(), FsError> {
+    let access = Access { read, write, execute: false };
+    run_as(kv, cred, vec![Op::Open { obj: ObjRef::Id(id), access, truncate: false }]).remove(0).map(|_| ())
+}
+
+fn lookup(kv: &mut Kv, cred: Credentials, dir: NodeId, name: &str) -> Result<(), FsError> {
+    run_as(kv, cred, vec![Op::Lookup { dir: ObjRef::Id(dir), name: name.into() }]).remove(0).map(|_| ())
+}
+
+#[test]
+fn a_deny_ace_refuses_what_the_mode_would_allow() {
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let f = create(&mut kv, owner(), d, "f", CreateKind::File, 0o666);
+    // The mode lets anyone read and write.
+    assert_eq!(open(&mut kv, other(), f, true, true), Ok(()));
+    assert!(!node(&kv, f).has_acl, "a new node has no DACL");
+
+    // Deny OTHER writing; allow everyone read and write.
+    let acl = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(OTHER), rights::WRITE_DATA | rights::APPEND_DATA, 0),
+            Ace::allow(Sid::everyone(), rights::FILE_GENERIC_READ | rights::FILE_GENERIC_WRITE, 0),
+        ],
+    };
+    // Not the owner: refused (WRITE_DAC).
+    assert_eq!(set_acl(&mut kv, other(), f, 0, Some(&acl)), Err(FsError::Perm));
+    assert!(!node(&kv, f).has_acl);
+    assert!(set_acl(&mut kv, owner(), f, 0x1000 | 0x8000, Some(&acl)).is_ok());
+    let n = node(&kv, f);
+    assert!(n.has_acl);
+    // The mode follows the DACL (rw for everyone) and the special bits stay.
+    assert_eq!(n.attrs.mode, 0o666);
+    assert_eq!(get_acl(&mut kv, f), Some((0x1000, acl.clone())), "control kept to PROTECTED/AUTO_INHERITED");
+
+    assert_eq!(open(&mut kv, other(), f, true, false), Ok(()));
+    assert_eq!(open(&mut kv, other(), f, false, true), Err(FsError::Access));
+    assert_eq!(open(&mut kv, Credentials::user(3000, 300), f, true, true), Ok(()));
+    // SetAttr size (NFS SETATTR, SMB end of file) is a write too.
+    let r = run_as(&mut kv, other(), vec![Op::SetAttr { obj: ObjRef::Id(f), attrs: SetAttrs { size: Some(1), ..Default::default() } }]);
+    assert_eq!(r[0], Err(FsError::Access));
+    // Root keeps its bypass.
+    assert_eq!(open(&mut kv, Credentials::root(), f, true, true), Ok(()));
+    // A group SID of the caller is matched as well.
+    let by_group = Acl { aces: vec![Ace::deny(Sid::unix_group(300), rights::READ_DATA, 0), Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)] };
+    assert!(set_acl(&mut kv, owner(), f, 0, Some(&by_group)).is_ok());
+    let mut c = Credentials::user(3000, 1);
+    c.groups = vec![300];
+    assert_eq!(open(&mut kv, c, f, true, false), Err(FsError::Access));
+    assert_eq!(open(&mut kv, other(), f, true, false), Ok(()));
+    assert!(fsck::check(&kv, &[]).problems.is_empty(), "{:?}", fsck::check(&kv, &[]).problems);
+}
+
+#[test]
+fn a_directory_dacl_decides_traverse_and_adding_entries() {
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let sub = create(&mut kv, owner(), d, "sub", CreateKind::Directory, 0o777);
+    create(&mut kv, owner(), sub, "inner", CreateKind::File, 0o666);
+    assert_eq!(lookup(&mut kv, other(), sub, "inner"), Ok(()));
+    // OTHER may not traverse nor add files; everyone else may everything.
+    let acl = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(OTHER), rights::EXECUTE | rights::WRITE_DATA, 0),
+            Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    assert!(set_acl(&mut kv, owner(), sub, 0, Some(&acl)).is_ok());
+    assert_eq!(lookup(&mut kv, other(), sub, "inner"), Err(FsError::Access));
+    assert_eq!(lookup(&mut kv, Credentials::user(3000, 300), sub, "inner"), Ok(()));
+    let r = run_as(
+        &mut kv,
+        other(),
+        vec![Op::Create {
+            dir: ObjRef::Id(sub),
+            name: "new".into(),
+            kind: CreateKind::File,
+            attrs: SetAttrs::default(),
+            if_exists: IfExists::Fail,
+        }],
+    );
+    assert_eq!(r[0].as_ref().err(), Some(&FsError::Access));
+    // The edge's copy of the mode follows the mode the DACL set.
+    let e: duet_cluster::records::Edge = duet_cluster::records::decode(&kv[&keys::edge(d, "sub")]).unwrap();
+    assert_eq!(e.dir_perm.map(|p| p.0), Some(node(&kv, sub).attrs.mode));
+}
+
+#[test]
+fn new_objects_inherit_the_directory_dacl() {
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let sub = create(&mut kv, owner(), d, "sub", CreateKind::Directory, 0o777);
+    let inh = ace_flags::OBJECT_INHERIT | ace_flags::CONTAINER_INHERIT;
+    let acl = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(OTHER), rights::READ_DATA, inh),
+            Ace::allow(Sid::creator_owner(), rights::FILE_ALL_ACCESS, inh),
+            Ace::allow(Sid::everyone(), rights::FILE_GENERIC_READ | rights::FILE_GENERIC_EXECUTE | rights::WRITE_DATA, inh),
+        ],
+    };
+    assert!(set_acl(&mut kv, owner(), sub, 0x0400, Some(&acl)).is_ok());
+    let f = create(&mut kv, Credentials::user(3000, 300), sub, "f", CreateKind::File, 0o600);
+    let n = node(&kv, f);
+    assert!(n.has_acl, "the file inherited a DACL");
+    let (control, got) = get_acl(&mut kv, f).unwrap();
+    assert_eq!(control, 0x0400, "AUTO_INHERITED carried");
+    let inherited = ace_flags::INHERITED;
+    assert_eq!(
+        got.aces,
+        vec![
+            Ace::deny(Sid::unix_user(OTHER), rights::READ_DATA, inherited),
+            Ace::allow(Sid::unix_user(3000), rights::FILE_ALL_ACCESS, inherited),
+            Ace::allow(Sid::everyone(), rights::FILE_GENERIC_READ | rights::FILE_GENERIC_EXECUTE | rights::WRITE_DATA, inherited),
+        ]
+    );
+    // The inherited DACL, not the 0600 asked for, decides.
+    assert_eq!(open(&mut kv, other(), f, true, false), Err(FsError::Access));
+    assert_eq!(open(&mut kv, Credentials::user(4000, 400), f, true, true), Ok(()));
+    assert_eq!(n.attrs.mode & 0o777, 0o777, "mode from the inherited DACL, not the 0600 asked for");
+    // A subdirectory inherits too, and passes it on.
+    let s2 = create(&mut kv, owner(), sub, "s2", CreateKind::Directory, 0o700);
+    assert!(node(&kv, s2).has_acl);
+    let g = create(&mut kv, owner(), s2, "g", CreateKind::File, 0o600);
+    assert_eq!(open(&mut kv, other(), g, true, false), Err(FsError::Access));
+    // A directory without inheritable ACEs passes nothing on.
+    let plain = create(&mut kv, owner(), d, "plain", CreateKind::Directory, 0o777);
+    let flat = Acl { aces: vec![Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)] };
+    assert!(set_acl(&mut kv, owner(), plain, 0, Some(&flat)).is_ok());
+    let h = create(&mut kv, owner(), plain, "h", CreateKind::File, 0o644);
+    assert!(!node(&kv, h).has_acl);
+    assert!(fsck::check(&kv, &[]).problems.is_empty(), "{:?}", fsck::check(&kv, &[]).problems);
+}
+
+#[test]
+fn chmod_drops_the_dacl_and_remove_deletes_it() {
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let f = create(&mut kv, owner(), d, "f", CreateKind::File, 0o666);
+    let acl = Acl { aces: vec![Ace::deny(Sid::unix_user(OTHER), rights::READ_DATA, 0), Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)] };
+    assert!(set_acl(&mut kv, owner(), f, 0, Some(&acl)).is_ok());
+    assert_eq!(open(&mut kv, other(), f, true, false), Err(FsError::Access));
+    let r = run_as(&mut kv, owner(), vec![Op::SetAttr { obj: ObjRef::Id(f), attrs: SetAttrs { mode: Some(0o644), ..Default::default() } }]);
+    assert!(r[0].is_ok());
+    assert!(!node(&kv, f).has_acl);
+    assert!(!kv.contains_key(&keys::acl(f)));
+    assert_eq!(get_acl(&mut kv, f), None);
+    assert_eq!(open(&mut kv, other(), f, true, false), Ok(()), "the mode decides again");
+    assert_eq!(open(&mut kv, other(), f, false, true), Err(FsError::Access));
+    // SetAcl None drops it too.
+    assert!(set_acl(&mut kv, owner(), f, 0, Some(&acl)).is_ok());
+    assert!(set_acl(&mut kv, owner(), f, 0, None).is_ok());
+    assert!(!node(&kv, f).has_acl && !kv.contains_key(&keys::acl(f)));
+    // Removing the file removes its DACL.
+    assert!(set_acl(&mut kv, owner(), f, 0, Some(&acl)).is_ok());
+    let r = run_as(&mut kv, owner(), vec![Op::Remove { dir: ObjRef::Id(d), name: "f".into(), dir_only: Some(false) }]);
+    assert!(r[0].is_ok());
+    assert!(!kv.contains_key(&keys::acl(f)));
+    // Undecodable ACL bytes are refused; nothing stored.
+    let g = create(&mut kv, owner(), d, "g", CreateKind::File, 0o644);
+    let r = run_as(&mut kv, owner(), vec![Op::SetAcl { obj: ObjRef::Id(g), acl: Some((0, vec![2, 0, 9])) }]);
+    assert_eq!(r[0], Err(FsError::Invalid));
+    assert!(!node(&kv, g).has_acl);
+    assert!(fsck::check(&kv, &[]).problems.is_empty());
+    // A holder of WRITE_DAC by the DACL may set it, though not the owner.
+    let wdac = Acl { aces: vec![Ace::allow(Sid::unix_user(OTHER), rights::WRITE_DAC | rights::READ_DATA, 0)] };
+    assert!(set_acl(&mut kv, owner(), g, 0, Some(&wdac)).is_ok());
+    let ro = Acl { aces: vec![Ace::allow(Sid::everyone(), rights::FILE_GENERIC_READ, 0)] };
+    assert!(set_acl(&mut kv, other(), g, 0, Some(&ro)).is_ok());
+    assert_eq!(set_acl(&mut kv, other(), g, 0, Some(&wdac)), Err(FsError::Perm), "the new DACL grants OTHER no WRITE_DAC");
+}
+
+/// A node record as versions before `has_acl` stored it.
+#[derive(Serialize, Deserialize)]
+struct NodeV3 {
+    attrs: Attrs,
+    parent: NodeId,
+    target: Option<String>,
+    chunked: bool,
+    may_have_eas: bool,
+    zone: NodeId,
+}
+
+#[test]
+fn nodes_stored_before_the_flag_read_without_a_dacl() {
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let f = create(&mut kv, owner(), d, "f", CreateKind::File, 0o640);
+    let n = node(&kv, f);
+    let old = NodeV3 { attrs: n.attrs.clone(), parent: n.parent, target: n.target.clone(), chunked: n.chunked, may_have_eas: true, zone: 7 };
+    kv.insert(keys::node(f), encode(&old).unwrap());
+    let back = node(&kv, f);
+    assert!(!back.has_acl);
+    assert_eq!((back.zone, back.may_have_eas, back.attrs), (7, true, n.attrs));
+    // An older binary reads a new record, ignoring the flag.
+    let new = encode(&node(&kv, d)).unwrap();
+    assert_eq!(duet_cluster::records::decode::<NodeV3>(&new).map(|o| o.attrs.id), Some(d));
+}

@@ -111,7 +111,10 @@ fn duetctl_drives_every_command_against_duetd() {
     assert_eq!(cap["reserve_bytes"].as_u64(), Some(256 << 20));
     let avail = cap["avail_bytes"].as_u64().unwrap();
     let want = vfs.2.saturating_sub(256 << 20);
-    assert!(avail.abs_diff(want) < 64 << 20, "available {avail} vs statvfs {want}");
+    // The two readings are moments apart on a volume other processes write
+    // to (the other tests of this file, a build beside the run): a few
+    // hundred MiB of slack, against capacities of many GiB.
+    assert!(avail.abs_diff(want) < 512 << 20, "available {avail} vs statvfs {want}");
     assert!(status.contains("capacity:"), "{status}");
 
     // Shares.

@@ -270,6 +270,7 @@ fn smbtorture_tier_b_streams() {
     let known = root().join("conformance/smb2-tier-b-streams.known-failures");
     let (passed, _) = run(&s, &list, Some(&known));
     assert!(passed >= 12, "only {passed} of the 14 smb2.streams tests passed (12 when the list was made)");
+}
 
 /// The tier-B ACL tests (`conformance/smb2-tier-b-acls.txt`, the 14
 /// `smb2.acls.*` lines of `../shared/conformance/smb2-tier-b.txt`): a DACL

@@ -3901,6 +3901,7 @@ fn an_open_stream_without_share_delete_keeps_its_file() {
     assert_eq!(delete_on_close(&mut c, "f"), vec![NtStatus::SUCCESS; 2]);
     assert_eq!(read_file(&mut c, "f:s").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
     assert_eq!(c.engine.kv.keys().filter(|k| k.first() == Some(&b'T')).count(), 0);
+}
 
 // ---- stored DACLs (issue 17) ----------------------------------------------
 

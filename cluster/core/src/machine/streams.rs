@@ -97,7 +97,7 @@ pub(super) fn open<R: KvRead + ?Sized>(
     if let Some(al) = set.alloc_size {
         attrs.alloc_size = al & !duet_fs::ALLOC_TRUNCATES;
     }
-    let mut s = Node { attrs, parent: id, target: None, chunked: false, may_have_eas: false, zone: file.zone };
+    let mut s = Node { attrs, parent: id, target: None, chunked: false, may_have_eas: false, zone: file.zone, has_acl: false };
     if let Some(size) = set.size.filter(|s| *s > 0) {
         set_size(txn, ex, &mut s, size)?;
     }

@@ -304,3 +304,31 @@ fn nodes_stored_before_the_flag_read_without_a_dacl() {
     let new = encode(&node(&kv, d)).unwrap();
     assert_eq!(duet_cluster::records::decode::<NodeV3>(&new).map(|o| o.attrs.id), Some(d));
 }
+
+#[test]
+fn a_files_streams_follow_its_dacl() {
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let f = create(&mut kv, owner(), d, "f", CreateKind::File, 0o666);
+    let stream = |kv: &mut Kv, cred: Credentials, create: Option<IfExists>| {
+        run_as(kv, cred, vec![Op::OpenStream { obj: ObjRef::Id(f), name: "s".into(), attrs: SetAttrs::default(), create }])
+            .remove(0)
+            .map(|_| ())
+    };
+    assert_eq!(stream(&mut kv, owner(), Some(IfExists::Open)), Ok(()));
+    // OTHER may neither read nor write the file by its DACL, though the
+    // mode (rw for everyone, from the Everyone ACE) would let them.
+    let acl = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(OTHER), rights::READ_DATA | rights::WRITE_DATA | rights::APPEND_DATA, 0),
+            Ace::allow(Sid::everyone(), rights::FILE_GENERIC_READ | rights::FILE_GENERIC_WRITE, 0),
+        ],
+    };
+    assert!(set_acl(&mut kv, owner(), f, 0, Some(&acl)).is_ok());
+    assert_eq!(node(&kv, f).attrs.mode & 0o006, 0o006, "the mode alone would allow");
+    assert_eq!(stream(&mut kv, other(), None), Err(FsError::Access), "an existing stream");
+    assert_eq!(stream(&mut kv, other(), Some(IfExists::Open)), Err(FsError::Access));
+    let r = run_as(&mut kv, other(), vec![Op::OpenStream { obj: ObjRef::Id(f), name: "t".into(), attrs: SetAttrs::default(), create: Some(IfExists::Fail) }]);
+    assert_eq!(r[0].as_ref().map(|_| ()), Err(&FsError::Access), "a new stream");
+    assert_eq!(stream(&mut kv, Credentials::user(3000, 300), None), Ok(()), "others still may");
+}

@@ -37,8 +37,14 @@ fn find<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, file: NodeId, name: &str) -> O
     txn.get(&keys::stream(file, name)).and_then(|v| keys::stream_entry(&v))
 }
 
-fn may_change(cred: &duet_fs::Credentials, a: &Attrs) -> bool {
-    cred.uid == 0 || cred.uid == a.uid || may(cred, a, 2)
+/// Whether `cred` may change `file`'s streams: write permission on the
+/// file, by its stored DACL when it has one (a stream shares its file's
+/// security, MS-FSA 2.1.5.1), else the owner or the mode.
+fn may_change<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs::Credentials, file: &Node) -> bool {
+    if file.has_acl {
+        return crate::machine::may_node(txn, cred, file, 2);
+    }
+    cred.uid == 0 || cred.uid == file.attrs.uid || may(cred, &file.attrs, 2)
 }
 
 /// [`Op::OpenStream`].
@@ -62,12 +68,20 @@ pub(super) fn open<R: KvRead + ?Sized>(
         return Err(FsError::NotSupported);
     }
     if let Some((sid, real)) = find(txn, id, name) {
+        // A file whose DACL grants the caller neither reading nor writing
+        // keeps its streams closed to them too.
+        if file.has_acl
+            && !crate::machine::may_node(txn, &cred, &file, 4)
+            && !crate::machine::may_node(txn, &cred, &file, 2)
+        {
+            return Err(FsError::Access);
+        }
         let mut s = get_node(txn, sid)?;
         match create {
             None | Some(IfExists::Open) => {}
             Some(IfExists::Fail) => return Err(FsError::Exists),
             Some(IfExists::Truncate) => {
-                if !may_change(&cred, &file.attrs) {
+                if !may_change(txn, &cred, &file) {
                     return Err(FsError::Access);
                 }
                 set_size(txn, ex, &mut s, 0)?;
@@ -84,7 +98,7 @@ pub(super) fn open<R: KvRead + ?Sized>(
     if create.is_none() {
         return Err(FsError::NotFound);
     }
-    if !may_change(&cred, &file.attrs) {
+    if !may_change(txn, &cred, &file) {
         return Err(FsError::Access);
     }
     let sid = counter(txn, "next_id").max(ROOT_ID + 1);
@@ -141,7 +155,7 @@ pub(super) fn remove<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>
     }
     let file = get_node(txn, id)?;
     let (sid, _) = find(txn, id, name).ok_or(FsError::NotFound)?;
-    if !may_change(&cred, &file.attrs) {
+    if !may_change(txn, &cred, &file) {
         return Err(FsError::Access);
     }
     let s = get_node(txn, sid)?;
@@ -184,7 +198,7 @@ pub(super) fn rename<R: KvRead + ?Sized>(
     }
     let file = get_node(txn, id)?;
     let (sid, _) = find(txn, id, name).ok_or(FsError::NotFound)?;
-    if !may_change(&cred, &file.attrs) {
+    if !may_change(txn, &cred, &file) {
         return Err(FsError::Access);
     }
     match find(txn, id, new_name) {

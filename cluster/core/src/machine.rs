@@ -412,6 +412,20 @@ pub(crate) fn may_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs:
     g & need == need
 }
 
+/// `n` if it is a regular file the caller may read (the owner always may):
+/// what READ and the allocated-ranges query both need.
+fn readable_file<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs::Credentials, n: Node) -> Result<Node, FsError> {
+    match n.attrs.ftype {
+        FileType::Regular => {}
+        FileType::Directory => return Err(FsError::IsDir),
+        _ => return Err(FsError::Invalid),
+    }
+    if !may_node(txn, cred, &n, 4) && cred.uid != n.attrs.uid {
+        return Err(FsError::Access);
+    }
+    Ok(n)
+}
+
 /// Permission bits wanted: 4 read, 2 write, 1 execute/search.
 fn may(cred: &duet_fs::Credentials, a: &Attrs, want: u32) -> bool {
     if cred.uid == 0 {
@@ -729,14 +743,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         Op::Write { obj, offset, data, append } => write(txn, ex, *obj, *offset, data, *append),
         Op::Read { obj, offset, len } => {
             let n = get_node(txn, resolve(ex, *obj)?)?;
-            match n.attrs.ftype {
-                FileType::Regular => {}
-                FileType::Directory => return Err(FsError::IsDir),
-                _ => return Err(FsError::Invalid),
-            }
-            if !may_node(txn, cred, &n, 4) && cred.uid != n.attrs.uid {
-                return Err(FsError::Access);
-            }
+            let n = readable_file(txn, cred, n)?;
             let size = n.attrs.size;
             let start = (*offset).min(size);
             let len = (*len).min(size - start);
@@ -892,14 +899,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         }
         Op::Allocated { obj, offset, len } => {
             let n = get_node(txn, resolve(ex, *obj)?)?;
-            match n.attrs.ftype {
-                FileType::Regular => {}
-                FileType::Directory => return Err(FsError::IsDir),
-                _ => return Err(FsError::Invalid),
-            }
-            if !may_node(txn, cred, &n, 4) && cred.uid != n.attrs.uid {
-                return Err(FsError::Access);
-            }
+            let n = readable_file(txn, cred, n)?;
             let end = offset.saturating_add(*len).min(n.attrs.size);
             let ranges = allocated(txn, &n, (*offset).min(end), end)?;
             Ok(OpOutput::Ranges { ranges, attrs: n.attrs })

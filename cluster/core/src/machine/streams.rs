@@ -145,9 +145,14 @@ pub(super) fn list<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, 
     Ok(OpOutput::Dir { entries, eof: true, attrs })
 }
 
-/// [`Op::RemoveStream`].
-pub(super) fn remove<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: ObjRef, name: &str) -> OpResult {
-    let cred = ex.batch.cred.clone();
+/// The file `obj` and its existing stream `name`, which the caller may
+/// change (remove, rename): (file id, stream id).
+fn changeable<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    ex: &Exec<'_>,
+    obj: ObjRef,
+    name: &str,
+) -> Result<(NodeId, NodeId), FsError> {
     let id = resolve(ex, obj)?;
     check_stream_name(name)?;
     if layered(id) {
@@ -155,9 +160,15 @@ pub(super) fn remove<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>
     }
     let file = get_node(txn, id)?;
     let (sid, _) = find(txn, id, name).ok_or(FsError::NotFound)?;
-    if !may_change(txn, &cred, &file) {
+    if !may_change(txn, &ex.batch.cred, &file) {
         return Err(FsError::Access);
     }
+    Ok((id, sid))
+}
+
+/// [`Op::RemoveStream`].
+pub(super) fn remove<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: ObjRef, name: &str) -> OpResult {
+    let (id, sid) = changeable(txn, ex, obj, name)?;
     let s = get_node(txn, sid)?;
     let attrs = s.attrs.clone();
     txn.delete(keys::stream(id, name));
@@ -188,19 +199,9 @@ pub(super) fn rename<R: KvRead + ?Sized>(
     new_name: &str,
     replace: bool,
 ) -> OpResult {
-    let cred = ex.batch.cred.clone();
     let now = ex.batch.now_ns;
-    let id = resolve(ex, obj)?;
-    check_stream_name(name)?;
     check_stream_name(new_name)?;
-    if layered(id) {
-        return Err(FsError::NotSupported);
-    }
-    let file = get_node(txn, id)?;
-    let (sid, _) = find(txn, id, name).ok_or(FsError::NotFound)?;
-    if !may_change(txn, &cred, &file) {
-        return Err(FsError::Access);
-    }
+    let (id, sid) = changeable(txn, ex, obj, name)?;
     match find(txn, id, new_name) {
         // The same stream (perhaps another case): only its name changes.
         Some((tid, _)) if tid == sid => {}

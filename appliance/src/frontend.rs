@@ -476,6 +476,12 @@ fn store_nfs_clients(path: &std::path::Path, owners: &[Vec<u8>]) -> std::io::Res
     Ok(())
 }
 
+/// Where the NLM hosts holding state are kept (beside the NFSv4 client
+/// list).
+fn nlm_hosts_file(plan: &FrontendPlan) -> std::path::PathBuf {
+    plan.nfs_clients_file.with_file_name(crate::nlm::NLM_HOSTS_FILE)
+}
+
 /// Runs one protocol executor until `stop` fires. Reports the addresses
 /// it bound through `bound` (once).
 pub async fn run(
@@ -543,6 +549,9 @@ pub async fn run(
                 PortMapping { prog: 100003, vers: 4, prot: tcp, port: nfs_port },
                 PortMapping { prog: 100005, vers: 3, prot: tcp, port: nfs_port },
                 PortMapping { prog: 100005, vers: 1, prot: tcp, port: nfs_port },
+                // NLM v4 and NSM v1 for NFSv3 locks (`nfs/server/nlm.rs`).
+                PortMapping { prog: 100021, vers: 4, prot: tcp, port: nfs_port },
+                PortMapping { prog: 100024, vers: 1, prot: tcp, port: nfs_port },
             ],
             max_ops: plan.limits.nfs_compound_ops,
             max_request: (plan.limits.nfs_record_max - (64 << 10)) as u32,
@@ -552,10 +561,14 @@ pub async fn run(
             grace_s: plan.nfs_grace_s,
             lease_time_s: plan.nfs_lease_s,
             reclaimers: load_nfs_clients(&plan.nfs_clients_file),
+            nlm_hosts: crate::nlm::load_hosts(&nlm_hosts_file(&plan)),
             locks: plan.locks.clone(),
             space: plan.space.clone(),
             ..NfsServerConfig::default()
         };
+        if !cfg.nlm_hosts.is_empty() {
+            tracing::info!(hosts = cfg.nlm_hosts.len(), grace_s = cfg.grace_s, "NLM grace period: hosts that held locks may reclaim them");
+        }
         if !cfg.reclaimers.is_empty() {
             tracing::info!(clients = cfg.reclaimers.len(), grace_s = cfg.grace_s, "NFSv4 grace period: clients that held state may reclaim it");
         }
@@ -602,8 +615,10 @@ pub async fn run(
     {
         let ctx = ctx.clone();
         let clients_file = plan.nfs_clients_file.clone();
+        let hosts_file = nlm_hosts_file(&plan);
         glommio::spawn_local(async move {
             let mut stored = load_nfs_clients(&clients_file);
+            let mut stored_hosts = crate::nlm::load_hosts(&hosts_file);
             loop {
                 glommio::timer::sleep(Duration::from_secs(1)).await;
                 if let Some(c) = Catalog::try_load(&ctx.engine).await {
@@ -629,6 +644,26 @@ pub async fn run(
                         match store_nfs_clients(&clients_file, &want) {
                             Ok(()) => stored = want,
                             Err(e) => tracing::warn!("cannot write {}: {e}", clients_file.display()),
+                        }
+                    }
+                    // The same for NLM hosts holding locks or shares.
+                    let (mut hosts, keep, cbs) = {
+                        let mut n = n.borrow_mut();
+                        (n.nlm_hosts(), n.nlm_in_grace(now_ns()), n.take_nlm_callbacks())
+                    };
+                    crate::nlm::deliver(cbs);
+                    if keep {
+                        for h in &stored_hosts {
+                            if !hosts.iter().any(|x| x.name == h.name) {
+                                hosts.push(h.clone());
+                            }
+                        }
+                        hosts.sort_by(|a, b| a.name.cmp(&b.name));
+                    }
+                    if hosts != stored_hosts {
+                        match crate::nlm::store_hosts(&hosts_file, &hosts) {
+                            Ok(()) => stored_hosts = hosts,
+                            Err(e) => tracing::warn!("cannot write {}: {e}", hosts_file.display()),
                         }
                     }
                 }
@@ -1089,6 +1124,13 @@ async fn nfs_events(
             Event::Recall(b) => {
                 crate::nfs_callback::deliver(&ctx.conns, b);
             }
+        }
+    }
+    // NLM GRANTED calls to clients' lock managers decided meanwhile.
+    if let Some(n) = &ctx.nfs {
+        let cbs = n.borrow_mut().take_nlm_callbacks();
+        if !cbs.is_empty() {
+            crate::nlm::deliver(cbs);
         }
     }
     Ok(false)

@@ -18,6 +18,7 @@ pub mod frontend;
 pub mod metrics;
 pub mod notify;
 pub mod nfs_callback;
+pub mod nlm;
 pub mod peers;
 pub mod replica;
 pub mod schedule;

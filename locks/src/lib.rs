@@ -42,7 +42,9 @@ pub type FileId = u64;
 pub enum Protocol {
     Smb,
     Nfs4,
-    /// NLM (NFSv3 locks): not served yet; POSIX and advisory like NFSv4.
+    /// NLM (NFSv3 locks and shares, `nfs/server/nlm.rs`: client = an NLM
+    /// host, never 0; client 0 is the NFSv3 server's break holder): POSIX
+    /// and advisory like NFSv4.
     Nlm,
 }
 
@@ -677,6 +679,12 @@ impl Table {
                 }
             }
         }
+    }
+
+    /// Whether a client holds anything (an open, a lock, a queued
+    /// request, a grant) on any file.
+    pub fn holds_anything(&self, proto: Protocol, client: u64) -> bool {
+        self.by_client.contains_key(&(proto, client))
     }
 
     /// A client (an SMB connection, an NFSv4 client id) is gone:

@@ -13,6 +13,7 @@ pub mod xdr;
 pub mod mount;
 pub mod nfs3;
 pub mod nfs4;
+pub mod nlm;
 pub mod portmap;
 pub mod rpc;
 pub mod server;

@@ -23,6 +23,8 @@ pub const PROGRAM_PORTMAP: u32 = 100000;
 pub const PROGRAM_NFS: u32 = 100003;
 pub const PROGRAM_MOUNT: u32 = 100005;
 pub const PROGRAM_NLM: u32 = 100021;
+/// XNFS: the network status monitor (NSM, statd).
+pub const PROGRAM_NSM: u32 = 100024;
 /// RFC 8881 18.36: the NFSv4.1 callback program.
 pub const PROGRAM_NFS4_CB: u32 = 0x4000_0000;
 

@@ -1,6 +1,6 @@
 //! The NFS server protocol state machines, sans-I/O: portmap/rpcbind
 //! (RFC 1833), MOUNT v3 and NFSv3 (RFC 1813), NFSv4.1 (RFC 8881) and
-//! NFSv4.2 (RFC 7862).
+//! NFSv4.2 (RFC 7862), and NLM v4 / NSM v1 for NFSv3 locks (`nlm.rs`).
 //!
 //! The driver (the appliance) owns sockets. Per connection it reassembles
 //! RPC records with [`crate::nfs::rpc::RecordAssembler`] and hands each
@@ -28,6 +28,7 @@ pub mod errors;
 pub mod exports;
 pub mod fh;
 mod mount;
+pub mod nlm;
 mod portmap;
 pub mod state;
 mod breaks;
@@ -41,7 +42,7 @@ use duet_fs::{Batch, BatchResult, Credentials};
 
 use crate::nfs::rpc::{
     begin_record, end_record, AcceptedReplyData, CallBody, Credential, MismatchInfo, RejectedReply,
-    ReplyHeader, PROGRAM_MOUNT, PROGRAM_NFS, PROGRAM_PORTMAP, RPC_VERSION,
+    ReplyHeader, PROGRAM_MOUNT, PROGRAM_NFS, PROGRAM_NLM, PROGRAM_NSM, PROGRAM_PORTMAP, RPC_VERSION,
 };
 use crate::nfs::xdr::{XdrDecode, XdrEncode, XdrReader, XdrWriter};
 
@@ -141,6 +142,10 @@ pub struct NfsServerConfig {
     /// The daemon's lock table, shared with SMB (share reservations and
     /// byte-range locks of both protocols); the default is a private one.
     pub locks: std::sync::Arc<duet_locks::LockManager>,
+    /// The NLM hosts that held locks or shares before this start (the
+    /// driver keeps [`NfsServer::nlm_hosts`] on stable storage): when
+    /// there are any, NLM has a grace period of `grace_s` (`nlm.rs`).
+    pub nlm_hosts: Vec<nlm::NlmHost>,
 }
 
 impl Default for NfsServerConfig {
@@ -174,6 +179,7 @@ impl Default for NfsServerConfig {
             files_free: 1 << 39,
             server_owner: b"duet".to_vec(),
             locks: std::sync::Arc::new(duet_locks::LockManager::default()),
+            nlm_hosts: Vec::new(),
         }
     }
 }
@@ -209,6 +215,8 @@ pub struct NfsServer {
     /// COMPOUNDs waiting for a CB_GETATTR's answer, by its xid, with when
     /// it was sent (`v4/deleg.rs`).
     cb_parked: HashMap<u32, (Box<v4::Compound>, i64)>,
+    /// NLM hosts, blocked locks, GRANTED callbacks and NSM (`nlm.rs`).
+    nlm: nlm::NlmState,
 }
 
 impl NfsServer {
@@ -220,6 +228,7 @@ impl NfsServer {
         }
         let cfg_reclaimers = cfg.reclaimers.iter().cloned().collect();
         NfsServer {
+            nlm: nlm::NlmState::new(cfg.boot_seed, !cfg.nlm_hosts.is_empty()),
             cookies: cookies::CookieTable::new(cfg.max_cookies),
             state: state::State::new(&cfg),
             cfg,
@@ -364,6 +373,8 @@ impl NfsServer {
             PROGRAM_PORTMAP => (2, 4),
             PROGRAM_MOUNT => (3, 3),
             PROGRAM_NFS => (3, 4),
+            PROGRAM_NLM => (4, 4),
+            PROGRAM_NSM => (1, 1),
             _ => return vec![accepted(conn, xid, AcceptedReplyData::ProgUnavail)],
         };
         if call.vers < low || call.vers > high {
@@ -390,6 +401,8 @@ impl NfsServer {
         match call.prog {
             PROGRAM_PORTMAP => portmap::call(self, &ctx, call.vers, call.proc_, r),
             PROGRAM_MOUNT => mount::call(self, &ctx, call.proc_, r, exports),
+            PROGRAM_NLM => nlm::call(self, &ctx, call.proc_, r, exports),
+            PROGRAM_NSM => nlm::nsm_call(self, &ctx, call.proc_, r),
             _ => {
                 if call.proc_ != 0 && self.pending.len() >= self.cfg.max_pending {
                     return vec![accepted(conn, xid, AcceptedReplyData::SystemErr)];
@@ -420,6 +433,7 @@ impl NfsServer {
     /// back-channel connections, revocations for SMB holders).
     pub fn on_tick(&mut self, now_ns: i64) -> Vec<Event> {
         self.state.expire(now_ns);
+        self.nlm_poll();
         self.deleg_tick(now_ns)
     }
 

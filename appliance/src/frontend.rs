@@ -566,13 +566,25 @@ pub async fn run(
             space: plan.space.clone(),
             ..NfsServerConfig::default()
         };
-        if !cfg.nlm_hosts.is_empty() {
+        let nlm_restart = !cfg.nlm_hosts.is_empty();
+        if nlm_restart {
             tracing::info!(hosts = cfg.nlm_hosts.len(), grace_s = cfg.grace_s, "NLM grace period: hosts that held locks may reclaim them");
         }
         if !cfg.reclaimers.is_empty() {
             tracing::info!(clients = cfg.reclaimers.len(), grace_s = cfg.grace_s, "NFSv4 grace period: clients that held state may reclaim it");
         }
-        Rc::new(RefCell::new(NfsServer::new(cfg)))
+        let mut server = NfsServer::new(cfg);
+        if nlm_restart {
+            // Their status monitors hear of the restart (SM_NOTIFY) and
+            // their lock managers reclaim; the server is named by the
+            // address it listens on, or the host name.
+            let name = match plan.nfs.map(|a| a.ip()) {
+                Some(ip) if !ip.is_unspecified() => ip.to_string(),
+                _ => crate::nlm::host_name(),
+            };
+            crate::nlm::deliver(server.nsm_reboot_notices(&name));
+        }
+        Rc::new(RefCell::new(server))
     });
     let smb_cfg = smb::ServerConfig {
         server_guid: plan.server_guid,

@@ -5,6 +5,9 @@
 //! in the data directory so that the next start gives them a grace period
 //! to reclaim.
 //!
+//! At start, when the last run left hosts listed, each host's status
+//! monitor is sent SM_NOTIFY the same way (program 100024 version 1).
+//!
 //! A callback goes to the client's portmapper (TCP port 111 at the address
 //! its LOCK came from: PMAPPROC_GETPORT for NLM version 4 over TCP, RFC
 //! 1833 3.2), then to that port: one call, one reply read (and ignored),
@@ -41,8 +44,8 @@ fn queue() -> &'static flume::Sender<NlmCallback> {
         let spawned = std::thread::Builder::new().name("nlm-callbacks".into()).spawn(move || {
             while let Ok(cb) = rx.recv() {
                 match send(&cb) {
-                    Ok(()) => tracing::debug!(addr = %cb.addr, xid = cb.xid, "NLM callback sent"),
-                    Err(e) => tracing::info!(addr = %cb.addr, xid = cb.xid, "NLM callback not delivered: {e}"),
+                    Ok(()) => tracing::debug!(addr = %cb.addr, prog = cb.prog, xid = cb.xid, "NLM callback sent"),
+                    Err(e) => tracing::info!(addr = %cb.addr, prog = cb.prog, xid = cb.xid, "NLM callback not delivered: {e}"),
                 }
             }
         });
@@ -128,6 +131,16 @@ fn send(cb: &NlmCallback) -> std::io::Result<()> {
     // The answer (an nlm4_res) changes nothing here.
     let _ = read_record(&mut s)?;
     Ok(())
+}
+
+/// This machine's host name (the NSM `mon_name` of SM_NOTIFY when NFS
+/// listens on every address).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "duet".into())
 }
 
 /// The hosts listed by the last run.

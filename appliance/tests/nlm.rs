@@ -8,8 +8,8 @@
 //! client's address, port 111: needs root) when an NLM or SMB holder
 //! unlocks; CANCEL withdraws it; FREE_ALL, SM_NOTIFY and a changed status
 //! number free a host's locks; portmap names NLM and NSM on the NFS port;
-//! after a restart non-reclaim LOCKs get NLM4_DENIED_GRACE_PERIOD and
-//! reclaims are served; hostile NLM frames never kill the daemon.
+//! after a restart the hosts that held locks are sent SM_NOTIFY,
+//! non-reclaim LOCKs get NLM4_DENIED_GRACE_PERIOD and reclaims are served; hostile NLM frames never kill the daemon.
 
 mod clients;
 mod common;
@@ -285,8 +285,9 @@ fn nlm_locks_conflict_between_hosts_and_with_nfs4_and_smb() {
 
 // ------------------------------------------------------ blocking and GRANTED
 
-/// A client host's portmapper (port 111) and lock manager on `addr`: the
-/// GRANTED calls that reach its lock manager come out of the channel.
+/// A client host's portmapper (port 111) and its lock manager and status
+/// monitor (one port) on `addr`: the calls that reach them come out of the
+/// channel as program, procedure and arguments.
 fn fake_lockd(addr: Ipv4Addr) -> mpsc::Receiver<Vec<u8>> {
     let lockd = TcpListener::bind((addr, 0)).unwrap();
     let lockd_port = lockd.local_addr().unwrap().port();
@@ -299,7 +300,8 @@ fn fake_lockd(addr: Ipv4Addr) -> mpsc::Receiver<Vec<u8>> {
             let c = CallBody::decode(&mut r).unwrap();
             assert_eq!((c.prog, c.vers, c.proc_), (PROGRAM_PORTMAP, 2, pmap_proc::GETPORT));
             let m = Mapping::decode(&mut r).unwrap();
-            let port = if (m.prog, m.vers, m.prot) == (PROGRAM_NLM, 4, IPPROTO_TCP) { u32::from(lockd_port) } else { 0 };
+            let served = [(PROGRAM_NLM, 4, IPPROTO_TCP), (PROGRAM_NSM, 1, IPPROTO_TCP)];
+            let port = if served.contains(&(m.prog, m.vers, m.prot)) { u32::from(lockd_port) } else { 0 };
             let mut w = XdrWriter::new();
             ReplyHeader::success(c.xid).encode(&mut w);
             w.put_u32(port);
@@ -314,13 +316,15 @@ fn fake_lockd(addr: Ipv4Addr) -> mpsc::Receiver<Vec<u8>> {
                 let mut r = XdrReader::new(&call);
                 let c = CallBody::decode(&mut r).unwrap();
                 let args = r.rest().to_vec();
-                let args2 = args.clone();
-                let t = decode_all::<Nlm4TestArgs>(&args2).unwrap();
                 let mut w = XdrWriter::new();
                 ReplyHeader::success(c.xid).encode(&mut w);
-                Nlm4Res { cookie: t.cookie, stat: Nlm4Stat::Granted }.encode(&mut w);
+                if c.prog == PROGRAM_NLM {
+                    let t = decode_all::<Nlm4TestArgs>(&args).unwrap();
+                    Nlm4Res { cookie: t.cookie, stat: Nlm4Stat::Granted }.encode(&mut w);
+                }
                 write_rec(&mut s, w.as_bytes());
                 let mut whole = Vec::new();
+                whole.extend_from_slice(&c.prog.to_be_bytes());
                 whole.extend_from_slice(&c.proc_.to_be_bytes());
                 whole.extend_from_slice(&args);
                 if tx.send(whole).is_err() {
@@ -357,8 +361,9 @@ fn write_rec(s: &mut TcpStream, body: &[u8]) {
 /// The next GRANTED call's (svid, offset, length, exclusive, cookie).
 fn granted(rx: &mpsc::Receiver<Vec<u8>>, within: Duration) -> Option<(i32, u64, u64, bool, Vec<u8>, Vec<u8>)> {
     let m = rx.recv_timeout(within).ok()?;
-    assert_eq!(u32::from_be_bytes(m[..4].try_into().unwrap()), nlm_proc::GRANTED);
-    let t = decode_all::<Nlm4TestArgs>(&m[4..]).unwrap();
+    assert_eq!(u32::from_be_bytes(m[..4].try_into().unwrap()), PROGRAM_NLM);
+    assert_eq!(u32::from_be_bytes(m[4..8].try_into().unwrap()), nlm_proc::GRANTED);
+    let t = decode_all::<Nlm4TestArgs>(&m[8..]).unwrap();
     Some((t.alock.svid, t.alock.l_offset, t.alock.l_len, t.exclusive, t.cookie.0.to_vec(), t.alock.fh.0.to_vec()))
 }
 
@@ -532,6 +537,7 @@ fn after_a_restart_nlm_has_a_grace_period_for_reclaims() {
     let (_dir, mut d) = start("grace_secs = 6");
     let mut n = Nfs::connect(d.nfs_port);
     let (_root, fh) = file(&mut n, "nlm-grace");
+    let calls = fake_lockd(ip(81));
     {
         let mut a = host(&d, 81, "host-a");
         assert_eq!(a.lock(&fh, 1, 0, 10, true), Nlm4Stat::Granted);
@@ -544,6 +550,14 @@ fn after_a_restart_nlm_has_a_grace_period_for_reclaims() {
         std::thread::sleep(Duration::from_millis(100));
     }
     d.restart();
+    // a's status monitor hears of the restart: SM_NOTIFY naming the
+    // server by its address, with an odd (up) state number.
+    let m = calls.recv_timeout(Duration::from_secs(10)).expect("SM_NOTIFY to host a after the restart");
+    assert_eq!(u32::from_be_bytes(m[..4].try_into().unwrap()), PROGRAM_NSM);
+    assert_eq!(u32::from_be_bytes(m[4..8].try_into().unwrap()), nsm_proc::NOTIFY);
+    let note = decode_all::<SmStatChge>(&m[8..]).unwrap();
+    assert_eq!(note.mon_name.0, b"127.0.0.1");
+    assert_eq!(note.state & 1, 1);
     let mut a = host(&d, 81, "host-a");
     let mut b = host(&d, 82, "host-b");
     assert_eq!(b.lock(&fh, 2, 0, 10, true), Nlm4Stat::DeniedGracePeriod);

@@ -38,6 +38,9 @@
 //!   host release everything it holds; so does a LOCK carrying a status
 //!   number (`state`) other than the one the host last sent (both
 //!   non-zero): the host rebooted and its old locks are stale.
+//! * **Reboots of the server.** At start the driver sends SM_NOTIFY
+//!   ([`NfsServer::nsm_reboot_notices`]) to the status monitor of every
+//!   host that held state before, so that its lock manager reclaims.
 //! * **NSM.** SM_STAT and SM_MON answer `stat_succ` with this server's
 //!   state number (odd, from the boot seed); SM_MON registrations are
 //!   remembered (bounded) but never called back: duet is the monitored
@@ -58,7 +61,7 @@ use super::{accepted, reply_with, CallCtx, Event, Exports, FileHandle, NfsServer
 use crate::nfs::nlm::*;
 use crate::nfs::rpc::{
     begin_record, end_record, AcceptedReplyData, AuthSysParms, CallBody, OpaqueAuth, AUTH_SYS,
-    PROGRAM_NLM, RPC_VERSION,
+    PROGRAM_NLM, PROGRAM_NSM, RPC_VERSION,
 };
 use crate::nfs::xdr::{Opaque, XdrDecode, XdrEncode, XdrReader, XdrWriter};
 
@@ -243,6 +246,26 @@ impl NfsServer {
     /// This server's NSM state number.
     pub fn nsm_state(&self) -> i32 {
         self.nlm.nsm_state
+    }
+
+    /// SM_NOTIFY calls (XNFS NSM: `stat_chge` naming this server as
+    /// `mon_name`, with its new state number) for the status monitors of
+    /// the hosts that held NLM state before this start
+    /// ([`super::NfsServerConfig::nlm_hosts`]): told of the restart, their
+    /// lock managers reclaim their locks in the grace period. The driver
+    /// sends them once, at start, like [`NlmCallback`]s.
+    pub fn nsm_reboot_notices(&mut self, mon_name: &str) -> Vec<NlmCallback> {
+        let hosts = self.cfg.nlm_hosts.clone();
+        let state = self.nlm.nsm_state;
+        let mut out = Vec::new();
+        for h in hosts.iter().take(MAX_NLM_HOSTS) {
+            let xid = self.nlm.next_xid;
+            self.nlm.next_xid = self.nlm.next_xid.wrapping_add(1);
+            let args = SmStatChge { mon_name: Opaque(mon_name.as_bytes()), state };
+            let record = rpc_call(xid, PROGRAM_NSM, NSM_VERSION_1, nsm_proc::NOTIFY, |w| args.encode(w));
+            out.push(NlmCallback { addr: h.addr, prog: PROGRAM_NSM, vers: NSM_VERSION_1, xid, record });
+        }
+        out
     }
 
     /// The host record for `name`, made if new (None: the host table is

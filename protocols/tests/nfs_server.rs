@@ -3986,3 +3986,97 @@ fn nfs41_cb_getattr_answers_getattr_under_a_write_delegation() {
     assert!(oa.share_access_want.is_set(2) && oa.share_access_want.is_set(3), "write and any delegation wants");
     assert!(oa.open_claim.is_set(0) && oa.open_claim.is_set(4), "CLAIM_NULL and CLAIM_FH");
 }
+
+/// NLM v4 through the sans-I/O server: locks of two hosts conflict in
+/// the daemon's lock table (with an SMB holder too), a blocked LOCK
+/// becomes an NLMPROC4_GRANTED call for the driver when the holder
+/// unlocks, FREE_ALL frees a host, and nothing is ever sent by the server
+/// itself.
+mod nlm_server {
+    use super::Harness;
+    use duet_locks::{Holder, Protocol, Range};
+    use duet_protocols::nfs::nlm::*;
+    use duet_protocols::nfs::rpc::{CallBody, ReplyBody, ReplyHeader, AcceptedReplyData, PROGRAM_NLM};
+    use duet_protocols::nfs::server::FileHandle;
+    use duet_protocols::nfs::xdr::{encode_to_vec, Opaque, XdrDecode, XdrReader};
+
+    fn lock_args(host: &str, fh: &[u8], svid: i32, off: u64, len: u64, block: bool) -> Vec<u8> {
+        encode_to_vec(&Nlm4LockArgs {
+            cookie: Opaque(b"k1"),
+            block,
+            exclusive: true,
+            alock: Nlm4Lock {
+                caller_name: Opaque(host.as_bytes()),
+                fh: Opaque(fh),
+                oh: Opaque(b"oh"),
+                svid,
+                l_offset: off,
+                l_len: len,
+            },
+            reclaim: false,
+            state: 0,
+        })
+    }
+
+    fn stat(rep: &[u8]) -> Nlm4Stat {
+        let mut r = XdrReader::new(rep);
+        let h = ReplyHeader::decode(&mut r).unwrap();
+        assert!(matches!(h.body, ReplyBody::Accepted { data: AcceptedReplyData::Success, .. }), "{h:?}");
+        Nlm4Res::decode(&mut r).unwrap().stat
+    }
+
+    #[test]
+    fn nlm_blocked_lock_becomes_a_granted_callback() {
+        let mut h = Harness::new();
+        let fh = h.srv.handle(FileHandle::Object { fsid: 11, id: 4242 });
+        let (a, b) = ("10.1.1.1".parse().unwrap(), "10.1.1.2".parse().unwrap());
+        h.peer = a;
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("a", &fh, 1, 0, 10, false));
+        assert_eq!(stat(&rep), Nlm4Stat::Granted);
+        h.peer = b;
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("b", &fh, 2, 5, 0, false));
+        assert_eq!(stat(&rep), Nlm4Stat::Denied);
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("b", &fh, 2, 5, 0, true));
+        assert_eq!(stat(&rep), Nlm4Stat::Blocked);
+        assert!(h.srv.take_nlm_callbacks().is_empty());
+        // The holder is in the daemon's table, as SMB and NFSv4 see it.
+        let smb = Holder::new(Protocol::Smb, 9, 9);
+        assert!(h.srv.config().locks.table().test_lock(4242, &smb, &Range::smb(3, 1).unwrap(), false).is_some());
+
+        h.peer = a;
+        let unlock = encode_to_vec(&Nlm4UnlockArgs {
+            cookie: Opaque(b"k1"),
+            alock: Nlm4Lock {
+                caller_name: Opaque(b"a"),
+                fh: Opaque(&fh),
+                oh: Opaque(b"oh"),
+                svid: 1,
+                l_offset: 0,
+                l_len: 10,
+            },
+        });
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::UNLOCK, &unlock);
+        assert_eq!(stat(&rep), Nlm4Stat::Granted);
+        let cbs = h.srv.take_nlm_callbacks();
+        assert_eq!(cbs.len(), 1, "one GRANTED call");
+        let cb = &cbs[0];
+        assert_eq!((cb.addr, cb.prog, cb.vers), (b, PROGRAM_NLM, 4));
+        let mark = u32::from_be_bytes(cb.record[..4].try_into().unwrap());
+        assert_eq!(mark, 0x8000_0000 | (cb.record.len() as u32 - 4));
+        let mut r = XdrReader::new(&cb.record[4..]);
+        let call = CallBody::decode(&mut r).unwrap();
+        assert_eq!((call.xid, call.prog, call.vers, call.proc_), (cb.xid, PROGRAM_NLM, 4, nlm_proc::GRANTED));
+        let g = Nlm4TestArgs::decode(&mut r).unwrap();
+        assert_eq!((g.cookie.0, g.alock.svid, g.alock.l_offset, g.alock.l_len), (&b"k1"[..], 2, 5, 0));
+        assert_eq!(g.alock.fh.0, &fh[..]);
+        // b holds it now; FREE_ALL naming b releases it.
+        h.peer = a;
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("a", &fh, 1, 100, 1, false));
+        assert_eq!(stat(&rep), Nlm4Stat::Denied);
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::FREE_ALL, &encode_to_vec(&Nlm4Notify { name: Opaque(b"B"), state: 1 }));
+        assert_eq!(rep.len(), 24, "a void reply");
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("a", &fh, 1, 100, 1, false));
+        assert_eq!(stat(&rep), Nlm4Stat::Granted);
+        assert!(h.batches.is_empty(), "NLM runs no batch");
+    }
+}

@@ -4079,4 +4079,64 @@ mod nlm_server {
         assert_eq!(stat(&rep), Nlm4Stat::Granted);
         assert!(h.batches.is_empty(), "NLM runs no batch");
     }
+
+    fn cancel_args(host: &str, fh: &[u8], svid: i32, off: u64, len: u64) -> Vec<u8> {
+        encode_to_vec(&Nlm4CancArgs {
+            cookie: Opaque(b"k1"),
+            block: true,
+            exclusive: true,
+            alock: Nlm4Lock {
+                caller_name: Opaque(host.as_bytes()),
+                fh: Opaque(fh),
+                oh: Opaque(b"oh"),
+                svid,
+                l_offset: off,
+                l_len: len,
+            },
+        })
+    }
+
+    #[test]
+    fn nlm_cancel_crossing_its_granted_call_releases_the_lock() {
+        let mut h = Harness::new();
+        let fh = h.srv.handle(FileHandle::Object { fsid: 11, id: 4343 });
+        let unlock_a = encode_to_vec(&Nlm4UnlockArgs {
+            cookie: Opaque(b"k1"),
+            alock: Nlm4Lock {
+                caller_name: Opaque(b"a"),
+                fh: Opaque(&fh),
+                oh: Opaque(b"oh"),
+                svid: 1,
+                l_offset: 0,
+                l_len: 0,
+            },
+        });
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("a", &fh, 1, 0, 10, false));
+        assert_eq!(stat(&rep), Nlm4Stat::Granted);
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("b", &fh, 2, 0, 10, true));
+        assert_eq!(stat(&rep), Nlm4Stat::Blocked);
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::UNLOCK, &unlock_a);
+        assert_eq!(stat(&rep), Nlm4Stat::Granted);
+        assert_eq!(h.srv.take_nlm_callbacks().len(), 1, "the GRANTED call is on its way");
+        // b's CANCEL crossed it: the lock b got goes.
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::CANCEL, &cancel_args("b", &fh, 2, 0, 10));
+        assert_eq!(stat(&rep), Nlm4Stat::Granted);
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("a", &fh, 1, 0, 10, false));
+        assert_eq!(stat(&rep), Nlm4Stat::Granted, "free again");
+        // A CANCEL of nothing is DENIED; one after the client asked for
+        // its granted lock again does not take it away.
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::CANCEL, &cancel_args("b", &fh, 2, 0, 10));
+        assert_eq!(stat(&rep), Nlm4Stat::Denied);
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("b", &fh, 2, 0, 10, true));
+        assert_eq!(stat(&rep), Nlm4Stat::Blocked);
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::UNLOCK, &unlock_a);
+        assert_eq!(stat(&rep), Nlm4Stat::Granted);
+        assert_eq!(h.srv.take_nlm_callbacks().len(), 1);
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("b", &fh, 2, 0, 10, true));
+        assert_eq!(stat(&rep), Nlm4Stat::Granted, "b's poll: it holds the lock");
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::CANCEL, &cancel_args("b", &fh, 2, 0, 10));
+        assert_eq!(stat(&rep), Nlm4Stat::Denied);
+        let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("a", &fh, 1, 0, 10, false));
+        assert_eq!(stat(&rep), Nlm4Stat::Denied, "b keeps its lock");
+    }
 }

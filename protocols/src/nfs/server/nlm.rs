@@ -26,8 +26,9 @@
 //!   waiters are collected after every NLM call and at every tick, so a
 //!   lock freed by SMB or NFSv4 is granted within a tick. A retransmitted
 //!   LOCK of a queued request answers BLOCKED again, of a granted one
-//!   GRANTED. CANCEL withdraws a queued request (or releases the lock it
-//!   got meanwhile).
+//!   GRANTED. CANCEL withdraws a queued request, or releases the lock it
+//!   got meanwhile when the client has not asked for it since (a CANCEL
+//!   crossing the GRANTED call).
 //! * **Grace** (RFC 1813 6.3 and XNFS: locks are reclaimed after a server
 //!   restart): when the driver says hosts held locks before the restart
 //!   ([`super::NfsServerConfig::nlm_hosts`]), LOCK and SHARE without
@@ -155,6 +156,9 @@ pub(crate) struct NlmState {
     by_id: HashMap<u64, String>,
     next_host: u64,
     blocked: HashMap<WaiterId, Blocked>,
+    /// Requests granted by a callback lately (file, owner, range), so that
+    /// a CANCEL that crossed its GRANTED call still undoes it.
+    granted: std::collections::VecDeque<(u64, Holder, Range)>,
     callbacks: Vec<NlmCallback>,
     next_xid: u32,
     /// This server's NSM state number (odd: up).
@@ -172,6 +176,7 @@ impl NlmState {
             by_id: HashMap::new(),
             next_host: 1,
             blocked: HashMap::new(),
+            granted: std::collections::VecDeque::new(),
             callbacks: Vec::new(),
             next_xid: (boot_seed as u32) | 1,
             nsm_state: (((boot_seed >> 33) as i32) & 0x3fff_ffff) | 1,
@@ -307,6 +312,7 @@ impl NfsServer {
         let locks = self.cfg.locks.clone();
         locks.table().release_client(Protocol::Nlm, id);
         self.nlm.blocked.retain(|_, b| b.holder.client != id);
+        self.nlm.granted.retain(|g| g.1.client != id);
         if let Some(k) = self.nlm.by_id.remove(&id) {
             self.nlm.hosts.remove(&k);
         }
@@ -356,6 +362,10 @@ impl NfsServer {
     }
 
     fn nlm_granted_callback(&mut self, b: &Blocked) {
+        if self.nlm.granted.len() >= MAX_NLM_CALLBACKS {
+            self.nlm.granted.pop_front();
+        }
+        self.nlm.granted.push_back((b.file, b.holder, b.range));
         if self.nlm.callbacks.len() >= MAX_NLM_CALLBACKS {
             return;
         }
@@ -586,6 +596,8 @@ fn lock(srv: &mut NfsServer, ctx: &CallCtx, a: &Nlm4LockArgs<'_>, exports: &dyn 
             return Nlm4Stat::Blocked;
         }
     }
+    // The client asks again for what a callback granted: it knows now.
+    srv.nlm.granted.retain(|g| *g != (file, me, range));
     let locks = srv.cfg.locks.clone();
     let mut t = locks.table();
     if !a.block {
@@ -653,12 +665,15 @@ fn cancel(srv: &mut NfsServer, ctx: &CallCtx, a: &Nlm4CancArgs<'_>, exports: &dy
             Nlm4Stat::Granted
         }
         None => {
-            // Granted already (its GRANTED callback may be on the way):
-            // the lock it got goes, as if the request never was.
-            let granted = srv.nlm.callbacks.iter().position(|c| c.addr == ctx.peer && callback_names(c, a));
-            match granted {
+            // Granted already (its GRANTED call not sent yet, or crossing
+            // this CANCEL): the lock it got goes, as if the request never
+            // was.
+            if let Some(i) = srv.nlm.callbacks.iter().position(|c| c.addr == ctx.peer && callback_names(c, a)) {
+                srv.nlm.callbacks.remove(i);
+            }
+            match srv.nlm.granted.iter().position(|g| *g == (file, me, range)) {
                 Some(i) => {
-                    srv.nlm.callbacks.remove(i);
+                    srv.nlm.granted.remove(i);
                     srv.cfg.locks.table().unlock_range(file, &me, &range);
                     Nlm4Stat::Granted
                 }
@@ -702,6 +717,7 @@ fn unlock(srv: &mut NfsServer, ctx: &CallCtx, a: &Nlm4UnlockArgs<'_>, exports: &
     };
     let me = lock_owner(host, a.alock.svid);
     let range = range_of(a.alock.l_offset, a.alock.l_len);
+    srv.nlm.granted.retain(|g| !(g.0 == file && g.1 == me && g.2.overlaps(&range)));
     srv.cfg.locks.table().unlock_range(file, &me, &range);
     Nlm4Stat::Granted
 }

@@ -798,11 +798,22 @@ type Done = (u64, BatchResult);
 /// Runs a connection's batch on the engine in a task of its own, so that
 /// the connection reads and starts its next requests meanwhile (up to
 /// `[limits] requests_per_connection`); the result comes back on `done`.
-fn spawn_batch(engine: &EngineHandle, conns: &Arc<ConnTable>, tag: RequestTag, token: u64, batch: Batch, done: &flume::Sender<Done>) {
+fn spawn_batch(
+    engine: &EngineHandle,
+    conns: &Arc<ConnTable>,
+    tag: RequestTag,
+    token: u64,
+    batch: Batch,
+    exempt: Option<duet_locks::Holder>,
+    done: &flume::Sender<Done>,
+) {
     let engine = engine.clone();
     let done = done.clone();
-    // What it changes goes to the CHANGE_NOTIFY watchers (`notify.rs`).
-    let watched = conns.notify.intents(&batch).map(|i| (i, conns.clone()));
+    // What it changes goes to the CHANGE_NOTIFY watchers and breaks
+    // directory leases (`notify.rs`).
+    let share_modes = conns.share_modes.get().filter(|m| m.directory_leases()).cloned();
+    let origin = crate::notify::Origin { smb: tag.protocol == "smb", exempt };
+    let watched = conns.notify.intents(&batch, share_modes.is_some()).map(|i| (i, conns.clone()));
     glommio::spawn_local(async move {
         let n = batch.ops.len();
         let proto = tag.protocol.clone();
@@ -815,7 +826,8 @@ fn spawn_batch(engine: &EngineHandle, conns: &Arc<ConnTable>, tag: RequestTag, t
             failed(n, &e)
         });
         if let Some((intents, conns)) = watched {
-            conns.notify.publish(&intents, &r, &conns.smb_routes);
+            let leases = share_modes.as_ref().map(|m| (m.locks().as_ref(), origin));
+            conns.notify.publish(&intents, &r, &conns.smb_routes, leases);
         }
         // The connection may be gone: its batch still ran, as if the
         // client had disconnected after sending it.
@@ -985,8 +997,8 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     // the ones it had in flight); its watches end.
     ctx.conns.notify.set_watches(conn.key(), Vec::new());
     for ev in conn.on_disconnect(now_ns()) {
-        if let smb::Event::Run { token, batch, tag } = ev {
-            spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, &done_tx);
+        if let smb::Event::Run { token, batch, tag, exempt } = ev {
+            spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, exempt, &done_tx);
         }
     }
     result
@@ -1016,8 +1028,8 @@ async fn smb_events(
                 }
                 stream.write_all(&bytes).await?
             }
-            smb::Event::Run { token, batch, tag } => {
-                spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, done);
+            smb::Event::Run { token, batch, tag, exempt } => {
+                spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, exempt, done);
                 *in_flight += 1;
             }
             smb::Event::Close => return Ok(true),
@@ -1126,7 +1138,7 @@ async fn nfs_events(
                 ctx.conns.nfs_routes.send(conn, bytes);
             }
             Event::Run { token, batch, tag } => {
-                spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("nfs", tag), token, batch, done);
+                spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("nfs", tag), token, batch, None, done);
                 *in_flight += 1;
             }
             Event::Close(conn) if conn == id => return Ok(true),

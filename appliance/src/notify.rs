@@ -15,6 +15,14 @@
 //! full queue drops the changes, counted in `dropped`: the client then
 //! misses them, as a Windows client whose buffer overflowed).
 //!
+//! The same derived changes break SMB directory leases: once any was
+//! granted (`ShareModes::directory_leases`), every batch's changes are
+//! derived, and each directory changed has its leases broken to none
+//! (`duet_locks::Conflict::Child`), the breaks routed like any other
+//! (`SmbRoutes::deliver`); the lease the changing SMB open named as its
+//! ParentLeaseKey is left alone ([`Origin::exempt`]), and an SMB WRITE is
+//! left to its open's close (`Connection::break_parent_on_close`).
+//!
 //! Not covered: batches a follower forwards to the leader are committed
 //! there, so a watcher on the leader does not see a follower's clients'
 //! changes (and the other way round).
@@ -33,6 +41,15 @@ use crate::frontend::SmbRoutes;
 /// How many nodes' last-seen names are kept (for MODIFIED records of
 /// operations that name a file by handle, and WATCH_TREE paths).
 pub const NAME_CACHE: usize = 65_536;
+
+/// Who ran a batch, for the directory leases its changes break.
+#[derive(Clone, Copy, Debug)]
+pub struct Origin {
+    /// An SMB client's batch (its writes break directory leases at close).
+    pub smb: bool,
+    /// The lease left alone (the ParentLeaseKey of the SMB open).
+    pub exempt: Option<duet_locks::Holder>,
+}
 
 /// See the module documentation.
 pub struct NotifyHub {
@@ -84,8 +101,8 @@ impl NotifyHub {
 
     /// What of `batch` the changes will be derived from, while anybody
     /// watches (None otherwise, or when it can change nothing).
-    pub fn intents(&self, batch: &Batch) -> Option<Intents> {
-        if self.watching.load(Ordering::Relaxed) == 0 {
+    pub fn intents(&self, batch: &Batch, dir_leases: bool) -> Option<Intents> {
+        if self.watching.load(Ordering::Relaxed) == 0 && !dir_leases {
             return None;
         }
         Intents::of(batch)
@@ -94,13 +111,24 @@ impl NotifyHub {
     /// The batch of `intents` committed with `result`: its changes go to
     /// every connection watching a directory they are in (or below, for
     /// WATCH_TREE).
-    pub fn publish(&self, intents: &Intents, result: &BatchResult, routes: &SmbRoutes) {
+    pub fn publish(&self, intents: &Intents, result: &BatchResult, routes: &SmbRoutes, leases: Option<(&duet_locks::LockManager, Origin)>) {
+        let mut changed_dirs: Vec<NodeId> = Vec::new();
         let sends: Vec<(u64, Vec<Notified>)> = {
             let mut g = self.lock();
             let Inner { cache, watches } = &mut *g;
             let changes = derive(intents, &result.results, cache);
             if changes.is_empty() {
                 return;
+            }
+            if let Some((_, origin)) = &leases {
+                for c in &changes {
+                    if origin.smb && c.action == action::MODIFIED {
+                        continue;
+                    }
+                    if !changed_dirs.contains(&c.dir) {
+                        changed_dirs.push(c.dir);
+                    }
+                }
             }
             watches
                 .iter()
@@ -124,12 +152,39 @@ impl NotifyHub {
                 })
                 .collect()
         };
+        if let Some((locks, origin)) = leases {
+            self.break_directory_leases(locks, origin, &changed_dirs, routes);
+        }
         for (conn, v) in sends {
             let n = v.len() as u64;
             if routes.notify(conn, v) {
                 self.delivered.fetch_add(n, Ordering::Relaxed);
             } else {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl NotifyHub {
+    /// Breaks the leases of each directory in `dirs` to none but
+    /// `origin`'s exempt one, without waiting (MS-FSA 2.1.4.13); the
+    /// breaks go to their clients' connections.
+    fn break_directory_leases(&self, locks: &duet_locks::LockManager, origin: Origin, dirs: &[NodeId], routes: &SmbRoutes) {
+        if dirs.is_empty() {
+            return;
+        }
+        // A holder that owns no grant when the batch named none.
+        let exempt = origin.exempt.unwrap_or(duet_locks::Holder::new(duet_locks::Protocol::Smb, 0, 0));
+        let none = duet_locks::Share { access: 0, deny: 0 };
+        let now = crate::admin::now_ns();
+        let breaks: Vec<duet_locks::Break> = {
+            let mut t = locks.table();
+            dirs.iter().flat_map(|d| t.break_for(*d, &exempt, none, duet_locks::Conflict::Child, now).0).collect()
+        };
+        for b in breaks {
+            if b.holder.proto == duet_locks::Protocol::Smb {
+                routes.deliver(b);
             }
         }
     }

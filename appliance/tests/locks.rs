@@ -780,3 +780,110 @@ fn nfs3_writes_and_removes_break_smb_leases() {
     assert_eq!(a.close(fb), NtStatus::SUCCESS);
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
+
+/// A CREATE with a v2 lease context (MS-SMB2 2.2.13.2.10) on `name`, a
+/// directory when `dir`, naming `parent` as ParentLeaseKey when given:
+/// (file id, granted lease state).
+fn open_leased_v2(c: &mut Smb, name: &str, dir: bool, key: [u8; 16], parent: Option<[u8; 16]>, state: u32) -> (FileId, u32) {
+    use duet_protocols::smb2::create_context::{CreateContextRequest, CreateContextResponse, Lease, LeaseV2};
+    let options = if dir { create_options::DIRECTORY_FILE } else { create_options::NON_DIRECTORY_FILE };
+    let mut req = open_req(name, create_disposition::OPEN_IF, options, RW);
+    req.requested_oplock_level = oplock_level::LEASE;
+    req.create_contexts = vec![CreateContextRequest::RequestLease(Lease {
+        lease_key: key,
+        lease_state: state,
+        lease_flags: if parent.is_some() { Lease::PARENT_LEASE_KEY_SET } else { 0 },
+        lease_duration: 0,
+        v2: Some(LeaseV2 { parent_lease_key: parent.unwrap_or_default(), epoch: 0 }),
+    })];
+    let m = c.message(Request::Create(req), Cmd::CREATE, true);
+    c.send(&m).unwrap();
+    let r = c.recv().expect("CREATE reply");
+    assert_eq!(r.status(), NtStatus::SUCCESS, "CREATE {name}");
+    let Ok(Response::Create(cr)) = Response::decode(&r.header, &r.bytes) else { panic!("create reply") };
+    let got = cr
+        .create_contexts
+        .iter()
+        .find_map(|x| match x {
+            CreateContextResponse::Lease(l) => Some(l.lease_state),
+            _ => None,
+        })
+        .expect("a lease response context");
+    (cr.file_id, got)
+}
+
+/// Issue 13, directory leases in the daemon (MS-SMB2 3.3.5.9.11 with
+/// SMB2_GLOBAL_CAP_DIRECTORY_LEASING, 3.3.4.7): an SMB 3.0 client's
+/// directory lease is RH at most; a name created in the directory by an
+/// NFSv3 client, by another SMB client, or removed over NFSv3 breaks it to
+/// none (acknowledgment required, the change not waiting); the lease
+/// holder's own create naming the lease as ParentLeaseKey breaks nothing;
+/// another client's WRITE breaks it only when that open closes.
+#[test]
+fn directory_leases_break_on_changes_from_both_protocols() {
+    use duet_protocols::smb2::negotiate::dialect;
+    use duet_protocols::smb2::oplock_break::LeaseBreakAck;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(dir.path(), "", "", "portmap = false");
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let smb3 = |guid: [u8; 16]| {
+        let mut c = Smb::connect(d.smb_port);
+        c.negotiate_as(dialect::SMB3_0, guid);
+        assert_eq!(c.login("alice", "alicepw"), NtStatus::SUCCESS);
+        assert_eq!(c.tree("public"), NtStatus::SUCCESS);
+        c
+    };
+    let mut a = smb3([0xA1; 16]);
+    let mut b = smb3([0xB2; 16]);
+    let mut n = Nfs::connect(d.nfs_port).as_user(1500, 1500);
+    let root = n.mount("/public").unwrap();
+    let ack = |a: &mut Smb, key: [u8; 16], state: u32| {
+        let m = LeaseBreakAck { flags: 0, lease_key: key, lease_state: state, lease_duration: 0 };
+        a.call(Request::OplockBreak(OplockBreakMessage::LeaseAck(m)), Cmd::OPLOCK_BREAK).status()
+    };
+    let key = *b"dirlease-key-one";
+    let (_hd, got) = open_leased_v2(&mut a, "dl", true, key, None, 7);
+    assert_eq!(got, 3, "a directory gets read and handle caching, never write");
+
+    // An NFSv3 CREATE inside: RH -> none, acknowledgment required.
+    let dfh = n.lookup3(&root, b"dl").unwrap();
+    let t0 = Instant::now();
+    n.create3(&dfh, "from-nfs").unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(2), "the create does not wait for the break");
+    let note = lease_note(&mut a, Duration::from_secs(5)).expect("a LEASE_BREAK from the NFSv3 CREATE");
+    assert_eq!(note, (key, 3, 0, 1));
+    assert_eq!(ack(&mut a, key, 0), NtStatus::SUCCESS);
+
+    // Re-granted at once, then the holder's own create (parent key set)
+    // breaks nothing.
+    let (_hd2, got) = open_leased_v2(&mut a, "dl", true, key, None, 3);
+    assert_eq!(got, 3, "re-granted after the break");
+    let (fa, _) = open_leased_v2(&mut a, "dl\\own", false, *b"dirlease-child-a", Some(key), 7);
+    assert!(next_msg(&mut a, Duration::from_millis(700)).is_none(), "the parent's own lease is not broken");
+
+    // Another client's create breaks it.
+    let (fb, _) = open_leased_v2(&mut b, "dl\\other", false, *b"dirlease-child-b", None, 7);
+    let note = lease_note(&mut a, Duration::from_secs(5)).expect("a LEASE_BREAK from the other SMB client's create");
+    assert_eq!(note, (key, 3, 0, 1));
+    assert_eq!(ack(&mut a, key, 0), NtStatus::SUCCESS);
+
+    // Its write breaks nothing until its close.
+    let (_hd3, got) = open_leased_v2(&mut a, "dl", true, key, None, 3);
+    assert_eq!(got, 3);
+    assert_eq!(b.write(fb, 0, b"bytes", false), NtStatus::SUCCESS);
+    assert!(next_msg(&mut a, Duration::from_millis(700)).is_none(), "a write alone breaks nothing");
+    assert_eq!(b.close(fb), NtStatus::SUCCESS);
+    let note = lease_note(&mut a, Duration::from_secs(5)).expect("a LEASE_BREAK at the written file's close");
+    assert_eq!(note, (key, 3, 0, 1));
+    assert_eq!(ack(&mut a, key, 0), NtStatus::SUCCESS);
+
+    // An NFSv3 REMOVE inside breaks it too.
+    let (_hd4, got) = open_leased_v2(&mut a, "dl", true, key, None, 3);
+    assert_eq!(got, 3);
+    assert_eq!(n.remove3(&dfh, "from-nfs"), duet_protocols::nfs::nfs3::Nfsstat3::OK);
+    let note = lease_note(&mut a, Duration::from_secs(5)).expect("a LEASE_BREAK from the NFSv3 REMOVE");
+    assert_eq!(note, (key, 3, 0, 1));
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}

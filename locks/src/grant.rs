@@ -98,6 +98,12 @@ pub enum Conflict {
     /// it is an [`Conflict::SmbOpen`] too; oplocks and delegations see
     /// only that part.
     Namespace,
+    /// A change inside a directory (a name created, removed or renamed
+    /// there, or a file of it written and closed): the directory's SMB
+    /// leases lose all caching (MS-FSA 2.1.4.13, breaking the parent's
+    /// oplock; MS-SMB2 3.3.4.7 for directory leases). The changing
+    /// operation never waits for the acknowledgement.
+    Child,
 }
 
 /// A grant's name in the table.
@@ -485,6 +491,8 @@ impl Table {
             };
             let lease = g.scope == Scope::Lease;
             let mut to = match why {
+                Conflict::Child if lease => Level::NONE,
+                Conflict::Child => current,
                 Conflict::Namespace if lease && share.access != 0 => current.without(Level::H).without(Level::W),
                 Conflict::Namespace if lease => current.without(Level::H),
                 Conflict::Open if share.access & super::share::WRITE != 0 => current.and(Level::H),
@@ -514,6 +522,7 @@ impl Table {
             if deleg {
                 let conflict = match why {
                     Conflict::Write | Conflict::Namespace => true,
+                    Conflict::Child => false,
                     Conflict::Open | Conflict::SmbOpen => {
                         share.access & super::share::WRITE != 0 || (current.has(Level::W) && share.access != 0)
                     }
@@ -539,7 +548,9 @@ impl Table {
             }
             out.push(Break { grant: id, holder: g.holder, from, to, ack_needed });
         }
-        if !out.is_empty() {
+        // A directory's change does not keep its next opener from caching
+        // (the backoff is for opens contending over a file).
+        if !out.is_empty() && why != Conflict::Child {
             let until = now.saturating_add(self.limits.recall_backoff_ns);
             if let Some(f) = self.files.get_mut(&file) {
                 f.no_grant_until = Some(until);

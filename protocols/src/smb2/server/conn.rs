@@ -164,6 +164,9 @@ pub(super) struct Open {
     pub durable: Option<super::durable::Durable>,
     /// Open.AppInstanceId (MS-SMB2 2.2.13.2.13, `durable.rs`).
     pub app_instance: Option<[u8; 16]>,
+    /// A WRITE went through it: its close breaks its directory's leases
+    /// (`lease.rs`).
+    pub written: bool,
 }
 
 /// A LOCK waiting in the lock table (MS-SMB2 3.3.5.14.2: a blocking lock
@@ -257,6 +260,11 @@ pub(super) struct FramePlan {
     /// FLUSH: see [`ShareEntry::protocol_durability`].
     pub durable: bool,
     pub flush: bool,
+    /// The lease named as ParentLeaseKey by an open of the frame (a
+    /// CREATE's v2 lease context, or the lease of an open the frame
+    /// changes through): the directory lease its changes do not break
+    /// (MS-SMB2 3.3.4.7, `lease.rs`).
+    pub parent_lease: Option<duet_locks::Holder>,
 }
 
 impl FramePlan {
@@ -275,6 +283,7 @@ impl FramePlan {
             reserved: 0,
             durable: false,
             flush: false,
+            parent_lease: None,
         }
     }
 
@@ -935,8 +944,9 @@ impl Connection {
                 let token = self.next_token;
                 self.next_token += 1;
                 let tag = fp.tag;
+                let exempt = fp.parent_lease;
                 self.pending.insert(token, fp);
-                vec![Event::Run { token, batch, tag }]
+                vec![Event::Run { token, batch, tag, exempt }]
             }
             _ => self.finish(fp, Vec::new()),
         }
@@ -1363,7 +1373,7 @@ impl Connection {
         let token = self.next_token;
         self.next_token += 1;
         self.side_runs.insert(token);
-        self.outbox.push(Event::Run { token, batch, tag });
+        self.outbox.push(Event::Run { token, batch, tag, exempt: None });
         token
     }
 
@@ -1380,6 +1390,11 @@ impl Connection {
         if chosen != dialect::SMB2_0_2 {
             // Leases from 2.1 on (MS-SMB2 3.3.5.4, `lease.rs`).
             caps |= capabilities::LARGE_MTU | capabilities::LEASING;
+        }
+        if chosen >= dialect::SMB3_0 {
+            // v2 leases on directories (`lease.rs`), broken by any change
+            // inside them, from either protocol.
+            caps |= capabilities::DIRECTORY_LEASING;
         }
         let small = chosen == dialect::SMB2_0_2;
         let cap = |v: u32| if small { v.min(65536) } else { v };
@@ -1835,7 +1850,7 @@ impl Connection {
         let batch = fp.batch.take().filter(|b| !b.ops.is_empty())?;
         let token = self.next_token;
         self.next_token += 1;
-        Some(Event::Run { token, batch, tag })
+        Some(Event::Run { token, batch, tag, exempt: None })
     }
 
     /// The transport connection is gone (MS-SMB2 3.3.7.1): every open of

@@ -339,6 +339,7 @@ mod tests {
                 lease: None,
                 durable: Some(Durable { v2: true, create_guid: [7; 16], timeout_ms: 1000 }),
                 app_instance: None,
+                written: false,
             },
             cred: Credentials { uid: 1000, gid: 1000, groups: Vec::new() },
             client_guid: [1; 16],

@@ -703,6 +703,14 @@ impl Connection {
                 _ => {}
             }
         }
+        // A v2 lease naming its parent directory's lease: that lease is
+        // not broken by what this frame changes in the directory (MS-SMB2
+        // 3.3.4.7 and 3.3.5.9.11).
+        if let Some(l) = &lease {
+            if fp.parent_lease.is_none() {
+                fp.parent_lease = self.parent_lease_holder(l);
+            }
+        }
         // A replayed DH2Q (SMB2_FLAGS_REPLAY_OPERATION) of an open this
         // connection holds answers that open again (3.3.5.9.10).
         if let Some((_, _, guid)) = dh2q {
@@ -1300,6 +1308,7 @@ impl Connection {
                 lease: None,
                 durable: None,
                 app_instance: None,
+                written: false,
             },
         );
         // NFSv4 delegations of the file that this open contradicts are
@@ -1317,11 +1326,22 @@ impl Connection {
             let (breaks, _) = locks.table().break_delegations(attrs.id, &opener, share, why, fp.now_ns);
             self.outbox.extend(breaks.into_iter().map(super::Event::Recall));
         }
-        // Leases on files only (no directory leasing); an oplock when no
-        // lease was asked for.
+        // Leases on files; on directories v2 leases only, read and handle
+        // caching at most (directory leasing, MS-SMB2 3.3.5.9.11); an
+        // oplock on a file when no lease was asked for.
         let mut lease_resp = None;
         let oplock = if is_dir {
-            0
+            match &cp.lease {
+                Some(l) if l.v2.is_some() && cp.stream.is_none() => {
+                    let key = path_key(cp.root, &cp.path);
+                    let mut dl = *l;
+                    dl.lease_state &= !u32::from(duet_locks::Level::W.0);
+                    self.cfg.share_modes.note_directory_lease();
+                    lease_resp = Some(self.grant_lease(attrs.id, id, &key, cp.session_id, &dl, attrs.nlink, fp.now_ns));
+                    crate::smb2::create::oplock_level::LEASE
+                }
+                _ => 0,
+            }
         } else if let Some(l) = &cp.lease {
             let key = path_key(cp.root, &stream_key_path(&cp.path, cp.stream.as_deref()));
             lease_resp = Some(self.grant_lease(attrs.id, id, &key, cp.session_id, l, attrs.nlink, fp.now_ns));
@@ -1425,6 +1445,7 @@ impl Connection {
         if let Target::Table(id) = t {
             let o = self.forget_open(id);
             if let Some(o) = &o {
+                self.break_parent_on_close(o, fp.now_ns);
                 // Another open of the same file keeps it; the last one deletes.
                 if let Some(other) = self.opens.values_mut().find(|x| x.node == o.node) {
                     other.delete_on_close |= remove;
@@ -1605,6 +1626,9 @@ impl Connection {
         }
         if let Some(file) = v.file {
             self.break_for_write(file, fp.now_ns);
+            if let Some(o) = self.opens.get_mut(&file) {
+                o.written = true;
+            }
         }
         // WRITE_THROUGH (MS-SMB2 2.2.21), or an open made with
         // FILE_WRITE_THROUGH: durable before the reply on any share.

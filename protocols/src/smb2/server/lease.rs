@@ -22,7 +22,15 @@
 //! live connection of that client (3.3.4.7), see
 //! [`Connection::client_route`]. A client that sent a zero ClientGuid gets
 //! a table of its connection alone.
-//! Directories get no lease (no SMB2_GLOBAL_CAP_DIRECTORY_LEASING).
+//!
+//! Directory leases (SMB2_GLOBAL_CAP_DIRECTORY_LEASING, 3.x, v2 contexts
+//! only): read and handle caching at most. A change inside the directory
+//! (a name created, removed, renamed; a file written and then closed), by
+//! either protocol, breaks its leases to none without making the change
+//! wait (MS-FSA 2.1.4.13; the driver breaks them for every committed
+//! batch, `Conflict::Child`, except the lease the changing open named as
+//! its ParentLeaseKey, 3.3.4.7); an SMB WRITE breaks them only when its
+//! open closes ([`Connection::break_parent_on_close`]).
 
 use std::collections::HashMap;
 
@@ -310,6 +318,36 @@ impl Connection {
             o.lease = Some(req.lease_key);
         }
         resp
+    }
+
+    /// The lock-table holder of this client's lease that `req` names as
+    /// its ParentLeaseKey (v2, PARENT_LEASE_KEY_SET), if that lease exists.
+    pub(super) fn parent_lease_holder(&self, req: &Lease) -> Option<Holder> {
+        let v2 = req.v2?;
+        if req.lease_flags & Lease::PARENT_LEASE_KEY_SET == 0 {
+            return None;
+        }
+        let owner = self.cfg.share_modes.leases().by_key.get(&(self.lease_client(), v2.parent_lease_key))?.owner;
+        Some(self.lease_holder(owner))
+    }
+
+    /// Open `o`, which wrote, closed: the leases of its directory are
+    /// broken (but the one its lease names as parent), as a listing
+    /// cached under them shows its old size and times (MS-FSA 2.1.5.4).
+    pub(super) fn break_parent_on_close(&mut self, o: &super::conn::Open, now_ns: i64) {
+        if !o.written || !self.cfg.share_modes.directory_leases() {
+            return;
+        }
+        let exempt = o.lease.and_then(|k| {
+            let t = self.cfg.share_modes.leases();
+            let parent = t.by_key.get(&(self.lease_client(), k))?.parent?;
+            t.by_key.get(&(self.lease_client(), parent)).map(|r| r.owner)
+        });
+        let exempt = exempt.map_or(Holder::new(duet_locks::Protocol::Smb, 0, 0), |owner| self.lease_holder(owner));
+        let locks = self.cfg.share_modes.locks().clone();
+        let none = duet_locks::Share { access: 0, deny: 0 };
+        let (breaks, _) = locks.table().break_for(o.parent, &exempt, none, duet_locks::Conflict::Child, now_ns);
+        self.outbox.extend(breaks.into_iter().map(Event::Recall));
     }
 
     /// Open `file` closed: it leaves its lease, which ends with its last

@@ -195,6 +195,11 @@ pub enum Event {
         token: u64,
         batch: Batch,
         tag: &'static str,
+        /// The directory lease the batch's changes do not break (the
+        /// ParentLeaseKey of the open making them, MS-SMB2 3.3.4.7); the
+        /// driver breaks every other lease of each directory the batch
+        /// changes (`lease.rs`).
+        exempt: Option<duet_locks::Holder>,
     },
     /// Close the transport connection.
     Close,

@@ -13,7 +13,7 @@
 //! I/O, no clock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use duet_fs::{Batch, NodeId};
@@ -44,6 +44,9 @@ pub struct ShareModes {
     /// The next SMB file id: one counter for every connection, so that a
     /// durable open keeps its FileId wherever it is reconnected.
     next_file: AtomicU64,
+    /// Some directory lease was granted since start (`lease.rs`): the
+    /// driver then looks at every batch's changes for leases to break.
+    dir_leases: AtomicBool,
 }
 
 impl Default for ShareModes {
@@ -76,6 +79,7 @@ impl ShareModes {
             durable: Mutex::new(DurableTable::default()),
             apps: Mutex::new(HashMap::new()),
             next_file: AtomicU64::new(1),
+            dir_leases: AtomicBool::new(false),
         }
     }
 
@@ -267,6 +271,16 @@ impl ShareModes {
     /// The lock table (byte-range locks go there too).
     pub fn locks(&self) -> &Arc<LockManager> {
         &self.locks
+    }
+
+    /// Whether a directory lease was ever granted: until then no batch
+    /// can break one.
+    pub fn directory_leases(&self) -> bool {
+        self.dir_leases.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn note_directory_lease(&self) {
+        self.dir_leases.store(true, Ordering::Relaxed);
     }
 
     /// The lease table of every client (taken before the lock table).

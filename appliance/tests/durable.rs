@@ -219,6 +219,7 @@ fn another_user_or_a_wrong_create_guid_cannot_reconnect() {
     assert_eq!(back.status, NtStatus::SUCCESS, "the owner with the CreateGuid reconnects");
     assert_eq!(back.oplock, oplock_level::BATCH);
     assert_eq!(b.close(fid), NtStatus::SUCCESS);
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
 
 #[test]
@@ -438,4 +439,71 @@ fn a_new_app_instance_closes_the_old_ones_open() {
     assert!(t0.elapsed() < Duration::from_secs(3), "took {:?}", t0.elapsed());
     assert_eq!(a.close(first.file_id), NtStatus::FILE_CLOSED);
     assert_eq!(b.close(second.file_id), NtStatus::SUCCESS);
+}
+
+fn resiliency(c: &mut Smb, fid: FileId, input: &[u8]) -> NtStatus {
+    use duet_protocols::smb2::ioctl::{ctl_code, IoctlRequest};
+    let io = IoctlRequest {
+        ctl_code: ctl_code::FSCTL_LMR_REQUEST_RESILIENCY,
+        file_id: fid,
+        input,
+        max_input_response: 0,
+        output: &[],
+        max_output_response: 0,
+        flags: IoctlRequest::IS_FSCTL,
+    };
+    c.call(Request::Ioctl(io), Cmd::IOCTL).status()
+}
+
+fn lock_seq(c: &mut Smb, fid: FileId, seq: u32, offset: u64, flags: u32) -> NtStatus {
+    let mut storage = Vec::new();
+    let l = LockRequest::new(seq, fid, &[LockElement { offset, length: 100, flags }], &mut storage);
+    c.call(Request::Lock(l), Cmd::LOCK).status()
+}
+
+/// Resilient handles (MS-SMB2 3.3.5.15.9 FSCTL_LMR_REQUEST_RESILIENCY,
+/// 3.3.5.14 lock sequences, 3.3.7.1): bad requests are
+/// INVALID_PARAMETER; on a resilient open a LOCK repeated with the same
+/// LockSequenceNumber at its index is a replay (success, nothing applied
+/// twice), another number is applied; the open survives a cut connection
+/// without any oplock or lease and is reconnected by DHnC with its data
+/// and its lock.
+#[test]
+fn a_resilient_handle_replays_locks_and_survives_a_lost_connection() {
+    let (_tmp, d) = start("");
+    let mut a = smb3(&d, CLIENT, "bench", "benchpw");
+    let fid = a.create_req(file_req("resilient.txt", 7)).expect("open");
+    assert_eq!(a.write(fid, 0, b"written before the cut", false), NtStatus::SUCCESS);
+    assert_eq!(resiliency(&mut a, fid, &[0; 4]), NtStatus::INVALID_PARAMETER, "short input");
+    let mut over = 400_000u32.to_le_bytes().to_vec();
+    over.extend_from_slice(&[0; 4]);
+    assert_eq!(resiliency(&mut a, fid, &over), NtStatus::INVALID_PARAMETER, "past the longest timeout");
+    // Not resilient yet: a repeated lock is a second lock, refused.
+    let x = LockElement::EXCLUSIVE_LOCK | LockElement::FAIL_IMMEDIATELY;
+    assert_eq!(lock_seq(&mut a, fid, 0x11, 1000, x), NtStatus::SUCCESS);
+    assert_eq!(lock_seq(&mut a, fid, 0x11, 1000, x), NtStatus::LOCK_NOT_GRANTED);
+    assert_eq!(lock_seq(&mut a, fid, 0x11, 1000, LockElement::UNLOCK), NtStatus::SUCCESS);
+    let mut ask = 5_000u32.to_le_bytes().to_vec();
+    ask.extend_from_slice(&[0; 4]);
+    assert_eq!(resiliency(&mut a, fid, &ask), NtStatus::SUCCESS);
+    assert_eq!(lock_seq(&mut a, fid, 0x11, 0, x), NtStatus::SUCCESS);
+    assert_eq!(lock_seq(&mut a, fid, 0x11, 0, x), NtStatus::SUCCESS, "a replay");
+    assert_eq!(lock_seq(&mut a, fid, 0x11, 0, LockElement::UNLOCK), NtStatus::SUCCESS, "a replay: still locked");
+    assert_eq!(lock_seq(&mut a, fid, 0x12, 0, x), NtStatus::LOCK_NOT_GRANTED, "a new number is applied");
+    assert_eq!(lock_seq(&mut a, fid, 0x4_01, 0, x), NtStatus::LOCK_NOT_GRANTED, "index 64, refused");
+    assert_eq!(lock_seq(&mut a, fid, 0x41_1, 0, x), NtStatus::LOCK_NOT_GRANTED, "index 65 is not verified");
+    cut(a);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let mut b = smb3(&d, CLIENT, "bench", "benchpw");
+    let mut req = file_req("resilient.txt", 7);
+    req.create_contexts = vec![CreateContextRequest::DurableHandleReconnect { file_id: fid }];
+    let back = create(&mut b, req);
+    assert_eq!(back.status, NtStatus::SUCCESS, "a resilient open is reconnected by DHnC");
+    assert_eq!(back.file_id, fid);
+    assert_eq!(b.read_all(fid, 64).unwrap(), b"written before the cut");
+    assert_eq!(lock(&mut b, fid, 0, 100, LockElement::UNLOCK), NtStatus::SUCCESS, "its lock came along");
+    assert_eq!(lock(&mut b, fid, 0, 100, LockElement::UNLOCK), NtStatus::RANGE_NOT_LOCKED);
+    assert_eq!(b.close(fid), NtStatus::SUCCESS);
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }

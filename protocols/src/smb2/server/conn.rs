@@ -167,7 +167,16 @@ pub(super) struct Open {
     /// A WRITE went through it: its close breaks its directory's leases
     /// (`lease.rs`).
     pub written: bool,
+    /// Open.IsResilient with Open.ResiliencyTimeout in ms
+    /// (FSCTL_LMR_REQUEST_RESILIENCY, MS-SMB2 3.3.5.15.9; `durable.rs`).
+    pub resilient_ms: Option<u32>,
+    /// Open.LockSequenceArray (MS-SMB2 3.3.1.10, 3.3.5.14): per index
+    /// 1..=64 the last LockSequenceNumber applied, or [`NO_LOCK_SEQ`].
+    pub lock_seq: [u8; 64],
 }
+
+/// An invalid entry of [`Open::lock_seq`] (sequence numbers are 4 bits).
+pub(super) const NO_LOCK_SEQ: u8 = 0xFF;
 
 /// A LOCK waiting in the lock table (MS-SMB2 3.3.5.14.2: a blocking lock
 /// answered STATUS_PENDING, completed when granted, cancelled or dropped).
@@ -1226,6 +1235,8 @@ impl Connection {
                 .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
                     me.plan_dup_extents(fp, hdr, t, &io)
                 }),
+            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_LMR_REQUEST_RESILIENCY => self
+                .with_target(fp, chain, hdr, related, io.file_id, |me, _, t| me.plan_resiliency(t, &io)),
             Request::Ioctl(io) => self.ioctl(hdr, &io),
             Request::ChangeNotify(n) => {
                 self.with_target(fp, chain, hdr, related, n.file_id, |me, fp, t| {
@@ -2056,6 +2067,12 @@ impl Connection {
         let mut status = NtStatus::SUCCESS;
         let mut queued = None;
         for e in elements {
+            // A lock that may wait stands alone (MS-SMB2 3.3.5.14.2): in a
+            // request of several, every element must fail immediately.
+            if elements.len() > 1 && e.flags & LockElement::FAIL_IMMEDIATELY == 0 {
+                status = NtStatus::INVALID_PARAMETER;
+                break;
+            }
             let exclusive = match e.flags & !LockElement::FAIL_IMMEDIATELY {
                 LockElement::SHARED_LOCK => false,
                 LockElement::EXCLUSIVE_LOCK => true,
@@ -2129,9 +2146,33 @@ impl Connection {
             // BYTE_RANGE_LOCK); the lock does not wait for it.
             self.break_for_lock(id, fp.now_ns);
         }
+        // Lock sequence verification (MS-SMB2 3.3.5.14) on resilient and
+        // durable opens, as Windows does (note <314>): a request whose
+        // LockSequenceNumber the open's entry at LockSequenceIndex (1 to
+        // 64) already holds is a replay, answered success without being
+        // applied again; otherwise the entry is invalid until the request
+        // succeeds.
+        let seq = match t {
+            Target::Table(id) => self.lock_seq_slot(id, req.lock_sequence),
+            Target::Pending(_) => None,
+        };
+        if let (Target::Table(id), Some((slot, number))) = (t, seq) {
+            let o = self.opens.get_mut(&id).expect("lock_seq_slot found the open");
+            if o.lock_seq[slot] == number {
+                return ok(Response::Lock(LockResponse));
+            }
+            o.lock_seq[slot] = NO_LOCK_SEQ;
+        }
         match t {
             Target::Table(id) => match self.apply_locks(id, &elements, alone) {
-                Ok(None) => ok(Response::Lock(LockResponse)),
+                Ok(None) => {
+                    if let Some((slot, number)) = seq {
+                        if let Some(o) = self.opens.get_mut(&id) {
+                            o.lock_seq[slot] = number;
+                        }
+                    }
+                    ok(Response::Lock(LockResponse))
+                }
                 Ok(Some(waiter)) => {
                     let async_id = self.new_async_id();
                     let mut h = *hdr;
@@ -2146,6 +2187,23 @@ impl Connection {
                 elements,
             }),
         }
+    }
+
+    /// The entry of open `id`'s LockSequenceArray a LOCK with
+    /// `lock_sequence` uses, and its LockSequenceNumber: None when the
+    /// open is neither resilient nor durable or the index is not 1 to 64
+    /// (MS-SMB2 2.2.26, 3.3.5.14).
+    fn lock_seq_slot(&self, id: u64, lock_sequence: u32) -> Option<(usize, u8)> {
+        let o = self.opens.get(&id)?;
+        if o.resilient_ms.is_none() && o.durable.is_none() {
+            return None;
+        }
+        if self.dialect().unwrap_or(0) < crate::smb2::negotiate::dialect::SMB2_1 {
+            return None;
+        }
+        let index = (lock_sequence >> 4) as usize;
+        let number = (lock_sequence & 0xF) as u8;
+        (1..=64).contains(&index).then(|| (index - 1, number))
     }
 
     /// Whether blocking LOCKs of this connection wait in the lock table:

@@ -148,22 +148,72 @@ pub(super) fn v2_timeout(asked: u32, default_ms: u32) -> u32 {
     }
 }
 
+/// The longest ResiliencyTimeout a client may ask (MS-SMB2 3.3.5.15.9
+/// MaxResiliencyTimeout; Windows allows five minutes).
+pub(super) const MAX_RESILIENCY_MS: u32 = 300_000;
+
 impl super::Connection {
+    /// FSCTL_LMR_REQUEST_RESILIENCY (MS-SMB2 2.2.31.3 NETWORK_RESILIENCY_REQUEST,
+    /// 3.3.5.15.9): the open becomes resilient, kept for its timeout after
+    /// its connection is lost like a durable open (whatever its oplock or
+    /// lease) and reconnected by DHnC; its LOCKs get sequence verification
+    /// (3.3.5.14). Not on 2.0.2 (INVALID_DEVICE_REQUEST); input shorter than
+    /// 8 bytes or a timeout past [`MAX_RESILIENCY_MS`] is
+    /// INVALID_PARAMETER; a timeout of 0 takes the durable default.
+    pub(super) fn plan_resiliency(&mut self, t: super::conn::Target, io: &crate::smb2::ioctl::IoctlRequest<'_>) -> super::conn::Plan {
+        use super::conn::done;
+        use crate::smb2::status::NtStatus;
+        if self.dialect().unwrap_or(0) < crate::smb2::negotiate::dialect::SMB2_1 {
+            return done(NtStatus::INVALID_DEVICE_REQUEST);
+        }
+        let super::conn::Target::Table(id) = t else {
+            return done(NtStatus::INVALID_PARAMETER);
+        };
+        let Some(raw) = io.input.get(..4) else {
+            return done(NtStatus::INVALID_PARAMETER);
+        };
+        if io.input.len() < 8 {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let timeout = u32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+        if timeout > MAX_RESILIENCY_MS {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let default_ms = self.cfg.durable_timeout_ms.min(MAX_RESILIENCY_MS);
+        let Some(o) = self.opens.get_mut(&id) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        o.resilient_ms = Some(if timeout == 0 { default_ms } else { timeout });
+        super::conn::ok(crate::smb2::message::Response::Ioctl(crate::smb2::ioctl::IoctlResponse {
+            ctl_code: io.ctl_code,
+            file_id: io.file_id,
+            input: &[],
+            output: &[],
+            flags: 0,
+        }))
+    }
+
     /// A lost connection, LOGOFF or ended session: keeps open `id` when it
-    /// is durable and still holds its batch oplock or handle-caching lease
-    /// (MS-SMB2 3.3.7.1). False: close it as usual.
+    /// is durable and still holds its batch oplock or handle-caching lease,
+    /// or is resilient (MS-SMB2 3.3.7.1). False: close it as usual.
     pub(super) fn keep_durable(&mut self, id: u64, now_ns: i64) -> bool {
         let Some(o) = self.opens.get(&id) else { return false };
-        let Some(d) = o.durable else { return false };
         let client_guid = self.lease_client();
-        let held = o.breaking_to.is_none()
-            && match o.lease {
-                Some(k) => self.cfg.share_modes.leases().handle_held((client_guid, k)),
-                None => o.oplock == crate::smb2::create::oplock_level::BATCH,
-            };
-        if !held {
-            return false;
-        }
+        let timeout_ms = match (o.durable, o.resilient_ms) {
+            (_, Some(ms)) => ms,
+            (Some(d), None) => {
+                let held = o.breaking_to.is_none()
+                    && match o.lease {
+                        Some(k) => self.cfg.share_modes.leases().handle_held((client_guid, k)),
+                        None => o.oplock == crate::smb2::create::oplock_level::BATCH,
+                    };
+                if !held {
+                    return false;
+                }
+                d.timeout_ms
+            }
+            (None, None) => return false,
+        };
         let Some(s) = self.sessions.get(&o.session_id) else { return false };
         let Some(t) = s.trees.get(&o.tree_id) else { return false };
         let (cred, root) = (s.cred.clone(), t.share.root);
@@ -173,7 +223,7 @@ impl super::Connection {
             cred,
             client_guid,
             root,
-            deadline: now_ns.saturating_add(i64::from(d.timeout_ms) * 1_000_000),
+            deadline: now_ns.saturating_add(i64::from(timeout_ms) * 1_000_000),
         };
         match self.cfg.share_modes.keep_durable(self.conn_key, id, kept, self.cfg.max_durable) {
             Ok(()) => true,
@@ -205,8 +255,17 @@ impl super::Connection {
         let k = self.cfg.share_modes.reclaim_durable(
             id,
             |k| {
-                let d = k.open.durable.ok_or(NtStatus::OBJECT_NAME_NOT_FOUND)?;
-                if r.v2.is_some_and(|g| g != d.create_guid) || k.root != root {
+                // A resilient open that is not durable is reconnected by
+                // DHnC (MS-SMB2 3.3.5.9.7: Open.IsResilient).
+                match (k.open.durable, k.open.resilient_ms) {
+                    (Some(d), _) if r.v2.is_some_and(|g| g != d.create_guid) => {
+                        return Err(NtStatus::OBJECT_NAME_NOT_FOUND)
+                    }
+                    (Some(_), _) => {}
+                    (None, Some(_)) if r.v2.is_none() => {}
+                    (None, _) => return Err(NtStatus::OBJECT_NAME_NOT_FOUND),
+                }
+                if k.root != root {
                     return Err(NtStatus::OBJECT_NAME_NOT_FOUND);
                 }
                 match (k.open.lease, lease) {
@@ -340,6 +399,8 @@ mod tests {
                 durable: Some(Durable { v2: true, create_guid: [7; 16], timeout_ms: 1000 }),
                 app_instance: None,
                 written: false,
+                resilient_ms: None,
+                lock_seq: [crate::smb2::server::conn::NO_LOCK_SEQ; 64],
             },
             cred: Credentials { uid: 1000, gid: 1000, groups: Vec::new() },
             client_guid: [1; 16],

@@ -1309,6 +1309,8 @@ impl Connection {
                 durable: None,
                 app_instance: None,
                 written: false,
+                resilient_ms: None,
+                lock_seq: [super::conn::NO_LOCK_SEQ; 64],
             },
         );
         // NFSv4 delegations of the file that this open contradicts are

@@ -1494,12 +1494,19 @@ fn blocking_locks_wait_complete_and_cancel() {
     let done = { let ev = c.conn.poll_locks(NOW); sent_replies(&c, ev) };
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].status(), NtStatus::RANGE_NOT_LOCKED);
-    // Several elements never wait: LOCK_NOT_GRANTED at once.
+    // Several elements never wait: one that might is INVALID_PARAMETER
+    // (MS-SMB2 3.3.5.14.2), and with FAIL_IMMEDIATELY on each a conflict
+    // is LOCK_NOT_GRANTED at once.
     let mut storage = Vec::new();
     let els = [
         LockElement { offset: 100, length: 1, flags: LockElement::EXCLUSIVE_LOCK },
         LockElement { offset: 0, length: 1, flags: LockElement::EXCLUSIVE_LOCK },
     ];
+    let l = LockRequest::new(0, fids[0], &els, &mut storage);
+    assert_eq!(c.one(Request::Lock(l)).status(), NtStatus::INVALID_PARAMETER);
+    let mut storage = Vec::new();
+    let x = LockElement::EXCLUSIVE_LOCK | LockElement::FAIL_IMMEDIATELY;
+    let els = [LockElement { offset: 100, length: 1, flags: x }, LockElement { offset: 0, length: 1, flags: x }];
     let l = LockRequest::new(0, fids[0], &els, &mut storage);
     assert_eq!(c.one(Request::Lock(l)).status(), NtStatus::LOCK_NOT_GRANTED);
     // ... and the element taken before the failing one was released.

@@ -50,6 +50,21 @@ if ! python3 -c 'import ply' >/dev/null 2>&1; then
   echo "install-deps: installing ply for $(command -v python3)"
   python3 -m pip install -q ply 2>/dev/null || python3 -m pip install -q --break-system-packages ply
 fi
+# The kernel-client NLM test (appliance/tests/vmclient.rs,
+# tests/vmclient/nlm.sh) gives its guest rpcbind and rpc.statd: Debian's
+# packages unpacked into /opt/duet-vm-tools, never installed here (their
+# services would take port 111, which duetd's portmapper tests need).
+VM_TOOLS=/opt/duet-vm-tools
+if [ ! -x $VM_TOOLS/sbin/rpc.statd ] || [ ! -x $VM_TOOLS/sbin/rpcbind ] || [ ! -e $VM_TOOLS/usr/lib/x86_64-linux-gnu/libwrap.so.0 ]; then
+  echo "install-deps: unpacking rpcbind, nfs-common and libwrap0 into $VM_TOOLS"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  debs=$(mktemp -d)
+  (cd "$debs" && chmod 777 . && $SUDO apt-get download -qq rpcbind nfs-common libwrap0 2>/dev/null) \
+    || { $SUDO apt-get update -qq && (cd "$debs" && $SUDO apt-get download -qq rpcbind nfs-common libwrap0); }
+  $SUDO mkdir -p $VM_TOOLS
+  for d in "$debs"/*.deb; do $SUDO dpkg-deb -x "$d" $VM_TOOLS; done
+  rm -rf "$debs"
+fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "install-deps: cargo is missing: install a Rust toolchain (rustup) first" >&2
   exit 1

@@ -16,6 +16,7 @@
 //! path of linux-client. libnfs' tools (nfs-ls, nfs-cp, nfs-cat) are
 //! checked against the same kind of daemon in a second test.
 
+mod clients;
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
@@ -449,4 +450,119 @@ fn linux_kernel_cifs_reconnects_its_durable_handle_after_a_cut() {
         log.contains("kept=0 was=1"),
         "the kept handle was not taken back (it would still be kept until its 60 s timeout); log:\n{log}"
     );
+}
+
+/// Where scripts/install-deps.sh unpacks Debian's rpcbind and nfs-common
+/// for the guest (never installed on the host, whose port 111 duetd's
+/// portmapper takes).
+const VM_TOOLS: &str = "/opt/duet-vm-tools";
+
+/// Issue 13's NLM acceptance with the kernel as client: an NFSv3 mount
+/// without `nolock` (the guest runs rpcbind and rpc.statd), whose flock()s
+/// go to duetd as NLM v4 LOCK/UNLOCK (`tests/vmclient/nlm.sh`): granted
+/// uncontended, refused while an SMB client holds a byte-range lock on the
+/// file, granted once it unlocks; an SMB lock is refused while the kernel
+/// holds its NLM lock and granted after; a second holder in the guest is
+/// refused.
+#[test]
+fn linux_kernel_nfs3_locks_through_nlm_conflict_with_smb() {
+    use duet_protocols::smb2::create::{create_disposition, create_options};
+    use duet_protocols::smb2::lock::{LockElement, LockRequest};
+    use duet_protocols::smb2::message::Request;
+    use duet_protocols::smb2::header::Command as Cmd;
+    use duet_protocols::smb2::status::NtStatus;
+    let _vm = ONE_VM.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = PORT_111.lock().unwrap_or_else(|e| e.into_inner());
+    require_vm_tools();
+    for b in ["sbin/rpcbind", "sbin/rpc.statd"] {
+        let p = std::path::Path::new(VM_TOOLS).join(b);
+        assert!(p.exists(), "{} is missing: run scripts/install-deps.sh (it unpacks rpcbind and nfs-common there)", p.display());
+    }
+    if let Err(e) = TcpListener::bind("0.0.0.0:111") {
+        panic!("port 111 is taken ({e}): stop rpcbind to run this test");
+    }
+    let client = linux_client();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_config(tmp.path(), "", "portmap = true");
+    d.ok(&["user", "add", "bench", "--password", "benchpw", "--uid", "2000"]);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let (nfs_port, smb_port) = (d.nfs_port, d.smb_port);
+    let ctrl = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ctrl_port = ctrl.local_addr().unwrap().port();
+    let host = std::thread::spawn(move || {
+        let mut smb = clients::Smb::logged_on(smb_port, "bench", "benchpw", "public");
+        let mut fid = None;
+        let lock = |smb: &mut clients::Smb, fid: duet_protocols::smb2::FileId, flags: u32| {
+            let mut storage = Vec::new();
+            let l = LockRequest::new(0, fid, &[LockElement { offset: 0, length: 1, flags }], &mut storage);
+            smb.call(Request::Lock(l), Cmd::LOCK).status()
+        };
+        let x = LockElement::EXCLUSIVE_LOCK | LockElement::FAIL_IMMEDIATELY;
+        let mut log = Vec::new();
+        for conn in ctrl.incoming() {
+            let mut conn = conn.unwrap();
+            let mut line = String::new();
+            let _ = BufReader::new(&conn).read_line(&mut line);
+            let f = *fid.get_or_insert_with(|| {
+                let req = clients::open_req("nlm.txt", create_disposition::OPEN_IF, create_options::NON_DIRECTORY_FILE, clients::RW);
+                smb.create_req(req).expect("SMB open of nlm.txt")
+            });
+            let reply = match line.trim() {
+                "smb-lock" => if lock(&mut smb, f, x) == NtStatus::SUCCESS { "locked" } else { "refused" },
+                "smb-unlock" => if lock(&mut smb, f, LockElement::UNLOCK) == NtStatus::SUCCESS { "unlocked" } else { "not-locked" },
+                "smb-try" => match lock(&mut smb, f, x) {
+                    NtStatus::SUCCESS => {
+                        assert_eq!(lock(&mut smb, f, LockElement::UNLOCK), NtStatus::SUCCESS);
+                        "granted"
+                    }
+                    NtStatus::LOCK_NOT_GRANTED => "conflict",
+                    _ => "error",
+                },
+                _ => break,
+            };
+            log.push(format!("{} -> {reply}", line.trim()));
+            let _ = conn.write_all(format!("{reply}\n").as_bytes());
+        }
+        log
+    });
+    let guest = tmp.path().join("guest.sh");
+    std::fs::write(
+        &guest,
+        format!(
+            "NFS_PORT={nfs_port} CTRL_PORT={ctrl_port}\n{}",
+            std::fs::read_to_string(repo_root().join("tests/vmclient/nlm.sh")).unwrap()
+        ),
+    )
+    .unwrap();
+    let libs = format!("{VM_TOOLS}/usr/lib/x86_64-linux-gnu");
+    let path = format!("{VM_TOOLS}/sbin:{}", std::env::var("PATH").unwrap_or_default());
+    let out = Command::new(&client)
+        .arg(&guest)
+        .args(["--timeout", "300", "--bin", "rpcbind", "--bin", "rpc.statd", "--bin", "flock"])
+        .env("PATH", path)
+        .env("LD_LIBRARY_PATH", libs)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", ctrl_port)) {
+        let _ = c.write_all(b"done\n");
+    }
+    let log = host.join().unwrap();
+    eprintln!("host side: {log:?}");
+    for step in [
+        "NLM mounted without nolock",
+        "NLM step uncontended ok",
+        "NLM step smb holds",
+        "NLM step conflict ok",
+        "NLM step after smb unlock ok",
+        "NLM step smb refused while held",
+        "NLM step smb granted after release",
+        "NLM step second holder refused",
+        "NLM OK",
+    ] {
+        assert!(text.contains(step), "the guest never said {step:?}; duetd log tail:\n{}", d.log_text().lines().rev().take(30).collect::<Vec<_>>().join("\n"));
+    }
+    assert!(!text.contains("NLM FAIL"));
+    assert!(d.alive(), "duetd died");
 }

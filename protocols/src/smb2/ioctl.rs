@@ -29,6 +29,9 @@ pub mod ctl_code {
     pub const FSCTL_SET_REPARSE_POINT: u32 = 0x0009_00A4;
     pub const FSCTL_CREATE_OR_GET_OBJECT_ID: u32 = 0x0009_00C0;
     pub const FSCTL_SET_SPARSE: u32 = 0x0009_00C4;
+    /// MS-FSCC 2.3.22 / 2.3.67: a USHORT CompressionState out / in.
+    pub const FSCTL_GET_COMPRESSION: u32 = 0x0009_003C;
+    pub const FSCTL_SET_COMPRESSION: u32 = 0x0009_C040;
     pub const FSCTL_SET_ZERO_DATA: u32 = 0x0009_80C8;
     pub const FSCTL_QUERY_ALLOCATED_RANGES: u32 = 0x0009_40CF;
     pub const FSCTL_FILE_LEVEL_TRIM: u32 = 0x0009_8208;

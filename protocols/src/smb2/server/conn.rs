@@ -1235,6 +1235,11 @@ impl Connection {
                 .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| {
                     me.plan_dup_extents(fp, hdr, t, &io)
                 }),
+            Request::Ioctl(io)
+                if io.ctl_code == ctl_code::FSCTL_GET_COMPRESSION || io.ctl_code == ctl_code::FSCTL_SET_COMPRESSION =>
+            {
+                self.with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| me.plan_compression(fp, t, &io))
+            }
             Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_LMR_REQUEST_RESILIENCY => self
                 .with_target(fp, chain, hdr, related, io.file_id, |me, _, t| me.plan_resiliency(t, &io)),
             Request::Ioctl(io) => self.ioctl(hdr, &io),

@@ -667,7 +667,13 @@ impl Connection {
         {
             return Err(NtStatus::CANNOT_DELETE);
         }
-        if o & opt::OPEN_BY_FILE_ID != 0 {
+        // The reserved high byte is invalid; opens by file id, a reserved
+        // oplock filter and the old tree-connection option (0x80) are not
+        // supported (MS-SMB2 3.3.5.9, as Windows answers them).
+        if o & 0xFF00_0000 != 0 {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        if o & (opt::OPEN_BY_FILE_ID | opt::RESERVE_OPFILTER | 0x0000_0080) != 0 {
             return Err(NtStatus::NOT_SUPPORTED);
         }
         if req.impersonation_level > 3 {
@@ -1937,6 +1943,36 @@ impl Connection {
         Plan::Fs(FsPlan::NoOutput { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id })
     }
 
+    /// FSCTL_GET_COMPRESSION / FSCTL_SET_COMPRESSION (MS-FSCC 2.3.22,
+    /// 2.3.67; MS-FSA 2.1.5.10.7, 2.1.5.10.36) on a volume that does not
+    /// compress (FILE_FILE_COMPRESSION is not advertised), as Windows
+    /// Server 2016 ReFS answers: GET says COMPRESSION_FORMAT_NONE, SET of
+    /// NONE succeeds and changes nothing, SET of DEFAULT or LZNT1 is
+    /// STATUS_NOT_SUPPORTED, any other format or a buffer under 2 bytes
+    /// STATUS_INVALID_PARAMETER. The file must be open.
+    pub(super) fn plan_compression(&mut self, fp: &mut FramePlan, t: Target, io: &IoctlRequest<'_>) -> Plan {
+        const NONE: u16 = 0;
+        const DEFAULT: u16 = 1;
+        const LZNT1: u16 = 2;
+        if self.view(fp, t).is_none() {
+            return done(NtStatus::FILE_CLOSED);
+        }
+        if io.ctl_code == ctl_code::FSCTL_GET_COMPRESSION {
+            if io.max_output_response < 2 {
+                return done(NtStatus::INVALID_PARAMETER);
+            }
+            return ioctl_reply(NtStatus::SUCCESS, io.ctl_code, io.file_id, &NONE.to_le_bytes());
+        }
+        let Some(b) = io.input.get(..2) else {
+            return done(NtStatus::INVALID_PARAMETER);
+        };
+        match u16::from_le_bytes([b[0], b[1]]) {
+            NONE => ioctl_reply(NtStatus::SUCCESS, io.ctl_code, io.file_id, &[]),
+            DEFAULT | LZNT1 => done(NtStatus::NOT_SUPPORTED),
+            _ => done(NtStatus::INVALID_PARAMETER),
+        }
+    }
+
     /// FSCTL_SET_ZERO_DATA (MS-FSCC 2.3.85/2.3.86, MS-FSA 2.1.5.10.33):
     /// FILE_ZERO_DATA_INFORMATION (FileOffset, BeyondFinalZero, signed
     /// 64-bit each) zeros `[FileOffset, BeyondFinalZero)` within the end of
@@ -2853,6 +2889,10 @@ impl Connection {
                     if b.file_attributes & fscc::file_attributes::DIRECTORY != 0
                         && v.is_dir == Some(false)
                     {
+                        return Err(NtStatus::INVALID_PARAMETER);
+                    }
+                    // MS-FSA 2.1.5.14.2: a directory cannot be temporary.
+                    if b.file_attributes & fscc::file_attributes::TEMPORARY != 0 && v.is_dir == Some(true) {
                         return Err(NtStatus::INVALID_PARAMETER);
                     }
                     a.dos_attrs = Some(b.file_attributes & dos::SETTABLE);

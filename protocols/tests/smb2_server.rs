@@ -1322,9 +1322,9 @@ fn validate_negotiate_info_and_unknown_ioctls() {
     };
     let v = ValidateNegotiateInfoResponse::decode(io.output).unwrap();
     assert_eq!(v.dialect, dialect::SMB3_0);
-    // FSCTL_SET_COMPRESSION, which duet does not implement.
+    // An FSCTL duet does not implement (FSCTL_SET_INTEGRITY_INFORMATION).
     let r = c.one(Request::Ioctl(IoctlRequest {
-        ctl_code: 0x0009_C040,
+        ctl_code: 0x0009_C280,
         file_id: FileId::RELATED,
         input: &[],
         max_input_response: 0,

@@ -3983,3 +3983,53 @@ fn a_dacl_set_over_smb_is_stored_queried_and_enforced() {
     assert_eq!(write_at(&mut c, w, 0, b"x"), NtStatus::SUCCESS);
     assert_eq!(query_security(&mut c, w, 4).dacl, Some(open));
 }
+
+/// FSCTL_FILE_LEVEL_TRIM (MS-FSCC 2.3.73, `fsops.rs` `plan_trim`):
+/// hostile inputs (short, more ranges than sent, a range past i64::MAX,
+/// too many ranges) are INVALID_PARAMETER and the connection goes on; a
+/// trimmed range reads as zeros and the rest of the file is unchanged,
+/// the size too; the output counts the ranges.
+#[test]
+fn file_level_trim_zeroes_ranges_and_refuses_hostile_input() {
+    let mut c = Client::connected();
+    // Inline data (the test engine keeps no chunk files).
+    let data: Vec<u8> = (0..2000u32).map(|i| (i % 251) as u8 + 1).collect();
+    write_file(&mut c, "trimmed", &data);
+    let r = c.one(Request::Create(create("trimmed", create_disposition::OPEN, 0, RW)));
+    let Response::Create(cr) = r.body() else { panic!("open") };
+    let fid = cr.file_id;
+    let trim = |c: &mut Client, input: &[u8]| {
+        c.one(Request::Ioctl(IoctlRequest {
+            ctl_code: 0x0009_8208,
+            file_id: fid,
+            input,
+            max_input_response: 0,
+            output: &[],
+            max_output_response: 4,
+            flags: IoctlRequest::IS_FSCTL,
+        }))
+    };
+    let req = |ranges: &[(u64, u64)], claimed: u32| {
+        let mut v = Vec::new();
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&claimed.to_le_bytes());
+        for (o, l) in ranges {
+            v.extend_from_slice(&o.to_le_bytes());
+            v.extend_from_slice(&l.to_le_bytes());
+        }
+        v
+    };
+    assert_eq!(trim(&mut c, &[0; 4]).status(), NtStatus::INVALID_PARAMETER, "short");
+    assert_eq!(trim(&mut c, &req(&[(0, 10)], 2)).status(), NtStatus::INVALID_PARAMETER, "two claimed, one sent");
+    assert_eq!(trim(&mut c, &req(&[(u64::MAX - 1, 10)], 1)).status(), NtStatus::INVALID_PARAMETER, "past i64::MAX");
+    assert_eq!(trim(&mut c, &req(&[], u32::MAX)).status(), NtStatus::INVALID_PARAMETER, "too many");
+    let r = trim(&mut c, &req(&[(0, 1000)], 1));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    let Response::Ioctl(io) = r.body() else { panic!("ioctl reply") };
+    assert_eq!(io.output, &1u32.to_le_bytes(), "NumRangesProcessed");
+    assert!(!c.closed);
+    let (_, back) = read_file(&mut c, "trimmed");
+    assert_eq!(back.len(), data.len(), "the size stays");
+    assert!(back[..1000].iter().all(|&b| b == 0), "the trimmed range reads as zeros");
+    assert_eq!(&back[1000..], &data[1000..], "the rest is unchanged");
+}

@@ -1240,6 +1240,8 @@ impl Connection {
             {
                 self.with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| me.plan_compression(fp, t, &io))
             }
+            Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_FILE_LEVEL_TRIM => self
+                .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| me.plan_trim(fp, hdr, t, &io)),
             Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_LMR_REQUEST_RESILIENCY => self
                 .with_target(fp, chain, hdr, related, io.file_id, |me, _, t| me.plan_resiliency(t, &io)),
             Request::Ioctl(io) => self.ioctl(hdr, &io),

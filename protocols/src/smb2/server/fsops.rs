@@ -262,6 +262,14 @@ pub enum FsPlan {
         ctl_code: u32,
         file_id: FileId,
     },
+    /// FSCTL_FILE_LEVEL_TRIM: one `Op::ZeroRange` per range; the output
+    /// counts the ranges done before the first that failed.
+    Trim {
+        target: Target,
+        ops: Vec<usize>,
+        ctl_code: u32,
+        file_id: FileId,
+    },
     /// FSCTL_QUERY_ALLOCATED_RANGES: one `Op::GetAttr`; the asked range.
     AllocatedRanges {
         target: Target,
@@ -453,6 +461,10 @@ fn set_time(ft: u64) -> Option<i64> {
         t => Some(from_filetime(t)),
     }
 }
+
+/// The most ranges one FSCTL_FILE_LEVEL_TRIM may name (each is one
+/// operation of the batch).
+pub(super) const MAX_TRIM_RANGES: usize = 256;
 
 impl Connection {
     /// Forgets an open: its byte-range locks and its share mode go too.
@@ -1973,6 +1985,58 @@ impl Connection {
         }
     }
 
+    /// FSCTL_FILE_LEVEL_TRIM (MS-FSCC 2.3.73 FILE_LEVEL_TRIM: Key, NumRanges,
+    /// then NumRanges FILE_LEVEL_TRIM_RANGE of Offset and Length, u64 each;
+    /// MS-FSA 2.1.5.10.13): each range within the end of file is
+    /// deallocated (`Op::ZeroRange`: it reads as zeros after), the size
+    /// never changes. Short input, more ranges than it holds, a directory:
+    /// STATUS_INVALID_PARAMETER; without write access ACCESS_DENIED; at
+    /// most [`MAX_TRIM_RANGES`] ranges.
+    pub(super) fn plan_trim(&mut self, fp: &mut FramePlan, hdr: &Header, t: Target, io: &IoctlRequest<'_>) -> Plan {
+        let Some(v) = self.view(fp, t) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
+        let input = io.input;
+        if input.len() < 8 || v.is_dir == Some(true) {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        let n = u32::from_le_bytes([input[4], input[5], input[6], input[7]]) as usize;
+        if n > MAX_TRIM_RANGES || input.len() < 8 + 16 * n {
+            return done(NtStatus::INVALID_PARAMETER);
+        }
+        if v.granted & access::FILE_WRITE_DATA == 0 {
+            return done(NtStatus::ACCESS_DENIED);
+        }
+        let mut ranges = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = 8 + 16 * i;
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&input[at..at + 8]);
+            let offset = u64::from_le_bytes(w);
+            w.copy_from_slice(&input[at + 8..at + 16]);
+            let len = u64::from_le_bytes(w);
+            if offset.checked_add(len).is_none_or(|e| e > i64::MAX as u64) {
+                return done(NtStatus::INVALID_PARAMETER);
+            }
+            ranges.push((offset, len));
+        }
+        if let (Some(file), Some(node)) = (v.file, v.node) {
+            if ranges.iter().any(|&(o, l)| l > 0 && self.lock_conflict(file, node, o, l, true)) {
+                return done(NtStatus::FILE_LOCK_CONFLICT);
+            }
+        }
+        match self.begin(fp, hdr) {
+            Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
+            Ok(_) => {}
+            Err(s) => return done(s),
+        }
+        let ops = ranges
+            .into_iter()
+            .map(|(offset, len)| fp.push(Op::ZeroRange { obj: v.obj, offset, len }))
+            .collect();
+        Plan::Fs(FsPlan::Trim { target: t, ops, ctl_code: io.ctl_code, file_id: io.file_id })
+    }
+
     /// FSCTL_SET_ZERO_DATA (MS-FSCC 2.3.85/2.3.86, MS-FSA 2.1.5.10.33):
     /// FILE_ZERO_DATA_INFORMATION (FileOffset, BeyondFinalZero, signed
     /// 64-bit each) zeros `[FileOffset, BeyondFinalZero)` within the end of
@@ -2685,7 +2749,9 @@ impl Connection {
                     physical_bytes_per_sector_for_atomicity: 4096,
                     physical_bytes_per_sector_for_performance: 4096,
                     file_system_effective_physical_bytes_per_sector_for_atomicity: 4096,
-                    flags: 0x3,
+                    // ALIGNED_DEVICE | PARTITION_ALIGNED_ON_DEVICE |
+                    // TRIM_ENABLED (FSCTL_FILE_LEVEL_TRIM, `plan_trim`).
+                    flags: 0x3 | 0x8,
                     byte_offset_for_sector_alignment: 0,
                     byte_offset_for_partition_alignment: 0,
                 }
@@ -3305,6 +3371,19 @@ impl Connection {
                     Some(Err(e)) => Ok((fs_status(*e), Vec::new())),
                     _ => Ok((NtStatus::INVALID_PARAMETER, Vec::new())),
                 }
+            }
+            FsPlan::Trim { target, ops, ctl_code, file_id } => {
+                self.resolve(target, created)?;
+                let mut done_n = 0u32;
+                for op in &ops {
+                    match results.get(*op) {
+                        Some(Ok(_)) => done_n += 1,
+                        Some(Err(e)) if done_n == 0 => return Ok((fs_status(*e), Vec::new())),
+                        _ => break,
+                    }
+                }
+                // FILE_LEVEL_TRIM_OUTPUT (MS-FSCC 2.3.74): NumRangesProcessed.
+                Ok((NtStatus::SUCCESS, ioctl_body(ctl_code, file_id, &done_n.to_le_bytes())))
             }
             FsPlan::AllocatedRanges { target, op, ctl_code, file_id, range: (start, end), max_out } => {
                 self.resolve(target, created)?;

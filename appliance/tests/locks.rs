@@ -491,20 +491,28 @@ fn oplock_breaks_are_routed_between_connections() {
 /// A CREATE asking for lease `key` at `state` (v1 context, MS-SMB2
 /// 2.2.13.2.8) on `name`: (file id, granted lease state).
 fn open_leased(c: &mut Smb, name: &str, access: u32, key: [u8; 16], state: u32) -> (FileId, u32) {
-    use duet_protocols::smb2::create_context::{CreateContextRequest, CreateContextResponse, Lease};
-    let mut req = open_req(name, create_disposition::OPEN_IF, create_options::NON_DIRECTORY_FILE, access);
+    use duet_protocols::smb2::create_context::Lease;
+    let lease = Lease { lease_key: key, lease_state: state, lease_flags: 0, lease_duration: 0, v2: None };
+    create_leased(c, name, create_options::NON_DIRECTORY_FILE, access, lease)
+}
+
+/// CREATE (OPEN_IF) of `name` with lease context `lease`: (file id,
+/// granted lease state).
+fn create_leased(
+    c: &mut Smb,
+    name: &str,
+    options: u32,
+    access: u32,
+    lease: duet_protocols::smb2::create_context::Lease,
+) -> (FileId, u32) {
+    use duet_protocols::smb2::create_context::{CreateContextRequest, CreateContextResponse};
+    let mut req = open_req(name, create_disposition::OPEN_IF, options, access);
     req.requested_oplock_level = oplock_level::LEASE;
-    req.create_contexts = vec![CreateContextRequest::RequestLease(Lease {
-        lease_key: key,
-        lease_state: state,
-        lease_flags: 0,
-        lease_duration: 0,
-        v2: None,
-    })];
+    req.create_contexts = vec![CreateContextRequest::RequestLease(lease)];
     let m = c.message(Request::Create(req), Cmd::CREATE, true);
     c.send(&m).unwrap();
     let r = c.recv().expect("CREATE reply");
-    assert_eq!(r.status(), NtStatus::SUCCESS);
+    assert_eq!(r.status(), NtStatus::SUCCESS, "CREATE {name}");
     let Ok(Response::Create(cr)) = Response::decode(&r.header, &r.bytes) else { panic!("create reply") };
     let got = cr
         .create_contexts
@@ -785,31 +793,16 @@ fn nfs3_writes_and_removes_break_smb_leases() {
 /// directory when `dir`, naming `parent` as ParentLeaseKey when given:
 /// (file id, granted lease state).
 fn open_leased_v2(c: &mut Smb, name: &str, dir: bool, key: [u8; 16], parent: Option<[u8; 16]>, state: u32) -> (FileId, u32) {
-    use duet_protocols::smb2::create_context::{CreateContextRequest, CreateContextResponse, Lease, LeaseV2};
+    use duet_protocols::smb2::create_context::{Lease, LeaseV2};
     let options = if dir { create_options::DIRECTORY_FILE } else { create_options::NON_DIRECTORY_FILE };
-    let mut req = open_req(name, create_disposition::OPEN_IF, options, RW);
-    req.requested_oplock_level = oplock_level::LEASE;
-    req.create_contexts = vec![CreateContextRequest::RequestLease(Lease {
+    let lease = Lease {
         lease_key: key,
         lease_state: state,
         lease_flags: if parent.is_some() { Lease::PARENT_LEASE_KEY_SET } else { 0 },
         lease_duration: 0,
         v2: Some(LeaseV2 { parent_lease_key: parent.unwrap_or_default(), epoch: 0 }),
-    })];
-    let m = c.message(Request::Create(req), Cmd::CREATE, true);
-    c.send(&m).unwrap();
-    let r = c.recv().expect("CREATE reply");
-    assert_eq!(r.status(), NtStatus::SUCCESS, "CREATE {name}");
-    let Ok(Response::Create(cr)) = Response::decode(&r.header, &r.bytes) else { panic!("create reply") };
-    let got = cr
-        .create_contexts
-        .iter()
-        .find_map(|x| match x {
-            CreateContextResponse::Lease(l) => Some(l.lease_state),
-            _ => None,
-        })
-        .expect("a lease response context");
-    (cr.file_id, got)
+    };
+    create_leased(c, name, options, RW, lease)
 }
 
 /// Issue 13, directory leases in the daemon (MS-SMB2 3.3.5.9.11 with

@@ -997,8 +997,12 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     // the ones it had in flight); its watches end.
     ctx.conns.notify.set_watches(conn.key(), Vec::new());
     for ev in conn.on_disconnect(now_ns()) {
-        if let smb::Event::Run { token, batch, tag, exempt } = ev {
-            spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, exempt, &done_tx);
+        match ev {
+            smb::Event::Run { token, batch, tag, exempt } => {
+                spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, exempt, &done_tx);
+            }
+            smb::Event::DeletePending { node, from } => ctx.conns.notify.delete_pending(node, from, &ctx.conns.smb_routes),
+            _ => {}
         }
     }
     result
@@ -1040,6 +1044,7 @@ async fn smb_events(
                 ctx.conns.smb_routes.end_session(previous, uid, from);
             }
             smb::Event::CloseOpen { conn, file } => ctx.conns.smb_routes.close_open(conn, file),
+            smb::Event::DeletePending { node, from } => ctx.conns.notify.delete_pending(node, from, &ctx.conns.smb_routes),
         }
     }
     Ok(false)

@@ -167,6 +167,36 @@ impl NotifyHub {
 }
 
 impl NotifyHub {
+    /// `node` became delete-pending (an SMB delete-on-close open closed
+    /// while other opens remain): every connection but `from` watching it
+    /// is told, as of a removed watched directory, and completes its
+    /// waiting CHANGE_NOTIFYs with STATUS_DELETE_PENDING (smbtorture
+    /// smb2.notify.rmdir3).
+    pub fn delete_pending(&self, node: NodeId, from: u64, routes: &SmbRoutes) {
+        if self.watching.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let conns: Vec<u64> = {
+            let g = self.lock();
+            let mut v: Vec<u64> = g
+                .watches
+                .iter()
+                .filter(|(c, dirs)| **c != from && dirs.iter().any(|d| d.node == node))
+                .map(|(c, _)| *c)
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        for conn in conns {
+            let n = Notified { watch: node, name: String::new(), direct: true, action: DIR_REMOVED, filter: u32::MAX };
+            if routes.notify(conn, vec![n]) {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Breaks the leases of each directory in `dirs` to none but
     /// `origin`'s exempt one, without waiting (MS-FSA 2.1.4.13); the
     /// breaks go to their clients' connections.

@@ -880,3 +880,56 @@ fn directory_leases_break_on_changes_from_both_protocols() {
     assert_eq!(a.close(fa), NtStatus::SUCCESS);
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
+
+/// Delete-on-close across connections (MS-FSA 2.1.5.4, 2.1.5.1.2.1): B
+/// opens a file A holds open, with FILE_DELETE_ON_CLOSE, and closes it:
+/// the file stays while A's open lasts (A reads and writes it, NFS still
+/// sees it), a new SMB open of the name is STATUS_DELETE_PENDING; A's
+/// close removes it. Then the same with A's connection dropped instead of
+/// closed: the lost connection's close removes it.
+#[test]
+fn delete_on_close_waits_for_the_other_connections_open() {
+    use duet_protocols::nfs::nfs3::Nfsstat3;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(dir.path(), "", "", "portmap = false");
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut n = Nfs::connect(d.nfs_port).as_user(1500, 1500);
+    let root = n.mount("/public").unwrap();
+    let all = 7; // FILE_SHARE_READ | WRITE | DELETE
+    let doc_open = |c: &mut Smb, name: &str| {
+        let mut r = open_req(name, create_disposition::OPEN, create_options::NON_DIRECTORY_FILE | create_options::DELETE_ON_CLOSE, RW | 0x0001_0000);
+        r.share_access = all;
+        c.create_req(r)
+    };
+    for lost in [false, true] {
+        let name = if lost { "doc-lost" } else { "doc-closed" };
+        let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+        let mut b = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+        let fa = open_share(&mut a, name, RW, all).unwrap();
+        assert_eq!(a.write(fa, 0, b"still here", false), NtStatus::SUCCESS);
+        let fb = doc_open(&mut b, name).expect("delete-on-close open");
+        assert_eq!(b.close(fb), NtStatus::SUCCESS);
+        assert!(n.lookup3(&root, name.as_bytes()).is_ok(), "{name}: removed while another connection holds it open");
+        assert_eq!(open_share(&mut b, name, RW, all), Err(NtStatus::DELETE_PENDING), "{name}: a new open of a delete-pending file");
+        assert_eq!(a.read(fa, 0, 10).unwrap(), b"still here");
+        assert_eq!(a.write(fa, 10, b"!", false), NtStatus::SUCCESS, "the remaining handle keeps working");
+        if lost {
+            let _ = a.tcp.shutdown(std::net::Shutdown::Both);
+            drop(a);
+        } else {
+            assert_eq!(a.close(fa), NtStatus::SUCCESS);
+        }
+        let t0 = Instant::now();
+        while n.lookup3(&root, name.as_bytes()).is_ok() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "{name}: not removed after the last close");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(n.lookup3(&root, name.as_bytes()).map(|_| ()), Err(Nfsstat3::NOENT));
+        // The name is free again.
+        let f = open_share(&mut b, name, RW, all).expect("a new file of the same name");
+        assert_eq!(b.read(f, 0, 10).unwrap_or_default(), b"", "a new, empty file");
+        assert_eq!(b.close(f), NtStatus::SUCCESS);
+    }
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}

@@ -792,7 +792,7 @@ impl SmbClient {
                     }
                     SmbEvent::Close => assert!(self.conn.is_closed()),
                     // Breaks for other connections: there are none here.
-                    SmbEvent::Recall(_) | SmbEvent::EndSession { .. } | SmbEvent::CloseOpen { .. } => {}
+                    SmbEvent::Recall(_) | SmbEvent::EndSession { .. } | SmbEvent::CloseOpen { .. } | SmbEvent::DeletePending { .. } => {}
                 }
             }
             events = next;

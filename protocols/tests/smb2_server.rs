@@ -314,7 +314,7 @@ impl Client {
                         return None;
                     }
                     Event::Recall(b) => self.recalls.push(b),
-                    Event::EndSession { .. } | Event::CloseOpen { .. } => {}
+                    Event::EndSession { .. } | Event::CloseOpen { .. } | Event::DeletePending { .. } => {}
                 }
             }
             if next.is_empty() {
@@ -2725,7 +2725,7 @@ fn close_waits_for_the_requests_in_progress() {
                 ev.extend(c.conn.resume(NOW, &c.dir));
             }
             Event::Close => panic!("connection closed"),
-            Event::Recall(_) | Event::EndSession { .. } | Event::CloseOpen { .. } => {}
+            Event::Recall(_) | Event::EndSession { .. } | Event::CloseOpen { .. } | Event::DeletePending { .. } => {}
         }
     }
     assert_eq!(c.conn.held(), 0);
@@ -2869,7 +2869,7 @@ fn drive(c: &mut Client, mut events: Vec<Event>) -> Vec<Reply> {
                     next.extend(c.conn.on_batch_done(token, r, NOW));
                 }
                 Event::Recall(b) => c.recalls.push(b),
-                Event::EndSession { .. } | Event::CloseOpen { .. } => {}
+                Event::EndSession { .. } | Event::CloseOpen { .. } | Event::DeletePending { .. } => {}
                 e => out.extend(sent_replies(c, vec![e])),
             }
         }

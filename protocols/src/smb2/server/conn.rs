@@ -1879,8 +1879,15 @@ impl Connection {
     pub fn on_disconnect(&mut self, now_ns: i64) -> Vec<Event> {
         let mut ids: Vec<u64> = self.sessions.keys().copied().collect();
         ids.sort_unstable();
-        let out = ids.into_iter().filter_map(|sid| self.close_session(sid, now_ns, "disconnect")).collect();
+        let ended: Vec<Event> = ids.into_iter().filter_map(|sid| self.close_session(sid, now_ns, "disconnect")).collect();
         let _ = self.close();
+        // Notices for other connections (a file left delete-pending); its
+        // own sends are moot now.
+        let mut out: Vec<Event> = std::mem::take(&mut self.outbox)
+            .into_iter()
+            .filter(|e| matches!(e, Event::DeletePending { .. }))
+            .collect();
+        out.extend(ended);
         out
     }
 
@@ -1905,17 +1912,36 @@ impl Connection {
             if tree.is_none() && self.keep_durable(id, fp.now_ns) {
                 continue;
             }
+            let path = self.cfg.share_modes.path_of((self.conn_key, id));
             let Some(o) = self.forget_open(id) else {
                 continue;
             };
-            if o.delete_on_close
-                && !o.name.is_empty()
-                && !self.opens.values().any(|x| x.node == o.node)
-            {
-                if let Some(c) = &cred {
-                    if fp.batch_for(session_id, c, false).is_some() {
-                        fp.push(super::fsops::removal(ObjRef::Id(o.parent), &o.name, Some(o.is_dir)));
-                    }
+            let here = self.opens.values().any(|x| x.node == o.node);
+            let remove = if o.delete_on_close && !o.name.is_empty() && !here {
+                if self.cfg.share_modes.open_anywhere(o.node) {
+                    // Another connection still has it open: it is
+                    // delete-pending until that open closes.
+                    let d = super::sharemode::PendingDelete {
+                        parent: o.parent,
+                        name: o.name.clone(),
+                        is_dir: o.is_dir,
+                        path: path.unwrap_or_default(),
+                    };
+                    self.cfg.share_modes.defer_delete(o.node, d);
+                    self.outbox.push(Event::DeletePending { node: o.node, from: self.conn_key });
+                    None
+                } else {
+                    self.cfg.share_modes.forget_pending_delete(o.node);
+                    Some((o.parent, o.name.clone(), o.is_dir))
+                }
+            } else if !here {
+                self.cfg.share_modes.take_pending_delete(o.node).map(|d| (d.parent, d.name, d.is_dir))
+            } else {
+                None
+            };
+            if let (Some((parent, name, is_dir)), Some(c)) = (remove, &cred) {
+                if fp.batch_for(session_id, c, false).is_some() {
+                    fp.push(super::fsops::removal(ObjRef::Id(parent), &name, Some(is_dir)));
                 }
             }
         }

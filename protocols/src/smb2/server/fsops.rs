@@ -832,6 +832,11 @@ impl Connection {
         {
             return Err(NtStatus::SHARING_VIOLATION);
         }
+        // A file another connection's closed open left delete-pending
+        // takes no new open (MS-FSA 2.1.5.1.2.1).
+        if stream.is_none() && self.cfg.share_modes.delete_pending_at(&path_key(root, &key_path)) {
+            return Err(NtStatus::DELETE_PENDING);
+        }
         // Truncation happens in the batch: check the share modes of the
         // file's current opens first (MS-FSA 2.1.5.1.2.2).
         if matches!(d, disp::SUPERSEDE | disp::OVERWRITE | disp::OVERWRITE_IF)
@@ -1463,17 +1468,45 @@ impl Connection {
         let mut closed = None;
         let mut remove = v.delete_on_close && !v.name.is_empty();
         if let Target::Table(id) = t {
+            let path = self.cfg.share_modes.path_of((self.conn_key, id));
             let o = self.forget_open(id);
             if let Some(o) = &o {
                 self.break_parent_on_close(o, fp.now_ns);
-                // Another open of the same file keeps it; the last one deletes.
+                // Another open of the same file keeps it; the last one
+                // deletes (MS-FSA 2.1.5.4), whichever connection holds it.
                 if let Some(other) = self.opens.values_mut().find(|x| x.node == o.node) {
                     other.delete_on_close |= remove;
                     if remove {
-                        // A watch on it learns of the pending delete (notify.rs).
+                        let d = super::sharemode::PendingDelete {
+                            parent: o.parent,
+                            name: o.name.clone(),
+                            is_dir: o.is_dir,
+                            path: path.clone().unwrap_or_default(),
+                        };
+                        self.cfg.share_modes.defer_delete(o.node, d);
+                        // A watch on it learns of the pending delete
+                        // (notify.rs), on any connection.
                         self.notify_delete_pending(o.node);
+                        self.outbox.push(super::Event::DeletePending { node: o.node, from: self.conn_key });
                     }
                     remove = false;
+                } else if remove && self.cfg.share_modes.open_anywhere(o.node) {
+                    let d = super::sharemode::PendingDelete {
+                        parent: o.parent,
+                        name: o.name.clone(),
+                        is_dir: o.is_dir,
+                        path: path.unwrap_or_default(),
+                    };
+                    self.cfg.share_modes.defer_delete(o.node, d);
+                    self.notify_delete_pending(o.node);
+                    self.outbox.push(super::Event::DeletePending { node: o.node, from: self.conn_key });
+                    remove = false;
+                } else if remove {
+                    self.cfg.share_modes.forget_pending_delete(o.node);
+                } else if let Some(d) = self.cfg.share_modes.take_pending_delete(o.node) {
+                    // The last open of a file another connection left
+                    // delete-pending.
+                    fp.push(removal(ObjRef::Id(d.parent), &d.name, Some(d.is_dir)));
                 }
             }
             closed = o.map(Box::new);

@@ -218,4 +218,11 @@ pub enum Event {
     /// replaces it); that connection passes it to its
     /// [`Connection::close_open`].
     CloseOpen { conn: u64, file: u64 },
+    /// Directory or file `node` became delete-pending daemon-wide (its
+    /// delete-on-close open closed while other opens remain, MS-FSA
+    /// 2.1.5.4): every other connection watching it completes its
+    /// waiting CHANGE_NOTIFYs with STATUS_DELETE_PENDING (the driver
+    /// routes it as a [`Notified`] with [`DIR_REMOVED`]). `from` is this
+    /// connection's [`Connection::key`], whose own watches already know.
+    DeletePending { node: NodeId, from: u64 },
 }

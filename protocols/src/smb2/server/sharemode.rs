@@ -44,6 +44,11 @@ pub struct ShareModes {
     /// The next SMB file id: one counter for every connection, so that a
     /// durable open keeps its FileId wherever it is reconnected.
     next_file: AtomicU64,
+    /// Files delete-pending daemon-wide (MS-FSA 2.1.5.4): a
+    /// delete-on-close open closed while other SMB opens of the file were
+    /// left; the last of them to close removes it. By node: its parent,
+    /// name, whether a directory, and its share-mode path key.
+    pending_delete: Mutex<HashMap<NodeId, PendingDelete>>,
     /// Some directory lease was granted since start (`lease.rs`): the
     /// driver then looks at every batch's changes for leases to break.
     dir_leases: AtomicBool,
@@ -80,6 +85,7 @@ impl ShareModes {
             apps: Mutex::new(HashMap::new()),
             next_file: AtomicU64::new(1),
             dir_leases: AtomicBool::new(false),
+            pending_delete: Mutex::new(HashMap::new()),
         }
     }
 
@@ -199,11 +205,29 @@ impl ShareModes {
             self.leases().forget_open(Some((k.client_guid, l)), key);
         }
         self.release(k.open.node, key);
-        let others = self.paths().values().any(|(n, _)| *n == k.open.node);
+        let others = self.open_anywhere(k.open.node);
+        let doc = k.open.delete_on_close && !k.open.name.is_empty();
         if others {
+            if doc {
+                let d = PendingDelete {
+                    parent: k.open.parent,
+                    name: k.open.name.clone(),
+                    is_dir: k.open.is_dir,
+                    path: path_key(k.root, &k.open.path),
+                };
+                self.defer_delete(k.open.node, d);
+            }
             None
-        } else {
+        } else if doc {
+            self.forget_pending_delete(k.open.node);
             k.removal(now_ns)
+        } else {
+            // The last open of a file left delete-pending elsewhere.
+            let d = self.take_pending_delete(k.open.node)?;
+            let mut b = Batch::new(k.cred.clone(), now_ns);
+            b.stop_on_error = false;
+            b.ops.push(super::fsops::removal(duet_fs::ObjRef::Id(d.parent), &d.name, Some(d.is_dir)));
+            Some(b)
         }
     }
 
@@ -271,6 +295,42 @@ impl ShareModes {
     /// The lock table (byte-range locks go there too).
     pub fn locks(&self) -> &Arc<LockManager> {
         &self.locks
+    }
+
+    /// Whether an SMB open of `node` is left anywhere (any connection, or
+    /// kept for a lost one).
+    pub fn open_anywhere(&self, node: NodeId) -> bool {
+        self.paths().values().any(|(n, _)| *n == node)
+    }
+
+    /// The share-mode path key of open `key`.
+    pub fn path_of(&self, key: (u64, u64)) -> Option<String> {
+        self.paths().get(&key).map(|(_, p)| p.clone())
+    }
+
+    /// `node` is delete-pending until its last SMB open closes.
+    pub(super) fn defer_delete(&self, node: NodeId, d: PendingDelete) {
+        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).insert(node, d);
+    }
+
+    /// `node` is removed now (or no longer delete-pending).
+    pub(super) fn forget_pending_delete(&self, node: NodeId) {
+        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node);
+    }
+
+    /// An open of `node` closed: when the file is delete-pending and no
+    /// SMB open of it is left, the removal to run now.
+    pub(super) fn take_pending_delete(&self, node: NodeId) -> Option<PendingDelete> {
+        if self.open_anywhere(node) {
+            return None;
+        }
+        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node)
+    }
+
+    /// Whether the file at share-mode path `path` is delete-pending (a new
+    /// open of it is STATUS_DELETE_PENDING, MS-FSA 2.1.5.1.2.1).
+    pub fn delete_pending_at(&self, path: &str) -> bool {
+        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).values().any(|d| d.path == path)
     }
 
     /// Whether a directory lease was ever granted: until then no batch
@@ -426,4 +486,13 @@ mod tests {
         t.release_connection(2);
         assert!(!t.open_below("1:d"));
     }
+}
+
+/// A file delete-pending across connections (`ShareModes::defer_delete`).
+#[derive(Debug, Clone)]
+pub(super) struct PendingDelete {
+    pub parent: NodeId,
+    pub name: String,
+    pub is_dir: bool,
+    pub path: String,
 }

@@ -143,3 +143,206 @@ fn a_dacl_set_over_smb_denies_an_nfs_user_and_chmod_over_nfs_shows_in_smb() {
     assert_eq!(bob.read3_all(&f_b).as_deref(), Ok(&b"secret"[..]), "the mode alone decides");
     c.close(fid);
 }
+
+/// A loopback address whose port 445 forwards to duetd's SMB port:
+/// smbcacls (Samba 4.17) connects to 445 or 139 only, whatever port the
+/// command line names.
+fn port_445_to(port: u16) -> String {
+    use std::net::{TcpListener, TcpStream};
+    let (l, ip) = (40..250)
+        .find_map(|x| {
+            let ip = format!("127.0.0.{x}");
+            TcpListener::bind((ip.as_str(), 445)).ok().map(|l| (l, ip))
+        })
+        .expect("a free 127.0.0.x:445");
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let Ok(up) = TcpStream::connect(("127.0.0.1", port)) else { continue };
+            let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+            let (mut c, mut up) = (c, up);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c, &mut up);
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    ip
+}
+
+/// What Samba's `smbcacls --numeric` prints for `file` of share `acl` at
+/// `host` (port 445), logged on as alice.
+fn smbcacls(host: &str, file: &str) -> String {
+    let out = std::process::Command::new("smbcacls")
+        .args([&format!("//{host}/acl"), file, "-U", "alice%alicepw", "-m", "SMB3", "--numeric"])
+        .output()
+        .expect("smbcacls runs (scripts/install-deps.sh installs smbclient)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "smbcacls: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+mod v4acl {
+    use super::*;
+    use duet_fs::acl::nfs4::*;
+    use duet_protocols::nfs::nfs4::attrs::{fattr4 as fa, Attrs as A4};
+    use duet_protocols::nfs::nfs4::*;
+    use duet_protocols::nfs::xdr::{List, XdrWriter};
+
+    /// (type, flag, mask, who) of each ACE, as a client sees them.
+    pub type Aces = Vec<(u32, u32, u32, String)>;
+
+    pub fn get(n: &mut Nfs, s: &mut Sess, fh: &[u8]) -> Result<Aces, Nfsstat4> {
+        let rep = n
+            .v4(vec![
+                s.sequence(),
+                ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+                ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::from_bits(&[fa::ACL, fa::ACLSUPPORT, fa::MODE]) }),
+            ])
+            .expect("GETATTR reply");
+        let r = res4(&rep);
+        if r.status != Nfsstat4::OK {
+            return Err(r.status);
+        }
+        let ResOp4::GetAttr(Nfs4Res::Ok(g)) = &r.results[2] else { panic!("{r:?}") };
+        let a = A4::from_fattr4(&g.obj_attributes).expect("fattr4 decodes");
+        assert_eq!(a.aclsupport, Some(3), "allow and deny ACEs (ACL4_SUPPORT_ALLOW_ACL | DENY)");
+        let List(aces) = a.acl.expect("the acl attribute is answered");
+        Ok(aces.iter().map(|e| (e.type_, e.flag, e.access_mask, String::from_utf8_lossy(e.who.0).into_owned())).collect())
+    }
+
+    pub fn set(n: &mut Nfs, s: &mut Sess, fh: &[u8], aces: &[(u32, u32, u32, &str)]) -> Nfsstat4 {
+        let wire: Vec<NfsAce4<'_>> =
+            aces.iter().map(|(t, f, m, w)| NfsAce4 { type_: *t, flag: *f, access_mask: *m, who: Opaque(w.as_bytes()) }).collect();
+        let attrs = A4 { acl: Some(List(wire)), ..Default::default() };
+        let mut w = XdrWriter::with_buffer(Vec::new());
+        let mask = attrs.encode_vals(None, &mut w);
+        let vals = w.into_inner();
+        let rep = n
+            .v4(vec![
+                s.sequence(),
+                ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+                ArgOp4::SetAttr(SetAttr4Args {
+                    stateid: Stateid4::ANONYMOUS,
+                    obj_attributes: Fattr4 { attrmask: mask, attr_vals: Opaque(&vals) },
+                }),
+            ])
+            .expect("SETATTR reply");
+        res4(&rep).status
+    }
+
+    pub const ALLOW: u32 = ACE4_ACCESS_ALLOWED_ACE_TYPE;
+    pub const DENY: u32 = ACE4_ACCESS_DENIED_ACE_TYPE;
+}
+
+#[test]
+fn an_nfs4_acl_set_over_nfs_is_what_smbcacls_shows_and_binds_both_protocols() {
+    use duet_fs::acl::nfs4::*;
+    use duet_protocols::nfs::nfs4::Nfsstat4;
+    use v4acl::{ALLOW, DENY};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(tmp.path());
+    for (name, id) in [("alice", ALICE), ("bob", BOB)] {
+        let id = id.to_string();
+        d.ok(&["user", "add", name, "--password", &format!("{name}pw"), "--uid", &id, "--gid", &id]);
+    }
+    d.ok(&["share", "add", "acl", "--path", "/acl", "--no-root-squash"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let (smb, nfs) = (d.smb_port, d.nfs_port);
+    let host = port_445_to(smb);
+    let mut r = Nfs::connect(nfs).as_user(0, 0);
+    let root_fh = r.mount("/acl").unwrap();
+    assert_eq!(chmod3(&mut r, &root_fh, 0o777), Nfsstat3::OK);
+
+    // Alice makes a file over NFSv3 (mode 0644) and writes it.
+    let mut a3 = Nfs::connect(nfs).as_user(ALICE, ALICE);
+    let root_a = a3.mount("/acl").unwrap();
+    let f = a3.create3(&root_a, "g.txt").unwrap();
+    assert_eq!(chmod3(&mut a3, &f, 0o644), Nfsstat3::OK);
+    a3.write3(&f, 0, b"secret").unwrap();
+
+    // Over NFSv4.1: with no stored DACL, the ACL is the mode's.
+    let mut a4 = Nfs::connect(nfs).as_user(ALICE, ALICE);
+    let mut s = session(&mut a4, b"acl-alice", 1 << 20, 16);
+    let shown = v4acl::get(&mut a4, &mut s, &f).unwrap();
+    let find = |aces: &v4acl::Aces, t: u32, who: &str| aces.iter().find(|e| e.0 == t && e.3 == who).map(|e| e.2);
+    assert_ne!(find(&shown, ALLOW, "OWNER@").unwrap_or(0) & rights::WRITE_DATA, 0, "0644: the owner writes: {shown:?}");
+    assert_ne!(find(&shown, ALLOW, "EVERYONE@").unwrap_or(0) & rights::READ_DATA, 0, "0644: everyone reads: {shown:?}");
+    assert_eq!(find(&shown, ALLOW, "EVERYONE@").unwrap_or(0) & rights::WRITE_DATA, 0, "{shown:?}");
+
+    // nfs4_setfacl's kind of ACL: bob denied reading, the owner all,
+    // everyone reading and writing.
+    let full = rights::FILE_ALL_ACCESS & ACE4_MASK_DEFINED;
+    let rw = rights::READ_DATA | rights::WRITE_DATA | rights::APPEND_DATA | rights::READ_ATTRIBUTES | rights::READ_CONTROL | rights::SYNCHRONIZE;
+    let bob = BOB.to_string();
+    let acl = [(DENY, 0, rights::READ_DATA, bob.as_str()), (ALLOW, 0, full, "OWNER@"), (ALLOW, 0, rw, "EVERYONE@")];
+    assert_eq!(v4acl::set(&mut a4, &mut s, &f, &acl), Nfsstat4::OK);
+    let back = v4acl::get(&mut a4, &mut s, &f).unwrap();
+    assert_eq!(
+        back,
+        acl.iter().map(|(t, fl, m, w)| (*t, *fl, *m, w.to_string())).collect::<Vec<_>>(),
+        "read back as set, OWNER@ and all"
+    );
+
+    // Samba's smbcacls sees it as a DACL (with --numeric, type 1 is deny
+    // and 0 allow): bob's SID denied READ_DATA, alice's (the owner,
+    // OWNER@) allowed all, Everyone read and write.
+    let text = smbcacls(&host, "g.txt");
+    assert!(text.contains(&format!("OWNER:S-1-22-1-{ALICE}")), "{text}");
+    assert!(text.contains(&format!("ACL:S-1-22-1-{BOB}:1/0x0/0x00000001")), "{text}");
+    assert!(text.contains(&format!("ACL:S-1-22-1-{ALICE}:0/0x0/0x{full:08x}")), "{text}");
+    assert!(text.contains(&format!("ACL:S-1-1-0:0/0x0/0x{rw:08x}")), "{text}");
+
+    // It binds both protocols: bob reads nothing over NFSv3 or SMB, though
+    // the mode the ACL amounts to (0766) would let him.
+    let mut b3 = Nfs::connect(nfs).as_user(BOB, BOB);
+    let root_b = b3.mount("/acl").unwrap();
+    let f_b = b3.lookup3(&root_b, b"g.txt").unwrap();
+    assert_eq!(b3.read3_all(&f_b), Err(Nfsstat3::ACCES));
+    let mut bs = Smb::logged_on(smb, "bob", "bobpw", "acl");
+    assert_eq!(bs.open_read("g.txt").err(), Some(NtStatus::ACCESS_DENIED));
+    let mut carl = Nfs::connect(nfs).as_user(3003, 3003);
+    let root_c = carl.mount("/acl").unwrap();
+    let f_c = carl.lookup3(&root_c, b"g.txt").unwrap();
+    assert_eq!(carl.read3_all(&f_c).as_deref(), Ok(&b"secret"[..]), "everyone else reads");
+
+    // Bob may not set an ACL on alice's file (RFC 8881 6.2.1: WRITE_ACL).
+    let mut b4 = Nfs::connect(nfs).as_user(BOB, BOB);
+    let mut sb = session(&mut b4, b"acl-bob", 1 << 20, 16);
+    assert_eq!(v4acl::set(&mut b4, &mut sb, &f, &[(ALLOW, 0, full, "EVERYONE@")]), Nfsstat4::PERM);
+    // Refused: an AUDIT ACE, a name that is no id, undefined mask bits.
+    assert_eq!(v4acl::set(&mut a4, &mut s, &f, &[(ACE4_SYSTEM_AUDIT_ACE_TYPE, 0, 1, "OWNER@")]), Nfsstat4::ATTRNOTSUPP);
+    assert_eq!(v4acl::set(&mut a4, &mut s, &f, &[(ALLOW, 0, 1, "nosuchuser@example.com")]), Nfsstat4::BADOWNER);
+    assert_eq!(v4acl::set(&mut a4, &mut s, &f, &[(ALLOW, 0, 0x8000_0000, "OWNER@")]), Nfsstat4::INVAL);
+    assert_eq!(v4acl::get(&mut a4, &mut s, &f).unwrap(), back, "a refused SETATTR changes nothing");
+
+    // A DACL set over SMB shows in the NFSv4 ACL (bob allowed by name, a
+    // group named with ACE4_IDENTIFIER_GROUP).
+    let mut c = Smb::logged_on(smb, "alice", "alicepw", "acl");
+    let fid = c.create_req(open_req("g.txt", create_disposition::OPEN, 0, 0x0012_019f | 0x0004_0000)).unwrap();
+    let dacl = Acl {
+        aces: vec![
+            Ace::allow(Sid::unix_user(BOB), rights::READ_DATA, 0),
+            Ace::allow(Sid::unix_group(77), rights::READ_DATA, 0),
+            Ace::allow(Sid::unix_user(ALICE), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    assert_eq!(set_dacl(&mut c, fid, &dacl), NtStatus::SUCCESS);
+    let shown = v4acl::get(&mut a4, &mut s, &f).unwrap();
+    assert_eq!(shown[0], (ALLOW, 0, rights::READ_DATA, bob.clone()), "{shown:?}");
+    assert_eq!(shown[1], (ALLOW, ACE4_IDENTIFIER_GROUP, rights::READ_DATA, "77".to_string()), "{shown:?}");
+    assert_eq!((shown[2].0, shown[2].3.as_str()), (ALLOW, "OWNER@"), "{shown:?}");
+    assert_eq!(b3.read3_all(&f_b).as_deref(), Ok(&b"secret"[..]), "bob may read now");
+
+    // chmod over NFS: the ACL is the mode's again (RFC 8881 6.4.1.1).
+    assert_eq!(chmod3(&mut a3, &f, 0o600), Nfsstat3::OK);
+    let shown = v4acl::get(&mut a4, &mut s, &f).unwrap();
+    assert!(!shown.iter().any(|e| e.3 == bob), "bob's ACE went with the chmod: {shown:?}");
+    assert_eq!(find(&shown, ALLOW, "EVERYONE@").unwrap_or(0) & rights::READ_DATA, 0, "{shown:?}");
+    let text = smbcacls(&host, "g.txt");
+    assert!(!text.contains(&format!("S-1-22-1-{BOB}")), "{text}");
+    c.close(fid);
+}

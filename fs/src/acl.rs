@@ -82,6 +82,17 @@ impl Sid {
     pub fn unix_group(gid: u32) -> Sid {
         Sid::new(22, &[2, gid])
     }
+    /// NFSv4's OWNER@ in a DACL on its way to the state machine
+    /// (S-1-22-3-0, never stored): `Op::SetAcl` replaces it with the
+    /// node's owner when it applies ([`resolve_owner_at`]), so an NFSv4 ACL
+    /// names the owner the node has then.
+    pub fn owner_at() -> Sid {
+        Sid::new(22, &[3, 0])
+    }
+    /// NFSv4's GROUP@ on its way (S-1-22-3-1), as [`Sid::owner_at`].
+    pub fn group_at() -> Sid {
+        Sid::new(22, &[3, 1])
+    }
     /// The uid of an S-1-22-1-uid SID.
     pub fn as_unix_user(&self) -> Option<u32> {
         match (self.authority, self.subs.as_slice()) {
@@ -652,6 +663,20 @@ pub fn mode_from_dacl(dacl: Option<&Acl>, owner: &Sid, group: &Sid, keep: u32) -
     let g = bits_of_rights(granted(&as_token(&[group, &everyone]), None, dacl));
     let o = bits_of_rights(granted(&as_token(&[&everyone]), None, dacl));
     (keep & 0o7000) | u << 6 | g << 3 | o
+}
+
+/// Replaces [`Sid::owner_at`] and [`Sid::group_at`] in `dacl` with the
+/// object's `owner` and `group` (RFC 8881 6.2.1.5: OWNER@ and GROUP@ are
+/// the object's owner and group).
+pub fn resolve_owner_at(dacl: &mut Acl, owner: &Sid, group: &Sid) {
+    let (o, g) = (Sid::owner_at(), Sid::group_at());
+    for a in &mut dacl.aces {
+        if a.sid == o {
+            a.sid = owner.clone();
+        } else if a.sid == g {
+            a.sid = group.clone();
+        }
+    }
 }
 
 /// NFSv4 ACE types and flags (RFC 8881 6.2.1.1, 6.2.1.4).

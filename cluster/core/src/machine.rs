@@ -869,9 +869,11 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                     }
                 }
                 Some((control, bytes)) => {
-                    let a = acl::Acl::decode(bytes).map_err(|_| FsError::Invalid)?;
+                    let mut a = acl::Acl::decode(bytes).map_err(|_| FsError::Invalid)?;
                     let o = acl::Sid::unix_user(n.attrs.uid);
                     let g = acl::Sid::unix_group(n.attrs.gid);
+                    // An NFSv4 ACL's OWNER@ / GROUP@ (RFC 8881 6.2.1.5).
+                    acl::resolve_owner_at(&mut a, &o, &g);
                     n.attrs.mode = acl::mode_from_dacl(Some(&a), &o, &g, n.attrs.mode);
                     let keep = acl::control::DACL_PROTECTED | acl::control::DACL_AUTO_INHERITED;
                     put_acl(txn, id, control & keep, &a);

@@ -6,8 +6,8 @@ use duet_fs::{Attrs, Credentials, FileType, SetAttrs, SetTime, TimeNs};
 
 use crate::nfs::nfs3::{self, Fattr3, Ftype3, NfsTime3, Sattr3, SpecData3, WccAttr};
 use crate::nfs::nfs4::attrs::{fattr4 as fa, fh4, Attrs as A4, Fsid4, ModeUmask4, OpenArguments4, SetTime4};
-use crate::nfs::nfs4::{Bitmap4, Fattr4, NfsFtype4, NfsTime4, Nfsstat4, SpecData4};
-use crate::nfs::xdr::{Opaque, XdrWriter};
+use crate::nfs::nfs4::{Bitmap4, Fattr4, NfsAce4, NfsFtype4, NfsTime4, Nfsstat4, SpecData4};
+use crate::nfs::xdr::{List, Opaque, XdrWriter};
 
 const NS: i64 = 1_000_000_000;
 
@@ -229,6 +229,7 @@ pub const GETTABLE: &[u32] = &[
     fa::UNIQUE_HANDLES,
     fa::LEASE_TIME,
     fa::RDATTR_ERROR,
+    fa::ACL,
     fa::ACLSUPPORT,
     fa::ARCHIVE,
     fa::CANSETTIME,
@@ -281,6 +282,20 @@ pub const SETTABLE: &[u32] = &[
     fa::MODE_UMASK,
 ];
 
+/// Attributes SETATTR may set: [`SETTABLE`] and the ACL (RFC 8881
+/// 6.2.1; [`acl_to_set`]), which CREATE and OPEN do not take.
+pub const SETATTR_SETTABLE: &[u32] = &[
+    fa::SIZE,
+    fa::MODE,
+    fa::OWNER,
+    fa::OWNER_GROUP,
+    fa::TIME_ACCESS_SET,
+    fa::TIME_CREATE,
+    fa::TIME_MODIFY_SET,
+    fa::MODE_UMASK,
+    fa::ACL,
+];
+
 /// Attributes EXCLUSIVE4_1 may carry (the times hold the verifier).
 pub const EXCLCREAT: &[u32] = &[
     fa::SIZE,
@@ -319,6 +334,9 @@ pub struct ObjCtx<'a> {
     pub fsid: Fsid4,
     pub fh: &'a [u8],
     pub mounted_on: u64,
+    /// The ACL (fattr4 12), where the batch read it (GETATTR asking for
+    /// it runs `Op::GetAcl`, [`nfs4_acl`]); None leaves the attribute out.
+    pub acl: Option<&'a [NfsAce4<'a>]>,
 }
 
 /// Encodes the requested attributes of `a`: (bitmap, attr_vals).
@@ -374,7 +392,8 @@ pub fn fattr4_vals_into(
         unique_handles: Some(true),
         lease_time: Some(info.lease_time),
         rdattr_error: Some(Nfsstat4::OK),
-        aclsupport: Some(0),
+        aclsupport: Some(ACL4_SUPPORT_ALLOW_ACL | ACL4_SUPPORT_DENY_ACL),
+        acl: ctx.acl.map(|a| List(a.to_vec())),
         archive: Some(dos & duet_fs::dos::ARCHIVE != 0),
         cansettime: Some(true),
         case_insensitive: Some(false),
@@ -422,6 +441,78 @@ pub fn fattr4_vals_into(
         ..Default::default()
     };
     v.encode_vals(Some(req), w)
+}
+
+/// RFC 8881 6.2.1.2: aclsupport bits (duet stores allow and deny ACEs).
+pub const ACL4_SUPPORT_ALLOW_ACL: u32 = 0x1;
+pub const ACL4_SUPPORT_DENY_ACL: u32 = 0x2;
+
+/// Owner strings as duet writes them (decimal ids, RFC 8881 5.9 for
+/// AUTH_SYS) to and from the S-1-22 SIDs the ACL store keeps.
+struct NumericNames;
+
+impl duet_fs::acl::Names for NumericNames {
+    fn user_sid(&self, name: &str) -> Option<duet_fs::acl::Sid> {
+        parse_id(name.as_bytes()).map(duet_fs::acl::Sid::unix_user)
+    }
+    fn group_sid(&self, name: &str) -> Option<duet_fs::acl::Sid> {
+        parse_id(name.as_bytes()).map(duet_fs::acl::Sid::unix_group)
+    }
+    fn user_name(&self, sid: &duet_fs::acl::Sid) -> Option<String> {
+        sid.as_unix_user().map(|u| u.to_string())
+    }
+    fn group_name(&self, sid: &duet_fs::acl::Sid) -> Option<String> {
+        sid.as_unix_group().map(|g| g.to_string())
+    }
+}
+
+/// The NFSv4 ACL (RFC 8881 6.2.1) of an object with attributes `a` and
+/// the stored DACL `stored` (`Op::GetAcl`'s control word and bytes; None:
+/// the DACL its mode amounts to, as SMB shows it).
+pub fn nfs4_acl(a: &Attrs, stored: Option<&(u16, Vec<u8>)>) -> Vec<duet_fs::acl::Nfs4Ace> {
+    use duet_fs::acl::{dacl_from_mode, nfs4_from_dacl, Acl, Sid};
+    let (owner, group) = (Sid::unix_user(a.uid), Sid::unix_group(a.gid));
+    let dacl = stored
+        .and_then(|(_, b)| Acl::decode(b).ok())
+        .unwrap_or_else(|| dacl_from_mode(a.mode, a.ftype == FileType::Directory, &owner, &group));
+    nfs4_from_dacl(&dacl, &owner, &group, &NumericNames)
+}
+
+/// [`nfs4_acl`]'s ACEs as the wire carries them (borrowing their names).
+pub fn nfs4_acl_wire(aces: &[duet_fs::acl::Nfs4Ace]) -> Vec<NfsAce4<'_>> {
+    aces.iter()
+        .map(|a| NfsAce4 { type_: a.kind, flag: a.flags, access_mask: a.mask, who: Opaque(a.who_string().as_bytes()) })
+        .collect()
+}
+
+/// The ACL of a SETATTR (RFC 8881 6.2.1) as the DACL `Op::SetAcl`
+/// stores: OWNER@ and GROUP@ as the placeholders the state machine
+/// resolves against the object (`duet_fs::acl::resolve_owner_at`), ids as
+/// S-1-22 SIDs. None when the fattr4 has no ACL. Errors (RFC 8881 6.2.1,
+/// 18.30.4): an ACE type other than allow and deny ATTRNOTSUPP, a name
+/// that is no id BADOWNER, undefined mask bits INVAL.
+pub fn acl_to_set(f: &Fattr4<'_>) -> Result<Option<(u16, Vec<u8>)>, Nfsstat4> {
+    use duet_fs::acl::{dacl_from_nfs4, nfs4 as n4, Nfs4Ace, Sid};
+    if !f.attrmask.is_set(fa::ACL) {
+        return Ok(None);
+    }
+    let a = A4::from_fattr4(f).map_err(|e| e.nfs4_status())?;
+    let Some(List(aces)) = a.acl else { return Err(Nfsstat4::INVAL) };
+    let mut v = Vec::with_capacity(aces.len());
+    for ace in &aces {
+        if !matches!(ace.type_, n4::ACE4_ACCESS_ALLOWED_ACE_TYPE | n4::ACE4_ACCESS_DENIED_ACE_TYPE) {
+            return Err(Nfsstat4::ATTRNOTSUPP);
+        }
+        let who = std::str::from_utf8(ace.who.0).map_err(|_| Nfsstat4::INVAL)?;
+        v.push(Nfs4Ace::from_wire(ace.type_, ace.flag, ace.access_mask, who));
+    }
+    let dacl = dacl_from_nfs4(&v, &Sid::owner_at(), &Sid::group_at(), &NumericNames).map_err(|e| match e {
+        "unknown user" | "unknown group" => Nfsstat4::BADOWNER,
+        _ => Nfsstat4::INVAL,
+    })?;
+    let mut bytes = Vec::new();
+    dacl.encode(&mut bytes);
+    Ok(Some((duet_fs::acl::control::DACL_PRESENT, bytes)))
 }
 
 /// Parses an owner or owner_group string: a number, optionally followed by

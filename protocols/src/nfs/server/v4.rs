@@ -162,6 +162,8 @@ enum Step {
     },
     SetAttr {
         op: usize,
+        /// The `Op::SetAcl` of an ACL in the same SETATTR.
+        acl_op: Option<usize>,
         attrset: Bitmap4,
     },
     Verify {
@@ -1060,6 +1062,7 @@ fn op_getattr(
                 },
                 fh: &fh,
                 mounted_on: PSEUDO_FILEID,
+                acl: None,
             };
             let (mask, vals) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &a.attr_request);
             ready(
@@ -1078,7 +1081,13 @@ fn op_getattr(
                 c.steps.push(Step::CbGetattr(step));
                 return Ok(Flow::Gate);
             }
-            b.push(Op::GetAttr { obj });
+            // The ACL needs the stored DACL, which GetAcl reads with the
+            // attributes (RFC 8881 6.2.1).
+            if a.attr_request.is_set(fa::ACL) {
+                b.push(Op::GetAcl { obj });
+            } else {
+                b.push(Op::GetAttr { obj });
+            }
             c.steps.push(Step::GetAttr {
                 fsid,
                 op: b.ops.len() - 1,
@@ -1510,7 +1519,8 @@ fn op_setattr(
     }
     let (_, obj) = c.obj()?;
     resolve_sid(srv, c, &a.stateid)?;
-    let (attrs, attrset) = fattr4_to_set(&a.obj_attributes, SETTABLE)?;
+    let acl = attr::acl_to_set(&a.obj_attributes)?;
+    let (attrs, attrset) = fattr4_to_set(&a.obj_attributes, attr::SETATTR_SETTABLE)?;
     if attrs.size.is_some() {
         // A size change is a change of the data (MS-FSA 2.1.5.15.4 as SMB's
         // end-of-file sees it): others' SMB read caching goes, others'
@@ -1518,9 +1528,21 @@ fn op_setattr(
         breaks::break_for_write(srv, c, obj, now);
         breaks::deleg_wait(srv, c, obj)?;
     }
-    b.push(Op::SetAttr { obj, attrs });
+    // With an ACL (RFC 8881 6.2.1) the other attributes go first: the
+    // mode is then the one the ACL amounts to (6.4.1.2), its special bits
+    // kept.
+    let acl_only = acl.is_some() && attrs.is_empty();
+    if !acl_only {
+        b.push(Op::SetAttr { obj, attrs });
+    }
+    let first = b.ops.len().wrapping_sub(1);
+    let acl_op = acl.map(|acl| {
+        b.push(Op::SetAcl { obj, acl: Some(acl) });
+        b.ops.len() - 1
+    });
     c.steps.push(Step::SetAttr {
-        op: b.ops.len() - 1,
+        op: if acl_only { b.ops.len() - 1 } else { first },
+        acl_op,
         attrset,
     });
     Ok(Flow::Next)
@@ -1557,6 +1579,7 @@ fn op_verify(
                 },
                 fh: &fh,
                 mounted_on: PSEUDO_FILEID,
+                acl: None,
             };
             let (m, v) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &mask);
             let same = m == mask && v == vals;
@@ -2407,7 +2430,7 @@ fn finish_step(
             start,
             maxcount,
         } => finish_pseudo_read_dir(srv, c, results, roots, req, start, maxcount),
-        Step::SetAttr { op, attrset } => return finish_set_attr(c, results, op, attrset),
+        Step::SetAttr { op, acl_op, attrset } => return finish_set_attr(c, results, op, acl_op, attrset),
         Step::Verify {
             op,
             fsid,
@@ -2468,6 +2491,11 @@ fn finish_get_attr(
         opnum::GETATTR,
         attrs_of(results, op).map(|a| {
             let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
+            let aces = match out_of(results, op) {
+                Ok(OpOutput::Acl { acl, .. }) => Some(attr::nfs4_acl(a, acl.as_ref())),
+                _ => None,
+            };
+            let wire = aces.as_deref().map(attr::nfs4_acl_wire);
             let ctx = ObjCtx {
                 fsid: Fsid4 {
                     major: fsid,
@@ -2475,6 +2503,7 @@ fn finish_get_attr(
                 },
                 fh: &fh,
                 mounted_on: a.id,
+                acl: wire.as_deref(),
             };
             let seen = deleg::holder_view(c, a);
             let (mask, vals) = fattr4_vals(seen.as_ref().unwrap_or(a), &ctx, &info, &req);
@@ -2845,9 +2874,10 @@ fn finish_set_attr(
     c: &mut Compound,
     results: &[OpResult],
     op: usize,
+    acl_op: Option<usize>,
     attrset: Bitmap4,
 ) -> Nfsstat4 {
-    let st = match out_of(results, op) {
+    let st = match out_of(results, op).and_then(|_| acl_op.map_or(Ok(()), |i| out_of(results, i).map(|_| ()))) {
         Ok(_) => SetAttr4Res {
             status: Nfsstat4::OK,
             attrsset: attrset,
@@ -2891,6 +2921,7 @@ fn finish_verify(
                 },
                 fh: &fh,
                 mounted_on: a.id,
+                acl: None,
             };
             let (m, v) = fattr4_vals(a, &ctx, &info, &mask);
             let same = m == mask && v == vals;
@@ -3115,6 +3146,7 @@ fn readdir_reply(
                     },
                     fh: fh.as_ref().map_or(&[], |f| &f[..]),
                     mounted_on: *id,
+                    acl: None,
                 };
                 fattr4_vals_into(a, &ctx, &info, req, &mut vals)
             }
@@ -3199,6 +3231,7 @@ fn pseudo_readdir_reply(
             },
             fh: &fh,
             mounted_on: a.id,
+            acl: None,
         };
         let (mask, vals) = fattr4_vals(a, &ctx, &info, req);
         let cost =

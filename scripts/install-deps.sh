@@ -52,15 +52,16 @@ if ! python3 -c 'import ply' >/dev/null 2>&1; then
 fi
 # The kernel-client NLM test (appliance/tests/vmclient.rs,
 # tests/vmclient/nlm.sh) gives its guest rpcbind and rpc.statd: Debian's
-# packages unpacked into /opt/duet-vm-tools, never installed here (their
+# packages unpacked into /opt/duet-vm-tools (with nfs4-acl-tools for
+# tests/vmclient/acl.sh), never installed here (their
 # services would take port 111, which duetd's portmapper tests need).
 VM_TOOLS=/opt/duet-vm-tools
-if [ ! -x $VM_TOOLS/sbin/rpc.statd ] || [ ! -x $VM_TOOLS/sbin/rpcbind ] || [ ! -e $VM_TOOLS/usr/lib/x86_64-linux-gnu/libwrap.so.0 ]; then
-  echo "install-deps: unpacking rpcbind, nfs-common and libwrap0 into $VM_TOOLS"
+if [ ! -x $VM_TOOLS/sbin/rpc.statd ] || [ ! -x $VM_TOOLS/sbin/rpcbind ] || [ ! -e $VM_TOOLS/usr/lib/x86_64-linux-gnu/libwrap.so.0 ] || [ ! -x $VM_TOOLS/usr/bin/nfs4_setfacl ]; then
+  echo "install-deps: unpacking rpcbind, nfs-common, libwrap0 and nfs4-acl-tools into $VM_TOOLS"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
   debs=$(mktemp -d)
-  (cd "$debs" && chmod 777 . && $SUDO apt-get download -qq rpcbind nfs-common libwrap0 2>/dev/null) \
-    || { $SUDO apt-get update -qq && (cd "$debs" && $SUDO apt-get download -qq rpcbind nfs-common libwrap0); }
+  (cd "$debs" && chmod 777 . && $SUDO apt-get download -qq rpcbind nfs-common libwrap0 nfs4-acl-tools 2>/dev/null) \
+    || { $SUDO apt-get update -qq && (cd "$debs" && $SUDO apt-get download -qq rpcbind nfs-common libwrap0 nfs4-acl-tools); }
   $SUDO mkdir -p $VM_TOOLS
   for d in "$debs"/*.deb; do $SUDO dpkg-deb -x "$d" $VM_TOOLS; done
   rm -rf "$debs"

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use clients::*;
-use common::Daemon;
+use common::{port_445_to, smbcacls, Daemon};
 use duet_fs::acl::{rights, Ace, Acl, SecurityDescriptor, Sid};
 use duet_protocols::nfs::nfs3::*;
 use duet_protocols::nfs::xdr::Opaque;
@@ -144,47 +144,6 @@ fn a_dacl_set_over_smb_denies_an_nfs_user_and_chmod_over_nfs_shows_in_smb() {
     c.close(fid);
 }
 
-/// A loopback address whose port 445 forwards to duetd's SMB port:
-/// smbcacls (Samba 4.17) connects to 445 or 139 only, whatever port the
-/// command line names.
-fn port_445_to(port: u16) -> String {
-    use std::net::{TcpListener, TcpStream};
-    let (l, ip) = (40..250)
-        .find_map(|x| {
-            let ip = format!("127.0.0.{x}");
-            TcpListener::bind((ip.as_str(), 445)).ok().map(|l| (l, ip))
-        })
-        .expect("a free 127.0.0.x:445");
-    std::thread::spawn(move || {
-        for c in l.incoming().flatten() {
-            let Ok(up) = TcpStream::connect(("127.0.0.1", port)) else { continue };
-            let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
-            let (mut c, mut up) = (c, up);
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut c, &mut up);
-                let _ = up.shutdown(std::net::Shutdown::Write);
-            });
-            std::thread::spawn(move || {
-                let _ = std::io::copy(&mut up2, &mut c2);
-                let _ = c2.shutdown(std::net::Shutdown::Write);
-            });
-        }
-    });
-    ip
-}
-
-/// What Samba's `smbcacls --numeric` prints for `file` of share `acl` at
-/// `host` (port 445), logged on as alice.
-fn smbcacls(host: &str, file: &str) -> String {
-    let out = std::process::Command::new("smbcacls")
-        .args([&format!("//{host}/acl"), file, "-U", "alice%alicepw", "-m", "SMB3", "--numeric"])
-        .output()
-        .expect("smbcacls runs (scripts/install-deps.sh installs smbclient)");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "smbcacls: {text}{}", String::from_utf8_lossy(&out.stderr));
-    text
-}
-
 mod v4acl {
     use super::*;
     use duet_fs::acl::nfs4::*;
@@ -290,7 +249,7 @@ fn an_nfs4_acl_set_over_nfs_is_what_smbcacls_shows_and_binds_both_protocols() {
     // Samba's smbcacls sees it as a DACL (with --numeric, type 1 is deny
     // and 0 allow): bob's SID denied READ_DATA, alice's (the owner,
     // OWNER@) allowed all, Everyone read and write.
-    let text = smbcacls(&host, "g.txt");
+    let text = smbcacls(&host, "acl", "g.txt", "alice%alicepw");
     assert!(text.contains(&format!("OWNER:S-1-22-1-{ALICE}")), "{text}");
     assert!(text.contains(&format!("ACL:S-1-22-1-{BOB}:1/0x0/0x00000001")), "{text}");
     assert!(text.contains(&format!("ACL:S-1-22-1-{ALICE}:0/0x0/0x{full:08x}")), "{text}");
@@ -342,7 +301,7 @@ fn an_nfs4_acl_set_over_nfs_is_what_smbcacls_shows_and_binds_both_protocols() {
     let shown = v4acl::get(&mut a4, &mut s, &f).unwrap();
     assert!(!shown.iter().any(|e| e.3 == bob), "bob's ACE went with the chmod: {shown:?}");
     assert_eq!(find(&shown, ALLOW, "EVERYONE@").unwrap_or(0) & rights::READ_DATA, 0, "{shown:?}");
-    let text = smbcacls(&host, "g.txt");
+    let text = smbcacls(&host, "acl", "g.txt", "alice%alicepw");
     assert!(!text.contains(&format!("S-1-22-1-{BOB}")), "{text}");
     c.close(fid);
 }

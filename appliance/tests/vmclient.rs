@@ -618,3 +618,90 @@ fn linux_kernel_cifs_leases_cache_writes_and_stay_coherent_with_nfs() {
     assert!(d.alive(), "duetd died");
     assert!(d.ok(&["fsck"]).contains("file system is consistent"));
 }
+
+/// Issue 17's ACL acceptance with the kernel as NFS client
+/// (`tests/vmclient/acl.sh`): a DACL added with Samba's smbcacls denies a
+/// uid over an NFSv4.2 mount while another reads; `nfs4_getfacl` shows
+/// it; an ACE added with `nfs4_setfacl` shows in smbcacls and denies; a
+/// chmod over NFS leaves smbcacls the mode's DACL.
+#[test]
+fn linux_kernel_nfs42_acls_meet_smbcacls() {
+    let _vm = ONE_VM.lock().unwrap_or_else(|e| e.into_inner());
+    require_vm_tools();
+    let tool = std::path::Path::new(VM_TOOLS).join("usr/bin/nfs4_setfacl");
+    assert!(tool.exists(), "{} is missing: run scripts/install-deps.sh (it unpacks nfs4-acl-tools there)", tool.display());
+    let client = linux_client();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start_config(tmp.path(), "", "portmap = false");
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "3001", "--gid", "3001"]);
+    d.ok(&["share", "add", "acl", "--path", "/acl", "--no-root-squash"]);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let host = common::port_445_to(d.smb_port);
+    let ctrl = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ctrl_port = ctrl.local_addr().unwrap().port();
+    // Whether an allow ACE for Everyone in smbcacls' output grants READ_DATA.
+    fn everyone_reads(t: &str) -> bool {
+        t.lines().filter_map(|l| l.strip_prefix("ACL:S-1-1-0:0/0x0/0x")).any(|m| u32::from_str_radix(m.trim(), 16).is_ok_and(|m| m & 1 != 0))
+    }
+    let side = std::thread::spawn(move || {
+        let mut log = Vec::new();
+        for conn in ctrl.incoming() {
+            let mut conn = conn.unwrap();
+            let mut line = String::new();
+            let _ = BufReader::new(&conn).read_line(&mut line);
+            let reply = match line.trim() {
+                "deny-3002" => {
+                    let ok = common::smbcacls_set(&host, "acl", "acl.txt", "alice%alicepw", "-a", "ACL:S-1-22-1-3002:1/0x0/0x00000001");
+                    if ok { "ok" } else { "failed" }.to_string()
+                }
+                "show" => {
+                    let t = common::smbcacls(&host, "acl", "acl.txt", "alice%alicepw");
+                    log.push(t.clone());
+                    if t.contains("ACL:S-1-22-1-3003:1/0x0/0x00000001") && t.contains("ACL:S-1-22-1-3002:1/0x0/0x00000001") {
+                        "3003-denied".to_string()
+                    } else if !t.contains("S-1-22-1-3002") && !t.contains("S-1-22-1-3003") && !everyone_reads(&t) {
+                        "mode-only".to_string()
+                    } else {
+                        "other".to_string()
+                    }
+                }
+                _ => break,
+            };
+            let _ = conn.write_all(format!("{reply}\n").as_bytes());
+        }
+        log
+    });
+    let guest = tmp.path().join("guest.sh");
+    std::fs::write(
+        &guest,
+        format!("NFS_PORT={} CTRL_PORT={ctrl_port}\n{}", d.nfs_port, std::fs::read_to_string(repo_root().join("tests/vmclient/acl.sh")).unwrap()),
+    )
+    .unwrap();
+    let path = format!("{VM_TOOLS}/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let out = Command::new(&client)
+        .arg(&guest)
+        .args(["--timeout", "300", "--bin", "nfs4_setfacl", "--bin", "nfs4_getfacl"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", ctrl_port)) {
+        let _ = c.write_all(b"done\n");
+    }
+    let log = side.join().unwrap();
+    eprintln!("smbcacls on the host:\n{}", log.join("\n"));
+    for step in [
+        "ACL step smb dacl denies 3002",
+        "ACL step 3003 reads",
+        "ACL step nfs4_getfacl shows the deny",
+        "ACL step smbcacls shows nfs4_setfacl's ace",
+        "ACL step nfs4 acl denies 3003",
+        "ACL step chmod shows in the dacl",
+        "ACL OK",
+    ] {
+        assert!(text.contains(step), "the guest never said {step:?}; duetd log tail:\n{}", d.log_text().lines().rev().take(30).collect::<Vec<_>>().join("\n"));
+    }
+    assert!(!text.contains("ACL FAIL"));
+    assert!(d.alive(), "duetd died");
+}

@@ -366,3 +366,53 @@ pub fn settle_chunks(data: &Path) -> u64 {
     }
     last
 }
+
+/// A loopback address whose port 445 forwards to duetd's SMB port:
+/// smbcacls (Samba 4.17) connects to 445 or 139 only, whatever port the
+/// command line names.
+pub fn port_445_to(port: u16) -> String {
+    use std::net::{TcpListener, TcpStream};
+    let (l, ip) = (40..250)
+        .find_map(|x| {
+            let ip = format!("127.0.0.{x}");
+            TcpListener::bind((ip.as_str(), 445)).ok().map(|l| (l, ip))
+        })
+        .expect("a free 127.0.0.x:445");
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let Ok(up) = TcpStream::connect(("127.0.0.1", port)) else { continue };
+            let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+            let (mut c, mut up) = (c, up);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c, &mut up);
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    ip
+}
+
+/// What Samba's `smbcacls --numeric` prints for `file` of `share` at
+/// `host` (port 445: [`port_445_to`]), logged on as `user` (`name%password`).
+pub fn smbcacls(host: &str, share: &str, file: &str, user: &str) -> String {
+    let out = std::process::Command::new("smbcacls")
+        .args([&format!("//{host}/{share}"), file, "-U", user, "-m", "SMB3", "--numeric"])
+        .output()
+        .expect("smbcacls runs (scripts/install-deps.sh installs smbclient)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "smbcacls: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// `smbcacls --numeric` changing `file`'s DACL: `op` is `-a` (add), `-D`
+/// (delete) or `-M` (modify), `ace` as smbcacls prints it.
+pub fn smbcacls_set(host: &str, share: &str, file: &str, user: &str, op: &str, ace: &str) -> bool {
+    std::process::Command::new("smbcacls")
+        .args([&format!("//{host}/{share}"), file, "-U", user, "-m", "SMB3", "--numeric", op, ace])
+        .status()
+        .is_ok_and(|s| s.success())
+}

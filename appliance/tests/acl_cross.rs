@@ -305,3 +305,73 @@ fn an_nfs4_acl_set_over_nfs_is_what_smbcacls_shows_and_binds_both_protocols() {
     assert!(!text.contains(&format!("S-1-22-1-{BOB}")), "{text}");
     c.close(fid);
 }
+
+/// A CREATE's SMB2_CREATE_SD_BUFFER (MS-SMB2 2.2.13.2.2) is the new
+/// file's DACL, for both protocols; a NULL DACL reads back as NULL and
+/// lets everyone in; an owner other than the creator is refused.
+#[test]
+fn a_create_security_descriptor_is_the_new_files_dacl() {
+    use duet_fs::acl::control;
+    use duet_protocols::smb2::create_context::CreateContextRequest;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(tmp.path());
+    for (name, id) in [("alice", ALICE), ("bob", BOB)] {
+        let id = id.to_string();
+        d.ok(&["user", "add", name, "--password", &format!("{name}pw"), "--uid", &id, "--gid", &id]);
+    }
+    d.ok(&["share", "add", "acl", "--path", "/acl", "--no-root-squash"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let (smb, nfs) = (d.smb_port, d.nfs_port);
+    let mut r = Nfs::connect(nfs).as_user(0, 0);
+    let root_fh = r.mount("/acl").unwrap();
+    assert_eq!(chmod3(&mut r, &root_fh, 0o777), Nfsstat3::OK);
+    let mut c = Smb::logged_on(smb, "alice", "alicepw", "acl");
+    let create_with = |c: &mut Smb, name: &str, sd: &SecurityDescriptor| {
+        let bytes = sd.encode();
+        let mut req = open_req(name, create_disposition::CREATE, 0, 0x0012_019f | 0x0004_0000);
+        req.create_contexts.push(CreateContextRequest::SecurityDescriptor(&bytes));
+        c.create_req(req)
+    };
+    let dacl = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(BOB), rights::READ_DATA, 0),
+            Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    let sd = SecurityDescriptor { control: control::DACL_PRESENT, owner: Some(Sid::unix_user(ALICE)), dacl: Some(dacl.clone()), ..Default::default() };
+    let fid = create_with(&mut c, "sd.txt", &sd).expect("CREATE with an SD_BUFFER");
+    assert_eq!(c.write(fid, 0, b"secret", true), NtStatus::SUCCESS);
+    assert_eq!(dacl_of(&mut c, fid), dacl, "the DACL of the SD_BUFFER is the file's");
+    let mut bob = Nfs::connect(nfs).as_user(BOB, BOB);
+    let root_b = bob.mount("/acl").unwrap();
+    let f_b = bob.lookup3(&root_b, b"sd.txt").unwrap();
+    assert_eq!(bob.read3_all(&f_b), Err(Nfsstat3::ACCES), "it binds NFS too");
+    c.close(fid);
+
+    // A NULL DACL: read back as none, everyone may read and write.
+    let null = SecurityDescriptor { control: control::DACL_PRESENT, ..Default::default() };
+    let fid = create_with(&mut c, "null.txt", &null).expect("CREATE with a NULL DACL");
+    let q = c.call(
+        Request::QueryInfo(QueryInfoRequest {
+            info_type: info_type::SECURITY,
+            file_info_class: 0,
+            output_buffer_length: 4096,
+            input_buffer: &[],
+            additional_information: 4,
+            flags: 0,
+            file_id: fid,
+        }),
+        Cmd::QUERY_INFO,
+    );
+    let Ok(Response::QueryInfo(q)) = Response::decode(&q.header, &q.bytes) else { panic!("query info reply") };
+    let got = SecurityDescriptor::decode(q.output_buffer).unwrap();
+    assert!(got.control & control::DACL_PRESENT != 0 && got.dacl.is_none(), "a NULL DACL reads back as NULL: {got:?}");
+    c.close(fid);
+    let f_b = bob.lookup3(&root_b, b"null.txt").unwrap();
+    assert_eq!(bob.write3(&f_b, 0, b"bob was here").map(|_| ()), Ok(()), "a NULL DACL lets everyone write");
+
+    // Another owner than the creator: refused, nothing made.
+    let other = SecurityDescriptor { control: control::DACL_PRESENT, owner: Some(Sid::everyone()), dacl: Some(dacl), ..Default::default() };
+    assert_eq!(create_with(&mut c, "given.txt", &other).err(), Some(NtStatus(0xC000_005A)), "STATUS_INVALID_OWNER");
+    assert_eq!(bob.lookup3(&root_b, b"given.txt").err(), Some(Nfsstat3::NOENT));
+}

@@ -311,7 +311,10 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
                 Some(_) => r.problems.push(format!("DACL {} of node {id} marked as having none", hex(k))),
                 None => r.problems.push(format!("DACL {} of missing node {id}", hex(k))),
             }
-            if v.len() < 2 || duet_fs::acl::Acl::decode(&v[2..]).is_err() {
+            // Two bytes of control word, then the DACL; none after a
+            // control word with DACL_PRESENT is a NULL DACL.
+            let null = v.len() == 2 && u16::from_le_bytes([v[0], v[1]]) & duet_fs::acl::control::DACL_PRESENT != 0;
+            if v.len() < 2 || (!null && duet_fs::acl::Acl::decode(&v[2..]).is_err()) {
                 r.problems.push(format!("undecodable DACL {}", hex(k)));
             }
         }

@@ -369,8 +369,32 @@ pub(crate) fn stored_acl<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> 
     }
     let v = txn.get(&keys::acl(n.attrs.id))?;
     let (head, body) = (v.get(..2)?, v.get(2..)?);
+    if body.is_empty() {
+        // A NULL DACL (`put_null_acl`): nothing restricts, the mode (0777)
+        // decides.
+        return None;
+    }
     let a = acl::Acl::decode(body).ok()?;
     Some((u16::from_le_bytes([head[0], head[1]]), a))
+}
+
+/// The stored record as `Op::GetAcl` answers it: the control word and the
+/// DACL bytes, empty for a NULL DACL (MS-DTYP 2.4.6: DACL_PRESENT with no
+/// ACL, everyone allowed everything).
+fn stored_acl_record<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> Option<(u16, Vec<u8>)> {
+    if !n.has_acl {
+        return None;
+    }
+    let v = txn.get(&keys::acl(n.attrs.id))?;
+    let (head, body) = (v.get(..2)?, v.get(2..)?);
+    let control = u16::from_le_bytes([head[0], head[1]]);
+    if body.is_empty() {
+        return Some((control, Vec::new()));
+    }
+    let a = acl::Acl::decode(body).ok()?;
+    let mut out = Vec::new();
+    a.encode(&mut out);
+    Some((control, out))
 }
 
 fn put_acl<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId, control: u16, a: &acl::Acl) {
@@ -868,6 +892,18 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
                         n.has_acl = false;
                     }
                 }
+                Some((control, bytes)) if bytes.is_empty() => {
+                    // A NULL DACL (MS-DTYP 2.4.6): everyone may do
+                    // everything, which the mode says as 0777; the record
+                    // keeps it so SMB reads it back as NULL.
+                    if control & acl::control::DACL_PRESENT == 0 {
+                        return Err(FsError::Invalid);
+                    }
+                    n.attrs.mode = (n.attrs.mode & 0o7000) | 0o777;
+                    let keep = acl::control::DACL_PROTECTED | acl::control::DACL_AUTO_INHERITED | acl::control::DACL_PRESENT;
+                    txn.put(keys::acl(id), (control & keep).to_le_bytes().to_vec());
+                    n.has_acl = true;
+                }
                 Some((control, bytes)) => {
                     let mut a = acl::Acl::decode(bytes).map_err(|_| FsError::Invalid)?;
                     let o = acl::Sid::unix_user(n.attrs.uid);
@@ -892,11 +928,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         }
         Op::GetAcl { obj } => {
             let n = get_node(txn, resolve(ex, *obj)?)?;
-            let acl = stored_acl(txn, &n).map(|(c, a)| {
-                let mut v = Vec::new();
-                a.encode(&mut v);
-                (c, v)
-            });
+            let acl = stored_acl_record(txn, &n);
             Ok(OpOutput::Acl { acl, attrs: n.attrs })
         }
         Op::Allocated { obj, offset, len } => {

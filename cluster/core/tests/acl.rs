@@ -332,3 +332,30 @@ fn a_files_streams_follow_its_dacl() {
     assert_eq!(r[0].as_ref().map(|_| ()), Err(&FsError::Access), "a new stream");
     assert_eq!(stream(&mut kv, Credentials::user(3000, 300), None), Ok(()), "others still may");
 }
+
+#[test]
+fn a_null_dacl_is_kept_as_such_and_lets_everyone_in() {
+    use duet_fs::acl::control::DACL_PRESENT;
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let f = create(&mut kv, owner(), d, "f", CreateKind::File, 0o600);
+    assert_eq!(open(&mut kv, other(), f, true, false), Err(FsError::Access));
+    let null = |kv: &mut Kv, control: u16| run_as(kv, owner(), vec![Op::SetAcl { obj: ObjRef::Id(f), acl: Some((control, Vec::new())) }]).remove(0);
+    // Empty bytes without DACL_PRESENT say nothing: refused.
+    assert_eq!(null(&mut kv, 0), Err(FsError::Invalid));
+    assert!(null(&mut kv, DACL_PRESENT).is_ok());
+    let n = node(&kv, f);
+    assert!(n.has_acl);
+    assert_eq!(n.attrs.mode & 0o777, 0o777, "a NULL DACL is mode 0777");
+    match run_as(&mut kv, Credentials::root(), vec![Op::GetAcl { obj: ObjRef::Id(f) }]).remove(0) {
+        Ok(OpOutput::Acl { acl: Some((c, b)), .. }) => assert!(c & DACL_PRESENT != 0 && b.is_empty(), "read back as NULL"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(open(&mut kv, other(), f, true, true), Ok(()), "everyone may read and write");
+    assert!(fsck::check(&kv, &[]).problems.is_empty(), "{:?}", fsck::check(&kv, &[]).problems);
+    // A chmod drops it like any DACL.
+    let r = run_as(&mut kv, owner(), vec![Op::SetAttr { obj: ObjRef::Id(f), attrs: SetAttrs { mode: Some(0o600), ..Default::default() } }]);
+    assert!(r[0].is_ok());
+    assert!(!node(&kv, f).has_acl && !kv.contains_key(&keys::acl(f)));
+    assert_eq!(open(&mut kv, other(), f, true, false), Err(FsError::Access));
+}

@@ -472,6 +472,11 @@ impl duet_fs::acl::Names for NumericNames {
 pub fn nfs4_acl(a: &Attrs, stored: Option<&(u16, Vec<u8>)>) -> Vec<duet_fs::acl::Nfs4Ace> {
     use duet_fs::acl::{dacl_from_mode, nfs4_from_dacl, Acl, Sid};
     let (owner, group) = (Sid::unix_user(a.uid), Sid::unix_group(a.gid));
+    if stored.is_some_and(|(_, b)| b.is_empty()) {
+        // A NULL DACL: everyone may do everything.
+        let all = duet_fs::acl::rights::FILE_ALL_ACCESS & duet_fs::acl::nfs4::ACE4_MASK_DEFINED;
+        return vec![duet_fs::acl::Nfs4Ace { kind: duet_fs::acl::nfs4::ACE4_ACCESS_ALLOWED_ACE_TYPE, flags: 0, mask: all, who: duet_fs::acl::Who::Everyone }];
+    }
     let dacl = stored
         .and_then(|(_, b)| Acl::decode(b).ok())
         .unwrap_or_else(|| dacl_from_mode(a.mode, a.ftype == FileType::Directory, &owner, &group));

@@ -698,6 +698,7 @@ impl Connection {
         let mut qfid = false;
         let mut alloc = None;
         let mut eas: Vec<(String, Vec<u8>)> = Vec::new();
+        let mut new_dacl: Option<(u16, Vec<u8>)> = None;
         let mut lease = None;
         let mut timewarp = None;
         for c in &req.create_contexts {
@@ -715,6 +716,10 @@ impl Connection {
                 }
                 CreateContextRequest::ExtendedAttributes(d) if !d.is_empty() => {
                     eas = fscc::full_ea::decode(d).map_err(|e| e.status())?;
+                }
+                CreateContextRequest::SecurityDescriptor(b) => {
+                    let cred = self.sessions.get(&hdr.session_id).map(|x| x.cred.clone()).ok_or(NtStatus::USER_SESSION_DELETED)?;
+                    new_dacl = create_dacl(b, &cred)?;
                 }
                 // Leases, durable handles, security descriptors, AAPL and
                 // the rest: not granted, so not answered.
@@ -988,6 +993,12 @@ impl Connection {
         // it creates or overwrites (OPEN leaves the file's EAs alone).
         let ea_op = (!eas.is_empty() && d != disp::OPEN)
             .then(|| fp.push(Op::SetEas { obj, eas: eas.clone() }));
+        // The SD_BUFFER's DACL is the new file's (MS-SMB2 3.3.5.9.2,
+        // MS-FSA 2.1.5.1.1); only FILE_CREATE is sure to make one, so the
+        // other dispositions leave it (an existing file keeps its own).
+        if let (Some(acl), disp::CREATE) = (&new_dacl, d) {
+            fp.push(Op::SetAcl { obj, acl: Some(acl.clone()) });
+        }
         let acl_op = Some(fp.push(Op::GetAcl { obj }));
         let granted = if desired & access::MAXIMUM_ALLOWED != 0 {
             access::FILE_ALL_ACCESS
@@ -2856,30 +2867,15 @@ impl Connection {
         // The DACL itself is stored (issue 17) and decides access for both
         // protocols; the strict decoder refuses a malformed descriptor
         // (MS-DTYP 2.4.6). A NULL DACL (present, no ACL) grants everyone
-        // everything: kept as mode 0777 without a stored DACL.
+        // everything: stored as such (mode 0777), read back as NULL.
         let dacl = if addl & secinfo::DACL != 0 {
             let sd = match duet_fs::acl::SecurityDescriptor::decode(s.buffer) {
                 Ok(sd) => sd,
                 Err(_) => return done(NtStatus::INVALID_PARAMETER),
             };
-            match (sd.control & duet_fs::acl::control::DACL_PRESENT != 0, sd.dacl) {
-                (true, Some(mut a)) => {
-                    // Generic rights in an ACE that applies to the object
-                    // are stored mapped to the file rights they stand for
-                    // (MS-DTYP 2.5.3.1.1, as Windows stores them; smbtorture
-                    // smb2.acls.CREATOR reads them back so); an inherit-only
-                    // ACE keeps them for its children.
-                    for ace in &mut a.aces {
-                        if ace.flags & duet_fs::acl::ace_flags::INHERIT_ONLY == 0 {
-                            ace.mask = duet_fs::acl::rights::map_generic(ace.mask);
-                        }
-                    }
-                    let mut b = Vec::new();
-                    a.encode(&mut b);
-                    Some((sd.control, b))
-                }
-                _ => None,
-            }
+            // DACL information without DACL_PRESENT: Windows reads it back
+            // as a NULL DACL too (smbtorture smb2.create.nulldacl).
+            Some(stored_dacl(&sd).unwrap_or((sd.control | duet_fs::acl::control::DACL_PRESENT, Vec::new())))
         } else {
             None
         };
@@ -3792,4 +3788,46 @@ fn two_i64(input: &[u8]) -> Option<(i64, i64)> {
     let a = i64::from_le_bytes(input.get(0..8)?.try_into().ok()?);
     let b = i64::from_le_bytes(input.get(8..16)?.try_into().ok()?);
     Some((a, b))
+}
+
+/// The DACL a CREATE's SMB2_CREATE_SD_BUFFER (MS-SMB2 2.2.13.2.2) gives
+/// the file it creates, as `Op::SetAcl` stores it: None when the
+/// descriptor has none (the file inherits its parent's, or the mode's);
+/// a NULL DACL as empty bytes. Its owner and group may only name the
+/// creator (S-1-22-1-uid, S-1-22-2-gid): duet keeps Unix ids, and only
+/// root could give a file away (STATUS_INVALID_OWNER, as SET_INFO).
+fn create_dacl(b: &[u8], cred: &duet_fs::Credentials) -> Result<Option<(u16, Vec<u8>)>, NtStatus> {
+    use duet_fs::acl::{SecurityDescriptor, Sid};
+    let sd = SecurityDescriptor::decode(b).map_err(|_| NtStatus::INVALID_PARAMETER)?;
+    if sd.owner.as_ref().is_some_and(|o| *o != Sid::unix_user(cred.uid)) {
+        return Err(super::info::extra_status::INVALID_OWNER);
+    }
+    if sd.group.as_ref().is_some_and(|g| *g != Sid::unix_group(cred.gid) && !cred.groups.iter().any(|x| *g == Sid::unix_group(*x))) {
+        return Err(super::info::extra_status::INVALID_OWNER);
+    }
+    Ok(stored_dacl(&sd))
+}
+
+/// A descriptor's DACL as `Op::SetAcl` stores it (issue 17): generic
+/// rights in an ACE that applies to the object mapped to the file rights
+/// they stand for (MS-DTYP 2.5.3.1.1, as Windows stores them; smbtorture
+/// smb2.acls.CREATOR reads them back so), an inherit-only ACE keeping
+/// them for its children; a NULL DACL as empty bytes; None without
+/// DACL_PRESENT.
+fn stored_dacl(sd: &duet_fs::acl::SecurityDescriptor) -> Option<(u16, Vec<u8>)> {
+    use duet_fs::acl::{ace_flags, control, rights};
+    if sd.control & control::DACL_PRESENT == 0 {
+        return None;
+    }
+    let Some(mut a) = sd.dacl.clone() else {
+        return Some((sd.control, Vec::new()));
+    };
+    for ace in &mut a.aces {
+        if ace.flags & ace_flags::INHERIT_ONLY == 0 {
+            ace.mask = rights::map_generic(ace.mask);
+        }
+    }
+    let mut b = Vec::new();
+    a.encode(&mut b);
+    Some((sd.control, b))
 }

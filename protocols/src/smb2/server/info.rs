@@ -415,8 +415,14 @@ pub fn posix_from_security_descriptor(
 /// unreadable stored DACL falls back to the mode's.
 pub fn stored_security_descriptor(a: &Attrs, info: u32, control: u16, dacl: &[u8]) -> Vec<u8> {
     use duet_fs::acl::{Acl, SecurityDescriptor, Sid};
-    let Ok(acl) = Acl::decode(dacl) else {
-        return security_descriptor(a, info);
+    // Empty: a NULL DACL, DACL_PRESENT without an ACL (MS-DTYP 2.4.6).
+    let acl = if dacl.is_empty() {
+        None
+    } else {
+        match Acl::decode(dacl) {
+            Ok(acl) => Some(acl),
+            Err(_) => return security_descriptor(a, info),
+        }
     };
     let mut sd = SecurityDescriptor::default();
     if info & secinfo::OWNER != 0 {
@@ -427,8 +433,8 @@ pub fn stored_security_descriptor(a: &Attrs, info: u32, control: u16, dacl: &[u8
     }
     if info & secinfo::DACL != 0 {
         use duet_fs::acl::control::*;
-        sd.control = control & (DACL_PROTECTED | DACL_AUTO_INHERITED);
-        sd.dacl = Some(acl);
+        sd.control = control & (DACL_PROTECTED | DACL_AUTO_INHERITED) | DACL_PRESENT;
+        sd.dacl = acl;
     }
     sd.encode()
 }

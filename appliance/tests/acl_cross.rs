@@ -79,23 +79,29 @@ fn access3(n: &mut Nfs, fh: &[u8]) -> u32 {
     }
 }
 
-#[test]
-fn a_dacl_set_over_smb_denies_an_nfs_user_and_chmod_over_nfs_shows_in_smb() {
-    let tmp = tempfile::tempdir().unwrap();
-    let d = Daemon::start(tmp.path());
+/// A daemon with users alice and bob and the share `acl` (no root squash)
+/// whose root directory anyone may write.
+fn serve_acl_share(dir: &std::path::Path) -> Daemon {
+    let d = Daemon::start(dir);
     for (name, id) in [("alice", ALICE), ("bob", BOB)] {
         let id = id.to_string();
         d.ok(&["user", "add", name, "--password", &format!("{name}pw"), "--uid", &id, "--gid", &id]);
     }
     d.ok(&["share", "add", "acl", "--path", "/acl", "--no-root-squash"]);
     std::thread::sleep(Duration::from_millis(2500));
-    let (smb, nfs) = (d.smb_port, d.nfs_port);
-
-    // Root opens the share directory to everyone, alice makes a file over
-    // SMB with a mode anyone may read.
-    let mut r = Nfs::connect(nfs).as_user(0, 0);
+    let mut r = Nfs::connect(d.nfs_port).as_user(0, 0);
     let root_fh = r.mount("/acl").unwrap();
     assert_eq!(chmod3(&mut r, &root_fh, 0o777), Nfsstat3::OK);
+    d
+}
+
+#[test]
+fn a_dacl_set_over_smb_denies_an_nfs_user_and_chmod_over_nfs_shows_in_smb() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = serve_acl_share(tmp.path());
+    let (smb, nfs) = (d.smb_port, d.nfs_port);
+
+    // Alice makes a file over SMB with a mode anyone may read.
     let mut c = Smb::logged_on(smb, "alice", "alicepw", "acl");
     // FILE_GENERIC_READ | FILE_GENERIC_WRITE | WRITE_DAC.
     let fid = c.create_req(open_req("f.txt", create_disposition::CREATE, 0, 0x0012_019f | 0x0004_0000)).unwrap();
@@ -203,18 +209,9 @@ fn an_nfs4_acl_set_over_nfs_is_what_smbcacls_shows_and_binds_both_protocols() {
     use duet_protocols::nfs::nfs4::Nfsstat4;
     use v4acl::{ALLOW, DENY};
     let tmp = tempfile::tempdir().unwrap();
-    let d = Daemon::start(tmp.path());
-    for (name, id) in [("alice", ALICE), ("bob", BOB)] {
-        let id = id.to_string();
-        d.ok(&["user", "add", name, "--password", &format!("{name}pw"), "--uid", &id, "--gid", &id]);
-    }
-    d.ok(&["share", "add", "acl", "--path", "/acl", "--no-root-squash"]);
-    std::thread::sleep(Duration::from_millis(2500));
+    let d = serve_acl_share(tmp.path());
     let (smb, nfs) = (d.smb_port, d.nfs_port);
     let host = port_445_to(smb);
-    let mut r = Nfs::connect(nfs).as_user(0, 0);
-    let root_fh = r.mount("/acl").unwrap();
-    assert_eq!(chmod3(&mut r, &root_fh, 0o777), Nfsstat3::OK);
 
     // Alice makes a file over NFSv3 (mode 0644) and writes it.
     let mut a3 = Nfs::connect(nfs).as_user(ALICE, ALICE);
@@ -314,17 +311,8 @@ fn a_create_security_descriptor_is_the_new_files_dacl() {
     use duet_fs::acl::control;
     use duet_protocols::smb2::create_context::CreateContextRequest;
     let tmp = tempfile::tempdir().unwrap();
-    let d = Daemon::start(tmp.path());
-    for (name, id) in [("alice", ALICE), ("bob", BOB)] {
-        let id = id.to_string();
-        d.ok(&["user", "add", name, "--password", &format!("{name}pw"), "--uid", &id, "--gid", &id]);
-    }
-    d.ok(&["share", "add", "acl", "--path", "/acl", "--no-root-squash"]);
-    std::thread::sleep(Duration::from_millis(2500));
+    let d = serve_acl_share(tmp.path());
     let (smb, nfs) = (d.smb_port, d.nfs_port);
-    let mut r = Nfs::connect(nfs).as_user(0, 0);
-    let root_fh = r.mount("/acl").unwrap();
-    assert_eq!(chmod3(&mut r, &root_fh, 0o777), Nfsstat3::OK);
     let mut c = Smb::logged_on(smb, "alice", "alicepw", "acl");
     let create_with = |c: &mut Smb, name: &str, sd: &SecurityDescriptor| {
         let bytes = sd.encode();
@@ -374,4 +362,49 @@ fn a_create_security_descriptor_is_the_new_files_dacl() {
     let other = SecurityDescriptor { control: control::DACL_PRESENT, owner: Some(Sid::everyone()), dacl: Some(dacl), ..Default::default() };
     assert_eq!(create_with(&mut c, "given.txt", &other).err(), Some(NtStatus(0xC000_005A)), "STATUS_INVALID_OWNER");
     assert_eq!(bob.lookup3(&root_b, b"given.txt").err(), Some(Nfsstat3::NOENT));
+}
+
+/// Deleting a name needs what the engine's removal checks on its
+/// directory: its stored DACL when it has one, not its mode. An SMB open
+/// asking for DELETE (or delete-on-close) that the directory's DACL
+/// refuses is ACCESS_DENIED up front, since the removal at CLOSE could not
+/// report a failure; one it allows deletes.
+#[test]
+fn delete_access_follows_the_directorys_dacl() {
+    use duet_protocols::smb2::create::create_options;
+    let tmp = tempfile::tempdir().unwrap();
+    let d = serve_acl_share(tmp.path());
+    let (smb, nfs) = (d.smb_port, d.nfs_port);
+    let mut a = Smb::logged_on(smb, "alice", "alicepw", "acl");
+    // Alice's directory d whose DACL lets bob read and traverse but not
+    // add or remove names; her file d/f, which anyone may do anything to.
+    let dir = a.create_req(open_req("d", create_disposition::CREATE, create_options::DIRECTORY_FILE, 0x001f_01ff)).unwrap();
+    let f = a.create_req(open_req("d\\f", create_disposition::CREATE, 0, 0x001f_01ff)).unwrap();
+    let all = Acl { aces: vec![Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)] };
+    assert_eq!(set_dacl(&mut a, f, &all), NtStatus::SUCCESS);
+    a.close(f);
+    // The mode this amounts to is 0777 (Everyone may do all), which alone
+    // would let bob remove names; the deny is what refuses him.
+    let read_only = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(BOB), rights::WRITE_DATA | rights::APPEND_DATA | rights::DELETE_CHILD, 0),
+            Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    assert_eq!(set_dacl(&mut a, dir, &read_only), NtStatus::SUCCESS);
+    a.close(dir);
+    let mut b = Smb::logged_on(smb, "bob", "bobpw", "acl");
+    assert_eq!(
+        b.create_req(open_req("d\\f", create_disposition::OPEN, create_options::DELETE_ON_CLOSE, 0x0001_0000 | 0x0012_0089)).err(),
+        Some(NtStatus::ACCESS_DENIED),
+        "the directory's DACL refuses bob removing names"
+    );
+    let mut rb = Nfs::connect(nfs).as_user(BOB, BOB);
+    let root_b = rb.mount("/acl").unwrap();
+    let d_b = rb.lookup3(&root_b, b"d").unwrap();
+    assert!(rb.lookup3(&d_b, b"f").is_ok(), "f is still there");
+    // Alice may: her open deletes f at its close.
+    let f = a.create_req(open_req("d\\f", create_disposition::OPEN, create_options::DELETE_ON_CLOSE, 0x0001_0000 | 0x0012_0089)).unwrap();
+    a.close(f);
+    assert_eq!(rb.lookup3(&d_b, b"f").err(), Some(Nfsstat3::NOENT), "alice's delete-on-close removed it");
 }

@@ -69,6 +69,12 @@ impl Sid {
     pub fn creator_group() -> Sid {
         Sid::new(3, &[1])
     }
+    /// OWNER RIGHTS, S-1-3-4 (MS-DTYP 2.4.2.4): in a DACL, what the
+    /// object's owner gets, in place of the owner's implicit READ_CONTROL
+    /// and WRITE_DAC.
+    pub fn owner_rights() -> Sid {
+        Sid::new(3, &[4])
+    }
     /// Authenticated Users, S-1-5-11.
     pub fn authenticated_users() -> Sid {
         Sid::new(5, &[11])
@@ -479,19 +485,22 @@ impl Token {
 /// information or a NULL DACL grants everything; otherwise the effective
 /// ACEs are walked in order, a bit is granted by the first allow and
 /// refused by the first deny that names one of the token's SIDs and the
-/// bit. The owner always holds READ_CONTROL and WRITE_DAC (MS-DTYP 2.5.3.2:
-/// unless an OWNER RIGHTS ACE says otherwise, which duet does not model).
+/// bit. The owner holds READ_CONTROL and WRITE_DAC, unless the DACL has an
+/// effective OWNER RIGHTS ACE (S-1-3-4), which then says what the owner
+/// gets (MS-DTYP 2.5.3.2).
 pub fn granted(token: &Token, owner: Option<&Sid>, dacl: Option<&Acl>) -> u32 {
     let Some(dacl) = dacl else {
         return rights::FILE_ALL_ACCESS | rights::ACCESS_SYSTEM_SECURITY;
     };
     let mut granted = 0u32;
     let mut denied = 0u32;
-    if owner.is_some_and(|o| token.has(o)) {
+    let is_owner = owner.is_some_and(|o| token.has(o));
+    let owner_rights = Sid::owner_rights();
+    if is_owner && !dacl.aces.iter().any(|a| a.effective() && a.sid == owner_rights) {
         granted |= rights::READ_CONTROL | rights::WRITE_DAC;
     }
     for ace in dacl.aces.iter().filter(|a| a.effective()) {
-        if !token.has(&ace.sid) {
+        if !(token.has(&ace.sid) || is_owner && ace.sid == owner_rights) {
             continue;
         }
         let mask = rights::map_generic(ace.mask);
@@ -659,7 +668,7 @@ pub fn dacl_from_mode(mode: u32, is_dir: bool, owner: &Sid, group: &Sid) -> Acl 
 pub fn mode_from_dacl(dacl: Option<&Acl>, owner: &Sid, group: &Sid, keep: u32) -> u32 {
     let as_token = |sids: &[&Sid]| Token { sids: sids.iter().map(|s| (*s).clone()).collect() };
     let everyone = Sid::everyone();
-    let u = bits_of_rights(granted(&as_token(&[owner, &everyone]), None, dacl));
+    let u = bits_of_rights(granted(&as_token(&[owner, &everyone]), Some(owner), dacl));
     let g = bits_of_rights(granted(&as_token(&[group, &everyone]), None, dacl));
     let o = bits_of_rights(granted(&as_token(&[&everyone]), None, dacl));
     (keep & 0o7000) | u << 6 | g << 3 | o
@@ -804,7 +813,7 @@ pub fn nfs4_from_dacl(dacl: &Acl, owner: &Sid, group: &Sid, names: &dyn Names) -
         if a.flags & ace_flags::INHERITED != 0 {
             flags |= ACE4_INHERITED_ACE;
         }
-        let who = if &a.sid == owner {
+        let who = if &a.sid == owner || a.sid == Sid::owner_rights() {
             Who::Owner
         } else if &a.sid == group {
             Who::Group
@@ -1053,5 +1062,25 @@ mod tests {
         // A SID with no name goes out in its string form.
         let d = Acl { aces: vec![Ace::allow(Sid::new(5, &[21, 1, 2, 3, 500]), READ_DATA, 0)] };
         assert_eq!(nfs4_from_dacl(&d, &owner, &group, &Dir)[0].who, Who::User("S-1-5-21-1-2-3-500".into()));
+    }
+
+    #[test]
+    fn an_owner_rights_ace_replaces_the_owners_implicit_rights() {
+        let alice = Sid::unix_user(1000);
+        let t = token(&[alice.clone(), Sid::everyone()]);
+        let plain = Acl { aces: vec![Ace::allow(Sid::everyone(), READ_DATA, 0)] };
+        assert_eq!(granted(&t, Some(&alice), Some(&plain)), READ_DATA | READ_CONTROL | WRITE_DAC);
+        // OWNER RIGHTS granting read only: the owner may no longer change
+        // the DACL; others are not the owner and get nothing from it.
+        let or = Acl { aces: vec![Ace::allow(Sid::owner_rights(), READ_DATA | READ_CONTROL, 0)] };
+        assert_eq!(granted(&t, Some(&alice), Some(&or)), READ_DATA | READ_CONTROL);
+        let bob = token(&[Sid::unix_user(2000), Sid::everyone()]);
+        assert_eq!(granted(&bob, Some(&alice), Some(&or)), 0);
+        // An inherit-only OWNER RIGHTS ACE is not effective here.
+        let io = Acl { aces: vec![Ace::allow(Sid::owner_rights(), READ_DATA, ace_flags::INHERIT_ONLY | ace_flags::OBJECT_INHERIT)] };
+        assert_eq!(granted(&t, Some(&alice), Some(&io)), READ_CONTROL | WRITE_DAC);
+        // The mode a DACL amounts to counts OWNER RIGHTS for the owner class.
+        let rw = Acl { aces: vec![Ace::allow(Sid::owner_rights(), READ_DATA | WRITE_DATA, 0)] };
+        assert_eq!(mode_from_dacl(Some(&rw), &alice, &Sid::unix_group(1), 0) & 0o700, 0o600);
     }
 }

@@ -127,8 +127,11 @@ pub struct CreatePlan {
     /// GetAcl of the opened object: a stored DACL decides the access
     /// granted (issue 17).
     acl_op: Option<usize>,
-    /// GetAttr of the share root, when a name directly in it is opened
-    /// for DELETE (its permission check needs the root's attributes).
+    /// GetAcl of the parent directory of a nested name opened for DELETE
+    /// (or MAXIMUM_ALLOWED, or delete-on-close).
+    parent_acl_op: Option<usize>,
+    /// GetAcl of the share root, when a name directly in it is opened for
+    /// DELETE (its permission check needs the root's attributes and DACL).
     root_attrs_op: Option<usize>,
     /// RequestedOplockLevel (MS-SMB2 2.2.13).
     oplock: u8,
@@ -865,9 +868,11 @@ impl Connection {
         }
         fp.batch_for(hdr.session_id, &cred, ro)
             .ok_or(NtStatus::INVALID_PARAMETER)?;
+        // GetAcl answers the attributes and the stored DACL, which decides
+        // removing a child as the engine does (`parent_allows`).
         let root_attrs_op = (comps.len() == 1
-            && (desired & access::DELETE != 0 || o & opt::DELETE_ON_CLOSE != 0))
-            .then(|| fp.push(Op::GetAttr { obj: ObjRef::Id(root) }));
+            && (desired & (access::DELETE | access::MAXIMUM_ALLOWED) != 0 || o & opt::DELETE_ON_CLOSE != 0))
+            .then(|| fp.push(Op::GetAcl { obj: ObjRef::Id(root) }));
         let first_op = fp.batch.as_ref().map_or(0, |b| b.ops.len());
         let mut dir = ObjRef::Id(root);
         let (final_op, open_op, parent, leaf) = if comps.is_empty() {
@@ -1000,6 +1005,11 @@ impl Connection {
             fp.push(Op::SetAcl { obj, acl: Some(acl.clone()) });
         }
         let acl_op = Some(fp.push(Op::GetAcl { obj }));
+        // The parent directory's DACL, for the DELETE check of a nested
+        // name (the share root's comes with `root_attrs_op`).
+        let parent_acl_op = (final_op > first_op
+            && (desired & (access::DELETE | access::MAXIMUM_ALLOWED) != 0 || o & opt::DELETE_ON_CLOSE != 0))
+            .then(|| fp.push(Op::GetAcl { obj: ObjRef::Result(final_op - 1) }));
         let granted = if desired & access::MAXIMUM_ALLOWED != 0 {
             access::FILE_ALL_ACCESS
         } else {
@@ -1044,6 +1054,7 @@ impl Connection {
             share_access: req.share_access,
             ea_op,
             acl_op,
+            parent_acl_op,
             root_attrs_op,
             oplock: req.requested_oplock_level,
             lease,
@@ -1104,6 +1115,7 @@ impl Connection {
             share_access: 0,
             ea_op: None,
             acl_op: None,
+            parent_acl_op: None,
             root_attrs_op: None,
             oplock: o.oplock,
             lease: None,
@@ -1236,12 +1248,7 @@ impl Connection {
                 // FILE_READ_ATTRIBUTES, deleting its children (POSIX: write
                 // and search on it) gives DELETE.
                 m |= access::FILE_READ_ATTRIBUTES;
-                let parent = if cp.final_op > cp.first_op {
-                    result_attrs(results, cp.final_op - 1).ok()
-                } else {
-                    cp.root_attrs_op.and_then(|i| result_attrs(results, i).ok())
-                };
-                if parent.is_some_and(|p| super::info::mode_bits(&cred, p) & 3 == 3) {
+                if parent_allows(&cred, cp, results, 3) == Some(true) {
                     m |= access::DELETE;
                 }
                 if cp.read_only {
@@ -1272,18 +1279,11 @@ impl Connection {
         // (MS-SMB2 3.3.5.9: ACCESS_DENIED). For a name directly in the share
         // root, the root's attributes come from `root_attrs_op`.
         if (wanted & access::DELETE != 0 || doc) && !cp.name.is_empty() {
-            let parent = if cp.final_op > cp.first_op {
-                result_attrs(results, cp.final_op - 1).ok()
-            } else {
-                cp.root_attrs_op.and_then(|i| result_attrs(results, i).ok())
-            };
             // A stream is deleted by changing its file: write permission
             // on the file.
             let need = if cp.stream.is_some() { 2 } else { 3 };
-            if let Some(parent) = parent {
-                if super::info::mode_bits(&cred, parent) & need != need {
-                    return Err(NtStatus::ACCESS_DENIED);
-                }
+            if parent_allows(&cred, cp, results, need) == Some(false) {
+                return Err(NtStatus::ACCESS_DENIED);
             }
         }
         if doc && attrs.dos_attrs & dos::READONLY != 0 {
@@ -3788,6 +3788,38 @@ fn two_i64(input: &[u8]) -> Option<(i64, i64)> {
     let a = i64::from_le_bytes(input.get(0..8)?.try_into().ok()?);
     let b = i64::from_le_bytes(input.get(8..16)?.try_into().ok()?);
     Some((a, b))
+}
+
+
+/// Whether `cred` may change the directory an opened name is in (`want`:
+/// 2 write, 3 write and search; MS-SMB2 3.3.5.9 refuses DELETE up front
+/// because the removal at CLOSE cannot report a failure): by the
+/// directory's stored DACL when it has one (WRITE_DATA, EXECUTE), else
+/// its mode, as the engine's removal checks (`machine.rs` `may_node`).
+/// None when the directory was not read.
+fn parent_allows(cred: &duet_fs::Credentials, cp: &CreatePlan, results: &[OpResult], want: u32) -> Option<bool> {
+    use duet_fs::acl::{granted, rights, Acl, Sid, Token};
+    let i = if cp.final_op > cp.first_op { cp.parent_acl_op.or(Some(cp.final_op - 1)) } else { cp.root_attrs_op };
+    let out = results.get(i?)?.as_ref().ok()?;
+    let attrs = out.attrs()?;
+    let dacl = match out {
+        OpOutput::Acl { acl: Some((_, b)), .. } if cred.uid != 0 => Acl::decode(b).ok(),
+        _ => None,
+    };
+    Some(match dacl {
+        Some(dacl) => {
+            let g = granted(&Token::unix(cred.uid, cred.gid, &cred.groups), Some(&Sid::unix_user(attrs.uid)), Some(&dacl));
+            let mut need = 0;
+            if want & 2 != 0 {
+                need |= rights::WRITE_DATA;
+            }
+            if want & 1 != 0 {
+                need |= rights::EXECUTE;
+            }
+            g & need == need
+        }
+        None => super::info::mode_bits(cred, attrs) & want == want,
+    })
 }
 
 /// The DACL a CREATE's SMB2_CREATE_SD_BUFFER (MS-SMB2 2.2.13.2.2) gives

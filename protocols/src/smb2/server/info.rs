@@ -69,33 +69,25 @@ pub fn fs_status(e: FsError) -> NtStatus {
     }
 }
 
-/// Access mask bits (MS-SMB2 2.2.13.1).
+/// Access mask bits (MS-SMB2 2.2.13.1) under their SMB names: the file
+/// rights of the one ACL model (`duet_fs::acl::rights`, MS-DTYP 2.4.3).
 pub mod access {
-    pub const FILE_READ_DATA: u32 = 0x0000_0001;
-    pub const FILE_WRITE_DATA: u32 = 0x0000_0002;
-    pub const FILE_APPEND_DATA: u32 = 0x0000_0004;
-    pub const FILE_READ_EA: u32 = 0x0000_0008;
-    pub const FILE_WRITE_EA: u32 = 0x0000_0010;
-    pub const FILE_EXECUTE: u32 = 0x0000_0020;
-    pub const FILE_DELETE_CHILD: u32 = 0x0000_0040;
-    pub const FILE_READ_ATTRIBUTES: u32 = 0x0000_0080;
-    pub const FILE_WRITE_ATTRIBUTES: u32 = 0x0000_0100;
-    pub const DELETE: u32 = 0x0001_0000;
-    pub const READ_CONTROL: u32 = 0x0002_0000;
-    pub const WRITE_DAC: u32 = 0x0004_0000;
-    pub const WRITE_OWNER: u32 = 0x0008_0000;
-    pub const SYNCHRONIZE: u32 = 0x0010_0000;
-    pub const ACCESS_SYSTEM_SECURITY: u32 = 0x0100_0000;
-    pub const MAXIMUM_ALLOWED: u32 = 0x0200_0000;
-    pub const GENERIC_ALL: u32 = 0x1000_0000;
-    pub const GENERIC_EXECUTE: u32 = 0x2000_0000;
-    pub const GENERIC_WRITE: u32 = 0x4000_0000;
-    pub const GENERIC_READ: u32 = 0x8000_0000;
+    use duet_fs::acl::rights as r;
 
-    pub const FILE_GENERIC_READ: u32 = 0x0012_0089;
-    pub const FILE_GENERIC_WRITE: u32 = 0x0012_0116;
-    pub const FILE_GENERIC_EXECUTE: u32 = 0x0012_00A0;
-    pub const FILE_ALL_ACCESS: u32 = 0x001F_01FF;
+    pub const FILE_READ_DATA: u32 = r::READ_DATA;
+    pub const FILE_WRITE_DATA: u32 = r::WRITE_DATA;
+    pub const FILE_APPEND_DATA: u32 = r::APPEND_DATA;
+    pub const FILE_READ_EA: u32 = r::READ_EA;
+    pub const FILE_WRITE_EA: u32 = r::WRITE_EA;
+    pub const FILE_EXECUTE: u32 = r::EXECUTE;
+    pub const FILE_DELETE_CHILD: u32 = r::DELETE_CHILD;
+    pub const FILE_READ_ATTRIBUTES: u32 = r::READ_ATTRIBUTES;
+    pub const FILE_WRITE_ATTRIBUTES: u32 = r::WRITE_ATTRIBUTES;
+    pub use r::{
+        ACCESS_SYSTEM_SECURITY, DELETE, FILE_ALL_ACCESS, FILE_GENERIC_EXECUTE, FILE_GENERIC_READ, FILE_GENERIC_WRITE,
+        GENERIC_ALL, GENERIC_EXECUTE, GENERIC_READ, GENERIC_WRITE, MAXIMUM_ALLOWED, READ_CONTROL, SYNCHRONIZE, WRITE_DAC,
+        WRITE_OWNER,
+    };
 
     /// Bits that change data or metadata.
     pub const WRITE_BITS: u32 = FILE_WRITE_DATA
@@ -107,22 +99,9 @@ pub mod access {
         | WRITE_DAC
         | WRITE_OWNER;
 
-    /// GENERIC_* expanded to file rights.
+    /// GENERIC_* expanded to file rights (MS-DTYP 2.5.3.2 MapGenericBits).
     pub fn expand(mask: u32) -> u32 {
-        let mut m = mask & !(GENERIC_ALL | GENERIC_EXECUTE | GENERIC_WRITE | GENERIC_READ);
-        if mask & GENERIC_READ != 0 {
-            m |= FILE_GENERIC_READ;
-        }
-        if mask & GENERIC_WRITE != 0 {
-            m |= FILE_GENERIC_WRITE;
-        }
-        if mask & GENERIC_EXECUTE != 0 {
-            m |= FILE_GENERIC_EXECUTE;
-        }
-        if mask & GENERIC_ALL != 0 {
-            m |= FILE_ALL_ACCESS;
-        }
-        m
+        r::map_generic(mask)
     }
 }
 

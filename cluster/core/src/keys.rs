@@ -53,7 +53,8 @@ pub const RAFT_LOG: u8 = b'r';
 pub const RAFT_HARD_STATE: &[u8] = b"h";
 pub const EA: u8 = b'E';
 /// A node's stored DACL (`A` id): [`duet_fs::acl::Acl`] bytes, a control
-/// word before them (issue 17).
+/// word before them (issue 17); the control word alone (with
+/// DACL_PRESENT) is a NULL DACL. Layers keep before-images of it.
 pub const ACL: u8 = b'A';
 /// Shared chunks (reflink): `b` blob -> how many `k` records name it.
 pub const BLOB: u8 = b'b';
@@ -182,10 +183,13 @@ pub fn shadow(id: NodeId) -> Vec<u8> {
 }
 
 /// Whether a live key is one a layer keeps before-images of (node, edge,
-/// inline data, extended attribute).
+/// inline data, extended attribute, stored DACL).
 pub fn layered_kind(key: &[u8]) -> bool {
-    matches!(key.first(), Some(&NODE) | Some(&EDGE) | Some(&DATA) | Some(&EA) | Some(&CLONE_MARK) | Some(&WHITEOUT))
+    LAYERED.contains(key.first().unwrap_or(&0))
 }
+
+/// The record kinds [`layered_kind`] names.
+pub const LAYERED: &[u8] = &[NODE, EDGE, DATA, EA, ACL, CLONE_MARK, WHITEOUT];
 
 pub fn schedule(share: &str) -> Vec<u8> {
     let mut k = vec![SCHEDULE];

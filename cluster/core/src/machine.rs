@@ -367,7 +367,7 @@ pub(crate) fn stored_acl<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> 
     if !n.has_acl {
         return None;
     }
-    let v = txn.get(&keys::acl(n.attrs.id))?;
+    let v = acl_bytes(txn, n.attrs.id)?;
     let (head, body) = (v.get(..2)?, v.get(2..)?);
     if body.is_empty() {
         // A NULL DACL (`put_null_acl`): nothing restricts, the mode (0777)
@@ -385,7 +385,20 @@ fn stored_acl_record<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> Opti
     if !n.has_acl {
         return None;
     }
-    let v = txn.get(&keys::acl(n.attrs.id))?;
+    acl_record(&acl_bytes(txn, n.attrs.id)?)
+}
+
+/// Node `id`'s `A` record: its own, or for a clone's object not copied up
+/// yet, its source's (`clone::Through::acl`).
+fn acl_bytes<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Option<Vec<u8>> {
+    match txn.get(&keys::acl(id)) {
+        Some(v) => Some(v),
+        None => clone::through(txn, id).ok()??.acl(txn).ok()?,
+    }
+}
+
+/// An `A` record as [`stored_acl_record`] answers it (None: unreadable).
+pub(crate) fn acl_record(v: &[u8]) -> Option<(u16, Vec<u8>)> {
     let (head, body) = (v.get(..2)?, v.get(2..)?);
     let control = u16::from_le_bytes([head[0], head[1]]);
     if body.is_empty() {
@@ -420,9 +433,18 @@ pub(crate) fn may_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs:
     if cred.uid == 0 || !n.has_acl {
         return may(cred, &n.attrs, want);
     }
-    let Some(g) = acl_granted(txn, cred, n) else {
+    let dacl = stored_acl(txn, n).map(|(_, a)| a);
+    may_by(cred, n, dacl.as_ref(), want)
+}
+
+/// [`may_node`] with the DACL given (None: the mode decides), for a
+/// snapshot's object whose DACL is the snapshot's (`layers.rs`).
+pub(crate) fn may_by(cred: &duet_fs::Credentials, n: &Node, dacl: Option<&acl::Acl>, want: u32) -> bool {
+    let Some(dacl) = dacl.filter(|_| cred.uid != 0) else {
         return may(cred, &n.attrs, want);
     };
+    let owner = acl::Sid::unix_user(n.attrs.uid);
+    let g = acl::granted(&token_of(cred), Some(&owner), Some(dacl));
     let mut need = 0;
     if want & 4 != 0 {
         need |= acl::rights::READ_DATA;

@@ -713,3 +713,28 @@ fn attributes_reflinks_and_truncation_in_a_clone_leave_the_source_alone() {
     assert_eq!(disk.inodes(), inodes);
     assert!(read_all(&mut kv, &mut disk, f) == content);
 }
+
+/// A clone's file keeps its source's DACL, before and after its copy-up
+/// (the `A` record comes up with the node), and fsck stays clean.
+#[test]
+fn a_clones_file_keeps_the_sources_dacl_through_copy_up() {
+    let (mut kv, root) = init();
+    let disk = Disk::default();
+    let f = create(&mut kv, root, "f", CreateKind::File);
+    write(&mut kv, f, 0, b"secret".to_vec());
+    let (c, deny) = deny_read_acl(3002);
+    ok(run(&mut kv, vec![Op::SetAcl { obj: ObjRef::Id(f), acl: Some((c, deny.clone())) }])[0].clone());
+    let croot = make_clone(&mut kv, "data", None, "c");
+    let cf = lookup(&mut kv, croot, "f").unwrap().id;
+    assert!(!may_read(&mut kv, 3002, cf), "before its copy-up, the source's DACL decides");
+    assert!(may_read(&mut kv, 3003, cf));
+    // Copy-up by a write.
+    write(&mut kv, cf, 0, b"SECRET".to_vec());
+    match &run(&mut kv, vec![Op::GetAcl { obj: ObjRef::Id(cf) }])[0] {
+        Ok(OpOutput::Acl { acl: Some((_, b)), .. }) => assert_eq!(b, &deny, "the clone's file has the DACL"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!may_read(&mut kv, 3002, cf), "the DACL still denies 3002 in the clone");
+    assert!(may_read(&mut kv, 3003, cf));
+    clean(&kv, &disk);
+}

@@ -531,3 +531,41 @@ fn random_changes_and_snapshots_keep_every_snapshot_exact() {
         }
     }
 }
+
+/// A snapshot keeps each object's DACL as it was (the `A` record is a
+/// layered kind): changing or dropping the live DACL changes neither what
+/// the snapshot's GetAcl answers nor whom it lets read.
+#[test]
+fn a_snapshot_keeps_the_dacl_its_objects_had() {
+    let (mut kv, root) = init();
+    let disk = Disk::default();
+    let f = create(&mut kv, root, "f", CreateKind::File);
+    write(&mut kv, f, 0, b"secret".to_vec());
+    let (c, deny) = deny_read_acl(3002);
+    ok(run(&mut kv, vec![Op::SetAcl { obj: ObjRef::Id(f), acl: Some((c, deny.clone())) }])[0].clone());
+    let g = create(&mut kv, root, "g", CreateKind::File);
+    let (_, deny_g) = deny_read_acl(3003);
+    ok(run(&mut kv, vec![Op::SetAcl { obj: ObjRef::Id(g), acl: Some((c, deny_g.clone())) }])[0].clone());
+    snap(&mut kv, "s1").unwrap();
+    // Live: f's DACL now denies 3003 instead; g's is dropped (chmod).
+    let (_, deny3) = deny_read_acl(3003);
+    ok(run(&mut kv, vec![Op::SetAcl { obj: ObjRef::Id(f), acl: Some((c, deny3)) }])[0].clone());
+    ok(run(&mut kv, vec![Op::SetAttr { obj: ObjRef::Id(g), attrs: SetAttrs { mode: Some(0o644), ..Default::default() } }])[0].clone());
+    assert!(!may_read(&mut kv, 3003, f) && may_read(&mut kv, 3002, f));
+    assert!(may_read(&mut kv, 3003, g));
+    let s1 = snapshot_root(&mut kv, root, "s1");
+    let sf = lookup(&mut kv, s1, "f").unwrap().id;
+    let sg = lookup(&mut kv, s1, "g").unwrap().id;
+    match &run(&mut kv, vec![Op::GetAcl { obj: ObjRef::Id(sf) }])[0] {
+        Ok(OpOutput::Acl { acl: Some((_, b)), .. }) => assert_eq!(b, &deny, "the snapshot's DACL"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!may_read(&mut kv, 3002, sf), "the snapshot's DACL denies 3002");
+    assert!(may_read(&mut kv, 3003, sf), "and not 3003, whom the live one denies");
+    assert!(!may_read(&mut kv, 3003, sg), "g's DACL, since dropped live, still holds in the snapshot");
+    clean(&kv, &disk);
+    // Dropping the snapshot drops the before-images.
+    drop_snap(&mut kv, "s1").unwrap();
+    clean(&kv, &disk);
+    assert_eq!(kv.range(vec![keys::LAYER]..vec![keys::LAYER + 1]).count(), 0);
+}

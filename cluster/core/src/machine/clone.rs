@@ -238,6 +238,11 @@ impl Through {
         self.level.f.scan(txn, &keys::ea_prefix(self.id), &[])
     }
 
+    /// The lower object's stored DACL record, as its level holds it.
+    pub(super) fn acl<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>) -> Result<Option<Vec<u8>>, FsError> {
+        self.level.f.get(txn, &keys::acl(self.id))
+    }
+
     /// The file whose chunk records hold the lower file's data.
     pub(super) fn chunks<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>) -> Result<NodeId, FsError> {
         self.level.f.shadow_of(txn, self.id)
@@ -559,7 +564,18 @@ pub(super) fn gone<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) {
 /// attributes, and chunk records sharing the lower chunks by reference).
 pub(super) fn materialise<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, x: NodeId) -> Result<(), FsError> {
     let Some(t) = through(txn, x)? else { return Ok(()) };
-    let n = get_node(txn, x)?;
+    let mut n = get_node(txn, x)?;
+    // The lower object's DACL comes up with it (a node marked with one
+    // has its record).
+    if n.has_acl {
+        match t.acl(txn)? {
+            Some(v) => txn.put(keys::acl(x), v),
+            None => {
+                n.has_acl = false;
+                put_node(txn, &n);
+            }
+        }
+    }
     if txn.get(&keys::node(x)).is_none() {
         put_node(txn, &n);
     }

@@ -90,8 +90,8 @@ fn zone_of<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> NodeId {
         .unwrap_or_else(|| super::clone::zone_of_id(txn, id))
 }
 
-/// Keeps the before-image of every node, edge, inline-data and extended
-/// attribute record this transaction wrote, under its zone's newest layer,
+/// Keeps the before-image of every node, edge, inline-data, extended
+/// attribute and DACL record this transaction wrote, under its zone's newest layer,
 /// unless that layer holds one already. The before-image is the base's
 /// value: what the record was before this command (a snapshot is a command
 /// of its own, so no layer froze in between).
@@ -99,7 +99,7 @@ pub(super) fn preserve<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>) {
     if txn.is_empty() || !any_layers(txn) {
         return;
     }
-    let written = txn.written_keys(&[keys::NODE, keys::EDGE, keys::DATA, keys::EA, keys::CLONE_MARK, keys::WHITEOUT]);
+    let written = txn.written_keys(keys::LAYERED);
     let mut layer_of: BTreeMap<NodeId, Option<u64>> = BTreeMap::new();
     for key in written {
         // Every one of these keys holds its owner's id at byte 1 (the node,
@@ -633,6 +633,14 @@ impl View {
         Ok(rows.into_iter().map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v)).collect())
     }
 
+    /// Node `real`'s stored DACL record as the snapshot holds it.
+    fn acl<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, real: NodeId) -> Result<Option<Vec<u8>>, FsError> {
+        match &self.clone {
+            None => self.f.get(txn, &keys::acl(real)),
+            Some(s) => s.through(txn, real)?.acl(txn),
+        }
+    }
+
     /// Entry `name` of directory `dir` (the child's real id).
     fn edge<R: KvRead + ?Sized>(&self, txn: &mut Txn<'_, R>, dir: NodeId, name: &str) -> Result<Option<Edge>, FsError> {
         match &self.clone {
@@ -662,6 +670,30 @@ impl View {
             Some(s) => s.sources(txn, dir)?.edges(txn, from, limit),
         }
     }
+}
+
+/// [`may_node`] for a view's object `n` (real id `real`): by the DACL the
+/// snapshot `v` holds for it, else its mode then. A DACL record the
+/// snapshot cannot decode is an I/O error, never a grant.
+fn view_may<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    cred: &duet_fs::Credentials,
+    n: &Node,
+    real: NodeId,
+    v: Option<&View>,
+    want: u32,
+) -> Result<bool, FsError> {
+    let dacl = match v {
+        Some(v) if n.has_acl && cred.uid != 0 => match v.acl(txn, real)? {
+            None => None,
+            Some(r) => match super::acl_record(&r).ok_or(FsError::Io)? {
+                (_, b) if b.is_empty() => None,
+                (_, b) => Some(duet_fs::acl::Acl::decode(&b).map_err(|_| FsError::Io)?),
+            },
+        },
+        _ => None,
+    };
+    Ok(super::may_by(cred, n, dacl.as_ref(), want))
 }
 
 /// A view object's node (a frozen one, or a `.snapshot` directory as a
@@ -735,15 +767,24 @@ pub(super) fn run_view_op<R: KvRead + ?Sized>(
         Op::GetAttr { obj } | Op::Close { obj } | Op::SetAttr { obj, .. } if is_view(obj) => {
             view_node(txn, id(obj)?).map(|(n, _, _)| OpOutput::Attrs { before: None, attrs: n.attrs })
         }
-        Op::Open { obj, access, .. } if is_view(obj) => view_node(txn, id(obj)?).and_then(|(n, _, _)| {
-            check_access(txn, &ex.batch.cred, &n, *access)?;
+        Op::Open { obj, access, .. } if is_view(obj) => view_node(txn, id(obj)?).and_then(|(n, real, v)| {
+            let want = (access.read as u32) * 4 + (access.write as u32) * 2 + (access.execute as u32);
+            if access.write && n.attrs.ftype == FileType::Directory {
+                return Err(FsError::IsDir);
+            }
+            if want != 0 && !view_may(txn, &ex.batch.cred, &n, real, v.as_ref(), want)? {
+                return Err(FsError::Access);
+            }
             object(n.attrs)
         }),
-        // A snapshot's object shows its mode's DACL: the `A` record is not
-        // a layered kind yet (NOTES.md, issue 17).
-        Op::GetAcl { obj } if is_view(obj) => {
-            view_node(txn, id(obj)?).map(|(n, _, _)| OpOutput::Acl { acl: None, attrs: n.attrs })
-        }
+        // A snapshot's object shows the DACL it had then.
+        Op::GetAcl { obj } if is_view(obj) => view_node(txn, id(obj)?).and_then(|(n, real, v)| {
+            let acl = match v {
+                Some(v) if n.has_acl => v.acl(txn, real)?.and_then(|r| super::acl_record(&r)),
+                _ => None,
+            };
+            Ok(OpOutput::Acl { acl, attrs: n.attrs })
+        }),
         Op::ReadLink { obj } if is_view(obj) => view_node(txn, id(obj)?).and_then(|(n, _, _)| match n.target {
             Some(t) => Ok(OpOutput::Link { target: t, attrs: n.attrs }),
             None => Err(FsError::NotSymlink),
@@ -807,7 +848,7 @@ fn lookup<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &Exec<'_>, dir: NodeId, 
     if d.attrs.ftype != FileType::Directory {
         return Err(FsError::NotDir);
     }
-    if !may_node(txn, &ex.batch.cred, &d, 1) {
+    if !view_may(txn, &ex.batch.cred, &d, real, f.as_ref(), 1)? {
         return Err(FsError::Access);
     }
     let found = |name: &str, attrs: Attrs| {
@@ -888,7 +929,7 @@ fn read<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize, o
         _ => return Err(FsError::Invalid),
     }
     let cred = &ex.batch.cred;
-    if !may_node(txn, cred, &n, 4) && cred.uid != n.attrs.uid {
+    if !view_may(txn, cred, &n, real, Some(&v), 4)? && cred.uid != n.attrs.uid {
         return Err(FsError::Access);
     }
     let size = n.attrs.size;
@@ -925,7 +966,7 @@ fn readdir<R: KvRead + ?Sized>(
     if d.attrs.ftype != FileType::Directory {
         return Err(FsError::NotDir);
     }
-    if !may_node(txn, &ex.batch.cred, &d, 4) {
+    if !view_may(txn, &ex.batch.cred, &d, real, f.as_ref(), 4)? {
         return Err(FsError::Access);
     }
     let max = max_entries.clamp(1, 1 << 20) as usize;
@@ -995,7 +1036,7 @@ fn copy_from_view<R: KvRead + ?Sized>(
         return Err(FsError::Invalid);
     }
     let cred = &ex.batch.cred;
-    if !may_node(txn, cred, &s, 4) && cred.uid != s.attrs.uid {
+    if !view_may(txn, cred, &s, real, Some(&v), 4)? && cred.uid != s.attrs.uid {
         return Err(FsError::Access);
     }
     if len != u64::MAX && src_offset.checked_add(len).map_or(true, |e| e > s.attrs.size) {

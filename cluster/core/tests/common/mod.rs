@@ -291,3 +291,26 @@ pub fn next(x: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+
+/// Runs `ops` as user `uid` (gid the same).
+pub fn run_as_uid(kv: &mut Kv, uid: u32, ops: Vec<Op>) -> Vec<OpResult> {
+    let mut b = Batch::new(Credentials { uid, gid: uid, groups: Vec::new() }, 1_000);
+    b.ops = ops;
+    run_batch(kv, &b).results
+}
+
+/// A DACL as `Op::SetAcl` takes it: denying `uid` READ_DATA, everyone
+/// else allowed everything.
+pub fn deny_read_acl(uid: u32) -> (u16, Vec<u8>) {
+    use duet_fs::acl::{rights, Ace, Acl, Sid};
+    let a = Acl { aces: vec![Ace::deny(Sid::unix_user(uid), rights::READ_DATA, 0), Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)] };
+    let mut v = Vec::new();
+    a.encode(&mut v);
+    (duet_fs::acl::control::DACL_PRESENT, v)
+}
+
+/// Whether `uid` may open `id` for reading.
+pub fn may_read(kv: &mut Kv, uid: u32, id: NodeId) -> bool {
+    let access = duet_fs::Access { read: true, write: false, execute: false };
+    run_as_uid(kv, uid, vec![Op::Open { obj: ObjRef::Id(id), access, truncate: false }]).remove(0).is_ok()
+}

@@ -1918,7 +1918,7 @@ impl Connection {
             };
             let here = self.opens.values().any(|x| x.node == o.node);
             let remove = if o.delete_on_close && !o.name.is_empty() && !here {
-                if self.cfg.share_modes.open_anywhere(o.node) {
+                if self.cfg.share_modes.open_anywhere_or_stream(o.node, path.as_deref().unwrap_or("")) {
                     // Another connection still has it open: it is
                     // delete-pending until that open closes.
                     let d = super::sharemode::PendingDelete {
@@ -1935,7 +1935,11 @@ impl Connection {
                     Some((o.parent, o.name.clone(), o.is_dir))
                 }
             } else if !here {
-                self.cfg.share_modes.take_pending_delete(o.node).map(|d| (d.parent, d.name, d.is_dir))
+                // A named stream's open may have kept its file.
+                let file = o.name.starts_with(':').then_some(o.parent);
+                self.cfg.share_modes.take_pending_delete(o.node)
+                    .or_else(|| file.and_then(|f| self.cfg.share_modes.take_pending_delete(f)))
+                    .map(|d| (d.parent, d.name, d.is_dir))
             } else {
                 None
             };

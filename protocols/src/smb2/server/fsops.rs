@@ -842,7 +842,8 @@ impl Connection {
         }
         // A file another connection's closed open left delete-pending
         // takes no new open (MS-FSA 2.1.5.1.2.1).
-        if stream.is_none() && self.cfg.share_modes.delete_pending_at(&path_key(root, &key_path)) {
+        // Its named streams too (smbtorture smb2.streams.delete).
+        if self.cfg.share_modes.delete_pending_at(&path_key(root, &stream_key_path(&comps.join("\\"), None))) {
             return Err(NtStatus::DELETE_PENDING);
         }
         // Truncation happens in the batch: check the share modes of the
@@ -1501,7 +1502,7 @@ impl Connection {
                         self.outbox.push(super::Event::DeletePending { node: o.node, from: self.conn_key });
                     }
                     remove = false;
-                } else if remove && self.cfg.share_modes.open_anywhere(o.node) {
+                } else if remove && self.cfg.share_modes.open_anywhere_or_stream(o.node, path.as_deref().unwrap_or("")) {
                     let d = super::sharemode::PendingDelete {
                         parent: o.parent,
                         name: o.name.clone(),
@@ -1514,8 +1515,11 @@ impl Connection {
                     remove = false;
                 } else if remove {
                     self.cfg.share_modes.forget_pending_delete(o.node);
-                } else if let Some(d) = self.cfg.share_modes.take_pending_delete(o.node) {
-                    // The last open of a file another connection left
+                } else if let Some(d) = self.cfg.share_modes.take_pending_delete(o.node).or_else(|| {
+                    // A named stream's open kept its file delete-pending.
+                    o.name.starts_with(':').then(|| self.cfg.share_modes.take_pending_delete(o.parent)).flatten()
+                }) {
+                    // The last open of a file another open left
                     // delete-pending.
                     fp.push(removal(ObjRef::Id(d.parent), &d.name, Some(d.is_dir)));
                 }

@@ -321,16 +321,41 @@ impl ShareModes {
     /// An open of `node` closed: when the file is delete-pending and no
     /// SMB open of it is left, the removal to run now.
     pub(super) fn take_pending_delete(&self, node: NodeId) -> Option<PendingDelete> {
-        if self.open_anywhere(node) {
+        let path = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).get(&node)?.path.clone();
+        if self.open_anywhere_or_stream(node, &path) {
             return None;
         }
         self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node)
     }
 
+    /// Whether an SMB open of `node`, or of one of the named streams of
+    /// the file at share-mode path `path`, remains: a stream's open keeps
+    /// its file (MS-FSA 2.1.5.4, smbtorture smb2.streams.delete).
+    pub fn open_anywhere_or_stream(&self, node: NodeId, path: &str) -> bool {
+        let prefix = format!("{path}:");
+        self.paths().values().any(|(n, p)| *n == node || (!path.is_empty() && p.starts_with(&prefix)))
+    }
+
     /// Whether the file at share-mode path `path` is delete-pending (a new
     /// open of it is STATUS_DELETE_PENDING, MS-FSA 2.1.5.1.2.1).
     pub fn delete_pending_at(&self, path: &str) -> bool {
-        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).values().any(|d| d.path == path)
+        let nodes: Vec<NodeId> = {
+            let g = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner());
+            g.iter().filter(|(_, d)| d.path == path).map(|(n, _)| *n).collect()
+        };
+        // Delete-pending lasts while an open of the file (or of one of its
+        // streams) does; an entry outliving them (the file removed or
+        // renamed another way meanwhile) is dropped, never left to refuse
+        // the name for good.
+        let mut pending = false;
+        for n in nodes {
+            if self.open_anywhere_or_stream(n, path) {
+                pending = true;
+            } else {
+                self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&n);
+            }
+        }
+        pending
     }
 
     /// Whether a directory lease was ever granted: until then no batch

@@ -48,6 +48,39 @@ pub struct ConnTable {
     /// The SMB share-mode table (set once at start), for breaks that
     /// reach kept durable opens (`nfs_callback::deliver`).
     pub share_modes: std::sync::OnceLock<Arc<smb::ShareModes>>,
+    /// SMB connections with blocking LOCKs or parked CREATEs, woken by
+    /// every change of the lock table (`duet_locks::LockManager::on_change`).
+    pub lock_waiters: LockWaiters,
+}
+
+/// Who waits on the lock table: each waiting connection's wake-up channel
+/// (one slot: a wake-up not yet taken stands for any number of changes).
+#[derive(Default)]
+pub struct LockWaiters {
+    next: std::sync::atomic::AtomicU64,
+    senders: Mutex<HashMap<u64, flume::Sender<()>>>,
+}
+
+impl LockWaiters {
+    /// A channel woken after every change of the lock table, until
+    /// [`LockWaiters::leave`] with its id.
+    pub fn join(&self) -> (u64, flume::Receiver<()>) {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = flume::bounded(1);
+        self.senders.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+        (id, rx)
+    }
+
+    pub fn leave(&self, id: u64) {
+        self.senders.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+    }
+
+    /// The lock table changed: every waiter looks again.
+    pub fn wake_all(&self) {
+        for tx in self.senders.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            let _ = tx.try_send(());
+        }
+    }
 }
 
 /// How many server-initiated messages may wait for one SMB connection's
@@ -225,6 +258,7 @@ impl ConnTable {
             notify: crate::notify::NotifyHub::default(),
             nfs_routes: Default::default(),
             share_modes: std::sync::OnceLock::new(),
+            lock_waiters: LockWaiters::default(),
         })
     }
 
@@ -864,25 +898,33 @@ async fn next_wake(stream: &mut TcpStream, tmp: &mut [u8], done: &flume::Receive
     futures_lite::future::or(async { Wake::Read(stream.read(tmp).await) }, finished).await
 }
 
-/// How often a connection with blocking LOCKs or CREATEs waiting asks the
-/// lock table whether they were granted or their breaks are over (the
-/// table is shared by every executor; a grant is picked up within this).
-const LOCK_POLL: Duration = Duration::from_millis(5);
+/// How often a connection with blocking LOCKs or CREATEs waiting looks
+/// at the lock table unasked: a change of the table wakes it at once
+/// (`LockWaiters`); this tick catches the break and lock timeouts (a
+/// deadline passes without any change) within its length.
+const LOCK_POLL: Duration = Duration::from_millis(50);
 
-/// [`next_wake`], or a tick after [`LOCK_POLL`] when `ticking`.
+/// [`next_wake`], or a tick when `waiting` (Some: the lock table's
+/// wake-up channel) and the table changed, or after [`LOCK_POLL`].
 async fn next_wake_or_tick(
     stream: &mut TcpStream,
     tmp: &mut [u8],
     done: &flume::Receiver<Done>,
     in_flight: usize,
     limit: usize,
-    ticking: bool,
+    waiting: Option<&flume::Receiver<()>>,
 ) -> Wake {
-    if !ticking {
+    let Some(changed) = waiting else {
         return next_wake(stream, tmp, done, in_flight, limit).await;
-    }
+    };
     futures_lite::future::or(next_wake(stream, tmp, done, in_flight, limit), async {
-        glommio::timer::sleep(LOCK_POLL).await;
+        futures_lite::future::or(
+            async {
+                let _ = changed.recv_async().await;
+            },
+            glommio::timer::sleep(LOCK_POLL),
+        )
+        .await;
         Wake::Tick
     })
     .await
@@ -903,6 +945,9 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     let limit = ctx.limits.requests_per_connection;
     let mut in_flight = 0usize;
     let mut queue: VecDeque<smb::Event> = VecDeque::new();
+    // Joined the lock table's waiters the first time this connection had
+    // a LOCK or CREATE waiting; left when it ends.
+    let mut lock_wake: Option<(u64, flume::Receiver<()>)> = None;
     let result: std::io::Result<()> = async {
         loop {
             // Start every complete frame, as long as the limit allows.
@@ -932,9 +977,13 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 ctx.conns.notify.set_watches(conn.key(), conn.watched());
             }
             let ticking = conn.waiting_locks() > 0 || conn.parked_opens() > 0;
+            if ticking && lock_wake.is_none() {
+                lock_wake = Some(ctx.conns.lock_waiters.join());
+            }
+            let waiting = lock_wake.as_ref().filter(|_| ticking).map(|(_, rx)| rx);
             let wake = futures_lite::future::or(
                 async { route.rx.recv_async().await.map(Wake::Recall).unwrap_or(Wake::Tick) },
-                next_wake_or_tick(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit, ticking),
+                next_wake_or_tick(&mut stream, &mut tmp, &done_rx, in_flight + conn.held(), limit, waiting),
             )
             .await;
             match wake {
@@ -995,6 +1044,9 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
     // The connection is gone (MS-SMB2 3.3.7.1): its opens close as a
     // CLOSE would, delete-on-close ones removed (the batches run after
     // the ones it had in flight); its watches end.
+    if let Some((id, _)) = lock_wake {
+        ctx.conns.lock_waiters.leave(id);
+    }
     ctx.conns.notify.set_watches(conn.key(), Vec::new());
     for ev in conn.on_disconnect(now_ns()) {
         match ev {

@@ -565,6 +565,9 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         recall_backoff_ns: 0,
         ..duet_locks::Limits::default()
     }));
+    // A change of the table wakes the SMB connections waiting on it.
+    let waiters = conns.clone();
+    locks.on_change(Box::new(move || waiters.lock_waiters.wake_all()));
     let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(locks.clone()));
     let _ = conns.share_modes.set(share_modes.clone());
     // A node of a multi-node cluster serves clients too: its engine routes

@@ -897,20 +897,69 @@ fn holder_key(o: &Outcome) -> (Protocol, u64) {
 /// executor (SMB and NFS): plain memory behind a mutex. A panic elsewhere
 /// never leaves the table half-updated in a way that breaks its
 /// invariants worse than a lost update, so a poisoned mutex is used as is.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct LockManager {
     table: Mutex<Table>,
+    on_change: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for LockManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockManager").field("table", &self.table).field("on_change", &self.on_change.get().is_some()).finish()
+    }
 }
 
 impl LockManager {
     pub fn new(limits: Limits) -> LockManager {
-        LockManager { table: Mutex::new(Table::new(limits)) }
+        LockManager { table: Mutex::new(Table::new(limits)), on_change: std::sync::OnceLock::new() }
     }
 
     /// The table, locked for one decision. Hold it briefly: never across
     /// an await or a batch.
-    pub fn table(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn table(&self) -> TableGuard<'_> {
+        TableGuard {
+            guard: self.table.lock().unwrap_or_else(|e| e.into_inner()),
+            on_change: self.on_change.get().map(|f| &**f),
+            changed: false,
+        }
+    }
+
+    /// Calls `f` after each use of the table that could change it (a
+    /// mutable borrow), once that use ends: the driver wakes what waits on
+    /// a grant, a release or a break's end with it, instead of polling.
+    /// Set once; a second call is ignored.
+    pub fn on_change(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_change.set(f);
+    }
+}
+
+/// [`LockManager::table`]: the locked table, which reports a mutable use
+/// to the manager's `on_change` when dropped.
+pub struct TableGuard<'a> {
+    guard: MutexGuard<'a, Table>,
+    on_change: Option<&'a (dyn Fn() + Send + Sync)>,
+    changed: bool,
+}
+
+impl std::ops::Deref for TableGuard<'_> {
+    type Target = Table;
+    fn deref(&self) -> &Table {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for TableGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Table {
+        self.changed = true;
+        &mut self.guard
+    }
+}
+
+impl Drop for TableGuard<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(f)) = (self.changed, self.on_change) {
+            f();
+        }
     }
 }
 

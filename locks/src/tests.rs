@@ -721,3 +721,31 @@ fn rekey_moves_an_open_with_its_locks_and_grants() {
     assert_eq!(t.counts().files, 0);
     assert!(t.by_client.is_empty(), "no client index left: {:?}", t.by_client);
 }
+
+#[test]
+fn a_mutable_use_of_the_table_calls_on_change_once_it_ends_and_a_look_does_not() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let m = LockManager::new(Limits::default());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    m.on_change(Box::new(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+    }));
+    {
+        let t = m.table();
+        let _ = t.has_outcomes(Protocol::Smb, 1);
+        let _ = t.poll_timeout();
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "looking is not a change");
+    {
+        let mut t = m.table();
+        let _ = t.take_outcomes(Protocol::Smb, 1);
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "not while the table is held");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // A second hook is ignored.
+    m.on_change(Box::new(|| panic!("replaced")));
+    let _ = m.table().take_outcomes(Protocol::Smb, 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}

@@ -2257,12 +2257,15 @@ impl Connection {
         if self.async_locks.is_empty() {
             return Vec::new();
         }
-        let outcomes = self
-            .cfg
-            .share_modes
-            .locks()
-            .table()
-            .take_outcomes(duet_locks::Protocol::Smb, self.conn_key);
+        let outcomes = {
+            let mut t = self.cfg.share_modes.locks().table();
+            // Looking changes nothing (a mutable use of the table wakes
+            // every waiting connection: `LockManager::on_change`).
+            if !t.has_outcomes(duet_locks::Protocol::Smb, self.conn_key) {
+                return Vec::new();
+            }
+            t.take_outcomes(duet_locks::Protocol::Smb, self.conn_key)
+        };
         let mut out = Vec::new();
         for o in outcomes {
             let Some(async_id) = self

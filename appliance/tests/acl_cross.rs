@@ -408,3 +408,32 @@ fn delete_access_follows_the_directorys_dacl() {
     a.close(f);
     assert_eq!(rb.lookup3(&d_b, b"f").err(), Some(Nfsstat3::NOENT), "alice's delete-on-close removed it");
 }
+
+/// A named stream has its file's security: what an SMB open of
+/// `file:stream` is granted comes from the file's DACL (MS-FSA 2.1.5.1).
+#[test]
+fn a_streams_open_is_granted_by_its_files_dacl() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = serve_acl_share(tmp.path());
+    let smb = d.smb_port;
+    let mut a = Smb::logged_on(smb, "alice", "alicepw", "acl");
+    let f = a.create_req(open_req("s.txt", create_disposition::CREATE, 0, 0x001f_01ff)).unwrap();
+    let s = a.create_req(open_req("s.txt:alt", create_disposition::CREATE, 0, 0x0012_019f)).unwrap();
+    assert_eq!(a.write(s, 0, b"hidden", true), NtStatus::SUCCESS);
+    a.close(s);
+    // Bob may write the file and its streams, not read them.
+    let dacl = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(BOB), rights::READ_DATA, 0),
+            Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    assert_eq!(set_dacl(&mut a, f, &dacl), NtStatus::SUCCESS);
+    a.close(f);
+    let mut b = Smb::logged_on(smb, "bob", "bobpw", "acl");
+    assert_eq!(b.open_read("s.txt:alt").err(), Some(NtStatus::ACCESS_DENIED), "the file's DACL denies reading its stream");
+    let w = b.create_req(open_req("s.txt:alt", create_disposition::OPEN, 0, 0x0012_0116)).expect("writing is allowed");
+    b.close(w);
+    let r = a.open_read("s.txt:alt").expect("alice reads");
+    assert_eq!(a.read(r, 0, 6).as_deref(), Ok(&b"hidden"[..]));
+}

@@ -1005,7 +1005,9 @@ impl Connection {
         if let (Some(acl), disp::CREATE) = (&new_dacl, d) {
             fp.push(Op::SetAcl { obj, acl: Some(acl.clone()) });
         }
-        let acl_op = Some(fp.push(Op::GetAcl { obj }));
+        // A named stream has its file's security (MS-FSA 2.1.5.1): the
+        // file's DACL decides what a stream's open is granted.
+        let acl_op = Some(fp.push(Op::GetAcl { obj: if stream.is_some() { parent } else { obj } }));
         // The parent directory's DACL, for the DELETE check of a nested
         // name (the share root's comes with `root_attrs_op`).
         let parent_acl_op = (final_op > first_op

@@ -414,6 +414,28 @@ fn nfs4_seeds() {
         }),
         ArgOp4::Close(Close4Args { seqid: 0, open_stateid: Stateid4::CURRENT }),
     ]);
+    // An NFSv4 ACL set and read back (RFC 8881 6.2.1; issue 17): a deny
+    // for uid 1000 by number, OWNER@, EVERYONE@, a group by name.
+    let acl = {
+        let aces = vec![
+            NfsAce4 { type_: 1, flag: 0, access_mask: 0x1, who: Opaque(b"1000") },
+            NfsAce4 { type_: 0, flag: 0, access_mask: 0x001f_01ff, who: Opaque(b"OWNER@") },
+            NfsAce4 { type_: 0, flag: 0x40, access_mask: 0x0012_0089, who: Opaque(b"100@localdomain") },
+            NfsAce4 { type_: 0, flag: 0x3, access_mask: 0x0012_0089, who: Opaque(b"EVERYONE@") },
+        ];
+        let a = duet_protocols::nfs::nfs4::attrs::Attrs { acl: Some(List(aces)), ..Default::default() };
+        let mut w = XdrWriter::with_buffer(Vec::new());
+        let mask = a.encode_vals(None, &mut w);
+        (mask, &*Box::leak(w.into_inner().into_boxed_slice()))
+    };
+    c.v4(vec![
+        sequence(),
+        ArgOp4::PutRootFh(()),
+        lookup.clone(),
+        ArgOp4::Lookup(Lookup4Args { objname: Name(b"f.txt") }),
+        ArgOp4::SetAttr(SetAttr4Args { stateid: Stateid4::ANONYMOUS, obj_attributes: Fattr4 { attrmask: acl.0, attr_vals: Opaque(acl.1) } }),
+        ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::from_bits(&[fattr4::ACL, fattr4::ACLSUPPORT, fattr4::MODE]) }),
+    ]);
     c.v4(vec![
         sequence(),
         ArgOp4::PutRootFh(()),

@@ -437,3 +437,39 @@ fn a_streams_open_is_granted_by_its_files_dacl() {
     let r = a.open_read("s.txt:alt").expect("alice reads");
     assert_eq!(a.read(r, 0, 6).as_deref(), Ok(&b"hidden"[..]));
 }
+
+/// An owner duet cannot keep (any SID but S-1-22-1-uid) is refused, not
+/// ignored: STATUS_INVALID_OWNER, and the owner stays.
+#[test]
+fn an_owner_sid_duet_cannot_keep_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = serve_acl_share(tmp.path());
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "acl");
+    // FILE_ALL_ACCESS | WRITE_OWNER.
+    let f = a.create_req(open_req("o.txt", create_disposition::CREATE, 0, 0x001f_01ff)).unwrap();
+    let set_owner = |a: &mut Smb, sid: Sid| {
+        let sd = SecurityDescriptor { owner: Some(sid), ..Default::default() }.encode();
+        a.call(
+            Request::SetInfo(SetInfoRequest { info_type: info_type::SECURITY, file_info_class: 0, buffer: &sd, additional_information: 1, file_id: f }),
+            Cmd::SET_INFO,
+        )
+        .status()
+    };
+    assert_eq!(set_owner(&mut a, Sid::everyone()), NtStatus(0xC000_005A), "STATUS_INVALID_OWNER");
+    assert_eq!(set_owner(&mut a, Sid::unix_user(ALICE)), NtStatus::SUCCESS, "naming oneself is fine");
+    let q = a.call(
+        Request::QueryInfo(QueryInfoRequest {
+            info_type: info_type::SECURITY,
+            file_info_class: 0,
+            output_buffer_length: 4096,
+            input_buffer: &[],
+            additional_information: 1,
+            flags: 0,
+            file_id: f,
+        }),
+        Cmd::QUERY_INFO,
+    );
+    let Ok(Response::QueryInfo(q)) = Response::decode(&q.header, &q.bytes) else { panic!("query info reply") };
+    assert_eq!(SecurityDescriptor::decode(q.output_buffer).unwrap().owner, Some(Sid::unix_user(ALICE)), "the owner stayed");
+    a.close(f);
+}

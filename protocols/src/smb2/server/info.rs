@@ -328,13 +328,17 @@ pub fn posix_from_security_descriptor(
     if info & secinfo::OWNER != 0 && owner_at != 0 {
         match read_sid(sd, owner_at).ok_or(bad)? {
             (22, s) if s.len() == 2 && s[0] == 1 => out.uid = Some(s[1]),
-            _ => {}
+            // duet keeps owners as Unix uids: another SID cannot be the
+            // owner (MS-DTYP 2.4.6; Windows answers so for a SID the
+            // caller may not assign).
+            _ => return Err(extra_status::INVALID_OWNER),
         }
     }
     if info & secinfo::GROUP != 0 && group_at != 0 {
         match read_sid(sd, group_at).ok_or(bad)? {
             (22, s) if s.len() == 2 && s[0] == 2 => out.gid = Some(s[1]),
-            _ => {}
+            // STATUS_INVALID_PRIMARY_GROUP (MS-ERREF 2.3.1).
+            _ => return Err(NtStatus(0xC000_005B)),
         }
     }
     if info & secinfo::DACL != 0 && control & 0x0004 != 0 {

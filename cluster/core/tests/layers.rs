@@ -75,8 +75,13 @@ fn list(kv: &mut Kv, dir: NodeId) -> Vec<DirEntry> {
     }
 }
 
-/// A whole tree as (path, type, size, content) through the machine.
-fn tree(kv: &mut Kv, disk: &mut Disk, dir: NodeId) -> Vec<(String, FileType, Vec<u8>, Attrs)> {
+/// A whole tree as (path, type, content, attributes, stored DACL) through
+/// the machine.
+type Tree = Vec<(String, FileType, Vec<u8>, Attrs, Option<(u16, Vec<u8>)>)>;
+
+/// A whole tree as (path, type, content, attributes, DACL) through the
+/// machine.
+fn tree(kv: &mut Kv, disk: &mut Disk, dir: NodeId) -> Tree {
     let mut out = Vec::new();
     let mut todo = vec![(String::new(), dir)];
     while let Some((path, d)) = todo.pop() {
@@ -93,7 +98,11 @@ fn tree(kv: &mut Kv, disk: &mut Disk, dir: NodeId) -> Vec<(String, FileType, Vec
                 }
                 _ => Vec::new(),
             };
-            out.push((p, e.ftype, content, attrs));
+            let acl = match &run(kv, vec![Op::GetAcl { obj: ObjRef::Id(e.id) }])[0] {
+                Ok(OpOutput::Acl { acl, .. }) => acl.clone(),
+                other => panic!("GetAcl of {p}: {other:?}"),
+            };
+            out.push((p, e.ftype, content, attrs, acl));
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -327,7 +336,7 @@ fn several_snapshots_each_keep_their_own_state_and_deletes_in_any_order() {
     // Change once more after the last.
     write(&mut kv, f, 5, b"after all".to_vec());
     disk.destage(&mut kv);
-    let check = |kv: &mut Kv, disk: &mut Disk, states: &[(String, Vec<(String, FileType, Vec<u8>, Attrs)>)]| {
+    let check = |kv: &mut Kv, disk: &mut Disk, states: &[(String, Tree)]| {
         for (name, want) in states {
             let s = snapshot_root(kv, root, name);
             assert_eq!(&tree(kv, disk, s), want, "snapshot {name}");
@@ -441,13 +450,13 @@ fn snapshot_names_limits_and_unknowns_are_refused_with_nothing_changed() {
 /// before-image, shadow or extra chunk is left.
 #[test]
 fn random_changes_and_snapshots_keep_every_snapshot_exact() {
-    for seed in 1..=5u64 {
+    for seed in 1..=16u64 {
         let mut x = seed;
         let (mut kv, root) = init();
         let mut disk = Disk::default();
         let sub = create(&mut kv, root, "sub", CreateKind::Directory);
         let dirs = [root, sub];
-        let mut snaps: Vec<(String, Vec<(String, FileType, Vec<u8>, Attrs)>)> = Vec::new();
+        let mut snaps: Vec<(String, Tree)> = Vec::new();
         let mut taken = 0;
         for step in 0..60 {
             let dir = dirs[(next(&mut x) % 2) as usize];
@@ -468,10 +477,23 @@ fn random_changes_and_snapshots_keep_every_snapshot_exact() {
                 }
                 4 => {
                     if let Ok(a) = lookup(&mut kv, dir, &name) {
-                        if a.ftype == FileType::Regular {
-                            let size = next(&mut x) % (a.size + 1);
-                            let r = run(&mut kv, vec![Op::SetAttr { obj: ObjRef::Id(a.id), attrs: SetAttrs { size: Some(size), ..Default::default() } }]);
-                            ok(r[0].clone());
+                        // A truncation, a DACL (denying some uid) or a
+                        // chmod (which drops the DACL): snapshots keep
+                        // the DACL each object had.
+                        match next(&mut x) % 3 {
+                            0 if a.ftype == FileType::Regular => {
+                                let size = next(&mut x) % (a.size + 1);
+                                let r = run(&mut kv, vec![Op::SetAttr { obj: ObjRef::Id(a.id), attrs: SetAttrs { size: Some(size), ..Default::default() } }]);
+                                ok(r[0].clone());
+                            }
+                            1 => {
+                                let acl = deny_read_acl(3000 + (next(&mut x) % 5) as u32);
+                                ok(run(&mut kv, vec![Op::SetAcl { obj: ObjRef::Id(a.id), acl: Some(acl) }])[0].clone());
+                            }
+                            _ => {
+                                let mode = 0o600 + (next(&mut x) % 0o100) as u32;
+                                ok(run(&mut kv, vec![Op::SetAttr { obj: ObjRef::Id(a.id), attrs: SetAttrs { mode: Some(mode), ..Default::default() } }])[0].clone());
+                            }
                         }
                     }
                 }

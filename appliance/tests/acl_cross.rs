@@ -39,14 +39,16 @@ fn set_dacl(c: &mut Smb, fid: FileId, dacl: &Acl) -> NtStatus {
     r.status()
 }
 
-fn dacl_of(c: &mut Smb, fid: FileId) -> Acl {
+/// The security descriptor of `fid` (the parts `addl` names: 1 owner, 4
+/// DACL), by QUERY_INFO (MS-SMB2 3.3.5.20.3).
+fn sd_of(c: &mut Smb, fid: FileId, addl: u32) -> SecurityDescriptor {
     let r = c.call(
         Request::QueryInfo(QueryInfoRequest {
             info_type: info_type::SECURITY,
             file_info_class: 0,
             output_buffer_length: 4096,
             input_buffer: &[],
-            additional_information: 4,
+            additional_information: addl,
             flags: 0,
             file_id: fid,
         }),
@@ -54,7 +56,11 @@ fn dacl_of(c: &mut Smb, fid: FileId) -> Acl {
     );
     assert_eq!(r.status(), NtStatus::SUCCESS);
     let Ok(Response::QueryInfo(q)) = Response::decode(&r.header, &r.bytes) else { panic!("query info reply") };
-    SecurityDescriptor::decode(q.output_buffer).unwrap().dacl.expect("a DACL")
+    SecurityDescriptor::decode(q.output_buffer).unwrap()
+}
+
+fn dacl_of(c: &mut Smb, fid: FileId) -> Acl {
+    sd_of(c, fid, 4).dacl.expect("a DACL")
 }
 
 fn chmod3(n: &mut Nfs, fh: &[u8], mode: u32) -> Nfsstat3 {
@@ -339,20 +345,7 @@ fn a_create_security_descriptor_is_the_new_files_dacl() {
     // A NULL DACL: read back as none, everyone may read and write.
     let null = SecurityDescriptor { control: control::DACL_PRESENT, ..Default::default() };
     let fid = create_with(&mut c, "null.txt", &null).expect("CREATE with a NULL DACL");
-    let q = c.call(
-        Request::QueryInfo(QueryInfoRequest {
-            info_type: info_type::SECURITY,
-            file_info_class: 0,
-            output_buffer_length: 4096,
-            input_buffer: &[],
-            additional_information: 4,
-            flags: 0,
-            file_id: fid,
-        }),
-        Cmd::QUERY_INFO,
-    );
-    let Ok(Response::QueryInfo(q)) = Response::decode(&q.header, &q.bytes) else { panic!("query info reply") };
-    let got = SecurityDescriptor::decode(q.output_buffer).unwrap();
+    let got = sd_of(&mut c, fid, 4);
     assert!(got.control & control::DACL_PRESENT != 0 && got.dacl.is_none(), "a NULL DACL reads back as NULL: {got:?}");
     c.close(fid);
     let f_b = bob.lookup3(&root_b, b"null.txt").unwrap();
@@ -457,19 +450,6 @@ fn an_owner_sid_duet_cannot_keep_is_refused() {
     };
     assert_eq!(set_owner(&mut a, Sid::everyone()), NtStatus(0xC000_005A), "STATUS_INVALID_OWNER");
     assert_eq!(set_owner(&mut a, Sid::unix_user(ALICE)), NtStatus::SUCCESS, "naming oneself is fine");
-    let q = a.call(
-        Request::QueryInfo(QueryInfoRequest {
-            info_type: info_type::SECURITY,
-            file_info_class: 0,
-            output_buffer_length: 4096,
-            input_buffer: &[],
-            additional_information: 1,
-            flags: 0,
-            file_id: f,
-        }),
-        Cmd::QUERY_INFO,
-    );
-    let Ok(Response::QueryInfo(q)) = Response::decode(&q.header, &q.bytes) else { panic!("query info reply") };
-    assert_eq!(SecurityDescriptor::decode(q.output_buffer).unwrap().owner, Some(Sid::unix_user(ALICE)), "the owner stayed");
+    assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::unix_user(ALICE)), "the owner stayed");
     a.close(f);
 }

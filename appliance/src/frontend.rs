@@ -1057,6 +1057,21 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             _ => {}
         }
     }
+    // Until the batches removing its delete-on-close files are over, a
+    // CREATE of those names (the client reconnecting) waits for them: see
+    // them done, so that the names are released (`ShareModes::removing_at`;
+    // such a CREATE waits 5 s at most).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while conn.removing() && std::time::Instant::now() < deadline {
+        let next = futures_lite::future::or(async { done_rx.recv_async().await.ok() }, async {
+            glommio::timer::sleep(Duration::from_secs(1)).await;
+            None
+        });
+        if let Some((token, r)) = next.await {
+            let _ = conn.on_batch_done(token, r, now_ns());
+        }
+    }
+    conn.abandon_removals();
     result
 }
 

@@ -931,6 +931,14 @@ impl LockManager {
     pub fn on_change(&self, f: Box<dyn Fn() + Send + Sync>) {
         let _ = self.on_change.set(f);
     }
+
+    /// Reports a change the table does not see but its waiters depend on
+    /// (a removal that a parked open waits for is over) to `on_change`.
+    pub fn changed(&self) {
+        if let Some(f) = self.on_change.get() {
+            f();
+        }
+    }
 }
 
 /// [`LockManager::table`]: the locked table, which reports a mutable use

@@ -4033,3 +4033,60 @@ fn file_level_trim_zeroes_ranges_and_refuses_hostile_input() {
     assert!(back[..1000].iter().all(|&b| b == 0), "the trimmed range reads as zeros");
     assert_eq!(&back[1000..], &data[1000..], "the rest is unchanged");
 }
+
+/// MS-SMB2 3.3.7.1 (smbtorture smb2.durable-open.delete_on_close1): a lost
+/// connection's delete-on-close file is removed by a batch nobody waits
+/// for. A CREATE of that name on another connection while the batch still
+/// runs waits for it (STATUS_PENDING, parked), and once the lost
+/// connection's driver reports it done, finishes on a free name: CREATED,
+/// empty, never the doomed file OPENED with its old data.
+#[test]
+fn a_create_waits_for_the_removal_a_lost_connection_left_running() {
+    let locks = duet_locks::LockManager::new(duet_locks::Limits { recall_backoff_ns: 0, ..Default::default() });
+    let share_modes = std::sync::Arc::new(duet_protocols::smb2::server::ShareModes::with_locks(std::sync::Arc::new(locks)));
+    let cfg = || ServerConfig { share_modes: share_modes.clone(), ..Default::default() };
+    let mut a = Client::connected_as(cfg(), [0x11; 16], Some(b"connection A, thirty-two or more bytes"));
+    let mut b = Client::connected_as(cfg(), [0x22; 16], Some(b"connection B, thirty-two or more bytes"));
+    let fid = open_fid_with(&mut a, "doomed", create_options::DELETE_ON_CLOSE, RW | 0x0001_0000);
+    assert_eq!(write_at(&mut a, fid, 0, b"x"), NtStatus::SUCCESS);
+    // The connection is lost: the removal is given out, not yet run.
+    let runs: Vec<(u64, duet_fs::Batch)> = a
+        .conn
+        .on_disconnect(NOW)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Run { token, batch, .. } => Some((token, batch)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runs.len(), 1);
+    assert!(a.conn.removing());
+    let interim = on_files_of(&mut a, &mut b, |b| {
+        let interim = b.one(Request::Create(create("doomed", create_disposition::OPEN_IF, 0, RW)));
+        let ev = b.conn.poll_opens(NOW, &b.dir);
+        assert!(drive(b, ev).is_empty(), "still waiting for the removal");
+        interim
+    });
+    assert_eq!(interim.status(), NtStatus::PENDING);
+    assert!(interim.header.flags.is_async());
+    assert_eq!(b.conn.parked_opens(), 1);
+    for (token, batch) in runs {
+        let r = a.engine.run(&batch);
+        assert!(a.conn.on_batch_done(token, r, NOW).is_empty());
+    }
+    assert!(!a.conn.removing());
+    let done = on_files_of(&mut a, &mut b, |b| {
+        let ev = b.conn.poll_opens(NOW, &b.dir);
+        drive(b, ev)
+    });
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].status(), done[0].header.ids), (NtStatus::SUCCESS, interim.header.ids));
+    let Response::Create(cr) = done[0].body() else { panic!() };
+    assert_eq!((cr.create_action, cr.end_of_file), (2, 0), "created anew, empty");
+}
+
+fn open_fid_with(c: &mut Client, name: &str, options: u32, access: u32) -> FileId {
+    let r = c.one(Request::Create(create(name, create_disposition::OPEN_IF, options, access)));
+    let Response::Create(cr) = r.body() else { panic!("CREATE {name}: {:?}", r.status()) };
+    cr.file_id
+}

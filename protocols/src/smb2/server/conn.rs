@@ -274,6 +274,10 @@ pub(super) struct FramePlan {
     /// changes through): the directory lease its changes do not break
     /// (MS-SMB2 3.3.4.7, `lease.rs`).
     pub parent_lease: Option<duet_locks::Holder>,
+    /// Share-mode path keys of the files this frame's batch removes for
+    /// dropped opens (`ShareModes::begin_removal`), ended when the batch
+    /// is over.
+    pub removals: Vec<String>,
 }
 
 impl FramePlan {
@@ -293,6 +297,7 @@ impl FramePlan {
             durable: false,
             flush: false,
             parent_lease: None,
+            removals: Vec::new(),
         }
     }
 
@@ -386,6 +391,13 @@ pub struct Connection {
     /// Set with `park`: the open (connection key, file id) another
     /// connection is asked to close first (AppInstanceId).
     pub(super) park_gone: Option<((u64, u64), i64)>,
+    /// Set with `park`: the share-mode path key whose removal (for an
+    /// open dropped elsewhere) the parked CREATE waits for, until when
+    /// at most.
+    pub(super) park_removal: Option<(String, i64)>,
+    /// Removals run for dropped opens by a batch that is not a frame's
+    /// (a lost connection's, an ended session's): token -> path keys.
+    side_removals: HashMap<u64, Vec<String>>,
     /// The session a SESSION_SETUP just created, for its response header.
     last_new_session: u64,
     /// The tree a TREE_CONNECT just made, for its response header.
@@ -527,6 +539,8 @@ impl Connection {
             side_runs: Default::default(),
             park_after: Vec::new(),
             park_gone: None,
+            park_removal: None,
+            side_removals: HashMap::new(),
             last_new_session: 0,
             last_new_tree: 0,
         }
@@ -632,6 +646,10 @@ impl Connection {
     /// The result of the batch of an [`Event::Run`].
     pub fn on_batch_done(&mut self, token: u64, result: BatchResult, now_ns: i64) -> Vec<Event> {
         let _ = now_ns;
+        if let Some(mut paths) = self.side_removals.remove(&token) {
+            self.end_removals(&mut paths);
+            return Vec::new();
+        }
         if self.side_runs.remove(&token) {
             return Vec::new();
         }
@@ -870,6 +888,7 @@ impl Connection {
                     nodes,
                     after: std::mem::take(&mut self.park_after),
                     gone: self.park_gone.take(),
+                    removal: self.park_removal.take(),
                 };
                 if let Some(async_id) = self.resuming {
                     self.parked.insert(async_id, park);
@@ -961,8 +980,34 @@ impl Connection {
         }
     }
 
+    /// The removals `paths` are over (their batch is done, or there was
+    /// none).
+    fn end_removals(&mut self, paths: &mut Vec<String>) {
+        for p in paths.drain(..) {
+            self.cfg.share_modes.end_removal(&p);
+        }
+    }
+
+    /// Whether a batch of this connection still removes a file for
+    /// dropped opens (the driver of a lost connection waits for those:
+    /// `on_batch_done`).
+    pub fn removing(&self) -> bool {
+        !self.side_removals.is_empty()
+    }
+
+    /// Gives up waiting for the removals still running (the lost
+    /// connection's driver stopped waiting): the names are released.
+    pub fn abandon_removals(&mut self) {
+        let all: Vec<Vec<String>> = self.side_removals.drain().map(|(_, v)| v).collect();
+        for mut paths in all {
+            self.end_removals(&mut paths);
+        }
+    }
+
     /// Builds every response of the frame and the one frame to send.
     fn finish(&mut self, mut fp: FramePlan, results: Vec<OpResult>) -> Vec<Event> {
+        let mut removals = std::mem::take(&mut fp.removals);
+        self.end_removals(&mut removals);
         let mut created: HashMap<usize, Result<u64, NtStatus>> = HashMap::new();
         let slots = std::mem::take(&mut fp.slots);
         let mut answered: Vec<Answered> = Vec::with_capacity(slots.len());
@@ -1865,9 +1910,15 @@ impl Connection {
         let mut fp = FramePlan::new(now_ns, tag);
         self.drop_opens(&mut fp, sid, None);
         self.sessions.remove(&sid);
-        let batch = fp.batch.take().filter(|b| !b.ops.is_empty())?;
+        let Some(batch) = fp.batch.take().filter(|b| !b.ops.is_empty()) else {
+            self.end_removals(&mut fp.removals);
+            return None;
+        };
         let token = self.next_token;
         self.next_token += 1;
+        if !fp.removals.is_empty() {
+            self.side_removals.insert(token, fp.removals);
+        }
         Some(Event::Run { token, batch, tag, exempt: None })
     }
 
@@ -1932,20 +1983,25 @@ impl Connection {
                     None
                 } else {
                     self.cfg.share_modes.forget_pending_delete(o.node);
-                    Some((o.parent, o.name.clone(), o.is_dir))
+                    Some((o.parent, o.name.clone(), o.is_dir, path.unwrap_or_default()))
                 }
             } else if !here {
                 // A named stream's open may have kept its file.
                 let file = o.name.starts_with(':').then_some(o.parent);
                 self.cfg.share_modes.take_pending_delete(o.node)
                     .or_else(|| file.and_then(|f| self.cfg.share_modes.take_pending_delete(f)))
-                    .map(|d| (d.parent, d.name, d.is_dir))
+                    .map(|d| (d.parent, d.name, d.is_dir, d.path))
             } else {
                 None
             };
-            if let (Some((parent, name, is_dir)), Some(c)) = (remove, &cred) {
+            if let (Some((parent, name, is_dir, path)), Some(c)) = (remove, &cred) {
                 if fp.batch_for(session_id, c, false).is_some() {
                     fp.push(super::fsops::removal(ObjRef::Id(parent), &name, Some(is_dir)));
+                    // A CREATE of the name waits until the batch is over.
+                    if !path.is_empty() {
+                        self.cfg.share_modes.begin_removal(&path);
+                        fp.removals.push(path);
+                    }
                 }
             }
         }

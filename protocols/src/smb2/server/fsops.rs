@@ -819,6 +819,19 @@ impl Connection {
         } else {
             desired
         };
+        // A removal of the name for an open dropped with its connection
+        // (delete-on-close) still running: the CREATE waits for it, so
+        // that the client reconnecting at once finds the name free.
+        let file_key = path_key(root, &stream_key_path(&comps.join("\\"), None));
+        let removing = [&file_key, &path_key(root, &key_path)]
+            .into_iter()
+            .find(|k| self.cfg.share_modes.removing_at(k))
+            .cloned();
+        if let Some(k) = removing.filter(|_| fp.slots.is_empty() && hdr.next_command == 0) {
+            self.park_removal = Some((k, fp.now_ns.saturating_add(5_000_000_000)));
+            self.park = Some(Vec::new());
+            return Ok(done(NtStatus::PENDING));
+        }
         let (_, wait) = {
             let key = path_key(root, &key_path);
             let share = duet_locks::Share::smb(break_access, req.share_access);

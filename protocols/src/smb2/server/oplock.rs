@@ -44,6 +44,9 @@ pub(super) struct ParkedCreate {
     /// (AppInstanceId, `durable.rs`).
     /// (the open, until when at most).
     pub gone: Option<((u64, u64), i64)>,
+    /// A removal of the name it waits to see over (share-mode path key,
+    /// until when at most; `ShareModes::removing_at`).
+    pub removal: Option<(String, i64)>,
 }
 
 /// The caching a RequestedOplockLevel asks for (a lease request, 0xFF, is
@@ -396,6 +399,9 @@ impl Connection {
                 .filter(|(_, p)| p.nodes.iter().all(|n| t.break_deadline(*n, &opener).is_none()))
                 .filter(|(_, p)| p.after.iter().all(|k| !self.side_runs.contains(k)))
                 .filter(|(_, p)| p.gone.is_none_or(|(k, until)| until <= now_ns || !self.cfg.share_modes.has_open(k)))
+                .filter(|(_, p)| {
+                    p.removal.as_ref().is_none_or(|(k, until)| *until <= now_ns || !self.cfg.share_modes.removing_at(k))
+                })
                 .map(|(k, _)| *k)
                 .collect();
             ready.sort();

@@ -49,6 +49,12 @@ pub struct ShareModes {
     /// left; the last of them to close removes it. By node: its parent,
     /// name, whether a directory, and its share-mode path key.
     pending_delete: Mutex<HashMap<NodeId, PendingDelete>>,
+    /// Removals of delete-on-close files whose batch is still running
+    /// after their open was dropped with its connection, session or tree
+    /// (nobody waits for those batches): share-mode path key -> how many.
+    /// A CREATE of the name waits for them (`removing_at`), so a client
+    /// that reconnects at once never finds the file it left to delete.
+    removing: Mutex<HashMap<String, usize>>,
     /// Some directory lease was granted since start (`lease.rs`): the
     /// driver then looks at every batch's changes for leases to break.
     dir_leases: AtomicBool,
@@ -86,6 +92,7 @@ impl ShareModes {
             next_file: AtomicU64::new(1),
             dir_leases: AtomicBool::new(false),
             pending_delete: Mutex::new(HashMap::new()),
+            removing: Mutex::new(HashMap::new()),
         }
     }
 
@@ -334,6 +341,31 @@ impl ShareModes {
     pub fn open_anywhere_or_stream(&self, node: NodeId, path: &str) -> bool {
         let prefix = format!("{path}:");
         self.paths().values().any(|(n, p)| *n == node || (!path.is_empty() && p.starts_with(&prefix)))
+    }
+
+    /// A batch removing the file at share-mode path `path` was started.
+    pub(super) fn begin_removal(&self, path: &str) {
+        *self.removing.lock().unwrap_or_else(|e| e.into_inner()).entry(path.to_string()).or_insert(0) += 1;
+    }
+
+    /// A batch `begin_removal` announced is over (done or failed).
+    pub(super) fn end_removal(&self, path: &str) {
+        let mut g = self.removing.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = g.get_mut(path) {
+            *n -= 1;
+            if *n == 0 {
+                g.remove(path);
+                drop(g);
+                // Wake the CREATEs parked on it.
+                self.locks.changed();
+            }
+        }
+    }
+
+    /// Whether a removal of the file at share-mode path `path` (or of
+    /// one of its streams' file) is still running.
+    pub fn removing_at(&self, path: &str) -> bool {
+        self.removing.lock().unwrap_or_else(|e| e.into_inner()).contains_key(path)
     }
 
     /// Whether the file at share-mode path `path` is delete-pending (a new

@@ -983,6 +983,19 @@ pub struct ConnectionStats {
     pub smb_logon_failures: u64,
     /// Admin API requests refused for their credentials.
     pub admin_auth_failures: u64,
+    /// Connections accepted by each protocol executor (thread), in
+    /// executor order: how the kernel spread the clients over the cores
+    /// (SMB and NFS listen on every executor, SO_REUSEPORT).
+    #[serde(default)]
+    pub by_executor: Vec<ExecutorConnections>,
+}
+
+/// Connections one protocol executor accepted since start.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ExecutorConnections {
+    pub executor: u32,
+    pub accepted_smb: u64,
+    pub accepted_nfs: u64,
 }
 
 /// Body of GET /v1/stats: totals since start, and per request kind.

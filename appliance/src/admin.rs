@@ -1247,6 +1247,14 @@ impl Admin {
                 oversize_closed: ld(&conn.oversize_closed),
                 smb_logon_failures: ld(&conn.smb_logon_failures),
                 admin_auth_failures: self.auth_failures.get(),
+                by_executor: conn
+                    .by_executor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (smb, nfs))| duet_admin_api::ExecutorConnections { executor: i as u32, accepted_smb: *smb, accepted_nfs: *nfs })
+                    .collect(),
             },
         }
     }

@@ -51,6 +51,22 @@ pub struct ConnTable {
     /// SMB connections with blocking LOCKs or parked CREATEs, woken by
     /// every change of the lock table (`duet_locks::LockManager::on_change`).
     pub lock_waiters: LockWaiters,
+    /// The daemon's one NFS server (NFSv3/v4 state: clients, sessions,
+    /// opens, delegations, NLM), made by executor 0 and used by the NFS
+    /// connections of every executor (`SharedNfs`).
+    pub nfs_server: std::sync::OnceLock<SharedNfs>,
+}
+
+/// The NFS server shared by every executor's NFS connections. The lock is
+/// held for one sans-I/O step (a call planned, a batch's replies built, a
+/// tick), never across an await.
+pub type SharedNfs = Arc<Mutex<NfsServer>>;
+
+/// Locks the shared NFS server. A panic inside a step leaves at worst a
+/// lost update of its state, so a poisoned lock is used as is (as the lock
+/// table's).
+pub fn nfs_lock(n: &SharedNfs) -> std::sync::MutexGuard<'_, NfsServer> {
+    n.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Who waits on the lock table: each waiting connection's wake-up channel
@@ -237,6 +253,25 @@ pub struct ConnCounters {
     pub oversize_closed: std::sync::atomic::AtomicU64,
     /// SMB SESSION_SETUPs answered STATUS_LOGON_FAILURE.
     pub smb_logon_failures: std::sync::atomic::AtomicU64,
+    /// (SMB, NFS) connections accepted per executor, by executor index.
+    pub by_executor: Mutex<Vec<(u64, u64)>>,
+}
+
+impl ConnCounters {
+    /// Counts a connection executor `index` accepted.
+    fn accepted(&self, index: usize, smb: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if smb { &self.accepted_smb } else { &self.accepted_nfs }.fetch_add(1, Relaxed);
+        let mut v = self.by_executor.lock().unwrap_or_else(|e| e.into_inner());
+        if v.len() <= index {
+            v.resize(index + 1, (0, 0));
+        }
+        if smb {
+            v[index].0 += 1;
+        } else {
+            v[index].1 += 1;
+        }
+    }
 }
 
 /// One admitted connection; gives its place back when dropped.
@@ -259,6 +294,7 @@ impl ConnTable {
             nfs_routes: Default::default(),
             share_modes: std::sync::OnceLock::new(),
             lock_waiters: LockWaiters::default(),
+            nfs_server: std::sync::OnceLock::new(),
         })
     }
 
@@ -448,11 +484,13 @@ struct Ctx {
     engine: EngineHandle,
     catalog: RefCell<Catalog>,
     smb_cfg: smb::ServerConfig,
-    nfs: Option<Rc<RefCell<NfsServer>>>,
+    nfs: Option<SharedNfs>,
     connections: std::cell::Cell<usize>,
     limits: LimitsConfig,
     conns: Arc<ConnTable>,
     next_conn: std::cell::Cell<u64>,
+    /// This executor's index (0 makes the shared NFS server).
+    index: usize,
 }
 
 /// Which listeners an executor opens.
@@ -571,7 +609,10 @@ pub async fn run(
             }
         }
     }
-    let nfs = plan.nfs.map(|_| {
+    // Executor 0 makes the daemon's NFS server; the others serve its
+    // connections too (on the same port, SO_REUSEPORT).
+    let made = plan.conns.nfs_server.get().cloned();
+    let nfs = plan.nfs.filter(|_| plan.index == 0 || made.is_none()).map(|_| {
         let mut seed = [0u8; 8];
         rand::thread_rng().fill_bytes(&mut seed);
         let tcp = 6;
@@ -618,8 +659,14 @@ pub async fn run(
             };
             crate::nlm::deliver(server.nsm_reboot_notices(&name));
         }
-        Rc::new(RefCell::new(server))
+        let shared: SharedNfs = Arc::new(Mutex::new(server));
+        let _ = plan.conns.nfs_server.set(shared.clone());
+        shared
     });
+    let nfs = nfs.or(made.filter(|_| plan.nfs.is_some()));
+    // The NFS server's housekeeping (leases, the client list, NLM hosts,
+    // recalls from SMB) runs once, where it was made.
+    let nfs_home = plan.index == 0;
     let smb_cfg = smb::ServerConfig {
         server_guid: plan.server_guid,
         share_modes: plan.share_modes.clone(),
@@ -648,6 +695,7 @@ pub async fn run(
         limits: plan.limits.clone(),
         conns: plan.conns.clone(),
         next_conn: std::cell::Cell::new(plan.index as u64 * (1 << 40) + 1),
+        index: plan.index,
     });
     // The other executors share executor 0's ports: list them once.
     if plan.index == 0 {
@@ -670,16 +718,16 @@ pub async fn run(
                 if let Some(c) = Catalog::try_load(&ctx.engine).await {
                     *ctx.catalog.borrow_mut() = c;
                 }
-                if let Some(n) = &ctx.nfs {
+                if let Some(n) = ctx.nfs.as_ref().filter(|_| nfs_home) {
                     let owners = {
-                        let mut n = n.borrow_mut();
+                        let mut n = nfs_lock(n);
                         let ev = n.on_tick(now_ns());
                         crate::nfs_callback::route(&ctx.conns, ev);
                         n.state_owners()
                     };
                     // Until the grace period is over, the clients of the
                     // last run stay listed too.
-                    let keep = n.borrow_mut().in_grace(now_ns());
+                    let keep = nfs_lock(n).in_grace(now_ns());
                     let mut want = owners;
                     if keep {
                         want.extend(stored.iter().cloned());
@@ -694,7 +742,7 @@ pub async fn run(
                     }
                     // The same for NLM hosts holding locks or shares.
                     let (mut hosts, keep, cbs) = {
-                        let mut n = n.borrow_mut();
+                        let mut n = nfs_lock(n);
                         (n.nlm_hosts(), n.nlm_in_grace(now_ns()), n.take_nlm_callbacks())
                     };
                     crate::nlm::deliver(cbs);
@@ -717,7 +765,7 @@ pub async fn run(
         })
         .detach();
     }
-    if let Some(n) = &ctx.nfs {
+    if let Some(n) = ctx.nfs.as_ref().filter(|_| nfs_home) {
         glommio::spawn_local(crate::nfs_callback::serve_recalls(n.clone(), ctx.conns.clone())).detach();
     }
     // The durable-handle scavenger (MS-SMB2 3.3.2.2), on the first
@@ -787,8 +835,7 @@ async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>) {
                     }
                 };
                 let c = ctx.clone();
-                let accepted = if proto == "smb" { &c.conns.counters.accepted_smb } else { &c.conns.counters.accepted_nfs };
-                accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                c.conns.counters.accepted(c.index, proto == "smb");
                 c.connections.set(c.connections.get() + 1);
                 glommio::spawn_local(async move {
                     let r = if proto == "smb" { smb_conn(stream, &c).await } else { nfs_conn(stream, &c).await };
@@ -1153,7 +1200,7 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                     continue;
                 };
                 let exports = ctx.catalog.borrow().exports.clone();
-                queue.extend(server.borrow_mut().on_call(id, peer, &record, now_ns(), &exports));
+                queue.extend(nfs_lock(&server).on_call(id, peer, &record, now_ns(), &exports));
                 if nfs_events(&mut stream, &mut queue, id, ctx, &done_tx, &mut in_flight).await? {
                     return Ok(());
                 }
@@ -1178,7 +1225,7 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 }
                 Wake::Done((token, r)) => {
                     in_flight -= 1;
-                    queue.extend(server.borrow_mut().on_batch_done(token, r, now_ns()));
+                    queue.extend(nfs_lock(&server).on_batch_done(token, r, now_ns()));
                     if nfs_events(&mut stream, &mut queue, id, ctx, &done_tx, &mut in_flight).await? {
                         return Ok(());
                     }
@@ -1187,7 +1234,7 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
         }
     }
     .await;
-    server.borrow_mut().on_conn_closed(id);
+    nfs_lock(&server).on_conn_closed(id);
     result
 }
 
@@ -1224,7 +1271,7 @@ async fn nfs_events(
     }
     // NLM GRANTED calls to clients' lock managers decided meanwhile.
     if let Some(n) = &ctx.nfs {
-        let cbs = n.borrow_mut().take_nlm_callbacks();
+        let cbs = nfs_lock(n).take_nlm_callbacks();
         if !cbs.is_empty() {
             crate::nlm::deliver(cbs);
         }

@@ -54,6 +54,12 @@ struct Protocol {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExecutorProtocol {
+    executor: String,
+    protocol: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Limit {
     limit: String,
 }
@@ -353,6 +359,13 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     accepted.get_or_create(&Protocol { protocol: s("smb") }).inc_by(c.accepted_smb);
     accepted.get_or_create(&Protocol { protocol: s("nfs") }).inc_by(c.accepted_nfs);
     reg.register("connections_accepted", "Client connections accepted", accepted);
+    let by_exec = Family::<ExecutorProtocol, Counter>::default();
+    for e in &c.by_executor {
+        for (p, n) in [("smb", e.accepted_smb), ("nfs", e.accepted_nfs)] {
+            by_exec.get_or_create(&ExecutorProtocol { executor: e.executor.to_string(), protocol: s(p) }).inc_by(n);
+        }
+    }
+    reg.register("executor_connections_accepted", "Client connections accepted by each protocol executor", by_exec);
     let limits = Family::<Limit, Counter>::default();
     for (l, n) in [
         ("connections", c.refused_connections_limit),

@@ -9,14 +9,12 @@
 //! them to `NfsServer::on_recall`. The replies to callbacks arrive on the
 //! connection's ordinary read loop, where the server tells them from calls.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use duet_locks::{Break, Protocol};
-use duet_protocols::nfs::server::{Event, NfsServer};
+use duet_protocols::nfs::server::Event;
 
 /// How many records may wait for one NFS connection's task, and how many
 /// SMB-decided delegation breaks for the NFS server; over it one is
@@ -110,10 +108,10 @@ pub fn route(conns: &crate::frontend::ConnTable, events: Vec<Event>) {
 
 /// On the NFS executor: delegation breaks decided by SMB connections go to
 /// the NFS server, whose CB_RECALLs go to the back-channel connections.
-pub async fn serve_recalls(server: Rc<RefCell<NfsServer>>, conns: std::sync::Arc<crate::frontend::ConnTable>) {
+pub async fn serve_recalls(server: crate::frontend::SharedNfs, conns: std::sync::Arc<crate::frontend::ConnTable>) {
     let rx = conns.nfs_routes.recall_rx.clone();
     while let Ok(b) = rx.recv_async().await {
-        let ev = server.borrow_mut().on_recall(b, crate::admin::now_ns());
+        let ev = crate::frontend::nfs_lock(&server).on_recall(b, crate::admin::now_ns());
         route(&conns, ev);
     }
 }

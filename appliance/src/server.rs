@@ -552,7 +552,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     // addresses (port 0 picks one) and the others join it on the same port.
     let mut fronts = Vec::new();
     let mut smb_addr = if cfg.smb.enabled { cfg.smb.listen.parse().ok() } else { None };
-    let nfs_addr = if cfg.nfs.enabled { cfg.nfs.listen.parse().ok() } else { None };
+    let mut nfs_addr = if cfg.nfs.enabled { cfg.nfs.listen.parse().ok() } else { None };
     let mut guid = [0u8; 16];
     guid[..8].copy_from_slice(&handle_key.to_le_bytes());
     guid[8..].copy_from_slice(&cfg.node_id.to_le_bytes());
@@ -582,7 +582,9 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         let plan = FrontendPlan {
             index: i,
             smb: smb_addr,
-            nfs: if i == 0 { nfs_addr } else { None },
+            // Every executor serves NFS on the port the first bound; the
+            // NFS server (its state) is one, shared (`SharedNfs`).
+            nfs: nfs_addr,
             portmap: i == 0 && cfg.nfs.portmap,
             handle_key,
             server_guid: guid,
@@ -611,6 +613,9 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
                 if i == 0 {
                     if let Some(a) = infos.iter().find(|l| l.protocol == "smb") {
                         smb_addr = a.addr.parse().ok();
+                    }
+                    if let Some(a) = infos.iter().find(|l| l.protocol == "nfs") {
+                        nfs_addr = a.addr.parse().ok();
                     }
                 }
             }

@@ -110,10 +110,12 @@ impl Daemon {
         let data = dir.join("data");
         let config = dir.join("duetd.toml");
         let log = dir.join("duetd.log");
+        // One executor unless `top` names how many.
+        let executors = if top.contains("executors") { "" } else { "executors = 1\n" };
         std::fs::write(
             &config,
             format!(
-                "data_dir = {data:?}\nexecutors = 1\n{top}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{admin_extra}\n\
+                "data_dir = {data:?}\n{executors}{top}\n[admin]\nlisten = \"127.0.0.1:{admin_port}\"\n{admin_extra}\n\
                  [smb]\nlisten = \"127.0.0.1:{smb_port}\"\n{smb_extra}\n[nfs]\nlisten = \"127.0.0.1:{nfs_port}\"\n{nfs_extra}\n"
             ),
         )

@@ -3368,6 +3368,38 @@ fn nfs3_operations_break_smb_leases_and_answer_jukebox_until_acked() {
     locks.table().release_grant(grant);
     locks.table().close(dst, &open);
 
+    // RMDIR of a directory an SMB directory lease caches with H (SMB 3.x
+    // directory leases are R or RH): gated as REMOVE is, JUKEBOX until
+    // the holder acknowledges, then removed.
+    let rep = h.v3(&Nfs3Args::Mkdir(Mkdir3Args {
+        where_: DirOpArgs3 { dir: Opaque(&root), name: Name(b"leased-dir") },
+        attributes: Sattr3::default(),
+    }));
+    let Nfs3Results::Mkdir(Nfs3Res::Ok(made)) = res3(proc3::MKDIR, &rep) else { panic!() };
+    let dir_node = made.obj_attributes.unwrap().fileid;
+    let open = Holder::new(Protocol::Smb, 77, 3);
+    let lease = Holder::new(Protocol::Smb, 78, 0x8000_0000_0000_0003);
+    let grant = {
+        let mut t = locks.table();
+        t.open(dir_node, open, Share::smb(0x1, 7)).unwrap();
+        t.request_lease(dir_node, lease, &[open], Level::RH, h.now).unwrap().0
+    };
+    let rmdir = |h: &mut Harness| {
+        let rep = h.v3(&Nfs3Args::Rmdir(Remove3Args { object: DirOpArgs3 { dir: Opaque(&root), name: Name(b"leased-dir") } }));
+        res3_status(proc3::RMDIR, &rep)
+    };
+    h.recalls.clear();
+    h.batches.clear();
+    assert_eq!(rmdir(&mut h), Nfsstat3::JUKEBOX);
+    let ops: Vec<&str> = h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect();
+    assert_eq!(ops, ["lookup"], "the hidden lookup alone: nothing removed");
+    assert_eq!(h.recalls.len(), 1, "{:?}", h.recalls);
+    assert_eq!((h.recalls[0].grant, h.recalls[0].from, h.recalls[0].to, h.recalls[0].ack_needed), (grant, Level::RH, Level::R, true));
+    locks.table().ack(grant, Level::R).unwrap();
+    assert_eq!(rmdir(&mut h), Nfsstat3::OK);
+    locks.table().release_grant(grant);
+    locks.table().close(dir_node, &open);
+
     // WRITE: read caching alone breaks at once; write caching must be
     // flushed first (JUKEBOX), and nothing is written meanwhile.
     let (fh, node) = create3(&mut h, &root, b"data");

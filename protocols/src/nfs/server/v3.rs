@@ -280,8 +280,9 @@ fn build(
     if changes_data && break_node(srv, id, &opener(), BreakKind::write(), ctx.now_ns) {
         return Err(Nfsstat3::JUKEBOX);
     }
-    // Hidden lookups of the files a REMOVE or RENAME takes away.
-    let gated = matches!(args, A::Remove(_) | A::Rename(_) | A::Create(_)) && any_grants(srv);
+    // Hidden lookups of the files (and directories: RMDIR) a REMOVE,
+    // RMDIR or RENAME takes away.
+    let gated = matches!(args, A::Remove(_) | A::Rmdir(_) | A::Rename(_) | A::Create(_)) && any_grants(srv);
     let mut looks = Vec::new();
     let mut gate_kind = BreakKind::namespace();
     let kind = match args {

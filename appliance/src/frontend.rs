@@ -895,6 +895,9 @@ fn spawn_batch(
     let share_modes = conns.share_modes.get().filter(|m| m.directory_leases()).cloned();
     let origin = crate::notify::Origin { smb: tag.protocol == "smb", exempt };
     let watched = conns.notify.intents(&batch, share_modes.is_some()).map(|i| (i, conns.clone()));
+    // An NFS rename moves the SMB opens (and leases) of what it renames.
+    let moves = if tag.protocol == "nfs" { nfs_renames(&batch) } else { Vec::new() };
+    let smb_modes = (!moves.is_empty()).then(|| conns.share_modes.get().cloned()).flatten();
     glommio::spawn_local(async move {
         let n = batch.ops.len();
         let proto = tag.protocol.clone();
@@ -906,6 +909,9 @@ fn spawn_batch(
             }
             failed(n, &e)
         });
+        if let Some(m) = &smb_modes {
+            apply_renames(m, &moves, &r);
+        }
         if let Some((intents, conns)) = watched {
             let leases = share_modes.as_ref().map(|m| (m.locks().as_ref(), origin));
             conns.notify.publish(&intents, &r, &conns.smb_routes, leases);
@@ -915,6 +921,42 @@ fn spawn_batch(
         let _ = done.send((token, r));
     })
     .detach();
+}
+
+/// The renames of an NFS batch: (op index, source directory, name,
+/// target directory, name).
+type Rename = (usize, ObjRef, String, ObjRef, String);
+
+fn nfs_renames(batch: &Batch) -> Vec<Rename> {
+    batch
+        .ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, op)| match op {
+            duet_fs::Op::Rename { src_dir, src_name, dst_dir, dst_name, .. } => {
+                Some((i, *src_dir, src_name.clone(), *dst_dir, dst_name.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Tells the SMB share-mode table of the renames that succeeded
+/// (`ShareModes::moved`); a directory named by an earlier operation's
+/// result is that result's object.
+fn apply_renames(modes: &smb::ShareModes, moves: &[Rename], r: &BatchResult) {
+    let id = |o: &ObjRef| match o {
+        ObjRef::Id(n) => Some(*n),
+        ObjRef::Result(i) => r.results.get(*i).and_then(|x| x.as_ref().ok()).and_then(|x| x.attrs()).map(|a| a.id),
+    };
+    for (i, src, sname, dst, dname) in moves {
+        if !matches!(r.results.get(*i), Some(Ok(_))) {
+            continue;
+        }
+        if let (Some(s), Some(d)) = (id(src), id(dst)) {
+            modes.moved(s, sname, d, dname);
+        }
+    }
 }
 
 /// What woke a connection task.

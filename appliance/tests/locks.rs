@@ -933,3 +933,64 @@ fn delete_on_close_waits_for_the_other_connections_open() {
     }
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
+
+/// MS-SMB2 3.3.1.12 (Lease.Filename) and the share-mode table across
+/// protocols: an NFSv4.1 RENAME of a file an SMB client has open moves its
+/// opens and lease to the new name, as an SMB rename does, both in the
+/// share's root and in a subdirectory. After it: the client opens the new
+/// name with the same lease key and keeps its lease (not
+/// STATUS_INVALID_PARAMETER); an overwrite of the new name meets the
+/// moved open's deny-write share mode before anything is truncated
+/// (STATUS_SHARING_VIOLATION, the data intact); a new file at the old name
+/// meets no phantom of the moved open (created, no break sent).
+#[test]
+fn an_nfs_rename_moves_smb_opens_and_their_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(dir.path(), "", "", "portmap = false");
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let mut n = Nfs::connect(d.nfs_port).as_user(1500, 1500);
+    let root = n.mount("/public").unwrap();
+    let mut s = session(&mut n, b"rename-follows", 1 << 20, 64);
+    let sub = a.create_req(open_req("mvdir", create_disposition::CREATE, create_options::DIRECTORY_FILE, RW)).expect("mkdir");
+    assert_eq!(a.close(sub), NtStatus::SUCCESS);
+    let seq = s.sequence();
+    let rep = n
+        .v4(vec![seq, ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }), ArgOp4::Lookup(Lookup4Args { objname: Name(b"mvdir") }), ArgOp4::GetFh(())])
+        .unwrap();
+    let r = res4(&rep);
+    let Some(ResOp4::GetFh(Nfs4Res::Ok(fh))) = r.results.get(3) else { panic!("{r:?}") };
+    let subfh = fh.object.0.to_vec();
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 11 % 253) as u8).collect();
+    for (dname, dfh, key) in [("", root.clone(), *b"follow-lease-top"), ("mvdir", subfh, *b"follow-lease-sub")] {
+        let p = |leaf: &str| if dname.is_empty() { leaf.to_string() } else { format!("{dname}\\{leaf}") };
+        let w = open_share(&mut a, &p("before"), RW, 7).expect("create");
+        assert_eq!(a.write(w, 0, &data, false), NtStatus::SUCCESS);
+        assert_eq!(a.close(w), NtStatus::SUCCESS);
+        let (f, l) = open_leased(&mut a, &p("before"), R, key, 1);
+        assert_eq!(l, 1, "read caching");
+        // A second open that denies writers.
+        let g = open_share(&mut a, &p("before"), R, 1 | 4).expect("deny-write open");
+        // Handle caching is not held: the rename need not wait.
+        assert_eq!(nfs_remove_or_rename(&mut n, &mut s, &dfh, "before", Some("after")), Nfsstat4::OK, "{dname}");
+        let (f2, l2) = open_leased(&mut a, &p("after"), R, key, 1);
+        assert_eq!(l2, 1, "{dname}: the lease followed the file to its new name");
+        let (after, before) = (p("after"), p("before"));
+        let mut ow = open_req(&after, create_disposition::OVERWRITE_IF, create_options::NON_DIRECTORY_FILE, RW);
+        ow.share_access = 7;
+        assert_eq!(a.create_req(ow).err(), Some(NtStatus::SHARING_VIOLATION), "{dname}: the moved open denies writers at its new name");
+        // The refused overwrite may still have broken the read lease (a
+        // break before the share check, as duet orders them).
+        while next_msg(&mut a, Duration::from_millis(300)).is_some() {}
+        assert_eq!(a.read_all(f2, data.len()).unwrap(), data, "{dname}: nothing truncated");
+        let mut ow = open_req(&before, create_disposition::OVERWRITE_IF, create_options::NON_DIRECTORY_FILE, RW);
+        ow.share_access = 7;
+        let fresh = a.create_req(ow).unwrap_or_else(|e| panic!("{dname}: a new file at the old name: {e:?}"));
+        assert!(next_msg(&mut a, Duration::from_millis(500)).is_none(), "{dname}: no break for a phantom");
+        for x in [fresh, f2, g, f] {
+            assert_eq!(a.close(x), NtStatus::SUCCESS);
+        }
+    }
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}

@@ -411,7 +411,7 @@ mod tests {
 
     fn open_with_batch(t: &ShareModes, key: (u64, u64)) -> duet_locks::GrantId {
         let rw = access::FILE_READ_DATA | access::FILE_WRITE_DATA;
-        assert!(t.acquire(NODE, key, rw, 0, "1:f".into()));
+        assert!(t.acquire(NODE, key, rw, 0, "1:f".into(), 1));
         t.locks().table().request_open_grant(NODE, holder(key), Level::RWH, 0).unwrap().0
     }
 

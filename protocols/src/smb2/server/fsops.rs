@@ -1325,6 +1325,7 @@ impl Connection {
             granted,
             cp.share_access,
             path_key(cp.root, &key_path),
+            parent,
         ) {
             return Err(NtStatus::SHARING_VIOLATION);
         }

@@ -224,7 +224,9 @@ impl Connection {
     /// this open no lease if not ([`Connection::grant_lease`]).
     pub(super) fn lease_key_conflicts(&self, key: &[u8; 16], path: &str) -> bool {
         let t = self.cfg.share_modes.leases();
-        t.by_key.get(&(self.lease_client(), *key)).is_some_and(|r| r.path != path && !r.linked)
+        // An empty path: the file moved where the opens could not follow
+        // (`ShareModes::moved`); the next open names it again.
+        t.by_key.get(&(self.lease_client(), *key)).is_some_and(|r| r.path != path && !r.linked && !r.path.is_empty())
     }
 
     /// Grants open `file` of `node` (at share-mode path `path`) the lease
@@ -275,6 +277,10 @@ impl Connection {
             session: (me, session_id),
         });
         rec.linked = nlink > 1;
+        if rec.path.is_empty() {
+            // Moved where its path was not known (`ShareModes::moved`).
+            rec.path = path.to_string();
+        }
         let fresh = rec.opens.is_empty() && rec.grant.is_none();
         if !rec.opens.contains(&(me, file)) {
             rec.opens.push((me, file));

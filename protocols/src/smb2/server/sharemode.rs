@@ -32,8 +32,9 @@ pub mod share {
 #[derive(Debug)]
 pub struct ShareModes {
     locks: Arc<LockManager>,
-    /// (connection key, file id) -> (node, path key).
-    paths: Mutex<HashMap<(u64, u64), (NodeId, String)>>,
+    /// (connection key, file id) -> (node, path key, the directory it
+    /// was opened in; a named stream's: its file).
+    paths: Mutex<HashMap<(u64, u64), (NodeId, String, NodeId)>>,
     /// Every client's leases (`lease.rs`); taken before the lock table.
     leases: Mutex<super::lease::Leases>,
     /// Durable opens kept after their connection was lost (`durable.rs`).
@@ -307,12 +308,12 @@ impl ShareModes {
     /// Whether an SMB open of `node` is left anywhere (any connection, or
     /// kept for a lost one).
     pub fn open_anywhere(&self, node: NodeId) -> bool {
-        self.paths().values().any(|(n, _)| *n == node)
+        self.paths().values().any(|(n, _, _)| *n == node)
     }
 
     /// The share-mode path key of open `key`.
     pub fn path_of(&self, key: (u64, u64)) -> Option<String> {
-        self.paths().get(&key).map(|(_, p)| p.clone())
+        self.paths().get(&key).map(|(_, p, _)| p.clone())
     }
 
     /// `node` is delete-pending until its last SMB open closes.
@@ -340,7 +341,7 @@ impl ShareModes {
     /// its file (MS-FSA 2.1.5.4, smbtorture smb2.streams.delete).
     pub fn open_anywhere_or_stream(&self, node: NodeId, path: &str) -> bool {
         let prefix = format!("{path}:");
-        self.paths().values().any(|(n, p)| *n == node || (!path.is_empty() && p.starts_with(&prefix)))
+        self.paths().values().any(|(n, p, _)| *n == node || (!path.is_empty() && p.starts_with(&prefix)))
     }
 
     /// A batch removing the file at share-mode path `path` was started.
@@ -405,7 +406,7 @@ impl ShareModes {
         self.leases.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn paths(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u64), (NodeId, String)>> {
+    fn paths(&self) -> std::sync::MutexGuard<'_, HashMap<(u64, u64), (NodeId, String, NodeId)>> {
         // Every update is one insert, remove or field write: a poisoned
         // lock is still consistent.
         self.paths.lock().unwrap_or_else(|e| e.into_inner())
@@ -420,12 +421,13 @@ impl ShareModes {
         access: u32,
         share_access: u32,
         path: String,
+        parent: NodeId,
     ) -> bool {
         let mut paths = self.paths();
         if self.locks.table().open(node, holder(key), Share::smb(access, share_access)).is_err() {
             return false;
         }
-        paths.insert(key, (node, path));
+        paths.insert(key, (node, path, parent));
         true
     }
 
@@ -434,7 +436,7 @@ impl ShareModes {
     /// CREATE runs).
     pub fn conflicts_at(&self, path: &str, access: u32, share_access: u32) -> bool {
         let paths = self.paths();
-        let mut nodes: Vec<NodeId> = paths.values().filter(|(_, p)| p == path).map(|(n, _)| *n).collect();
+        let mut nodes: Vec<NodeId> = paths.values().filter(|(_, p, _)| p == path).map(|(n, _, _)| *n).collect();
         nodes.dedup();
         let t = self.locks.table();
         nodes.into_iter().any(|n| t.share_conflict(n, None, Share::smb(access, share_access)))
@@ -448,7 +450,7 @@ impl ShareModes {
 
     /// The files SMB opens at `path` (a path key) are of now.
     pub fn nodes_at(&self, path: &str) -> Vec<NodeId> {
-        let mut nodes: Vec<NodeId> = self.paths().values().filter(|(_, p)| p == path).map(|(n, _)| *n).collect();
+        let mut nodes: Vec<NodeId> = self.paths().values().filter(|(_, p, _)| p == path).map(|(n, _, _)| *n).collect();
         nodes.sort_unstable();
         nodes.dedup();
         nodes
@@ -462,7 +464,7 @@ impl ShareModes {
     pub fn stream_conflicts(&self, path: &str, access: u32) -> bool {
         let prefix = format!("{path}:");
         let mut nodes: Vec<NodeId> =
-            self.paths().values().filter(|(_, p)| p.starts_with(&prefix)).map(|(n, _)| *n).collect();
+            self.paths().values().filter(|(_, p, _)| p.starts_with(&prefix)).map(|(n, _, _)| *n).collect();
         nodes.sort_unstable();
         nodes.dedup();
         let t = self.locks.table();
@@ -476,7 +478,7 @@ impl ShareModes {
     /// client.
     pub fn open_below(&self, path: &str) -> bool {
         let prefix = format!("{path}\\");
-        self.paths().values().any(|(_, p)| p.starts_with(&prefix))
+        self.paths().values().any(|(_, p, _)| p.starts_with(&prefix))
     }
 
     /// Other opens of `node` than `key`, by anyone (NFS opens included).
@@ -487,12 +489,62 @@ impl ShareModes {
     /// The file at `node` has moved to `path`; its leases follow it
     /// (Lease.Filename, MS-SMB2 3.3.1.12).
     pub fn renamed(&self, node: NodeId, path: String) {
-        for (n, p) in self.paths().values_mut() {
+        for (n, p, _) in self.paths().values_mut() {
             if *n == node {
                 *p = path.clone();
             }
         }
         self.leases().renamed(node, &path);
+    }
+
+    /// Another protocol (NFS) renamed `src_name` in directory `src_dir` to
+    /// `dst_name` in `dst_dir`: the SMB opens of it, of its named streams
+    /// and (a directory) of everything below follow to the new path, and
+    /// so do their leases (Lease.Filename, MS-SMB2 3.3.1.12), as after an
+    /// SMB rename. A directory's path is learnt from the opens: one opened
+    /// in it, the directory's own open, or a share root. When the new
+    /// directory's path is unknown, the opens keep no path (they stop
+    /// answering for the old name, and their leases accept the next name
+    /// they are opened by).
+    pub fn moved(&self, src_dir: NodeId, src_name: &str, dst_dir: NodeId, dst_name: &str) {
+        let mut renamed: Vec<(NodeId, String)> = Vec::new();
+        let (old, new) = {
+            let mut paths = self.paths();
+            let Some(old) = dir_path(&paths, src_dir).map(|d| join(&d, &src_name.to_lowercase())) else {
+                return;
+            };
+            let new = if dst_dir == src_dir {
+                split_leaf(&old).map(|(d, _)| join(d, &dst_name.to_lowercase()))
+            } else {
+                dir_path(&paths, dst_dir).map(|d| join(&d, &dst_name.to_lowercase()))
+            };
+            for (n, p, parent) in paths.values_mut() {
+                let rest = match p.strip_prefix(old.as_str()) {
+                    Some(r) if r.is_empty() || r.starts_with('\\') || r.starts_with(':') => r.to_string(),
+                    _ => continue,
+                };
+                if rest.is_empty() {
+                    *parent = dst_dir;
+                }
+                *p = new.as_ref().map(|n| format!("{n}{rest}")).unwrap_or_default();
+                renamed.push((*n, p.clone()));
+            }
+            (old, new)
+        };
+        {
+            let mut pd = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner());
+            for d in pd.values_mut() {
+                if let Some(r) = d.path.strip_prefix(old.as_str()) {
+                    if r.is_empty() || r.starts_with('\\') || r.starts_with(':') {
+                        d.path = new.as_ref().map(|n| format!("{n}{r}")).unwrap_or_default();
+                    }
+                }
+            }
+        }
+        let mut leases = self.leases();
+        for (n, p) in renamed {
+            leases.renamed(n, &p);
+        }
     }
 
     /// An open is closed: its share reservation, byte-range locks and
@@ -511,6 +563,47 @@ impl ShareModes {
     }
 }
 
+/// A path key split into its directory's part and its last name: `5:a\b`
+/// -> (`5:a`, `b`), `5:b` -> (`5:`, `b`). None for a share root's own key
+/// or a named stream's (`5:a\f:s`: its leaf is no directory entry).
+fn split_leaf(p: &str) -> Option<(&str, &str)> {
+    let root = p.find(':')? + 1;
+    let (dir, leaf) = match p[root..].rfind('\\') {
+        Some(i) => (&p[..root + i], &p[root + i + 1..]),
+        None => (&p[..root], &p[root..]),
+    };
+    (!leaf.is_empty() && !leaf.contains(':')).then_some((dir, leaf))
+}
+
+/// `leaf` in the directory of path key `dir`.
+fn join(dir: &str, leaf: &str) -> String {
+    if dir.ends_with(':') {
+        format!("{dir}{leaf}")
+    } else {
+        format!("{dir}\\{leaf}")
+    }
+}
+
+/// The path key of directory `dir`, as the opens know it: one opened in
+/// it, its own open, or its being the root of the share of some open.
+fn dir_path(paths: &HashMap<(u64, u64), (NodeId, String, NodeId)>, dir: NodeId) -> Option<String> {
+    let root = format!("{dir}:");
+    paths
+        .values()
+        .find_map(|(_, p, parent)| (*parent == dir).then(|| split_leaf(p)).flatten().map(|(d, _)| d.to_string()))
+        .or_else(|| paths.values().find_map(|(n, p, _)| (*n == dir && split_leaf(p).is_some()).then(|| p.clone())))
+        .or_else(|| paths.values().any(|(_, p, _)| p.starts_with(&root)).then_some(root))
+}
+
+/// A file delete-pending across connections (`ShareModes::defer_delete`).
+#[derive(Debug, Clone)]
+pub(super) struct PendingDelete {
+    pub parent: NodeId,
+    pub name: String,
+    pub is_dir: bool,
+    pub path: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -524,32 +617,52 @@ mod tests {
     #[test]
     fn share_check_follows_both_sides() {
         let t = ShareModes::new();
-        assert!(t.acquire(5, (1, 1), R, share::READ, "1:d\\a".into()));
+        assert!(t.acquire(5, (1, 1), R, share::READ, "1:d\\a".into(), 1));
         // Reading is shared; writing is not.
-        assert!(t.acquire(5, (1, 2), R, share::READ | share::WRITE, "1:d\\a".into()));
-        assert!(!t.acquire(5, (2, 1), W, share::READ | share::WRITE, "1:d\\a".into()));
+        assert!(t.acquire(5, (1, 2), R, share::READ | share::WRITE, "1:d\\a".into(), 1));
+        assert!(!t.acquire(5, (2, 1), W, share::READ | share::WRITE, "1:d\\a".into(), 1));
         // The new open must share what the old ones hold.
-        assert!(!t.acquire(5, (2, 2), R, share::WRITE, "1:d\\a".into()));
+        assert!(!t.acquire(5, (2, 2), R, share::WRITE, "1:d\\a".into(), 1));
         // Attribute-only opens never conflict.
-        assert!(t.acquire(5, (2, 3), access::FILE_READ_ATTRIBUTES, 0, "1:d\\a".into()));
-        assert!(!t.acquire(5, (2, 4), D, share::READ | share::WRITE, "1:d\\a".into()));
+        assert!(t.acquire(5, (2, 3), access::FILE_READ_ATTRIBUTES, 0, "1:d\\a".into(), 1));
+        assert!(!t.acquire(5, (2, 4), D, share::READ | share::WRITE, "1:d\\a".into(), 1));
         assert!(t.conflicts_at("1:d\\a", W, 7));
         assert!(!t.conflicts_at("1:d\\b", W, 0));
         t.release(5, (1, 1));
         t.release(5, (1, 2));
-        assert!(t.acquire(5, (2, 5), W | D, 0, "1:d\\a".into()));
+        assert!(t.acquire(5, (2, 5), W | D, 0, "1:d\\a".into(), 1));
         assert!(t.open_below("1:d"));
         assert_eq!(t.others(5, (2, 5)), 1);
         t.release_connection(2);
         assert!(!t.open_below("1:d"));
     }
-}
 
-/// A file delete-pending across connections (`ShareModes::defer_delete`).
-#[derive(Debug, Clone)]
-pub(super) struct PendingDelete {
-    pub parent: NodeId,
-    pub name: String,
-    pub is_dir: bool,
-    pub path: String,
+    #[test]
+    fn an_open_moved_by_another_protocol_follows_to_its_new_path() {
+        let t = ShareModes::new();
+        // Share root 1; directory d (node 9) holds a (node 5) and its
+        // stream; directory e (node 10) is the open dir itself.
+        assert!(t.acquire(5, (1, 1), R, 7, "1:d\\a".into(), 9));
+        assert!(t.acquire(6, (1, 2), R, 7, "1:d\\a:s".into(), 5));
+        assert!(t.acquire(10, (1, 3), R, 7, "1:e".into(), 1));
+        // Within d: the file and its stream.
+        t.moved(9, "A", 9, "b");
+        assert_eq!(t.path_of((1, 1)).as_deref(), Some("1:d\\b"));
+        assert_eq!(t.path_of((1, 2)).as_deref(), Some("1:d\\b:s"));
+        // Into e, whose path its own open gives.
+        t.moved(9, "b", 10, "c");
+        assert_eq!(t.path_of((1, 1)).as_deref(), Some("1:e\\c"));
+        assert_eq!(t.path_of((1, 2)).as_deref(), Some("1:e\\c:s"));
+        // e itself, renamed in the share root: everything below follows.
+        t.moved(1, "e", 1, "f");
+        assert_eq!(t.path_of((1, 3)).as_deref(), Some("1:f"));
+        assert_eq!(t.path_of((1, 1)).as_deref(), Some("1:f\\c"));
+        // Into a directory no open knows: no path left, no old name held.
+        t.moved(10, "c", 77, "z");
+        assert_eq!(t.path_of((1, 1)).as_deref(), Some(""));
+        assert!(t.nodes_at("1:f\\c").is_empty());
+        // A name nobody has open: nothing moves.
+        t.moved(1, "nothing", 1, "x");
+        assert_eq!(t.path_of((1, 3)).as_deref(), Some("1:f"));
+    }
 }

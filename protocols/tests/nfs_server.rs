@@ -3465,6 +3465,18 @@ fn nfs3_operations_break_smb_leases_and_answer_jukebox_until_acked() {
 /// `conn` (CREATE_SESSION4_FLAG_CONN_BACK_CHAN, RFC 8881 18.36) with an
 /// AUTH_SYS callback credential of uid 17, gid 19; RECLAIM_COMPLETE sent.
 fn back_chan_session(h: &mut Harness, owner: &[u8], conn: u64) -> Sess {
+    let mut s = back_chan_session_to_reclaim(h, owner, conn);
+    let fore = h.conn;
+    h.conn = conn;
+    let rep = h.v4(vec![s.sequence(), ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]);
+    assert_eq!(res4(&rep).status, Nfsstat4::OK);
+    h.conn = fore;
+    s
+}
+
+/// As [`back_chan_session`], without RECLAIM_COMPLETE: a client about to
+/// reclaim after a restart.
+fn back_chan_session_to_reclaim(h: &mut Harness, owner: &[u8], conn: u64) -> Sess {
     let fore = h.conn;
     h.conn = conn;
     let rep = h.v4(vec![ArgOp4::ExchangeId(ExchangeId4Args {
@@ -3489,11 +3501,8 @@ fn back_chan_session(h: &mut Harness, owner: &[u8], conn: u64) -> Sess {
     let r = res4(&rep);
     let [ResOp4::CreateSession(Nfs4Res::Ok(cs))] = &r.results[..] else { panic!("{r:?}") };
     assert_eq!(cs.flags & create_session4_flag::CONN_BACK_CHAN, create_session4_flag::CONN_BACK_CHAN);
-    let mut s = Sess { clientid, id: cs.sessionid, seq: 0 };
-    let rep = h.v4(vec![s.sequence(), ArgOp4::ReclaimComplete(ReclaimComplete4Args { one_fs: false })]);
-    assert_eq!(res4(&rep).status, Nfsstat4::OK);
     h.conn = fore;
-    s
+    Sess { clientid, id: cs.sessionid, seq: 0 }
 }
 
 /// OPEN of `name` in `dir` (no create) with `access` (WANT_* bits
@@ -4171,4 +4180,56 @@ mod nlm_server {
         let rep = h.call_bytes(PROGRAM_NLM, 4, nlm_proc::LOCK, &lock_args("a", &fh, 1, 0, 10, false));
         assert_eq!(stat(&rep), Nlm4Stat::Denied, "b keeps its lock");
     }
+}
+
+/// RFC 8881 10.2.1 / 18.16.3, delegation recovery: after a restart a
+/// client reclaims the delegation it held with CLAIM_PREVIOUS naming its
+/// type, and gets one of that type again (a grant of the new lock table),
+/// which DELEGRETURN gives back; a client without a back channel gets it
+/// with `recall` set (return it now: it could not be recalled later); a
+/// reclaim naming no delegation gets none.
+#[test]
+fn nfs41_delegations_are_reclaimed_after_a_restart() {
+    let mut h = Harness::new();
+    let mut b = session(&mut h);
+    let root = share_root(&mut h, &mut b);
+    make_file(&mut h, &mut b, &root, b"held");
+    make_file(&mut h, &mut b, &root, b"plain");
+    let (_, _, held) = open_deleg(&mut h, &mut b, &root, b"held", share::ACCESS_READ, b"look1");
+    let (_, _, plain) = open_deleg(&mut h, &mut b, &root, b"plain", share::ACCESS_READ, b"look2");
+    h.srv = NfsServer::new(NfsServerConfig {
+        boot_seed: 45,
+        grace_s: 90,
+        reclaimers: vec![b"deleg-r".to_vec(), b"test-client".to_vec()],
+        ..Default::default()
+    });
+    let locks = h.srv.config().locks.clone();
+    let mut a = back_chan_session_to_reclaim(&mut h, b"deleg-r", 10);
+    let reclaim = |h: &mut Harness, s: &mut Sess, fh: &[u8], t: OpenDelegationType4| {
+        let mut ops = open_fh(s, fh, OpenClaim4::Previous(t));
+        if let ArgOp4::Open(o) = &mut ops[2] {
+            o.share_access = share::ACCESS_READ;
+        }
+        let rep = h.v4(ops);
+        let r = res4(&rep);
+        let Some(ResOp4::Open(Nfs4Res::Ok(o))) = r.results.get(2) else { panic!("reclaim: {r:?}") };
+        match &o.delegation {
+            OpenDelegation4::Read(d) => Some((d.stateid, d.recall)),
+            OpenDelegation4::None => None,
+            other => panic!("{other:?}"),
+        }
+    };
+    let (d, recall) = reclaim(&mut h, &mut a, &held, OpenDelegationType4::Read).expect("a read delegation reclaimed");
+    assert!(!recall, "a client with a back channel keeps it");
+    assert!(locks.table().has_grants(), "a grant of the lock table");
+    assert_eq!(reclaim(&mut h, &mut a, &plain, OpenDelegationType4::None), None);
+    // No back channel: granted, to be returned at once.
+    let mut c = session_with(&mut h, b"test-client", 2 << 20);
+    let (dc, recall) = reclaim(&mut h, &mut c, &plain, OpenDelegationType4::Read).expect("reclaimed without a back channel");
+    assert!(recall, "recall set: no back channel");
+    for (s, fh, sid) in [(&mut a, &held, d), (&mut c, &plain, dc)] {
+        let rep = h.v4(vec![s.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }), ArgOp4::DelegReturn(DelegReturn4Args { deleg_stateid: sid })]);
+        assert_eq!(res4(&rep).status, Nfsstat4::OK, "DELEGRETURN");
+    }
+    assert!(!locks.table().has_grants(), "both returned");
 }

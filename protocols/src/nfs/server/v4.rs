@@ -205,6 +205,8 @@ struct OpenStep {
     /// OPEN4_SHARE_ACCESS_WANT_* bits (RFC 8881 18.16.3).
     want: u32,
     reclaim: bool,
+    /// The delegation a CLAIM_PREVIOUS reclaims (RFC 8881 10.2.1).
+    reclaim_deleg: Option<OpenDelegationType4>,
 }
 
 /// A COMPOUND in progress (waiting for its batch).
@@ -2258,6 +2260,10 @@ fn open(
         fsid,
         want: a.share_access & share::WANT_DELEG_MASK,
         reclaim: matches!(a.claim, OpenClaim4::Previous(_)),
+        reclaim_deleg: match a.claim {
+            OpenClaim4::Previous(t) => Some(t),
+            _ => None,
+        },
     })));
     Ok(if barrier { Flow::Barrier } else { Flow::Next })
 }
@@ -3096,6 +3102,7 @@ fn finish_open(
         want: o.want,
         access: o.access,
         reclaim: o.reclaim,
+        reclaim_deleg: o.reclaim_deleg,
     };
     let delegation = deleg::offer(srv, &offer, c.now);
     Ok(put(

@@ -161,8 +161,10 @@ pub(super) struct Offer {
     /// share_access & OPEN4_SHARE_ACCESS_WANT_DELEG_MASK.
     pub want: u32,
     pub access: u32,
-    /// A reclaim (CLAIM_PREVIOUS): no delegation.
+    /// A reclaim (CLAIM_PREVIOUS): only the delegation it reclaims.
     pub reclaim: bool,
+    /// The delegation type a CLAIM_PREVIOUS names (RFC 8881 10.2.1).
+    pub reclaim_deleg: Option<OpenDelegationType4>,
 }
 
 fn none_ext(want: u32, why: OpenNoneDelegation4) -> OpenDelegation4<'static> {
@@ -197,7 +199,7 @@ pub(super) fn offer(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4
         _ => {}
     }
     if o.reclaim {
-        return OpenDelegation4::None;
+        return reclaim(srv, o, now);
     }
     // A write delegation only to a writer that asks for one (WANT_WRITE or
     // WANT_ANY): duet sends no CB_GETATTR (RFC 8881 10.4.3), so other
@@ -234,6 +236,56 @@ pub(super) fn offer(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4
             none_ext(want, OpenNoneDelegation4::Contention(false))
         }
         None => none_ext(want, OpenNoneDelegation4::Contention(false)),
+    }
+}
+
+/// A delegation reclaimed after a restart (RFC 8881 10.2.1, 18.16.3:
+/// CLAIM_PREVIOUS with the delegate_type the client held): granted again
+/// as it was, whatever the client's OPEN would get today, since the client
+/// may hold data or opens cached under it. During the grace period no
+/// other client's new open can have taken the file, so the lock table
+/// normally grants it; if it does not (an SMB client's open meanwhile:
+/// SMB knows no grace period), none. A client without a back channel
+/// gets it with `recall` set: it is to return it at once, since it could
+/// not be recalled later.
+fn reclaim(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4<'static> {
+    let write = match o.reclaim_deleg {
+        Some(OpenDelegationType4::Read) => false,
+        Some(OpenDelegationType4::Write) => true,
+        _ => return OpenDelegation4::None,
+    };
+    if let Some(other) = srv.state.deleg_by_key.get(&(o.client, o.node)).copied() {
+        if let Some(d) = srv.state.delegs.get(&other) {
+            return delegation(Stateid4 { seqid: d.seqid, other }, d.write);
+        }
+    }
+    if srv.state.delegs.len() >= srv.cfg.max_opens {
+        return OpenDelegation4::None;
+    }
+    let other = srv.state.new_other(KIND_DELEG);
+    let h: Holder = state::holder(o.client, &other);
+    let locks = srv.cfg.locks.clone();
+    let level = if write { Level::RW } else { Level::R };
+    let got = locks.table().request_grant(o.node, h, level, now);
+    match got {
+        Some((g, l)) if l == level => {
+            let fh = srv.handle(FileHandle::Object { fsid: o.fsid, id: o.node });
+            let sid = srv.state.add_deleg(other, o.client, o.node, fh, g, write);
+            let mut d = delegation(sid, write);
+            if !srv.state.has_back_channel(o.client) {
+                match &mut d {
+                    OpenDelegation4::Read(r) => r.recall = true,
+                    OpenDelegation4::Write(w) => w.recall = true,
+                    _ => {}
+                }
+            }
+            d
+        }
+        Some((g, _)) => {
+            locks.table().release_grant(g);
+            OpenDelegation4::None
+        }
+        None => OpenDelegation4::None,
     }
 }
 

@@ -460,15 +460,17 @@ impl SecurityDescriptor {
 /// owner and a group SID. `owner: None` means the node's owner is its uid
 /// (S-1-22-1-uid), likewise `group` and its gid.
 ///
-/// Two encodings, told apart by the control word (u16) that precedes the
-/// bytes in the record and accompanies them in the op:
-/// - without SELF_RELATIVE (every record written before owner SIDs): the
-///   bytes are the MS-DTYP 2.4.5 DACL, or nothing for a NULL DACL;
-/// - with SELF_RELATIVE: the bytes are a whole self-relative
-///   SECURITY_DESCRIPTOR (MS-DTYP 2.4.6) holding an owner and/or a group
-///   and the DACL when DACL_PRESENT (none without it: the mode decides),
-///   its control word equal to the one outside, and in the canonical
-///   layout [`SecurityDescriptor::encode`] writes.
+/// Two encodings of the bytes, told apart by their first byte (each
+/// structure's revision, so no control bit is needed and every command
+/// committed before owner SIDs existed still means what it meant):
+/// - nothing (a NULL DACL, with DACL_PRESENT) or an ACL (AclRevision 2 or
+///   4, MS-DTYP 2.4.5): the DACL alone, as every record and `Op::SetAcl`
+///   before owner SIDs (whose control word may carry SELF_RELATIVE, copied
+///   from the SMB descriptor: ignored, as it always was);
+/// - a SECURITY_DESCRIPTOR (Revision 1, MS-DTYP 2.4.6, self-relative):
+///   an owner and/or a group and the DACL when DACL_PRESENT (none without
+///   it: the mode decides), its control word equal to the one outside,
+///   canonical (the layout [`SecurityDescriptor::encode`] writes), no SACL.
 ///
 /// [`Stored::encode`] writes the first form whenever no owner or group SID
 /// is kept, so nodes without one store the bytes they always did.
@@ -496,27 +498,25 @@ impl Stored {
     /// strict: a DACL must fill the bytes exactly, a descriptor must be
     /// canonical, carry no SACL and name an owner or a group.
     pub fn decode(ctl: u16, b: &[u8]) -> Result<Stored, AclError> {
-        if ctl & control::SELF_RELATIVE == 0 {
-            if b.is_empty() {
+        match b.first() {
+            None => {
                 if ctl & control::DACL_PRESENT == 0 {
                     return Err(AclError::Malformed("stored NULL DACL without DACL_PRESENT"));
                 }
-                return Ok(Stored::of_dacl(ctl, None));
+                Ok(Stored::of_dacl(ctl, None))
             }
-            let a = Acl::decode(b)?;
-            if a.encoded_len() != b.len() {
-                return Err(AclError::Malformed("stored DACL length"));
+            Some(1) => {
+                if ctl & !(Self::CONTROL | control::SELF_RELATIVE) != 0 {
+                    return Err(AclError::Malformed("stored descriptor control"));
+                }
+                let sd = SecurityDescriptor::decode(b)?;
+                if sd.control != ctl || sd.sacl.is_some() || (sd.owner.is_none() && sd.group.is_none()) || sd.encode() != b {
+                    return Err(AclError::Malformed("stored descriptor"));
+                }
+                Ok(Stored { control: ctl & Self::CONTROL, owner: sd.owner, group: sd.group, dacl: sd.dacl })
             }
-            return Ok(Stored::of_dacl(ctl, Some(a)));
+            Some(_) => Ok(Stored::of_dacl(ctl, Some(Acl::decode(b)?))),
         }
-        if ctl & !(Self::CONTROL | control::SELF_RELATIVE) != 0 {
-            return Err(AclError::Malformed("stored descriptor control"));
-        }
-        let sd = SecurityDescriptor::decode(b)?;
-        if sd.control != ctl || sd.sacl.is_some() || (sd.owner.is_none() && sd.group.is_none()) || sd.encode() != b {
-            return Err(AclError::Malformed("stored descriptor"));
-        }
-        Ok(Stored { control: ctl & Self::CONTROL, owner: sd.owner, group: sd.group, dacl: sd.dacl })
     }
 
     /// The control word and bytes [`Stored::decode`] reads back (an
@@ -542,10 +542,17 @@ impl Stored {
         (u16::from_le_bytes([b[2], b[3]]), b)
     }
 
-    /// An `A` record (the control word, u16 LE, then the bytes).
+    /// An `A` record (the control word, u16 LE, then the bytes). Stricter
+    /// than [`Stored::decode`] (which reads commands as they were always
+    /// read): records were always written re-encoded, so a DACL fills its
+    /// bytes exactly.
     pub fn decode_record(v: &[u8]) -> Result<Stored, AclError> {
         let head = v.get(..2).ok_or(AclError::Truncated("stored security"))?;
-        Stored::decode(u16::from_le_bytes([head[0], head[1]]), &v[2..])
+        let s = Stored::decode(u16::from_le_bytes([head[0], head[1]]), &v[2..])?;
+        match (&s.owner, &s.group, &s.dacl) {
+            (None, None, Some(a)) if a.encoded_len() != v.len() - 2 => Err(AclError::Malformed("stored DACL length")),
+            _ => Ok(s),
+        }
     }
 
     pub fn encode_record(&self) -> Vec<u8> {
@@ -1230,6 +1237,12 @@ mod tests {
         let mut long = old.clone();
         long.push(0);
         assert!(Stored::decode_record(&long).is_err(), "a stored DACL fills its bytes");
+        // A command written before owner SIDs: SMB's control word with
+        // SELF_RELATIVE and the DACL's bytes still set that DACL.
+        let mut dacl_bytes = Vec::new();
+        a.encode(&mut dacl_bytes);
+        let cmd = Stored::decode(control::SELF_RELATIVE | control::DACL_PRESENT | control::DACL_PROTECTED, &dacl_bytes).unwrap();
+        assert_eq!(cmd, Stored::of_dacl(control::DACL_PROTECTED, Some(a.clone())));
 
         // With an owner and a group SID: a whole self-relative descriptor.
         let everyone = Stored { control: control::DACL_PRESENT, owner: Some(Sid::everyone()), group: Some(Sid::new(5, &[32, 545])), dacl: Some(a.clone()) };
@@ -1259,7 +1272,7 @@ mod tests {
         assert!(Stored::decode(u16::from_le_bytes([with_sacl[2], with_sacl[3]]), &with_sacl).is_err());
         let anonymous = SecurityDescriptor { control: control::DACL_PRESENT, owner: None, group: None, sacl: None, dacl: Some(a.clone()) }.encode();
         assert!(Stored::decode(u16::from_le_bytes([anonymous[2], anonymous[3]]), &anonymous).is_err());
-        for n in 0..b.len() {
+        for n in 1..b.len() {
             assert!(Stored::decode(ctl, &b[..n]).is_err());
         }
     }

@@ -311,7 +311,7 @@ fn an_nfs4_acl_set_over_nfs_is_what_smbcacls_shows_and_binds_both_protocols() {
 
 /// A CREATE's SMB2_CREATE_SD_BUFFER (MS-SMB2 2.2.13.2.2) is the new
 /// file's DACL, for both protocols; a NULL DACL reads back as NULL and
-/// lets everyone in; an owner other than the creator is refused.
+/// lets everyone in; an owner outside the creator's token is refused.
 #[test]
 fn a_create_security_descriptor_is_the_new_files_dacl() {
     use duet_fs::acl::control;
@@ -351,8 +351,8 @@ fn a_create_security_descriptor_is_the_new_files_dacl() {
     let f_b = bob.lookup3(&root_b, b"null.txt").unwrap();
     assert_eq!(bob.write3(&f_b, 0, b"bob was here").map(|_| ()), Ok(()), "a NULL DACL lets everyone write");
 
-    // Another owner than the creator: refused, nothing made.
-    let other = SecurityDescriptor { control: control::DACL_PRESENT, owner: Some(Sid::everyone()), dacl: Some(dacl), ..Default::default() };
+    // An owner outside the creator's token: refused, nothing made.
+    let other = SecurityDescriptor { control: control::DACL_PRESENT, owner: Some(Sid::new(5, &[32, 544])), dacl: Some(dacl), ..Default::default() };
     assert_eq!(create_with(&mut c, "given.txt", &other).err(), Some(NtStatus(0xC000_005A)), "STATUS_INVALID_OWNER");
     assert_eq!(bob.lookup3(&root_b, b"given.txt").err(), Some(Nfsstat3::NOENT));
 }
@@ -431,12 +431,26 @@ fn a_streams_open_is_granted_by_its_files_dacl() {
     assert_eq!(a.read(r, 0, 6).as_deref(), Ok(&b"hidden"[..]));
 }
 
-/// An owner duet cannot keep (any SID but S-1-22-1-uid) is refused, not
-/// ignored: STATUS_INVALID_OWNER, and the owner stays.
+fn setattr3(n: &mut Nfs, fh: &[u8], attrs: Sattr3) -> Nfsstat3 {
+    let rep = n.v3(&Nfs3Args::SetAttr(SetAttr3Args { object: Opaque(fh), new_attributes: attrs, guard: None }));
+    match results3(proc3::SETATTR, &rep) {
+        Nfs3Results::SetAttr(Nfs3Res::Ok(_)) => Nfsstat3::OK,
+        Nfs3Results::SetAttr(Nfs3Res::Fail(s, _)) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// An owner SID other than S-1-22-1-uid (issue 17): one the caller's token
+/// holds (Everyone) is kept, smbcacls shows it, and it is the owner both
+/// protocols' access checks use (an OWNER RIGHTS ACE then applies to bob
+/// over NFS ACCESS and SMB); one outside the token is
+/// STATUS_INVALID_OWNER. Naming alice's Unix SID gives the file back to
+/// her uid; a chmod over NFS keeps the owner SID, a chown takes it.
 #[test]
-fn an_owner_sid_duet_cannot_keep_is_refused() {
+fn an_owner_sid_in_the_callers_token_is_kept_and_binds_both_protocols() {
     let tmp = tempfile::tempdir().unwrap();
     let d = serve_acl_share(tmp.path());
+    let host = port_445_to(d.smb_port);
     let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "acl");
     // FILE_ALL_ACCESS | WRITE_OWNER.
     let f = a.create_req(open_req("o.txt", create_disposition::CREATE, 0, 0x001f_01ff)).unwrap();
@@ -448,8 +462,49 @@ fn an_owner_sid_duet_cannot_keep_is_refused() {
         )
         .status()
     };
-    assert_eq!(set_owner(&mut a, Sid::everyone()), NtStatus(0xC000_005A), "STATUS_INVALID_OWNER");
-    assert_eq!(set_owner(&mut a, Sid::unix_user(ALICE)), NtStatus::SUCCESS, "naming oneself is fine");
+    let admins = Sid::new(5, &[32, 544]);
+    assert_eq!(set_owner(&mut a, admins), NtStatus(0xC000_005A), "STATUS_INVALID_OWNER: not in alice's token");
     assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::unix_user(ALICE)), "the owner stayed");
+    assert_eq!(set_owner(&mut a, Sid::everyone()), NtStatus::SUCCESS, "Everyone is in every token");
+    assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::everyone()));
+    let text = smbcacls(&host, "acl", "o.txt", "alice%alicepw");
+    assert!(text.contains("OWNER:S-1-1-0"), "{text}");
+    assert!(text.contains(&format!("GROUP:S-1-22-2-{ALICE}")), "{text}");
+
+    // A DACL whose only grant is OWNER RIGHTS read: with Everyone the
+    // owner, bob reads; NFS still shows alice's uid as the owner.
+    let dacl = Acl { aces: vec![Ace::allow(Sid::owner_rights(), rights::FILE_GENERIC_READ, 0)] };
+    assert_eq!(set_dacl(&mut a, f, &dacl), NtStatus::SUCCESS);
+    assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::everyone()), "a DACL set alone keeps the owner");
+    let mut bob = Nfs::connect(d.nfs_port).as_user(BOB, BOB);
+    let root_b = bob.mount("/acl").unwrap();
+    let f_b = bob.lookup3(&root_b, b"o.txt").unwrap();
+    assert_ne!(access3(&mut bob, &f_b) & 0x1, 0, "bob holds the owner SID: READ");
+    assert_eq!(access3(&mut bob, &f_b) & 0x4, 0, "no MODIFY");
+    let mut b = Smb::logged_on(d.smb_port, "bob", "bobpw", "acl");
+    let rb = b.open_read("o.txt").expect("bob opens for read as an owner");
+    b.close(rb);
+
+    // Alice's own SID: her uid owns it again and bob loses the read.
+    assert_eq!(set_owner(&mut a, Sid::unix_user(ALICE)), NtStatus::SUCCESS);
+    assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::unix_user(ALICE)));
+    assert_eq!(access3(&mut bob, &f_b) & 0x1, 0, "bob is no owner now");
+    assert!(b.open_read("o.txt").is_err());
+
+    // A chmod over NFS drops the DACL, not the owner SID; root's chown
+    // over NFS replaces it by the new uid's.
+    assert_eq!(set_owner(&mut a, Sid::everyone()), NtStatus::SUCCESS);
+    let mut al = Nfs::connect(d.nfs_port).as_user(ALICE, ALICE);
+    let root_a = al.mount("/acl").unwrap();
+    let f_a = al.lookup3(&root_a, b"o.txt").unwrap();
+    assert_eq!(chmod3(&mut al, &f_a, 0o640), Nfsstat3::OK);
+    let got = sd_of(&mut a, f, 5);
+    assert_eq!(got.owner, Some(Sid::everyone()), "chmod keeps the owner SID");
+    assert_eq!(got.dacl.map(|d| d.aces.last().map(|x| x.sid.clone())), Some(Some(Sid::everyone())), "the mode's DACL");
+    let mut r = Nfs::connect(d.nfs_port).as_user(0, 0);
+    let root_r = r.mount("/acl").unwrap();
+    let f_r = r.lookup3(&root_r, b"o.txt").unwrap();
+    assert_eq!(setattr3(&mut r, &f_r, Sattr3 { uid: Some(BOB), ..Default::default() }), Nfsstat3::OK);
+    assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::unix_user(BOB)), "a chown takes the owner SID");
     a.close(f);
 }

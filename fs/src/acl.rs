@@ -455,6 +455,140 @@ impl SecurityDescriptor {
     }
 }
 
+/// The security a node keeps (issue 17; the `A` record and `Op::SetAcl`
+/// carry it): its DACL and, where SMB named one that is not a Unix SID, an
+/// owner and a group SID. `owner: None` means the node's owner is its uid
+/// (S-1-22-1-uid), likewise `group` and its gid.
+///
+/// Two encodings of the bytes, told apart by their first byte (each
+/// structure's revision, so no control bit is needed and every command
+/// committed before owner SIDs existed still means what it meant):
+/// - nothing (a NULL DACL, with DACL_PRESENT) or an ACL (AclRevision 2 or
+///   4, MS-DTYP 2.4.5): the DACL alone, as every record and `Op::SetAcl`
+///   before owner SIDs (whose control word may carry SELF_RELATIVE, copied
+///   from the SMB descriptor: ignored, as it always was);
+/// - a SECURITY_DESCRIPTOR (Revision 1, MS-DTYP 2.4.6, self-relative):
+///   an owner and/or a group and the DACL when DACL_PRESENT (none without
+///   it: the mode decides), its control word equal to the one outside,
+///   canonical (the layout [`SecurityDescriptor::encode`] writes), no SACL.
+///
+/// [`Stored::encode`] writes the first form whenever no owner or group SID
+/// is kept, so nodes without one store the bytes they always did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// DACL_PRESENT (a DACL or a NULL DACL is kept), DACL_PROTECTED,
+    /// DACL_AUTO_INHERITED.
+    pub control: u16,
+    pub owner: Option<Sid>,
+    pub group: Option<Sid>,
+    /// With DACL_PRESENT: `None` is a NULL DACL.
+    pub dacl: Option<Acl>,
+}
+
+impl Stored {
+    /// The control bits a stored descriptor keeps.
+    pub const CONTROL: u16 = control::DACL_PRESENT | control::DACL_PROTECTED | control::DACL_AUTO_INHERITED;
+
+    /// A DACL (or, `dacl: None`, a NULL DACL) with no owner or group SID.
+    pub fn of_dacl(control: u16, dacl: Option<Acl>) -> Stored {
+        Stored { control: control & Self::CONTROL | control::DACL_PRESENT, owner: None, group: None, dacl }
+    }
+
+    /// Decodes the control word and bytes of either form (see [`Stored`]);
+    /// strict: a DACL must fill the bytes exactly, a descriptor must be
+    /// canonical, carry no SACL and name an owner or a group.
+    pub fn decode(ctl: u16, b: &[u8]) -> Result<Stored, AclError> {
+        match b.first() {
+            None => {
+                if ctl & control::DACL_PRESENT == 0 {
+                    return Err(AclError::Malformed("stored NULL DACL without DACL_PRESENT"));
+                }
+                Ok(Stored::of_dacl(ctl, None))
+            }
+            Some(1) => {
+                if ctl & !(Self::CONTROL | control::SELF_RELATIVE) != 0 {
+                    return Err(AclError::Malformed("stored descriptor control"));
+                }
+                let sd = SecurityDescriptor::decode(b)?;
+                if sd.control != ctl || sd.sacl.is_some() || (sd.owner.is_none() && sd.group.is_none()) || sd.encode() != b {
+                    return Err(AclError::Malformed("stored descriptor"));
+                }
+                Ok(Stored { control: ctl & Self::CONTROL, owner: sd.owner, group: sd.group, dacl: sd.dacl })
+            }
+            Some(_) => Ok(Stored::of_dacl(ctl, Some(Acl::decode(b)?))),
+        }
+    }
+
+    /// The control word and bytes [`Stored::decode`] reads back (an
+    /// [`Stored::is_empty`] value, which is no record at all, comes out
+    /// as a NULL DACL).
+    pub fn encode(&self) -> (u16, Vec<u8>) {
+        let ctl = self.control & Self::CONTROL;
+        if self.owner.is_none() && self.group.is_none() {
+            // As records were always written: an ACL's control word
+            // without DACL_PRESENT, a NULL DACL's with it.
+            let mut b = Vec::new();
+            return match &self.dacl {
+                Some(a) => {
+                    a.encode(&mut b);
+                    (ctl & !control::DACL_PRESENT, b)
+                }
+                None => (ctl | control::DACL_PRESENT, b),
+            };
+        }
+        let dacl = if ctl & control::DACL_PRESENT != 0 { self.dacl.clone() } else { None };
+        let sd = SecurityDescriptor { control: ctl, owner: self.owner.clone(), group: self.group.clone(), sacl: None, dacl };
+        let b = sd.encode();
+        (u16::from_le_bytes([b[2], b[3]]), b)
+    }
+
+    /// An `A` record (the control word, u16 LE, then the bytes). Stricter
+    /// than [`Stored::decode`] (which reads commands as they were always
+    /// read): records were always written re-encoded, so a DACL fills its
+    /// bytes exactly.
+    pub fn decode_record(v: &[u8]) -> Result<Stored, AclError> {
+        let head = v.get(..2).ok_or(AclError::Truncated("stored security"))?;
+        let s = Stored::decode(u16::from_le_bytes([head[0], head[1]]), &v[2..])?;
+        match (&s.owner, &s.group, &s.dacl) {
+            (None, None, Some(a)) if a.encoded_len() != v.len() - 2 => Err(AclError::Malformed("stored DACL length")),
+            _ => Ok(s),
+        }
+    }
+
+    pub fn encode_record(&self) -> Vec<u8> {
+        let (ctl, b) = self.encode();
+        let mut v = ctl.to_le_bytes().to_vec();
+        v.extend_from_slice(&b);
+        v
+    }
+
+    /// The DACL that decides access: None without one (the mode decides)
+    /// and for a NULL DACL (everything granted, as the mode 0777 says).
+    pub fn effective_dacl(&self) -> Option<&Acl> {
+        self.dacl.as_ref().filter(|_| self.control & control::DACL_PRESENT != 0)
+    }
+
+    /// Whether a DACL (a NULL DACL included) is kept.
+    pub fn has_dacl(&self) -> bool {
+        self.control & control::DACL_PRESENT != 0
+    }
+
+    /// The owner SID: the stored one, else the uid's.
+    pub fn owner_or(&self, uid: u32) -> Sid {
+        self.owner.clone().unwrap_or_else(|| Sid::unix_user(uid))
+    }
+
+    /// The group SID: the stored one, else the gid's.
+    pub fn group_or(&self, gid: u32) -> Sid {
+        self.group.clone().unwrap_or_else(|| Sid::unix_group(gid))
+    }
+
+    /// Nothing left to keep (no DACL, no SIDs): the record goes.
+    pub fn is_empty(&self) -> bool {
+        !self.has_dacl() && self.owner.is_none() && self.group.is_none()
+    }
+}
+
 /// Who asks: the SIDs an access check matches ACEs against (the user, its
 /// groups, Everyone, Authenticated Users...) and the owner SID of the
 /// object, if the caller is its owner.
@@ -1083,4 +1217,64 @@ mod tests {
         let rw = Acl { aces: vec![Ace::allow(Sid::owner_rights(), READ_DATA | WRITE_DATA, 0)] };
         assert_eq!(mode_from_dacl(Some(&rw), &alice, &Sid::unix_group(1), 0) & 0o700, 0o600);
     }
+
+    #[test]
+    fn stored_security_reads_old_records_and_keeps_owner_sids() {
+        let a = Acl { aces: vec![Ace::allow(Sid::everyone(), READ_DATA, 0), Ace::deny(Sid::unix_user(7), WRITE_DATA, 0)] };
+        // A record as duet wrote it before owner SIDs: the control word
+        // then the DACL's bytes, and a NULL DACL as the word alone.
+        let mut old = (control::DACL_PROTECTED).to_le_bytes().to_vec();
+        a.encode(&mut old);
+        let s = Stored::decode_record(&old).unwrap();
+        assert_eq!(s, Stored { control: control::DACL_PROTECTED | control::DACL_PRESENT, owner: None, group: None, dacl: Some(a.clone()) });
+        assert_eq!(s.encode_record(), old, "a node without owner SIDs keeps its bytes");
+        assert_eq!(s.effective_dacl(), Some(&a));
+        let null = control::DACL_PRESENT.to_le_bytes().to_vec();
+        let n = Stored::decode_record(&null).unwrap();
+        assert!(n.has_dacl() && n.effective_dacl().is_none());
+        assert_eq!(n.encode_record(), null);
+        assert!(Stored::decode_record(&0u16.to_le_bytes()).is_err(), "no DACL and no SIDs is no record");
+        let mut long = old.clone();
+        long.push(0);
+        assert!(Stored::decode_record(&long).is_err(), "a stored DACL fills its bytes");
+        // A command written before owner SIDs: SMB's control word with
+        // SELF_RELATIVE and the DACL's bytes still set that DACL.
+        let mut dacl_bytes = Vec::new();
+        a.encode(&mut dacl_bytes);
+        let cmd = Stored::decode(control::SELF_RELATIVE | control::DACL_PRESENT | control::DACL_PROTECTED, &dacl_bytes).unwrap();
+        assert_eq!(cmd, Stored::of_dacl(control::DACL_PROTECTED, Some(a.clone())));
+
+        // With an owner and a group SID: a whole self-relative descriptor.
+        let everyone = Stored { control: control::DACL_PRESENT, owner: Some(Sid::everyone()), group: Some(Sid::new(5, &[32, 545])), dacl: Some(a.clone()) };
+        let (ctl, b) = everyone.encode();
+        assert_ne!(ctl & control::SELF_RELATIVE, 0);
+        assert_eq!(SecurityDescriptor::decode(&b).unwrap().owner, Some(Sid::everyone()));
+        assert_eq!(Stored::decode(ctl, &b).unwrap(), everyone);
+        assert_eq!(Stored::decode_record(&everyone.encode_record()).unwrap(), everyone);
+        assert_eq!(everyone.owner_or(1000), Sid::everyone());
+        assert_eq!(everyone.group_or(1000), Sid::new(5, &[32, 545]));
+        // An owner alone, no DACL (the mode decides access).
+        let bare = Stored { control: 0, owner: Some(Sid::everyone()), group: None, dacl: None };
+        let back = Stored::decode_record(&bare.encode_record()).unwrap();
+        assert_eq!(back, bare);
+        assert!(!back.has_dacl() && back.effective_dacl().is_none() && !back.is_empty());
+        assert_eq!(back.owner_or(5), Sid::everyone());
+        assert_eq!(back.group_or(5), Sid::unix_group(5));
+
+        // Strict: the two control words agree, nothing unknown, no SACL,
+        // canonical layout, an owner or a group.
+        assert!(Stored::decode(ctl | control::SACL_PRESENT, &b).is_err());
+        assert!(Stored::decode(ctl & !control::DACL_PRESENT, &b).is_err());
+        let mut padded = b.clone();
+        padded.push(0);
+        assert!(Stored::decode(ctl, &padded).is_err());
+        let with_sacl = SecurityDescriptor { control: 0, owner: Some(Sid::everyone()), group: None, sacl: Some(Acl::default()), dacl: None }.encode();
+        assert!(Stored::decode(u16::from_le_bytes([with_sacl[2], with_sacl[3]]), &with_sacl).is_err());
+        let anonymous = SecurityDescriptor { control: control::DACL_PRESENT, owner: None, group: None, sacl: None, dacl: Some(a.clone()) }.encode();
+        assert!(Stored::decode(u16::from_le_bytes([anonymous[2], anonymous[3]]), &anonymous).is_err());
+        for n in 1..b.len() {
+            assert!(Stored::decode(ctl, &b[..n]).is_err());
+        }
+    }
+
 }

@@ -433,12 +433,25 @@ pub enum OpOutput {
     /// Allocated: the `(offset, length)` ranges holding data, in order,
     /// merged, none empty.
     Ranges { ranges: Vec<(u64, u64)>, attrs: Attrs },
-    /// GetAcl: the stored control word and DACL bytes, `None` when the
-    /// object has none (its DACL is its mode's).
+    /// GetAcl: the stored control word and bytes (the DACL, or a whole
+    /// descriptor with an owner / group SID: [`OpOutput::stored_security`]
+    /// reads both), `None` when the object has none (its DACL is its
+    /// mode's, its owner and group its uid and gid).
     Acl { acl: Option<(u16, Vec<u8>)>, attrs: Attrs },
 }
 
 impl OpOutput {
+    /// GetAcl's kept security decoded (`acl::Stored`, the one decoder for
+    /// every reader): `Ok(None)` when none is kept or this is another
+    /// output. An error (the state machine answers only records that
+    /// decode, so a bug): callers grant nothing and answer an error.
+    pub fn stored_security(&self) -> Result<Option<crate::acl::Stored>, crate::acl::AclError> {
+        match self {
+            OpOutput::Acl { acl: Some((c, b)), .. } => crate::acl::Stored::decode(*c, b).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// The attributes of the operation's own object, if it has one.
     pub fn attrs(&self) -> Option<&Attrs> {
         match self {

@@ -106,7 +106,8 @@ impl XorShift {
 // ---- acl_decode -----------------------------------------------------------
 
 /// The ACL model's decoders (`duet_fs::acl`): a self-relative security
-/// descriptor and a bare ACL from the input; what decodes re-encodes to
+/// descriptor, a bare ACL and a node's stored security record (`Stored`)
+/// from the input; what decodes re-encodes to
 /// bytes that decode to the same value, and is then evaluated (access
 /// check for a token of its own SIDs, inheritance for a file and a
 /// directory, the mode it amounts to, the NFSv4 mapping both ways), none of
@@ -132,6 +133,24 @@ pub fn acl_decode(data: &[u8]) {
         let mut b = Vec::new();
         acl.encode(&mut b);
         assert_eq!(Acl::decode(&b).as_ref(), Ok(&acl), "an ACL re-encodes to itself");
+    }
+    // The input as a node's `A` record (`Stored`: a control word, then a
+    // DACL or a whole descriptor with an owner / group SID): what decodes
+    // re-encodes to itself, and is evaluated with its owner.
+    if let Ok(st) = Stored::decode_record(data) {
+        let again = Stored::decode_record(&st.encode_record()).expect("an encoded record decodes");
+        assert_eq!(again, st, "a record re-encodes to itself");
+        let owner = st.owner_or(1000);
+        let token = Token { sids: vec![owner.clone(), Sid::everyone()] };
+        let g = granted(&token, Some(&owner), st.effective_dacl());
+        assert!(allows(&token, Some(&owner), st.effective_dacl(), g));
+        let _ = mode_from_dacl(st.effective_dacl(), &owner, &st.group_or(1000), 0);
+    }
+    if let Some(head) = data.get(..2) {
+        if let Ok(st) = Stored::decode(u16::from_le_bytes([head[0], head[1]]), &data[2..]) {
+            let (c, b) = st.encode();
+            assert_eq!(Stored::decode(c, &b).as_ref(), Ok(&st), "stored security re-encodes to itself");
+        }
     }
     let Ok(sd) = SecurityDescriptor::decode(data) else { return };
     let b = sd.encode();

@@ -3984,6 +3984,65 @@ fn a_dacl_set_over_smb_is_stored_queried_and_enforced() {
     assert_eq!(query_security(&mut c, w, 4).dacl, Some(open));
 }
 
+/// An owner SID other than S-1-22-1-uid (issue 17): SET_INFO may name one
+/// of the caller's token (Everyone here, MS-FSA 2.1.5.17), QUERY_INFO
+/// answers it, a DACL set later keeps it, and naming the caller's Unix
+/// SID makes the uid the owner again; a SID outside the token is
+/// STATUS_INVALID_OWNER, a user SID as group
+/// STATUS_INVALID_PRIMARY_GROUP, both changing nothing. A CREATE's
+/// SD_BUFFER may name them too (smbtorture smb2.create.aclfile's last
+/// step: owner Everyone, group BUILTIN\Users).
+#[test]
+fn an_owner_sid_of_the_callers_token_is_kept_and_queried() {
+    use duet_fs::acl::{control, rights, Ace, Acl, SecurityDescriptor, Sid};
+    let mut c = Client::connected();
+    let users = Sid::new(5, &[32, 545]);
+    let fid = open_fid(&mut c, "own-f", create_disposition::CREATE, RW | 0x000C_0000).unwrap();
+    let owned = |o: Sid| SecurityDescriptor { owner: Some(o), ..Default::default() }.encode();
+    // Outside alice's token: refused, the owner stays.
+    assert_eq!(set_security(&mut c, fid, &owned(Sid::new(5, &[32, 544])), 1), NtStatus(0xC000_005A));
+    assert_eq!(set_security(&mut c, fid, &owned(Sid::unix_user(1001)), 1), NtStatus(0xC000_005A));
+    let as_group = SecurityDescriptor { group: Some(Sid::unix_user(1000)), ..Default::default() }.encode();
+    assert_eq!(set_security(&mut c, fid, &as_group, 2), NtStatus(0xC000_005B));
+    assert_eq!(query_security(&mut c, fid, 3).owner, Some(Sid::unix_user(1000)));
+    // Everyone is in every token.
+    assert_eq!(set_security(&mut c, fid, &owned(Sid::everyone()), 1), NtStatus::SUCCESS);
+    let grouped = SecurityDescriptor { group: Some(users.clone()), ..Default::default() }.encode();
+    assert_eq!(set_security(&mut c, fid, &grouped, 2), NtStatus::SUCCESS);
+    let got = query_security(&mut c, fid, 7);
+    assert_eq!((got.owner.as_ref(), got.group.as_ref()), (Some(&Sid::everyone()), Some(&users)));
+    // No DACL was set: the mode's, naming the uid and gid.
+    assert_eq!(got.dacl.as_ref().map(|d| d.aces[0].sid.clone()), Some(Sid::unix_user(1000)), "{got:?}");
+    // A DACL set alone keeps the owner.
+    let dacl = Acl { aces: vec![Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)] };
+    let sd = SecurityDescriptor { control: control::DACL_PRESENT, dacl: Some(dacl.clone()), ..Default::default() };
+    assert_eq!(set_security(&mut c, fid, &sd.encode(), 4), NtStatus::SUCCESS);
+    let got = query_security(&mut c, fid, 7);
+    assert_eq!((got.owner, got.dacl), (Some(Sid::everyone()), Some(dacl.clone())));
+    // Alice's own Unix SID: the uid owns it again.
+    assert_eq!(set_security(&mut c, fid, &owned(Sid::unix_user(1000)), 1), NtStatus::SUCCESS);
+    assert_eq!(query_security(&mut c, fid, 1).owner, Some(Sid::unix_user(1000)));
+    assert_eq!(query_security(&mut c, fid, 2).group, Some(users.clone()), "the group SID stays");
+    c.one(Request::Close(CloseRequest { flags: 0, file_id: fid }));
+
+    // CREATE with owner, group and DACL in its SD_BUFFER.
+    use duet_protocols::smb2::create_context::CreateContextRequest;
+    let sd = SecurityDescriptor { control: control::DACL_PRESENT, owner: Some(Sid::everyone()), group: Some(users.clone()), dacl: Some(dacl.clone()), ..Default::default() };
+    let bytes = sd.encode();
+    let mut req = create("own-g", create_disposition::CREATE, 0, RW | 0x0002_0000);
+    req.create_contexts = vec![CreateContextRequest::SecurityDescriptor(&bytes)];
+    let r = c.one(Request::Create(req));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    let got = query_security(&mut c, cr.file_id, 7);
+    assert_eq!((got.owner, got.group, got.dacl), (Some(Sid::everyone()), Some(users), Some(dacl)));
+    // One naming an owner outside the token: refused, nothing made.
+    let bad = SecurityDescriptor { owner: Some(Sid::new(5, &[32, 544])), ..Default::default() }.encode();
+    let mut req = create("own-h", create_disposition::CREATE, 0, RW);
+    req.create_contexts = vec![CreateContextRequest::SecurityDescriptor(&bad)];
+    assert_eq!(c.one(Request::Create(req)).status(), NtStatus(0xC000_005A));
+    assert_eq!(open_fid(&mut c, "own-h", create_disposition::OPEN, READ), Err(NtStatus::OBJECT_NAME_NOT_FOUND));
+}
+
 /// FSCTL_FILE_LEVEL_TRIM (MS-FSCC 2.3.73, `fsops.rs` `plan_trim`):
 /// hostile inputs (short, more ranges than sent, a range past i64::MAX,
 /// too many ranges) are INVALID_PARAMETER and the connection goes on; a

@@ -311,10 +311,9 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
                 Some(_) => r.problems.push(format!("DACL {} of node {id} marked as having none", hex(k))),
                 None => r.problems.push(format!("DACL {} of missing node {id}", hex(k))),
             }
-            // Two bytes of control word, then the DACL; none after a
-            // control word with DACL_PRESENT is a NULL DACL.
-            let null = v.len() == 2 && u16::from_le_bytes([v[0], v[1]]) & duet_fs::acl::control::DACL_PRESENT != 0;
-            if v.len() < 2 || (!null && duet_fs::acl::Acl::decode(&v[2..]).is_err()) {
+            // A control word, then the DACL or a whole descriptor with an
+            // owner / group SID (`acl::Stored`, the one decoder).
+            if duet_fs::acl::Stored::decode_record(v).is_err() {
                 r.problems.push(format!("undecodable DACL {}", hex(k)));
             }
         }

@@ -360,32 +360,26 @@ pub(crate) fn token_of(cred: &duet_fs::Credentials) -> acl::Token {
     acl::Token::unix(cred.uid, cred.gid, &cred.groups)
 }
 
-/// A node's stored DACL record: its control word and the ACL. `None`: the
-/// node has none, or the record is unreadable (then the mode, which was
-/// set from the DACL, decides).
-pub(crate) fn stored_acl<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> Option<(u16, acl::Acl)> {
+/// A node's kept security (its `A` record, `acl::Stored`: the DACL and
+/// any owner / group SID SMB set). `Ok(None)`: the node has none. A record
+/// that does not decode is an I/O error: never acted on, never read as
+/// "no DACL" (which would let the mode grant what the DACL refused).
+pub(crate) fn stored_sec<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> Result<Option<acl::Stored>, FsError> {
     if !n.has_acl {
-        return None;
+        return Ok(None);
     }
-    let v = acl_bytes(txn, n.attrs.id)?;
-    let (head, body) = (v.get(..2)?, v.get(2..)?);
-    if body.is_empty() {
-        // A NULL DACL (`put_null_acl`): nothing restricts, the mode (0777)
-        // decides.
-        return None;
-    }
-    let a = acl::Acl::decode(body).ok()?;
-    Some((u16::from_le_bytes([head[0], head[1]]), a))
+    let v = acl_bytes(txn, n.attrs.id).ok_or(FsError::Io)?;
+    acl::Stored::decode_record(&v).map(Some).map_err(|_| FsError::Io)
 }
 
 /// The stored record as `Op::GetAcl` answers it: the control word and the
-/// DACL bytes, empty for a NULL DACL (MS-DTYP 2.4.6: DACL_PRESENT with no
-/// ACL, everyone allowed everything).
-fn stored_acl_record<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> Option<(u16, Vec<u8>)> {
+/// bytes (`acl::Stored::decode` reads them), after checking they decode.
+fn stored_acl_record<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, n: &Node) -> Result<Option<(u16, Vec<u8>)>, FsError> {
     if !n.has_acl {
-        return None;
+        return Ok(None);
     }
-    acl_record(&acl_bytes(txn, n.attrs.id)?)
+    let v = acl_bytes(txn, n.attrs.id).ok_or(FsError::Io)?;
+    acl_record(&v).map(Some).ok_or(FsError::Io)
 }
 
 /// Node `id`'s `A` record: its own, or for a clone's object not copied up
@@ -397,53 +391,68 @@ fn acl_bytes<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Option<Vec
     }
 }
 
-/// An `A` record as [`stored_acl_record`] answers it (None: unreadable).
+/// An `A` record as [`stored_acl_record`] answers it (None: it does not
+/// decode as `acl::Stored`).
 pub(crate) fn acl_record(v: &[u8]) -> Option<(u16, Vec<u8>)> {
-    let (head, body) = (v.get(..2)?, v.get(2..)?);
-    let control = u16::from_le_bytes([head[0], head[1]]);
-    if body.is_empty() {
-        return Some((control, Vec::new()));
-    }
-    let a = acl::Acl::decode(body).ok()?;
-    let mut out = Vec::new();
-    a.encode(&mut out);
-    Some((control, out))
+    acl::Stored::decode_record(v).ok()?;
+    Some((u16::from_le_bytes([v[0], v[1]]), v[2..].to_vec()))
 }
 
-fn put_acl<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId, control: u16, a: &acl::Acl) {
-    let mut v = control.to_le_bytes().to_vec();
-    a.encode(&mut v);
-    txn.put(keys::acl(id), v);
+/// Writes node `id`'s kept security; an empty one (no DACL, no SIDs) is no
+/// record. Returns whether a record is kept (`Node::has_acl`).
+fn put_sec<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId, s: &acl::Stored) -> bool {
+    if s.is_empty() {
+        txn.delete(keys::acl(id));
+        return false;
+    }
+    txn.put(keys::acl(id), s.encode_record());
+    true
 }
 
 /// The access rights `cred` holds on `n` (MS-DTYP 2.5.3.2) from its stored
-/// DACL; `None` when it has none (the mode decides).
+/// DACL, its owner being the stored owner SID if any; `None` when it has
+/// no DACL (the mode decides); an unreadable record grants nothing.
 pub(crate) fn acl_granted<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs::Credentials, n: &Node) -> Option<u32> {
-    let (_, a) = stored_acl(txn, n)?;
-    let owner = acl::Sid::unix_user(n.attrs.uid);
-    Some(acl::granted(&token_of(cred), Some(&owner), Some(&a)))
+    let s = match stored_sec(txn, n) {
+        Ok(s) => s?,
+        Err(_) => return Some(0),
+    };
+    let a = s.effective_dacl()?;
+    Some(acl::granted(&token_of(cred), Some(&s.owner_or(n.attrs.uid)), Some(a)))
+}
+
+/// Whether `cred` holds `n`'s stored owner SID (a SID SMB set that is not
+/// its uid's, e.g. Everyone): such an owner may change the DACL as the
+/// uid owner may (MS-DTYP 2.5.3.2: the owner holds WRITE_DAC).
+fn holds_owner_sid<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs::Credentials, n: &Node) -> bool {
+    matches!(stored_sec(txn, n), Ok(Some(acl::Stored { owner: Some(o), .. })) if token_of(cred).has(&o))
 }
 
 /// [`may`] for a node that may carry a DACL: with one, the rights the
 /// wanted bits stand for must all be granted by it (4: READ_DATA, which on
 /// a directory is list; 2: WRITE_DATA, on a directory add a file; 1:
 /// EXECUTE, on a directory traverse; MS-DTYP 2.4.3 / RFC 8881 6.2.1.3.1).
-/// Root keeps its bypass; a node without a DACL costs no read.
+/// Root keeps its bypass; a node without a record costs no read; a record
+/// that does not decode grants nothing.
 pub(crate) fn may_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs::Credentials, n: &Node, want: u32) -> bool {
     if cred.uid == 0 || !n.has_acl {
         return may(cred, &n.attrs, want);
     }
-    let dacl = stored_acl(txn, n).map(|(_, a)| a);
-    may_by(cred, n, dacl.as_ref(), want)
+    match stored_sec(txn, n) {
+        Ok(s) => may_by(cred, n, s.as_ref(), want),
+        Err(_) => false,
+    }
 }
 
-/// [`may_node`] with the DACL given (None: the mode decides), for a
-/// snapshot's object whose DACL is the snapshot's (`layers.rs`).
-pub(crate) fn may_by(cred: &duet_fs::Credentials, n: &Node, dacl: Option<&acl::Acl>, want: u32) -> bool {
-    let Some(dacl) = dacl.filter(|_| cred.uid != 0) else {
+/// [`may_node`] with the kept security given (None, or one without a
+/// DACL: the mode decides), for a snapshot's object whose record is the
+/// snapshot's (`layers.rs`). The owner the DACL's OWNER RIGHTS and the
+/// owner's implicit rights go to is the stored owner SID, else the uid's.
+pub(crate) fn may_by(cred: &duet_fs::Credentials, n: &Node, sec: Option<&acl::Stored>, want: u32) -> bool {
+    let Some((sec, dacl)) = sec.and_then(|s| Some((s, s.effective_dacl()?))).filter(|_| cred.uid != 0) else {
         return may(cred, &n.attrs, want);
     };
-    let owner = acl::Sid::unix_user(n.attrs.uid);
+    let owner = sec.owner_or(n.attrs.uid);
     let g = acl::granted(&token_of(cred), Some(&owner), Some(dacl));
     let mut need = 0;
     if want & 4 != 0 {
@@ -896,48 +905,92 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         Op::ListSnapshots { obj } => layers::list_op(txn, resolve(ex, *obj)?),
         Op::SetAcl { obj, acl: new } => {
             let mut n = get_node(txn, resolve(ex, *obj)?)?;
-            // WRITE_DAC (MS-SMB2 3.3.5.21.3, MS-DTYP 2.5.3.2): root, the
-            // owner, or a holder of it by the stored DACL.
-            let owner = cred.uid == 0 || cred.uid == n.attrs.uid;
-            if !owner && !acl_granted(txn, cred, &n).is_some_and(|g| g & acl::rights::WRITE_DAC != 0) {
-                return Err(FsError::Perm);
-            }
             if n.attrs.ftype == FileType::Symlink {
                 return Err(FsError::Invalid);
             }
             let before = n.attrs.clone();
             let id = n.attrs.id;
-            match new {
-                None => {
-                    if n.has_acl {
-                        txn.delete(keys::acl(id));
-                        n.has_acl = false;
-                    }
-                }
-                Some((control, bytes)) if bytes.is_empty() => {
-                    // A NULL DACL (MS-DTYP 2.4.6): everyone may do
-                    // everything, which the mode says as 0777; the record
-                    // keeps it so SMB reads it back as NULL.
-                    if control & acl::control::DACL_PRESENT == 0 {
-                        return Err(FsError::Invalid);
-                    }
-                    n.attrs.mode = (n.attrs.mode & 0o7000) | 0o777;
-                    let keep = acl::control::DACL_PROTECTED | acl::control::DACL_AUTO_INHERITED | acl::control::DACL_PRESENT;
-                    txn.put(keys::acl(id), (control & keep).to_le_bytes().to_vec());
-                    n.has_acl = true;
-                }
+            let o = acl::Sid::unix_user(n.attrs.uid);
+            let g = acl::Sid::unix_group(n.attrs.gid);
+            let old = stored_sec(txn, &n)?.unwrap_or_default();
+            // What is asked (`acl::Stored::decode`, strict): the old form
+            // replaces the DACL alone; a whole descriptor also sets the
+            // owner and group it names, and the DACL only with
+            // DACL_PRESENT.
+            let (ask, whole) = match new {
+                None => (None, false),
                 Some((control, bytes)) => {
-                    let mut a = acl::Acl::decode(bytes).map_err(|_| FsError::Invalid)?;
-                    let o = acl::Sid::unix_user(n.attrs.uid);
-                    let g = acl::Sid::unix_group(n.attrs.gid);
-                    // An NFSv4 ACL's OWNER@ / GROUP@ (RFC 8881 6.2.1.5).
-                    acl::resolve_owner_at(&mut a, &o, &g);
-                    n.attrs.mode = acl::mode_from_dacl(Some(&a), &o, &g, n.attrs.mode);
-                    let keep = acl::control::DACL_PROTECTED | acl::control::DACL_AUTO_INHERITED;
-                    put_acl(txn, id, control & keep, &a);
-                    n.has_acl = true;
+                    let s = acl::Stored::decode(*control, bytes).map_err(|_| FsError::Invalid)?;
+                    (Some(s), control & acl::control::SELF_RELATIVE != 0)
+                }
+            };
+            let mut sec = old.clone();
+            let mut need = 0;
+            let dacl_asked = ask.as_ref().map_or(true, |a| !whole || a.has_dacl());
+            if dacl_asked {
+                need |= acl::rights::WRITE_DAC;
+                sec.control = ask.as_ref().map_or(0, |a| a.control);
+                sec.dacl = ask.as_ref().and_then(|a| a.dacl.clone());
+            }
+            if let Some(a) = ask.as_ref().filter(|_| whole) {
+                // The owner (MS-DTYP 2.4.6; who may name which is the
+                // protocol's rule, MS-FSA 2.1.5.17, checked again here:
+                // root any SID, others one their token holds). A Unix
+                // user SID names the uid owner: the node's uid clears a
+                // stored owner SID; another uid is a chown, SetAttr's, and
+                // leaves the owner as it is.
+                if let Some(so) = &a.owner {
+                    need |= acl::rights::WRITE_OWNER;
+                    match so.as_unix_user() {
+                        Some(u) if u == n.attrs.uid => sec.owner = None,
+                        Some(_) => {}
+                        None if cred.uid == 0 || token_of(cred).has(so) => sec.owner = Some(so.clone()),
+                        None => return Err(FsError::Perm),
+                    }
+                }
+                // The group: any SID but a Unix one (a Unix group SID is
+                // the gid, which SetAttr changes; the node's own clears a
+                // stored group SID). A primary group carries no rights of
+                // its own in an access check (MS-DTYP 2.5.3.2).
+                if let Some(sg) = &a.group {
+                    need |= acl::rights::WRITE_OWNER;
+                    match sg.as_unix_group() {
+                        Some(x) if x == n.attrs.gid => sec.group = None,
+                        Some(_) => {}
+                        None if sg.as_unix_user().is_some() => return Err(FsError::Invalid),
+                        None => sec.group = Some(sg.clone()),
+                    }
                 }
             }
+            // WRITE_DAC / WRITE_OWNER (MS-SMB2 3.3.5.21.3, MS-DTYP
+            // 2.5.3.2): root, the uid owner, or a holder of them by the
+            // stored DACL; the holder of a stored owner SID has WRITE_DAC
+            // as an owner does.
+            let uid_owner = cred.uid == 0 || cred.uid == n.attrs.uid;
+            if !uid_owner {
+                let granted = match acl_granted(txn, cred, &n) {
+                    Some(x) => x,
+                    None if holds_owner_sid(txn, cred, &n) => acl::rights::WRITE_DAC,
+                    None => 0,
+                };
+                if granted & need != need {
+                    return Err(FsError::Perm);
+                }
+            }
+            if let Some(a) = sec.dacl.as_mut() {
+                // An NFSv4 ACL's OWNER@ / GROUP@ (RFC 8881 6.2.1.5): the
+                // uid and gid, the owner and group NFS shows.
+                acl::resolve_owner_at(a, &o, &g);
+            }
+            if dacl_asked && sec.has_dacl() {
+                // The mode follows a DACL set (RFC 8881 6.4.3); a NULL
+                // DACL is 0777.
+                n.attrs.mode = match sec.effective_dacl() {
+                    Some(d) => acl::mode_from_dacl(Some(d), &o, &g, n.attrs.mode),
+                    None => (n.attrs.mode & 0o7000) | 0o777,
+                };
+            }
+            n.has_acl = put_sec(txn, id, &sec);
             touch(&mut n.attrs, now, false);
             put_node(txn, &n);
             if n.attrs.ftype == FileType::Directory {
@@ -950,7 +1003,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         }
         Op::GetAcl { obj } => {
             let n = get_node(txn, resolve(ex, *obj)?)?;
-            let acl = stored_acl_record(txn, &n);
+            let acl = stored_acl_record(txn, &n)?;
             Ok(OpOutput::Acl { acl, attrs: n.attrs })
         }
         Op::Allocated { obj, offset, len } => {
@@ -1133,16 +1186,19 @@ fn create<R: KvRead + ?Sized>(
     // Inheritance on create (MS-DTYP 2.5.3.4.2): a parent DACL with
     // inheritable ACEs gives the child its inherited DACL, owned by the
     // creator; the mode follows it (RFC 8881 6.4.3).
-    if let Some((control, pacl)) = stored_acl(txn, &d) {
+    // The creator (its uid and gid) owns the child, whatever owner SID
+    // the parent has.
+    let parent = stored_sec(txn, &d)?;
+    if let Some(pacl) = parent.as_ref().and_then(|p| p.effective_dacl()) {
+        let control = parent.as_ref().map_or(0, |p| p.control);
         let owner = acl::Sid::unix_user(n.attrs.uid);
         let group = acl::Sid::unix_group(n.attrs.gid);
         let is_dir = ftype == FileType::Directory;
         if ftype != FileType::Symlink {
-            if let Ok(Some(child)) = acl::inherit(&pacl, is_dir, &owner, &group) {
+            if let Ok(Some(child)) = acl::inherit(pacl, is_dir, &owner, &group) {
                 let ctl = if control & acl::control::DACL_AUTO_INHERITED != 0 { acl::control::DACL_AUTO_INHERITED } else { 0 };
                 n.attrs.mode = acl::mode_from_dacl(Some(&child), &owner, &group, n.attrs.mode);
-                put_acl(txn, n.attrs.id, ctl, &child);
-                n.has_acl = true;
+                n.has_acl = put_sec(txn, n.attrs.id, &acl::Stored::of_dacl(ctl, Some(child)));
             }
         }
     }
@@ -1218,10 +1274,26 @@ fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: Obj
         // A chmod replaces a stored DACL by the mode's (RFC 8881 6.4.1.1
         // lets the server rewrite the ACL from the mode; duet keeps no
         // ACEs beyond what the mode says): the DACL is dropped and access
-        // goes back to the bits just set.
-        if n.has_acl {
-            txn.delete(keys::acl(n.attrs.id));
-            n.has_acl = false;
+        // goes back to the bits just set. A stored owner or group SID is
+        // not in the mode and stays.
+        if let Some(mut sec) = stored_sec(txn, &n)? {
+            sec.control = 0;
+            sec.dacl = None;
+            n.has_acl = put_sec(txn, n.attrs.id, &sec);
+        }
+    }
+    // A chown or chgrp by root or the uid owner (NFS SETATTR, SMB naming a
+    // Unix SID) makes the uid or gid the owner or group again: a stored SID
+    // for it goes.
+    if (s.uid.is_some() || s.gid.is_some()) && owner {
+        if let Some(mut sec) = stored_sec(txn, &n)? {
+            if s.uid.is_some() {
+                sec.owner = None;
+            }
+            if s.gid.is_some() {
+                sec.group = None;
+            }
+            n.has_acl = put_sec(txn, n.attrs.id, &sec);
         }
     }
     if let Some(u) = s.uid {

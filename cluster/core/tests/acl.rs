@@ -10,7 +10,7 @@ use duet_cluster::kv::Txn;
 use duet_cluster::machine::{apply, execute};
 use duet_cluster::records::{encode, Command, Node};
 use duet_cluster::{fsck, keys};
-use duet_fs::acl::{ace_flags, rights, Ace, Acl, Sid};
+use duet_fs::acl::{ace_flags, rights, Ace, Acl, Sid, Stored};
 use duet_fs::{
     Access, Attrs, Batch, CreateKind, Credentials, FsError, IfExists, NodeId, ObjRef, Op, OpOutput, OpResult, SetAttrs,
     ROOT_ID,
@@ -358,4 +358,100 @@ fn a_null_dacl_is_kept_as_such_and_lets_everyone_in() {
     assert!(r[0].is_ok());
     assert!(!node(&kv, f).has_acl && !kv.contains_key(&keys::acl(f)));
     assert_eq!(open(&mut kv, other(), f, true, false), Err(FsError::Access));
+}
+
+/// `Op::SetAcl` with a whole self-relative descriptor (`acl::Stored`)
+/// sets the owner and group SIDs it names, keeping the DACL when it has
+/// none.
+fn set_sd(kv: &mut Kv, cred: Credentials, id: NodeId, s: &Stored) -> OpResult {
+    let (c, b) = s.encode();
+    run_as(kv, cred, vec![Op::SetAcl { obj: ObjRef::Id(id), acl: Some((c, b)) }]).remove(0)
+}
+
+fn get_sec(kv: &mut Kv, id: NodeId) -> Option<Stored> {
+    match run_as(kv, Credentials::root(), vec![Op::GetAcl { obj: ObjRef::Id(id) }]).remove(0) {
+        Ok(OpOutput::Acl { acl, .. }) => acl.map(|(c, b)| Stored::decode(c, &b).unwrap()),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn owned_by(sid: Sid) -> Stored {
+    Stored { owner: Some(sid), ..Default::default() }
+}
+
+#[test]
+fn an_owner_sid_in_the_callers_token_is_kept_and_is_the_owner_access_checks_use() {
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let f = create(&mut kv, owner(), d, "f", CreateKind::File, 0o600);
+    // Only a SID of the caller's token (or anything, for root).
+    let admins = Sid::new(5, &[32, 544]);
+    assert_eq!(set_sd(&mut kv, owner(), f, &owned_by(admins.clone())), Err(FsError::Perm));
+    assert_eq!(set_sd(&mut kv, other(), f, &owned_by(Sid::everyone())), Err(FsError::Perm), "not the owner: no WRITE_OWNER");
+    assert!(get_sec(&mut kv, f).is_none());
+    assert!(set_sd(&mut kv, owner(), f, &owned_by(Sid::everyone())).is_ok());
+    let n = node(&kv, f);
+    assert!(n.has_acl, "an owner SID alone is a record");
+    assert_eq!((n.attrs.uid, n.attrs.mode), (OWNER, 0o600), "the uid and the mode stay");
+    assert_eq!(get_sec(&mut kv, f), Some(owned_by(Sid::everyone())));
+    // No DACL: the mode still decides.
+    assert_eq!(open(&mut kv, other(), f, true, false), Err(FsError::Access));
+    // A group SID: any but a Unix one (MS-DTYP 2.5.3.2 gives a group no
+    // rights of its own), here BUILTIN\Users.
+    let users = Sid::new(5, &[32, 545]);
+    assert!(set_sd(&mut kv, owner(), f, &Stored { group: Some(users.clone()), ..Default::default() }).is_ok());
+    assert_eq!(get_sec(&mut kv, f), Some(Stored { owner: Some(Sid::everyone()), group: Some(users.clone()), ..Default::default() }));
+    assert_eq!(set_sd(&mut kv, owner(), f, &Stored { group: Some(Sid::unix_user(5)), ..Default::default() }), Err(FsError::Invalid));
+
+    // A DACL granting only OWNER RIGHTS read: the owner is now Everyone,
+    // so OTHER (in Everyone) reads, and holds WRITE_DAC as owners do.
+    let dacl = Acl { aces: vec![Ace::allow(Sid::owner_rights(), rights::READ_DATA | rights::WRITE_DAC, 0)] };
+    assert!(set_acl(&mut kv, owner(), f, 0, Some(&dacl)).is_ok());
+    let s = get_sec(&mut kv, f).unwrap();
+    assert_eq!((s.owner.as_ref(), s.effective_dacl()), (Some(&Sid::everyone()), Some(&dacl)), "a DACL set alone keeps the owner SID");
+    assert_eq!(open(&mut kv, other(), f, true, false), Ok(()));
+    assert_eq!(open(&mut kv, other(), f, false, true), Err(FsError::Access));
+    let open_dacl = Acl { aces: vec![Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)] };
+    assert!(set_acl(&mut kv, other(), f, 0, Some(&open_dacl)).is_ok(), "the owner SID's holder has WRITE_DAC");
+    assert!(set_acl(&mut kv, other(), f, 0, Some(&dacl)).is_ok());
+
+    // Back to the uid owner: its S-1-22-1 SID clears the stored one, and
+    // OTHER is no owner any more.
+    assert!(set_sd(&mut kv, owner(), f, &owned_by(Sid::unix_user(OWNER))).is_ok());
+    assert_eq!(get_sec(&mut kv, f).unwrap().owner, None);
+    assert_eq!(open(&mut kv, other(), f, true, false), Err(FsError::Access));
+    assert_eq!(set_acl(&mut kv, other(), f, 0, Some(&open_dacl)), Err(FsError::Perm));
+
+    // A chmod drops the DACL, not the owner SID; a chown drops that.
+    assert!(set_sd(&mut kv, owner(), f, &owned_by(Sid::everyone())).is_ok());
+    let chmod = SetAttrs { mode: Some(0o640), ..Default::default() };
+    assert!(run_as(&mut kv, owner(), vec![Op::SetAttr { obj: ObjRef::Id(f), attrs: chmod }])[0].is_ok());
+    let s = get_sec(&mut kv, f).unwrap();
+    assert!(!s.has_dacl() && s.owner == Some(Sid::everyone()) && s.group == Some(users.clone()), "{s:?}");
+    assert!(fsck::check(&kv, &[]).problems.is_empty(), "{:?}", fsck::check(&kv, &[]).problems);
+    let chown = SetAttrs { uid: Some(OTHER), ..Default::default() };
+    assert!(run_as(&mut kv, Credentials::root(), vec![Op::SetAttr { obj: ObjRef::Id(f), attrs: chown }])[0].is_ok());
+    assert_eq!(get_sec(&mut kv, f), Some(Stored { group: Some(users), ..Default::default() }), "the chown took the owner SID");
+    let chgrp = SetAttrs { gid: Some(GROUP), ..Default::default() };
+    assert!(run_as(&mut kv, Credentials::root(), vec![Op::SetAttr { obj: ObjRef::Id(f), attrs: chgrp }])[0].is_ok());
+    assert!(get_sec(&mut kv, f).is_none());
+    assert!(!node(&kv, f).has_acl, "nothing left: no record");
+    // Root may name any SID.
+    assert!(set_sd(&mut kv, Credentials::root(), f, &owned_by(admins.clone())).is_ok());
+    assert_eq!(get_sec(&mut kv, f).unwrap().owner, Some(admins));
+    assert!(fsck::check(&kv, &[]).problems.is_empty(), "{:?}", fsck::check(&kv, &[]).problems);
+}
+
+#[test]
+fn an_undecodable_record_grants_nothing_and_reads_as_an_error() {
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let f = create(&mut kv, owner(), d, "f", CreateKind::File, 0o666);
+    assert!(set_sd(&mut kv, owner(), f, &owned_by(Sid::everyone())).is_ok());
+    // A descriptor with a byte more than its canonical layout.
+    kv.get_mut(&keys::acl(f)).unwrap().push(0);
+    assert_eq!(open(&mut kv, other(), f, true, false), Err(FsError::Access), "never the mode's grant");
+    let r = run_as(&mut kv, Credentials::root(), vec![Op::GetAcl { obj: ObjRef::Id(f) }]).remove(0);
+    assert_eq!(r.err(), Some(FsError::Io));
+    assert!(!fsck::check(&kv, &[]).problems.is_empty(), "fsck reports it");
 }

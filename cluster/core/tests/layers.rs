@@ -591,3 +591,37 @@ fn a_snapshot_keeps_the_dacl_its_objects_had() {
     clean(&kv, &disk);
     assert_eq!(kv.range(vec![keys::LAYER]..vec![keys::LAYER + 1]).count(), 0);
 }
+
+/// A snapshot keeps an owner SID with the DACL (one `A` record) and checks
+/// its objects against it: with Everyone the owner and a DACL granting
+/// only OWNER RIGHTS read, any user reads the snapshot's file, though the
+/// live file has gone back to its uid owner.
+#[test]
+fn a_snapshot_checks_with_the_owner_sid_it_kept() {
+    use duet_fs::acl::{rights, Ace, Acl, Sid, Stored};
+    let (mut kv, root) = init();
+    let f = create(&mut kv, root, "f", CreateKind::File);
+    write(&mut kv, f, 0, b"secret".to_vec());
+    let owned = Stored {
+        control: duet_fs::acl::control::DACL_PRESENT,
+        owner: Some(Sid::everyone()),
+        group: None,
+        dacl: Some(Acl { aces: vec![Ace::allow(Sid::owner_rights(), rights::FILE_GENERIC_READ, 0)] }),
+    };
+    ok(run(&mut kv, vec![Op::SetAcl { obj: ObjRef::Id(f), acl: Some(owned.encode()) }])[0].clone());
+    assert!(may_read(&mut kv, 3002, f), "Everyone owns f: OWNER RIGHTS read");
+    snap(&mut kv, "s1").unwrap();
+    // Live: root (the uid owner) takes it back.
+    let back = Stored { owner: Some(Sid::unix_user(0)), ..Default::default() };
+    ok(run(&mut kv, vec![Op::SetAcl { obj: ObjRef::Id(f), acl: Some(back.encode()) }])[0].clone());
+    assert!(!may_read(&mut kv, 3002, f), "live: no owner SID, 3002 is no owner");
+    let s1 = snapshot_root(&mut kv, root, "s1");
+    let sf = lookup(&mut kv, s1, "f").unwrap().id;
+    match &run(&mut kv, vec![Op::GetAcl { obj: ObjRef::Id(sf) }])[0] {
+        Ok(o) => assert_eq!(o.stored_security().unwrap(), Some(owned), "the snapshot's record"),
+        other => panic!("{other:?}"),
+    }
+    assert!(may_read(&mut kv, 3002, sf), "the snapshot checks with the owner SID it kept");
+    drop_snap(&mut kv, "s1").unwrap();
+    assert_eq!(kv.range(vec![keys::LAYER]..vec![keys::LAYER + 1]).count(), 0);
+}

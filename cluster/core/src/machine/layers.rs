@@ -683,17 +683,14 @@ fn view_may<R: KvRead + ?Sized>(
     v: Option<&View>,
     want: u32,
 ) -> Result<bool, FsError> {
-    let dacl = match v {
+    let sec = match v {
         Some(v) if n.has_acl && cred.uid != 0 => match v.acl(txn, real)? {
             None => None,
-            Some(r) => match super::acl_record(&r).ok_or(FsError::Io)? {
-                (_, b) if b.is_empty() => None,
-                (_, b) => Some(duet_fs::acl::Acl::decode(&b).map_err(|_| FsError::Io)?),
-            },
+            Some(r) => Some(duet_fs::acl::Stored::decode_record(&r).map_err(|_| FsError::Io)?),
         },
         _ => None,
     };
-    Ok(super::may_by(cred, n, dacl.as_ref(), want))
+    Ok(super::may_by(cred, n, sec.as_ref(), want))
 }
 
 /// A view object's node (a frozen one, or a `.snapshot` directory as a
@@ -780,7 +777,10 @@ pub(super) fn run_view_op<R: KvRead + ?Sized>(
         // A snapshot's object shows the DACL it had then.
         Op::GetAcl { obj } if is_view(obj) => view_node(txn, id(obj)?).and_then(|(n, real, v)| {
             let acl = match v {
-                Some(v) if n.has_acl => v.acl(txn, real)?.and_then(|r| super::acl_record(&r)),
+                Some(v) if n.has_acl => match v.acl(txn, real)? {
+                    Some(r) => Some(super::acl_record(&r).ok_or(FsError::Io)?),
+                    None => None,
+                },
                 _ => None,
             };
             Ok(OpOutput::Acl { acl, attrs: n.attrs })

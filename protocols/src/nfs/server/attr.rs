@@ -169,17 +169,21 @@ pub fn access_bits(cred: &Credentials, a: &Attrs, requested: u32, read_only: boo
 pub fn access_bits_with_acl(
     cred: &Credentials,
     a: &Attrs,
-    dacl: Option<duet_fs::acl::Acl>,
+    stored: Result<Option<duet_fs::acl::Stored>, duet_fs::acl::AclError>,
     requested: u32,
     read_only: bool,
 ) -> u32 {
     use crate::nfs::nfs3::access3 as b;
-    use duet_fs::acl::{granted, rights, Sid, Token};
-    let Some(dacl) = dacl.filter(|_| cred.uid != 0) else {
+    use duet_fs::acl::{granted, rights, Token};
+    // Kept security that does not decode grants nothing (never the mode's).
+    let Ok(stored) = stored else { return 0 };
+    let Some((s, dacl)) = stored.as_ref().and_then(|s| Some((s, s.effective_dacl()?))).filter(|_| cred.uid != 0) else {
         return access_bits(cred, a, requested, read_only);
     };
     let read_only = read_only || duet_fs::view::is_view(a.id);
-    let m = granted(&Token::unix(cred.uid, cred.gid, &cred.groups), Some(&Sid::unix_user(a.uid)), Some(&dacl));
+    // The owner OWNER RIGHTS and the implicit rights go to: a stored
+    // owner SID (set over SMB), else the uid's.
+    let m = granted(&Token::unix(cred.uid, cred.gid, &cred.groups), Some(&s.owner_or(a.uid)), Some(dacl));
     let dir = a.ftype == FileType::Directory;
     let mut g = 0;
     if m & rights::READ_DATA != 0 {
@@ -467,20 +471,25 @@ impl duet_fs::acl::Names for NumericNames {
 }
 
 /// The NFSv4 ACL (RFC 8881 6.2.1) of an object with attributes `a` and
-/// the stored DACL `stored` (`Op::GetAcl`'s control word and bytes; None:
-/// the DACL its mode amounts to, as SMB shows it).
-pub fn nfs4_acl(a: &Attrs, stored: Option<&(u16, Vec<u8>)>) -> Vec<duet_fs::acl::Nfs4Ace> {
-    use duet_fs::acl::{dacl_from_mode, nfs4_from_dacl, Acl, Sid};
+/// the kept security `stored` (`Op::GetAcl`'s control word and bytes,
+/// `acl::Stored`; None, or none kept: the DACL its mode amounts to, as SMB
+/// shows it). OWNER@ and GROUP@ are the uid and gid NFS shows as `owner`
+/// and `owner_group`, also for a file whose owner SMB set to another SID
+/// (an ACE for that SID shows under its own name). Err: bytes that do not
+/// decode.
+pub fn nfs4_acl(a: &Attrs, stored: Option<&(u16, Vec<u8>)>) -> Result<Vec<duet_fs::acl::Nfs4Ace>, Nfsstat4> {
+    use duet_fs::acl::{dacl_from_mode, nfs4_from_dacl, Sid, Stored};
     let (owner, group) = (Sid::unix_user(a.uid), Sid::unix_group(a.gid));
-    if stored.is_some_and(|(_, b)| b.is_empty()) {
+    let s = stored.map(|(c, b)| Stored::decode(*c, b)).transpose().map_err(|_| Nfsstat4::SERVERFAULT)?;
+    if s.as_ref().is_some_and(|s| s.has_dacl() && s.dacl.is_none()) {
         // A NULL DACL: everyone may do everything.
         let all = duet_fs::acl::rights::FILE_ALL_ACCESS & duet_fs::acl::nfs4::ACE4_MASK_DEFINED;
-        return vec![duet_fs::acl::Nfs4Ace { kind: duet_fs::acl::nfs4::ACE4_ACCESS_ALLOWED_ACE_TYPE, flags: 0, mask: all, who: duet_fs::acl::Who::Everyone }];
+        return Ok(vec![duet_fs::acl::Nfs4Ace { kind: duet_fs::acl::nfs4::ACE4_ACCESS_ALLOWED_ACE_TYPE, flags: 0, mask: all, who: duet_fs::acl::Who::Everyone }]);
     }
-    let dacl = stored
-        .and_then(|(_, b)| Acl::decode(b).ok())
+    let dacl = s
+        .and_then(|s| s.effective_dacl().cloned())
         .unwrap_or_else(|| dacl_from_mode(a.mode, a.ftype == FileType::Directory, &owner, &group));
-    nfs4_from_dacl(&dacl, &owner, &group, &NumericNames)
+    Ok(nfs4_from_dacl(&dacl, &owner, &group, &NumericNames))
 }
 
 /// [`nfs4_acl`]'s ACEs as the wire carries them (borrowing their names).

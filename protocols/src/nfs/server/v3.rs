@@ -779,8 +779,8 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>, now:
         }
         Kind::Access(req) => {
             let dacl_of = |r: Option<&OpResult>| match r {
-                Some(Ok(OpOutput::Acl { acl: Some((_, b)), .. })) => duet_fs::acl::Acl::decode(b).ok(),
-                _ => None,
+                Some(Ok(o)) => o.stored_security(),
+                _ => Ok(None),
             };
             let v: Access3Res = match r0.and_then(|r| r.as_ref().ok()).and_then(|o| o.attrs()) {
                 Some(a) => Nfs3Res::Ok(Access3ResOk {

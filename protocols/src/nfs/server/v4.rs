@@ -2495,10 +2495,10 @@ fn finish_get_attr(
     let info = fs_info(srv);
     (
         opnum::GETATTR,
-        attrs_of(results, op).map(|a| {
+        attrs_of(results, op).and_then(|a| {
             let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
             let aces = match out_of(results, op) {
-                Ok(OpOutput::Acl { acl, .. }) => Some(attr::nfs4_acl(a, acl.as_ref())),
+                Ok(OpOutput::Acl { acl, .. }) => Some(attr::nfs4_acl(a, acl.as_ref())?),
                 _ => None,
             };
             let wire = aces.as_deref().map(attr::nfs4_acl_wire);
@@ -2513,7 +2513,7 @@ fn finish_get_attr(
             };
             let seen = deleg::holder_view(c, a);
             let (mask, vals) = fattr4_vals(seen.as_ref().unwrap_or(a), &ctx, &info, &req);
-            put(
+            Ok(put(
                 c,
                 ResOp4::GetAttr(Nfs4Res::Ok(GetAttr4ResOk {
                     obj_attributes: Fattr4 {
@@ -2521,7 +2521,7 @@ fn finish_get_attr(
                         attr_vals: Opaque(&vals),
                     },
                 })),
-            )
+            ))
         }),
     )
 }
@@ -2571,11 +2571,11 @@ fn finish_access(
         opnum::ACCESS,
         attrs_of(results, op).map(|a| {
             let cred = c.cred.clone();
-            let dacl = match results.get(op) {
-                Some(Ok(OpOutput::Acl { acl: Some((_, b)), .. })) => duet_fs::acl::Acl::decode(b).ok(),
-                _ => None,
+            let stored = match results.get(op) {
+                Some(Ok(o)) => o.stored_security(),
+                _ => Ok(None),
             };
-            let mut granted = attr::access_bits_with_acl(&cred, a, dacl, req, ro);
+            let mut granted = attr::access_bits_with_acl(&cred, a, stored, req, ro);
             // Extended attributes (RFC 8276 8.4.5): reading and listing
             // with read permission, writing with write permission.
             let p = attr::perm_bits(&cred, a);

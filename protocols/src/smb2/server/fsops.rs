@@ -14,7 +14,7 @@ use super::conn::{done, error_body, ok, text, Connection, FramePlan, Open, Plan,
 use super::sharemode::{path_key, share};
 use super::info::{
     access, extra_status, from_filetime, fs_status, has_wildcards, maximal_access, pattern_match,
-    posix_from_security_descriptor, security_descriptor, short_name, stored_security_descriptor, to_filetime,
+    security_descriptor, short_name, stored_security_descriptor, to_filetime,
 };
 use crate::smb2::close::{CloseRequest, CloseResponse};
 use crate::smb2::create::{
@@ -1244,21 +1244,23 @@ impl Connection {
             .get(&cp.session_id)
             .map(|s| s.cred.clone())
             .ok_or(NtStatus::USER_SESSION_DELETED)?;
+        // The kept security (`acl::Stored`): its DACL and owner SID.
         let stored = match cp.acl_op.and_then(|i| results.get(i)) {
-            Some(Ok(OpOutput::Acl { acl: Some((_, b)), .. })) => duet_fs::acl::Acl::decode(b).ok(),
+            Some(Ok(o)) => o.stored_security().map_err(|_| fs_status(FsError::Io))?,
             _ => None,
         };
-        let maximal = match stored {
+        let token = duet_fs::acl::Token::unix(cred.uid, cred.gid, &cred.groups);
+        let owner = stored.as_ref().map_or_else(|| duet_fs::acl::Sid::unix_user(attrs.uid), |s| s.owner_or(attrs.uid));
+        let maximal = match stored.as_ref().and_then(|s| s.effective_dacl()) {
             // The creator of an object gets the access it asked for
             // (MS-FSA 2.1.5.1.1), whatever DACL it inherited.
             _ if created => access::FILE_ALL_ACCESS,
             // A stored DACL decides (MS-DTYP 2.5.3.2 AccessCheck; the
-            // owner always holds READ_CONTROL and WRITE_DAC); root keeps
-            // its bypass, a read-only share its limit.
+            // owner, the stored owner SID if any, always holds
+            // READ_CONTROL and WRITE_DAC); root keeps its bypass, a
+            // read-only share its limit.
             Some(dacl) if cred.uid != 0 => {
-                let token = duet_fs::acl::Token::unix(cred.uid, cred.gid, &cred.groups);
-                let owner = duet_fs::acl::Sid::unix_user(attrs.uid);
-                let mut m = duet_fs::acl::granted(&token, Some(&owner), Some(&dacl));
+                let mut m = duet_fs::acl::granted(&token, Some(&owner), Some(dacl));
                 // What the parent grants (MS-FSA 2.1.5.1.2.1): listing it
                 // (here: having looked the name up in it) gives
                 // FILE_READ_ATTRIBUTES, deleting its children (POSIX: write
@@ -1271,6 +1273,12 @@ impl Connection {
                     m &= !access::WRITE_BITS;
                 }
                 m
+            }
+            // The mode decides; a stored owner SID the caller holds (a
+            // file owned by Everyone, say) adds the owner's READ_CONTROL
+            // and WRITE_DAC (MS-DTYP 2.5.3.2).
+            _ if cred.uid != 0 && stored.as_ref().is_some_and(|s| s.owner.is_some()) && token.has(&owner) => {
+                maximal_access(&cred, &attrs, cp.read_only) | access::READ_CONTROL | access::WRITE_DAC
             }
             _ => maximal_access(&cred, &attrs, cp.read_only),
         };
@@ -2853,9 +2861,10 @@ impl Connection {
 
     // ---- SET_INFO ------------------------------------------------------
 
-    /// SET_INFO of a security descriptor (MS-SMB2 3.3.5.21.3): owner and
-    /// group kept as the POSIX uid and gid they map to, the DACL stored
-    /// with the node (`Op::SetAcl`, which sets the mode from it).
+    /// SET_INFO of a security descriptor (MS-SMB2 3.3.5.21.3, MS-FSA
+    /// 2.1.5.17): a Unix owner and group kept as the uid and gid they map
+    /// to, another owner or group SID and the DACL stored with the node
+    /// (`Op::SetAcl`, which sets the mode from the DACL).
     fn plan_set_security(
         &mut self,
         fp: &mut FramePlan,
@@ -2880,46 +2889,36 @@ impl Connection {
         let Some(cred) = self.sessions.get(&hdr.session_id).map(|x| x.cred.clone()) else {
             return done(NtStatus::USER_SESSION_DELETED);
         };
-        let p = match posix_from_security_descriptor(s.buffer, addl, cred.uid, cred.gid) {
-            Ok(p) => p,
-            Err(st) => return done(st),
+        // The strict decoder refuses a malformed descriptor (MS-DTYP
+        // 2.4.6).
+        let sd = match duet_fs::acl::SecurityDescriptor::decode(s.buffer) {
+            Ok(sd) => sd,
+            Err(_) => return done(NtStatus::INVALID_PARAMETER),
         };
         // The DACL itself is stored (issue 17) and decides access for both
-        // protocols; the strict decoder refuses a malformed descriptor
-        // (MS-DTYP 2.4.6). A NULL DACL (present, no ACL) grants everyone
+        // protocols. A NULL DACL (present, no ACL) grants everyone
         // everything: stored as such (mode 0777), read back as NULL.
-        let dacl = if addl & secinfo::DACL != 0 {
-            let sd = match duet_fs::acl::SecurityDescriptor::decode(s.buffer) {
-                Ok(sd) => sd,
-                Err(_) => return done(NtStatus::INVALID_PARAMETER),
-            };
+        let dacl = (addl & secinfo::DACL != 0).then(|| {
             // DACL information without DACL_PRESENT: Windows reads it back
             // as a NULL DACL too (smbtorture smb2.create.nulldacl).
-            Some(stored_dacl(&sd).unwrap_or((sd.control | duet_fs::acl::control::DACL_PRESENT, Vec::new())))
-        } else {
-            None
+            stored_dacl(&sd).unwrap_or((sd.control | duet_fs::acl::control::DACL_PRESENT, Vec::new()))
+        });
+        let owner = if addl & secinfo::OWNER != 0 { sd.owner.as_ref() } else { None };
+        let group = if addl & secinfo::GROUP != 0 { sd.group.as_ref() } else { None };
+        let names = match owner_and_group(owner, group, &cred) {
+            Ok(x) => x,
+            Err(st) => return done(st),
         };
-        // Only root gives a file away; naming oneself owner changes nothing.
-        let uid = p.uid.filter(|u| cred.uid == 0 || *u != cred.uid);
-        if uid.is_some() && cred.uid != 0 {
-            return done(extra_status::INVALID_OWNER);
-        }
-        let gid = p.gid.filter(|_| cred.uid == 0);
-        let attrs = SetAttrs {
-            // With a stored DACL the mode follows it (Op::SetAcl); a mode
-            // set here would drop it again.
-            mode: if dacl.is_some() { None } else { p.mode },
-            uid,
-            gid,
-            ..Default::default()
-        };
+        // A Unix owner or group that is not the caller's own is a chown or
+        // chgrp, only root's: the uid and gid change.
+        let attrs = SetAttrs { uid: names.uid, gid: names.gid, ..Default::default() };
         let mut op = (!attrs.is_empty()).then(|| {
             fp.push(Op::SetAttr {
                 obj: v.obj,
                 attrs,
             })
         });
-        if let Some(acl) = dacl {
+        if let Some(acl) = set_acl_bytes(dacl, names.owner, names.group) {
             op = Some(fp.push(Op::SetAcl { obj: v.obj, acl: Some(acl) }));
         }
         Plan::Fs(FsPlan::SetInfo {
@@ -3580,12 +3579,15 @@ impl Connection {
                     }
                     info_type::FILESYSTEM => self.fs_info(&attrs, &share, class)?,
                     info_type::SECURITY => {
+                        // The kept security (`acl::Stored`): its owner
+                        // and group SIDs and DACL where kept, the uid's,
+                        // gid's and mode's otherwise.
                         let stored = match op.and_then(|i| results.get(i)) {
-                            Some(Ok(OpOutput::Acl { acl, .. })) => acl.clone(),
+                            Some(Ok(o)) => o.stored_security().map_err(|_| fs_status(FsError::Io))?,
                             _ => None,
                         };
                         let sd = match stored {
-                            Some((control, dacl)) => stored_security_descriptor(&attrs, addl, control, &dacl),
+                            Some(s) => stored_security_descriptor(&attrs, addl, &s),
                             None => security_descriptor(&attrs, addl),
                         };
                         if sd.len() > out_len as usize {
@@ -3818,17 +3820,16 @@ fn two_i64(input: &[u8]) -> Option<(i64, i64)> {
 /// its mode, as the engine's removal checks (`machine.rs` `may_node`).
 /// None when the directory was not read.
 fn parent_allows(cred: &duet_fs::Credentials, cp: &CreatePlan, results: &[OpResult], want: u32) -> Option<bool> {
-    use duet_fs::acl::{granted, rights, Acl, Sid, Token};
+    use duet_fs::acl::{granted, rights, Token};
     let i = if cp.final_op > cp.first_op { cp.parent_acl_op.or(Some(cp.final_op - 1)) } else { cp.root_attrs_op };
     let out = results.get(i?)?.as_ref().ok()?;
     let attrs = out.attrs()?;
-    let dacl = match out {
-        OpOutput::Acl { acl: Some((_, b)), .. } if cred.uid != 0 => Acl::decode(b).ok(),
-        _ => None,
-    };
-    Some(match dacl {
-        Some(dacl) => {
-            let g = granted(&Token::unix(cred.uid, cred.gid, &cred.groups), Some(&Sid::unix_user(attrs.uid)), Some(&dacl));
+    // Bytes that do not decode allow nothing.
+    let Ok(stored) = out.stored_security() else { return Some(false) };
+    let stored = stored.filter(|_| cred.uid != 0);
+    Some(match stored.as_ref().and_then(|s| Some((s, s.effective_dacl()?))) {
+        Some((s, dacl)) => {
+            let g = granted(&Token::unix(cred.uid, cred.gid, &cred.groups), Some(&s.owner_or(attrs.uid)), Some(dacl));
             let mut need = 0;
             if want & 2 != 0 {
                 need |= rights::WRITE_DATA;
@@ -3842,22 +3843,99 @@ fn parent_allows(cred: &duet_fs::Credentials, cp: &CreatePlan, results: &[OpResu
     })
 }
 
-/// The DACL a CREATE's SMB2_CREATE_SD_BUFFER (MS-SMB2 2.2.13.2.2) gives
-/// the file it creates, as `Op::SetAcl` stores it: None when the
-/// descriptor has none (the file inherits its parent's, or the mode's);
-/// a NULL DACL as empty bytes. Its owner and group may only name the
-/// creator (S-1-22-1-uid, S-1-22-2-gid): duet keeps Unix ids, and only
-/// root could give a file away (STATUS_INVALID_OWNER, as SET_INFO).
+/// What a CREATE's SMB2_CREATE_SD_BUFFER (MS-SMB2 2.2.13.2.2) gives the
+/// file it creates, as `Op::SetAcl` takes it: its DACL (None when the
+/// descriptor has none: the file inherits its parent's, or the mode's; a
+/// NULL DACL as empty bytes) and an owner / group SID other than the
+/// creator's Unix ones. A Unix owner may only be the creator (a new file
+/// is the creator's), a Unix group one of its groups; other SIDs as
+/// SET_INFO ([`owner_and_group`]).
 fn create_dacl(b: &[u8], cred: &duet_fs::Credentials) -> Result<Option<(u16, Vec<u8>)>, NtStatus> {
-    use duet_fs::acl::{SecurityDescriptor, Sid};
+    use duet_fs::acl::SecurityDescriptor;
     let sd = SecurityDescriptor::decode(b).map_err(|_| NtStatus::INVALID_PARAMETER)?;
-    if sd.owner.as_ref().is_some_and(|o| *o != Sid::unix_user(cred.uid)) {
+    if sd.owner.as_ref().and_then(|o| o.as_unix_user()).is_some_and(|u| u != cred.uid) {
         return Err(super::info::extra_status::INVALID_OWNER);
     }
-    if sd.group.as_ref().is_some_and(|g| *g != Sid::unix_group(cred.gid) && !cred.groups.iter().any(|x| *g == Sid::unix_group(*x))) {
-        return Err(super::info::extra_status::INVALID_OWNER);
+    if sd.group.as_ref().and_then(|g| g.as_unix_group()).is_some_and(|g| g != cred.gid && !cred.groups.contains(&g)) {
+        return Err(super::info::extra_status::INVALID_PRIMARY_GROUP);
     }
-    Ok(stored_dacl(&sd))
+    let names = owner_and_group(sd.owner.as_ref(), sd.group.as_ref(), cred)?;
+    Ok(set_acl_bytes(stored_dacl(&sd), names.owner, names.group))
+}
+
+/// What a descriptor's owner and group (those its SECURITY_INFORMATION
+/// names) ask of duet.
+#[derive(Default)]
+struct OwnerNames {
+    /// A chown (root naming another uid's S-1-22-1).
+    uid: Option<u32>,
+    /// A chgrp (root naming a S-1-22-2).
+    gid: Option<u32>,
+    /// The owner SID for `Op::SetAcl`: a non-Unix SID to keep, or the
+    /// caller's own S-1-22-1 (which makes the uid the owner again if it
+    /// is the node's).
+    owner: Option<duet_fs::acl::Sid>,
+    /// Likewise the group SID.
+    group: Option<duet_fs::acl::Sid>,
+}
+
+/// Who may name which owner and group (MS-FSA 2.1.5.17; MS-DTYP 2.5.3.4):
+/// the owner must be a SID of the caller's token (`acl::Token::unix`: its
+/// S-1-22 SIDs, Everyone, Authenticated Users) or anything for root,
+/// which alone gives a file to another uid; STATUS_INVALID_OWNER
+/// otherwise. The group may be any SID but a Unix user's (Windows does
+/// not require the caller to be in the primary group it sets, and a
+/// primary group carries no rights in an access check, MS-DTYP 2.5.3.2);
+/// a Unix group other than the caller's own is root's chgrp (others:
+/// left as it is, as before owner SIDs).
+fn owner_and_group(
+    owner: Option<&duet_fs::acl::Sid>,
+    group: Option<&duet_fs::acl::Sid>,
+    cred: &duet_fs::Credentials,
+) -> Result<OwnerNames, NtStatus> {
+    use super::info::extra_status;
+    let token = duet_fs::acl::Token::unix(cred.uid, cred.gid, &cred.groups);
+    let mut out = OwnerNames::default();
+    if let Some(o) = owner {
+        match o.as_unix_user() {
+            Some(u) if cred.uid == 0 => out.uid = Some(u),
+            Some(u) if u == cred.uid => out.owner = Some(o.clone()),
+            Some(_) => return Err(extra_status::INVALID_OWNER),
+            None if cred.uid == 0 || token.has(o) => out.owner = Some(o.clone()),
+            None => return Err(extra_status::INVALID_OWNER),
+        }
+    }
+    if let Some(g) = group {
+        match g.as_unix_group() {
+            Some(x) if cred.uid == 0 => out.gid = Some(x),
+            Some(_) => out.group = Some(g.clone()),
+            None if g.as_unix_user().is_some() => return Err(extra_status::INVALID_PRIMARY_GROUP),
+            None => out.group = Some(g.clone()),
+        }
+    }
+    Ok(out)
+}
+
+/// `Op::SetAcl`'s bytes (`acl::Stored`): the DACL alone as it always was,
+/// or with an owner or group SID a whole self-relative descriptor (the
+/// DACL in it only when one is set). None: nothing to set.
+fn set_acl_bytes(
+    dacl: Option<(u16, Vec<u8>)>,
+    owner: Option<duet_fs::acl::Sid>,
+    group: Option<duet_fs::acl::Sid>,
+) -> Option<(u16, Vec<u8>)> {
+    use duet_fs::acl::Stored;
+    if owner.is_none() && group.is_none() {
+        return dacl;
+    }
+    let mut s = match &dacl {
+        // `stored_dacl`'s own bytes: they decode.
+        Some((c, b)) => Stored::decode(*c, b).ok()?,
+        None => Stored::default(),
+    };
+    s.owner = owner;
+    s.group = group;
+    Some(s.encode())
 }
 
 /// A descriptor's DACL as `Op::SetAcl` stores it (issue 17): generic

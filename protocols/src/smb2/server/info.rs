@@ -28,6 +28,8 @@ pub mod extra_status {
     use crate::smb2::status::NtStatus;
     /// MS-ERREF 2.3: the owner SID cannot be the owner of this object.
     pub const INVALID_OWNER: NtStatus = NtStatus(0xC000_005A);
+    /// STATUS_INVALID_PRIMARY_GROUP (MS-ERREF 2.3.1).
+    pub const INVALID_PRIMARY_GROUP: NtStatus = NtStatus(0xC000_005B);
     pub const FILE_DELETED: NtStatus = NtStatus(0xC000_0123);
     pub const TOO_MANY_LINKS: NtStatus = NtStatus(0xC000_0265);
     pub const FILE_TOO_LARGE: NtStatus = NtStatus(0xC000_0904);
@@ -337,8 +339,7 @@ pub fn posix_from_security_descriptor(
     if info & secinfo::GROUP != 0 && group_at != 0 {
         match read_sid(sd, group_at).ok_or(bad)? {
             (22, s) if s.len() == 2 && s[0] == 2 => out.gid = Some(s[1]),
-            // STATUS_INVALID_PRIMARY_GROUP (MS-ERREF 2.3.1).
-            _ => return Err(NtStatus(0xC000_005B)),
+            _ => return Err(extra_status::INVALID_PRIMARY_GROUP),
         }
     }
     if info & secinfo::DACL != 0 && control & 0x0004 != 0 {
@@ -391,33 +392,39 @@ pub fn posix_from_security_descriptor(
     Ok(out)
 }
 
-/// The self-relative descriptor of a node with a stored DACL (issue 17):
-/// owner S-1-22-1-uid and group S-1-22-2-gid as [`security_descriptor`],
-/// the stored DACL and its control bits (DACL_PROTECTED,
-/// DACL_AUTO_INHERITED). Only the parts `info` asks for are present; an
-/// unreadable stored DACL falls back to the mode's.
-pub fn stored_security_descriptor(a: &Attrs, info: u32, control: u16, dacl: &[u8]) -> Vec<u8> {
-    use duet_fs::acl::{Acl, SecurityDescriptor, Sid};
-    // Empty: a NULL DACL, DACL_PRESENT without an ACL (MS-DTYP 2.4.6).
-    let acl = if dacl.is_empty() {
-        None
-    } else {
-        match Acl::decode(dacl) {
-            Ok(acl) => Some(acl),
-            Err(_) => return security_descriptor(a, info),
+/// The self-relative descriptor (MS-DTYP 2.4.6) of a node with kept
+/// security (issue 17, `acl::Stored`): the stored owner and group SIDs,
+/// else S-1-22-1-uid and S-1-22-2-gid as [`security_descriptor`]; the
+/// stored DACL (a NULL DACL as such) and its control bits
+/// (DACL_PROTECTED, DACL_AUTO_INHERITED), else the mode's DACL. Only the
+/// parts `info` asks for are present.
+pub fn stored_security_descriptor(a: &Attrs, info: u32, s: &duet_fs::acl::Stored) -> Vec<u8> {
+    use duet_fs::acl::SecurityDescriptor;
+    let dacl_info = info & secinfo::DACL != 0;
+    if dacl_info && !s.has_dacl() {
+        // No DACL kept (an owner SID alone): the mode's, with the owner
+        // and group put in.
+        let mut sd = SecurityDescriptor::decode(&security_descriptor(a, info)).expect("duet's own descriptor decodes");
+        sd.control &= !duet_fs::acl::control::SELF_RELATIVE;
+        if info & secinfo::OWNER != 0 {
+            sd.owner = Some(s.owner_or(a.uid));
         }
-    };
+        if info & secinfo::GROUP != 0 {
+            sd.group = Some(s.group_or(a.gid));
+        }
+        return sd.encode();
+    }
     let mut sd = SecurityDescriptor::default();
     if info & secinfo::OWNER != 0 {
-        sd.owner = Some(Sid::unix_user(a.uid));
+        sd.owner = Some(s.owner_or(a.uid));
     }
     if info & secinfo::GROUP != 0 {
-        sd.group = Some(Sid::unix_group(a.gid));
+        sd.group = Some(s.group_or(a.gid));
     }
-    if info & secinfo::DACL != 0 {
+    if dacl_info {
         use duet_fs::acl::control::*;
-        sd.control = control & (DACL_PROTECTED | DACL_AUTO_INHERITED) | DACL_PRESENT;
-        sd.dacl = acl;
+        sd.control = s.control & (DACL_PROTECTED | DACL_AUTO_INHERITED) | DACL_PRESENT;
+        sd.dacl = s.dacl.clone();
     }
     sd.encode()
 }

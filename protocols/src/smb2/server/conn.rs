@@ -1,39 +1,32 @@
-//! The connection: framing, credits, NEGOTIATE, SESSION_SETUP, signing,
-//! encryption, trees, LOCK, IOCTL, ECHO, and the assembly of compound
-//! responses. File-system commands are planned into the frame's batch by
-//! `fsops`.
+//! The connection: framing, credits, signing and encryption of frames,
+//! the dispatch of each message to its handler, CANCEL, IOCTL, ECHO, and
+//! the assembly of compound responses. The handlers live beside it
+//! (`session.rs`, `fsops.rs`, `lock.rs`, `pipe.rs`, `lease.rs`,
+//! `oplock.rs`, `notify.rs`, `durable.rs`) as `impl Connection` blocks;
+//! the state they share is in `state.rs`, the planning vocabulary in
+//! `plan.rs`. This file imports neither handler.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use duet_fs::{Batch, BatchResult, Credentials, NodeId, ObjRef, Op, OpResult};
+use duet_fs::{Batch, BatchResult, NodeId, OpResult};
 
-use super::crypto::{derive_keys, preauth_update, CipherKey, Rng, SessionKeys, SigningKey};
-use super::fsops::{DirState, FsPlan, PendingOpen};
-use super::info::{access, extra_status, to_filetime};
-use super::pipe::PipeOpen;
-use super::{Directory, Event, ServerConfig, ShareEntry};
-use crate::auth::ntlm::{self, NtlmError, ServerContext};
-use crate::auth::spnego::{self, ClientToken, NegState};
+use super::crypto::{preauth_update, CipherKey, Rng, SigningKey};
+use super::info::extra_status;
+use super::{Directory, Event, ServerConfig};
+use crate::auth::spnego;
 use crate::smb2::compound::Compound;
-use crate::smb2::cursor::Utf16;
-use crate::smb2::error::ErrorResponse;
 use crate::smb2::header::{Command, Header, HeaderFlags, HeaderIds, HEADER_SIZE};
 use crate::smb2::ioctl::{
     ctl_code, IoctlRequest, IoctlResponse, NetworkInterfaceInfo, ValidateNegotiateInfoRequest,
     ValidateNegotiateInfoResponse,
 };
-use crate::smb2::lock::{LockElement, LockRequest, LockResponse};
-use duet_locks::{LockError, Range};
 use crate::smb2::message::{Request, Response};
-use crate::smb2::negotiate::{
-    algorithm, capabilities, dialect, security_mode, NegotiateContext, NegotiateRequest,
-    NegotiateResponse,
-};
-use crate::smb2::session_setup::{SessionSetupRequest, SessionSetupResponse};
+use crate::smb2::negotiate::dialect;
 use crate::smb2::status::NtStatus;
 use crate::smb2::transform::{FrameKind, TransformHeader};
-use crate::smb2::tree_connect::{TreeConnectRequest, TreeConnectResponse};
 use crate::smb2::FileId;
+use super::plan::*;
+use super::state::*;
 
 /// The credit window (MS-SMB2 3.3.1.1 / 3.3.1.2): ids below `low` are used;
 /// ids in `[low, high)` are granted, those in `used` already consumed.
@@ -86,251 +79,6 @@ impl Credits {
     }
 }
 
-/// What NEGOTIATE settled.
-#[derive(Debug, Clone)]
-pub(super) struct Negotiated {
-    pub dialect: u16,
-    pub client_guid: [u8; 16],
-    pub client_caps: u32,
-    pub client_security_mode: u16,
-    pub server_caps: u32,
-    pub server_security_mode: u16,
-    /// The cipher for encryption (3.x), if the client can encrypt.
-    pub cipher: Option<u16>,
-    /// 3.1.1 signs with AES-CMAC (else HMAC-SHA256 when negotiated).
-    pub cmac: bool,
-    /// 3.1.1 signs with AES-GMAC (negotiated in SIGNING_CAPABILITIES).
-    pub gmac: bool,
-}
-
-/// One tree connect.
-#[derive(Debug, Clone)]
-pub(super) struct Tree {
-    pub share: ShareEntry,
-    pub ipc: bool,
-}
-
-#[derive(Debug)]
-enum AuthState {
-    None,
-    Ntlm {
-        ctx: ServerContext,
-        spnego: bool,
-        mech_list: Vec<u8>,
-    },
-}
-
-/// One session.
-#[derive(Debug)]
-pub(super) struct Session {
-    pub valid: bool,
-    auth: AuthState,
-    preauth: [u8; 64],
-    pub cred: Credentials,
-    pub guest: bool,
-    pub keys: Option<SessionKeys>,
-    pub signing_required: bool,
-    pub encrypt: bool,
-    pub trees: HashMap<u32, Tree>,
-}
-
-/// One open (MS-SMB2 3.3.1.10), keyed by its volatile FileId.
-#[derive(Debug, Clone)]
-pub(super) struct Open {
-    pub session_id: u64,
-    pub tree_id: u32,
-    pub node: NodeId,
-    pub parent: NodeId,
-    /// The last path component ("" for the share root).
-    pub name: String,
-    /// The path from the share root, components joined by '\'.
-    pub path: String,
-    pub is_dir: bool,
-    pub granted: u32,
-    pub options: u32,
-    pub delete_on_close: bool,
-    pub position: u64,
-    pub dir: Option<DirState>,
-    /// The oplock held (MS-SMB2 2.2.14 OplockLevel; 0 for none).
-    pub oplock: u8,
-    /// Its grant in the lock table.
-    pub grant: Option<duet_locks::GrantId>,
-    /// The level a break in progress lowers it to (Open.OplockState
-    /// Breaking, MS-SMB2 3.3.1.10).
-    pub breaking_to: Option<u8>,
-    /// The LeaseKey of the lease it belongs to (Open.Lease, `lease.rs`).
-    pub lease: Option<[u8; 16]>,
-    /// Open.IsDurable with its timeout and CreateGuid (`durable.rs`).
-    pub durable: Option<super::durable::Durable>,
-    /// Open.AppInstanceId (MS-SMB2 2.2.13.2.13, `durable.rs`).
-    pub app_instance: Option<[u8; 16]>,
-    /// A WRITE went through it: its close breaks its directory's leases
-    /// (`lease.rs`).
-    pub written: bool,
-    /// Open.IsResilient with Open.ResiliencyTimeout in ms
-    /// (FSCTL_LMR_REQUEST_RESILIENCY, MS-SMB2 3.3.5.15.9; `durable.rs`).
-    pub resilient_ms: Option<u32>,
-    /// Open.LockSequenceArray (MS-SMB2 3.3.1.10, 3.3.5.14): per index
-    /// 1..=64 the last LockSequenceNumber applied, or [`NO_LOCK_SEQ`].
-    pub lock_seq: [u8; 64],
-}
-
-/// An invalid entry of [`Open::lock_seq`] (sequence numbers are 4 bits).
-pub(super) const NO_LOCK_SEQ: u8 = 0xFF;
-
-/// A LOCK waiting in the lock table (MS-SMB2 3.3.5.14.2: a blocking lock
-/// answered STATUS_PENDING, completed when granted, cancelled or dropped).
-#[derive(Clone)]
-pub(super) struct AsyncLock {
-    pub waiter: duet_locks::WaiterId,
-    /// The header of the final response (ASYNC form, this AsyncId).
-    pub hdr: Header,
-    pub sign: Option<SigningKey>,
-    pub encrypt: Option<(u64, CipherKey)>,
-}
-
-/// Where and how the final response of an async request goes (MS-SMB2
-/// 3.3.4.2): its header in the ASYNC form, signed or encrypted as its
-/// request was.
-#[derive(Clone)]
-pub(super) struct AsyncReply {
-    pub hdr: Header,
-    pub sign: Option<SigningKey>,
-    pub encrypt: Option<(u64, CipherKey)>,
-}
-
-/// Which file a command acts on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Target {
-    /// An open of the table (volatile id).
-    Table(u64),
-    /// The open a CREATE earlier in this frame makes (its slot).
-    Pending(usize),
-}
-
-/// What a message of the frame will answer.
-pub(super) enum Plan {
-    Done { status: NtStatus, body: Vec<u8> },
-    Fs(FsPlan),
-}
-
-pub(super) struct Slot {
-    /// The request header with the session and tree ids resolved; the
-    /// response header is made from it.
-    pub hdr: Header,
-    pub credits: u16,
-    pub sign: Option<SigningKey>,
-    pub plan: Plan,
-}
-
-/// The related-chain context while planning (3.3.5.2.7.2).
-#[derive(Debug, Clone, Default)]
-pub(super) struct Chain {
-    pub file: Option<Target>,
-    pub error: Option<NtStatus>,
-    /// The named pipe open of the chain (`pipe.rs`), instead of `file`.
-    pub pipe: Option<u64>,
-    /// The frame's first message carries SMB2_FLAGS_RELATED_OPERATIONS,
-    /// which is invalid (3.3.5.2.7.2).
-    pub first_related: bool,
-}
-
-/// An answer that needs the results of the frame's batch but no operation
-/// of its own (it is completed in `finish`, in slot order).
-pub(super) enum Deferred {
-    /// FSCTL_CREATE_OR_GET_OBJECT_ID on an open a CREATE of this frame
-    /// makes: the object id is derived from the node.
-    ObjectId { target: Target, ctl_code: u32 },
-    /// A command refused while planning, on an open a CREATE of this frame
-    /// makes: the CREATE's error if it fails (3.3.5.2.7.2), else `status`.
-    Status {
-        target: Target,
-        status: NtStatus,
-        body: Vec<u8>,
-    },
-}
-
-/// A frame being planned or waiting for its batch.
-pub(super) struct FramePlan {
-    pub slots: Vec<Slot>,
-    pub batch: Option<Batch>,
-    pub batch_session: u64,
-    pub all_read_only: bool,
-    pub pending_opens: HashMap<usize, PendingOpen>,
-    pub encrypt: Option<(u64, CipherKey)>,
-    pub now_ns: i64,
-    pub tag: &'static str,
-    /// Slots answered by `finish` from the batch results (see [`Deferred`]).
-    pub deferred: HashMap<usize, Deferred>,
-    /// The most bytes the responses planned so far can take (see
-    /// [`COMPOUND_RESPONSE_MAX`]).
-    pub reserved: u64,
-    /// A request of the frame asks for durability (WRITE_THROUGH) / is a
-    /// FLUSH: see [`ShareEntry::protocol_durability`].
-    pub durable: bool,
-    pub flush: bool,
-    /// The lease named as ParentLeaseKey by an open of the frame (a
-    /// CREATE's v2 lease context, or the lease of an open the frame
-    /// changes through): the directory lease its changes do not break
-    /// (MS-SMB2 3.3.4.7, `lease.rs`).
-    pub parent_lease: Option<duet_locks::Holder>,
-    /// Share-mode path keys of the files this frame's batch removes for
-    /// dropped opens (`ShareModes::begin_removal`), ended when the batch
-    /// is over.
-    pub removals: Vec<String>,
-}
-
-impl FramePlan {
-    /// An empty plan for one frame (or for the closing of a connection).
-    pub fn new(now_ns: i64, tag: &'static str) -> FramePlan {
-        FramePlan {
-            slots: Vec::new(),
-            batch: None,
-            batch_session: 0,
-            all_read_only: true,
-            pending_opens: HashMap::new(),
-            encrypt: None,
-            now_ns,
-            tag,
-            deferred: HashMap::new(),
-            reserved: 0,
-            durable: false,
-            flush: false,
-            parent_lease: None,
-            removals: Vec::new(),
-        }
-    }
-
-    /// The batch for a message of `session_id` (None when the frame already
-    /// batches for another session).
-    pub fn batch_for(
-        &mut self,
-        session_id: u64,
-        cred: &Credentials,
-        read_only: bool,
-    ) -> Option<&mut Batch> {
-        match &self.batch {
-            Some(_) if self.batch_session != session_id => return None,
-            Some(_) => {}
-            None => {
-                let mut b = Batch::new(cred.clone(), self.now_ns);
-                b.stop_on_error = false;
-                self.batch = Some(b);
-                self.batch_session = session_id;
-            }
-        }
-        self.all_read_only &= read_only;
-        self.batch.as_mut()
-    }
-
-    pub fn push(&mut self, op: Op) -> usize {
-        let b = self.batch.as_mut().expect("batch_for before push");
-        b.ops.push(op);
-        b.ops.len() - 1
-    }
-}
-
-/// FILE_OBJECTID_BUFFER (MS-FSCC 2.1.3): four 16-byte ids.
 const OBJECT_ID_BUFFER_SIZE: usize = 64;
 
 /// One response of a frame: request header, credits, signing key, status, body.
@@ -341,26 +89,26 @@ pub struct Connection {
     pub(super) cfg: ServerConfig,
     /// This connection's key in the daemon-wide share-mode table.
     pub(super) conn_key: u64,
-    rng: Rng,
+    pub(super) rng: Rng,
     pub(super) negotiated: Option<Negotiated>,
     credits: Credits,
-    preauth: [u8; 64],
+    pub(super) preauth: [u8; 64],
     pub(super) sessions: HashMap<u64, Session>,
     pub(super) opens: HashMap<u64, Open>,
     /// Named pipe opens on IPC$ (`pipe.rs`), keyed like `opens`.
     pub(super) pipes: HashMap<u64, PipeOpen>,
-    next_tree_id: u32,
+    pub(super) next_tree_id: u32,
     /// Blocking LOCKs waiting, by AsyncId.
     pub(super) async_locks: HashMap<u64, AsyncLock>,
     /// The AsyncId of the interim answer `dispatch` just planned.
-    last_async: Option<AsyncLock>,
+    pub(super) last_async: Option<AsyncLock>,
     next_async_id: u64,
     /// Directory watches by open (`notify.rs`).
-    pub(super) watches: HashMap<u64, super::notify::Watch>,
+    pub(super) watches: HashMap<u64, super::state::Watch>,
     /// CHANGE_NOTIFYs answered STATUS_PENDING, by AsyncId.
-    pub(super) notifies: std::collections::BTreeMap<u64, super::notify::WaitingNotify>,
+    pub(super) notifies: std::collections::BTreeMap<u64, super::state::WaitingNotify>,
     /// The CHANGE_NOTIFY `dispatch` just made wait.
-    pub(super) last_notify: Option<super::notify::WaitingNotify>,
+    pub(super) last_notify: Option<super::state::WaitingNotify>,
     pub(super) watches_changed: bool,
     pending: HashMap<u64, FramePlan>,
     /// Frames (decrypted, with the session that encrypted them) held back
@@ -369,15 +117,15 @@ pub struct Connection {
     /// sent together: the listing is answered, then the close), and what
     /// came after a held frame waits behind it. See [`Connection::resume`].
     held: VecDeque<(Vec<u8>, Option<u64>)>,
-    next_token: u64,
+    pub(super) next_token: u64,
     nonce_prefix: [u8; 4],
     nonce_counter: u64,
-    closed: bool,
+    pub(super) closed: bool,
     /// What planning decided for other connections (oplock breaks to
     /// route), sent out ahead of the frame's own events.
     pub(super) outbox: Vec<Event>,
     /// CREATEs waiting for oplock breaks, by AsyncId (`oplock.rs`).
-    pub(super) parked: HashMap<u64, super::oplock::ParkedCreate>,
+    pub(super) parked: HashMap<u64, super::state::ParkedCreate>,
     /// Set by a CREATE that must wait: the files whose breaks it awaits.
     pub(super) park: Option<Vec<NodeId>>,
     /// The AsyncId of the parked CREATE being run again.
@@ -397,17 +145,14 @@ pub struct Connection {
     pub(super) park_removal: Option<(String, i64)>,
     /// Removals run for dropped opens by a batch that is not a frame's
     /// (a lost connection's, an ended session's): token -> path keys.
-    side_removals: HashMap<u64, Vec<String>>,
+    pub(super) side_removals: HashMap<u64, Vec<String>>,
     /// The session a SESSION_SETUP just created, for its response header.
-    last_new_session: u64,
+    pub(super) last_new_session: u64,
     /// The tree a TREE_CONNECT just made, for its response header.
-    last_new_tree: u32,
+    pub(super) last_new_tree: u32,
 }
 
-/// MS-SMB2 2.1: the Direct TCP header carries the length of the message
-/// (or compound, or transformed message) in 3 bytes (StreamProtocolLength,
-/// after a zero byte): no frame can be longer.
-pub const MAX_FRAME: usize = 0x00FF_FFFF;
+pub use super::plan::MAX_FRAME;
 
 /// What the responses of one compound may take together, before the
 /// TRANSFORM_HEADER of an encrypted reply (MS-SMB2 2.2.41, 52 bytes).
@@ -434,54 +179,6 @@ fn response_output_bound(req: &Request<'_>) -> u64 {
         // on-disk id) take up to 512 bytes beyond RESPONSE_OVERHEAD.
         Request::Create(_) => 512,
         _ => 0,
-    }
-}
-
-/// Wraps one message or compound in the 4-byte Direct TCP header; None
-/// when it is longer than the header can say ([`MAX_FRAME`]): the caller
-/// drops the connection rather than send a length that wrapped.
-pub(super) fn transport(frame: Vec<u8>) -> Option<Vec<u8>> {
-    if frame.len() > MAX_FRAME {
-        return None;
-    }
-    let mut out = Vec::with_capacity(frame.len() + 4);
-    out.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-    out.extend_from_slice(&frame);
-    Some(out)
-}
-
-pub(super) fn error_body() -> Vec<u8> {
-    let mut b = Vec::with_capacity(9);
-    ErrorResponse::EMPTY.encode(&mut b);
-    b
-}
-
-/// The body of a LOCK response (MS-SMB2 2.2.27).
-fn lock_body() -> Vec<u8> {
-    let mut out = vec![0u8; HEADER_SIZE];
-    Response::Lock(LockResponse).encode(&mut out);
-    out.split_off(HEADER_SIZE)
-}
-
-pub(super) fn done(status: NtStatus) -> Plan {
-    Plan::Done {
-        status,
-        body: error_body(),
-    }
-}
-
-fn body_of(r: &Response<'_>) -> Vec<u8> {
-    // Response encoders compute offsets as 64 + body position: encode after
-    // a dummy header, then drop it.
-    let mut out = vec![0u8; HEADER_SIZE];
-    r.encode(&mut out);
-    out.split_off(HEADER_SIZE)
-}
-
-pub(super) fn ok(r: Response<'_>) -> Plan {
-    Plan::Done {
-        status: NtStatus::SUCCESS,
-        body: body_of(&r),
     }
 }
 
@@ -561,7 +258,7 @@ impl Connection {
         self.closed
     }
 
-    fn close(&mut self) -> Vec<Event> {
+    pub(super) fn close(&mut self) -> Vec<Event> {
         self.closed = true;
         self.pending.clear();
         self.held.clear();
@@ -882,7 +579,7 @@ impl Connection {
             // `poll_opens` runs the frame again; run again and still
             // waiting, it is parked again without a second interim.
             if let Some(nodes) = self.park.take() {
-                let park = super::oplock::ParkedCreate {
+                let park = super::state::ParkedCreate {
                     frame: frame.to_vec(),
                     encrypted_by,
                     nodes,
@@ -982,7 +679,7 @@ impl Connection {
 
     /// The removals `paths` are over (their batch is done, or there was
     /// none).
-    fn end_removals(&mut self, paths: &mut Vec<String>) {
+    pub(super) fn end_removals(&mut self, paths: &mut Vec<String>) {
         for p in paths.drain(..) {
             self.cfg.share_modes.end_removal(&p);
         }
@@ -1442,907 +1139,6 @@ impl Connection {
 
     // ---- NEGOTIATE -----------------------------------------------------
 
-    fn negotiate_response<'a>(
-        &mut self,
-        chosen: u16,
-        hint: &'a [u8],
-        contexts: Vec<NegotiateContext<'a>>,
-        now_ns: i64,
-    ) -> NegotiateResponse<'a> {
-        let mut caps = 0;
-        if chosen != dialect::SMB2_0_2 {
-            // Leases from 2.1 on (MS-SMB2 3.3.5.4, `lease.rs`).
-            caps |= capabilities::LARGE_MTU | capabilities::LEASING;
-        }
-        if chosen >= dialect::SMB3_0 {
-            // v2 leases on directories (`lease.rs`), broken by any change
-            // inside them, from either protocol.
-            caps |= capabilities::DIRECTORY_LEASING;
-        }
-        let small = chosen == dialect::SMB2_0_2;
-        let cap = |v: u32| if small { v.min(65536) } else { v };
-        NegotiateResponse {
-            security_mode: security_mode::SIGNING_ENABLED
-                | if self.cfg.require_signing {
-                    security_mode::SIGNING_REQUIRED
-                } else {
-                    0
-                },
-            dialect_revision: chosen,
-            server_guid: self.cfg.server_guid,
-            capabilities: caps,
-            max_transact_size: cap(self.cfg.max_transact_size),
-            max_read_size: cap(self.cfg.max_read_size),
-            max_write_size: cap(self.cfg.max_write_size),
-            system_time: to_filetime(now_ns),
-            server_start_time: 0,
-            security_buffer: hint,
-            negotiate_contexts: contexts,
-        }
-    }
-
-    fn negotiate(&mut self, msg: &[u8], now_ns: i64) -> Plan {
-        if self.negotiated.is_some() {
-            // 3.3.5.3: a second NEGOTIATE ends the connection.
-            self.closed = true;
-            return done(NtStatus::INVALID_PARAMETER);
-        }
-        let req = match NegotiateRequest::decode(msg) {
-            Ok(r) => r,
-            Err(e) => return done(e.status()),
-        };
-        let Some(&chosen) = req
-            .dialects
-            .iter()
-            .filter(|d| self.cfg.dialects.contains(d) && **d != dialect::SMB2_WILDCARD)
-            .max()
-        else {
-            return done(NtStatus::NOT_SUPPORTED);
-        };
-        let salt: [u8; 32] = self.rng.bytes();
-        let mut contexts = Vec::new();
-        let mut cipher = None;
-        let mut cmac = true;
-        let mut gmac = false;
-        if chosen == dialect::SMB3_1_1 {
-            let mut preauth_ok = false;
-            let mut signing_offer: Option<Vec<u16>> = None;
-            for c in &req.negotiate_contexts {
-                match c {
-                    NegotiateContext::PreauthIntegrity {
-                        hash_algorithms, ..
-                    } => {
-                        preauth_ok = hash_algorithms.contains(&algorithm::SHA_512);
-                        if !preauth_ok {
-                            return done(extra_status::NO_PREAUTH_INTEGRITY_HASH_OVERLAP);
-                        }
-                    }
-                    NegotiateContext::Encryption { ciphers } => {
-                        cipher = [
-                            algorithm::AES_128_GCM,
-                            algorithm::AES_128_CCM,
-                            algorithm::AES_256_GCM,
-                            algorithm::AES_256_CCM,
-                        ]
-                        .into_iter()
-                        .find(|c| ciphers.contains(c));
-                    }
-                    NegotiateContext::Signing { algorithms } => {
-                        signing_offer = Some(algorithms.clone())
-                    }
-                    _ => {}
-                }
-            }
-            if !preauth_ok {
-                return done(NtStatus::INVALID_PARAMETER);
-            }
-            contexts.push(NegotiateContext::PreauthIntegrity {
-                hash_algorithms: vec![algorithm::SHA_512],
-                salt: &[],
-            });
-            if req
-                .negotiate_contexts
-                .iter()
-                .any(|c| matches!(c, NegotiateContext::Encryption { .. }))
-            {
-                contexts.push(NegotiateContext::Encryption {
-                    ciphers: vec![cipher.unwrap_or(0)],
-                });
-            }
-            if let Some(algs) = signing_offer {
-                // The client's first algorithm that duet also signs with
-                // (3.3.5.4: the server picks from the client's order).
-                let pick = algs
-                    .iter()
-                    .copied()
-                    .find(|a| {
-                        matches!(*a, algorithm::AES_GMAC | algorithm::AES_CMAC | algorithm::HMAC_SHA256)
-                    })
-                    .unwrap_or(algorithm::AES_CMAC);
-                match pick {
-                    algorithm::AES_GMAC => gmac = true,
-                    algorithm::HMAC_SHA256 => cmac = false,
-                    _ => {}
-                }
-                contexts.push(NegotiateContext::Signing {
-                    algorithms: vec![pick],
-                });
-            }
-        } else if chosen >= dialect::SMB3_0 && req.capabilities & capabilities::ENCRYPTION != 0 {
-            cipher = Some(algorithm::AES_128_CCM);
-        }
-        let hint = spnego::server_hint();
-        // The salt must live as long as the response: encode right here.
-        let mut resp = self.negotiate_response(chosen, &hint, Vec::new(), now_ns);
-        let salted: Vec<NegotiateContext<'_>> = contexts
-            .into_iter()
-            .map(|c| match c {
-                NegotiateContext::PreauthIntegrity {
-                    hash_algorithms, ..
-                } => NegotiateContext::PreauthIntegrity {
-                    hash_algorithms,
-                    salt: &salt,
-                },
-                c => c,
-            })
-            .collect();
-        resp.negotiate_contexts = salted;
-        if chosen >= dialect::SMB3_0 && chosen != dialect::SMB3_1_1 && cipher.is_some() {
-            resp.capabilities |= capabilities::ENCRYPTION;
-        }
-        let body = body_of(&Response::Negotiate(resp.clone()));
-        self.negotiated = Some(Negotiated {
-            dialect: chosen,
-            client_guid: req.client_guid,
-            client_caps: req.capabilities,
-            client_security_mode: req.security_mode,
-            server_caps: resp.capabilities,
-            server_security_mode: resp.security_mode,
-            cipher,
-            cmac,
-            gmac,
-        });
-        if chosen == dialect::SMB3_1_1 {
-            self.preauth = preauth_update(&[0; 64], msg);
-        }
-        Plan::Done {
-            status: NtStatus::SUCCESS,
-            body,
-        }
-    }
-
-    // ---- SESSION_SETUP -------------------------------------------------
-
-    fn session_setup(
-        &mut self,
-        hdr: &Header,
-        msg: &[u8],
-        req: &SessionSetupRequest<'_>,
-        dir: &dyn Directory,
-        fp: &mut FramePlan,
-    ) -> (Plan, Option<SigningKey>) {
-        self.last_new_session = 0;
-        if req.flags & SessionSetupRequest::BINDING != 0 {
-            return (done(NtStatus::REQUEST_NOT_ACCEPTED), None);
-        }
-        let Some(neg) = self.negotiated.clone() else {
-            return (done(NtStatus::INVALID_PARAMETER), None);
-        };
-        let sid = if hdr.session_id == 0 {
-            if self.sessions.len() >= self.cfg.max_sessions {
-                return (done(NtStatus::REQUEST_NOT_ACCEPTED), None);
-            }
-            // 32 random bits: clients (smbtorture among them) keep session
-            // ids in 32-bit variables, and Samba and Windows hand out ids
-            // that fit.
-            let mut id = self.rng.u64() & 0xFFFF_FFFF;
-            while id == 0 || self.sessions.contains_key(&id) {
-                id = self.rng.u64() & 0xFFFF_FFFF;
-            }
-            self.sessions.insert(
-                id,
-                Session {
-                    valid: false,
-                    auth: AuthState::None,
-                    preauth: self.preauth,
-                    cred: Credentials::user(self.cfg.guest_uid, self.cfg.guest_gid),
-                    guest: false,
-                    keys: None,
-                    signing_required: false,
-                    encrypt: false,
-                    trees: HashMap::new(),
-                },
-            );
-            self.last_new_session = id;
-            id
-        } else {
-            match self.sessions.get_mut(&hdr.session_id) {
-                Some(s) => {
-                    if s.valid && matches!(s.auth, AuthState::None) {
-                        // Re-authentication starts a fresh preauth chain.
-                        s.preauth = self.preauth;
-                    }
-                    hdr.session_id
-                }
-                None => return (done(NtStatus::USER_SESSION_DELETED), None),
-            }
-        };
-        let is_311 = neg.dialect == dialect::SMB3_1_1;
-        // A failed authentication ends the session: a new one, and a valid
-        // one whose re-authentication failed (its opens closed as by
-        // LOGOFF; smbtorture smb2.session.reauth6, as Windows does).
-        let fail = |me: &mut Self, fp: &mut FramePlan, status: NtStatus| {
-            match me.sessions.get(&sid).map(|s| s.valid) {
-                Some(false) => {
-                    me.sessions.remove(&sid);
-                }
-                Some(true) => {
-                    me.drop_opens(fp, sid, None);
-                    me.sessions.remove(&sid);
-                }
-                None => {}
-            }
-            (done(status), None)
-        };
-        let token = match spnego::parse_client_token(req.security_buffer) {
-            Ok(t) => t,
-            Err(_) => return fail(self, fp, NtStatus::LOGON_FAILURE),
-        };
-        let (ntlm_msg, spnego_used, mech_list, client_mic) = match token {
-            ClientToken::Raw(m) => (m, false, Vec::new(), None),
-            ClientToken::Init {
-                mech_list,
-                ntlm_offered: true,
-                mech_token: Some(m),
-            } => (m, true, mech_list.to_vec(), None),
-            ClientToken::Init { .. } => return fail(self, fp, NtStatus::NOT_SUPPORTED),
-            ClientToken::Resp {
-                response_token: Some(m),
-                mech_list_mic,
-            } => (m, true, Vec::new(), mech_list_mic),
-            ClientToken::Resp {
-                response_token: None,
-                ..
-            } => return fail(self, fp, NtStatus::LOGON_FAILURE),
-        };
-        if is_311 {
-            if let Some(s) = self.sessions.get_mut(&sid) {
-                s.preauth = preauth_update(&s.preauth, msg);
-            }
-        }
-        let kind = ntlm_msg
-            .get(8..12)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-        match kind {
-            Some(1) => {
-                let mut ctx = ServerContext::new(self.rng.bytes());
-                let chal =
-                    match ctx.challenge(ntlm_msg, &self.cfg.domain, &self.cfg.server_name, None) {
-                        Ok(c) => c,
-                        Err(_) => return fail(self, fp, NtStatus::INVALID_PARAMETER),
-                    };
-                let Some(s) = self.sessions.get_mut(&sid) else {
-                    return fail(self, fp, NtStatus::USER_SESSION_DELETED);
-                };
-                s.auth = AuthState::Ntlm {
-                    ctx,
-                    spnego: spnego_used,
-                    mech_list,
-                };
-                let out = if spnego_used {
-                    spnego::server_response(NegState::AcceptIncomplete, true, Some(&chal), None)
-                } else {
-                    chal
-                };
-                let body = body_of(&Response::SessionSetup(SessionSetupResponse {
-                    session_flags: 0,
-                    security_buffer: &out,
-                }));
-                (
-                    Plan::Done {
-                        status: NtStatus::MORE_PROCESSING_REQUIRED,
-                        body,
-                    },
-                    None,
-                )
-            }
-            Some(3) => {
-                let Some(s) = self.sessions.get_mut(&sid) else {
-                    return fail(self, fp, NtStatus::USER_SESSION_DELETED);
-                };
-                let AuthState::Ntlm {
-                    mut ctx,
-                    spnego: sp,
-                    mech_list,
-                } = std::mem::replace(&mut s.auth, AuthState::None)
-                else {
-                    return fail(self, fp, NtStatus::INVALID_PARAMETER);
-                };
-                // Re-authentication of a valid session (MS-SMB2 3.3.5.5.2):
-                // the existing Session.SessionKey is retained, so its
-                // signing and encryption keys stay what the client holds.
-                let reauth = s.valid;
-                let lookup = |u: &str| dir.user(u).filter(|e| e.enabled).map(|e| e.nt_hash);
-                let who = match ctx.authenticate(ntlm_msg, &lookup) {
-                    Ok(w) => w,
-                    Err(NtlmError::Malformed(_)) => return fail(self, fp, NtStatus::INVALID_PARAMETER),
-                    Err(_) => return fail(self, fp, NtStatus::LOGON_FAILURE),
-                };
-                let mut flags = 0u16;
-                let (cred, guest, keys) = if who.anonymous {
-                    if !dir.shares().iter().any(|s| s.guest_ok) {
-                        return fail(self, fp, NtStatus::LOGON_FAILURE);
-                    }
-                    flags |= SessionSetupResponse::IS_NULL;
-                    (
-                        Credentials::user(self.cfg.guest_uid, self.cfg.guest_gid),
-                        true,
-                        None,
-                    )
-                } else {
-                    let Some(u) = dir.user(&who.user).filter(|u| u.enabled) else {
-                        return fail(self, fp, NtStatus::LOGON_FAILURE);
-                    };
-                    let preauth = s.preauth;
-                    let mut keys = derive_keys(
-                        neg.dialect,
-                        &who.session_key,
-                        neg.cipher,
-                        &preauth,
-                        neg.cmac,
-                    );
-                    if neg.gmac {
-                        keys.signing = keys.signing.into_gmac();
-                    }
-                    (Credentials::user(u.uid, u.gid), false, Some(keys))
-                };
-                let signing_required = keys.is_some()
-                    && (self.cfg.require_signing
-                        || req.security_mode & security_mode::SIGNING_REQUIRED as u8 != 0);
-                let encrypt =
-                    keys.as_ref().is_some_and(|k| k.encrypt.is_some()) && self.cfg.encrypt;
-                if encrypt {
-                    flags |= SessionSetupResponse::ENCRYPT_DATA;
-                }
-                let mic = match (sp, client_mic, &keys) {
-                    (true, Some(_), Some(_)) if !mech_list.is_empty() => Some(ntlm::sign(
-                        &who.session_key,
-                        who.flags,
-                        ntlm::Direction::ServerToClient,
-                        0,
-                        &mech_list,
-                    )),
-                    _ => None,
-                };
-                let out = if sp {
-                    spnego::server_response(
-                        NegState::AcceptCompleted,
-                        false,
-                        None,
-                        mic.as_ref().map(|m| &m[..]),
-                    )
-                } else {
-                    Vec::new()
-                };
-                let Some(s) = self.sessions.get_mut(&sid) else {
-                    return fail(self, fp, NtStatus::USER_SESSION_DELETED);
-                };
-                if reauth {
-                    // The keys (and what they decided) stay; the identity
-                    // is the new one.
-                    s.cred = cred;
-                    s.guest = guest;
-                    if s.encrypt {
-                        flags |= SessionSetupResponse::ENCRYPT_DATA;
-                    } else {
-                        flags &= !SessionSetupResponse::ENCRYPT_DATA;
-                    }
-                    let sign = s.keys.as_ref().and_then(|k| {
-                        (neg.dialect >= dialect::SMB3_0 || s.signing_required).then(|| k.signing.clone())
-                    });
-                    let body = body_of(&Response::SessionSetup(SessionSetupResponse {
-                        session_flags: flags,
-                        security_buffer: &out,
-                    }));
-                    return (Plan::Done { status: NtStatus::SUCCESS, body }, sign);
-                }
-                // A reconnecting client names its session of the lost
-                // connection (MS-SMB2 3.3.5.5.3): that one ends, here or
-                // on whichever connection holds it, so its opens no longer
-                // stand in the way of the new ones.
-                let previous = req.previous_session_id;
-                if previous != 0 && previous != sid && !guest {
-                    self.outbox.push(Event::EndSession { previous, uid: cred.uid, from: self.conn_key });
-                    let uid = cred.uid;
-                    let ended = self.end_previous_session(previous, uid, fp.now_ns);
-                    self.outbox.extend(ended);
-                }
-                let Some(s) = self.sessions.get_mut(&sid) else {
-                    return fail(self, fp, NtStatus::USER_SESSION_DELETED);
-                };
-                s.valid = true;
-                s.cred = cred;
-                s.guest = guest;
-                s.signing_required = signing_required;
-                s.encrypt = encrypt;
-                let sign = keys.as_ref().and_then(|k| {
-                    (neg.dialect >= dialect::SMB3_0 || signing_required).then(|| k.signing.clone())
-                });
-                s.keys = keys;
-                let body = body_of(&Response::SessionSetup(SessionSetupResponse {
-                    session_flags: flags,
-                    security_buffer: &out,
-                }));
-                (
-                    Plan::Done {
-                        status: NtStatus::SUCCESS,
-                        body,
-                    },
-                    sign,
-                )
-            }
-            _ => fail(self, fp, NtStatus::INVALID_PARAMETER),
-        }
-    }
-
-    /// Ends session `previous` of this connection if it is a valid session
-    /// of user `uid` (a client reconnected elsewhere and named it as its
-    /// PreviousSessionId, MS-SMB2 3.3.5.5.3): its opens close as by LOGOFF
-    /// (share reservations, byte-range locks and lease membership released,
-    /// delete-on-close files removed by the returned batch), and later
-    /// requests on it get STATUS_USER_SESSION_DELETED.
-    pub fn end_previous_session(&mut self, previous: u64, uid: u32, now_ns: i64) -> Vec<Event> {
-        let Some(s) = self.sessions.get(&previous) else { return Vec::new() };
-        if !s.valid || s.guest || s.cred.uid != uid {
-            return Vec::new();
-        }
-        let ended = self.close_session(previous, now_ns, "end-session");
-        // Its waiting CHANGE_NOTIFYs were answered STATUS_NOTIFY_CLEANUP.
-        let mut out = std::mem::take(&mut self.outbox);
-        out.extend(ended);
-        out
-    }
-
-    /// Closes every open of session `sid` as LOGOFF does and forgets the
-    /// session; the batch removing its delete-on-close files, if any, for
-    /// the driver to run (its result is not waited for).
-    fn close_session(&mut self, sid: u64, now_ns: i64, tag: &'static str) -> Option<Event> {
-        let mut fp = FramePlan::new(now_ns, tag);
-        self.drop_opens(&mut fp, sid, None);
-        self.sessions.remove(&sid);
-        let Some(batch) = fp.batch.take().filter(|b| !b.ops.is_empty()) else {
-            self.end_removals(&mut fp.removals);
-            return None;
-        };
-        let token = self.next_token;
-        self.next_token += 1;
-        if !fp.removals.is_empty() {
-            self.side_removals.insert(token, fp.removals);
-        }
-        Some(Event::Run { token, batch, tag, exempt: None })
-    }
-
-    /// The transport connection is gone (MS-SMB2 3.3.7.1): every open of
-    /// every session closes as by LOGOFF, and the batches that remove the
-    /// delete-on-close ones (one per session, its credentials) are returned
-    /// as [`Event::Run`] for the driver to run; their results are not
-    /// waited for. The connection is closed afterwards.
-    pub fn on_disconnect(&mut self, now_ns: i64) -> Vec<Event> {
-        let mut ids: Vec<u64> = self.sessions.keys().copied().collect();
-        ids.sort_unstable();
-        let ended: Vec<Event> = ids.into_iter().filter_map(|sid| self.close_session(sid, now_ns, "disconnect")).collect();
-        let _ = self.close();
-        // Notices for other connections (a file left delete-pending); its
-        // own sends are moot now.
-        let mut out: Vec<Event> = std::mem::take(&mut self.outbox)
-            .into_iter()
-            .filter(|e| matches!(e, Event::DeletePending { .. }))
-            .collect();
-        out.extend(ended);
-        out
-    }
-
-    // ---- LOGOFF, TREE_CONNECT, TREE_DISCONNECT -------------------------
-
-    /// Drops the opens of a session (or of one of its trees), removing the
-    /// delete-on-close ones in the frame's batch.
-    fn drop_opens(&mut self, fp: &mut FramePlan, session_id: u64, tree: Option<u32>) {
-        let ids: Vec<u64> = self
-            .opens
-            .iter()
-            .filter(|(_, o)| o.session_id == session_id && tree.iter().all(|t| o.tree_id == *t))
-            .map(|(id, _)| *id)
-            .collect();
-        self.pipes
-            .retain(|_, p| p.session_id != session_id || tree.iter().any(|t| p.tree_id != *t));
-        let cred = self.sessions.get(&session_id).map(|s| s.cred.clone());
-        for id in ids {
-            // A lost connection, a LOGOFF or an ended session keeps its
-            // durable opens (MS-SMB2 3.3.7.1; `durable.rs`); a
-            // TREE_DISCONNECT closes them.
-            if tree.is_none() && self.keep_durable(id, fp.now_ns) {
-                continue;
-            }
-            let path = self.cfg.share_modes.path_of((self.conn_key, id));
-            let Some(o) = self.forget_open(id) else {
-                continue;
-            };
-            let here = self.opens.values().any(|x| x.node == o.node);
-            let remove = if o.delete_on_close && !o.name.is_empty() && !here {
-                if self.cfg.share_modes.open_anywhere_or_stream(o.node, path.as_deref().unwrap_or("")) {
-                    // Another connection still has it open: it is
-                    // delete-pending until that open closes.
-                    let d = super::sharemode::PendingDelete {
-                        parent: o.parent,
-                        name: o.name.clone(),
-                        is_dir: o.is_dir,
-                        path: path.unwrap_or_default(),
-                    };
-                    self.cfg.share_modes.defer_delete(o.node, d);
-                    self.outbox.push(Event::DeletePending { node: o.node, from: self.conn_key });
-                    None
-                } else {
-                    self.cfg.share_modes.forget_pending_delete(o.node);
-                    Some((o.parent, o.name.clone(), o.is_dir, path.unwrap_or_default()))
-                }
-            } else if !here {
-                // A named stream's open may have kept its file.
-                let file = o.name.starts_with(':').then_some(o.parent);
-                self.cfg.share_modes.take_pending_delete(o.node)
-                    .or_else(|| file.and_then(|f| self.cfg.share_modes.take_pending_delete(f)))
-                    .map(|d| (d.parent, d.name, d.is_dir, d.path))
-            } else {
-                None
-            };
-            if let (Some((parent, name, is_dir, path)), Some(c)) = (remove, &cred) {
-                if fp.batch_for(session_id, c, false).is_some() {
-                    fp.push(super::fsops::removal(ObjRef::Id(parent), &name, Some(is_dir)));
-                    // A CREATE of the name waits until the batch is over.
-                    if !path.is_empty() {
-                        self.cfg.share_modes.begin_removal(&path);
-                        fp.removals.push(path);
-                    }
-                }
-            }
-        }
-    }
-
-    fn logoff(&mut self, fp: &mut FramePlan, session_id: u64) -> Plan {
-        self.drop_opens(fp, session_id, None);
-        self.sessions.remove(&session_id);
-        ok(Response::Logoff(Default::default()))
-    }
-
-    fn tree_connect(
-        &mut self,
-        session_id: u64,
-        req: &TreeConnectRequest<'_>,
-        dir: &dyn Directory,
-    ) -> Plan {
-        self.last_new_tree = 0;
-        let path = req.path.to_string_lossy();
-        let name = path
-            .trim_start_matches('\\')
-            .split('\\')
-            .nth(1)
-            .unwrap_or("")
-            .to_string();
-        let Some(neg) = self.negotiated.clone() else {
-            return done(NtStatus::INVALID_PARAMETER);
-        };
-        let Some(s) = self.sessions.get(&session_id) else {
-            return done(NtStatus::USER_SESSION_DELETED);
-        };
-        if s.trees.len() >= self.cfg.max_trees_per_session {
-            return done(NtStatus::INSUFFICIENT_RESOURCES);
-        }
-        let ipc = name.eq_ignore_ascii_case("IPC$");
-        let share = if ipc {
-            ShareEntry {
-                name: "IPC$".into(),
-                root: 0,
-                read_only: true,
-                guest_ok: true,
-                encrypt: false,
-                protocol_durability: false,
-            }
-        } else {
-            match dir.share(&name) {
-                Some(sh) => sh,
-                None => return done(NtStatus::BAD_NETWORK_NAME),
-            }
-        };
-        if s.guest && !share.guest_ok {
-            return done(NtStatus::ACCESS_DENIED);
-        }
-        // MS-SMB2 3.3.5.7: a user the share does not admit is ACCESS_DENIED.
-        if !ipc && !dir.may_connect(&share.name, s.cred.uid) {
-            return done(NtStatus::ACCESS_DENIED);
-        }
-        let mut share_flags = 0u32;
-        if share.encrypt && !ipc {
-            let can = neg.dialect >= dialect::SMB3_0
-                && s.keys.as_ref().is_some_and(|k| k.encrypt.is_some());
-            if !can {
-                return done(NtStatus::ACCESS_DENIED);
-            }
-            share_flags |= 0x0000_8000; // SMB2_SHAREFLAG_ENCRYPT_DATA
-        }
-        let maximal_access = if share.read_only {
-            access::FILE_GENERIC_READ | access::FILE_GENERIC_EXECUTE
-        } else {
-            access::FILE_ALL_ACCESS
-        };
-        let tid = self.next_tree_id;
-        self.next_tree_id = self.next_tree_id.wrapping_add(1).max(1);
-        let encrypt_share = share.encrypt && !ipc;
-        let Some(s) = self.sessions.get_mut(&session_id) else {
-            return done(NtStatus::USER_SESSION_DELETED);
-        };
-        if encrypt_share {
-            s.encrypt = true;
-        }
-        s.trees.insert(tid, Tree { share, ipc });
-        self.last_new_tree = tid;
-        ok(Response::TreeConnect(TreeConnectResponse {
-            share_type: if ipc {
-                TreeConnectResponse::SHARE_TYPE_PIPE
-            } else {
-                TreeConnectResponse::SHARE_TYPE_DISK
-            },
-            share_flags,
-            capabilities: 0,
-            maximal_access,
-        }))
-    }
-
-    fn tree_disconnect(&mut self, fp: &mut FramePlan, hdr: &Header) -> Plan {
-        let Some(tid) = hdr.tree_id() else {
-            return done(NtStatus::INVALID_PARAMETER);
-        };
-        if !self
-            .sessions
-            .get(&hdr.session_id)
-            .is_some_and(|s| s.trees.contains_key(&tid))
-        {
-            return done(NtStatus::NETWORK_NAME_DELETED);
-        }
-        self.drop_opens(fp, hdr.session_id, Some(tid));
-        if let Some(s) = self.sessions.get_mut(&hdr.session_id) {
-            s.trees.remove(&tid);
-        }
-        ok(Response::TreeDisconnect(Default::default()))
-    }
-
-    // ---- LOCK ----------------------------------------------------------
-
-    /// The lock-table holder of one of this connection's opens.
-    pub(super) fn lock_holder(&self, file: u64) -> duet_locks::Holder {
-        super::sharemode::holder((self.conn_key, file))
-    }
-
-    /// Applies the elements of a LOCK request to the daemon's lock table
-    /// (MS-SMB2 3.3.5.14). Unlocks (3.3.5.14.1) go one by one and stop at
-    /// the first that fails; locks (3.3.5.14.2) are all granted or, at the
-    /// first that is not, the ones taken before it are released again.
-    /// `wait`: queue a single blocking element instead of failing it
-    /// (Ok(Some) is the queued request).
-    pub(super) fn apply_locks(
-        &mut self,
-        file: u64,
-        elements: &[LockElement],
-        wait: bool,
-    ) -> Result<Option<duet_locks::WaiterId>, NtStatus> {
-        let Some(o) = self.opens.get(&file) else {
-            return Err(NtStatus::FILE_CLOSED);
-        };
-        // MS-FSA 2.1.5.8 / 2.1.5.9: no byte-range locks on directories.
-        if o.is_dir {
-            return Err(NtStatus::INVALID_PARAMETER);
-        }
-        let node = o.node;
-        let h = self.lock_holder(file);
-        let locks = self.cfg.share_modes.locks().clone();
-        let mut t = locks.table();
-        if elements[0].flags == LockElement::UNLOCK {
-            for e in elements {
-                if e.flags != LockElement::UNLOCK {
-                    return Err(NtStatus::INVALID_PARAMETER);
-                }
-                let r = Range::smb(e.offset, e.length).ok_or(NtStatus::INVALID_LOCK_RANGE)?;
-                if t.unlock_exact(node, &h, &r).is_err() {
-                    return Err(NtStatus::RANGE_NOT_LOCKED);
-                }
-            }
-            return Ok(None);
-        }
-        let mut added: Vec<Range> = Vec::new();
-        let mut status = NtStatus::SUCCESS;
-        let mut queued = None;
-        for e in elements {
-            // A lock that may wait stands alone (MS-SMB2 3.3.5.14.2): in a
-            // request of several, every element must fail immediately.
-            if elements.len() > 1 && e.flags & LockElement::FAIL_IMMEDIATELY == 0 {
-                status = NtStatus::INVALID_PARAMETER;
-                break;
-            }
-            let exclusive = match e.flags & !LockElement::FAIL_IMMEDIATELY {
-                LockElement::SHARED_LOCK => false,
-                LockElement::EXCLUSIVE_LOCK => true,
-                _ => {
-                    status = NtStatus::INVALID_PARAMETER;
-                    break;
-                }
-            };
-            let Some(r) = Range::smb(e.offset, e.length) else {
-                status = NtStatus::INVALID_LOCK_RANGE;
-                break;
-            };
-            let blocking = wait && elements.len() == 1 && e.flags & LockElement::FAIL_IMMEDIATELY == 0;
-            let got = if blocking {
-                t.lock_or_wait(node, h, r, exclusive, None, file).map(|w| {
-                    queued = w;
-                })
-            } else {
-                t.lock(node, h, r, exclusive)
-            };
-            match got {
-                Ok(()) => added.push(r),
-                Err(LockError::Conflict(_)) => {
-                    status = NtStatus::LOCK_NOT_GRANTED;
-                    break;
-                }
-                Err(LockError::Limit) => {
-                    status = NtStatus::INSUFFICIENT_RESOURCES;
-                    break;
-                }
-            }
-        }
-        if status != NtStatus::SUCCESS {
-            for r in added.iter().rev() {
-                let _ = t.unlock_exact(node, &h, r);
-            }
-            return Err(status);
-        }
-        Ok(queued)
-    }
-
-    /// Whether another open's lock forbids this access (MS-FSA 2.1.4.10),
-    /// by any client of either protocol.
-    pub(super) fn lock_conflict(
-        &self,
-        file: u64,
-        node: NodeId,
-        offset: u64,
-        length: u64,
-        write: bool,
-    ) -> bool {
-        let h = self.lock_holder(file);
-        self.cfg
-            .share_modes
-            .locks()
-            .table()
-            .check_io(node, &h, &Range::io(offset, length), write)
-            .is_some()
-    }
-
-    fn plan_lock(&mut self, fp: &mut FramePlan, hdr: &Header, t: Target, req: &LockRequest<'_>) -> Plan {
-        let elements: Vec<LockElement> = req.locks().collect();
-        if elements.is_empty() {
-            return done(NtStatus::INVALID_PARAMETER);
-        }
-        // A lock may wait only when it is the frame's one request: an
-        // interim answer inside a compound is not what clients expect.
-        let alone = fp.slots.is_empty() && hdr.next_command == 0 && !hdr.flags.is_async();
-        if let (Target::Table(id), false) = (t, elements[0].flags == LockElement::UNLOCK) {
-            // Other opens' read caching goes (MS-FSA 2.1.5.7 with 2.1.4.12,
-            // BYTE_RANGE_LOCK); the lock does not wait for it.
-            self.break_for_lock(id, fp.now_ns);
-        }
-        // Lock sequence verification (MS-SMB2 3.3.5.14) on resilient and
-        // durable opens, as Windows does (note <314>): a request whose
-        // LockSequenceNumber the open's entry at LockSequenceIndex (1 to
-        // 64) already holds is a replay, answered success without being
-        // applied again; otherwise the entry is invalid until the request
-        // succeeds.
-        let seq = match t {
-            Target::Table(id) => self.lock_seq_slot(id, req.lock_sequence),
-            Target::Pending(_) => None,
-        };
-        if let (Target::Table(id), Some((slot, number))) = (t, seq) {
-            let o = self.opens.get_mut(&id).expect("lock_seq_slot found the open");
-            if o.lock_seq[slot] == number {
-                return ok(Response::Lock(LockResponse));
-            }
-            o.lock_seq[slot] = NO_LOCK_SEQ;
-        }
-        match t {
-            Target::Table(id) => match self.apply_locks(id, &elements, alone) {
-                Ok(None) => {
-                    if let Some((slot, number)) = seq {
-                        if let Some(o) = self.opens.get_mut(&id) {
-                            o.lock_seq[slot] = number;
-                        }
-                    }
-                    ok(Response::Lock(LockResponse))
-                }
-                Ok(Some(waiter)) => {
-                    let async_id = self.new_async_id();
-                    let mut h = *hdr;
-                    h.ids = HeaderIds::Async { async_id };
-                    self.last_async = Some(AsyncLock { waiter, hdr: h, sign: None, encrypt: None });
-                    done(NtStatus::PENDING)
-                }
-                Err(s) => done(s),
-            },
-            Target::Pending(_) => Plan::Fs(FsPlan::Lock {
-                target: t,
-                elements,
-            }),
-        }
-    }
-
-    /// The entry of open `id`'s LockSequenceArray a LOCK with
-    /// `lock_sequence` uses, and its LockSequenceNumber: None when the
-    /// open is neither resilient nor durable or the index is not 1 to 64
-    /// (MS-SMB2 2.2.26, 3.3.5.14).
-    fn lock_seq_slot(&self, id: u64, lock_sequence: u32) -> Option<(usize, u8)> {
-        let o = self.opens.get(&id)?;
-        if o.resilient_ms.is_none() && o.durable.is_none() {
-            return None;
-        }
-        if self.dialect().unwrap_or(0) < crate::smb2::negotiate::dialect::SMB2_1 {
-            return None;
-        }
-        let index = (lock_sequence >> 4) as usize;
-        let number = (lock_sequence & 0xF) as u8;
-        (1..=64).contains(&index).then(|| (index - 1, number))
-    }
-
-    /// Whether blocking LOCKs of this connection wait in the lock table:
-    /// the driver then calls [`Connection::poll_locks`] now and then.
-    pub fn waiting_locks(&self) -> usize {
-        self.async_locks.len()
-    }
-
-    /// Completes the blocking LOCKs whose fate the lock table decided
-    /// (granted when another holder let go; dropped when their open
-    /// closed: STATUS_RANGE_NOT_LOCKED).
-    pub fn poll_locks(&mut self, now_ns: i64) -> Vec<Event> {
-        let _ = now_ns;
-        if self.async_locks.is_empty() {
-            return Vec::new();
-        }
-        let outcomes = {
-            let mut t = self.cfg.share_modes.locks().table();
-            // Looking changes nothing (a mutable use of the table wakes
-            // every waiting connection: `LockManager::on_change`).
-            if !t.has_outcomes(duet_locks::Protocol::Smb, self.conn_key) {
-                return Vec::new();
-            }
-            t.take_outcomes(duet_locks::Protocol::Smb, self.conn_key)
-        };
-        let mut out = Vec::new();
-        for o in outcomes {
-            let Some(async_id) = self
-                .async_locks
-                .iter()
-                .find(|(_, a)| a.waiter == o.id())
-                .map(|(k, _)| *k)
-            else {
-                continue;
-            };
-            let Some(a) = self.async_locks.remove(&async_id) else { continue };
-            let (status, body) = match o {
-                duet_locks::Outcome::Granted { .. } => (NtStatus::SUCCESS, lock_body()),
-                duet_locks::Outcome::Expired { .. } => (NtStatus::LOCK_NOT_GRANTED, error_body()),
-                duet_locks::Outcome::Dropped { .. } => (NtStatus::RANGE_NOT_LOCKED, error_body()),
-            };
-            out.extend(self.send_async(&a, status, &body));
-        }
-        out
-    }
-
     /// A fresh AsyncId (MS-SMB2 3.3.4.2).
     pub(super) fn new_async_id(&mut self) -> u64 {
         let id = self.next_async_id;
@@ -2419,7 +1215,7 @@ impl Connection {
 
     /// The final response of an async request: no credits (MS-SMB2
     /// 3.3.4.2), signed and encrypted as its request's session was.
-    fn send_async(&mut self, a: &AsyncLock, status: NtStatus, body: &[u8]) -> Vec<Event> {
+    pub(super) fn send_async(&mut self, a: &AsyncLock, status: NtStatus, body: &[u8]) -> Vec<Event> {
         let reply = AsyncReply { hdr: a.hdr, sign: a.sign.clone(), encrypt: a.encrypt.clone() };
         self.send_reply(&reply, status, body)
     }
@@ -2622,7 +1418,7 @@ impl Connection {
                     done(NtStatus::FILE_CLOSED)
                 }
             }
-            ctl_code::FSCTL_PIPE_WAIT => super::pipe::pipe_wait(req.input),
+            ctl_code::FSCTL_PIPE_WAIT => Connection::pipe_wait(req.input),
             _ => done(NtStatus::INVALID_DEVICE_REQUEST),
         }
     }
@@ -2637,11 +1433,6 @@ impl std::fmt::Debug for Connection {
             .field("pending", &self.pending.len())
             .finish()
     }
-}
-
-/// A UTF-16 string of the wire as Rust text (lossy).
-pub(super) fn text(u: &Utf16<'_>) -> String {
-    u.to_string_lossy()
 }
 
 #[cfg(test)]

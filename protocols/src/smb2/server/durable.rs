@@ -41,60 +41,15 @@
 //! comes in as `now_ns`; the table only decides, the driver runs the
 //! batches it returns.
 
-use std::collections::HashMap;
 
-use duet_fs::{Batch, Credentials, NodeId, ObjRef};
+use duet_fs::{Batch, ObjRef};
 
-use super::conn::Open;
-
-/// The lock-table client of kept durable opens: no connection has this
-/// key (connection keys are random; see [`super::Connection::key`]).
-pub(super) const KEPT: u64 = u64::MAX - 1;
+use super::state::*;
+use super::plan::*;
 
 /// The longest durable v2 timeout granted (MS-SMB2 3.3.5.9.10 lets the
 /// server choose; Windows Server 2012 and Samba cap at 300 s).
 pub const MAX_TIMEOUT_MS: u32 = 300_000;
-
-/// The durability of an open (MS-SMB2 3.3.1.10 Open.IsDurable,
-/// Open.DurableOpenTimeout, Open.CreateGuid).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Durable {
-    /// Granted through DH2Q (else DHnQ).
-    pub v2: bool,
-    /// Open.CreateGuid (zeros for v1).
-    pub create_guid: [u8; 16],
-    pub timeout_ms: u32,
-}
-
-/// A durable request a CREATE carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct DurableRequest {
-    pub v2: bool,
-    pub timeout_ms: u32,
-    pub create_guid: [u8; 16],
-}
-
-/// A reconnect request (DHnC / DH2C).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Reconnect {
-    pub persistent: u64,
-    /// DH2C: its CreateGuid.
-    pub v2: Option<[u8; 16]>,
-}
-
-/// A durable open kept after its connection or session went away.
-#[derive(Debug, Clone)]
-pub(super) struct Kept {
-    pub open: Open,
-    /// Open.DurableOwner.
-    pub cred: Credentials,
-    /// Open.ClientGuid (the lease table's client).
-    pub client_guid: [u8; 16],
-    /// The share root of its tree connect.
-    pub root: NodeId,
-    /// When the scavenger closes it (ns).
-    pub deadline: i64,
-}
 
 impl Kept {
     /// The lock-table key of the kept open.
@@ -109,19 +64,9 @@ impl Kept {
         }
         let mut b = Batch::new(self.cred.clone(), now_ns);
         b.stop_on_error = false;
-        b.ops.push(super::fsops::removal(ObjRef::Id(self.open.parent), &self.open.name, Some(self.open.is_dir)));
+        b.ops.push(super::plan::removal(ObjRef::Id(self.open.parent), &self.open.name, Some(self.open.is_dir)));
         Some(b)
     }
-}
-
-/// Durable opens whose connection is gone, by persistent file id
-/// (3.3.1.10 GlobalOpenTable, the disconnected part of it).
-#[derive(Debug, Default)]
-pub struct DurableTable {
-    pub(super) kept: HashMap<u64, Kept>,
-    /// Batches of kept opens closed outside any connection (a break, the
-    /// scavenger) for the driver to run.
-    pub(super) closed: Vec<Batch>,
 }
 
 impl DurableTable {
@@ -160,13 +105,13 @@ impl super::Connection {
     /// (3.3.5.14). Not on 2.0.2 (INVALID_DEVICE_REQUEST); input shorter than
     /// 8 bytes or a timeout past [`MAX_RESILIENCY_MS`] is
     /// INVALID_PARAMETER; a timeout of 0 takes the durable default.
-    pub(super) fn plan_resiliency(&mut self, t: super::conn::Target, io: &crate::smb2::ioctl::IoctlRequest<'_>) -> super::conn::Plan {
-        use super::conn::done;
+    pub(super) fn plan_resiliency(&mut self, t: super::plan::Target, io: &crate::smb2::ioctl::IoctlRequest<'_>) -> super::plan::Plan {
+        use super::plan::done;
         use crate::smb2::status::NtStatus;
         if self.dialect().unwrap_or(0) < crate::smb2::negotiate::dialect::SMB2_1 {
             return done(NtStatus::INVALID_DEVICE_REQUEST);
         }
-        let super::conn::Target::Table(id) = t else {
+        let super::plan::Target::Table(id) = t else {
             return done(NtStatus::INVALID_PARAMETER);
         };
         let Some(raw) = io.input.get(..4) else {
@@ -184,7 +129,7 @@ impl super::Connection {
             return done(NtStatus::FILE_CLOSED);
         };
         o.resilient_ms = Some(if timeout == 0 { default_ms } else { timeout });
-        super::conn::ok(crate::smb2::message::Response::Ioctl(crate::smb2::ioctl::IoctlResponse {
+        super::plan::ok(crate::smb2::message::Response::Ioctl(crate::smb2::ioctl::IoctlResponse {
             ctl_code: io.ctl_code,
             file_id: io.file_id,
             input: &[],
@@ -348,7 +293,7 @@ impl super::Connection {
             if let Some(c) = cred {
                 let mut b = Batch::new(c, now_ns);
                 b.stop_on_error = false;
-                b.ops.push(super::fsops::removal(ObjRef::Id(o.parent), &o.name, Some(o.is_dir)));
+                b.ops.push(super::plan::removal(ObjRef::Id(o.parent), &o.name, Some(o.is_dir)));
                 let token = self.side_run(b, "app-instance-close");
                 self.park_after.push(token);
             }
@@ -373,6 +318,7 @@ mod tests {
     use crate::smb2::server::sharemode::holder;
     use crate::smb2::server::ShareModes;
     use crate::smb2::status::NtStatus;
+    use duet_fs::{Credentials, NodeId};
     use duet_locks::{Break, Level};
 
     const NODE: NodeId = 5;
@@ -400,7 +346,7 @@ mod tests {
                 app_instance: None,
                 written: false,
                 resilient_ms: None,
-                lock_seq: [crate::smb2::server::conn::NO_LOCK_SEQ; 64],
+                lock_seq: [crate::smb2::server::state::NO_LOCK_SEQ; 64],
             },
             cred: Credentials { uid: 1000, gid: 1000, groups: Vec::new() },
             client_guid: [1; 16],

@@ -10,7 +10,9 @@ use duet_fs::{
     OpResult, SetAttrs, SetTime, WriteData,
 };
 
-use super::conn::{done, error_body, ok, text, Connection, FramePlan, Open, Plan, Target};
+use super::conn::Connection;
+use super::plan::*;
+use super::state::*;
 use super::sharemode::{path_key, share};
 use super::info::{
     access, extra_status, from_filetime, fs_status, has_wildcards, maximal_access, pattern_match,
@@ -31,7 +33,7 @@ use crate::smb2::ioctl::{
     ctl_code, CopyChunkCopy, CopyChunkResponse, IoctlRequest, IoctlResponse, ResumeKeyResponse,
 };
 use crate::smb2::DecodeError;
-use crate::smb2::lock::{LockElement, LockResponse};
+use crate::smb2::lock::LockResponse;
 use crate::smb2::message::Response;
 use crate::smb2::query_directory::{OutputBufferResponse, QueryDirectoryRequest};
 use crate::smb2::query_info::{info_type, QueryInfoRequest};
@@ -54,242 +56,11 @@ const SETTABLE_MODE: u32 = opt::WRITE_THROUGH
 /// writes ending past it are refused.
 const MAX_FILE_SIZE: u64 = 0xfff_ffff_0000;
 
-/// Enumeration state of a directory open (MS-SMB2 3.3.1.10
-/// EnumerationLocation / SearchPattern).
-#[derive(Debug, Clone, Default)]
-pub struct DirState {
-    pub pattern: String,
-    /// The last name returned (or skipped): the next ReadDir starts after it.
-    pub last: Option<String>,
-    /// How many of "." and ".." were returned (or skipped).
-    pub dots: u8,
-    /// Positions passed since the enumeration (re)started: ".", "..",
-    /// then every name in the order ReadDir gives (matching the pattern
-    /// or not). An entry's FileIndex is its position, 1-based, which is
-    /// also the 0-based offset of the entry after it: SMB2_INDEX_SPECIFIED
-    /// "returns entries beginning at" that offset (MS-SMB2 2.2.33), i.e.
-    /// after the entry whose FileIndex the client sends back.
-    pub pos: u32,
-    /// The position of the last entry returned, or the one the
-    /// enumeration was last resumed after: every position from it to
-    /// `pos` was passed without being returned (it did not match).
-    pub returned_pos: u32,
-    pub started: bool,
-    pub eof: bool,
-}
-
 /// The most names a QUERY_DIRECTORY with SMB2_INDEX_SPECIFIED re-reads to
 /// reach the position it names; past it the FileIndex is ignored (Windows
 /// servers ignore it always, a product behavior note of MS-SMB2 2.2.33)
 /// and the enumeration goes on where it is.
 const MAX_INDEX_REREAD: u32 = 4096;
-
-/// The open a CREATE of this frame will make, as later commands of the
-/// same related chain see it while planning.
-#[derive(Debug, Clone)]
-pub struct PendingOpen {
-    pub obj: ObjRef,
-    pub parent: ObjRef,
-    pub name: String,
-    pub granted: u32,
-    pub is_dir: Option<bool>,
-    pub delete_on_close: bool,
-}
-
-/// A CREATE waiting for its operations.
-#[derive(Debug)]
-pub struct CreatePlan {
-    first_op: usize,
-    /// The path starts with `.snapshot\@GMT-...` from a TWrp context or
-    /// an `@GMT-` token (its first two lookups).
-    timewarp: bool,
-    final_op: usize,
-    open_op: Option<usize>,
-    disposition: u32,
-    options: u32,
-    desired: u32,
-    mxac: bool,
-    qfid: bool,
-    root: NodeId,
-    read_only: bool,
-    session_id: u64,
-    tree_id: u32,
-    name: String,
-    path: String,
-    /// The named stream opened (MS-FSCC 2.1.5.1), if any: `path` is then
-    /// its file's and `name` is `:stream`.
-    stream: Option<String>,
-    /// The path named the unnamed stream explicitly (`file::$DATA`).
-    data: bool,
-    share_access: u32,
-    /// SetEas of the CREATE's EA buffer, if any.
-    ea_op: Option<usize>,
-    /// GetAcl of the opened object: a stored DACL decides the access
-    /// granted (issue 17).
-    acl_op: Option<usize>,
-    /// GetAcl of the parent directory of a nested name opened for DELETE
-    /// (or MAXIMUM_ALLOWED, or delete-on-close).
-    parent_acl_op: Option<usize>,
-    /// GetAcl of the share root, when a name directly in it is opened for
-    /// DELETE (its permission check needs the root's attributes and DACL).
-    root_attrs_op: Option<usize>,
-    /// RequestedOplockLevel (MS-SMB2 2.2.13).
-    oplock: u8,
-    /// The lease asked for, when the dialect allows it (`lease.rs`).
-    lease: Option<crate::smb2::create_context::Lease>,
-    /// DHnQ / DH2Q (`durable.rs`).
-    durable: Option<super::durable::DurableRequest>,
-    /// SMB2_CREATE_APP_INSTANCE_ID (with DH2Q only).
-    app_instance: Option<[u8; 16]>,
-    /// A reconnected durable open (DHnC / DH2C) or a replayed DH2Q: the
-    /// open (already in the table) the response describes, and whether
-    /// the DH2Q response context goes with it (a replay).
-    reattach: Option<(u64, bool)>,
-}
-
-#[derive(Debug)]
-pub enum SetKind {
-    /// One SetAttr (or nothing).
-    Plain,
-    Disposition {
-        check_op: Option<usize>,
-        /// A file's attributes, to refuse READONLY (MS-FSA 2.1.5.14.3).
-        attr_op: Option<usize>,
-    },
-    Rename {
-        first_lookup: usize,
-        dst_op: usize,
-        name: String,
-        path: String,
-        root: NodeId,
-    },
-    Link {
-        first_lookup: usize,
-        link_op: usize,
-    },
-    Position(u64),
-    /// FileRenameInformation of a stream handle to `:name`: the open's
-    /// new stream name.
-    StreamRename {
-        op: usize,
-        name: String,
-        root: NodeId,
-    },
-    /// FileModeInformation (MS-FSCC 2.4.26): the open's mode bits.
-    Mode(u32),
-}
-
-/// A file-system command waiting for the batch.
-#[derive(Debug)]
-pub enum FsPlan {
-    Create(Box<CreatePlan>),
-    Close {
-        target: Target,
-        closed: Option<Box<Open>>,
-        close_op: Option<usize>,
-        postquery: bool,
-    },
-    Flush {
-        target: Target,
-    },
-    Read {
-        target: Target,
-        op: usize,
-        offset: u64,
-        min_count: u32,
-        len: u32,
-    },
-    Write {
-        target: Target,
-        op: usize,
-    },
-    QueryInfo {
-        target: Target,
-        op: Option<usize>,
-        /// GetEas for the classes that report EAs (EA, ALL, FULL_EA).
-        ea_op: Option<usize>,
-        /// GetAttr of a named stream's node (`op` is then its file's).
-        stream_op: Option<usize>,
-        info_type: u8,
-        class: u8,
-        out_len: u32,
-        addl: u32,
-        root: NodeId,
-        share: String,
-    },
-    SetInfo {
-        target: Target,
-        op: Option<usize>,
-        kind: SetKind,
-    },
-    QueryDir {
-        target: Target,
-        op: usize,
-        class: DirectoryInfoClass,
-        out_len: u32,
-        single: bool,
-        state: DirState,
-        dots: bool,
-        exact: bool,
-        /// An earlier QUERY_DIRECTORY of the same frame enumerates the same
-        /// open: this one continues where that one stops.
-        chained: bool,
-        /// SMB2_INDEX_SPECIFIED moved the enumeration: the positions up to
-        /// this one are passed without being returned.
-        resume_at: u32,
-    },
-    Lock {
-        target: Target,
-        elements: Vec<LockElement>,
-    },
-    /// FSCTL_SRV_COPYCHUNK(_WRITE): one `Op::Copy` per chunk, in order.
-    CopyChunk {
-        target: Target,
-        ops: Vec<usize>,
-        ctl_code: u32,
-        file_id: FileId,
-    },
-    /// FSCTL_SRV_ENUMERATE_SNAPSHOTS: one `Op::ListSnapshots`.
-    Snapshots {
-        target: Target,
-        op: usize,
-        ctl_code: u32,
-        file_id: FileId,
-        max_out: u32,
-    },
-    /// FSCTL_SET_SPARSE (one `Op::SetAttr`, ONLY_SPARSE) and
-    /// FSCTL_SET_ZERO_DATA (one `Op::ZeroRange`): no output.
-    NoOutput {
-        target: Target,
-        op: usize,
-        ctl_code: u32,
-        file_id: FileId,
-    },
-    /// FSCTL_FILE_LEVEL_TRIM: one `Op::ZeroRange` per range; the output
-    /// counts the ranges done before the first that failed.
-    Trim {
-        target: Target,
-        ops: Vec<usize>,
-        ctl_code: u32,
-        file_id: FileId,
-    },
-    /// FSCTL_QUERY_ALLOCATED_RANGES: one `Op::GetAttr`; the asked range.
-    AllocatedRanges {
-        target: Target,
-        op: usize,
-        ctl_code: u32,
-        file_id: FileId,
-        range: (u64, u64),
-        max_out: u32,
-    },
-    /// FSCTL_DUPLICATE_EXTENTS_TO_FILE: one `Op::Clone`.
-    DupExtents {
-        target: Target,
-        op: usize,
-        ctl_code: u32,
-        file_id: FileId,
-    },
-}
 
 /// What planning needs to know of the target open.
 struct View {
@@ -418,16 +189,6 @@ fn stream_info(file: &Attrs, streams: &[duet_fs::DirEntry]) -> (Vec<u8>, usize) 
     (out, min)
 }
 
-/// The operation that deletes what an open names: its directory entry,
-/// or, for an open of a named stream (its `name` is `:stream`, `parent`
-/// the file), that stream alone.
-pub(super) fn removal(parent: ObjRef, name: &str, is_dir: Option<bool>) -> Op {
-    match name.strip_prefix(':') {
-        Some(stream) => Op::RemoveStream { obj: parent, name: stream.to_string() },
-        None => Op::Remove { dir: parent, name: name.to_string(), dir_only: is_dir },
-    }
-}
-
 /// The sizes SMB reports: a directory has neither end of file nor
 /// allocation (as NTFS reports them).
 pub(super) fn smb_sizes(a: &Attrs) -> (u64, u64) {
@@ -552,7 +313,7 @@ impl Connection {
     pub(super) fn plan_create(
         &mut self,
         fp: &mut FramePlan,
-        chain: &mut super::conn::Chain,
+        chain: &mut super::plan::Chain,
         slot: usize,
         hdr: &Header,
         req: &CreateRequest<'_>,
@@ -626,8 +387,8 @@ impl Connection {
             return Err(NtStatus::INVALID_PARAMETER);
         }
         let reconnect = match (dhnc, dh2c) {
-            (Some(f), _) => Some(super::durable::Reconnect { persistent: f.persistent, v2: None }),
-            (_, Some((f, g))) => Some(super::durable::Reconnect { persistent: f.persistent, v2: Some(g) }),
+            (Some(f), _) => Some(super::plan::Reconnect { persistent: f.persistent, v2: None }),
+            (_, Some((f, g))) => Some(super::plan::Reconnect { persistent: f.persistent, v2: Some(g) }),
             _ => None,
         };
         if let Some(r) = reconnect {
@@ -764,12 +525,12 @@ impl Connection {
             }
         }
         let durable = match (dh2q, dhnq) {
-            (Some((t, _, g)), _) => Some(super::durable::DurableRequest {
+            (Some((t, _, g)), _) => Some(super::plan::DurableRequest {
                 v2: true,
                 timeout_ms: super::durable::v2_timeout(t, self.cfg.durable_timeout_ms),
                 create_guid: g,
             }),
-            (None, true) => Some(super::durable::DurableRequest {
+            (None, true) => Some(super::plan::DurableRequest {
                 v2: false,
                 timeout_ms: self.cfg.durable_timeout_ms,
                 create_guid: [0; 16],
@@ -1369,7 +1130,7 @@ impl Connection {
                 app_instance: None,
                 written: false,
                 resilient_ms: None,
-                lock_seq: [super::conn::NO_LOCK_SEQ; 64],
+                lock_seq: [super::state::NO_LOCK_SEQ; 64],
             },
         );
         // NFSv4 delegations of the file that this open contradicts are
@@ -1441,7 +1202,7 @@ impl Connection {
                 .is_some_and(|l| l.lease_state & crate::smb2::create_context::Lease::HANDLE_CACHING != 0);
         if let Some(d) = cp.durable.filter(|_| !is_dir && handle_cached) {
             if let Some(o) = self.opens.get_mut(&id) {
-                o.durable = Some(super::durable::Durable { v2: d.v2, create_guid: d.create_guid, timeout_ms: d.timeout_ms });
+                o.durable = Some(super::state::Durable { v2: d.v2, create_guid: d.create_guid, timeout_ms: d.timeout_ms });
                 // 3.3.5.9.13: the AppInstanceId of a DH2Q open.
                 if let Some(app) = cp.app_instance.filter(|_| d.v2) {
                     o.app_instance = Some(app);
@@ -3811,7 +3572,6 @@ fn two_i64(input: &[u8]) -> Option<(i64, i64)> {
     let b = i64::from_le_bytes(input.get(8..16)?.try_into().ok()?);
     Some((a, b))
 }
-
 
 /// Whether `cred` may change the directory an opened name is in (`want`:
 /// 2 write, 3 write and search; MS-SMB2 3.3.5.9 refuses DELETE up front

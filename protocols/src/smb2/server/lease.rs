@@ -32,12 +32,12 @@
 //! its ParentLeaseKey, 3.3.4.7); an SMB WRITE breaks them only when its
 //! open closes ([`Connection::break_parent_on_close`]).
 
-use std::collections::HashMap;
 
 use duet_fs::NodeId;
-use duet_locks::{Break, GrantId, Holder, Level};
+use duet_locks::{Break, Holder, Level};
 
-use super::conn::{done, ok, Connection, Plan};
+use super::conn::Connection;
+use super::plan::*;
 use super::sharemode::holder;
 use super::Event;
 use crate::smb2::create_context::{Lease, LeaseV2};
@@ -45,17 +45,7 @@ use crate::smb2::message::Response;
 use crate::smb2::negotiate::dialect;
 use crate::smb2::oplock_break::{LeaseBreakAck, LeaseBreakNotification, OplockBreakMessage};
 use crate::smb2::status::NtStatus;
-
-/// The lock-table owner bit of a lease (file ids never reach it).
-pub(super) const LEASE_OWNER: u64 = 1 << 62;
-
-/// Every client's leases (MS-SMB2 3.3.1.13 LeaseTable, by ClientGuid,
-/// then 3.3.1.12 Lease by LeaseKey), shared by all connections.
-#[derive(Debug, Default)]
-pub struct Leases {
-    by_key: HashMap<([u8; 16], [u8; 16]), LeaseRec>,
-    next: u64,
-}
+use super::state::*;
 
 impl Leases {
     /// Connection `conn` is gone: its opens leave their leases, and a
@@ -122,38 +112,6 @@ impl Leases {
             r.path = path.to_string();
         }
     }
-}
-
-/// One lease of a client (MS-SMB2 3.3.1.12 Lease), by LeaseKey.
-#[derive(Debug, Clone)]
-pub(super) struct LeaseRec {
-    /// Its owner number in the lock table (`LEASE_OWNER` | n).
-    pub owner: u64,
-    /// The share-mode path key of its file (Lease.Filename).
-    pub path: String,
-    /// Its file, and whether that file had other names (hard links) when
-    /// last opened: clients key leases by inode (the Linux cifs client
-    /// sends one lease key for every name of a file), so another name of
-    /// the same file is not "another file" (3.3.5.9.8).
-    pub node: NodeId,
-    pub linked: bool,
-    pub grant: Option<GrantId>,
-    /// Lease.LeaseState.
-    pub state: Level,
-    /// Lease.BreakToLeaseState while a break awaits its acknowledgment.
-    pub breaking_to: Option<Level>,
-    /// Lease.Epoch (v2 only).
-    pub epoch: u16,
-    /// Lease.Version 2.
-    pub v2: bool,
-    /// The ParentLeaseKey the client set, echoed in responses (v2).
-    pub parent: Option<[u8; 16]>,
-    /// The opens made with this key (Lease.LeaseOpens), by connection
-    /// key and FileId.
-    pub opens: Vec<(u64, u64)>,
-    /// The connection and session of the last open, whose encryption the
-    /// breaks use when they go out on that connection.
-    pub session: (u64, u64),
 }
 
 /// A lease request a CREATE carries, once the dialect allows it
@@ -340,7 +298,7 @@ impl Connection {
     /// Open `o`, which wrote, closed: the leases of its directory are
     /// broken (but the one its lease names as parent), as a listing
     /// cached under them shows its old size and times (MS-FSA 2.1.5.4).
-    pub(super) fn break_parent_on_close(&mut self, o: &super::conn::Open, now_ns: i64) {
+    pub(super) fn break_parent_on_close(&mut self, o: &super::state::Open, now_ns: i64) {
         if !o.written || !self.cfg.share_modes.directory_leases() {
             return;
         }

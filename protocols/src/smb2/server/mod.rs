@@ -10,21 +10,39 @@
 //! with `ObjRef::Result`, and the per-operation results become the
 //! per-command responses of one compound response.
 //!
-//! Code map: `conn` (the connection: framing, credits, NEGOTIATE,
-//! SESSION_SETUP, signing, encryption, trees, IOCTL, LOCK, response
-//! assembly), `fsops` (CREATE, CLOSE, READ, WRITE, QUERY_DIRECTORY,
-//! QUERY_INFO, SET_INFO, FLUSH: planning into the batch and answering from
-//! its results), `info` (FILETIME, NTSTATUS of FsError, access masks,
-//! security descriptors, patterns), `crypto` (PRNG, KDF, signing,
-//! encryption, preauth hash), `pipe` (named pipes on IPC$: the srvsvc
-//! pipe carrying DCE/RPC to `crate::dcerpc`), `oplock` (oplock grants,
-//! breaks routed to the holder's connection as [`Event::Recall`], acks,
-//! CREATEs parked until the breaks they caused are over).
+//! Code map, in layers (a module imports only from the layers below it;
+//! no two files import each other):
+//! - data: `state` (what a connection holds: NEGOTIATE's outcome,
+//!   sessions and trees, file and pipe opens, durable and lease records,
+//!   watches, parked CREATEs and blocking LOCKs), `plan` (what a frame
+//!   will answer: `Plan`, `FsPlan`, `FramePlan` and the response helpers),
+//!   `crypto` (PRNG, KDF, signing, encryption, preauth hash), `info`
+//!   (FILETIME, NTSTATUS of FsError, access masks, security descriptors,
+//!   patterns);
+//! - shared tables: `sharemode` (the daemon-wide share modes, leases
+//!   and kept durable opens over the lock table);
+//! - the connection: `conn` (framing, credits, dispatch, CANCEL, IOCTL,
+//!   response assembly);
+//! - handlers, each an `impl Connection`: `session` (NEGOTIATE,
+//!   SESSION_SETUP, LOGOFF, TREE_CONNECT/DISCONNECT, a lost connection),
+//!   `fsops` (CREATE, CLOSE, READ, WRITE, QUERY_DIRECTORY, QUERY_INFO,
+//!   SET_INFO, FLUSH: planning into the batch and answering from its
+//!   results), `lock` (byte-range LOCK), `pipe` (named pipes on IPC$: the
+//!   srvsvc pipe carrying DCE/RPC to `crate::dcerpc`), `oplock` (grants,
+//!   breaks routed as [`Event::Recall`], acks, parked CREATEs), `lease`,
+//!   `notify` (CHANGE_NOTIFY), `durable` (durable and resilient handles).
+//!
+//! Architecture Invariant: the SMB server's modules import in layers:
+//! `state`/`plan` never import `conn`, `conn` never imports a handler.
 //!
 //! Architecture Invariant: no I/O, no clock, no OS randomness: time comes
 //! as `now_ns`, randomness from the seed given to [`Connection::new`].
 
 mod conn;
+mod lock;
+mod plan;
+mod session;
+mod state;
 pub mod crypto;
 pub mod durable;
 mod fsops;

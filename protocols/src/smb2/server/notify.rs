@@ -14,13 +14,15 @@
 
 use duet_fs::NodeId;
 
-use super::conn::{error_body, done, AsyncReply, Connection, FramePlan, Plan, Target};
+use super::conn::Connection;
+use super::plan::*;
 use super::info::access;
 use crate::smb2::change_notify::ChangeNotifyRequest;
 use crate::smb2::header::{Header, HeaderIds};
 use crate::smb2::query_directory::OutputBufferResponse;
 use crate::smb2::status::NtStatus;
 use crate::smb2::server::Event;
+use super::state::*;
 
 /// A change as one connection receives it: seen from its watched
 /// directory `watch`, `name` relative to it ('\'-separated below it;
@@ -48,32 +50,6 @@ pub struct WatchedDir {
     pub tree: bool,
     pub parent: NodeId,
     pub name: String,
-}
-
-/// The watch of one directory open.
-#[derive(Debug, Clone)]
-pub(super) struct Watch {
-    pub node: NodeId,
-    pub parent: NodeId,
-    pub name: String,
-    pub filter: u32,
-    pub tree: bool,
-    /// The buffer for changes between requests: the first request's
-    /// OutputBufferLength.
-    pub capacity: u32,
-    pub buffered: Vec<(u32, String)>,
-    /// What `buffered` takes encoded, each entry padded to 4 bytes.
-    pub padded: usize,
-    /// Changes were lost: the next answer is STATUS_NOTIFY_ENUM_DIR.
-    pub overflow: bool,
-}
-
-/// A CHANGE_NOTIFY answered STATUS_PENDING, waiting for a change.
-#[derive(Clone)]
-pub(super) struct WaitingNotify {
-    pub file: u64,
-    pub output_len: u32,
-    pub reply: AsyncReply,
 }
 
 /// The default of `ServerConfig::max_watches` (`[limits]

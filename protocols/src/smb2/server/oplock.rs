@@ -17,7 +17,8 @@
 use duet_fs::NodeId;
 use duet_locks::{Break, Conflict, Level, Share};
 
-use super::conn::{done, ok, transport, Connection, Plan};
+use super::conn::Connection;
+use super::plan::*;
 use super::sharemode::holder;
 use super::{Directory, Event};
 use crate::smb2::create::oplock_level;
@@ -26,28 +27,7 @@ use crate::smb2::message::Response;
 use crate::smb2::oplock_break::{OplockBreak, OplockBreakMessage};
 use crate::smb2::status::NtStatus;
 use crate::smb2::FileId;
-
-/// The lock-table owner that stands for an open a CREATE has not made yet
-/// (file ids count up from 1 and never reach it).
-pub(super) const OPENER: u64 = u64::MAX;
-
-/// A CREATE waiting for oplock breaks, by the AsyncId of its interim
-/// answer: the frame (decrypted) to run again, and the files it waits on.
-#[derive(Debug)]
-pub(super) struct ParkedCreate {
-    pub frame: Vec<u8>,
-    pub encrypted_by: Option<u64>,
-    pub nodes: Vec<NodeId>,
-    /// Side batches it waits for (`Connection::side_runs`).
-    pub after: Vec<u64>,
-    /// An open of another connection it waits to see closed
-    /// (AppInstanceId, `durable.rs`).
-    /// (the open, until when at most).
-    pub gone: Option<((u64, u64), i64)>,
-    /// A removal of the name it waits to see over (share-mode path key,
-    /// until when at most; `ShareModes::removing_at`).
-    pub removal: Option<(String, i64)>,
-}
+use super::state::*;
 
 /// The caching a RequestedOplockLevel asks for (a lease request, 0xFF, is
 /// not an oplock: `lease.rs` grants those).
@@ -256,7 +236,7 @@ impl Connection {
         if self.is_closed() {
             return Vec::new();
         }
-        if b.holder.owner & super::lease::LEASE_OWNER != 0 && b.holder.owner != OPENER {
+        if b.holder.owner & super::state::LEASE_OWNER != 0 && b.holder.owner != OPENER {
             return self.on_lease_recall(b);
         }
         let id = b.holder.owner;

@@ -5,7 +5,9 @@
 //! `Connection::pipes`, under a volatile FileId of the same id space; no
 //! pipe command touches the engine, so each is answered while planning.
 
-use super::conn::{done, ok, Chain, Connection, Plan};
+use super::conn::Connection;
+use super::plan::*;
+use super::state::*;
 use super::Directory;
 use crate::dcerpc::srvsvc::{stype, ShareInfo, Srvsvc};
 use crate::dcerpc::Endpoint;
@@ -32,16 +34,6 @@ const ATTRIBUTE_NORMAL: u32 = 0x80;
 /// The pipes duet serves (MS-SRVS 2.1: `\PIPE\srvsvc`).
 const PIPES: &[&str] = &["srvsvc"];
 
-/// One open of a named pipe.
-#[derive(Debug)]
-pub(super) struct PipeOpen {
-    pub session_id: u64,
-    pub tree_id: u32,
-    pub endpoint: Endpoint,
-    /// FilePipeInformation (MS-FSCC 2.4.29): ReadMode, CompletionMode.
-    pub read_mode: u32,
-    pub completion_mode: u32,
-}
 
 /// The srvsvc view of the shares a [`Directory`] has, plus IPC$.
 fn srvsvc(server_name: &str, dir: &dyn Directory) -> Srvsvc {
@@ -370,38 +362,40 @@ impl Connection {
     }
 }
 
-/// FSCTL_PIPE_WAIT (MS-FSCC 2.3.49 FSCTL_PIPE_WAIT_REQUEST: Timeout,
-/// NameLength, TimeoutSpecified, Padding, Name): duet's pipes always have
-/// an instance free, so a known name succeeds at once.
-pub(super) fn pipe_wait(input: &[u8]) -> Plan {
-    let Some(len) = input.get(8..12) else {
-        return done(NtStatus::INVALID_PARAMETER);
-    };
-    let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
-    let Some(raw) = input.get(14..14usize.saturating_add(len)) else {
-        return done(NtStatus::INVALID_PARAMETER);
-    };
-    let units: Vec<u16> = raw
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        .collect();
-    let name = String::from_utf16_lossy(&units);
-    if PIPES
-        .iter()
-        .any(|p| p.eq_ignore_ascii_case(name.trim_start_matches('\\')))
-    {
-        ok(Response::Ioctl(IoctlResponse {
-            ctl_code: ctl_code::FSCTL_PIPE_WAIT,
-            file_id: FileId {
-                persistent: u64::MAX,
-                volatile: u64::MAX,
-            },
-            input: &[],
-            output: &[],
-            flags: 0,
-        }))
-    } else {
-        done(NtStatus::OBJECT_NAME_NOT_FOUND)
+impl Connection {
+    /// FSCTL_PIPE_WAIT (MS-FSCC 2.3.49 FSCTL_PIPE_WAIT_REQUEST: Timeout,
+    /// NameLength, TimeoutSpecified, Padding, Name): duet's pipes always have
+    /// an instance free, so a known name succeeds at once.
+    pub(super) fn pipe_wait(input: &[u8]) -> Plan {
+        let Some(len) = input.get(8..12) else {
+            return done(NtStatus::INVALID_PARAMETER);
+        };
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let Some(raw) = input.get(14..14usize.saturating_add(len)) else {
+            return done(NtStatus::INVALID_PARAMETER);
+        };
+        let units: Vec<u16> = raw
+            .chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        let name = String::from_utf16_lossy(&units);
+        if PIPES
+            .iter()
+            .any(|p| p.eq_ignore_ascii_case(name.trim_start_matches('\\')))
+        {
+            ok(Response::Ioctl(IoctlResponse {
+                ctl_code: ctl_code::FSCTL_PIPE_WAIT,
+                file_id: FileId {
+                    persistent: u64::MAX,
+                    volatile: u64::MAX,
+                },
+                input: &[],
+                output: &[],
+                flags: 0,
+            }))
+        } else {
+            done(NtStatus::OBJECT_NAME_NOT_FOUND)
+        }
     }
 }
 

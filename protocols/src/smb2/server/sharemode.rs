@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use duet_fs::{Batch, NodeId};
 use duet_locks::{Break, Holder, LockManager, Protocol, Share};
 
-use super::durable::{DurableTable, Kept, KEPT};
+use super::state::{DurableTable, Kept, KEPT};
 use crate::smb2::status::NtStatus;
 
 /// The share access bits of CREATE (MS-SMB2 2.2.13 ShareAccess).
@@ -36,7 +36,7 @@ pub struct ShareModes {
     /// was opened in; a named stream's: its file).
     paths: Mutex<HashMap<(u64, u64), (NodeId, String, NodeId)>>,
     /// Every client's leases (`lease.rs`); taken before the lock table.
-    leases: Mutex<super::lease::Leases>,
+    leases: Mutex<super::state::Leases>,
     /// Durable opens kept after their connection was lost (`durable.rs`).
     durable: Mutex<DurableTable>,
     /// Open.AppInstanceId -> the open (connection key, file id) that has
@@ -234,7 +234,7 @@ impl ShareModes {
             let d = self.take_pending_delete(k.open.node)?;
             let mut b = Batch::new(k.cred.clone(), now_ns);
             b.stop_on_error = false;
-            b.ops.push(super::fsops::removal(duet_fs::ObjRef::Id(d.parent), &d.name, Some(d.is_dir)));
+            b.ops.push(super::plan::removal(duet_fs::ObjRef::Id(d.parent), &d.name, Some(d.is_dir)));
             Some(b)
         }
     }
@@ -266,7 +266,7 @@ impl ShareModes {
             return None;
         }
         let owner = b.holder.owner;
-        let ids: Vec<u64> = if owner & super::lease::LEASE_OWNER != 0 && owner != super::oplock::OPENER {
+        let ids: Vec<u64> = if owner & super::state::LEASE_OWNER != 0 && owner != super::state::OPENER {
             let opens = self.leases().opens_of_owner(owner)?;
             if opens.is_empty() || !opens.iter().all(|k| k.0 == KEPT) {
                 return None;
@@ -402,7 +402,7 @@ impl ShareModes {
     }
 
     /// The lease table of every client (taken before the lock table).
-    pub(super) fn leases(&self) -> std::sync::MutexGuard<'_, super::lease::Leases> {
+    pub(super) fn leases(&self) -> std::sync::MutexGuard<'_, super::state::Leases> {
         self.leases.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -4149,3 +4149,62 @@ fn open_fid_with(c: &mut Client, name: &str, options: u32, access: u32) -> FileI
     let Response::Create(cr) = r.body() else { panic!("CREATE {name}: {:?}", r.status()) };
     cr.file_id
 }
+
+/// MS-SMB2 3.3.4.2 with Windows' compound behavior (<159>, <162>;
+/// smbtorture smb2.compound.interim1/interim2): a CHANGE_NOTIFY related
+/// to the CREATE of its compound, last in the compound, waits on the
+/// directory the CREATE opened: the compound answers the CREATE and an
+/// interim STATUS_PENDING in the ASYNC form, and CANCEL completes it
+/// STATUS_CANCELLED. In the middle of a compound it fails
+/// STATUS_INTERNAL_ERROR and the request after it is answered as usual.
+#[test]
+fn a_change_notify_on_the_compounds_create_waits_when_last() {
+    use duet_protocols::changes::filter;
+    let mut c = Client::connected();
+    let notify = || {
+        msg(
+            Request::ChangeNotify(ChangeNotifyRequest {
+                flags: ChangeNotifyRequest::WATCH_TREE,
+                output_buffer_length: 4096,
+                file_id: FileId::RELATED,
+                completion_filter: filter::FILE_NAME,
+            }),
+            true,
+        )
+    };
+    let r = c.call(vec![
+        msg(Request::Create(create("interim1", create_disposition::CREATE, create_options::DIRECTORY_FILE, RW)), false),
+        notify(),
+    ]);
+    assert_eq!(statuses(&r), vec![NtStatus::SUCCESS, NtStatus::PENDING]);
+    assert!(r[1].header.flags.is_async() && r[1].header.async_id().is_some(), "the interim is in the ASYNC form");
+    let Response::Create(cr) = r[0].body() else { panic!() };
+    assert!(c.conn.watches_changed());
+    assert_eq!(c.conn.watched().len(), 1, "the directory the CREATE opened is watched");
+    let done = cancel_of(&mut c, &r[1]);
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].status(), done[0].header.ids), (NtStatus::CANCELLED, r[1].header.ids));
+    assert_eq!(c.one(Request::Close(CloseRequest { flags: 0, file_id: cr.file_id })).status(), NtStatus::SUCCESS);
+    let _ = c.conn.watches_changed();
+    assert!(c.conn.watched().is_empty(), "the watch ends with its directory's close");
+    // In the middle: INTERNAL_ERROR, and the QUERY_INFO after it goes on.
+    let r = c.call(vec![
+        msg(Request::Create(create("interim2", create_disposition::CREATE, create_options::DIRECTORY_FILE, RW)), false),
+        notify(),
+        msg(
+            Request::QueryInfo(QueryInfoRequest {
+                info_type: info_type::FILE,
+                file_info_class: 4,
+                output_buffer_length: 4096,
+                input_buffer: &[],
+                additional_information: 0,
+                flags: 0,
+                file_id: FileId::RELATED,
+            }),
+            true,
+        ),
+        close_related(),
+    ]);
+    assert_eq!(statuses(&r), vec![NtStatus::SUCCESS, NtStatus::INTERNAL_ERROR, NtStatus::SUCCESS, NtStatus::SUCCESS]);
+    assert!(c.conn.watched().is_empty(), "nothing watched");
+}

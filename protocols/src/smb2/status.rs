@@ -91,6 +91,9 @@ impl NtStatus {
     pub const DISK_FULL: NtStatus = NtStatus(0xC000_007F);
     /// A server limit was reached.
     pub const INSUFFICIENT_RESOURCES: NtStatus = NtStatus(0xC000_009A);
+    /// An internal error; Windows' answer to a request of a compound that
+    /// would go async without being the compound's last (MS-SMB2 <159>).
+    pub const INTERNAL_ERROR: NtStatus = NtStatus(0xC000_00E5);
     /// The share or volume is read-only.
     pub const MEDIA_WRITE_PROTECTED: NtStatus = NtStatus(0xC000_00A2);
     /// The ImpersonationLevel of a CREATE is invalid.
@@ -201,6 +204,7 @@ impl NtStatus {
             NtStatus::RANGE_NOT_LOCKED => "STATUS_RANGE_NOT_LOCKED",
             NtStatus::DISK_FULL => "STATUS_DISK_FULL",
             NtStatus::INSUFFICIENT_RESOURCES => "STATUS_INSUFFICIENT_RESOURCES",
+            NtStatus::INTERNAL_ERROR => "STATUS_INTERNAL_ERROR",
             NtStatus::MEDIA_WRITE_PROTECTED => "STATUS_MEDIA_WRITE_PROTECTED",
             NtStatus::BAD_IMPERSONATION_LEVEL => "STATUS_BAD_IMPERSONATION_LEVEL",
             NtStatus::IO_TIMEOUT => "STATUS_IO_TIMEOUT",

@@ -14,6 +14,7 @@ use super::crypto::{preauth_update, CipherKey, Rng, SigningKey};
 use super::info::extra_status;
 use super::{Directory, Event, ServerConfig};
 use crate::auth::spnego;
+use crate::smb2::change_notify::ChangeNotifyRequest;
 use crate::smb2::compound::Compound;
 use crate::smb2::header::{Command, Header, HeaderFlags, HeaderIds, HEADER_SIZE};
 use crate::smb2::ioctl::{
@@ -613,14 +614,7 @@ impl Connection {
                 }
             }
             // A CHANGE_NOTIFY that waits for a change: likewise.
-            if let Some(mut n) = self.last_notify.take() {
-                hdr.flags.0 |= crate::smb2::header::HeaderFlags::ASYNC_COMMAND;
-                hdr.ids = n.reply.hdr.ids;
-                n.reply = AsyncReply { hdr, sign: sign.clone(), encrypt: fp.encrypt.clone() };
-                if let HeaderIds::Async { async_id } = hdr.ids {
-                    self.notifies.insert(async_id, n);
-                }
-            }
+            self.wait_notify(&mut hdr, sign.clone(), fp.encrypt.clone());
             fp.slots.push(Slot {
                 hdr,
                 credits,
@@ -640,6 +634,21 @@ impl Connection {
             return out;
         }
         self.finish_frame(fp)
+    }
+
+    /// A CHANGE_NOTIFY just planned waits (`plan_change_notify` left it
+    /// in `last_notify`): its response header `hdr` takes the ASYNC form,
+    /// and the final answer will go out as its request came (signed or
+    /// encrypted).
+    fn wait_notify(&mut self, hdr: &mut Header, sign: Option<SigningKey>, encrypt: Option<(u64, CipherKey)>) {
+        if let Some(mut n) = self.last_notify.take() {
+            hdr.flags.0 |= crate::smb2::header::HeaderFlags::ASYNC_COMMAND;
+            hdr.ids = n.reply.hdr.ids;
+            n.reply = AsyncReply { hdr: *hdr, sign, encrypt };
+            if let HeaderIds::Async { async_id } = hdr.ids {
+                self.notifies.insert(async_id, n);
+            }
+        }
     }
 
     /// Runs the frame's batch, or answers it at once when it has none.
@@ -709,14 +718,37 @@ impl Connection {
         let slots = std::mem::take(&mut fp.slots);
         let mut answered: Vec<Answered> = Vec::with_capacity(slots.len());
         for (i, s) in slots.into_iter().enumerate() {
+            let mut hdr = s.hdr;
             let (status, body) = match s.plan {
                 Plan::Done { status, body } => match fp.deferred.remove(&i) {
+                    Some(Deferred::Notify { target, flags, filter, output_len }) => {
+                        let req = ChangeNotifyRequest {
+                            flags,
+                            output_buffer_length: output_len,
+                            file_id: FileId::RELATED,
+                            completion_filter: filter,
+                        };
+                        let plan = match target {
+                            Target::Pending(slot) => match created.get(&slot).copied() {
+                                Some(Ok(id)) => self.plan_change_notify(&mut fp, &hdr, Target::Table(id), &req),
+                                Some(Err(e)) => done(e),
+                                None => done(NtStatus::INVALID_PARAMETER),
+                            },
+                            Target::Table(_) => done(NtStatus::INVALID_PARAMETER),
+                        };
+                        let encrypt = fp.encrypt.clone();
+                        self.wait_notify(&mut hdr, s.sign.clone(), encrypt);
+                        match plan {
+                            Plan::Done { status, body } => (status, body),
+                            Plan::Fs(_) => (NtStatus::INTERNAL_ERROR, error_body()),
+                        }
+                    }
                     Some(d) => self.complete_deferred(d, &created),
                     None => (status, body),
                 },
                 Plan::Fs(p) => self.complete(&mut fp, i, p, &results, &mut created),
             };
-            answered.push((s.hdr, s.credits, s.sign, status, body));
+            answered.push((hdr, s.credits, s.sign, status, body));
         }
         // Assemble: pad every message of a compound to 8 (the last one
         // too, as Windows and Samba do), chain NextCommand, then sign each
@@ -1290,6 +1322,8 @@ impl Connection {
                 },
                 Target::Table(_) => (status, body),
             },
+            // Answered by `finish` itself (it changes the slot's header).
+            Deferred::Notify { .. } => (NtStatus::INTERNAL_ERROR, error_body()),
             Deferred::ObjectId { target, ctl_code } => {
                 let id = match target {
                     Target::Table(id) => Ok(id),

@@ -162,10 +162,25 @@ impl Connection {
         t: Target,
         req: &ChangeNotifyRequest,
     ) -> Plan {
-        let _ = fp;
-        let Target::Table(id) = t else {
-            // A directory opened earlier in the same compound: not kept.
-            return done(NtStatus::INVALID_PARAMETER);
+        let id = match t {
+            Target::Table(id) => id,
+            // A directory a CREATE of this compound opens. Last in the
+            // compound, it waits once the CREATE made the open (`finish`
+            // answers the interim); elsewhere a request that would go
+            // async fails STATUS_INTERNAL_ERROR, as Windows answers
+            // (smbtorture smb2.compound.interim1/interim2).
+            Target::Pending(_) if hdr.next_command != 0 => return done(NtStatus::INTERNAL_ERROR),
+            Target::Pending(_) => {
+                let d = Deferred::Notify {
+                    target: t,
+                    flags: req.flags,
+                    filter: req.completion_filter,
+                    output_len: req.output_buffer_length,
+                };
+                fp.deferred.insert(fp.slots.len(), d);
+                // A placeholder: `finish` answers the slot.
+                return done(NtStatus::UNSUCCESSFUL);
+            }
         };
         let Some(o) = self.opens.get(&id) else {
             return done(NtStatus::FILE_CLOSED);

@@ -66,6 +66,11 @@ pub(super) enum Deferred {
     /// FSCTL_CREATE_OR_GET_OBJECT_ID on an open a CREATE of this frame
     /// makes: the object id is derived from the node.
     ObjectId { target: Target, ctl_code: u32 },
+    /// CHANGE_NOTIFY, last in its compound, on a directory a CREATE of
+    /// this frame opens: it starts waiting once the CREATE has made the
+    /// open, and its slot is the interim STATUS_PENDING (MS-SMB2 3.3.4.2,
+    /// Windows' compound behavior of <159>/<162>).
+    Notify { target: Target, flags: u16, filter: u32, output_len: u32 },
     /// A command refused while planning, on an open a CREATE of this frame
     /// makes: the CREATE's error if it fails (3.3.5.2.7.2), else `status`.
     Status {

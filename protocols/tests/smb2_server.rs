@@ -4208,3 +4208,32 @@ fn a_change_notify_on_the_compounds_create_waits_when_last() {
     assert_eq!(statuses(&r), vec![NtStatus::SUCCESS, NtStatus::INTERNAL_ERROR, NtStatus::SUCCESS, NtStatus::SUCCESS]);
     assert!(c.conn.watched().is_empty(), "nothing watched");
 }
+
+/// MS-SMB2 3.3.5.9 / MS-FSA 2.1.5.1 as Windows answers them (smbtorture
+/// smb2.create.gentest): DesiredAccess with a reserved bit (0x0CE0FE00)
+/// is ACCESS_DENIED, checked before the attributes; FileAttributes
+/// VOLUME, DEVICE, INTEGRITY_STREAM or any bit above 0xFFFF is
+/// INVALID_PARAMETER; SYNCHRONIZE alone and MAXIMUM_ALLOWED alone open.
+#[test]
+fn reserved_access_bits_and_impossible_attributes_are_refused() {
+    let mut c = Client::connected();
+    let open = |c: &mut Client, access: u32, attrs: u32| {
+        let mut r = create("gentest", create_disposition::OPEN_IF, 0, access);
+        r.file_attributes = attrs;
+        let rep = c.one(Request::Create(r));
+        if let Response::Create(cr) = rep.body() {
+            let fid = cr.file_id;
+            assert_eq!(c.one(Request::Close(CloseRequest { flags: 0, file_id: fid })).status(), NtStatus::SUCCESS);
+        }
+        rep.status()
+    };
+    for bit in [0x200u32, 0x8000, 0x0020_0000, 0x0080_0000, 0x0400_0000, 0x0800_0000] {
+        assert_eq!(open(&mut c, bit, 0), NtStatus::ACCESS_DENIED, "access bit {bit:#x}");
+        assert_eq!(open(&mut c, bit, 0x8), NtStatus::ACCESS_DENIED, "access first, then attributes ({bit:#x})");
+    }
+    for attrs in [0x8u32, 0x40, 0x8000, 0x1_0000, 0x8000_0000, 0x8040] {
+        assert_eq!(open(&mut c, RW, attrs), NtStatus::INVALID_PARAMETER, "attributes {attrs:#x}");
+    }
+    assert_eq!(open(&mut c, 0x0010_0000, 0), NtStatus::SUCCESS, "SYNCHRONIZE alone");
+    assert_eq!(open(&mut c, 0x0200_0000, 0x20), NtStatus::SUCCESS, "MAXIMUM_ALLOWED");
+}

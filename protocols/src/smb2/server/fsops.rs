@@ -415,6 +415,17 @@ impl Connection {
         {
             return Err(NtStatus::TOO_MANY_OPENED_FILES);
         }
+        // MS-SMB2 3.3.5.9: reserved access bits (0x0CE0FE00) are
+        // ACCESS_DENIED (smbtorture smb2.create.gentest).
+        if req.desired_access & 0x0CE0_FE00 != 0 {
+            return Err(NtStatus::ACCESS_DENIED);
+        }
+        // FileAttributes (MS-FSCC 2.6) a file cannot be given: VOLUME,
+        // DEVICE, INTEGRITY_STREAM and the bits above 0xFFFF (MS-FSA
+        // 2.1.5.1 as NTFS answers them).
+        if req.file_attributes & 0xFFFF_8048 != 0 {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
         let o = req.create_options;
         // FILE_WRITE_THROUGH (MS-SMB2 2.2.13): the create is durable
         // before its reply on any share.

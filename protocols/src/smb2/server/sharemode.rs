@@ -518,10 +518,19 @@ impl ShareModes {
             } else {
                 dir_path(&paths, dst_dir).map(|d| join(&d, &dst_name.to_lowercase()))
             };
+            // The name replaced, if any: its opens keep no path (their
+            // file has no name now).
+            if let Some(n) = new.as_ref().filter(|n| **n != old) {
+                for (node, p, _) in paths.values_mut() {
+                    if under(p, n).is_some() {
+                        p.clear();
+                        renamed.push((*node, String::new()));
+                    }
+                }
+            }
             for (n, p, parent) in paths.values_mut() {
-                let rest = match p.strip_prefix(old.as_str()) {
-                    Some(r) if r.is_empty() || r.starts_with('\\') || r.starts_with(':') => r.to_string(),
-                    _ => continue,
+                let Some(rest) = under(p, &old).map(str::to_string) else {
+                    continue;
                 };
                 if rest.is_empty() {
                     *parent = dst_dir;
@@ -534,10 +543,8 @@ impl ShareModes {
         {
             let mut pd = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner());
             for d in pd.values_mut() {
-                if let Some(r) = d.path.strip_prefix(old.as_str()) {
-                    if r.is_empty() || r.starts_with('\\') || r.starts_with(':') {
-                        d.path = new.as_ref().map(|n| format!("{n}{r}")).unwrap_or_default();
-                    }
+                if let Some(r) = under(&d.path, &old) {
+                    d.path = new.as_ref().map(|n| format!("{n}{r}")).unwrap_or_default();
                 }
             }
         }
@@ -573,6 +580,12 @@ fn split_leaf(p: &str) -> Option<(&str, &str)> {
         None => (&p[..root], &p[root..]),
     };
     (!leaf.is_empty() && !leaf.contains(':')).then_some((dir, leaf))
+}
+
+/// The rest of path key `p` past `base` when `p` is `base` itself, a
+/// named stream of it or below it (a directory): "", ":s", "\\x\\y".
+fn under<'a>(p: &'a str, base: &str) -> Option<&'a str> {
+    p.strip_prefix(base).filter(|r| r.is_empty() || r.starts_with('\\') || r.starts_with(':'))
 }
 
 /// `leaf` in the directory of path key `dir`.
@@ -664,5 +677,12 @@ mod tests {
         // A name nobody has open: nothing moves.
         t.moved(1, "nothing", 1, "x");
         assert_eq!(t.path_of((1, 3)).as_deref(), Some("1:f"));
+        // Onto a name that is open: the replaced file's opens keep no path.
+        assert!(t.acquire(20, (2, 1), R, 7, "1:g".into(), 1));
+        assert!(t.acquire(21, (2, 2), R, 7, "1:h".into(), 1));
+        t.moved(1, "h", 1, "g");
+        assert_eq!(t.path_of((2, 2)).as_deref(), Some("1:g"));
+        assert_eq!(t.path_of((2, 1)).as_deref(), Some(""));
+        assert_eq!(t.nodes_at("1:g"), vec![21]);
     }
 }

@@ -357,6 +357,7 @@ pub fn stats(s: &Stats) -> String {
         &totals,
     );
     out.push('\n');
+    out.push_str(&connections(&s.connections));
     if s.by_request.is_empty() {
         out.push_str("no requests recorded\n");
         return out;
@@ -395,6 +396,22 @@ pub fn stats(s: &Stats) -> String {
         ],
         &rows,
     ));
+    out
+}
+
+/// Client connections: open now and accepted since start, and with
+/// several protocol executors how the kernel spread them.
+fn connections(c: &duet_admin_api::ConnectionStats) -> String {
+    let mut out = format!(
+        "connections: {} open; accepted: SMB {}, NFS {}\n",
+        c.open, c.accepted_smb, c.accepted_nfs
+    );
+    if c.by_executor.len() > 1 {
+        for e in &c.by_executor {
+            out.push_str(&format!("  executor {}: SMB {}, NFS {}\n", e.executor, e.accepted_smb, e.accepted_nfs));
+        }
+    }
+    out.push('\n');
     out
 }
 
@@ -527,6 +544,22 @@ mod tests {
             ("e", String::new()),
         ]);
         assert_eq!(s, "a:        1\nlong key: x\n          y\ne:\n");
+    }
+
+    #[test]
+    fn connections_show_the_spread_over_executors_only_when_there_are_several() {
+        use duet_admin_api::{ConnectionStats, ExecutorConnections};
+        let mut c = ConnectionStats { open: 3, accepted_smb: 11, accepted_nfs: 17, ..Default::default() };
+        c.by_executor = vec![ExecutorConnections { executor: 0, accepted_smb: 11, accepted_nfs: 17 }];
+        assert_eq!(connections(&c), "connections: 3 open; accepted: SMB 11, NFS 17\n\n");
+        c.by_executor = vec![
+            ExecutorConnections { executor: 0, accepted_smb: 6, accepted_nfs: 10 },
+            ExecutorConnections { executor: 1, accepted_smb: 5, accepted_nfs: 7 },
+        ];
+        assert_eq!(
+            connections(&c),
+            "connections: 3 open; accepted: SMB 11, NFS 17\n  executor 0: SMB 6, NFS 10\n  executor 1: SMB 5, NFS 7\n\n"
+        );
     }
 
     #[test]

@@ -999,6 +999,8 @@ fn stats_table() {
          lazy groups         0\n\
          wal syncs           0\n\
          \n\
+         connections: 0 open; accepted: SMB 0, NFS 0\n\
+         \n\
          per request (averages per batch):\n\
          PROTOCOL  REQUEST   COUNT  BATCHES  PROPOSALS  FSYNCS  DB READS  DB WRITES  CHUNK READS  CHUNK WRITES\n\
          smb2      COMPOUND     12        3       1.00    0.33      2.33       1.67         0.00          0.67\n\

@@ -240,8 +240,21 @@ fn open_b(n: &mut Nfs, s: &mut Sess, dir: &[u8], name: &str) -> Result<(Stateid4
 
 #[test]
 fn read_delegation_is_recalled_by_smb_and_nfs_writers() {
+    recalled_by_smb_and_nfs_writers("");
+}
+
+/// The same with two protocol executors: the holder's back connection,
+/// the NFS writer's and the SMB writer's may each live on either, and the
+/// recall decided on one reaches the back channel on another through the
+/// routes (NFS on every executor, one shared NFS server).
+#[test]
+fn read_delegation_is_recalled_across_executors() {
+    recalled_by_smb_and_nfs_writers("executors = 2");
+}
+
+fn recalled_by_smb_and_nfs_writers(top: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(dir.path());
+    let d = Daemon::start_top(dir.path(), top, "", "portmap = false");
     d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
     std::thread::sleep(Duration::from_millis(1500));
     let want_read = share::ACCESS_READ | share::WANT_READ_DELEG;

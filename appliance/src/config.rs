@@ -51,6 +51,11 @@ grace_secs = 90
 # NFSv4 lease time, in seconds (5 to 3600): a client that does not renew
 # within it loses its opens and locks once another client conflicts.
 lease_secs = 90
+# NFSv4 domain of owner strings (RFC 8881 5.9). Unset: owners are decimal
+# ids, as Linux clients with AUTH_SYS expect. Set (the clients' idmapd
+# Domain): duet's users are shown as name@domain; names are accepted
+# either way.
+# id_domain = "example.com"
 
 [cache]
 # Size of one write-log segment file, in MiB.
@@ -246,6 +251,10 @@ pub struct ListenerConfig {
     /// NFS only: the NFSv4 lease time, seconds (RFC 8881 §8.3).
     #[serde(default = "lease_default")]
     pub lease_secs: u32,
+    /// NFS only: the NFSv4 domain owner strings are written in (RFC 8881
+    /// 5.9); None: decimal ids.
+    #[serde(default)]
+    pub id_domain: Option<String>,
 }
 
 fn grace_default() -> u32 {
@@ -496,6 +505,7 @@ impl Default for Config {
                 encrypt: false,
                 grace_secs: grace_default(),
                 lease_secs: lease_default(),
+                id_domain: None,
             },
             nfs: ListenerConfig {
                 enabled: true,
@@ -505,6 +515,7 @@ impl Default for Config {
                 encrypt: false,
                 grace_secs: grace_default(),
                 lease_secs: lease_default(),
+                id_domain: None,
             },
             cache: CacheConfig::default(),
             limits: LimitsConfig::default(),
@@ -597,6 +608,14 @@ impl Config {
                 "nfs.require_signing",
                 "require_signing and encrypt are SMB settings ([smb]); NFS has none".into(),
             );
+        }
+        if let Some(d) = &self.nfs.id_domain {
+            let ok = !d.is_empty()
+                && d.len() <= 253
+                && d.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+            if !ok {
+                return invalid("nfs.id_domain", format!("{d:?} is not a DNS domain name"));
+            }
         }
         if !(5..=3600).contains(&self.nfs.lease_secs) {
             return invalid("nfs.lease_secs", format!("{} is outside 5..=3600", self.nfs.lease_secs));
@@ -824,6 +843,12 @@ mod tests {
         assert!(e.contains("limits.smb_message_max"), "{e}");
         let e = Config::parse("[default_share]\nname = \"a b\"", "t").unwrap_err().to_string();
         assert!(e.contains("default_share.name"), "{e}");
+        for bad in ["", "a b.com", "example..com", "x@y"] {
+            let e = Config::parse(&format!("[nfs]\nlisten = \"0.0.0.0:2049\"\nid_domain = {bad:?}"), "t").unwrap_err().to_string();
+            assert!(e.contains("nfs.id_domain"), "{bad:?}: {e}");
+        }
+        let c = Config::parse("[nfs]\nlisten = \"0.0.0.0:2049\"\nid_domain = \"corp.example-1.com\"", "t").unwrap();
+        assert_eq!(c.nfs.id_domain.as_deref(), Some("corp.example-1.com"));
     }
 
     fn key_of(text: &str) -> String {

@@ -515,6 +515,8 @@ pub struct FrontendPlan {
     pub nfs_grace_s: u32,
     /// NFSv4 lease time, seconds.
     pub nfs_lease_s: u32,
+    /// `[nfs] id_domain`: the NFSv4 domain of owner strings.
+    pub nfs_id_domain: Option<String>,
     /// Where the owners of the NFSv4 clients holding state are kept, for
     /// their reclaims after a restart.
     pub nfs_clients_file: std::path::PathBuf,
@@ -704,14 +706,21 @@ pub async fn run(
         }
     }
     let _ = bound.send(Ok(infos));
+    if let Some(n) = ctx.nfs.as_ref().filter(|_| nfs_home) {
+        let c = ctx.catalog.borrow();
+        let users = c.users.values().filter(|u| u.enabled).map(|u| (u.name.clone(), u.uid, u.gid));
+        nfs_lock(n).set_ids(duet_protocols::nfs::server::IdMap::new(plan.nfs_id_domain.as_deref(), users));
+    }
     // Refresh shares and users; tick NFS leases; keep the NFSv4 client
     // list on disk (read back for the grace period after a restart).
     {
         let ctx = ctx.clone();
         let clients_file = plan.nfs_clients_file.clone();
         let hosts_file = nlm_hosts_file(&plan);
+        let id_domain = plan.nfs_id_domain.clone();
         glommio::spawn_local(async move {
             let mut stored = load_nfs_clients(&clients_file);
+            let mut ids_set: Option<duet_protocols::nfs::server::IdMap> = None;
             let mut stored_hosts = crate::nlm::load_hosts(&hosts_file);
             loop {
                 glommio::timer::sleep(Duration::from_secs(1)).await;
@@ -719,6 +728,18 @@ pub async fn run(
                     *ctx.catalog.borrow_mut() = c;
                 }
                 if let Some(n) = ctx.nfs.as_ref().filter(|_| nfs_home) {
+                    // Owner strings follow the users (`idmap.rs`).
+                    let ids = {
+                        let c = ctx.catalog.borrow();
+                        duet_protocols::nfs::server::IdMap::new(
+                            id_domain.as_deref(),
+                            c.users.values().filter(|u| u.enabled).map(|u| (u.name.clone(), u.uid, u.gid)),
+                        )
+                    };
+                    if ids_set.as_ref() != Some(&ids) {
+                        nfs_lock(n).set_ids(ids.clone());
+                        ids_set = Some(ids);
+                    }
                     let owners = {
                         let mut n = nfs_lock(n);
                         let ev = n.on_tick(now_ns());

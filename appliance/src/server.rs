@@ -596,6 +596,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             conns: conns.clone(),
             nfs_grace_s: cfg.nfs.grace_secs,
             nfs_lease_s: cfg.nfs.lease_secs,
+            nfs_id_domain: cfg.nfs.id_domain.clone(),
             nfs_clients_file: cfg.data_dir.join(NFS_CLIENTS_FILE),
             space: space.clone(),
         };

@@ -508,3 +508,78 @@ fn an_owner_sid_in_the_callers_token_is_kept_and_binds_both_protocols() {
     assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::unix_user(BOB)), "a chown takes the owner SID");
     a.close(f);
 }
+
+/// RFC 8881 5.9 with `[nfs] id_domain = "example.com"`: the NFSv4 owner
+/// strings of duet's users are `name@example.com` (owner, owner_group of
+/// a user private group, and the `who` of ACEs), other ids stay decimal;
+/// SETATTR takes names of that domain, names without a domain and decimal
+/// ids, and refuses another domain (NFS4ERR_BADOWNER).
+#[test]
+fn nfsv4_owner_strings_name_users_in_the_configured_domain() {
+    use duet_protocols::nfs::nfs4::attrs::{fattr4 as fa, Attrs as A4};
+    use duet_protocols::nfs::nfs4::*;
+    use duet_protocols::nfs::xdr::XdrWriter;
+    use v4acl::{ALLOW, DENY};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(tmp.path(), "", "", "portmap = false\nid_domain = \"example.com\"");
+    for (name, id) in [("alice", ALICE), ("bob", BOB)] {
+        let id = id.to_string();
+        d.ok(&["user", "add", name, "--password", &format!("{name}pw"), "--uid", &id, "--gid", &id]);
+    }
+    d.ok(&["share", "add", "acl", "--path", "/acl", "--no-root-squash"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut r3 = Nfs::connect(d.nfs_port).as_user(0, 0);
+    let root = r3.mount("/acl").unwrap();
+    assert_eq!(chmod3(&mut r3, &root, 0o777), Nfsstat3::OK);
+    let mut a3 = Nfs::connect(d.nfs_port).as_user(ALICE, ALICE);
+    let f = a3.create3(&root, "o.txt").unwrap();
+    let mut n = Nfs::connect(d.nfs_port).as_user(0, 0);
+    let mut s = session(&mut n, b"idmap-root", 1 << 20, 16);
+    let owners = |n: &mut Nfs, s: &mut Sess| {
+        let rep = n
+            .v4(vec![
+                s.sequence(),
+                ArgOp4::PutFh(PutFh4Args { object: Opaque(&f) }),
+                ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::from_bits(&[fa::OWNER, fa::OWNER_GROUP]) }),
+            ])
+            .unwrap();
+        let r = res4(&rep);
+        let ResOp4::GetAttr(Nfs4Res::Ok(g)) = &r.results[2] else { panic!("{r:?}") };
+        let a = A4::from_fattr4(&g.obj_attributes).unwrap();
+        let text = |o: Option<&[u8]>| String::from_utf8_lossy(o.unwrap()).into_owned();
+        (text(a.owner.as_ref().map(|o| o.0)), text(a.owner_group.as_ref().map(|o| o.0)))
+    };
+    let set_owner = |n: &mut Nfs, s: &mut Sess, owner: &str| {
+        let attrs = A4 { owner: Some(Opaque(owner.as_bytes())), ..Default::default() };
+        let mut w = XdrWriter::with_buffer(Vec::new());
+        let mask = attrs.encode_vals(None, &mut w);
+        let vals = w.into_inner();
+        let rep = n
+            .v4(vec![
+                s.sequence(),
+                ArgOp4::PutFh(PutFh4Args { object: Opaque(&f) }),
+                ArgOp4::SetAttr(SetAttr4Args {
+                    stateid: Stateid4::ANONYMOUS,
+                    obj_attributes: Fattr4 { attrmask: mask, attr_vals: Opaque(&vals) },
+                }),
+            ])
+            .unwrap();
+        res4(&rep).status
+    };
+    assert_eq!(owners(&mut n, &mut s), ("alice@example.com".to_string(), "alice@example.com".to_string()));
+    assert_eq!(set_owner(&mut n, &mut s, "bob@example.com"), Nfsstat4::OK);
+    assert_eq!(owners(&mut n, &mut s).0, "bob@example.com");
+    assert_eq!(set_owner(&mut n, &mut s, "alice@other.org"), Nfsstat4::BADOWNER, "another domain");
+    assert_eq!(set_owner(&mut n, &mut s, "carol@example.com"), Nfsstat4::BADOWNER, "no such user");
+    assert_eq!(set_owner(&mut n, &mut s, "alice"), Nfsstat4::OK, "a name without a domain");
+    assert_eq!(owners(&mut n, &mut s).0, "alice@example.com");
+    assert_eq!(set_owner(&mut n, &mut s, "4242"), Nfsstat4::OK);
+    assert_eq!(owners(&mut n, &mut s).0, "4242", "an id of no user stays decimal");
+    assert_eq!(set_owner(&mut n, &mut s, &ALICE.to_string()), Nfsstat4::OK);
+    // ACEs name users the same way, both directions.
+    let acl = [(DENY, 0, rights::READ_DATA, "bob@example.com"), (ALLOW, 0, rights::READ_DATA | rights::WRITE_DATA, "OWNER@")];
+    assert_eq!(v4acl::set(&mut n, &mut s, &f, &acl), Nfsstat4::OK);
+    let back = v4acl::get(&mut n, &mut s, &f).unwrap();
+    assert!(back.iter().any(|e| e.0 == DENY && e.3 == "bob@example.com"), "{back:?}");
+    assert_eq!(v4acl::set(&mut n, &mut s, &f, &[(DENY, 0, rights::READ_DATA, "bob@other.org")]), Nfsstat4::BADOWNER);
+}

@@ -341,6 +341,8 @@ pub struct ObjCtx<'a> {
     /// The ACL (fattr4 12), where the batch read it (GETATTR asking for
     /// it runs `Op::GetAcl`, [`nfs4_acl`]); None leaves the attribute out.
     pub acl: Option<&'a [NfsAce4<'a>]>,
+    /// Owner strings (`owner`, `owner_group`).
+    pub ids: &'a super::IdMap,
 }
 
 /// Encodes the requested attributes of `a`: (bitmap, attr_vals).
@@ -379,8 +381,13 @@ pub fn fattr4_vals_into(
     w: &mut XdrWriter,
 ) -> Bitmap4 {
     let (mut ob, mut gb) = ([0u8; 10], [0u8; 10]);
-    let owner = decimal(a.uid, &mut ob);
-    let group = decimal(a.gid, &mut gb);
+    // Names only with an NFSv4 domain configured; else decimal ids, with
+    // no allocation per READDIR entry.
+    let named = ctx.ids.has_domain().then(|| (ctx.ids.owner(a.uid), ctx.ids.group(a.gid)));
+    let (owner, group) = match &named {
+        Some((o, g)) => (o.as_bytes(), g.as_bytes()),
+        None => (decimal(a.uid, &mut ob), decimal(a.gid, &mut gb)),
+    };
     let dos = a.dos_attrs;
     let v = A4 {
         supported_attrs: req.is_set(fa::SUPPORTED_ATTRS).then(supported_bitmap),
@@ -451,25 +458,6 @@ pub fn fattr4_vals_into(
 pub const ACL4_SUPPORT_ALLOW_ACL: u32 = 0x1;
 pub const ACL4_SUPPORT_DENY_ACL: u32 = 0x2;
 
-/// Owner strings as duet writes them (decimal ids, RFC 8881 5.9 for
-/// AUTH_SYS) to and from the S-1-22 SIDs the ACL store keeps.
-struct NumericNames;
-
-impl duet_fs::acl::Names for NumericNames {
-    fn user_sid(&self, name: &str) -> Option<duet_fs::acl::Sid> {
-        parse_id(name.as_bytes()).map(duet_fs::acl::Sid::unix_user)
-    }
-    fn group_sid(&self, name: &str) -> Option<duet_fs::acl::Sid> {
-        parse_id(name.as_bytes()).map(duet_fs::acl::Sid::unix_group)
-    }
-    fn user_name(&self, sid: &duet_fs::acl::Sid) -> Option<String> {
-        sid.as_unix_user().map(|u| u.to_string())
-    }
-    fn group_name(&self, sid: &duet_fs::acl::Sid) -> Option<String> {
-        sid.as_unix_group().map(|g| g.to_string())
-    }
-}
-
 /// The NFSv4 ACL (RFC 8881 6.2.1) of an object with attributes `a` and
 /// the kept security `stored` (`Op::GetAcl`'s control word and bytes,
 /// `acl::Stored`; None, or none kept: the DACL its mode amounts to, as SMB
@@ -477,7 +465,7 @@ impl duet_fs::acl::Names for NumericNames {
 /// and `owner_group`, also for a file whose owner SMB set to another SID
 /// (an ACE for that SID shows under its own name). Err: bytes that do not
 /// decode.
-pub fn nfs4_acl(a: &Attrs, stored: Option<&(u16, Vec<u8>)>) -> Result<Vec<duet_fs::acl::Nfs4Ace>, Nfsstat4> {
+pub fn nfs4_acl(a: &Attrs, stored: Option<&(u16, Vec<u8>)>, ids: &super::IdMap) -> Result<Vec<duet_fs::acl::Nfs4Ace>, Nfsstat4> {
     use duet_fs::acl::{dacl_from_mode, nfs4_from_dacl, Sid, Stored};
     let (owner, group) = (Sid::unix_user(a.uid), Sid::unix_group(a.gid));
     let s = stored.map(|(c, b)| Stored::decode(*c, b)).transpose().map_err(|_| Nfsstat4::SERVERFAULT)?;
@@ -489,7 +477,7 @@ pub fn nfs4_acl(a: &Attrs, stored: Option<&(u16, Vec<u8>)>) -> Result<Vec<duet_f
     let dacl = s
         .and_then(|s| s.effective_dacl().cloned())
         .unwrap_or_else(|| dacl_from_mode(a.mode, a.ftype == FileType::Directory, &owner, &group));
-    Ok(nfs4_from_dacl(&dacl, &owner, &group, &NumericNames))
+    Ok(nfs4_from_dacl(&dacl, &owner, &group, ids))
 }
 
 /// [`nfs4_acl`]'s ACEs as the wire carries them (borrowing their names).
@@ -505,7 +493,7 @@ pub fn nfs4_acl_wire(aces: &[duet_fs::acl::Nfs4Ace]) -> Vec<NfsAce4<'_>> {
 /// S-1-22 SIDs. None when the fattr4 has no ACL. Errors (RFC 8881 6.2.1,
 /// 18.30.4): an ACE type other than allow and deny ATTRNOTSUPP, a name
 /// that is no id BADOWNER, undefined mask bits INVAL.
-pub fn acl_to_set(f: &Fattr4<'_>) -> Result<Option<(u16, Vec<u8>)>, Nfsstat4> {
+pub fn acl_to_set(f: &Fattr4<'_>, ids: &super::IdMap) -> Result<Option<(u16, Vec<u8>)>, Nfsstat4> {
     use duet_fs::acl::{dacl_from_nfs4, nfs4 as n4, Nfs4Ace, Sid};
     if !f.attrmask.is_set(fa::ACL) {
         return Ok(None);
@@ -520,7 +508,7 @@ pub fn acl_to_set(f: &Fattr4<'_>) -> Result<Option<(u16, Vec<u8>)>, Nfsstat4> {
         let who = std::str::from_utf8(ace.who.0).map_err(|_| Nfsstat4::INVAL)?;
         v.push(Nfs4Ace::from_wire(ace.type_, ace.flag, ace.access_mask, who));
     }
-    let dacl = dacl_from_nfs4(&v, &Sid::owner_at(), &Sid::group_at(), &NumericNames).map_err(|e| match e {
+    let dacl = dacl_from_nfs4(&v, &Sid::owner_at(), &Sid::group_at(), ids).map_err(|e| match e {
         "unknown user" | "unknown group" => Nfsstat4::BADOWNER,
         _ => Nfsstat4::INVAL,
     })?;
@@ -548,7 +536,7 @@ pub fn parse_id(s: &[u8]) -> Option<u32> {
 
 /// Decodes a client fattr4 into SetAttrs; also returns the attributes set
 /// (attrsset). `allowed` bounds which attributes are accepted.
-pub fn fattr4_to_set(f: &Fattr4<'_>, allowed: &[u32]) -> Result<(SetAttrs, Bitmap4), Nfsstat4> {
+pub fn fattr4_to_set(f: &Fattr4<'_>, allowed: &[u32], ids: &super::IdMap) -> Result<(SetAttrs, Bitmap4), Nfsstat4> {
     let a = A4::from_fattr4(f).map_err(|e| e.nfs4_status())?;
     for bit in f.attrmask.iter() {
         if !allowed.contains(&bit) {
@@ -572,10 +560,10 @@ pub fn fattr4_to_set(f: &Fattr4<'_>, allowed: &[u32]) -> Result<(SetAttrs, Bitma
         s.mode = Some(mode & !umask & 0o7777);
     }
     if let Some(o) = a.owner {
-        s.uid = Some(parse_id(o.0).ok_or(Nfsstat4::BADOWNER)?);
+        s.uid = Some(ids.parse_owner(o.0).ok_or(Nfsstat4::BADOWNER)?);
     }
     if let Some(g) = a.owner_group {
-        s.gid = Some(parse_id(g.0).ok_or(Nfsstat4::BADOWNER)?);
+        s.gid = Some(ids.parse_group(g.0).ok_or(Nfsstat4::BADOWNER)?);
     }
     let t = |t: SetTime4| -> Result<SetTime, Nfsstat4> {
         match t {

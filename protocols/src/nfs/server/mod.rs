@@ -27,6 +27,7 @@ pub mod cookies;
 pub mod errors;
 pub mod exports;
 pub mod fh;
+pub mod idmap;
 mod mount;
 pub mod nlm;
 mod portmap;
@@ -48,6 +49,7 @@ use crate::nfs::xdr::{XdrDecode, XdrEncode, XdrReader, XdrWriter};
 
 pub use exports::{client_matches, ExportEntry, Exports, NOBODY};
 pub use fh::FileHandle;
+pub use idmap::IdMap;
 
 /// The driver's name for a connection.
 pub type ConnId = u64;
@@ -217,6 +219,8 @@ pub struct NfsServer {
     cb_parked: HashMap<u32, (Box<v4::Compound>, i64)>,
     /// NLM hosts, blocked locks, GRANTED callbacks and NSM (`nlm.rs`).
     nlm: nlm::NlmState,
+    /// Owner strings: users' names and the NFSv4 domain (`idmap.rs`).
+    ids: IdMap,
 }
 
 impl NfsServer {
@@ -229,6 +233,7 @@ impl NfsServer {
         let cfg_reclaimers = cfg.reclaimers.iter().cloned().collect();
         NfsServer {
             nlm: nlm::NlmState::new(cfg.boot_seed, !cfg.nlm_hosts.is_empty()),
+            ids: IdMap::default(),
             cookies: cookies::CookieTable::new(cfg.max_cookies),
             state: state::State::new(&cfg),
             cfg,
@@ -243,6 +248,17 @@ impl NfsServer {
             deferred: Vec::new(),
             cb_parked: HashMap::new(),
         }
+    }
+
+    /// The users and NFSv4 domain owner strings are written and read by
+    /// (`idmap.rs`); the driver sets it when its users change.
+    pub fn set_ids(&mut self, ids: IdMap) {
+        self.ids = ids;
+    }
+
+    /// The owner-string map in use.
+    pub fn ids(&self) -> &IdMap {
+        &self.ids
     }
 
     /// Whether the grace period lasts at `now_ns` (it starts with the

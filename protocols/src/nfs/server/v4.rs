@@ -861,7 +861,7 @@ fn translate_inner(
         ArgOp4::ReadPlus(a) => push_read(srv, c, b, &a.stateid, a.offset, a.count, true),
         ArgOp4::Write(a) => op_write(srv, c, a, b, now),
         ArgOp4::Commit(_) => op_commit(srv, c, b),
-        ArgOp4::Create(a) => op_create(c, a, b),
+        ArgOp4::Create(a) => op_create(srv, c, a, b),
         ArgOp4::Remove(a) => op_remove(srv, c, a, b, now),
         ArgOp4::Rename(a) => op_rename(srv, c, a, b, now),
         ArgOp4::Link(a) => op_link(c, a, b),
@@ -1065,6 +1065,7 @@ fn op_getattr(
                 fh: &fh,
                 mounted_on: PSEUDO_FILEID,
                 acl: None,
+                ids: &srv.ids,
             };
             let (mask, vals) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &a.attr_request);
             ready(
@@ -1260,7 +1261,7 @@ fn op_commit(srv: &mut NfsServer, c: &mut Compound, b: &mut Batch) -> Result<Flo
 }
 
 /// CREATE (RFC 8881 18.4).
-fn op_create(c: &mut Compound, a: &Create4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
+fn op_create(srv: &NfsServer, c: &mut Compound, a: &Create4Args<'_>, b: &mut Batch) -> Result<Flow, Nfsstat4> {
     if c.cfh == Fh::Pseudo {
         return Err(Nfsstat4::ROFS);
     }
@@ -1281,7 +1282,7 @@ fn op_create(c: &mut Compound, a: &Create4Args<'_>, b: &mut Batch) -> Result<Flo
         CreateType4::Other(NfsFtype4::Fifo) => CreateKind::Fifo,
         CreateType4::Other(_) => return Err(Nfsstat4::BADTYPE),
     };
-    let (attrs, attrset) = fattr4_to_set(&a.createattrs, SETTABLE)?;
+    let (attrs, attrset) = fattr4_to_set(&a.createattrs, SETTABLE, &srv.ids)?;
     let r = b.push(Op::Create {
         dir,
         name,
@@ -1521,8 +1522,8 @@ fn op_setattr(
     }
     let (_, obj) = c.obj()?;
     resolve_sid(srv, c, &a.stateid)?;
-    let acl = attr::acl_to_set(&a.obj_attributes)?;
-    let (attrs, attrset) = fattr4_to_set(&a.obj_attributes, attr::SETATTR_SETTABLE)?;
+    let acl = attr::acl_to_set(&a.obj_attributes, &srv.ids)?;
+    let (attrs, attrset) = fattr4_to_set(&a.obj_attributes, attr::SETATTR_SETTABLE, &srv.ids)?;
     if attrs.size.is_some() {
         // A size change is a change of the data (MS-FSA 2.1.5.15.4 as SMB's
         // end-of-file sees it): others' SMB read caching goes, others'
@@ -1582,6 +1583,7 @@ fn op_verify(
                 fh: &fh,
                 mounted_on: PSEUDO_FILEID,
                 acl: None,
+                ids: &srv.ids,
             };
             let (m, v) = fattr4_vals(&attrs, &ctx, &fs_info(srv), &mask);
             let same = m == mask && v == vals;
@@ -2159,7 +2161,7 @@ fn open(
                 OpenFlag4::Create(how) => {
                     let (attrs, if_exists) = match how {
                         CreateHow4::Unchecked(f) | CreateHow4::Guarded(f) => {
-                            let (s, set) = fattr4_to_set(f, SETTABLE)?;
+                            let (s, set) = fattr4_to_set(f, SETTABLE, &srv.ids)?;
                             attrset = set;
                             let ie = match how {
                                 CreateHow4::Guarded(_) => IfExists::Fail,
@@ -2173,7 +2175,7 @@ fn open(
                             (verf_attrs(v), IfExists::Open)
                         }
                         CreateHow4::Exclusive41(cv) => {
-                            let (mut s, set) = fattr4_to_set(&cv.cva_attrs, EXCLCREAT)?;
+                            let (mut s, set) = fattr4_to_set(&cv.cva_attrs, EXCLCREAT, &srv.ids)?;
                             attrset = set;
                             let t = verf_attrs(&cv.cva_verf);
                             s.atime = t.atime;
@@ -2498,7 +2500,7 @@ fn finish_get_attr(
         attrs_of(results, op).and_then(|a| {
             let fh = FileHandle::Object { fsid, id: a.id }.encode(key);
             let aces = match out_of(results, op) {
-                Ok(OpOutput::Acl { acl, .. }) => Some(attr::nfs4_acl(a, acl.as_ref())?),
+                Ok(OpOutput::Acl { acl, .. }) => Some(attr::nfs4_acl(a, acl.as_ref(), &srv.ids)?),
                 _ => None,
             };
             let wire = aces.as_deref().map(attr::nfs4_acl_wire);
@@ -2510,6 +2512,7 @@ fn finish_get_attr(
                 fh: &fh,
                 mounted_on: a.id,
                 acl: wire.as_deref(),
+                ids: &srv.ids,
             };
             let seen = deleg::holder_view(c, a);
             let (mask, vals) = fattr4_vals(seen.as_ref().unwrap_or(a), &ctx, &info, &req);
@@ -2928,6 +2931,7 @@ fn finish_verify(
                 fh: &fh,
                 mounted_on: a.id,
                 acl: None,
+                ids: &srv.ids,
             };
             let (m, v) = fattr4_vals(a, &ctx, &info, &mask);
             let same = m == mask && v == vals;
@@ -3154,6 +3158,7 @@ fn readdir_reply(
                     fh: fh.as_ref().map_or(&[], |f| &f[..]),
                     mounted_on: *id,
                     acl: None,
+                    ids: &srv.ids,
                 };
                 fattr4_vals_into(a, &ctx, &info, req, &mut vals)
             }
@@ -3239,6 +3244,7 @@ fn pseudo_readdir_reply(
             fh: &fh,
             mounted_on: a.id,
             acl: None,
+            ids: &srv.ids,
         };
         let (mask, vals) = fattr4_vals(a, &ctx, &info, req);
         let cost =

@@ -916,7 +916,8 @@ fn spawn_batch(
     let share_modes = conns.share_modes.get().filter(|m| m.directory_leases()).cloned();
     let origin = crate::notify::Origin { smb: tag.protocol == "smb", exempt };
     let watched = conns.notify.intents(&batch, share_modes.is_some()).map(|i| (i, conns.clone()));
-    // An NFS rename moves the SMB opens (and leases) of what it renames.
+    // An NFS rename moves the SMB opens (and leases) of what it renames;
+    // a removal unnames them.
     let moves = if tag.protocol == "nfs" { nfs_renames(&batch) } else { Vec::new() };
     let smb_modes = (!moves.is_empty()).then(|| conns.share_modes.get().cloned()).flatten();
     glommio::spawn_local(async move {
@@ -944,9 +945,9 @@ fn spawn_batch(
     .detach();
 }
 
-/// The renames of an NFS batch: (op index, source directory, name,
-/// target directory, name).
-type Rename = (usize, ObjRef, String, ObjRef, String);
+/// A name an NFS batch renames (op index, source directory, name, and
+/// the target directory and name) or removes (no target).
+type Rename = (usize, ObjRef, String, Option<(ObjRef, String)>);
 
 fn nfs_renames(batch: &Batch) -> Vec<Rename> {
     batch
@@ -955,27 +956,34 @@ fn nfs_renames(batch: &Batch) -> Vec<Rename> {
         .enumerate()
         .filter_map(|(i, op)| match op {
             duet_fs::Op::Rename { src_dir, src_name, dst_dir, dst_name, .. } => {
-                Some((i, *src_dir, src_name.clone(), *dst_dir, dst_name.clone()))
+                Some((i, *src_dir, src_name.clone(), Some((*dst_dir, dst_name.clone()))))
             }
+            duet_fs::Op::Remove { dir, name, .. } => Some((i, *dir, name.clone(), None)),
             _ => None,
         })
         .collect()
 }
 
-/// Tells the SMB share-mode table of the renames that succeeded
-/// (`ShareModes::moved`); a directory named by an earlier operation's
-/// result is that result's object.
+/// Tells the SMB share-mode table of the renames and removals that
+/// succeeded (`ShareModes::moved`, `ShareModes::removed`); a directory
+/// named by an earlier operation's result is that result's object.
 fn apply_renames(modes: &smb::ShareModes, moves: &[Rename], r: &BatchResult) {
     let id = |o: &ObjRef| match o {
         ObjRef::Id(n) => Some(*n),
         ObjRef::Result(i) => r.results.get(*i).and_then(|x| x.as_ref().ok()).and_then(|x| x.attrs()).map(|a| a.id),
     };
-    for (i, src, sname, dst, dname) in moves {
+    for (i, src, sname, to) in moves {
         if !matches!(r.results.get(*i), Some(Ok(_))) {
             continue;
         }
-        if let (Some(s), Some(d)) = (id(src), id(dst)) {
-            modes.moved(s, sname, d, dname);
+        match (id(src), to) {
+            (Some(s), Some((dst, dname))) => {
+                if let Some(d) = id(dst) {
+                    modes.moved(s, sname, d, dname);
+                }
+            }
+            (Some(s), None) => modes.removed(s, sname),
+            _ => {}
         }
     }
 }

@@ -942,7 +942,8 @@ fn delete_on_close_waits_for_the_other_connections_open() {
 /// STATUS_INVALID_PARAMETER); an overwrite of the new name meets the
 /// moved open's deny-write share mode before anything is truncated
 /// (STATUS_SHARING_VIOLATION, the data intact); a new file at the old name
-/// meets no phantom of the moved open (created, no break sent).
+/// meets no phantom of the moved open (created, no break sent). An NFS
+/// REMOVE likewise leaves no phantom of the removed file's opens.
 #[test]
 fn an_nfs_rename_moves_smb_opens_and_their_leases() {
     let dir = tempfile::tempdir().unwrap();
@@ -988,7 +989,17 @@ fn an_nfs_rename_moves_smb_opens_and_their_leases() {
         ow.share_access = 7;
         let fresh = a.create_req(ow).unwrap_or_else(|e| panic!("{dname}: a new file at the old name: {e:?}"));
         assert!(next_msg(&mut a, Duration::from_millis(500)).is_none(), "{dname}: no break for a phantom");
-        for x in [fresh, f2, g, f] {
+        // An NFS REMOVE unnames the opens of the file it removes: a new
+        // file of that name meets no phantom of the deny-write open.
+        let w = open_share(&mut a, &p("gone"), RW, 7).expect("create");
+        assert_eq!(a.close(w), NtStatus::SUCCESS);
+        let held = open_share(&mut a, &p("gone"), R, 1 | 4).expect("deny-write open");
+        assert_eq!(nfs_remove_or_rename(&mut n, &mut s, &dfh, "gone", None), Nfsstat4::OK, "{dname}");
+        let gone = p("gone");
+        let mut ow = open_req(&gone, create_disposition::OVERWRITE_IF, create_options::NON_DIRECTORY_FILE, RW);
+        ow.share_access = 7;
+        let again = a.create_req(ow).unwrap_or_else(|e| panic!("{dname}: a new file at a removed name: {e:?}"));
+        for x in [again, held, fresh, f2, g, f] {
             assert_eq!(a.close(x), NtStatus::SUCCESS);
         }
     }

@@ -554,6 +554,31 @@ impl ShareModes {
         }
     }
 
+    /// Another protocol (NFS) removed `name` from directory `dir`: the SMB
+    /// opens of that name (its streams, what was below it) keep no path,
+    /// as those of a name a rename replaced: a new file of that name meets
+    /// no phantom of them. The opens themselves go on (the file lives
+    /// while open, as on POSIX).
+    pub fn removed(&self, dir: NodeId, name: &str) {
+        let mut gone: Vec<NodeId> = Vec::new();
+        {
+            let mut paths = self.paths();
+            let Some(path) = dir_path(&paths, dir).map(|d| join(&d, &name.to_lowercase())) else {
+                return;
+            };
+            for (node, p, _) in paths.values_mut() {
+                if under(p, &path).is_some() {
+                    p.clear();
+                    gone.push(*node);
+                }
+            }
+        }
+        let mut leases = self.leases();
+        for n in gone {
+            leases.renamed(n, "");
+        }
+    }
+
     /// An open is closed: its share reservation, byte-range locks and
     /// queued lock requests go. Returns what that decided for others
     /// (their queued locks now granted).
@@ -684,5 +709,10 @@ mod tests {
         assert_eq!(t.path_of((2, 2)).as_deref(), Some("1:g"));
         assert_eq!(t.path_of((2, 1)).as_deref(), Some(""));
         assert_eq!(t.nodes_at("1:g"), vec![21]);
+        // Removed: its opens keep no path; another name stays.
+        t.removed(1, "G");
+        assert_eq!(t.path_of((2, 2)).as_deref(), Some(""));
+        assert!(t.nodes_at("1:g").is_empty());
+        assert_eq!(t.path_of((1, 3)).as_deref(), Some("1:f"));
     }
 }

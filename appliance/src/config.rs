@@ -13,7 +13,8 @@ pub const DEFAULT_CONFIG: &str = r#"# duetd configuration. Every key is optional
 data_dir = "/var/lib/duet"
 # This node's raft id (a single node is a one-voter group).
 node_id = 1
-# Executors (threads, one per core). 0: one per available core.
+# Protocol executors (threads, one per core), each serving SMB and NFS
+# connections on the same ports. 0: one per available core.
 executors = 0
 # Memory registered with io_uring per executor, in MiB.
 io_memory_mib = 1

@@ -213,13 +213,32 @@ pub(super) fn offer(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4
     if !srv.state.has_back_channel(o.client) {
         return none_ext(want, OpenNoneDelegation4::Resource(false));
     }
+    match grant(srv, o, write, now) {
+        Granted::Yes(d) => d,
+        Granted::Full => none_ext(want, OpenNoneDelegation4::Resource(false)),
+        Granted::Refused => none_ext(want, OpenNoneDelegation4::Contention(false)),
+    }
+}
+
+/// What [`grant`] decided.
+enum Granted {
+    Yes(OpenDelegation4<'static>),
+    /// No room for another delegation.
+    Full,
+    /// The lock table refused the caching.
+    Refused,
+}
+
+/// The delegation of `o`'s file to its client, read or `write`: the one
+/// the client already holds, or a new grant of the lock table.
+fn grant(srv: &mut NfsServer, o: &Offer, write: bool, now: i64) -> Granted {
     if let Some(other) = srv.state.deleg_by_key.get(&(o.client, o.node)).copied() {
         if let Some(d) = srv.state.delegs.get(&other) {
-            return delegation(Stateid4 { seqid: d.seqid, other }, d.write);
+            return Granted::Yes(delegation(Stateid4 { seqid: d.seqid, other }, d.write));
         }
     }
     if srv.state.delegs.len() >= srv.cfg.max_opens {
-        return none_ext(want, OpenNoneDelegation4::Resource(false));
+        return Granted::Full;
     }
     let other = srv.state.new_other(KIND_DELEG);
     let h: Holder = state::holder(o.client, &other);
@@ -229,13 +248,13 @@ pub(super) fn offer(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4
     match got {
         Some((g, l)) if l == level => {
             let fh = srv.handle(FileHandle::Object { fsid: o.fsid, id: o.node });
-            delegation(srv.state.add_deleg(other, o.client, o.node, fh, g, write), write)
+            Granted::Yes(delegation(srv.state.add_deleg(other, o.client, o.node, fh, g, write), write))
         }
         Some((g, _)) => {
             locks.table().release_grant(g);
-            none_ext(want, OpenNoneDelegation4::Contention(false))
+            Granted::Refused
         }
-        None => none_ext(want, OpenNoneDelegation4::Contention(false)),
+        None => Granted::Refused,
     }
 }
 
@@ -254,39 +273,17 @@ fn reclaim(srv: &mut NfsServer, o: &Offer, now: i64) -> OpenDelegation4<'static>
         Some(OpenDelegationType4::Write) => true,
         _ => return OpenDelegation4::None,
     };
-    if let Some(other) = srv.state.deleg_by_key.get(&(o.client, o.node)).copied() {
-        if let Some(d) = srv.state.delegs.get(&other) {
-            return delegation(Stateid4 { seqid: d.seqid, other }, d.write);
-        }
-    }
-    if srv.state.delegs.len() >= srv.cfg.max_opens {
+    let Granted::Yes(mut d) = grant(srv, o, write, now) else {
         return OpenDelegation4::None;
-    }
-    let other = srv.state.new_other(KIND_DELEG);
-    let h: Holder = state::holder(o.client, &other);
-    let locks = srv.cfg.locks.clone();
-    let level = if write { Level::RW } else { Level::R };
-    let got = locks.table().request_grant(o.node, h, level, now);
-    match got {
-        Some((g, l)) if l == level => {
-            let fh = srv.handle(FileHandle::Object { fsid: o.fsid, id: o.node });
-            let sid = srv.state.add_deleg(other, o.client, o.node, fh, g, write);
-            let mut d = delegation(sid, write);
-            if !srv.state.has_back_channel(o.client) {
-                match &mut d {
-                    OpenDelegation4::Read(r) => r.recall = true,
-                    OpenDelegation4::Write(w) => w.recall = true,
-                    _ => {}
-                }
-            }
-            d
+    };
+    if !srv.state.has_back_channel(o.client) {
+        match &mut d {
+            OpenDelegation4::Read(r) => r.recall = true,
+            OpenDelegation4::Write(w) => w.recall = true,
+            _ => {}
         }
-        Some((g, _)) => {
-            locks.table().release_grant(g);
-            OpenDelegation4::None
-        }
-        None => OpenDelegation4::None,
     }
+    d
 }
 
 fn delegation(stateid: Stateid4, write: bool) -> OpenDelegation4<'static> {

@@ -55,6 +55,10 @@ pub struct ConnTable {
     /// opens, delegations, NLM), made by executor 0 and used by the NFS
     /// connections of every executor (`SharedNfs`).
     pub nfs_server: std::sync::OnceLock<SharedNfs>,
+    /// Every SMB session of every executor (MS-SMB2 GlobalSessionTable):
+    /// a SESSION_SETUP naming another connection's session is checked
+    /// and signed with it; session ids stay unique daemon-wide.
+    pub smb_sessions: Arc<smb::SessionRegistry>,
 }
 
 /// The NFS server shared by every executor's NFS connections. The lock is
@@ -295,6 +299,7 @@ impl ConnTable {
             share_modes: std::sync::OnceLock::new(),
             lock_waiters: LockWaiters::default(),
             nfs_server: std::sync::OnceLock::new(),
+            smb_sessions: Arc::new(smb::SessionRegistry::new()),
         })
     }
 
@@ -672,6 +677,7 @@ pub async fn run(
     let smb_cfg = smb::ServerConfig {
         server_guid: plan.server_guid,
         share_modes: plan.share_modes.clone(),
+        sessions: plan.conns.smb_sessions.clone(),
         require_signing: plan.smb_require_signing,
         encrypt: plan.smb_encrypt,
         max_read_size: plan.limits.smb_io_max(),

@@ -264,10 +264,16 @@ fn charged(mut m: Msg, len: u32) -> Msg {
 
 impl Client {
     fn new(cfg: ServerConfig) -> Client {
+        Client::with_seed(cfg, b"a seed of thirty-two or more bytes!!")
+    }
+
+    /// A client whose connection draws from `seed` (connections sharing
+    /// daemon-wide tables need different ones).
+    fn with_seed(cfg: ServerConfig, seed: &[u8]) -> Client {
         let mut engine = Engine::new();
         let dir = dir_with(&mut engine);
         Client {
-            conn: Connection::new(cfg, NOW, b"a seed of thirty-two or more bytes!!"),
+            conn: Connection::new(cfg, NOW, seed),
             engine,
             dir,
             next_id: 0,
@@ -1186,6 +1192,85 @@ fn signing_is_verified_and_a_tampered_request_refused() {
         let r = c.replies(&f);
         assert_eq!(r[0].status(), NtStatus::ACCESS_DENIED, "{d:#x}");
     }
+}
+
+/// A SESSION_SETUP on connection B naming a session of connection A
+/// (MS-SMB2 3.3.5.5, GlobalSessionTable): checked against A's session,
+/// answered signed with its Session.SigningKey (3.3.5.2.4) so that a client
+/// requiring signing sees the status (smbtorture
+/// smb2.session.bind_negative_*); session ids are unique across
+/// connections sharing one table.
+#[test]
+fn a_session_setup_naming_another_connections_session_is_checked_and_signed() {
+    let cfg = ServerConfig::default();
+    let mut a = Client::new(cfg.clone());
+    a.negotiate(&[dialect::SMB3_1_1], &[]);
+    assert_eq!(a.login("alice", "wonderland", None), NtStatus::SUCCESS);
+    let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
+    let tok = spnego::client_init(&neg);
+    let setup = |flags: u8| SessionSetupRequest {
+        flags,
+        security_mode: 1,
+        capabilities: 1,
+        channel: 0,
+        previous_session_id: 0,
+        security_buffer: &tok,
+    };
+    let (a_id, a_key) = (a.session_id, a.signing.clone());
+    let other = |d: u16| {
+        let mut b = Client::with_seed(cfg.clone(), b"another seed, thirty-two bytes or more");
+        b.negotiate(&[d], &[]);
+        b.session_id = a_id;
+        b.signing = a_key.clone();
+        b
+    };
+    let bind = SessionSetupRequest::BINDING;
+    let mut b = other(dialect::SMB3_1_1);
+    // Signed with A's key: a valid binding, refused (no multichannel
+    // yet), the answer signed with A's key (replies() verifies it).
+    let f = b.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], true);
+    let r = b.replies(&f).remove(0);
+    assert_eq!(r.status(), NtStatus::REQUEST_NOT_ACCEPTED);
+    assert!(r.header.flags.is_signed(), "signed with the session's key");
+    // Unsigned binding: INVALID_PARAMETER.
+    let f = b.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], false);
+    assert_eq!(b.replies(&f)[0].status(), NtStatus::INVALID_PARAMETER);
+    // Signed, no binding flag: the session is not this connection's.
+    let f = b.frame(vec![msg(Request::SessionSetup(setup(0)), false)], true);
+    let r = b.replies(&f).remove(0);
+    assert_eq!(r.status(), NtStatus::USER_SESSION_DELETED);
+    assert!(r.header.flags.is_signed());
+    // Signed with another key: refused, unsigned.
+    b.signing = Some(SigningKey::AesCmac([9; 16]));
+    let f = b.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], true);
+    let r = b.replies(&f).remove(0);
+    assert_eq!(r.status(), NtStatus::ACCESS_DENIED);
+    assert!(!r.header.flags.is_signed());
+    // Another dialect: 2.1 cannot bind at all, 3.0 is not A's dialect.
+    let mut c = other(dialect::SMB2_1);
+    let f = c.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], true);
+    let r = c.replies(&f).remove(0);
+    assert_eq!(r.status(), NtStatus::REQUEST_NOT_ACCEPTED);
+    assert!(r.header.flags.is_signed());
+    let mut c = other(dialect::SMB3_0);
+    let f = c.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], true);
+    assert_eq!(c.replies(&f)[0].status(), NtStatus::INVALID_PARAMETER);
+    // A's own session is untouched; B's own logon gets another id.
+    assert_eq!(a.call(vec![msg(Request::Echo(Default::default()), false)])[0].status(), NtStatus::SUCCESS);
+    // The same seed as A's: its first draw is A's id, which is taken.
+    let mut d = Client::new(cfg.clone());
+    d.negotiate(&[dialect::SMB3_1_1], &[]);
+    assert_eq!(d.login("alice", "wonderland", None), NtStatus::SUCCESS);
+    assert_ne!(d.session_id, a.session_id, "ids are unique daemon-wide");
+    assert_eq!(cfg.sessions.len(), 2);
+    // Once A logs off, its id names nothing.
+    assert_eq!(a.one(Request::Logoff(Default::default())).status(), NtStatus::SUCCESS);
+    let mut b = other(dialect::SMB3_1_1);
+    let f = b.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], true);
+    let r = b.replies(&f).remove(0);
+    assert_eq!(r.status(), NtStatus::USER_SESSION_DELETED);
+    drop(d);
+    assert_eq!(cfg.sessions.len(), 0, "a dropped connection leaves no session behind");
 }
 
 #[test]

@@ -112,6 +112,9 @@ impl NtStatus {
     pub const BAD_NETWORK_NAME: NtStatus = NtStatus(0xC000_00CC);
     /// The server accepts no more connections or sessions.
     pub const REQUEST_NOT_ACCEPTED: NtStatus = NtStatus(0xC000_00D0);
+    /// A session binding whose signing algorithm (AES-GMAC) the new
+    /// channel did not negotiate (MS-SMB2 3.3.5.5, as Windows answers).
+    pub const REQUEST_OUT_OF_SEQUENCE: NtStatus = NtStatus(0xC000_042A);
     /// A rename across volumes or shares.
     pub const NOT_SAME_DEVICE: NtStatus = NtStatus(0xC000_00D4);
     /// The oplock request was denied.
@@ -214,6 +217,7 @@ impl NtStatus {
             NtStatus::NETWORK_ACCESS_DENIED => "STATUS_NETWORK_ACCESS_DENIED",
             NtStatus::BAD_NETWORK_NAME => "STATUS_BAD_NETWORK_NAME",
             NtStatus::REQUEST_NOT_ACCEPTED => "STATUS_REQUEST_NOT_ACCEPTED",
+            NtStatus::REQUEST_OUT_OF_SEQUENCE => "STATUS_REQUEST_OUT_OF_SEQUENCE",
             NtStatus::NOT_SAME_DEVICE => "STATUS_NOT_SAME_DEVICE",
             NtStatus::OPLOCK_NOT_GRANTED => "STATUS_OPLOCK_NOT_GRANTED",
             NtStatus::INVALID_OPLOCK_PROTOCOL => "STATUS_INVALID_OPLOCK_PROTOCOL",

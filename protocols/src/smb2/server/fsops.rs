@@ -3572,6 +3572,7 @@ fn body(r: &Response<'_>) -> Vec<u8> {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.cfg.share_modes.release_connection(self.conn_key);
+        self.cfg.sessions.remove_connection(self.conn_key);
     }
 }
 

@@ -20,7 +20,8 @@
 //!   (FILETIME, NTSTATUS of FsError, access masks, security descriptors,
 //!   patterns);
 //! - shared tables: `sharemode` (the daemon-wide share modes, leases
-//!   and kept durable opens over the lock table);
+//!   and kept durable opens over the lock table), `registry` (the
+//!   daemon-wide session table: sessions other connections name);
 //! - the connection: `conn` (framing, credits, dispatch, CANCEL, IOCTL,
 //!   response assembly);
 //! - handlers, each an `impl Connection`: `session` (NEGOTIATE,
@@ -52,6 +53,7 @@ mod notify;
 mod oplock;
 mod pipe;
 pub mod sharemode;
+pub mod registry;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,6 +65,7 @@ use crate::smb2::negotiate::dialect;
 pub use conn::Connection;
 pub use notify::{encode_entries, Notified, WatchedDir, DIR_REMOVED, MAX_WATCHES};
 pub use sharemode::ShareModes;
+pub use registry::{GlobalSession, SessionRegistry};
 pub use info::fs_status;
 
 /// What the server offers and enforces.
@@ -109,6 +112,9 @@ pub struct ServerConfig {
     /// The daemon-wide share-mode table: give every connection the same
     /// one (the default makes a private table).
     pub share_modes: Arc<ShareModes>,
+    /// The daemon-wide session table (MS-SMB2 GlobalSessionTable): give
+    /// every connection the same one (the default makes a private table).
+    pub sessions: Arc<SessionRegistry>,
     /// How long a durable handle is kept after its connection is lost
     /// (ms): DHnQ, and DH2Q asking 0 (`[limits] smb_durable_timeout_ms`;
     /// MS-SMB2 3.3.5.9.6 / 3.3.5.9.10). DH2Q may ask up to
@@ -153,6 +159,7 @@ impl Default for ServerConfig {
             interface: None,
             link_speed: 10_000_000_000,
             share_modes: Arc::new(ShareModes::new()),
+            sessions: Arc::new(SessionRegistry::new()),
             durable_timeout_ms: 60_000,
             max_durable: 4096,
         }

@@ -9,7 +9,7 @@ use duet_fs::{Credentials, ObjRef};
 
 use super::crypto::{derive_keys, preauth_update, SigningKey};
 use super::info::{access, extra_status, to_filetime};
-use super::{Directory, Event, ShareEntry};
+use super::{Directory, Event, GlobalSession, ShareEntry};
 use crate::auth::ntlm::{self, NtlmError, ServerContext};
 use crate::auth::spnego::{self, ClientToken, NegState};
 use crate::smb2::header::Header;
@@ -206,21 +206,39 @@ impl Connection {
         fp: &mut FramePlan,
     ) -> (Plan, Option<SigningKey>) {
         self.last_new_session = 0;
-        if req.flags & SessionSetupRequest::BINDING != 0 {
-            return (done(NtStatus::REQUEST_NOT_ACCEPTED), None);
-        }
         let Some(neg) = self.negotiated.clone() else {
             return (done(NtStatus::INVALID_PARAMETER), None);
         };
+        let binding = req.flags & SessionSetupRequest::BINDING != 0;
+        if binding && hdr.session_id == 0 {
+            return (done(NtStatus::INVALID_PARAMETER), None);
+        }
+        if hdr.session_id != 0 && !self.sessions.contains_key(&hdr.session_id) {
+            return self.session_elsewhere(hdr, msg, req, &neg);
+        }
+        if binding {
+            // A channel of this connection exists already (3.3.5.5).
+            let key = self.sessions.get(&hdr.session_id).and_then(|s| s.keys.as_ref()).map(|k| k.signing.clone());
+            return (done(NtStatus::REQUEST_NOT_ACCEPTED), key.filter(|_| hdr.flags.is_signed()));
+        }
         let sid = if hdr.session_id == 0 {
             if self.sessions.len() >= self.cfg.max_sessions {
                 return (done(NtStatus::REQUEST_NOT_ACCEPTED), None);
             }
             // 32 random bits: clients (smbtorture among them) keep session
             // ids in 32-bit variables, and Samba and Windows hand out ids
-            // that fit.
+            // that fit. Unique daemon-wide (the session table).
+            let reserved = GlobalSession {
+                conn: self.conn_key,
+                dialect: neg.dialect,
+                cipher: neg.cipher,
+                signing: None,
+                valid: false,
+                guest: false,
+                uid: self.cfg.guest_uid,
+            };
             let mut id = self.rng.u64() & 0xFFFF_FFFF;
-            while id == 0 || self.sessions.contains_key(&id) {
+            while id == 0 || self.sessions.contains_key(&id) || !self.cfg.sessions.reserve(id, reserved.clone()) {
                 id = self.rng.u64() & 0xFFFF_FFFF;
             }
             self.sessions.insert(
@@ -258,11 +276,11 @@ impl Connection {
         let fail = |me: &mut Self, fp: &mut FramePlan, status: NtStatus| {
             match me.sessions.get(&sid).map(|s| s.valid) {
                 Some(false) => {
-                    me.sessions.remove(&sid);
+                    me.forget_session(sid);
                 }
                 Some(true) => {
                     me.drop_opens(fp, sid, None);
-                    me.sessions.remove(&sid);
+                    me.forget_session(sid);
                 }
                 None => {}
             }
@@ -408,12 +426,16 @@ impl Connection {
                 } else {
                     Vec::new()
                 };
-                let Some(s) = self.sessions.get_mut(&sid) else {
-                    return fail(self, fp, NtStatus::USER_SESSION_DELETED);
-                };
                 if reauth {
                     // The keys (and what they decided) stay; the identity
                     // is the new one.
+                    self.cfg.sessions.update(sid, self.conn_key, |g| {
+                        g.uid = cred.uid;
+                        g.guest = guest;
+                    });
+                    let Some(s) = self.sessions.get_mut(&sid) else {
+                        return fail(self, fp, NtStatus::USER_SESSION_DELETED);
+                    };
                     s.cred = cred;
                     s.guest = guest;
                     if s.encrypt {
@@ -441,6 +463,12 @@ impl Connection {
                     let ended = self.end_previous_session(previous, uid, fp.now_ns);
                     self.outbox.extend(ended);
                 }
+                self.cfg.sessions.update(sid, self.conn_key, |g| {
+                    g.valid = true;
+                    g.guest = guest;
+                    g.uid = cred.uid;
+                    g.signing = keys.as_ref().map(|k| k.signing.clone());
+                });
                 let Some(s) = self.sessions.get_mut(&sid) else {
                     return fail(self, fp, NtStatus::USER_SESSION_DELETED);
                 };
@@ -493,7 +521,7 @@ impl Connection {
     pub(super) fn close_session(&mut self, sid: u64, now_ns: i64, tag: &'static str) -> Option<Event> {
         let mut fp = FramePlan::new(now_ns, tag);
         self.drop_opens(&mut fp, sid, None);
-        self.sessions.remove(&sid);
+        self.forget_session(sid);
         let Some(batch) = fp.batch.take().filter(|b| !b.ops.is_empty()) else {
             self.end_removals(&mut fp.removals);
             return None;
@@ -593,8 +621,69 @@ impl Connection {
 
     pub(super) fn logoff(&mut self, fp: &mut FramePlan, session_id: u64) -> Plan {
         self.drop_opens(fp, session_id, None);
-        self.sessions.remove(&session_id);
+        self.forget_session(session_id);
         ok(Response::Logoff(Default::default()))
+    }
+
+    /// Forgets session `sid` here and in the daemon-wide table.
+    pub(super) fn forget_session(&mut self, sid: u64) {
+        self.sessions.remove(&sid);
+        self.cfg.sessions.remove(sid, self.conn_key);
+    }
+
+    /// A SESSION_SETUP naming a session this connection does not hold
+    /// (MS-SMB2 3.3.5.5): found in the daemon-wide table, a signed request
+    /// is verified with that Session.SigningKey and answered signed with it
+    /// (3.3.5.2.4), so that a client requiring signing gets the status
+    /// itself. Without SMB2_SESSION_FLAG_BINDING the session is not this
+    /// connection's: USER_SESSION_DELETED. A binding is checked in the
+    /// order Windows answers (smbtorture smb2.session.bind_negative_*):
+    /// GMAC on one side only, a 2.x connection, an unsigned request, another
+    /// dialect or cipher, a session not yet valid, a guest one. A binding
+    /// that passes them is still refused with REQUEST_NOT_ACCEPTED: duet
+    /// does not bind channels (multichannel) yet and does not offer
+    /// SMB2_GLOBAL_CAP_MULTI_CHANNEL.
+    fn session_elsewhere(
+        &mut self,
+        hdr: &Header,
+        msg: &[u8],
+        req: &SessionSetupRequest<'_>,
+        neg: &Negotiated,
+    ) -> (Plan, Option<SigningKey>) {
+        let Some(g) = self.cfg.sessions.get(hdr.session_id) else {
+            return (done(NtStatus::USER_SESSION_DELETED), None);
+        };
+        let signed = hdr.flags.is_signed();
+        let key = match (&g.signing, signed) {
+            (Some(k), true) => {
+                if !k.verify(msg) {
+                    return (done(NtStatus::ACCESS_DENIED), None);
+                }
+                Some(k.clone())
+            }
+            _ => None,
+        };
+        let status = if req.flags & SessionSetupRequest::BINDING == 0 {
+            NtStatus::USER_SESSION_DELETED
+        } else {
+            let session_gmac = matches!(g.signing, Some(SigningKey::AesGmac(_)));
+            if session_gmac && !neg.gmac {
+                NtStatus::REQUEST_OUT_OF_SEQUENCE
+            } else if neg.gmac && !session_gmac {
+                NtStatus::NOT_SUPPORTED
+            } else if neg.dialect < dialect::SMB3_0 {
+                NtStatus::REQUEST_NOT_ACCEPTED
+            } else if !signed || g.dialect != neg.dialect || g.cipher != neg.cipher {
+                NtStatus::INVALID_PARAMETER
+            } else if !g.valid {
+                NtStatus::USER_SESSION_DELETED
+            } else if g.guest {
+                NtStatus::NOT_SUPPORTED
+            } else {
+                NtStatus::REQUEST_NOT_ACCEPTED
+            }
+        };
+        (done(status), key)
     }
 
     pub(super) fn tree_connect(

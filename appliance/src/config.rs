@@ -38,6 +38,9 @@ require_signing = false
 # Encrypt every session of clients that can (SMB 3.x); SMB 2.x sessions
 # stay unencrypted (signed when require_signing is on).
 encrypt = false
+# Offer multichannel (SMB 3.x): a client may bind further connections to
+# its session (MS-SMB2 3.3.5.5) and use any of them for its opens.
+multichannel = true
 
 [nfs]
 enabled = true
@@ -246,6 +249,10 @@ pub struct ListenerConfig {
     /// SMB only: encrypt every session of a client that can (SMB 3.x).
     #[serde(default)]
     pub encrypt: bool,
+    /// SMB only: offer multichannel (SMB 3.x): a client may bind more
+    /// connections to a session.
+    #[serde(default = "yes")]
+    pub multichannel: bool,
     /// NFS only: the NFSv4 grace period after a restart, seconds.
     #[serde(default = "grace_default")]
     pub grace_secs: u32,
@@ -504,6 +511,7 @@ impl Default for Config {
                 portmap: false,
                 require_signing: false,
                 encrypt: false,
+                multichannel: true,
                 grace_secs: grace_default(),
                 lease_secs: lease_default(),
                 id_domain: None,
@@ -514,6 +522,7 @@ impl Default for Config {
                 portmap: true,
                 require_signing: false,
                 encrypt: false,
+                multichannel: true,
                 grace_secs: grace_default(),
                 lease_secs: lease_default(),
                 id_domain: None,
@@ -604,10 +613,10 @@ impl Config {
                 return invalid(key, format!("{addr:?} is not an address:port such as 0.0.0.0:445"));
             }
         }
-        if self.nfs.require_signing || self.nfs.encrypt {
+        if self.nfs.require_signing || self.nfs.encrypt || !self.nfs.multichannel {
             return invalid(
                 "nfs.require_signing",
-                "require_signing and encrypt are SMB settings ([smb]); NFS has none".into(),
+                "require_signing, encrypt and multichannel are SMB settings ([smb]); NFS has none".into(),
             );
         }
         if let Some(d) = &self.nfs.id_domain {

@@ -136,6 +136,17 @@ pub enum Routed {
     /// Close this open without a response (another connection's CREATE
     /// took its AppInstanceId, MS-SMB2 3.3.5.9.13).
     CloseOpen(u64),
+    /// A frame that came through `channel`, a connection bound to one of
+    /// this connection's sessions (multichannel, MS-SMB2 3.3.5.5).
+    Channel { channel: u64, frame: Vec<u8>, grants: Vec<u16>, encrypted_by: Option<u64> },
+    /// A frame this connection forwarded that found no connection to
+    /// serve it (the session's connection is gone).
+    ChannelLost { frame: Vec<u8>, grants: Vec<u16>, encrypted_by: Option<u64> },
+    /// Connection `channel` was bound to this connection's `session`.
+    Bound { session: u64, channel: u64, key: smb::crypto::SigningKey },
+    /// A frame to write as it is: the answer to what came through this
+    /// connection as a channel of another's session.
+    Send(Vec<u8>),
 }
 
 /// A connection's place in [`SmbRoutes`]; leaves it when dropped.
@@ -192,11 +203,27 @@ impl SmbRoutes {
         }
     }
 
+    /// Hands `msg` to connection `key`; false when it is gone or its
+    /// queue is full.
+    pub fn send(&self, key: u64, msg: Routed) -> bool {
+        let tx = self.conns.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
+        let sent = tx.is_some_and(|tx| tx.try_send(msg).is_ok());
+        if !sent {
+            self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        sent
+    }
+
     /// Hands changes to the watching connection `key`; false when it is
     /// gone or its queue is full.
     pub fn notify(&self, key: u64, changes: Vec<smb::Notified>) -> bool {
         let tx = self.conns.lock().unwrap_or_else(|e| e.into_inner()).get(&key).cloned();
         tx.is_some_and(|tx| tx.try_send(Routed::Changes(changes)).is_ok())
+    }
+
+    /// Whether connection `key` is registered.
+    pub fn has(&self, key: u64) -> bool {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key)
     }
 
     /// SMB connections registered now.
@@ -513,6 +540,8 @@ pub struct FrontendPlan {
     pub locks: std::sync::Arc<duet_locks::LockManager>,
     pub smb_require_signing: bool,
     pub smb_encrypt: bool,
+    /// Offer multichannel (`[smb] multichannel`).
+    pub smb_multichannel: bool,
     pub limits: LimitsConfig,
     /// One connection table for every executor.
     pub conns: Arc<ConnTable>,
@@ -680,6 +709,7 @@ pub async fn run(
         sessions: plan.conns.smb_sessions.clone(),
         require_signing: plan.smb_require_signing,
         encrypt: plan.smb_encrypt,
+        multichannel: plan.smb_multichannel,
         max_read_size: plan.limits.smb_io_max(),
         max_write_size: plan.limits.smb_io_max(),
         max_transact_size: plan.limits.smb_transact_max,
@@ -1085,6 +1115,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                     break;
                 }
                 let frame: Vec<u8> = buf[4..4 + len].to_vec();
+                tracing::trace!(key = conn.key(), first = ?frame.get(..16), len = frame.len(), "SMB frame in");
                 buf.drain(..4 + len);
                 queue.extend(conn.on_frame(&frame, now_ns(), &*ctx.catalog.borrow()));
                 if let Some(c) = conn.client_route() {
@@ -1123,6 +1154,23 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                         return Ok(());
                     }
                 }
+                Wake::Recall(Routed::Channel { channel, frame, grants, encrypted_by }) => {
+                    queue.extend(conn.on_channel_frame(channel, &frame, grants, encrypted_by, now_ns(), &*ctx.catalog.borrow()));
+                    if conn.watches_changed() {
+                        ctx.conns.notify.set_watches(conn.key(), conn.watched());
+                    }
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
+                }
+                Wake::Recall(Routed::ChannelLost { frame, grants, encrypted_by }) => {
+                    queue.extend(conn.on_channel_lost(&frame, grants, encrypted_by, now_ns(), &*ctx.catalog.borrow()));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
+                }
+                Wake::Recall(Routed::Bound { session, channel, key }) => conn.add_channel(session, channel, key),
+                Wake::Recall(Routed::Send(frame)) => stream.write_all(&frame).await?,
                 Wake::Recall(Routed::Changes(v)) => {
                     queue.extend(conn.on_changes(&v));
                     if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
@@ -1212,6 +1260,7 @@ async fn smb_events(
     while let Some(ev) = queue.pop_front() {
         match ev {
             smb::Event::Send(bytes) => {
+                tracing::trace!(len = bytes.len(), first = ?bytes.get(4..20), "SMB frame out");
                 if logon_failed(&bytes) {
                     // Who and when, never what was typed: NTLM carries no
                     // password, and nothing of the request is logged.
@@ -1227,7 +1276,10 @@ async fn smb_events(
                 spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, exempt, done);
                 *in_flight += 1;
             }
-            smb::Event::Close => return Ok(true),
+            smb::Event::Close => {
+                tracing::debug!(%peer, "SMB connection closed by the server");
+                return Ok(true);
+            }
             smb::Event::Recall(b) => {
                 crate::nfs_callback::deliver(&ctx.conns, b);
             }
@@ -1236,6 +1288,25 @@ async fn smb_events(
             }
             smb::Event::CloseOpen { conn, file } => ctx.conns.smb_routes.close_open(conn, file),
             smb::Event::DeletePending { node, from } => ctx.conns.notify.delete_pending(node, from, &ctx.conns.smb_routes),
+            smb::Event::SendOn { conn, frame } => {
+                // The channel may be gone: its client sees its connection
+                // closed, and what it asked on the session goes on.
+                ctx.conns.smb_routes.send(conn, Routed::Send(frame));
+            }
+            smb::Event::Forward { owner, channel, frame, grants, encrypted_by } => {
+                tracing::debug!(owner, channel, bytes = frame.len(), "SMB frame forwarded to its session's connection");
+                let routes = &ctx.conns.smb_routes;
+                if !routes.has(owner) {
+                    routes.send(channel, Routed::ChannelLost { frame, grants, encrypted_by });
+                } else if !routes.send(owner, Routed::Channel { channel, frame, grants, encrypted_by }) {
+                    // Its queue is full: the client retries on a lost
+                    // answer as on a slow server; nothing ran.
+                    tracing::warn!("SMB channel frame dropped: the session's connection is not keeping up");
+                }
+            }
+            smb::Event::Bound { owner, session, channel, key } => {
+                ctx.conns.smb_routes.send(owner, Routed::Bound { session, channel, key });
+            }
         }
     }
     Ok(false)

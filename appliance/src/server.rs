@@ -592,6 +592,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             locks: locks.clone(),
             smb_require_signing: cfg.smb.require_signing,
             smb_encrypt: cfg.smb.encrypt,
+            smb_multichannel: cfg.smb.multichannel,
             limits: cfg.limits.clone(),
             conns: conns.clone(),
             nfs_grace_s: cfg.nfs.grace_secs,

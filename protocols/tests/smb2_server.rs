@@ -185,6 +185,9 @@ struct Client {
     recalls: Vec<duet_locks::Break>,
     /// The ClientGuid NEGOTIATE sends.
     guid: [u8; 16],
+    /// Events for other connections (channels: `Event::Forward`,
+    /// `Event::SendOn`, `Event::Bound`), for the test to route.
+    routed: Vec<Event>,
 }
 
 fn dir_with(engine: &mut Engine) -> TestDir {
@@ -195,6 +198,15 @@ fn dir_with(engine: &mut Engine) -> TestDir {
             nt_hash: ntlm::nt_hash("wonderland"),
             uid: 1000,
             gid: 1000,
+            enabled: true,
+        },
+    );
+    users.insert(
+        "carol".into(),
+        UserEntry {
+            nt_hash: ntlm::nt_hash("tea"),
+            uid: 1002,
+            gid: 1002,
             enabled: true,
         },
     );
@@ -288,6 +300,7 @@ impl Client {
             nonce: 1,
             recalls: Vec::new(),
             guid: [0x11; 16],
+            routed: Vec::new(),
         }
     }
 
@@ -321,6 +334,7 @@ impl Client {
                     }
                     Event::Recall(b) => self.recalls.push(b),
                     Event::EndSession { .. } | Event::CloseOpen { .. } | Event::DeletePending { .. } => {}
+                    other => self.routed.push(other),
                 }
             }
             if next.is_empty() {
@@ -404,7 +418,10 @@ impl Client {
         let mut out = Vec::new();
         for m in msgs {
             assert!(m.header.flags.is_response());
-            if m.header.flags.is_signed() {
+            // USER_SESSION_DELETED for a session not held here keeps the
+            // request's SIGNED flag without a signature (no key).
+            let unsigned = m.header.status == NtStatus::USER_SESSION_DELETED && m.bytes[48..64] == [0; 16];
+            if m.header.flags.is_signed() && !unsigned {
                 let k = self.signing.as_ref().expect("signed reply without a key");
                 assert!(
                     k.verify(m.bytes),
@@ -1226,11 +1243,11 @@ fn a_session_setup_naming_another_connections_session_is_checked_and_signed() {
     };
     let bind = SessionSetupRequest::BINDING;
     let mut b = other(dialect::SMB3_1_1);
-    // Signed with A's key: a valid binding, refused (no multichannel
-    // yet), the answer signed with A's key (replies() verifies it).
+    // Signed with A's key: a valid binding starts its NTLM exchange,
+    // answered signed with A's key (replies() verifies it).
     let f = b.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], true);
     let r = b.replies(&f).remove(0);
-    assert_eq!(r.status(), NtStatus::REQUEST_NOT_ACCEPTED);
+    assert_eq!(r.status(), NtStatus::MORE_PROCESSING_REQUIRED);
     assert!(r.header.flags.is_signed(), "signed with the session's key");
     // Unsigned binding: INVALID_PARAMETER.
     let f = b.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], false);
@@ -1269,8 +1286,206 @@ fn a_session_setup_naming_another_connections_session_is_checked_and_signed() {
     let f = b.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], true);
     let r = b.replies(&f).remove(0);
     assert_eq!(r.status(), NtStatus::USER_SESSION_DELETED);
+    // Without multichannel a valid binding is refused.
+    let cfg1 = ServerConfig { multichannel: false, ..ServerConfig::default() };
+    let mut e = Client::new(cfg1.clone());
+    e.negotiate(&[dialect::SMB3_1_1], &[]);
+    assert_eq!(e.login("alice", "wonderland", None), NtStatus::SUCCESS);
+    let mut f1 = Client::with_seed(cfg1, b"another seed, thirty-two bytes or more");
+    f1.negotiate(&[dialect::SMB3_1_1], &[]);
+    f1.session_id = e.session_id;
+    f1.signing = e.signing.clone();
+    let f = f1.frame(vec![msg(Request::SessionSetup(setup(bind)), false)], true);
+    assert_eq!(f1.replies(&f)[0].status(), NtStatus::REQUEST_NOT_ACCEPTED);
     drop(d);
     assert_eq!(cfg.sessions.len(), 0, "a dropped connection leaves no session behind");
+}
+
+/// Runs the batches among `events` on `c`'s engine; returns the others.
+fn drive_batches(c: &mut Client, mut events: Vec<Event>) -> Vec<Event> {
+    let mut out = Vec::new();
+    loop {
+        let mut next = Vec::new();
+        for e in events {
+            match e {
+                Event::Run { token, batch, .. } => {
+                    let r = c.engine.run(&batch);
+                    next.extend(c.conn.on_batch_done(token, r, NOW));
+                }
+                other => out.push(other),
+            }
+        }
+        if next.is_empty() {
+            return out;
+        }
+        events = next;
+    }
+}
+
+/// Binds connection `b` to `a`'s session (MS-SMB2 3.3.5.5, NTLM in
+/// SPNEGO as smbtorture does), routing the `Event::Bound` to `a`; returns
+/// the channel's signing key, with which `b` signs from then on.
+fn bind(a: &mut Client, b: &mut Client, user: &str, password: &str) -> NtStatus {
+    b.session_id = a.session_id;
+    b.signing = a.signing.clone();
+    let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
+    let tok = spnego::client_init(&neg);
+    let req = SessionSetupRequest {
+        flags: SessionSetupRequest::BINDING,
+        security_mode: 1,
+        capabilities: 1,
+        channel: 0,
+        previous_session_id: 0,
+        security_buffer: &tok,
+    };
+    let f = b.frame(vec![msg(Request::SessionSetup(req), false)], true);
+    let r = b.replies(&f).remove(0);
+    assert_eq!(r.status(), NtStatus::MORE_PROCESSING_REQUIRED);
+    let mut preauth = preauth_update(&b.preauth, &f);
+    preauth = preauth_update(&preauth, &r.bytes);
+    let Response::SessionSetup(ss) = r.body() else { panic!() };
+    let chal = spnego::parse_server_response(ss.security_buffer).unwrap().token.unwrap().to_vec();
+    let (auth, key) =
+        ntlm::client_authenticate(&neg, &chal, user, "WORKGROUP", &ntlm::nt_hash(password), [0x43; 8], [0x25; 16], 0)
+            .unwrap();
+    let tok = spnego::client_resp(&auth, None);
+    let req = SessionSetupRequest {
+        flags: SessionSetupRequest::BINDING,
+        security_mode: 1,
+        capabilities: 1,
+        channel: 0,
+        previous_session_id: 0,
+        security_buffer: &tok,
+    };
+    let f = b.frame(vec![msg(Request::SessionSetup(req), false)], true);
+    preauth = preauth_update(&preauth, &f);
+    let chan = derive_keys(b.dialect, &key, None, &preauth, true).signing;
+    let resp = b.exchange(&f).expect("an answer");
+    let m = Compound::new(&resp).next().unwrap().unwrap();
+    assert!(m.header.flags.is_signed(), "a binding's answers are signed");
+    if m.header.status != NtStatus::SUCCESS {
+        // A refusal is signed with the session's key.
+        assert!(b.signing.as_ref().unwrap().verify(m.bytes));
+        return m.header.status;
+    }
+    assert!(chan.verify(m.bytes), "the binding's last answer is signed with the channel's key");
+    b.signing = Some(chan);
+    for e in std::mem::take(&mut b.routed) {
+        if let Event::Bound { owner, session, channel, key } = e {
+            assert_eq!(owner, a.conn.key());
+            a.conn.add_channel(session, channel, key);
+        }
+    }
+    NtStatus::SUCCESS
+}
+
+/// Sends `msgs` on channel `b` (bound to `a`'s session): `b` forwards the
+/// frame, `a` serves it and answers through `b` (`Event::SendOn`);
+/// returns the replies as `b`'s client sees them (signature checked with
+/// the channel's key).
+fn through_channel(a: &mut Client, b: &mut Client, msgs: Vec<Msg>) -> Vec<Reply> {
+    let f = b.frame(msgs, true);
+    assert!(b.exchange(&f).is_none(), "nothing answered on the channel itself");
+    let fwd = std::mem::take(&mut b.routed);
+    let [Event::Forward { owner, channel, frame, grants, encrypted_by }] = &fwd[..] else {
+        panic!("one frame forwarded: {fwd:?}")
+    };
+    assert_eq!((*owner, *channel), (a.conn.key(), b.conn.key()));
+    let ev = a.conn.on_channel_frame(*channel, frame, grants.clone(), *encrypted_by, NOW, &a.dir);
+    let ev = drive_batches(a, ev);
+    let mut out = Vec::new();
+    for e in ev {
+        if let Event::SendOn { conn, frame } = e {
+            assert_eq!(conn, b.conn.key(), "the answer goes back through the channel");
+            let msgs: Vec<_> = Compound::new(&frame[4..]).collect::<Result<_, _>>().unwrap();
+            for m in msgs {
+                if m.header.flags.is_signed() {
+                    assert!(b.signing.as_ref().unwrap().verify(m.bytes), "signed with the channel's key");
+                }
+                out.push(Reply { header: m.header, bytes: m.bytes.to_vec() });
+            }
+        } else {
+            panic!("unexpected {e:?}");
+        }
+    }
+    out
+}
+
+/// Multichannel (MS-SMB2 3.3.5.5): a second connection binds to a
+/// session with the same user's NTLM, gets its own signing key, and
+/// serves the session's opens and trees: its frames are forwarded to the
+/// session's connection, answered through the channel with its credits
+/// and key. Another user, or a second binding, is refused; a frame
+/// signed with the session's key instead of the channel's is
+/// ACCESS_DENIED; once the session logs off, the channel answers
+/// USER_SESSION_DELETED itself.
+#[test]
+fn a_channel_bound_to_a_session_serves_its_opens() {
+    let cfg = ServerConfig::default();
+    let mut a = Client::new(cfg.clone());
+    let n = a.negotiate(&[dialect::SMB3_1_1], &[]);
+    let Response::Negotiate(neg) = n.body() else { panic!() };
+    assert_ne!(neg.capabilities & 0x8, 0, "SMB2_GLOBAL_CAP_MULTI_CHANNEL offered");
+    assert_eq!(a.login("alice", "wonderland", None), NtStatus::SUCCESS);
+    assert_eq!(a.tree("data"), NtStatus::SUCCESS);
+    let fid = open_fid(&mut a, "chan.txt", create_disposition::OPEN_IF, RW).unwrap();
+    assert_eq!(write_at(&mut a, fid, 0, b"through either channel"), NtStatus::SUCCESS);
+
+    // Another user cannot bind alice's session.
+    let mut x = Client::with_seed(cfg.clone(), b"a seed for the intruder, 32 bytes+");
+    x.negotiate(&[dialect::SMB3_1_1], &[]);
+    assert_eq!(bind(&mut a, &mut x, "carol", "tea"), NtStatus::ACCESS_DENIED);
+
+    let mut b = Client::with_seed(cfg.clone(), b"another seed, thirty-two bytes or more");
+    b.negotiate(&[dialect::SMB3_1_1], &[]);
+    assert_eq!(bind(&mut a, &mut b, "alice", "wonderland"), NtStatus::SUCCESS);
+    b.tree_id = a.tree_id;
+    let read = ReadRequest {
+        padding: 0,
+        flags: 0,
+        length: 64,
+        offset: 0,
+        file_id: fid,
+        minimum_count: 0,
+        channel: 0,
+        remaining_bytes: 0,
+        read_channel_info: &[],
+    };
+    let r = through_channel(&mut a, &mut b, vec![msg(Request::Read(read.clone()), false)]);
+    assert_eq!(r[0].status(), NtStatus::SUCCESS);
+    let Response::Read(rd) = r[0].body() else { panic!() };
+    assert_eq!(rd.data, b"through either channel");
+    assert!(r[0].header.credit > 0, "the channel grants credits");
+    // A write through the channel is seen through the first connection.
+    let w = WriteRequest { offset: 0, file_id: fid, channel: 0, remaining_bytes: 0, flags: 0, write_channel_info: &[], data: b"THROUGH" };
+    assert_eq!(through_channel(&mut a, &mut b, vec![msg(Request::Write(w), false)])[0].status(), NtStatus::SUCCESS);
+    let r = a.one(Request::Read(read.clone()));
+    let Response::Read(rd) = r.body() else { panic!() };
+    assert_eq!(rd.data, b"THROUGH either channel");
+    // Signed with the session's key, not the channel's: ACCESS_DENIED.
+    let chan = b.signing.replace(a.signing.clone().unwrap());
+    let r = through_channel(&mut a, &mut b, vec![msg(Request::Read(read.clone()), false)]);
+    assert_eq!(r[0].status(), NtStatus::ACCESS_DENIED);
+    b.signing = chan;
+    // A second binding of the same channel: REQUEST_NOT_ACCEPTED.
+    let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
+    let tok = spnego::client_init(&neg);
+    let again = SessionSetupRequest {
+        flags: SessionSetupRequest::BINDING,
+        security_mode: 1,
+        capabilities: 1,
+        channel: 0,
+        previous_session_id: 0,
+        security_buffer: &tok,
+    };
+    let r = through_channel(&mut a, &mut b, vec![msg(Request::SessionSetup(again), false)]);
+    assert_eq!(r[0].status(), NtStatus::REQUEST_NOT_ACCEPTED);
+    // The session logs off on its first connection: the channel answers
+    // for itself.
+    assert_eq!(a.one(Request::Logoff(Default::default())).status(), NtStatus::SUCCESS);
+    let f = b.frame(vec![msg(Request::Read(read), false)], true);
+    let r = b.replies(&f);
+    assert_eq!(r[0].status(), NtStatus::USER_SESSION_DELETED);
 }
 
 #[test]
@@ -2810,7 +3025,7 @@ fn close_waits_for_the_requests_in_progress() {
                 ev.extend(c.conn.resume(NOW, &c.dir));
             }
             Event::Close => panic!("connection closed"),
-            Event::Recall(_) | Event::EndSession { .. } | Event::CloseOpen { .. } | Event::DeletePending { .. } => {}
+            _ => {}
         }
     }
     assert_eq!(c.conn.held(), 0);

@@ -140,7 +140,8 @@ impl Connection {
             self.break_for_lock(id, fp.now_ns);
         }
         // Lock sequence verification (MS-SMB2 3.3.5.14) on resilient and
-        // durable opens, as Windows does (note <314>): a request whose
+        // durable opens, as Windows does (note <314>), and on every open
+        // once multichannel is offered: a request whose
         // LockSequenceNumber the open's entry at LockSequenceIndex (1 to
         // 64) already holds is a replay, answered success without being
         // applied again; otherwise the entry is invalid until the request
@@ -170,7 +171,7 @@ impl Connection {
                     let async_id = self.new_async_id();
                     let mut h = *hdr;
                     h.ids = HeaderIds::Async { async_id };
-                    self.last_async = Some(AsyncLock { waiter, hdr: h, sign: None, encrypt: None });
+                    self.last_async = Some(AsyncLock { waiter, hdr: h, sign: None, encrypt: None, channel: None });
                     done(NtStatus::PENDING)
                 }
                 Err(s) => done(s),
@@ -184,11 +185,18 @@ impl Connection {
 
     /// The entry of open `id`'s LockSequenceArray a LOCK with
     /// `lock_sequence` uses, and its LockSequenceNumber: None when the
-    /// open is neither resilient nor durable or the index is not 1 to 64
-    /// (MS-SMB2 2.2.26, 3.3.5.14).
+    /// open is neither resilient nor durable nor on a 3.x connection
+    /// offering multichannel, or the index is not 1 to 64 (MS-SMB2
+    /// 2.2.26, 3.3.5.14).
     pub(super) fn lock_seq_slot(&self, id: u64, lock_sequence: u32) -> Option<(usize, u8)> {
         let o = self.opens.get(&id)?;
-        if o.resilient_ms.is_none() && o.durable.is_none() {
+        // Every open of a 3.x connection offering multichannel, whose
+        // LOCKs may be replayed on another channel (3.3.5.14).
+        let multichannel = self
+            .negotiated
+            .as_ref()
+            .is_some_and(|n| n.dialect >= crate::smb2::negotiate::dialect::SMB3_0 && n.server_caps & crate::smb2::negotiate::capabilities::MULTI_CHANNEL != 0);
+        if o.resilient_ms.is_none() && o.durable.is_none() && !multichannel {
             return None;
         }
         if self.dialect().unwrap_or(0) < crate::smb2::negotiate::dialect::SMB2_1 {

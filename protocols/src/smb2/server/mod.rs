@@ -115,6 +115,9 @@ pub struct ServerConfig {
     /// The daemon-wide session table (MS-SMB2 GlobalSessionTable): give
     /// every connection the same one (the default makes a private table).
     pub sessions: Arc<SessionRegistry>,
+    /// Offer SMB2_GLOBAL_CAP_MULTI_CHANNEL (3.x) and bind channels to
+    /// sessions (MS-SMB2 3.3.5.5).
+    pub multichannel: bool,
     /// How long a durable handle is kept after its connection is lost
     /// (ms): DHnQ, and DH2Q asking 0 (`[limits] smb_durable_timeout_ms`;
     /// MS-SMB2 3.3.5.9.6 / 3.3.5.9.10). DH2Q may ask up to
@@ -160,6 +163,7 @@ impl Default for ServerConfig {
             link_speed: 10_000_000_000,
             share_modes: Arc::new(ShareModes::new()),
             sessions: Arc::new(SessionRegistry::new()),
+            multichannel: true,
             durable_timeout_ms: 60_000,
             max_durable: 4096,
         }
@@ -250,4 +254,22 @@ pub enum Event {
     /// routes it as a [`Notified`] with [`DIR_REMOVED`]). `from` is this
     /// connection's [`Connection::key`], whose own watches already know.
     DeletePending { node: NodeId, from: u64 },
+    /// Send this whole transport frame on the connection whose
+    /// [`Connection::key`] is `conn`: a channel bound to one of this
+    /// connection's sessions (MS-SMB2 3.3.5.5), which answers what came
+    /// through it. Its driver writes the frame as it is.
+    SendOn { conn: u64, frame: Vec<u8> },
+    /// A frame for a session of connection `owner`, to which this
+    /// connection (`channel`) is bound as a channel: the driver hands it
+    /// to `owner`'s [`Connection::on_channel_frame`]; when `owner` is
+    /// gone, back to this connection's [`Connection::on_channel_lost`].
+    /// `grants` are the credits this connection granted each message (the
+    /// credit window is the channel's, MS-SMB2 3.3.1.1); `encrypted_by`
+    /// the session that encrypted it (decrypted here).
+    Forward { owner: u64, channel: u64, frame: Vec<u8>, grants: Vec<u16>, encrypted_by: Option<u64> },
+    /// This connection (`channel`) was bound to session `session` of
+    /// connection `owner` with Channel.SigningKey `key`: the driver hands
+    /// it to `owner`'s [`Connection::add_channel`] (before any frame
+    /// forwarded through the channel).
+    Bound { owner: u64, session: u64, channel: u64, key: crypto::SigningKey },
 }

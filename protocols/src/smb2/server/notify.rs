@@ -234,7 +234,7 @@ impl Connection {
         self.last_notify = Some(WaitingNotify {
             file: id,
             output_len: req.output_buffer_length,
-            reply: AsyncReply { hdr: h, sign: None, encrypt: None },
+            reply: AsyncReply { hdr: h, sign: None, encrypt: None, channel: None },
         });
         done(NtStatus::PENDING)
     }

@@ -390,7 +390,10 @@ impl Connection {
         for async_id in ready {
             let Some(p) = self.parked.remove(&async_id) else { continue };
             self.resuming = Some(async_id);
+            // It answers through the channel it came through, if any.
+            self.via = p.channel.map(|channel| super::state::Via { channel, grants: Vec::new() });
             out.extend(self.process(&p.frame, p.encrypted_by, now_ns, dir));
+            self.via = None;
             self.resuming = None;
         }
         out

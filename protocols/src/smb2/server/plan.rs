@@ -108,6 +108,9 @@ pub(super) struct FramePlan {
     /// dropped opens (`ShareModes::begin_removal`), ended when the batch
     /// is over.
     pub removals: Vec<String>,
+    /// The channel the frame came through (its responses go back there),
+    /// None for this connection.
+    pub channel: Option<u64>,
 }
 
 impl FramePlan {
@@ -128,6 +131,7 @@ impl FramePlan {
             flush: false,
             parent_lease: None,
             removals: Vec::new(),
+            channel: None,
         }
     }
 

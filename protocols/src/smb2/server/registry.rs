@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::crypto::SigningKey;
+use super::crypto::{CipherKey, SigningKey};
 
 /// What other connections may see of one session.
 #[derive(Debug, Clone)]
@@ -25,6 +25,9 @@ pub struct GlobalSession {
     /// Session.SigningKey, once authenticated (None for a guest or an
     /// anonymous session, and while the authentication is in progress).
     pub signing: Option<SigningKey>,
+    /// The session's client-to-server key (3.x encryption): a channel
+    /// decrypts with it what it forwards (MS-SMB2 3.3.5.2.1.1).
+    pub decrypt: Option<CipherKey>,
     /// Authenticated (Session.State Valid).
     pub valid: bool,
     /// A guest or anonymous session (3.3.5.5: never bound).

@@ -42,6 +42,10 @@ impl Connection {
             // v2 leases on directories (`lease.rs`), broken by any change
             // inside them, from either protocol.
             caps |= capabilities::DIRECTORY_LEASING;
+            if self.cfg.multichannel {
+                // Channels bind to sessions (MS-SMB2 3.3.5.5).
+                caps |= capabilities::MULTI_CHANNEL;
+            }
         }
         let small = chosen == dialect::SMB2_0_2;
         let cap = |v: u32| if small { v.min(65536) } else { v };
@@ -214,7 +218,7 @@ impl Connection {
             return (done(NtStatus::INVALID_PARAMETER), None);
         }
         if hdr.session_id != 0 && !self.sessions.contains_key(&hdr.session_id) {
-            return self.session_elsewhere(hdr, msg, req, &neg);
+            return self.session_elsewhere(hdr, msg, req, &neg, dir);
         }
         if binding {
             // A channel of this connection exists already (3.3.5.5).
@@ -233,6 +237,7 @@ impl Connection {
                 dialect: neg.dialect,
                 cipher: neg.cipher,
                 signing: None,
+                decrypt: None,
                 valid: false,
                 guest: false,
                 uid: self.cfg.guest_uid,
@@ -253,6 +258,7 @@ impl Connection {
                     signing_required: false,
                     encrypt: false,
                     trees: HashMap::new(),
+                    channels: HashMap::new(),
                 },
             );
             self.last_new_session = id;
@@ -286,26 +292,9 @@ impl Connection {
             }
             (done(status), None)
         };
-        let token = match spnego::parse_client_token(req.security_buffer) {
+        let (ntlm_msg, spnego_used, mech_list, client_mic) = match client_ntlm(req.security_buffer) {
             Ok(t) => t,
-            Err(_) => return fail(self, fp, NtStatus::LOGON_FAILURE),
-        };
-        let (ntlm_msg, spnego_used, mech_list, client_mic) = match token {
-            ClientToken::Raw(m) => (m, false, Vec::new(), None),
-            ClientToken::Init {
-                mech_list,
-                ntlm_offered: true,
-                mech_token: Some(m),
-            } => (m, true, mech_list.to_vec(), None),
-            ClientToken::Init { .. } => return fail(self, fp, NtStatus::NOT_SUPPORTED),
-            ClientToken::Resp {
-                response_token: Some(m),
-                mech_list_mic,
-            } => (m, true, Vec::new(), mech_list_mic),
-            ClientToken::Resp {
-                response_token: None,
-                ..
-            } => return fail(self, fp, NtStatus::LOGON_FAILURE),
+            Err(status) => return fail(self, fp, status),
         };
         if is_311 {
             if let Some(s) = self.sessions.get_mut(&sid) {
@@ -443,9 +432,12 @@ impl Connection {
                     } else {
                         flags &= !SessionSetupResponse::ENCRYPT_DATA;
                     }
-                    let sign = s.keys.as_ref().and_then(|k| {
-                        (neg.dialect >= dialect::SMB3_0 || s.signing_required).then(|| k.signing.clone())
-                    });
+                    // Through a channel: signed with its Channel.SigningKey.
+                    let key = match &self.via {
+                        Some(v) => s.channels.get(&v.channel).cloned(),
+                        None => s.keys.as_ref().map(|k| k.signing.clone()),
+                    };
+                    let sign = key.filter(|_| neg.dialect >= dialect::SMB3_0 || s.signing_required);
                     let body = body_of(&Response::SessionSetup(SessionSetupResponse {
                         session_flags: flags,
                         security_buffer: &out,
@@ -468,6 +460,7 @@ impl Connection {
                     g.guest = guest;
                     g.uid = cred.uid;
                     g.signing = keys.as_ref().map(|k| k.signing.clone());
+                    g.decrypt = keys.as_ref().and_then(|k| k.decrypt.clone());
                 });
                 let Some(s) = self.sessions.get_mut(&sid) else {
                     return fail(self, fp, NtStatus::USER_SESSION_DELETED);
@@ -649,6 +642,7 @@ impl Connection {
         msg: &[u8],
         req: &SessionSetupRequest<'_>,
         neg: &Negotiated,
+        dir: &dyn Directory,
     ) -> (Plan, Option<SigningKey>) {
         let Some(g) = self.cfg.sessions.get(hdr.session_id) else {
             return (done(NtStatus::USER_SESSION_DELETED), None);
@@ -679,11 +673,142 @@ impl Connection {
                 NtStatus::USER_SESSION_DELETED
             } else if g.guest {
                 NtStatus::NOT_SUPPORTED
-            } else {
+            } else if !self.cfg.multichannel {
                 NtStatus::REQUEST_NOT_ACCEPTED
+            } else {
+                return self.bind_channel(hdr, msg, req, neg, &g, key, dir);
             }
         };
         (done(status), key)
+    }
+
+    /// The NTLM exchange of a channel binding (MS-SMB2 3.3.5.5.2/3): the
+    /// same user authenticates again on this connection; the channel's
+    /// signing key comes from that authentication's session key (3.1.1:
+    /// with the channel's own preauth hash, 3.3.5.5.3). Its answers are
+    /// signed with Session.SigningKey (`key`), the last one with the new
+    /// Channel.SigningKey. Bound, this connection forwards the session's
+    /// frames to the one holding it, which learns the key first
+    /// ([`Event::Bound`]).
+    #[allow(clippy::too_many_arguments)]
+    fn bind_channel(
+        &mut self,
+        hdr: &Header,
+        msg: &[u8],
+        req: &SessionSetupRequest<'_>,
+        neg: &Negotiated,
+        g: &GlobalSession,
+        key: Option<SigningKey>,
+        dir: &dyn Directory,
+    ) -> (Plan, Option<SigningKey>) {
+        let sid = hdr.session_id;
+        let is_311 = neg.dialect == dialect::SMB3_1_1;
+        let refuse = |me: &mut Self, status: NtStatus| {
+            me.binding.remove(&sid);
+            (done(status), key.clone())
+        };
+        let (ntlm_msg, spnego_used, mech_list, client_mic) = match client_ntlm(req.security_buffer) {
+            Ok(t) => t,
+            Err(status) => return refuse(self, status),
+        };
+        let kind = ntlm_msg.get(8..12).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        match kind {
+            Some(1) => {
+                let mut ctx = ServerContext::new(self.rng.bytes());
+                let chal = match ctx.challenge(ntlm_msg, &self.cfg.domain, &self.cfg.server_name, None) {
+                    Ok(c) => c,
+                    Err(_) => return refuse(self, NtStatus::INVALID_PARAMETER),
+                };
+                let preauth = if is_311 { preauth_update(&self.preauth, msg) } else { self.preauth };
+                self.binding.insert(
+                    sid,
+                    Binding { owner: g.conn, auth: AuthState::Ntlm { ctx, spnego: spnego_used, mech_list }, preauth },
+                );
+                let out = if spnego_used {
+                    spnego::server_response(NegState::AcceptIncomplete, true, Some(&chal), None)
+                } else {
+                    chal
+                };
+                let body = body_of(&Response::SessionSetup(SessionSetupResponse { session_flags: 0, security_buffer: &out }));
+                (Plan::Done { status: NtStatus::MORE_PROCESSING_REQUIRED, body }, key)
+            }
+            Some(3) => {
+                let Some(b) = self.binding.remove(&sid) else {
+                    return refuse(self, NtStatus::INVALID_PARAMETER);
+                };
+                let AuthState::Ntlm { mut ctx, spnego: sp, mech_list } = b.auth else {
+                    return refuse(self, NtStatus::INVALID_PARAMETER);
+                };
+                let preauth = if is_311 { preauth_update(&b.preauth, msg) } else { b.preauth };
+                let lookup = |u: &str| dir.user(u).filter(|e| e.enabled).map(|e| e.nt_hash);
+                let who = match ctx.authenticate(ntlm_msg, &lookup) {
+                    Ok(w) => w,
+                    Err(NtlmError::Malformed(_)) => return refuse(self, NtStatus::INVALID_PARAMETER),
+                    Err(_) => return refuse(self, NtStatus::LOGON_FAILURE),
+                };
+                // 3.3.5.5.2: the channel belongs to the session's user.
+                let same = !who.anonymous && dir.user(&who.user).filter(|u| u.enabled).is_some_and(|u| u.uid == g.uid);
+                if !same || b.owner != g.conn {
+                    return refuse(self, NtStatus::ACCESS_DENIED);
+                }
+                let mut chan = derive_keys(neg.dialect, &who.session_key, neg.cipher, &preauth, neg.cmac).signing;
+                if neg.gmac {
+                    chan = chan.into_gmac();
+                }
+                let mic = match client_mic {
+                    Some(_) if sp && !mech_list.is_empty() => Some(ntlm::sign(
+                        &who.session_key,
+                        who.flags,
+                        ntlm::Direction::ServerToClient,
+                        0,
+                        &mech_list,
+                    )),
+                    _ => None,
+                };
+                let out = if sp {
+                    spnego::server_response(NegState::AcceptCompleted, false, None, mic.as_ref().map(|m| &m[..]))
+                } else {
+                    Vec::new()
+                };
+                self.bound.insert(sid, g.conn);
+                self.outbox.push(Event::Bound { owner: g.conn, session: sid, channel: self.conn_key, key: chan.clone() });
+                let body = body_of(&Response::SessionSetup(SessionSetupResponse { session_flags: 0, security_buffer: &out }));
+                (Plan::Done { status: NtStatus::SUCCESS, body }, Some(chan))
+            }
+            _ => refuse(self, NtStatus::INVALID_PARAMETER),
+        }
+    }
+
+    /// A SESSION_SETUP that came through a channel bound to one of this
+    /// connection's sessions (MS-SMB2 3.3.5.5, 3.3.5.2.4): it must be
+    /// signed with that Channel.SigningKey, else ACCESS_DENIED (signed with
+    /// it all the same, as Windows and Samba answer: a client requiring
+    /// signing drops a connection that answers unsigned; a channel carries
+    /// the session's traffic signed, its binding was). A second binding of
+    /// the channel is REQUEST_NOT_ACCEPTED; anything else is a
+    /// re-authentication of the session, served as on its own connection
+    /// (a failed one ends the session on every channel) and answered with
+    /// the channel's key.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn channel_session_setup(
+        &mut self,
+        hdr: &Header,
+        msg: &[u8],
+        req: &SessionSetupRequest<'_>,
+        channel: u64,
+        dir: &dyn Directory,
+        fp: &mut FramePlan,
+    ) -> (Plan, Option<SigningKey>) {
+        let Some(k) = self.channel_key(hdr.session_id, Some(channel)) else {
+            return (done(NtStatus::USER_SESSION_DELETED), None);
+        };
+        if !hdr.flags.is_signed() || !k.verify(msg) {
+            return (done(NtStatus::ACCESS_DENIED), Some(k));
+        }
+        if req.flags & SessionSetupRequest::BINDING != 0 {
+            return (done(NtStatus::REQUEST_NOT_ACCEPTED), Some(k));
+        }
+        self.session_setup(hdr, msg, req, dir, fp)
     }
 
     pub(super) fn tree_connect(
@@ -788,4 +913,18 @@ impl Connection {
     }
 
     // ---- LOCK ----------------------------------------------------------
+}
+
+/// The NTLM message a SESSION_SETUP carries, raw or in SPNEGO (RFC 4178):
+/// (message, SPNEGO used, the mechanism list to sign, the client's MIC).
+#[allow(clippy::type_complexity)]
+fn client_ntlm(buf: &[u8]) -> Result<(&[u8], bool, Vec<u8>, Option<&[u8]>), NtStatus> {
+    let token = spnego::parse_client_token(buf).map_err(|_| NtStatus::LOGON_FAILURE)?;
+    match token {
+        ClientToken::Raw(m) => Ok((m, false, Vec::new(), None)),
+        ClientToken::Init { mech_list, ntlm_offered: true, mech_token: Some(m) } => Ok((m, true, mech_list.to_vec(), None)),
+        ClientToken::Init { .. } => Err(NtStatus::NOT_SUPPORTED),
+        ClientToken::Resp { response_token: Some(m), mech_list_mic } => Ok((m, true, Vec::new(), mech_list_mic)),
+        ClientToken::Resp { response_token: None, .. } => Err(NtStatus::LOGON_FAILURE),
+    }
 }

@@ -61,6 +61,31 @@ pub(super) struct Session {
     pub signing_required: bool,
     pub encrypt: bool,
     pub trees: HashMap<u32, Tree>,
+    /// The other connections bound to it as channels (MS-SMB2 3.3.1.8
+    /// Session.ChannelList), by connection key: each one's
+    /// Channel.SigningKey, which checks and signs what comes and goes
+    /// through it.
+    pub channels: HashMap<u64, SigningKey>,
+}
+
+/// A channel binding in progress on this connection (MS-SMB2 3.3.5.5):
+/// the NTLM exchange that will give it its signing key.
+#[derive(Debug)]
+pub(super) struct Binding {
+    /// The connection holding the session.
+    pub owner: u64,
+    pub auth: AuthState,
+    /// The channel's preauth hash (3.1.1), from this connection's.
+    pub preauth: [u8; 64],
+}
+
+/// A frame that came through a channel bound to one of this connection's
+/// sessions: its connection, and the credits that connection granted each
+/// message (the credit window is the channel's, MS-SMB2 3.3.1.1).
+#[derive(Debug, Clone)]
+pub(super) struct Via {
+    pub channel: u64,
+    pub grants: Vec<u16>,
 }
 
 /// One open (MS-SMB2 3.3.1.10), keyed by its volatile FileId.
@@ -116,6 +141,9 @@ pub(super) struct AsyncLock {
     pub hdr: Header,
     pub sign: Option<SigningKey>,
     pub encrypt: Option<(u64, CipherKey)>,
+    /// The channel the request came through (its response goes back
+    /// there), None for this connection.
+    pub channel: Option<u64>,
 }
 
 /// Enumeration state of a directory open (MS-SMB2 3.3.1.10
@@ -245,6 +273,8 @@ pub(super) const OPENER: u64 = u64::MAX;
 pub(super) struct ParkedCreate {
     pub frame: Vec<u8>,
     pub encrypted_by: Option<u64>,
+    /// The channel it came through, if not this connection.
+    pub channel: Option<u64>,
     pub nodes: Vec<NodeId>,
     /// Side batches it waits for (`Connection::side_runs`).
     pub after: Vec<u64>,
@@ -291,4 +321,6 @@ pub(super) struct AsyncReply {
     pub hdr: Header,
     pub sign: Option<SigningKey>,
     pub encrypt: Option<(u64, CipherKey)>,
+    /// The channel the request came through, None for this connection.
+    pub channel: Option<u64>,
 }

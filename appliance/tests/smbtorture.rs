@@ -351,6 +351,21 @@ fn smbtorture_tier_b_session() {
     assert!(passed >= 55, "only {passed} of the 66 smb2.session tests passed (55 when the list was last updated)");
 }
 
+/// smbtorture's multichannel tests (`conformance/smb2-multichannel.txt`,
+/// not in the shared tier lists): the interface list, channels bound to a
+/// session up to 32 (the 33rd is INSUFFICIENT_RESOURCES), oplock and lease
+/// breaks reaching a client that has several channels. Those that cut a
+/// channel off need a Samba-only FSCTL (listed in
+/// `conformance/smb2-multichannel.known-failures`). 5 of 11 pass.
+#[test]
+fn smbtorture_multichannel() {
+    let s = serve();
+    let list = root().join("conformance/smb2-multichannel.txt");
+    let known = root().join("conformance/smb2-multichannel.known-failures");
+    let (passed, _) = run(&s, &list, Some(&known));
+    assert!(passed >= 5, "only {passed} of the 11 smb2.multichannel tests passed (5 when the list was last updated)");
+}
+
 /// The tier-B change-notify tests (`conformance/smb2-tier-b-notify.txt`,
 /// the `smb2.notify.*` lines of `../shared/conformance/smb2-tier-b.txt`):
 /// CHANGE_NOTIFY answered STATUS_PENDING and completed by a change, CANCEL,

@@ -3573,6 +3573,9 @@ impl Drop for Connection {
     fn drop(&mut self) {
         self.cfg.share_modes.release_connection(self.conn_key);
         self.cfg.sessions.remove_connection(self.conn_key);
+        for (sid, owner) in &self.bound {
+            self.cfg.sessions.leave_channel(*sid, *owner);
+        }
     }
 }
 

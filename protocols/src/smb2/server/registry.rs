@@ -34,7 +34,14 @@ pub struct GlobalSession {
     pub guest: bool,
     /// The user it is authenticated as.
     pub uid: u32,
+    /// Other connections bound to it as channels (multichannel).
+    pub channels: u32,
 }
+
+/// Channels one session may have, its own connection included (what
+/// Windows allows; smbtorture smb2.multichannel.generic.num_channels): a
+/// binding past it is STATUS_INSUFFICIENT_RESOURCES.
+pub const MAX_CHANNELS: u32 = 32;
 
 /// The table, shared by every SMB connection of the daemon
 /// ([`super::ServerConfig::sessions`]).
@@ -68,6 +75,25 @@ impl SessionRegistry {
     pub fn update(&self, id: u64, conn: u64, f: impl FnOnce(&mut GlobalSession)) {
         if let Some(s) = self.table().get_mut(&id).filter(|s| s.conn == conn) {
             f(s);
+        }
+    }
+
+    /// Counts one more channel of session `id` (held by `owner`); false
+    /// when it has [`MAX_CHANNELS`] already or is not `owner`'s.
+    pub fn join_channel(&self, id: u64, owner: u64) -> bool {
+        match self.table().get_mut(&id) {
+            Some(s) if s.conn == owner && s.channels + 1 < MAX_CHANNELS => {
+                s.channels += 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A channel of session `id` (held by `owner`) is gone.
+    pub fn leave_channel(&self, id: u64, owner: u64) {
+        if let Some(s) = self.table().get_mut(&id).filter(|s| s.conn == owner) {
+            s.channels = s.channels.saturating_sub(1);
         }
     }
 

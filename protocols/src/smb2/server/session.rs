@@ -238,6 +238,7 @@ impl Connection {
                 cipher: neg.cipher,
                 signing: None,
                 decrypt: None,
+                channels: 0,
                 valid: false,
                 guest: false,
                 uid: self.cfg.guest_uid,
@@ -714,6 +715,9 @@ impl Connection {
         let kind = ntlm_msg.get(8..12).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         match kind {
             Some(1) => {
+                if g.channels + 1 >= super::registry::MAX_CHANNELS {
+                    return refuse(self, NtStatus::INSUFFICIENT_RESOURCES);
+                }
                 let mut ctx = ServerContext::new(self.rng.bytes());
                 let chal = match ctx.challenge(ntlm_msg, &self.cfg.domain, &self.cfg.server_name, None) {
                     Ok(c) => c,
@@ -770,6 +774,9 @@ impl Connection {
                 } else {
                     Vec::new()
                 };
+                if !self.cfg.sessions.join_channel(sid, g.conn) {
+                    return refuse(self, NtStatus::INSUFFICIENT_RESOURCES);
+                }
                 self.bound.insert(sid, g.conn);
                 self.outbox.push(Event::Bound { owner: g.conn, session: sid, channel: self.conn_key, key: chan.clone() });
                 let body = body_of(&Response::SessionSetup(SessionSetupResponse { session_flags: 0, security_buffer: &out }));

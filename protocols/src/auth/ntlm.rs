@@ -393,6 +393,12 @@ pub fn verify_ntlmv2(
         return Err(NtlmError::Unsupported);
     }
     let (proof, temp) = nt_response.split_at(16);
+    // NTLMv2_CLIENT_CHALLENGE (MS-NLMP 2.2.2.7): RespType, HiRespType,
+    // reserved, TimeStamp, ChallengeFromClient, reserved, then AvPairs. A
+    // blob whose AV pairs run past its end is malformed (Samba and
+    // Windows answer INVALID_PARAMETER; smbtorture
+    // smb2.session.ntlmssp_bug14932), whatever the proof.
+    parse_av_pairs(&temp[28..])?;
     let upper = domain.to_uppercase();
     for d in [domain, "", upper.as_str()] {
         let key = ntowfv2(nt_hash, user, d);
@@ -784,6 +790,28 @@ mod tests {
                 Err(NtlmError::WrongPassword)
             );
         }
+    }
+
+    /// The NTLMv2 response of NetApp's diagnostic tool (Samba bug 14932):
+    /// its AV pairs run past the blob, so it is malformed
+    /// (INVALID_PARAMETER), not a wrong password.
+    #[test]
+    fn a_client_blob_whose_av_pairs_overrun_is_malformed() {
+        let mut resp = vec![0xab; 16];
+        resp.extend_from_slice(&[1, 1, 0, 0, 0, 0, 0, 0]);
+        resp.extend_from_slice(&[0x3f; 8]);
+        resp.extend_from_slice(&[0xb8, 0x82, 0x3a, 0xf1, 0xb3, 0xdd, 0x08, 0x15]);
+        resp.extend_from_slice(&[0, 0, 0, 0]);
+        resp.extend_from_slice(&[0x11, 0xa2, 0x08, 0x81]);
+        resp.extend_from_slice(&[0x50; 47]);
+        assert_eq!(resp.len(), 95);
+        let r = verify_ntlmv2(&nt_hash("pw"), "u", "D", &[7; 8], &resp);
+        assert!(matches!(r, Err(NtlmError::Malformed(_))), "{r:?}");
+        // Well-formed but with a wrong proof: a wrong password.
+        let mut ok = resp[..44].to_vec();
+        ok.extend_from_slice(&[0, 0, 0, 0]);
+        let r = verify_ntlmv2(&nt_hash("pw"), "u", "D", &[7; 8], &ok);
+        assert!(matches!(r, Err(NtlmError::WrongPassword)), "{r:?}");
     }
 
     #[test]

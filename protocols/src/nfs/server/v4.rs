@@ -249,6 +249,10 @@ pub(crate) struct Compound {
     /// The operation (by index) that passed its break gate and is now
     /// translated for real (`breaks.rs`).
     gated: Option<usize>,
+    /// Delete-pending files whose open a CLOSE of this COMPOUND named: the
+    /// removal of each that no open is left of runs once the operations
+    /// are done, before the reply (`last_close_removals`).
+    closed_pending: Vec<NodeId>,
     /// The batch's WRITEs all asked UNSTABLE of `protocol` exports (and it
     /// changes nothing else): answered UNSTABLE before durable, COMMIT
     /// makes them so (RFC 8881 18.32.3, 18.3; docs/durability.md).
@@ -455,6 +459,7 @@ pub(super) fn call(
         now: ctx.now_ns,
         reply_limit: None,
         gated: None,
+        closed_pending: Vec::new(),
         lazy: None,
         minor: args.minorversion,
         cb_getattr: None,
@@ -1198,6 +1203,15 @@ fn op_close(
         op: b.ops.len() - 1,
         other,
     });
+    // An NFSv4 open is a handle: the last open of a file an SMB client
+    // left delete-pending removes it, as the last SMB CLOSE would
+    // (MS-FSA 2.1.5.4; docs/locks.md), once the COMPOUND is done
+    // (`last_close_removals`).
+    if let Some(node) = srv.state.opens.get(&other).map(|o| o.node) {
+        if srv.cfg.locks.table().is_delete_pending(node) {
+            c.closed_pending.push(node);
+        }
+    }
     Ok(Flow::Next)
 }
 
@@ -2136,8 +2150,9 @@ fn open(
     }
     let (fsid, cur) = c.obj()?;
     // What SMB clients cache of the file goes as far as this open
-    // contradicts it, before the open (and any truncation) happens.
-    if breaks::gate_needed(srv, c) {
+    // contradicts it, before the open (and any truncation) happens; a
+    // delete-pending file is refused then too.
+    if breaks::open_gate_needed(srv, c) {
         let target = match &a.claim {
             OpenClaim4::Null(name) => Some(Op::Lookup { dir: cur, name: utf8_name(name.0)? }),
             OpenClaim4::Fh | OpenClaim4::Previous(_) => Some(Op::GetAttr { obj: cur }),
@@ -3085,6 +3100,11 @@ fn finish_open(
         FileType::Symlink => return Err(Nfsstat4::SYMLINK),
         _ => return Err(Nfsstat4::WRONG_TYPE),
     }
+    // A delete-pending file takes no new open (MS-FSA 2.1.5.1.2.1; the
+    // gate refused it before the batch unless it became so meanwhile).
+    if crate::nfs::server::breaks::delete_pending(srv, a.id) {
+        return Err(Nfsstat4::ACCESS);
+    }
     if srv
         .state
         .share_conflict(o.client, &o.owner, a.id, o.access, o.deny)
@@ -3354,6 +3374,13 @@ fn drive(
             }
         }
         if !ok || c.halted || c.next_op >= c.n_ops {
+            if let Some(b) = last_close_removals(srv, &mut c, now) {
+                // Answered once it ran; its outcome is not the COMPOUND's
+                // (halted: nothing is translated after it, and a failure
+                // before it stays the answer).
+                c.halted |= !ok;
+                return vec![srv.submit(b, "nfs4.compound", Pending::V4(c))];
+            }
             return vec![finalize(srv, c, ok)];
         }
         // Continue with the filehandles resolved to ids.
@@ -3380,6 +3407,31 @@ fn drive(
         }
         results = Vec::new();
     }
+}
+
+/// The batch removing the delete-pending files whose last open a CLOSE
+/// of this COMPOUND ended (taken from the lock table, so that nobody else
+/// runs it; `Table::take_delete_pending_if_unopened`), under the caller's
+/// credentials as the last SMB closer's are; None when there is none. It
+/// runs after the COMPOUND's operations, so that a GETATTR after the
+/// CLOSE (the Linux client sends one) still finds the file.
+fn last_close_removals(srv: &NfsServer, c: &mut Compound, now: i64) -> Option<Batch> {
+    if c.closed_pending.is_empty() {
+        return None;
+    }
+    let mut b = Batch::new(c.cred.clone(), now);
+    b.stop_on_error = false;
+    if c.squash && c.cred.uid == 0 {
+        b.cred = nobody();
+    }
+    for node in std::mem::take(&mut c.closed_pending) {
+        let Some(d) = srv.cfg.locks.table().take_delete_pending_if_unopened(node) else { continue };
+        b.push(match d.name.strip_prefix(':') {
+            Some(stream) => Op::RemoveStream { obj: ObjRef::Id(d.parent), name: stream.to_string() },
+            None => Op::Remove { dir: ObjRef::Id(d.parent), name: d.name, dir_only: Some(d.is_dir) },
+        });
+    }
+    (!b.ops.is_empty()).then_some(b)
 }
 
 /// A file handle naming a result of the batch that ran, as the id it

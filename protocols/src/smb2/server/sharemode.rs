@@ -213,7 +213,8 @@ impl ShareModes {
             self.leases().forget_open(Some((k.client_guid, l)), key);
         }
         self.release(k.open.node, key);
-        let others = self.open_anywhere(k.open.node);
+        // An NFSv4 open is a handle too: it keeps the file.
+        let others = self.open_anywhere(k.open.node) || self.locks.table().opened_by(k.open.node, Protocol::Nfs4);
         let doc = k.open.delete_on_close && !k.open.name.is_empty();
         if others {
             if doc {
@@ -316,32 +317,46 @@ impl ShareModes {
         self.paths().get(&key).map(|(_, p, _)| p.clone())
     }
 
-    /// `node` is delete-pending until its last SMB open closes.
+    /// `node` is delete-pending until its last open closes. The lock
+    /// table learns it too, so that NFS refuses new opens of it and an
+    /// NFSv4 CLOSE that is the last open removes it (docs/locks.md).
     pub(super) fn defer_delete(&self, node: NodeId, d: PendingDelete) {
+        let rec = duet_locks::DeletePending { parent: d.parent, name: d.name.clone(), is_dir: d.is_dir };
         self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).insert(node, d);
+        self.locks.table().mark_delete_pending(node, rec);
     }
 
     /// `node` is removed now (or no longer delete-pending).
     pub(super) fn forget_pending_delete(&self, node: NodeId) {
-        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node);
+        let had = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node).is_some();
+        if had || self.locks.table().is_delete_pending(node) {
+            self.locks.table().take_delete_pending(node);
+        }
     }
 
     /// An open of `node` closed: when the file is delete-pending and no
-    /// SMB open of it is left, the removal to run now.
+    /// open of it is left (SMB, or NFSv4: `open_anywhere_or_stream`), the
+    /// removal to run now. None also when an NFSv4 CLOSE took the
+    /// removal from the lock table first (it runs it).
     pub(super) fn take_pending_delete(&self, node: NodeId) -> Option<PendingDelete> {
         let path = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).get(&node)?.path.clone();
         if self.open_anywhere_or_stream(node, &path) {
             return None;
         }
-        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node)
+        let d = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node)?;
+        self.locks.table().take_delete_pending(node)?;
+        Some(d)
     }
 
     /// Whether an SMB open of `node`, or of one of the named streams of
     /// the file at share-mode path `path`, remains: a stream's open keeps
-    /// its file (MS-FSA 2.1.5.4, smbtorture smb2.streams.delete).
+    /// its file (MS-FSA 2.1.5.4, smbtorture smb2.streams.delete). An
+    /// NFSv4 open of `node` counts as well: it is a handle, and the file
+    /// goes with the last handle, whichever protocol holds it.
     pub fn open_anywhere_or_stream(&self, node: NodeId, path: &str) -> bool {
         let prefix = format!("{path}:");
-        self.paths().values().any(|(n, p, _)| *n == node || (!path.is_empty() && p.starts_with(&prefix)))
+        let smb = self.paths().values().any(|(n, p, _)| *n == node || (!path.is_empty() && p.starts_with(&prefix)));
+        smb || self.locks.table().opened_by(node, Protocol::Nfs4)
     }
 
     /// A batch removing the file at share-mode path `path` was started.
@@ -385,7 +400,7 @@ impl ShareModes {
             if self.open_anywhere_or_stream(n, path) {
                 pending = true;
             } else {
-                self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&n);
+                self.forget_pending_delete(n);
             }
         }
         pending

@@ -944,7 +944,8 @@ fn delete_on_close_waits_for_the_other_connections_open() {
 /// over NFS too, and free. An NFSv4 open made before is a handle like
 /// the SMB ones: the file outlives the last SMB close, keeps refusing new
 /// opens of either protocol, reads through the NFS open, and goes with
-/// the NFS CLOSE.
+/// the NFS CLOSE. A delete-pending name NFS removed and created again is
+/// a new file, which the last SMB close of the old one leaves alone.
 #[test]
 fn nfs_sees_a_delete_pending_file_as_windows_does() {
     use duet_protocols::nfs::nfs3::Nfsstat3;
@@ -1015,6 +1016,20 @@ fn nfs_sees_a_delete_pending_file_as_windows_does() {
     let f = open_share(&mut b, name, RW, all).expect("a new file of the same name");
     assert_eq!(b.read(f, 0, 10).unwrap_or_default(), b"", "a new, empty file");
     assert_eq!(b.close(f), NtStatus::SUCCESS);
+
+    // NFS removes the delete-pending name and makes a new file of it: the
+    // last SMB close leaves the new file alone.
+    let name = "dp-removed";
+    let fa = open_share(&mut a, name, RW, all).unwrap();
+    let fb = doc_open(&mut b, name).expect("delete-on-close open");
+    assert_eq!(b.close(fb), NtStatus::SUCCESS);
+    assert_eq!(n.remove3(&root, name), Nfsstat3::OK, "NFS REMOVE is not refused (POSIX)");
+    let fh = n.create3(&root, name).expect("a new file of the name");
+    assert_eq!(n.write3(&fh, 0, b"new"), Ok(3));
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(n.read3_all(&fh).unwrap(), b"new", "the new file outlives the old one's last close");
+    assert!(n.lookup3(&root, name.as_bytes()).is_ok());
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
 

@@ -522,6 +522,7 @@ impl ShareModes {
     /// answering for the old name, and their leases accept the next name
     /// they are opened by).
     pub fn moved(&self, src_dir: NodeId, src_name: &str, dst_dir: NodeId, dst_name: &str) {
+        self.pending_moved(src_dir, src_name, dst_dir, dst_name);
         let mut renamed: Vec<(NodeId, String)> = Vec::new();
         let (old, new) = {
             let mut paths = self.paths();
@@ -569,12 +570,74 @@ impl ShareModes {
         }
     }
 
+    /// The pending removals (MS-FSA 2.1.5.4) follow a rename by another
+    /// protocol: a delete-pending file renamed goes by its new name at its
+    /// last close; one whose name the rename replaced has no name left to
+    /// remove (its removal would take the renamed file instead).
+    fn pending_moved(&self, src_dir: NodeId, src_name: &str, dst_dir: NodeId, dst_name: &str) {
+        let same = |d: &PendingDelete, dir: NodeId, name: &str| d.parent == dir && d.name.eq_ignore_ascii_case(name);
+        let mut changed: Vec<(NodeId, Option<duet_locks::DeletePending>)> = Vec::new();
+        {
+            let mut pd = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner());
+            let replaced = src_dir != dst_dir || !src_name.eq_ignore_ascii_case(dst_name);
+            pd.retain(|n, d| {
+                let gone = replaced && same(d, dst_dir, dst_name);
+                if gone {
+                    changed.push((*n, None));
+                }
+                !gone
+            });
+            for (n, d) in pd.iter_mut() {
+                if same(d, src_dir, src_name) {
+                    d.parent = dst_dir;
+                    d.name = dst_name.to_string();
+                    changed.push((*n, Some(duet_locks::DeletePending { parent: dst_dir, name: d.name.clone(), is_dir: d.is_dir })));
+                }
+            }
+        }
+        if changed.is_empty() {
+            return;
+        }
+        let mut t = self.locks.table();
+        for (n, rec) in changed {
+            // Only while still pending (an NFSv4 CLOSE may have taken it).
+            if t.is_delete_pending(n) {
+                match rec {
+                    Some(r) => t.mark_delete_pending(n, r),
+                    None => {
+                        t.take_delete_pending(n);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pending removal of `name` in `dir`, if any, is void: another
+    /// protocol removed the name already.
+    fn pending_removed(&self, dir: NodeId, name: &str) {
+        let mut gone = Vec::new();
+        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).retain(|n, d| {
+            let g = d.parent == dir && d.name.eq_ignore_ascii_case(name);
+            if g {
+                gone.push(*n);
+            }
+            !g
+        });
+        if !gone.is_empty() {
+            let mut t = self.locks.table();
+            for n in gone {
+                t.take_delete_pending(n);
+            }
+        }
+    }
+
     /// Another protocol (NFS) removed `name` from directory `dir`: the SMB
     /// opens of that name (its streams, what was below it) keep no path,
     /// as those of a name a rename replaced: a new file of that name meets
     /// no phantom of them. The opens themselves go on (the file lives
     /// while open, as on POSIX).
     pub fn removed(&self, dir: NodeId, name: &str) {
+        self.pending_removed(dir, name);
         let mut gone: Vec<NodeId> = Vec::new();
         {
             let mut paths = self.paths();
@@ -688,6 +751,39 @@ mod tests {
         assert_eq!(t.others(5, (2, 5)), 1);
         t.release_connection(2);
         assert!(!t.open_below("1:d"));
+    }
+
+    /// A delete-pending file is in the lock table for NFS (docs/locks.md,
+    /// "Delete-on-close and NFS"); an NFSv4 open keeps it; its pending
+    /// removal follows an NFS rename, and is void once NFS removed or
+    /// replaced the name (it would take another file).
+    #[test]
+    fn delete_pending_is_shared_and_follows_nfs_renames_and_removals() {
+        let t = ShareModes::new();
+        let pending = |t: &ShareModes, n: NodeId| t.locks().table().is_delete_pending(n);
+        let rec = |t: &ShareModes, n: NodeId| t.locks().table().take_delete_pending(n);
+        let pd = |name: &str, path: &str| PendingDelete { parent: 9, name: name.into(), is_dir: false, path: path.into() };
+        assert!(t.acquire(5, (1, 1), R, 7, "1:d\\a".into(), 9));
+        let nfs = Holder::new(Protocol::Nfs4, 3, 1);
+        t.locks().table().open(5, nfs, Share::nfs(1, 0)).unwrap();
+        t.defer_delete(5, pd("a", "1:d\\a"));
+        assert!(pending(&t, 5) && t.delete_pending_at("1:d\\a"));
+        t.release(5, (1, 1));
+        // The NFSv4 open is a handle: nothing to remove yet.
+        assert!(t.open_anywhere_or_stream(5, "1:d\\a"));
+        assert!(t.take_pending_delete(5).is_none());
+        assert!(t.delete_pending_at("1:d\\a"), "still delete-pending for SMB");
+        // Renamed over NFS: the removal follows.
+        t.moved(9, "A", 9, "b");
+        t.locks().table().release(5, &nfs);
+        assert_eq!(rec(&t, 5), Some(duet_locks::DeletePending { parent: 9, name: "b".into(), is_dir: false }));
+        // Removed over NFS, or replaced by a rename: no removal left.
+        t.defer_delete(6, pd("c", "1:d\\c"));
+        t.removed(9, "C");
+        assert!(!pending(&t, 6));
+        t.defer_delete(7, pd("e", "1:d\\e"));
+        t.moved(9, "x", 9, "E");
+        assert!(!pending(&t, 7));
     }
 
     #[test]

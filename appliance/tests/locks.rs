@@ -944,13 +944,14 @@ fn delete_on_close_waits_for_the_other_connections_open() {
 /// over NFS too, and free. An NFSv4 open made before is a handle like
 /// the SMB ones: the file outlives the last SMB close, keeps refusing new
 /// opens of either protocol, reads through the NFS open, and goes with
-/// the NFS CLOSE. A delete-pending name NFS removed and created again is
-/// a new file, which the last SMB close of the old one leaves alone.
+/// the NFS CLOSE (or with its client's lease, when it never closes). A
+/// delete-pending name NFS removed and created again is a new file, which
+/// the last SMB close of the old one leaves alone.
 #[test]
 fn nfs_sees_a_delete_pending_file_as_windows_does() {
     use duet_protocols::nfs::nfs3::Nfsstat3;
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start_top(dir.path(), "", "", "portmap = false");
+    let d = Daemon::start_top(dir.path(), "", "", "portmap = false\nlease_secs = 5");
     d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
     std::thread::sleep(Duration::from_millis(1500));
     let mut n = Nfs::connect(d.nfs_port).as_user(1500, 1500);
@@ -1030,6 +1031,23 @@ fn nfs_sees_a_delete_pending_file_as_windows_does() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(n.read3_all(&fh).unwrap(), b"new", "the new file outlives the old one's last close");
     assert!(n.lookup3(&root, name.as_bytes()).is_ok());
+
+    // The last NFSv4 open ends without CLOSE: its client stops renewing
+    // (lease 5 s, expired after two) and the file goes then.
+    let name = "dp-expired";
+    let mut s2 = session(&mut n, b"delete-pending-expires", 1 << 20, 64);
+    let fa = open_share(&mut a, name, RW, all).unwrap();
+    let _ = nfs_open(&mut n, &mut s2, &root, b"o4", name, 1, 0).expect("NFSv4.1 OPEN");
+    let fb = doc_open(&mut b, name).expect("delete-on-close open");
+    assert_eq!(b.close(fb), NtStatus::SUCCESS);
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(n.lookup3(&root, name.as_bytes()).is_ok(), "kept by the NFSv4 open");
+    let t0 = Instant::now();
+    while n.lookup3(&root, name.as_bytes()).is_ok() {
+        assert!(t0.elapsed() < Duration::from_secs(25), "not removed after the NFSv4 client expired");
+        std::thread::sleep(Duration::from_millis(250));
+    }
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
 

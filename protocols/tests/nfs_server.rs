@@ -3368,6 +3368,23 @@ fn nfs_refuses_a_delete_pending_file_and_its_last_close_removes_it() {
     assert_eq!(ops(&h), ["close", "getattr", "remove"], "after the COMPOUND, whose GETATTR still finds the file");
     assert!(!locks.table().is_delete_pending(node) && !locks.table().any_delete_pending());
     assert_eq!(open_named(&mut h, &mut s, &root, b"doomed", share::ACCESS_READ, b"c"), Nfsstat4::NOENT);
+
+    // An open that ends without CLOSE (its client's lease ran out): the
+    // tick hands out the removal for the driver to run.
+    let node2 = make_file(&mut h, &mut s, &root, b"doomed2");
+    let _ = open_sid(&mut h, &mut s, &root, b"doomed2", b"d");
+    locks.table().mark_delete_pending(node2, DeletePending { parent: root_id, name: "doomed2".into(), is_dir: false });
+    assert!(h.srv.on_tick(h.now).iter().all(|e| !matches!(e, Event::Run { .. })), "the open is alive");
+    let ev = h.srv.on_tick(h.now + 1_000_000_000_000);
+    let runs: Vec<Vec<&str>> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Run { batch, .. } => Some(batch.ops.iter().map(|o| o.name()).collect()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runs, [vec!["remove"]]);
+    assert!(!locks.table().any_delete_pending());
 }
 
 /// An NFSv3 CREATE of `name` in `dir`: the handle and the node id.

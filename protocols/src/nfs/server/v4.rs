@@ -249,10 +249,6 @@ pub(crate) struct Compound {
     /// The operation (by index) that passed its break gate and is now
     /// translated for real (`breaks.rs`).
     gated: Option<usize>,
-    /// Delete-pending files whose open a CLOSE of this COMPOUND named: the
-    /// removal of each that no open is left of runs once the operations
-    /// are done, before the reply (`last_close_removals`).
-    closed_pending: Vec<NodeId>,
     /// The batch's WRITEs all asked UNSTABLE of `protocol` exports (and it
     /// changes nothing else): answered UNSTABLE before durable, COMMIT
     /// makes them so (RFC 8881 18.32.3, 18.3; docs/durability.md).
@@ -459,7 +455,6 @@ pub(super) fn call(
         now: ctx.now_ns,
         reply_limit: None,
         gated: None,
-        closed_pending: Vec::new(),
         lazy: None,
         minor: args.minorversion,
         cb_getattr: None,
@@ -1207,11 +1202,6 @@ fn op_close(
     // left delete-pending removes it, as the last SMB CLOSE would
     // (MS-FSA 2.1.5.4; docs/locks.md), once the COMPOUND is done
     // (`last_close_removals`).
-    if let Some(node) = srv.state.opens.get(&other).map(|o| o.node) {
-        if srv.cfg.locks.table().is_delete_pending(node) {
-            c.closed_pending.push(node);
-        }
-    }
     Ok(Flow::Next)
 }
 
@@ -3374,7 +3364,7 @@ fn drive(
             }
         }
         if !ok || c.halted || c.next_op >= c.n_ops {
-            if let Some(b) = last_close_removals(srv, &mut c, now) {
+            if let Some(b) = last_close_removals(srv, &c, now) {
                 // Answered once it ran; its outcome is not the COMPOUND's
                 // (halted: nothing is translated after it, and a failure
                 // before it stays the answer).
@@ -3410,28 +3400,14 @@ fn drive(
 }
 
 /// The batch removing the delete-pending files whose last open a CLOSE
-/// of this COMPOUND ended (taken from the lock table, so that nobody else
-/// runs it; `Table::take_delete_pending_if_unopened`), under the caller's
-/// credentials as the last SMB closer's are; None when there is none. It
-/// runs after the COMPOUND's operations, so that a GETATTR after the
-/// CLOSE (the Linux client sends one) still finds the file.
-fn last_close_removals(srv: &NfsServer, c: &mut Compound, now: i64) -> Option<Batch> {
-    if c.closed_pending.is_empty() {
-        return None;
-    }
-    let mut b = Batch::new(c.cred.clone(), now);
-    b.stop_on_error = false;
-    if c.squash && c.cred.uid == 0 {
-        b.cred = nobody();
-    }
-    for node in std::mem::take(&mut c.closed_pending) {
-        let Some(d) = srv.cfg.locks.table().take_delete_pending_if_unopened(node) else { continue };
-        b.push(match d.name.strip_prefix(':') {
-            Some(stream) => Op::RemoveStream { obj: ObjRef::Id(d.parent), name: stream.to_string() },
-            None => Op::Remove { dir: ObjRef::Id(d.parent), name: d.name, dir_only: Some(d.is_dir) },
-        });
-    }
-    (!b.ops.is_empty()).then_some(b)
+/// of this COMPOUND (or an expired client meanwhile) ended
+/// (`NfsServer::pending_removals`), under the caller's credentials as
+/// the last SMB closer's are. It runs after the COMPOUND's operations, so
+/// that a GETATTR after the CLOSE (the Linux client sends one) still
+/// finds the file.
+fn last_close_removals(srv: &mut NfsServer, c: &Compound, now: i64) -> Option<Batch> {
+    let cred = if c.squash && c.cred.uid == 0 { nobody() } else { c.cred.clone() };
+    srv.pending_removals(cred, now)
 }
 
 /// A file handle naming a result of the batch that ran, as the id it

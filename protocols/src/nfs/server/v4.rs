@@ -1198,10 +1198,10 @@ fn op_close(
         op: b.ops.len() - 1,
         other,
     });
-    // An NFSv4 open is a handle: the last open of a file an SMB client
-    // left delete-pending removes it, as the last SMB CLOSE would
-    // (MS-FSA 2.1.5.4; docs/locks.md), once the COMPOUND is done
-    // (`last_close_removals`).
+    // An NFSv4 open is a handle: when this is the last open of a file an
+    // SMB client left delete-pending, `finish_close` (`remove_open`)
+    // notes it and the file is removed once the COMPOUND is done, as the
+    // last SMB CLOSE would (MS-FSA 2.1.5.4; `last_close_removals`).
     Ok(Flow::Next)
 }
 

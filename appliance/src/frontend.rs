@@ -776,12 +776,28 @@ pub async fn run(
                         nfs_lock(n).set_ids(ids.clone());
                         ids_set = Some(ids);
                     }
-                    let owners = {
+                    let (owners, runs) = {
                         let mut n = nfs_lock(n);
                         let ev = n.on_tick(now_ns());
+                        // Batches of the tick (removals of delete-pending
+                        // files whose last NFSv4 open expired) run here;
+                        // their results are nobody's.
+                        let (runs, ev): (Vec<_>, Vec<_>) =
+                            ev.into_iter().partition(|e| matches!(e, duet_protocols::nfs::server::Event::Run { .. }));
                         crate::nfs_callback::route(&ctx.conns, ev);
-                        n.state_owners()
+                        (n.state_owners(), runs)
                     };
+                    for r in runs {
+                        if let duet_protocols::nfs::server::Event::Run { batch, tag, .. } = r {
+                            let engine = ctx.engine.clone();
+                            glommio::spawn_local(async move {
+                                if let Err(e) = engine.submit(batch, RequestTag::new("nfs", tag)).await {
+                                    tracing::warn!("removing a delete-pending file after its NFSv4 open expired: {e}");
+                                }
+                            })
+                            .detach();
+                        }
+                    }
                     // Until the grace period is over, the clients of the
                     // last run stay listed too.
                     let keep = nfs_lock(n).in_grace(now_ns());

@@ -934,6 +934,123 @@ fn delete_on_close_waits_for_the_other_connections_open() {
     assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
 }
 
+/// Delete-on-close seen from NFS (docs/locks.md, "Delete-on-close and
+/// NFS"; MS-FSA 2.1.5.4). A file an SMB client left delete-pending (its
+/// delete-on-close handle closed while a second SMB handle is open) is
+/// still found by NFS LOOKUP, but takes no new NFS open: an NFSv4.1 OPEN
+/// by name is NFS4ERR_ACCESS and an NFSv3 CREATE of the name
+/// NFS3ERR_ACCES (what Windows' STATUS_DELETE_PENDING is to a Win32
+/// opener: ERROR_ACCESS_DENIED); after the last SMB close the name is gone
+/// over NFS too, and free. An NFSv4 open made before is a handle like
+/// the SMB ones: the file outlives the last SMB close, keeps refusing new
+/// opens of either protocol, reads through the NFS open, and goes with
+/// the NFS CLOSE (or with its client's lease, when it never closes). A
+/// delete-pending name NFS removed and created again is a new file, which
+/// the last SMB close of the old one leaves alone.
+#[test]
+fn nfs_sees_a_delete_pending_file_as_windows_does() {
+    use duet_protocols::nfs::nfs3::Nfsstat3;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_top(dir.path(), "", "", "portmap = false\nlease_secs = 5");
+    d.ok(&["user", "add", "alice", "--password", "alicepw", "--uid", "1500"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut n = Nfs::connect(d.nfs_port).as_user(1500, 1500);
+    let root = n.mount("/public").unwrap();
+    let mut s = session(&mut n, b"delete-pending", 1 << 20, 64);
+    let all = 7; // FILE_SHARE_READ | WRITE | DELETE
+    let doc_open = |c: &mut Smb, name: &str| {
+        let mut r = open_req(name, create_disposition::OPEN, create_options::NON_DIRECTORY_FILE | create_options::DELETE_ON_CLOSE, RW | 0x0001_0000);
+        r.share_access = all;
+        c.create_req(r)
+    };
+    let gone = |n: &mut Nfs, name: &str| {
+        let t0 = Instant::now();
+        while n.lookup3(&root, name.as_bytes()).is_ok() {
+            assert!(t0.elapsed() < Duration::from_secs(5), "{name}: not removed after the last close");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(n.lookup3(&root, name.as_bytes()).map(|_| ()), Err(Nfsstat3::NOENT));
+    };
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let mut b = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+
+    // SMB handles only.
+    let name = "dp-smb";
+    let fa = open_share(&mut a, name, RW, all).unwrap();
+    assert_eq!(a.write(fa, 0, b"still here", false), NtStatus::SUCCESS);
+    let fb = doc_open(&mut b, name).expect("delete-on-close open");
+    assert_eq!(b.close(fb), NtStatus::SUCCESS);
+    assert_eq!(open_share(&mut b, name, RW, all), Err(NtStatus::DELETE_PENDING));
+    assert!(n.lookup3(&root, name.as_bytes()).is_ok(), "still listed and looked up");
+    assert_eq!(nfs_open(&mut n, &mut s, &root, b"o1", name, 1, 0).map(|_| ()), Err(Nfsstat4::ACCESS), "NFSv4.1 OPEN");
+    assert_eq!(nfs_open(&mut n, &mut s, &root, b"o1", name, 3, 0).map(|_| ()), Err(Nfsstat4::ACCESS), "NFSv4.1 OPEN for writing");
+    assert_eq!(n.create3(&root, name).map(|_| ()), Err(Nfsstat3::ACCES), "NFSv3 CREATE");
+    assert_eq!(a.read(fa, 0, 10).unwrap(), b"still here", "nothing truncated, the SMB handle reads");
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+    gone(&mut n, name);
+    // The name is free again, for both protocols.
+    let (sid, fh) = {
+        let fh3 = n.create3(&root, name).expect("NFSv3 CREATE of the freed name");
+        assert!(!fh3.is_empty());
+        nfs_open(&mut n, &mut s, &root, b"o1", name, 1, 0).expect("NFSv4.1 OPEN of the new file")
+    };
+    assert_eq!(nfs_close(&mut n, &mut s, &fh, sid), Nfsstat4::OK);
+    assert_eq!(n.remove3(&root, name), Nfsstat3::OK);
+
+    // An NFSv4 open made before the file became delete-pending.
+    let name = "dp-nfs";
+    let fa = open_share(&mut a, name, RW, all).unwrap();
+    assert_eq!(a.write(fa, 0, b"kept by nfs", false), NtStatus::SUCCESS);
+    let (sid, fh) = nfs_open(&mut n, &mut s, &root, b"o2", name, 3, 0).expect("NFSv4.1 OPEN");
+    let fb = doc_open(&mut b, name).expect("delete-on-close open");
+    assert_eq!(b.close(fb), NtStatus::SUCCESS);
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(n.lookup3(&root, name.as_bytes()).is_ok(), "the NFSv4 open keeps the file after the last SMB close");
+    assert_eq!(open_share(&mut b, name, RW, all), Err(NtStatus::DELETE_PENDING), "SMB: still delete-pending");
+    assert_eq!(nfs_open(&mut n, &mut s, &root, b"o3", name, 1, 0).map(|_| ()), Err(Nfsstat4::ACCESS), "another NFS open");
+    assert_eq!(n.create3(&root, name).map(|_| ()), Err(Nfsstat3::ACCES));
+    assert_eq!(nfs_read_data(&mut n, &mut s, &fh, sid, 11), b"kept by nfs", "the NFS open reads");
+    assert_eq!(nfs_write(&mut n, &mut s, &fh, sid, 11), Nfsstat4::OK, "and writes");
+    assert_eq!(nfs_close(&mut n, &mut s, &fh, sid), Nfsstat4::OK);
+    gone(&mut n, name);
+    let f = open_share(&mut b, name, RW, all).expect("a new file of the same name");
+    assert_eq!(b.read(f, 0, 10).unwrap_or_default(), b"", "a new, empty file");
+    assert_eq!(b.close(f), NtStatus::SUCCESS);
+
+    // NFS removes the delete-pending name and makes a new file of it: the
+    // last SMB close leaves the new file alone.
+    let name = "dp-removed";
+    let fa = open_share(&mut a, name, RW, all).unwrap();
+    let fb = doc_open(&mut b, name).expect("delete-on-close open");
+    assert_eq!(b.close(fb), NtStatus::SUCCESS);
+    assert_eq!(n.remove3(&root, name), Nfsstat3::OK, "NFS REMOVE is not refused (POSIX)");
+    let fh = n.create3(&root, name).expect("a new file of the name");
+    assert_eq!(n.write3(&fh, 0, b"new"), Ok(3));
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(n.read3_all(&fh).unwrap(), b"new", "the new file outlives the old one's last close");
+    assert!(n.lookup3(&root, name.as_bytes()).is_ok());
+
+    // The last NFSv4 open ends without CLOSE: its client stops renewing
+    // (lease 5 s, expired after two) and the file goes then.
+    let name = "dp-expired";
+    let mut s2 = session(&mut n, b"delete-pending-expires", 1 << 20, 64);
+    let fa = open_share(&mut a, name, RW, all).unwrap();
+    let _ = nfs_open(&mut n, &mut s2, &root, b"o4", name, 1, 0).expect("NFSv4.1 OPEN");
+    let fb = doc_open(&mut b, name).expect("delete-on-close open");
+    assert_eq!(b.close(fb), NtStatus::SUCCESS);
+    assert_eq!(a.close(fa), NtStatus::SUCCESS);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(n.lookup3(&root, name.as_bytes()).is_ok(), "kept by the NFSv4 open");
+    let t0 = Instant::now();
+    while n.lookup3(&root, name.as_bytes()).is_ok() {
+        assert!(t0.elapsed() < Duration::from_secs(25), "not removed after the NFSv4 client expired");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(d.log_text().lines().all(|l| !l.contains("panicked")));
+}
+
 /// MS-SMB2 3.3.1.12 (Lease.Filename) and the share-mode table across
 /// protocols: an NFSv4.1 RENAME of a file an SMB client has open moves its
 /// opens and lease to the new name, as an SMB rename does, both in the

@@ -249,6 +249,18 @@ pub struct Timeouts {
     pub granted: Vec<Outcome>,
 }
 
+/// A file left delete-pending (MS-FSA 2.1.5.4): an SMB delete-on-close
+/// open closed while other opens of the file (SMB, or NFSv4 OPENs: each
+/// is a handle) remain; whichever of them closes last removes `name`
+/// from directory `parent` (a name starting with `:` is a named stream
+/// of `parent`). New opens of it are refused by either protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeletePending {
+    pub parent: FileId,
+    pub name: String,
+    pub is_dir: bool,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct OpenRec {
     holder: Holder,
@@ -322,6 +334,9 @@ pub struct Table {
     next_waiter: u64,
     outcomes: HashMap<(Protocol, u64), Vec<Outcome>>,
     grants: grant::Grants,
+    /// Files delete-pending (one entry per file, set only while an open
+    /// of it remains, so bounded by `limits.opens`).
+    pending: HashMap<FileId, DeletePending>,
 }
 
 /// Table sizes, for statistics and limit tests.
@@ -354,6 +369,7 @@ impl Table {
             next_waiter: 1,
             outcomes: HashMap::new(),
             grants: grant::Grants::default(),
+            pending: HashMap::new(),
         }
     }
 
@@ -452,6 +468,46 @@ impl Table {
             self.n_opens -= before - f.opens.len();
         }
         self.tidy(file);
+    }
+
+    /// Whether `proto` holds an open of `file`.
+    pub fn opened_by(&self, file: FileId, proto: Protocol) -> bool {
+        self.files.get(&file).is_some_and(|f| f.opens.iter().any(|o| o.holder.proto == proto))
+    }
+
+    // ---- delete-pending files (MS-FSA 2.1.5.4) ------------------------------
+
+    /// `file` is delete-pending until its last open closes.
+    pub fn mark_delete_pending(&mut self, file: FileId, d: DeletePending) {
+        self.pending.insert(file, d);
+    }
+
+    /// Whether `file` is delete-pending: a new open of it is refused
+    /// (SMB STATUS_DELETE_PENDING; NFS: docs/locks.md).
+    pub fn is_delete_pending(&self, file: FileId) -> bool {
+        self.pending.contains_key(&file)
+    }
+
+    /// Whether any file is delete-pending (only then does an NFS open by
+    /// name need a lookup first).
+    pub fn any_delete_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// `file` is no longer delete-pending; its removal, if it was: whoever
+    /// takes it runs it (so it runs once).
+    pub fn take_delete_pending(&mut self, file: FileId) -> Option<DeletePending> {
+        self.pending.remove(&file)
+    }
+
+    /// An open of `file` closed: when the file is delete-pending and no
+    /// open of it is left (by any protocol), its removal (taken, as by
+    /// [`Table::take_delete_pending`]).
+    pub fn take_delete_pending_if_unopened(&mut self, file: FileId) -> Option<DeletePending> {
+        if self.files.get(&file).is_some_and(|f| !f.opens.is_empty()) {
+            return None;
+        }
+        self.pending.remove(&file)
     }
 
     // ---- byte-range locks ---------------------------------------------------

@@ -749,3 +749,30 @@ fn a_mutable_use_of_the_table_calls_on_change_once_it_ends_and_a_look_does_not()
     let _ = m.table().take_outcomes(Protocol::Smb, 1);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
+
+/// MS-FSA 2.1.5.4: a delete-pending file goes with its last open, by
+/// either protocol; its removal is taken once.
+#[test]
+fn delete_pending_goes_with_the_last_open_of_any_protocol() {
+    let mut t = Table::default();
+    let all = 7;
+    assert_eq!(t.open(F, smb(1, 1), Share::smb(READ_DATA, all)), Ok(()));
+    assert_eq!(t.open(F, nfs(9, 1), Share::nfs(1, 0)), Ok(()));
+    assert!(t.opened_by(F, Protocol::Nfs4) && t.opened_by(F, Protocol::Smb));
+    assert!(!t.any_delete_pending());
+    let d = DeletePending { parent: 1, name: "f".into(), is_dir: false };
+    t.mark_delete_pending(F, d.clone());
+    assert!(t.any_delete_pending() && t.is_delete_pending(F) && !t.is_delete_pending(F + 1));
+    // The NFS open closes, the SMB one is left: nothing is taken.
+    t.release(F, &nfs(9, 1));
+    assert!(!t.opened_by(F, Protocol::Nfs4));
+    assert_eq!(t.take_delete_pending_if_unopened(F), None);
+    assert!(t.is_delete_pending(F));
+    // The last one goes: the removal is handed out once.
+    t.release(F, &smb(1, 1));
+    assert_eq!(t.take_delete_pending_if_unopened(F), Some(d));
+    assert_eq!(t.take_delete_pending_if_unopened(F), None);
+    assert!(!t.is_delete_pending(F));
+    assert_eq!(t.take_delete_pending(F), None);
+    assert!(!t.any_delete_pending());
+}

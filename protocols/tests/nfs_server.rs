@@ -3276,6 +3276,117 @@ fn nfs41_operations_break_smb_leases_and_answer_delay_until_acked() {
     assert_eq!(locks.table().grant(grant), None);
 }
 
+/// NFSv4.1 OPEN of `name` in `dir` for reading by `owner`: the open
+/// stateid and the file's handle.
+fn open_sid(h: &mut Harness, s: &mut Sess, dir: &[u8], name: &[u8], owner: &[u8]) -> (Stateid4, Vec<u8>) {
+    let rep = h.v4(vec![
+        s.sequence(),
+        ArgOp4::PutFh(PutFh4Args { object: Opaque(dir) }),
+        ArgOp4::Open(Open4Args {
+            seqid: 0,
+            share_access: share::ACCESS_READ,
+            share_deny: share::DENY_NONE,
+            owner: StateOwner4 { clientid: s.clientid, owner: Opaque(owner) },
+            openhow: OpenFlag4::NoCreate,
+            claim: OpenClaim4::Null(Name(name)),
+        }),
+        ArgOp4::GetFh(()),
+    ]);
+    let r = res4(&rep);
+    match (&r.results[2], &r.results[3]) {
+        (ResOp4::Open(Nfs4Res::Ok(o)), ResOp4::GetFh(Nfs4Res::Ok(fh))) => (o.stateid, fh.object.0.to_vec()),
+        _ => panic!("{r:?}"),
+    }
+}
+
+/// Issue 13, delete-on-close seen from NFS, sans-I/O (docs/locks.md,
+/// "Delete-on-close and NFS"): with a file marked delete-pending in the
+/// shared lock table (as `ShareModes::defer_delete` marks it), an NFSv4.1
+/// OPEN of it by name, plain or truncating, is NFS4ERR_ACCESS and an
+/// NFSv3 CREATE of the name NFS3ERR_ACCES, each after the gate's lookup
+/// alone (nothing opened or truncated); other names open as before. The
+/// NFSv4 opens made before are handles: the CLOSE of one that is not the
+/// last open (another NFSv4 open, an SMB open) is a plain CLOSE; the last
+/// one's batch removes the file, once.
+#[test]
+fn nfs_refuses_a_delete_pending_file_and_its_last_close_removes_it() {
+    use duet_locks::{DeletePending, Holder, Protocol, Share};
+    let mut h = Harness::new();
+    let mut s = session(&mut h);
+    let root = share_root(&mut h, &mut s);
+    let root3 = mount(&mut h, "/share").unwrap();
+    let root_id = h.exports[0].root;
+    let node = make_file(&mut h, &mut s, &root, b"doomed");
+    make_file(&mut h, &mut s, &root, b"plain");
+    let locks = h.srv.config().locks.clone();
+    let ops = |h: &Harness| -> Vec<&'static str> { h.batches.iter().flat_map(|b| b.ops.iter().map(|o| o.name())).collect() };
+    let (sa, fa) = open_sid(&mut h, &mut s, &root, b"doomed", b"a");
+    let (sb, fb) = open_sid(&mut h, &mut s, &root, b"doomed", b"b");
+    let smb = Holder::new(Protocol::Smb, 77, 1);
+    {
+        let mut t = locks.table();
+        t.open(node, smb, Share::smb(0x3, 7)).unwrap();
+        t.mark_delete_pending(node, DeletePending { parent: root_id, name: "doomed".into(), is_dir: false });
+    }
+    assert_eq!(open_named(&mut h, &mut s, &root, b"doomed", share::ACCESS_READ, b"c"), Nfsstat4::ACCESS);
+    assert_eq!(ops(&h), ["lookup"], "the gate's lookup alone");
+    let (mask, vals) = mode_attr(0o666);
+    let mut trunc = open_create(&s, b"doomed", &vals, mask);
+    if let ArgOp4::Open(o) = &mut trunc {
+        o.openhow = OpenFlag4::Create(CreateHow4::Unchecked(Fattr4 {
+            attrmask: Bitmap4::from_bits(&[fattr4::SIZE]),
+            attr_vals: Opaque(&[0, 0, 0, 0, 0, 0, 0, 0]),
+        }));
+    }
+    let rep = h.v4(vec![s.sequence(), ArgOp4::PutFh(PutFh4Args { object: Opaque(&root) }), trunc]);
+    assert_eq!(res4(&rep).status, Nfsstat4::ACCESS, "a truncating OPEN-create");
+    assert_eq!(ops(&h), ["lookup"], "nothing truncated");
+    let rep = h.v3(&Nfs3Args::Create(Create3Args {
+        where_: DirOpArgs3 { dir: Opaque(&root3), name: Name(b"doomed") },
+        how: CreateHow3::Unchecked(Sattr3 { mode: Some(0o666), size: Some(0), ..Default::default() }),
+    }));
+    assert_eq!(res3_status(proc3::CREATE, &rep), Nfsstat3::ACCES, "NFSv3 CREATE");
+    assert_eq!(ops(&h), ["lookup"]);
+    assert_eq!(open_named(&mut h, &mut s, &root, b"plain", share::ACCESS_READ, b"c"), Nfsstat4::OK);
+    let close = |h: &mut Harness, s: &mut Sess, fh: &[u8], sid: Stateid4| {
+        let rep = h.v4(vec![
+            s.sequence(),
+            ArgOp4::PutFh(PutFh4Args { object: Opaque(fh) }),
+            ArgOp4::Close(Close4Args { seqid: 0, open_stateid: sid }),
+            ArgOp4::GetAttr(GetAttr4Args { attr_request: Bitmap4::from_bits(&[fattr4::FILEID]) }),
+        ]);
+        res4(&rep).status
+    };
+    // Not the last open: a plain CLOSE.
+    assert_eq!(close(&mut h, &mut s, &fa, sa), Nfsstat4::OK);
+    assert_eq!(ops(&h), ["close", "getattr"]);
+    assert!(locks.table().is_delete_pending(node));
+    // The SMB open goes (the SMB side leaves the removal to the NFS open);
+    // the last NFSv4 CLOSE removes the file, in a batch of its own.
+    locks.table().release(node, &smb);
+    assert_eq!(close(&mut h, &mut s, &fb, sb), Nfsstat4::OK);
+    assert_eq!(ops(&h), ["close", "getattr", "remove"], "after the COMPOUND, whose GETATTR still finds the file");
+    assert!(!locks.table().is_delete_pending(node) && !locks.table().any_delete_pending());
+    assert_eq!(open_named(&mut h, &mut s, &root, b"doomed", share::ACCESS_READ, b"c"), Nfsstat4::NOENT);
+
+    // An open that ends without CLOSE (its client's lease ran out): the
+    // tick hands out the removal for the driver to run.
+    let node2 = make_file(&mut h, &mut s, &root, b"doomed2");
+    let _ = open_sid(&mut h, &mut s, &root, b"doomed2", b"d");
+    locks.table().mark_delete_pending(node2, DeletePending { parent: root_id, name: "doomed2".into(), is_dir: false });
+    assert!(h.srv.on_tick(h.now).iter().all(|e| !matches!(e, Event::Run { .. })), "the open is alive");
+    let ev = h.srv.on_tick(h.now + 1_000_000_000_000);
+    let runs: Vec<Vec<&str>> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Run { batch, .. } => Some(batch.ops.iter().map(|o| o.name()).collect()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runs, [vec!["remove"]]);
+    assert!(!locks.table().any_delete_pending());
+}
+
 /// An NFSv3 CREATE of `name` in `dir`: the handle and the node id.
 fn create3(h: &mut Harness, dir: &[u8], name: &[u8]) -> (Vec<u8>, u64) {
     let rep = h.v3(&Nfs3Args::Create(Create3Args {

@@ -34,6 +34,12 @@ impl BreakKind {
         BreakKind { share: Share { access: 0, deny: 0 }, why: Conflict::Namespace }
     }
 
+    /// Nothing to break (a lookup made only to see whether the name is
+    /// delete-pending): no access, no deny, nothing contradicted.
+    pub fn none() -> BreakKind {
+        BreakKind { share: Share { access: 0, deny: 0 }, why: Conflict::Open }
+    }
+
     /// A WRITE or a change of the size (MS-FSA 2.1.5.4, as an SMB write
     /// breaks level II): read and write caching of others go.
     pub fn write() -> BreakKind {
@@ -85,4 +91,30 @@ pub(super) fn break_found(
         wait |= break_node(srv, node, opener, kind, now);
     }
     wait
+}
+
+/// Whether any file is delete-pending (an SMB client's delete-on-close
+/// open closed while other opens remain, MS-FSA 2.1.5.4): only then does
+/// an NFS open or create by name need a lookup first.
+pub(super) fn any_delete_pending(srv: &NfsServer) -> bool {
+    srv.cfg.locks.table().any_delete_pending()
+}
+
+/// Whether `node` is delete-pending: a new NFS open of it (NFSv4 OPEN,
+/// NFSv3 CREATE of its name) is refused as Windows refuses a new opener
+/// (STATUS_DELETE_PENDING, which Win32 reports as ERROR_ACCESS_DENIED):
+/// NFS4ERR_ACCESS / NFS3ERR_ACCES (docs/locks.md).
+pub(super) fn delete_pending(srv: &NfsServer, node: NodeId) -> bool {
+    srv.cfg.locks.table().is_delete_pending(node)
+}
+
+/// Whether a node the hidden lookups at `ops` found is delete-pending.
+pub(super) fn delete_pending_found(srv: &NfsServer, results: &[OpResult], ops: &[usize]) -> bool {
+    ops.iter().any(|i| {
+        results
+            .get(*i)
+            .and_then(|r| r.as_ref().ok())
+            .and_then(|o| o.attrs())
+            .is_some_and(|a| delete_pending(srv, a.id))
+    })
 }

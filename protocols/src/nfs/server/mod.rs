@@ -450,7 +450,43 @@ impl NfsServer {
     pub fn on_tick(&mut self, now_ns: i64) -> Vec<Event> {
         self.state.expire(now_ns);
         self.nlm_poll();
-        self.deleg_tick(now_ns)
+        let mut ev = self.deleg_tick(now_ns);
+        // The delete-pending files whose last open went with an expired
+        // client (or was left by a COMPOUND): removed now, as root (the
+        // deletion was allowed when the SMB client opened the file for
+        // DELETE). The driver runs the batch; its result is nobody's.
+        if let Some(batch) = self.pending_removals(Credentials { uid: 0, gid: 0, groups: Vec::new() }, now_ns) {
+            let token = self.next_token;
+            self.next_token = self.next_token.wrapping_add(1).max(1);
+            ev.push(Event::Run { token, batch, tag: "nfs4.delete-pending" });
+        }
+        ev
+    }
+
+    /// The batch removing the delete-pending files (an SMB client's
+    /// delete-on-close, MS-FSA 2.1.5.4) whose last open an NFSv4 CLOSE or
+    /// an expired or destroyed client just ended, as `cred`: each removal
+    /// is taken from the lock table
+    /// (`Table::take_delete_pending_if_unopened`), so that it runs once and
+    /// not while another open (SMB or NFS) is left. None when there is
+    /// none (docs/locks.md, "Delete-on-close and NFS").
+    pub(crate) fn pending_removals(&mut self, cred: Credentials, now_ns: i64) -> Option<Batch> {
+        if self.state.released_pending.is_empty() {
+            return None;
+        }
+        let mut b = Batch::new(cred, now_ns);
+        b.stop_on_error = false;
+        let mut nodes = std::mem::take(&mut self.state.released_pending);
+        nodes.sort_unstable();
+        nodes.dedup();
+        for node in nodes {
+            let Some(d) = self.cfg.locks.table().take_delete_pending_if_unopened(node) else { continue };
+            b.push(match d.name.strip_prefix(':') {
+                Some(stream) => duet_fs::Op::RemoveStream { obj: duet_fs::ObjRef::Id(d.parent), name: stream.to_string() },
+                None => duet_fs::Op::Remove { dir: duet_fs::ObjRef::Id(d.parent), name: d.name, dir_only: Some(d.is_dir) },
+            });
+        }
+        (!b.ops.is_empty()).then_some(b)
     }
 
     /// The driver closed `conn`: forget its session bindings.

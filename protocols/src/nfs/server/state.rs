@@ -174,6 +174,10 @@ pub enum StateRef {
 }
 
 pub struct State {
+    /// Delete-pending files (MS-FSA 2.1.5.4, an SMB client's) an open of
+    /// which was just removed (CLOSE, an expired or destroyed client):
+    /// `NfsServer::pending_removals` removes those no open is left of.
+    pub released_pending: Vec<NodeId>,
     epoch: u32,
     seed: u64,
     counter: u64,
@@ -247,6 +251,7 @@ pub fn holder(client: u64, other: &Other) -> Holder {
 impl State {
     pub fn new(cfg: &NfsServerConfig) -> Self {
         State {
+            released_pending: Vec::new(),
             epoch: (cfg.boot_seed ^ (cfg.boot_seed >> 32)) as u32,
             seed: cfg.boot_seed,
             counter: 0,
@@ -837,6 +842,12 @@ impl State {
             }
             self.open_by_key.remove(&(o.client, o.owner, o.node));
             self.table.table().release(o.node, &holder(o.client, other));
+            // Maybe the last open of a delete-pending file: its removal is
+            // looked at after the COMPOUND or at the tick
+            // (`NfsServer::pending_removals`).
+            if self.table.table().is_delete_pending(o.node) {
+                self.released_pending.push(o.node);
+            }
             let locks: Vec<Other> = self
                 .locks
                 .iter()

@@ -32,7 +32,7 @@ use duet_fs::{
 };
 
 use super::attr::{fattr3, rdev_of, sattr3, time3, wcc_attr};
-use super::breaks::{any_grants, break_found, break_node, BreakKind};
+use super::breaks::{any_delete_pending, any_grants, break_found, break_node, delete_pending_found, BreakKind};
 use super::cookies::{make_cookie, Resume, MAX_POSITION};
 use super::errors::nfs3_status;
 use super::{
@@ -376,6 +376,14 @@ fn build(
                     name: name.clone(),
                 });
                 gate_kind = BreakKind::write();
+            } else if any_delete_pending(srv) {
+                // A create of a delete-pending name is refused (the gate's
+                // lookup finds it), and a lookup that breaks nothing.
+                looks.push(Op::Lookup {
+                    dir: obj,
+                    name: name.clone(),
+                });
+                gate_kind = BreakKind::none();
             }
             b.push(Op::Create {
                 dir: obj,
@@ -705,9 +713,19 @@ pub(super) fn finish(srv: &mut NfsServer, p: V3Pending, res: Vec<OpResult>, now:
             kind: why,
             then,
         } => {
-            if break_found(srv, &res, &ops, &opener(), why, now) {
+            // A CREATE (of any kind) of a delete-pending name: refused as
+            // Windows refuses a new opener, ERROR_ACCESS_DENIED
+            // (docs/locks.md, "Delete-on-close and NFS").
+            let refused = if proc_ == proc3::CREATE && delete_pending_found(srv, &res, &ops) {
+                Some(Nfsstat3::ACCES)
+            } else if break_found(srv, &res, &ops, &opener(), why, now) {
+                Some(Nfsstat3::JUKEBOX)
+            } else {
+                None
+            };
+            if let Some(st) = refused {
                 return reply_with(conn, xid, |w| {
-                    Nfsstat3::JUKEBOX.encode(w);
+                    st.encode(w);
                     for _ in 0..fail_words(proc_) {
                         w.put_u32(0);
                     }

@@ -1198,6 +1198,10 @@ fn op_close(
         op: b.ops.len() - 1,
         other,
     });
+    // An NFSv4 open is a handle: when this is the last open of a file an
+    // SMB client left delete-pending, `finish_close` (`remove_open`)
+    // notes it and the file is removed once the COMPOUND is done, as the
+    // last SMB CLOSE would (MS-FSA 2.1.5.4; `last_close_removals`).
     Ok(Flow::Next)
 }
 
@@ -2136,8 +2140,9 @@ fn open(
     }
     let (fsid, cur) = c.obj()?;
     // What SMB clients cache of the file goes as far as this open
-    // contradicts it, before the open (and any truncation) happens.
-    if breaks::gate_needed(srv, c) {
+    // contradicts it, before the open (and any truncation) happens; a
+    // delete-pending file is refused then too.
+    if breaks::open_gate_needed(srv, c) {
         let target = match &a.claim {
             OpenClaim4::Null(name) => Some(Op::Lookup { dir: cur, name: utf8_name(name.0)? }),
             OpenClaim4::Fh | OpenClaim4::Previous(_) => Some(Op::GetAttr { obj: cur }),
@@ -3085,6 +3090,11 @@ fn finish_open(
         FileType::Symlink => return Err(Nfsstat4::SYMLINK),
         _ => return Err(Nfsstat4::WRONG_TYPE),
     }
+    // A delete-pending file takes no new open (MS-FSA 2.1.5.1.2.1; the
+    // gate refused it before the batch unless it became so meanwhile).
+    if crate::nfs::server::breaks::delete_pending(srv, a.id) {
+        return Err(Nfsstat4::ACCESS);
+    }
     if srv
         .state
         .share_conflict(o.client, &o.owner, a.id, o.access, o.deny)
@@ -3354,6 +3364,13 @@ fn drive(
             }
         }
         if !ok || c.halted || c.next_op >= c.n_ops {
+            if let Some(b) = last_close_removals(srv, &c, now) {
+                // Answered once it ran; its outcome is not the COMPOUND's
+                // (halted: nothing is translated after it, and a failure
+                // before it stays the answer).
+                c.halted |= !ok;
+                return vec![srv.submit(b, "nfs4.compound", Pending::V4(c))];
+            }
             return vec![finalize(srv, c, ok)];
         }
         // Continue with the filehandles resolved to ids.
@@ -3380,6 +3397,17 @@ fn drive(
         }
         results = Vec::new();
     }
+}
+
+/// The batch removing the delete-pending files whose last open a CLOSE
+/// of this COMPOUND (or an expired client meanwhile) ended
+/// (`NfsServer::pending_removals`), under the caller's credentials as
+/// the last SMB closer's are. It runs after the COMPOUND's operations, so
+/// that a GETATTR after the CLOSE (the Linux client sends one) still
+/// finds the file.
+fn last_close_removals(srv: &mut NfsServer, c: &Compound, now: i64) -> Option<Batch> {
+    let cred = if c.squash && c.cred.uid == 0 { nobody() } else { c.cred.clone() };
+    srv.pending_removals(cred, now)
 }
 
 /// A file handle naming a result of the batch that ran, as the id it

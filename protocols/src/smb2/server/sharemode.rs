@@ -213,7 +213,8 @@ impl ShareModes {
             self.leases().forget_open(Some((k.client_guid, l)), key);
         }
         self.release(k.open.node, key);
-        let others = self.open_anywhere(k.open.node);
+        // An NFSv4 open is a handle too: it keeps the file.
+        let others = self.open_anywhere(k.open.node) || self.locks.table().opened_by(k.open.node, Protocol::Nfs4);
         let doc = k.open.delete_on_close && !k.open.name.is_empty();
         if others {
             if doc {
@@ -316,32 +317,46 @@ impl ShareModes {
         self.paths().get(&key).map(|(_, p, _)| p.clone())
     }
 
-    /// `node` is delete-pending until its last SMB open closes.
+    /// `node` is delete-pending until its last open closes. The lock
+    /// table learns it too, so that NFS refuses new opens of it and an
+    /// NFSv4 CLOSE that is the last open removes it (docs/locks.md).
     pub(super) fn defer_delete(&self, node: NodeId, d: PendingDelete) {
+        let rec = duet_locks::DeletePending { parent: d.parent, name: d.name.clone(), is_dir: d.is_dir };
         self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).insert(node, d);
+        self.locks.table().mark_delete_pending(node, rec);
     }
 
     /// `node` is removed now (or no longer delete-pending).
     pub(super) fn forget_pending_delete(&self, node: NodeId) {
-        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node);
+        let had = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node).is_some();
+        if had || self.locks.table().is_delete_pending(node) {
+            self.locks.table().take_delete_pending(node);
+        }
     }
 
     /// An open of `node` closed: when the file is delete-pending and no
-    /// SMB open of it is left, the removal to run now.
+    /// open of it is left (SMB, or NFSv4: `open_anywhere_or_stream`), the
+    /// removal to run now. None also when an NFSv4 CLOSE took the
+    /// removal from the lock table first (it runs it).
     pub(super) fn take_pending_delete(&self, node: NodeId) -> Option<PendingDelete> {
         let path = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).get(&node)?.path.clone();
         if self.open_anywhere_or_stream(node, &path) {
             return None;
         }
-        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node)
+        let d = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&node)?;
+        self.locks.table().take_delete_pending(node)?;
+        Some(d)
     }
 
     /// Whether an SMB open of `node`, or of one of the named streams of
     /// the file at share-mode path `path`, remains: a stream's open keeps
-    /// its file (MS-FSA 2.1.5.4, smbtorture smb2.streams.delete).
+    /// its file (MS-FSA 2.1.5.4, smbtorture smb2.streams.delete). An
+    /// NFSv4 open of `node` counts as well: it is a handle, and the file
+    /// goes with the last handle, whichever protocol holds it.
     pub fn open_anywhere_or_stream(&self, node: NodeId, path: &str) -> bool {
         let prefix = format!("{path}:");
-        self.paths().values().any(|(n, p, _)| *n == node || (!path.is_empty() && p.starts_with(&prefix)))
+        let smb = self.paths().values().any(|(n, p, _)| *n == node || (!path.is_empty() && p.starts_with(&prefix)));
+        smb || self.locks.table().opened_by(node, Protocol::Nfs4)
     }
 
     /// A batch removing the file at share-mode path `path` was started.
@@ -385,7 +400,7 @@ impl ShareModes {
             if self.open_anywhere_or_stream(n, path) {
                 pending = true;
             } else {
-                self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).remove(&n);
+                self.forget_pending_delete(n);
             }
         }
         pending
@@ -507,6 +522,7 @@ impl ShareModes {
     /// answering for the old name, and their leases accept the next name
     /// they are opened by).
     pub fn moved(&self, src_dir: NodeId, src_name: &str, dst_dir: NodeId, dst_name: &str) {
+        self.pending_moved(src_dir, src_name, dst_dir, dst_name);
         let mut renamed: Vec<(NodeId, String)> = Vec::new();
         let (old, new) = {
             let mut paths = self.paths();
@@ -554,12 +570,74 @@ impl ShareModes {
         }
     }
 
+    /// The pending removals (MS-FSA 2.1.5.4) follow a rename by another
+    /// protocol: a delete-pending file renamed goes by its new name at its
+    /// last close; one whose name the rename replaced has no name left to
+    /// remove (its removal would take the renamed file instead).
+    fn pending_moved(&self, src_dir: NodeId, src_name: &str, dst_dir: NodeId, dst_name: &str) {
+        let same = |d: &PendingDelete, dir: NodeId, name: &str| d.parent == dir && d.name.eq_ignore_ascii_case(name);
+        let mut changed: Vec<(NodeId, Option<duet_locks::DeletePending>)> = Vec::new();
+        {
+            let mut pd = self.pending_delete.lock().unwrap_or_else(|e| e.into_inner());
+            let replaced = src_dir != dst_dir || !src_name.eq_ignore_ascii_case(dst_name);
+            pd.retain(|n, d| {
+                let gone = replaced && same(d, dst_dir, dst_name);
+                if gone {
+                    changed.push((*n, None));
+                }
+                !gone
+            });
+            for (n, d) in pd.iter_mut() {
+                if same(d, src_dir, src_name) {
+                    d.parent = dst_dir;
+                    d.name = dst_name.to_string();
+                    changed.push((*n, Some(duet_locks::DeletePending { parent: dst_dir, name: d.name.clone(), is_dir: d.is_dir })));
+                }
+            }
+        }
+        if changed.is_empty() {
+            return;
+        }
+        let mut t = self.locks.table();
+        for (n, rec) in changed {
+            // Only while still pending (an NFSv4 CLOSE may have taken it).
+            if t.is_delete_pending(n) {
+                match rec {
+                    Some(r) => t.mark_delete_pending(n, r),
+                    None => {
+                        t.take_delete_pending(n);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pending removal of `name` in `dir`, if any, is void: another
+    /// protocol removed the name already.
+    fn pending_removed(&self, dir: NodeId, name: &str) {
+        let mut gone = Vec::new();
+        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).retain(|n, d| {
+            let g = d.parent == dir && d.name.eq_ignore_ascii_case(name);
+            if g {
+                gone.push(*n);
+            }
+            !g
+        });
+        if !gone.is_empty() {
+            let mut t = self.locks.table();
+            for n in gone {
+                t.take_delete_pending(n);
+            }
+        }
+    }
+
     /// Another protocol (NFS) removed `name` from directory `dir`: the SMB
     /// opens of that name (its streams, what was below it) keep no path,
     /// as those of a name a rename replaced: a new file of that name meets
     /// no phantom of them. The opens themselves go on (the file lives
     /// while open, as on POSIX).
     pub fn removed(&self, dir: NodeId, name: &str) {
+        self.pending_removed(dir, name);
         let mut gone: Vec<NodeId> = Vec::new();
         {
             let mut paths = self.paths();
@@ -673,6 +751,39 @@ mod tests {
         assert_eq!(t.others(5, (2, 5)), 1);
         t.release_connection(2);
         assert!(!t.open_below("1:d"));
+    }
+
+    /// A delete-pending file is in the lock table for NFS (docs/locks.md,
+    /// "Delete-on-close and NFS"); an NFSv4 open keeps it; its pending
+    /// removal follows an NFS rename, and is void once NFS removed or
+    /// replaced the name (it would take another file).
+    #[test]
+    fn delete_pending_is_shared_and_follows_nfs_renames_and_removals() {
+        let t = ShareModes::new();
+        let pending = |t: &ShareModes, n: NodeId| t.locks().table().is_delete_pending(n);
+        let rec = |t: &ShareModes, n: NodeId| t.locks().table().take_delete_pending(n);
+        let pd = |name: &str, path: &str| PendingDelete { parent: 9, name: name.into(), is_dir: false, path: path.into() };
+        assert!(t.acquire(5, (1, 1), R, 7, "1:d\\a".into(), 9));
+        let nfs = Holder::new(Protocol::Nfs4, 3, 1);
+        t.locks().table().open(5, nfs, Share::nfs(1, 0)).unwrap();
+        t.defer_delete(5, pd("a", "1:d\\a"));
+        assert!(pending(&t, 5) && t.delete_pending_at("1:d\\a"));
+        t.release(5, (1, 1));
+        // The NFSv4 open is a handle: nothing to remove yet.
+        assert!(t.open_anywhere_or_stream(5, "1:d\\a"));
+        assert!(t.take_pending_delete(5).is_none());
+        assert!(t.delete_pending_at("1:d\\a"), "still delete-pending for SMB");
+        // Renamed over NFS: the removal follows.
+        t.moved(9, "A", 9, "b");
+        t.locks().table().release(5, &nfs);
+        assert_eq!(rec(&t, 5), Some(duet_locks::DeletePending { parent: 9, name: "b".into(), is_dir: false }));
+        // Removed over NFS, or replaced by a rename: no removal left.
+        t.defer_delete(6, pd("c", "1:d\\c"));
+        t.removed(9, "C");
+        assert!(!pending(&t, 6));
+        t.defer_delete(7, pd("e", "1:d\\e"));
+        t.moved(9, "x", 9, "E");
+        assert!(!pending(&t, 7));
     }
 
     #[test]

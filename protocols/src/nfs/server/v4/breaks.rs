@@ -53,6 +53,13 @@ pub(super) fn gate_needed(srv: &NfsServer, c: &Compound) -> bool {
         && srv.cfg.locks.table().has_grants_of_others(Protocol::Nfs4, c.clientid.unwrap_or(0))
 }
 
+/// As [`gate_needed`] for an OPEN, which also passes a gate while any
+/// file is delete-pending: the gate refuses a new open of one before
+/// anything (a truncation) happens.
+pub(super) fn open_gate_needed(srv: &NfsServer, c: &Compound) -> bool {
+    gate_needed(srv, c) || (c.gated != Some(c.next_op) && shared::any_delete_pending(srv))
+}
+
 /// Asks the table about `node` for NFSv4 client `client`: true when the
 /// operation must wait ([`shared::break_node`]).
 pub(super) fn break_node(srv: &mut NfsServer, node: duet_fs::NodeId, client: u64, kind: GateKind, now: i64) -> bool {
@@ -76,6 +83,9 @@ pub(super) fn gate(
     let mut ops = Vec::new();
     for t in targets {
         if let Op::GetAttr { obj: ObjRef::Id(node) } = t {
+            if opnum == crate::nfs::nfs4::opnum::OPEN && shared::delete_pending(srv, node) {
+                return Err(Nfsstat4::ACCESS);
+            }
             if break_node(srv, node, client, kind, now) {
                 return Err(Nfsstat4::DELAY);
             }
@@ -94,8 +104,13 @@ pub(super) fn gate(
 
 /// After the gate's batch: Ok when the operation may go on (the lookups
 /// that failed name nothing to break; the operation itself then reports
-/// its own error), Err(DELAY) while breaks are outstanding.
+/// its own error), Err(DELAY) while breaks are outstanding; for an OPEN
+/// of a delete-pending file Err(ACCESS) (docs/locks.md, "Delete-on-close
+/// and NFS").
 pub(super) fn finish_gate(srv: &mut NfsServer, g: &GateStep, results: &[OpResult], now: i64) -> Result<(), Nfsstat4> {
+    if g.opnum == crate::nfs::nfs4::opnum::OPEN && shared::delete_pending_found(srv, results, &g.ops) {
+        return Err(Nfsstat4::ACCESS);
+    }
     let wait = shared::break_found(srv, results, &g.ops, &opener(g.client), g.kind, now);
     if wait {
         Err(Nfsstat4::DELAY)

@@ -1397,7 +1397,13 @@ fn through_channel(a: &mut Client, b: &mut Client, msgs: Vec<Msg>) -> Vec<Reply>
     for e in ev {
         if let Event::SendOn { conn, frame } = e {
             assert_eq!(conn, b.conn.key(), "the answer goes back through the channel");
-            let msgs: Vec<_> = Compound::new(&frame[4..]).collect::<Result<_, _>>().unwrap();
+            let plain = if frame[4..].starts_with(&[0xFD, b'S', b'M', b'B']) {
+                let (_, dec) = b.encrypt.as_ref().expect("encrypted answer without keys");
+                dec.decrypt(&frame[4..]).expect("the answer decrypts with the session's key")
+            } else {
+                frame[4..].to_vec()
+            };
+            let msgs: Vec<_> = Compound::new(&plain).collect::<Result<_, _>>().unwrap();
             for m in msgs {
                 if m.header.flags.is_signed() {
                     assert!(b.signing.as_ref().unwrap().verify(m.bytes), "signed with the channel's key");
@@ -1462,6 +1468,30 @@ fn a_channel_bound_to_a_session_serves_its_opens() {
     let r = a.one(Request::Read(read.clone()));
     let Response::Read(rd) = r.body() else { panic!() };
     assert_eq!(rd.data, b"THROUGH either channel");
+    // An async answer goes back through the channel it came through: a
+    // blocking LOCK through B waits for A's lock (STATUS_PENDING through
+    // B), and is granted through B when A unlocks.
+    {
+        use duet_protocols::smb2::lock::{LockElement, LockRequest};
+        let fid2 = open_fid(&mut a, "chan.txt", create_disposition::OPEN_IF, RW).unwrap();
+        let mut st = Vec::new();
+        let held = LockRequest::new(0, fid, &[LockElement { offset: 0, length: 10, flags: LockElement::EXCLUSIVE_LOCK }], &mut st);
+        assert_eq!(a.one(Request::Lock(held)).status(), NtStatus::SUCCESS);
+        let mut st = Vec::new();
+        let wait = LockRequest::new(0, fid2, &[LockElement { offset: 0, length: 10, flags: LockElement::SHARED_LOCK }], &mut st);
+        let r = through_channel(&mut a, &mut b, vec![msg(Request::Lock(wait), false)]);
+        assert_eq!(r[0].status(), NtStatus::PENDING);
+        assert!(r[0].header.flags.is_async());
+        let mut st = Vec::new();
+        let unlock = LockRequest::new(0, fid, &[LockElement { offset: 0, length: 10, flags: LockElement::UNLOCK }], &mut st);
+        assert_eq!(a.one(Request::Lock(unlock)).status(), NtStatus::SUCCESS);
+        let ev = a.conn.poll_locks(NOW);
+        let [Event::SendOn { conn, frame }] = &ev[..] else { panic!("the grant goes through the channel: {ev:?}") };
+        assert_eq!(*conn, b.conn.key());
+        let m = Compound::new(&frame[4..]).next().unwrap().unwrap();
+        assert_eq!((m.header.status, m.header.ids), (NtStatus::SUCCESS, r[0].header.ids));
+        assert!(m.header.flags.is_signed() && b.signing.as_ref().unwrap().verify(m.bytes), "signed with the channel's key");
+    }
     // Signed with the session's key, not the channel's: ACCESS_DENIED.
     let chan = b.signing.replace(a.signing.clone().unwrap());
     let r = through_channel(&mut a, &mut b, vec![msg(Request::Read(read.clone()), false)]);
@@ -1486,6 +1516,43 @@ fn a_channel_bound_to_a_session_serves_its_opens() {
     let f = b.frame(vec![msg(Request::Read(read), false)], true);
     let r = b.replies(&f);
     assert_eq!(r[0].status(), NtStatus::USER_SESSION_DELETED);
+}
+
+/// A channel of an encrypted session (MS-SMB2 3.3.5.2.1.1): the channel
+/// decrypts with the session's key, the session's connection answers
+/// encrypted, through the channel.
+#[test]
+fn a_channel_of_an_encrypted_session_decrypts_and_answers_encrypted() {
+    let cipher = algorithm::AES_128_GCM;
+    let cfg = ServerConfig { encrypt: true, ..Default::default() };
+    let mut a = Client::new(cfg.clone());
+    a.negotiate(&[dialect::SMB3_1_1], &[cipher]);
+    assert_eq!(a.login("alice", "wonderland", Some(cipher)), NtStatus::SUCCESS);
+    assert!(a.encrypt.is_some());
+    assert_eq!(a.tree("data"), NtStatus::SUCCESS);
+    write_file(&mut a, "sealed", b"sealed both ways");
+    let mut b = Client::with_seed(cfg.clone(), b"another seed, thirty-two bytes or more");
+    b.negotiate(&[dialect::SMB3_1_1], &[cipher]);
+    assert_eq!(bind(&mut a, &mut b, "alice", "wonderland"), NtStatus::SUCCESS);
+    b.tree_id = a.tree_id;
+    b.encrypt = a.encrypt.clone();
+    let r = through_channel(&mut a, &mut b, vec![msg(Request::Create(create("sealed", create_disposition::OPEN, 0, RW)), false)]);
+    assert_eq!(r[0].status(), NtStatus::SUCCESS);
+    let Response::Create(cr) = r[0].body() else { panic!() };
+    let read = ReadRequest {
+        padding: 0,
+        flags: 0,
+        length: 64,
+        offset: 0,
+        file_id: cr.file_id,
+        minimum_count: 0,
+        channel: 0,
+        remaining_bytes: 0,
+        read_channel_info: &[],
+    };
+    let r = through_channel(&mut a, &mut b, vec![msg(Request::Read(read), false)]);
+    let Response::Read(rd) = r[0].body() else { panic!("{:?}", r[0].status()) };
+    assert_eq!(rd.data, b"sealed both ways");
 }
 
 #[test]

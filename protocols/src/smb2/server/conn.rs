@@ -352,7 +352,10 @@ impl Connection {
             return false;
         }
         let Some(Ok(m)) = Compound::new(frame).next() else { return false };
-        self.bound.contains_key(&m.header.session_id) && !self.sessions.contains_key(&m.header.session_id)
+        // A NEGOTIATE is this connection's own (a second one ends it).
+        m.header.command != Command::NEGOTIATE
+            && self.bound.contains_key(&m.header.session_id)
+            && !self.sessions.contains_key(&m.header.session_id)
     }
 
     /// A frame of a session this connection is a channel of (MS-SMB2
@@ -998,6 +1001,11 @@ impl Connection {
         dir: &dyn Directory,
     ) -> (Plan, Option<SigningKey>) {
         let cmd = hdr.command;
+        if cmd == Command::NEGOTIATE && self.via.is_some() {
+            // Another connection's NEGOTIATE (inside a compound that came
+            // through a channel) is not this connection's second one.
+            return (done(NtStatus::INVALID_PARAMETER), None);
+        }
         if cmd == Command::NEGOTIATE {
             return (self.negotiate(msg, fp.now_ns), None);
         }

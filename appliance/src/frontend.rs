@@ -147,6 +147,9 @@ pub enum Routed {
     /// A frame to write as it is: the answer to what came through this
     /// connection as a channel of another's session.
     Send(Vec<u8>),
+    /// A session whose connection was lost, for this connection (one of
+    /// its channels) to take over.
+    Adopt(Box<smb::MovedSession>),
 }
 
 /// A connection's place in [`SmbRoutes`]; leaves it when dropped.
@@ -1187,6 +1190,12 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 }
                 Wake::Recall(Routed::Bound { session, channel, key }) => conn.add_channel(session, channel, key),
                 Wake::Recall(Routed::Send(frame)) => stream.write_all(&frame).await?,
+                Wake::Recall(Routed::Adopt(m)) => {
+                    queue.extend(conn.adopt_session(*m, now_ns()));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
+                }
                 Wake::Recall(Routed::Changes(v)) => {
                     queue.extend(conn.on_changes(&v));
                     if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
@@ -1242,6 +1251,14 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                 spawn_batch(&ctx.engine, &ctx.conns, RequestTag::new("smb", tag), token, batch, exempt, &done_tx);
             }
             smb::Event::DeletePending { node, from } => ctx.conns.notify.delete_pending(node, from, &ctx.conns.smb_routes),
+            smb::Event::Adopt(m) => {
+                // The first channel still up takes the session over.
+                for c in m.candidates() {
+                    if ctx.conns.smb_routes.send(c, Routed::Adopt(m.clone())) {
+                        break;
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -1322,6 +1339,13 @@ async fn smb_events(
             }
             smb::Event::Bound { owner, session, channel, key } => {
                 ctx.conns.smb_routes.send(owner, Routed::Bound { session, channel, key });
+            }
+            smb::Event::Adopt(m) => {
+                for c in m.candidates() {
+                    if ctx.conns.smb_routes.send(c, Routed::Adopt(m.clone())) {
+                        break;
+                    }
+                }
             }
         }
     }

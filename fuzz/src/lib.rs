@@ -811,7 +811,7 @@ impl SmbClient {
                     }
                     SmbEvent::Close => assert!(self.conn.is_closed()),
                     // Breaks for other connections: there are none here.
-                    SmbEvent::Recall(_) | SmbEvent::EndSession { .. } | SmbEvent::CloseOpen { .. } | SmbEvent::DeletePending { .. } | SmbEvent::SendOn { .. } | SmbEvent::Forward { .. } | SmbEvent::Bound { .. } => {}
+                    SmbEvent::Recall(_) | SmbEvent::EndSession { .. } | SmbEvent::CloseOpen { .. } | SmbEvent::DeletePending { .. } | SmbEvent::SendOn { .. } | SmbEvent::Forward { .. } | SmbEvent::Bound { .. } | SmbEvent::Adopt(_) => {}
                 }
             }
             events = next;

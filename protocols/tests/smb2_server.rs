@@ -1518,6 +1518,57 @@ fn a_channel_bound_to_a_session_serves_its_opens() {
     assert_eq!(r[0].status(), NtStatus::USER_SESSION_DELETED);
 }
 
+/// A session outlives the connection that made it while a channel is up
+/// (MS-SMB2 3.3.7.1): the lost connection hands it over
+/// (`Event::Adopt`), the first channel takes it and its opens over, and
+/// the other channels forward to that one from then on.
+#[test]
+fn a_session_outlives_its_first_connection_through_a_channel() {
+    let cfg = ServerConfig::default();
+    let mut a = Client::new(cfg.clone());
+    a.negotiate(&[dialect::SMB3_1_1], &[]);
+    assert_eq!(a.login("alice", "wonderland", None), NtStatus::SUCCESS);
+    assert_eq!(a.tree("data"), NtStatus::SUCCESS);
+    let fid = open_fid(&mut a, "lives.txt", create_disposition::OPEN_IF, RW).unwrap();
+    assert_eq!(write_at(&mut a, fid, 0, b"outlives its connection"), NtStatus::SUCCESS);
+    let mut b = Client::with_seed(cfg.clone(), b"another seed, thirty-two bytes or more");
+    b.negotiate(&[dialect::SMB3_1_1], &[]);
+    assert_eq!(bind(&mut a, &mut b, "alice", "wonderland"), NtStatus::SUCCESS);
+    b.tree_id = a.tree_id;
+    let mut c = Client::with_seed(cfg.clone(), b"a third seed, thirty-two bytes or more");
+    c.negotiate(&[dialect::SMB3_1_1], &[]);
+    assert_eq!(bind(&mut a, &mut c, "alice", "wonderland"), NtStatus::SUCCESS);
+    c.tree_id = a.tree_id;
+    // A's connection is lost.
+    let ev = a.conn.on_disconnect(NOW);
+    let m = ev.into_iter().find_map(|e| if let Event::Adopt(m) = e { Some(m) } else { None }).expect("handed over");
+    assert_eq!(m.candidates().len(), 2);
+    // One file system behind every connection, as in the daemon.
+    b.engine = std::mem::replace(&mut a.engine, Engine::new());
+    drop(a);
+    assert!(b.conn.adopt_session(*m, NOW).is_empty());
+    let read = ReadRequest {
+        padding: 0,
+        flags: 0,
+        length: 64,
+        offset: 0,
+        file_id: fid,
+        minimum_count: 0,
+        channel: 0,
+        remaining_bytes: 0,
+        read_channel_info: &[],
+    };
+    // B serves it itself, with its channel key, the same open.
+    let r = b.one(Request::Read(read.clone()));
+    let Response::Read(rd) = r.body() else { panic!("{:?}", r.status()) };
+    assert_eq!(rd.data, b"outlives its connection");
+    // C forwards to B now.
+    let r = through_channel(&mut b, &mut c, vec![msg(Request::Read(read), false)]);
+    let Response::Read(rd) = r[0].body() else { panic!("{:?}", r[0].status()) };
+    assert_eq!(rd.data, b"outlives its connection");
+    assert_eq!(cfg.sessions.get(b.session_id).map(|g| g.conn), Some(b.conn.key()));
+}
+
 /// A channel of an encrypted session (MS-SMB2 3.3.5.2.1.1): the channel
 /// decrypts with the session's key, the session's connection answers
 /// encrypted, through the channel.

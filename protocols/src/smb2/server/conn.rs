@@ -368,11 +368,19 @@ impl Connection {
             Some(Ok(m)) => m.header.session_id,
             _ => return self.close(),
         };
-        let Some(&owner) = self.bound.get(&sid) else { return self.close() };
-        if !self.cfg.sessions.get(sid).is_some_and(|g| g.conn == owner && g.valid) {
-            self.bound.remove(&sid);
-            return self.process(frame, encrypted_by, now_ns, dir);
+        if !self.bound.contains_key(&sid) {
+            return self.close();
         }
+        // The table names the connection holding the session now (it may
+        // have been handed over to another channel).
+        let owner = match self.cfg.sessions.get(sid) {
+            Some(g) if g.valid && g.conn != self.conn_key => g.conn,
+            _ => {
+                self.bound.remove(&sid);
+                return self.process(frame, encrypted_by, now_ns, dir);
+            }
+        };
+        self.bound.insert(sid, owner);
         let mut grants = Vec::new();
         for m in Compound::new(frame) {
             let Ok(m) = m else { break };
@@ -446,7 +454,7 @@ impl Connection {
     pub(super) fn channel_key(&self, sid: u64, channel: Option<u64>) -> Option<SigningKey> {
         let s = self.sessions.get(&sid)?;
         match channel {
-            None => s.keys.as_ref().map(|k| k.signing.clone()),
+            None => s.own_signing(),
             Some(c) => s.channels.get(&c).cloned(),
         }
     }
@@ -1231,7 +1239,7 @@ impl Connection {
         }
         let signed = hdr.flags.is_signed();
         let key = match self.via.as_ref() {
-            None => s.keys.as_ref().map(|k| k.signing.clone()),
+            None => s.own_signing(),
             // Through a channel: its Channel.SigningKey (MS-SMB2
             // 3.3.5.2.4); a connection that is not one has no session.
             Some(v) => match s.channels.get(&v.channel) {

@@ -65,6 +65,7 @@ use crate::smb2::negotiate::dialect;
 pub use conn::Connection;
 pub use notify::{encode_entries, Notified, WatchedDir, DIR_REMOVED, MAX_WATCHES};
 pub use sharemode::ShareModes;
+pub use state::MovedSession;
 pub use registry::{GlobalSession, SessionRegistry};
 pub use info::fs_status;
 
@@ -272,4 +273,9 @@ pub enum Event {
     /// it to `owner`'s [`Connection::add_channel`] (before any frame
     /// forwarded through the channel).
     Bound { owner: u64, session: u64, channel: u64, key: crypto::SigningKey },
+    /// This connection is gone but its session has channels: the driver
+    /// hands the session to the first of `session.candidates()` still up,
+    /// whose [`Connection::adopt_session`] takes it and its opens over.
+    /// Nobody taking it, its opens close when their keep time ends.
+    Adopt(Box<MovedSession>),
 }

@@ -97,6 +97,12 @@ impl SessionRegistry {
         }
     }
 
+    /// Session `id` is now held by connection `s.conn` (handed over by
+    /// its lost connection to a channel).
+    pub fn adopt(&self, id: u64, s: GlobalSession) {
+        self.table().insert(id, s);
+    }
+
     /// Forgets session `id` if connection `conn` holds it.
     pub fn remove(&self, id: u64, conn: u64) {
         let mut t = self.table();

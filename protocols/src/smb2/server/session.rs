@@ -9,7 +9,11 @@ use duet_fs::{Credentials, ObjRef};
 
 use super::crypto::{derive_keys, preauth_update, SigningKey};
 use super::info::{access, extra_status, to_filetime};
-use super::{Directory, Event, GlobalSession, ShareEntry};
+use super::{Directory, Event, GlobalSession, MovedSession, ShareEntry};
+
+/// How long a lost connection's opens wait for a channel of their session
+/// to take them over (ms); then they close as a lost connection's do.
+pub const HANDOVER_MS: i64 = 5_000;
 use crate::auth::ntlm::{self, NtlmError, ServerContext};
 use crate::auth::spnego::{self, ClientToken, NegState};
 use crate::smb2::header::Header;
@@ -222,7 +226,7 @@ impl Connection {
         }
         if binding {
             // A channel of this connection exists already (3.3.5.5).
-            let key = self.sessions.get(&hdr.session_id).and_then(|s| s.keys.as_ref()).map(|k| k.signing.clone());
+            let key = self.sessions.get(&hdr.session_id).and_then(|s| s.own_signing());
             return (done(NtStatus::REQUEST_NOT_ACCEPTED), key.filter(|_| hdr.flags.is_signed()));
         }
         let sid = if hdr.session_id == 0 {
@@ -260,6 +264,7 @@ impl Connection {
                     encrypt: false,
                     trees: HashMap::new(),
                     channels: HashMap::new(),
+                    own_key: None,
                 },
             );
             self.last_new_session = id;
@@ -436,7 +441,7 @@ impl Connection {
                     // Through a channel: signed with its Channel.SigningKey.
                     let key = match &self.via {
                         Some(v) => s.channels.get(&v.channel).cloned(),
-                        None => s.keys.as_ref().map(|k| k.signing.clone()),
+                        None => s.own_signing(),
                     };
                     let sign = key.filter(|_| neg.dialect >= dialect::SMB3_0 || s.signing_required);
                     let body = body_of(&Response::SessionSetup(SessionSetupResponse {
@@ -536,7 +541,13 @@ impl Connection {
     pub fn on_disconnect(&mut self, now_ns: i64) -> Vec<Event> {
         let mut ids: Vec<u64> = self.sessions.keys().copied().collect();
         ids.sort_unstable();
-        let ended: Vec<Event> = ids.into_iter().filter_map(|sid| self.close_session(sid, now_ns, "disconnect")).collect();
+        let mut ended: Vec<Event> = Vec::new();
+        for sid in ids {
+            if let Some(m) = self.hand_over(sid, now_ns) {
+                ended.push(Event::Adopt(Box::new(m)));
+            }
+            ended.extend(self.close_session(sid, now_ns, "disconnect"));
+        }
         let _ = self.close();
         // Notices for other connections (a file left delete-pending); its
         // own sends are moot now.
@@ -546,6 +557,111 @@ impl Connection {
             .collect();
         out.extend(ended);
         out
+    }
+
+    /// A lost connection's session that has channels (multichannel) lives
+    /// on (MS-SMB2 3.3.7.1): its opens are kept in the daemon-wide durable
+    /// table, to be taken over by a channel ([`Event::Adopt`],
+    /// [`Connection::adopt_session`]) within [`HANDOVER_MS`]; the rest (an
+    /// open the table would not keep, named pipes) closes as usual.
+    fn hand_over(&mut self, sid: u64, now_ns: i64) -> Option<MovedSession> {
+        let neg = self.negotiated.clone()?;
+        let s = self.sessions.get(&sid).filter(|s| s.valid && !s.guest && !s.channels.is_empty())?;
+        if !self.cfg.multichannel {
+            return None;
+        }
+        let (cred, trees) = (s.cred.clone(), s.trees.clone());
+        let client_guid = self.lease_client();
+        let mut ids: Vec<u64> = self.opens.iter().filter(|(_, o)| o.session_id == sid).map(|(id, _)| *id).collect();
+        ids.sort_unstable();
+        let mut files = Vec::new();
+        for id in ids {
+            let Some(root) = self.opens.get(&id).and_then(|o| trees.get(&o.tree_id)).map(|t| t.share.root) else { continue };
+            let Some(open) = self.opens.remove(&id) else { continue };
+            let kept = Kept {
+                open,
+                cred: cred.clone(),
+                client_guid,
+                root,
+                deadline: now_ns.saturating_add(HANDOVER_MS * 1_000_000),
+            };
+            match self.cfg.share_modes.keep_durable(self.conn_key, id, kept, usize::MAX) {
+                Ok(()) => files.push(id),
+                Err(k) => {
+                    self.opens.insert(id, k.open);
+                }
+            }
+        }
+        let s = self.sessions.get(&sid)?;
+        Some(MovedSession {
+            id: sid,
+            dialect: neg.dialect,
+            cipher: neg.cipher,
+            cred,
+            guest: s.guest,
+            keys: s.keys.clone(),
+            signing_required: s.signing_required,
+            encrypt: s.encrypt,
+            trees,
+            channels: s.channels.clone(),
+            files,
+        })
+    }
+
+    /// Takes over session `m` handed over by its lost connection
+    /// ([`Event::Adopt`]), if this connection is one of its channels: the
+    /// session is this connection's from now on (its key for this
+    /// connection's traffic is the channel's), its opens are reattached
+    /// with their file ids, and the daemon-wide table names this
+    /// connection, so that the other channels forward here.
+    pub fn adopt_session(&mut self, m: MovedSession, now_ns: i64) -> Vec<Event> {
+        let Some(own) = m.channels.get(&self.conn_key).cloned() else { return Vec::new() };
+        if self.sessions.contains_key(&m.id) {
+            return Vec::new();
+        }
+        self.bound.remove(&m.id);
+        let mut channels = m.channels.clone();
+        channels.remove(&self.conn_key);
+        self.cfg.sessions.adopt(
+            m.id,
+            GlobalSession {
+                conn: self.conn_key,
+                dialect: m.dialect,
+                cipher: m.cipher,
+                signing: m.keys.as_ref().map(|k| k.signing.clone()),
+                decrypt: m.keys.as_ref().and_then(|k| k.decrypt.clone()),
+                channels: channels.len() as u32,
+                valid: true,
+                guest: m.guest,
+                uid: m.cred.uid,
+            },
+        );
+        self.sessions.insert(
+            m.id,
+            Session {
+                valid: true,
+                auth: AuthState::None,
+                preauth: [0; 64],
+                cred: m.cred.clone(),
+                guest: m.guest,
+                keys: m.keys.clone(),
+                signing_required: m.signing_required,
+                encrypt: m.encrypt,
+                trees: m.trees.clone(),
+                channels,
+                own_key: Some(own),
+            },
+        );
+        for id in &m.files {
+            if let Ok(k) = self.cfg.share_modes.reclaim_durable(*id, |_| Ok(()), self.conn_key, m.id, now_ns) {
+                self.opens.insert(*id, k.open);
+            }
+        }
+        // Trees keep their ids: new ones must not collide.
+        if let Some(max) = m.trees.keys().max() {
+            self.next_tree_id = self.next_tree_id.max(max.wrapping_add(1)).max(1);
+        }
+        Vec::new()
     }
 
     // ---- LOGOFF, TREE_CONNECT, TREE_DISCONNECT -------------------------

@@ -66,7 +66,57 @@ pub(super) struct Session {
     /// Channel.SigningKey, which checks and signs what comes and goes
     /// through it.
     pub channels: HashMap<u64, SigningKey>,
+    /// This connection's own Channel.SigningKey when it differs from
+    /// Session.SigningKey: the session was handed over to it by the
+    /// connection that made it ([`MovedSession`]).
+    pub own_key: Option<SigningKey>,
 }
+
+impl Session {
+    /// The key that checks and signs the session's messages on the
+    /// connection holding it.
+    pub fn own_signing(&self) -> Option<SigningKey> {
+        self.own_key.clone().or_else(|| self.keys.as_ref().map(|k| k.signing.clone()))
+    }
+}
+
+/// A session handed over by the connection holding it, which was lost, to
+/// one of its channels (multichannel, MS-SMB2 3.3.7.1: a session lives on
+/// while a channel is up): what the session is, and its opens, kept in the
+/// daemon-wide durable table meanwhile (`ShareModes::keep_durable`).
+#[derive(Debug, Clone)]
+pub struct MovedSession {
+    pub(super) id: u64,
+    pub(super) dialect: u16,
+    pub(super) cipher: Option<u16>,
+    pub(super) cred: Credentials,
+    pub(super) guest: bool,
+    pub(super) keys: Option<SessionKeys>,
+    pub(super) signing_required: bool,
+    pub(super) encrypt: bool,
+    pub(super) trees: HashMap<u32, Tree>,
+    /// Every channel left, by connection key, with its signing key.
+    pub(super) channels: HashMap<u64, SigningKey>,
+    /// The session's opens, kept (persistent file ids).
+    pub(super) files: Vec<u64>,
+}
+
+impl MovedSession {
+    /// The connections it may go to (its channels).
+    pub fn candidates(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.channels.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+impl PartialEq for MovedSession {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id && self.files == other.files
+    }
+}
+
+impl Eq for MovedSession {}
 
 /// A channel binding in progress on this connection (MS-SMB2 3.3.5.5):
 /// the NTLM exchange that will give it its signing key.

@@ -1962,10 +1962,10 @@ fn find_caseless<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &s
         return find_caseless_paged(txn, dir, &prefix, &want);
     }
     let mut best: Option<(Vec<u8>, Vec<u8>)> = None;
-    for (start, end) in caseless_ranges(&prefix, name) {
-        let mut from = start;
+    let ranges = caseless_ranges(&prefix, name);
+    let firsts = txn.scan_ranges(&ranges, 1024);
+    for ((_, end), mut rows) in ranges.iter().zip(firsts) {
         loop {
-            let rows = txn.scan(&from, &end, 1024);
             let full = rows.len() == 1024;
             let last = rows.last().map(|(k, _)| k.clone());
             if let Some(hit) = rows
@@ -1982,7 +1982,7 @@ fn find_caseless<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &s
             match last {
                 Some(mut k) if full => {
                     k.push(0);
-                    from = k;
+                    rows = txn.scan(&k, end, 1024);
                 }
                 _ => break,
             }

@@ -17,6 +17,12 @@ pub trait KvRead {
     fn get_many(&self, keys: &[Vec<u8>]) -> Vec<Option<Vec<u8>>> {
         keys.iter().map(|k| self.get(k)).collect()
     }
+    /// [`KvRead::scan`] of each of `ranges` (`(start, end)`), in their
+    /// order: one read, which a store may do on one iterator (a RocksDB
+    /// iterator costs more to make than to seek).
+    fn scan_ranges(&self, ranges: &[(Vec<u8>, Vec<u8>)], limit: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+        ranges.iter().map(|(start, end)| self.scan(start, end, limit)).collect()
+    }
 }
 
 impl KvRead for BTreeMap<Vec<u8>, Vec<u8>> {
@@ -107,6 +113,23 @@ impl<'a, R: KvRead + ?Sized> Txn<'a, R> {
     pub fn delete(&mut self, key: Vec<u8>) {
         self.write_count += 1;
         self.writes.insert(key, None);
+    }
+
+    /// [`Txn::scan`] of each of `ranges`, in their order: one read of the
+    /// base ([`KvRead::scan_ranges`]) when the transaction wrote nothing
+    /// in them.
+    pub fn scan_ranges(&mut self, ranges: &[(Vec<u8>, Vec<u8>)], limit: usize) -> Vec<Vec<(Vec<u8>, Vec<u8>)>> {
+        let touched = ranges.iter().any(|(start, end)| {
+            self.writes
+                .range::<[u8], _>((Bound::Included(start.as_slice()), Bound::Excluded(end.as_slice())))
+                .next()
+                .is_some()
+        });
+        if touched {
+            return ranges.iter().map(|(start, end)| self.scan(start, end, limit)).collect();
+        }
+        self.reads += 1;
+        self.base.scan_ranges(ranges, limit)
     }
 
     /// Up to `limit` live pairs with `start <= key < end`, merging the

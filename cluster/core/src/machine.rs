@@ -1949,12 +1949,53 @@ fn list_eas<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> Vec<(String
 const EA_TOTAL_MAX: usize = 65536;
 
 /// The first entry of `dir` (in name order) whose name equals `name`
-/// ignoring case, scanning the directory a page at a time.
+/// ignoring case (`str::to_lowercase`). A plain directory is read only in
+/// the few key ranges that can hold such a name ([`caseless_ranges`]), so
+/// an SMB CREATE of a new name costs a few seeks whatever the directory
+/// holds (it read every entry: O(n) per CREATE, O(n^2) to fill a
+/// directory). A clone's directory, whose entries merge its origin's
+/// layers, is still read a page at a time.
 fn find_caseless<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &str) -> Option<(String, Edge)> {
     let want = name.to_lowercase();
     let prefix = keys::edge_prefix(dir);
-    let end = keys::prefix_end(&prefix);
-    let mut start = prefix.clone();
+    if clone::is_clone_id(dir) {
+        return find_caseless_paged(txn, dir, &prefix, &want);
+    }
+    let mut best: Option<(Vec<u8>, Vec<u8>)> = None;
+    let ranges = caseless_ranges(&prefix, name);
+    let firsts = txn.scan_ranges(&ranges, 1024);
+    for ((_, end), mut rows) in ranges.iter().zip(firsts) {
+        loop {
+            let full = rows.len() == 1024;
+            let last = rows.last().map(|(k, _)| k.clone());
+            if let Some(hit) = rows
+                .into_iter()
+                .find(|(k, _)| String::from_utf8_lossy(&k[prefix.len()..]).to_lowercase() == want)
+            {
+                // The ranges are disjoint but not in key order: keep the
+                // first match in name order, as a whole scan would.
+                if best.as_ref().is_none_or(|(b, _)| hit.0 < *b) {
+                    best = Some(hit);
+                }
+                break;
+            }
+            match last {
+                Some(mut k) if full => {
+                    k.push(0);
+                    rows = txn.scan(&k, end, 1024);
+                }
+                _ => break,
+            }
+        }
+    }
+    let (k, v) = best?;
+    Some((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), decode(&v)?))
+}
+
+/// [`find_caseless`] by reading every entry of `dir`, a page at a time.
+fn find_caseless_paged<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, prefix: &[u8], want: &str) -> Option<(String, Edge)> {
+    let end = keys::prefix_end(prefix);
+    let mut start = prefix.to_vec();
     loop {
         let rows = match clone::edge_rows(txn, dir, &start, usize::MAX) {
             Some(rows) => rows,
@@ -1974,6 +2015,73 @@ fn find_caseless<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, dir: NodeId, name: &s
         start = last.clone();
         start.push(0);
     }
+}
+
+/// How many spellings of a name's leading letters [`caseless_ranges`]
+/// follows before it reads whole ranges.
+const CASELESS_SPELLINGS: usize = 8;
+
+/// Key ranges `[start, end)` under a directory's edge `prefix` that hold
+/// every entry whose name equals `name` ignoring case (`str::to_lowercase`).
+///
+/// Along `name`'s leading ASCII characters, an entry that matches has at
+/// each position either an ASCII character, which lower-cases to the same
+/// one only as one of its two spellings (one for a non-letter), or a
+/// non-ASCII one (first byte 0x80 or more). Outside ASCII only KELVIN SIGN
+/// (U+212A, to `k`) and LATIN CAPITAL LETTER I WITH DOT ABOVE (U+0130, to
+/// `i` and U+0307) lower-case to something that starts with an ASCII
+/// character (`caseless_tests::only_two_non_ascii_lower_to_ascii` checks
+/// all of Unicode), so the non-ASCII range after a spelling is read only
+/// where `name` has a `k` or an `i`. Every character's lower case is at
+/// least one character, so a name followed to its end matches only its
+/// spellings exactly; where following stops (a non-ASCII character, or
+/// more than [`CASELESS_SPELLINGS`] spellings) every entry under each
+/// spelling so far is read.
+fn caseless_ranges(prefix: &[u8], name: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut ranges = Vec::new();
+    let mut spellings = vec![prefix.to_vec()];
+    let mut followed = 0;
+    for c in name.chars() {
+        if !c.is_ascii() {
+            break;
+        }
+        let (lower, upper) = (c.to_ascii_lowercase() as u8, c.to_ascii_uppercase() as u8);
+        let both = [lower, upper];
+        let forms = &both[..if lower == upper { 1 } else { 2 }];
+        if spellings.len() * forms.len() > CASELESS_SPELLINGS {
+            break;
+        }
+        if lower == b'k' || lower == b'i' {
+            for s in &spellings {
+                let mut from = s.clone();
+                from.push(0x80);
+                ranges.push((from, keys::prefix_end(s)));
+            }
+        }
+        spellings = spellings
+            .iter()
+            .flat_map(|s| {
+                forms.iter().map(move |&b| {
+                    let mut t = s.clone();
+                    t.push(b);
+                    t
+                })
+            })
+            .collect();
+        followed += 1;
+    }
+    let whole = followed == name.chars().count();
+    for s in spellings {
+        let end = if whole {
+            let mut e = s.clone();
+            e.push(0);
+            e
+        } else {
+            keys::prefix_end(&s)
+        };
+        ranges.push((s, end));
+    }
+    ranges
 }
 
 fn dir_is_empty<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, id: NodeId) -> bool {
@@ -2139,5 +2247,120 @@ mod caseless_tests {
         b.push(Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: "Docs".into() });
         let out = execute(&mut txn, &b);
         assert!(matches!(&out.results[1], Ok(OpOutput::Found { name, .. }) if name == "Docs"), "{:?}", out.results);
+    }
+
+    /// A store of `names` in the root directory (and nothing else of
+    /// interest), made through the machine.
+    fn root_with(names: &[String]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut db: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let writes = {
+            let mut txn = Txn::new(&db);
+            apply(&mut txn, &Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] });
+            let mut b = Batch::new(duet_fs::Credentials::root(), 5);
+            for n in names {
+                b.push(Op::Create {
+                    dir: ObjRef::Id(ROOT_ID),
+                    name: n.clone(),
+                    kind: CreateKind::File,
+                    attrs: Default::default(),
+                    if_exists: IfExists::Fail,
+                });
+            }
+            let out = execute(&mut txn, &b);
+            assert!(out.results.iter().all(|r| r.is_ok()), "{:?}", out.results);
+            txn.into_writes()
+        };
+        for (k, v) in writes {
+            match v {
+                Some(v) => db.insert(k, v),
+                None => db.remove(&k),
+            };
+        }
+        db
+    }
+
+    /// The lookup by ranges finds what reading the whole directory finds,
+    /// for names whose case folds across ASCII and non-ASCII characters.
+    #[test]
+    fn caseless_ranges_find_what_a_whole_scan_finds() {
+        let names: Vec<String> = [
+            "Docs", "docs", "kelvin", "\u{212A}ELVIN2", "\u{130}stanbul", "istanbul2", "i\u{307}x", "f00001.bin",
+            "F00002.BIN", "IMG_0001.JPG", "img_0002.jpg", "straße", "STRASSE", "ΣΊΣΥΦΟΣ", "a", "ab", "aBc",
+            "abcdefghijklmnop", "ABCDEFGHIJKLMNOPQ", "k", "\u{212A}", "zz\u{212A}", "Ωmega", "x\u{212A}y",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let db = root_with(&names);
+        let mut queries: Vec<String> = Vec::new();
+        for n in &names {
+            queries.extend([n.clone(), n.to_lowercase(), n.to_uppercase()]);
+        }
+        queries.extend(
+            ["KELVIN2", "kelvin2", "İSTANBUL", "i\u{307}stanbul", "I\u{307}X", "ABCDEFGHIJKLMNOPq", "K", "ZZk", "XKY", "nope", "sísyφος"]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+        let prefix = keys::edge_prefix(ROOT_ID);
+        for q in &queries {
+            let mut txn = Txn::new(&db);
+            let got = find_caseless(&mut txn, ROOT_ID, q).map(|(n, e)| (n, e.child));
+            let want = find_caseless_paged(&mut txn, ROOT_ID, &prefix, &q.to_lowercase()).map(|(n, e)| (n, e.child));
+            assert_eq!(got, want, "lookup of {q:?}");
+        }
+        // Some of them do match across scripts.
+        let mut txn = Txn::new(&db);
+        assert_eq!(find_caseless(&mut txn, ROOT_ID, "kelvin2").map(|(n, _)| n).as_deref(), Some("\u{212A}ELVIN2"));
+        assert_eq!(find_caseless(&mut txn, ROOT_ID, "I\u{307}STANBUL").map(|(n, _)| n).as_deref(), Some("\u{130}stanbul"));
+    }
+
+    /// `caseless_ranges` rests on this: outside ASCII, only these two
+    /// characters lower-case to something that starts with ASCII.
+    #[test]
+    fn only_two_non_ascii_lower_to_ascii() {
+        let found: Vec<char> = (0x80..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|c| c.to_lowercase().next().is_some_and(|l| l.is_ascii()))
+            .collect();
+        assert_eq!(found, vec!['\u{130}', '\u{212A}']);
+        // str::to_lowercase differs from char::to_lowercase only for a
+        // final capital sigma, which is not ASCII either way.
+    }
+
+    /// Counts the pairs a scan hands out.
+    struct Counting(BTreeMap<Vec<u8>, Vec<u8>>, std::cell::Cell<usize>);
+
+    impl KvRead for Counting {
+        fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+            self.0.get(key).cloned()
+        }
+        fn scan(&self, start: &[u8], end: &[u8], limit: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+            let rows = self.0.scan(start, end, limit);
+            self.1.set(self.1.get() + rows.len());
+            rows
+        }
+    }
+
+    /// A caseless lookup (every SMB CREATE of a new name makes one) reads
+    /// a few entries, not the whole directory: smbclient's mput of 1,000
+    /// files read half a million entries.
+    #[test]
+    fn caseless_lookup_reads_few_entries_of_a_big_directory() {
+        let names: Vec<String> = (0..2000).map(|i| format!("f{i:05}.bin")).collect();
+        let db = Counting(root_with(&names), std::cell::Cell::new(0));
+        for (q, hit) in [("f02000.bin", None), ("F00500.BIN", Some("f00500.bin")), ("IMG_0001.JPG", None)] {
+            db.1.set(0);
+            let mut txn = Txn::new(&db);
+            assert_eq!(find_caseless(&mut txn, ROOT_ID, q).map(|(n, _)| n).as_deref(), hit, "{q}");
+            assert!(db.1.get() <= 4, "{q}: {} entries read", db.1.get());
+        }
+        // A new name through the machine's create, in the same directory.
+        db.1.set(0);
+        let mut txn = Txn::new(&db);
+        let mut b = Batch::new(duet_fs::Credentials::root(), 5);
+        b.push(Op::LookupCaseless { dir: ObjRef::Id(ROOT_ID), name: "F01999.BIN".into() });
+        let out = execute(&mut txn, &b);
+        assert!(matches!(&out.results[0], Ok(OpOutput::Found { name, .. }) if name == "f01999.bin"), "{:?}", out.results);
+        assert!(db.1.get() <= 4, "{} entries read", db.1.get());
     }
 }

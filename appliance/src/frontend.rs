@@ -1252,10 +1252,12 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             }
             smb::Event::DeletePending { node, from } => ctx.conns.notify.delete_pending(node, from, &ctx.conns.smb_routes),
             smb::Event::Adopt(m) => {
-                // The first channel still up takes the session over.
-                for c in m.candidates() {
-                    if ctx.conns.smb_routes.send(c, Routed::Adopt(m.clone())) {
-                        break;
+                // The first channel still up takes the session over;
+                // none: its opens close now (the scavenger's next round).
+                let taken = m.candidates().into_iter().any(|c| ctx.conns.smb_routes.send(c, Routed::Adopt(m.clone())));
+                if !taken {
+                    if let Some(modes) = ctx.conns.share_modes.get() {
+                        modes.give_up_kept(m.files());
                     }
                 }
             }
@@ -1341,9 +1343,10 @@ async fn smb_events(
                 ctx.conns.smb_routes.send(owner, Routed::Bound { session, channel, key });
             }
             smb::Event::Adopt(m) => {
-                for c in m.candidates() {
-                    if ctx.conns.smb_routes.send(c, Routed::Adopt(m.clone())) {
-                        break;
+                let taken = m.candidates().into_iter().any(|c| ctx.conns.smb_routes.send(c, Routed::Adopt(m.clone())));
+                if !taken {
+                    if let Some(modes) = ctx.conns.share_modes.get() {
+                        modes.give_up_kept(m.files());
                     }
                 }
             }

@@ -196,6 +196,13 @@ impl Connection {
             return done(NtStatus::INVALID_PARAMETER);
         }
         let (node, parent, name) = (o.node, o.parent, o.name.clone());
+        // A directory already delete-pending (another connection's
+        // delete-on-close open closed before this request came) answers
+        // at once, as the waiting requests were (smbtorture
+        // smb2.notify.rmdir3/rmdir4 when the two connections race).
+        if self.cfg.share_modes.is_delete_pending(node) {
+            return done(NtStatus::DELETE_PENDING);
+        }
         if !self.watches.contains_key(&id) {
             if self.watches.len() >= self.cfg.max_watches {
                 return done(NtStatus::INSUFFICIENT_RESOURCES);

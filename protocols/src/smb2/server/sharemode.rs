@@ -243,6 +243,18 @@ impl ShareModes {
     /// The scavenger (MS-SMB2 3.3.2.2): closes the kept opens whose time
     /// is up; returns the batches to run (their delete-on-close files,
     /// and those of kept opens closed by breaks meanwhile).
+    /// The kept opens `ids` are not to wait for their keep time (a session
+    /// handed over that no channel took, [`super::MovedSession`]): the next
+    /// [`ShareModes::expire_durable`] closes them.
+    pub fn give_up_kept(&self, ids: &[u64]) {
+        let mut d = self.durable();
+        for id in ids {
+            if let Some(k) = d.kept.get_mut(id) {
+                k.deadline = i64::MIN;
+            }
+        }
+    }
+
     pub fn expire_durable(&self, now_ns: i64) -> Vec<Batch> {
         let (due, mut out) = {
             let mut d = self.durable();
@@ -324,6 +336,12 @@ impl ShareModes {
         let rec = duet_locks::DeletePending { parent: d.parent, name: d.name.clone(), is_dir: d.is_dir };
         self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).insert(node, d);
         self.locks.table().mark_delete_pending(node, rec);
+    }
+
+    /// Whether `node` is delete-pending (an open left it so; it goes with
+    /// the last open).
+    pub(super) fn is_delete_pending(&self, node: NodeId) -> bool {
+        self.pending_delete.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&node)
     }
 
     /// `node` is removed now (or no longer delete-pending).

@@ -102,6 +102,11 @@ pub struct MovedSession {
 }
 
 impl MovedSession {
+    /// Its opens, kept meanwhile (persistent file ids).
+    pub fn files(&self) -> &[u64] {
+        &self.files
+    }
+
     /// The connections it may go to (its channels).
     pub fn candidates(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self.channels.keys().copied().collect();

@@ -1301,6 +1301,21 @@ fn a_session_setup_naming_another_connections_session_is_checked_and_signed() {
     assert_eq!(cfg.sessions.len(), 0, "a dropped connection leaves no session behind");
 }
 
+/// A READ of the first 64 bytes of `fid`.
+fn read64(fid: FileId) -> ReadRequest<'static> {
+    ReadRequest {
+        padding: 0,
+        flags: 0,
+        length: 64,
+        offset: 0,
+        file_id: fid,
+        minimum_count: 0,
+        channel: 0,
+        remaining_bytes: 0,
+        read_channel_info: &[],
+    }
+}
+
 /// Runs the batches among `events` on `c`'s engine; returns the others.
 fn drive_batches(c: &mut Client, mut events: Vec<Event>) -> Vec<Event> {
     let mut out = Vec::new();
@@ -1446,17 +1461,7 @@ fn a_channel_bound_to_a_session_serves_its_opens() {
     b.negotiate(&[dialect::SMB3_1_1], &[]);
     assert_eq!(bind(&mut a, &mut b, "alice", "wonderland"), NtStatus::SUCCESS);
     b.tree_id = a.tree_id;
-    let read = ReadRequest {
-        padding: 0,
-        flags: 0,
-        length: 64,
-        offset: 0,
-        file_id: fid,
-        minimum_count: 0,
-        channel: 0,
-        remaining_bytes: 0,
-        read_channel_info: &[],
-    };
+    let read = read64(fid);
     let r = through_channel(&mut a, &mut b, vec![msg(Request::Read(read.clone()), false)]);
     assert_eq!(r[0].status(), NtStatus::SUCCESS);
     let Response::Read(rd) = r[0].body() else { panic!() };
@@ -1547,17 +1552,7 @@ fn a_session_outlives_its_first_connection_through_a_channel() {
     b.engine = std::mem::replace(&mut a.engine, Engine::new());
     drop(a);
     assert!(b.conn.adopt_session(*m, NOW).is_empty());
-    let read = ReadRequest {
-        padding: 0,
-        flags: 0,
-        length: 64,
-        offset: 0,
-        file_id: fid,
-        minimum_count: 0,
-        channel: 0,
-        remaining_bytes: 0,
-        read_channel_info: &[],
-    };
+    let read = read64(fid);
     // B serves it itself, with its channel key, the same open.
     let r = b.one(Request::Read(read.clone()));
     let Response::Read(rd) = r.body() else { panic!("{:?}", r.status()) };
@@ -1590,17 +1585,7 @@ fn a_channel_of_an_encrypted_session_decrypts_and_answers_encrypted() {
     let r = through_channel(&mut a, &mut b, vec![msg(Request::Create(create("sealed", create_disposition::OPEN, 0, RW)), false)]);
     assert_eq!(r[0].status(), NtStatus::SUCCESS);
     let Response::Create(cr) = r[0].body() else { panic!() };
-    let read = ReadRequest {
-        padding: 0,
-        flags: 0,
-        length: 64,
-        offset: 0,
-        file_id: cr.file_id,
-        minimum_count: 0,
-        channel: 0,
-        remaining_bytes: 0,
-        read_channel_info: &[],
-    };
+    let read = read64(cr.file_id);
     let r = through_channel(&mut a, &mut b, vec![msg(Request::Read(read), false)]);
     let Response::Read(rd) = r[0].body() else { panic!("{:?}", r[0].status()) };
     assert_eq!(rd.data, b"sealed both ways");

@@ -401,26 +401,7 @@ impl Connection {
                 if encrypt {
                     flags |= SessionSetupResponse::ENCRYPT_DATA;
                 }
-                let mic = match (sp, client_mic, &keys) {
-                    (true, Some(_), Some(_)) if !mech_list.is_empty() => Some(ntlm::sign(
-                        &who.session_key,
-                        who.flags,
-                        ntlm::Direction::ServerToClient,
-                        0,
-                        &mech_list,
-                    )),
-                    _ => None,
-                };
-                let out = if sp {
-                    spnego::server_response(
-                        NegState::AcceptCompleted,
-                        false,
-                        None,
-                        mic.as_ref().map(|m| &m[..]),
-                    )
-                } else {
-                    Vec::new()
-                };
+                let out = completed_token(sp, client_mic.filter(|_| keys.is_some()), &mech_list, &who);
                 if reauth {
                     // The keys (and what they decided) stay; the identity
                     // is the new one.
@@ -875,21 +856,7 @@ impl Connection {
                 if neg.gmac {
                     chan = chan.into_gmac();
                 }
-                let mic = match client_mic {
-                    Some(_) if sp && !mech_list.is_empty() => Some(ntlm::sign(
-                        &who.session_key,
-                        who.flags,
-                        ntlm::Direction::ServerToClient,
-                        0,
-                        &mech_list,
-                    )),
-                    _ => None,
-                };
-                let out = if sp {
-                    spnego::server_response(NegState::AcceptCompleted, false, None, mic.as_ref().map(|m| &m[..]))
-                } else {
-                    Vec::new()
-                };
+                let out = completed_token(sp, client_mic, &mech_list, &who);
                 if !self.cfg.sessions.join_channel(sid, g.conn) {
                     return refuse(self, NtStatus::INSUFFICIENT_RESOURCES);
                 }
@@ -1050,4 +1017,17 @@ fn client_ntlm(buf: &[u8]) -> Result<(&[u8], bool, Vec<u8>, Option<&[u8]>), NtSt
         ClientToken::Resp { response_token: Some(m), mech_list_mic } => Ok((m, true, Vec::new(), mech_list_mic)),
         ClientToken::Resp { response_token: None, .. } => Err(NtStatus::LOGON_FAILURE),
     }
+}
+
+/// The security buffer of a completed authentication: nothing for raw
+/// NTLM; in SPNEGO, accept-completed with the server's mechListMIC when
+/// the client sent one (RFC 4178 5, MS-SPNG 3.3.5.1).
+fn completed_token(spnego_used: bool, client_mic: Option<&[u8]>, mech_list: &[u8], who: &ntlm::Authenticated) -> Vec<u8> {
+    if !spnego_used {
+        return Vec::new();
+    }
+    let mic = client_mic
+        .filter(|_| !mech_list.is_empty())
+        .map(|_| ntlm::sign(&who.session_key, who.flags, ntlm::Direction::ServerToClient, 0, mech_list));
+    spnego::server_response(NegState::AcceptCompleted, false, None, mic.as_ref().map(|m| &m[..]))
 }

@@ -1225,14 +1225,7 @@ fn a_session_setup_naming_another_connections_session_is_checked_and_signed() {
     assert_eq!(a.login("alice", "wonderland", None), NtStatus::SUCCESS);
     let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
     let tok = spnego::client_init(&neg);
-    let setup = |flags: u8| SessionSetupRequest {
-        flags,
-        security_mode: 1,
-        capabilities: 1,
-        channel: 0,
-        previous_session_id: 0,
-        security_buffer: &tok,
-    };
+    let setup = |flags: u8| setup_req(flags, &tok);
     let (a_id, a_key) = (a.session_id, a.signing.clone());
     let other = |d: u16| {
         let mut b = Client::with_seed(cfg.clone(), b"another seed, thirty-two bytes or more");
@@ -1301,6 +1294,11 @@ fn a_session_setup_naming_another_connections_session_is_checked_and_signed() {
     assert_eq!(cfg.sessions.len(), 0, "a dropped connection leaves no session behind");
 }
 
+/// A SESSION_SETUP with `flags` carrying `token`.
+fn setup_req(flags: u8, token: &[u8]) -> SessionSetupRequest<'_> {
+    SessionSetupRequest { flags, security_mode: 1, capabilities: 1, channel: 0, previous_session_id: 0, security_buffer: token }
+}
+
 /// A READ of the first 64 bytes of `fid`.
 fn read64(fid: FileId) -> ReadRequest<'static> {
     ReadRequest {
@@ -1339,20 +1337,13 @@ fn drive_batches(c: &mut Client, mut events: Vec<Event>) -> Vec<Event> {
 
 /// Binds connection `b` to `a`'s session (MS-SMB2 3.3.5.5, NTLM in
 /// SPNEGO as smbtorture does), routing the `Event::Bound` to `a`; returns
-/// the channel's signing key, with which `b` signs from then on.
+/// the binding's status. Bound, `b` signs with the channel's key.
 fn bind(a: &mut Client, b: &mut Client, user: &str, password: &str) -> NtStatus {
     b.session_id = a.session_id;
     b.signing = a.signing.clone();
     let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
     let tok = spnego::client_init(&neg);
-    let req = SessionSetupRequest {
-        flags: SessionSetupRequest::BINDING,
-        security_mode: 1,
-        capabilities: 1,
-        channel: 0,
-        previous_session_id: 0,
-        security_buffer: &tok,
-    };
+    let req = setup_req(SessionSetupRequest::BINDING, &tok);
     let f = b.frame(vec![msg(Request::SessionSetup(req), false)], true);
     let r = b.replies(&f).remove(0);
     assert_eq!(r.status(), NtStatus::MORE_PROCESSING_REQUIRED);
@@ -1364,14 +1355,7 @@ fn bind(a: &mut Client, b: &mut Client, user: &str, password: &str) -> NtStatus 
         ntlm::client_authenticate(&neg, &chal, user, "WORKGROUP", &ntlm::nt_hash(password), [0x43; 8], [0x25; 16], 0)
             .unwrap();
     let tok = spnego::client_resp(&auth, None);
-    let req = SessionSetupRequest {
-        flags: SessionSetupRequest::BINDING,
-        security_mode: 1,
-        capabilities: 1,
-        channel: 0,
-        previous_session_id: 0,
-        security_buffer: &tok,
-    };
+    let req = setup_req(SessionSetupRequest::BINDING, &tok);
     let f = b.frame(vec![msg(Request::SessionSetup(req), false)], true);
     preauth = preauth_update(&preauth, &f);
     let chan = derive_keys(b.dialect, &key, None, &preauth, true).signing;
@@ -1505,14 +1489,7 @@ fn a_channel_bound_to_a_session_serves_its_opens() {
     // A second binding of the same channel: REQUEST_NOT_ACCEPTED.
     let neg = ntlm::client_negotiate(ntlm::CLIENT_FLAGS);
     let tok = spnego::client_init(&neg);
-    let again = SessionSetupRequest {
-        flags: SessionSetupRequest::BINDING,
-        security_mode: 1,
-        capabilities: 1,
-        channel: 0,
-        previous_session_id: 0,
-        security_buffer: &tok,
-    };
+    let again = setup_req(SessionSetupRequest::BINDING, &tok);
     let r = through_channel(&mut a, &mut b, vec![msg(Request::SessionSetup(again), false)]);
     assert_eq!(r[0].status(), NtStatus::REQUEST_NOT_ACCEPTED);
     // The session logs off on its first connection: the channel answers

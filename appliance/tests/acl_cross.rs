@@ -12,7 +12,7 @@ use clients::*;
 use common::{port_445_to, smbcacls, Daemon};
 use duet_fs::acl::{rights, Ace, Acl, SecurityDescriptor, Sid};
 use duet_protocols::nfs::nfs3::*;
-use duet_protocols::nfs::xdr::Opaque;
+use duet_protocols::nfs::xdr::{Name, Opaque};
 use duet_protocols::smb2::create::create_disposition;
 use duet_protocols::smb2::header::Command as Cmd;
 use duet_protocols::smb2::message::{Request, Response};
@@ -357,25 +357,31 @@ fn a_create_security_descriptor_is_the_new_files_dacl() {
     assert_eq!(bob.lookup3(&root_b, b"given.txt").err(), Some(Nfsstat3::NOENT));
 }
 
-/// Deleting a name needs what the engine's removal checks on its
-/// directory: its stored DACL when it has one, not its mode. An SMB open
-/// asking for DELETE (or delete-on-close) that the directory's DACL
-/// refuses is ACCESS_DENIED up front, since the removal at CLOSE could not
-/// report a failure; one it allows deletes.
+/// Removing a name follows Windows' rule, for SMB and NFS alike (RFC 8881
+/// 6.2.1.3.2; `machine.rs` `may_unlink`): DELETE on the file or
+/// DELETE_CHILD on its directory allows it, a DACL that names the bit for
+/// the caller without granting it refuses; where neither says, write and
+/// search on the directory decide. An SMB open asking for DELETE (or
+/// delete-on-close) that the rule refuses is ACCESS_DENIED up front, since
+/// the removal at CLOSE could not report a failure; one it allows deletes.
 #[test]
-fn delete_access_follows_the_directorys_dacl() {
+fn delete_access_follows_the_files_and_the_directorys_dacls() {
     use duet_protocols::smb2::create::create_options;
     let tmp = tempfile::tempdir().unwrap();
     let d = serve_acl_share(tmp.path());
     let (smb, nfs) = (d.smb_port, d.nfs_port);
     let mut a = Smb::logged_on(smb, "alice", "alicepw", "acl");
-    // Alice's directory d whose DACL lets bob read and traverse but not
-    // add or remove names; her file d/f, which anyone may do anything to.
+    // Alice's directory d whose DACL lets bob read and traverse but not add
+    // or remove names; in it her file f, which anyone may do anything to
+    // but delete, g, which anyone may delete, and h, which anyone may do
+    // anything to.
     let dir = a.create_req(open_req("d", create_disposition::CREATE, create_options::DIRECTORY_FILE, 0x001f_01ff)).unwrap();
-    let f = a.create_req(open_req("d\\f", create_disposition::CREATE, 0, 0x001f_01ff)).unwrap();
-    let all = Acl { aces: vec![Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)] };
-    assert_eq!(set_dacl(&mut a, f, &all), NtStatus::SUCCESS);
-    a.close(f);
+    for (name, mask) in [("d\\f", rights::FILE_ALL_ACCESS & !rights::DELETE), ("d\\g", rights::DELETE | rights::FILE_GENERIC_READ), ("d\\h", rights::FILE_ALL_ACCESS)] {
+        let f = a.create_req(open_req(name, create_disposition::CREATE, 0, 0x001f_01ff)).unwrap();
+        let acl = Acl { aces: vec![Ace::allow(Sid::everyone(), mask, 0)] };
+        assert_eq!(set_dacl(&mut a, f, &acl), NtStatus::SUCCESS);
+        a.close(f);
+    }
     // The mode this amounts to is 0777 (Everyone may do all), which alone
     // would let bob remove names; the deny is what refuses him.
     let read_only = Acl {
@@ -387,19 +393,34 @@ fn delete_access_follows_the_directorys_dacl() {
     assert_eq!(set_dacl(&mut a, dir, &read_only), NtStatus::SUCCESS);
     a.close(dir);
     let mut b = Smb::logged_on(smb, "bob", "bobpw", "acl");
-    assert_eq!(
-        b.create_req(open_req("d\\f", create_disposition::OPEN, create_options::DELETE_ON_CLOSE, 0x0001_0000 | 0x0012_0089)).err(),
-        Some(NtStatus::ACCESS_DENIED),
-        "the directory's DACL refuses bob removing names"
-    );
+    let delete = |b: &mut Smb, name: &str| {
+        b.create_req(open_req(name, create_disposition::OPEN, create_options::DELETE_ON_CLOSE, 0x0001_0000 | 0x0012_0089)).map(|f| b.close(f))
+    };
+    assert_eq!(delete(&mut b, "d\\f").err(), Some(NtStatus::ACCESS_DENIED), "neither the file nor the directory lets bob delete f");
     let mut rb = Nfs::connect(nfs).as_user(BOB, BOB);
     let root_b = rb.mount("/acl").unwrap();
     let d_b = rb.lookup3(&root_b, b"d").unwrap();
     assert!(rb.lookup3(&d_b, b"f").is_ok(), "f is still there");
-    // Alice may: her open deletes f at its close.
+    assert_eq!(remove3(&mut rb, &d_b, "f"), Nfsstat3::ACCES, "NFS asks the same rule");
+    // g grants DELETE: bob removes it over SMB, h over NFS, though the
+    // directory is read-only to him.
+    assert_eq!(delete(&mut b, "d\\g"), Ok(NtStatus::SUCCESS));
+    assert_eq!(rb.lookup3(&d_b, b"g").err(), Some(Nfsstat3::NOENT), "bob's delete-on-close removed g");
+    assert_eq!(remove3(&mut rb, &d_b, "h"), Nfsstat3::OK);
+    // Alice may change d: her open deletes f at its close.
     let f = a.create_req(open_req("d\\f", create_disposition::OPEN, create_options::DELETE_ON_CLOSE, 0x0001_0000 | 0x0012_0089)).unwrap();
     a.close(f);
     assert_eq!(rb.lookup3(&d_b, b"f").err(), Some(Nfsstat3::NOENT), "alice's delete-on-close removed it");
+}
+
+/// NFSv3 REMOVE.
+fn remove3(c: &mut Nfs, dir: &[u8], name: &str) -> Nfsstat3 {
+    let rep = c.v3(&Nfs3Args::Remove(Remove3Args { object: DirOpArgs3 { dir: Opaque(dir), name: Name(name.as_bytes()) } }));
+    match results3(proc3::REMOVE, &rep) {
+        Nfs3Results::Remove(Nfs3Res::Ok(_)) => Nfsstat3::OK,
+        Nfs3Results::Remove(Nfs3Res::Fail(s, _)) => s,
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A named stream has its file's security: what an SMB open of

@@ -647,6 +647,42 @@ pub fn granted(token: &Token, owner: Option<&Sid>, dacl: Option<&Acl>) -> u32 {
     granted
 }
 
+/// The rights some effective ACE of `dacl` that applies to `token` names,
+/// allowed or denied (generic bits mapped): what the DACL decides for this
+/// caller, as opposed to what it leaves to a default.
+pub fn named(token: &Token, owner: Option<&Sid>, dacl: &Acl) -> u32 {
+    let is_owner = owner.is_some_and(|o| token.has(o));
+    let owner_rights = Sid::owner_rights();
+    dacl.aces
+        .iter()
+        .filter(|a| a.effective() && a.kind != AceKind::Audit)
+        .filter(|a| token.has(&a.sid) || is_owner && a.sid == owner_rights)
+        .fold(0, |m, a| m | rights::map_generic(a.mask))
+}
+
+/// Whether `token` may remove a name, by the DACLs of the object it names
+/// and of its directory (each with its owner; None: the object has no
+/// DACL, or a NULL one): DELETE on the object or DELETE_CHILD on the
+/// directory allows it, even where the other refuses its bit (RFC 8881
+/// 6.2.1.3.2, the rule Windows applies, MS-FSA 2.1.5.1.2.1). `None` when
+/// neither DACL names its bit for this caller, allowed or denied: then the
+/// directory's add-file and search rights decide (RFC 8881 6.2.1.3.2's
+/// fallback, POSIX's write and execute on the directory).
+pub fn may_remove(token: &Token, object: Option<(&Sid, &Acl)>, dir: Option<(&Sid, &Acl)>) -> Option<bool> {
+    let by = |on: Option<(&Sid, &Acl)>, bit: u32| {
+        on.map(|(o, d)| (granted(token, Some(o), Some(d)) & bit != 0, named(token, Some(o), d) & bit != 0))
+    };
+    let obj = by(object, rights::DELETE);
+    let parent = by(dir, rights::DELETE_CHILD);
+    if obj.is_some_and(|(g, _)| g) || parent.is_some_and(|(g, _)| g) {
+        return Some(true);
+    }
+    if obj.is_some_and(|(_, n)| n) || parent.is_some_and(|(_, n)| n) {
+        return Some(false);
+    }
+    None
+}
+
 /// Whether `desired` (generic bits mapped, MAXIMUM_ALLOWED meaning "what
 /// there is") is granted in full.
 pub fn allows(token: &Token, owner: Option<&Sid>, dacl: Option<&Acl>, desired: u32) -> bool {

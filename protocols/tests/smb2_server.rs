@@ -4617,3 +4617,66 @@ fn reserved_access_bits_and_impossible_attributes_are_refused() {
     assert_eq!(open(&mut c, 0x0010_0000, 0), NtStatus::SUCCESS, "SYNCHRONIZE alone");
     assert_eq!(open(&mut c, 0x0200_0000, 0x20), NtStatus::SUCCESS, "MAXIMUM_ALLOWED");
 }
+
+/// Windows' rule for DELETE (MS-FSA 2.1.5.1.2.1, RFC 8881 6.2.1.3.2; the
+/// engine's `may_unlink`): an open asking for DELETE is granted it when the
+/// file's DACL grants DELETE, though the directory is read-only to the
+/// caller, and delete-on-close removes the file; a file whose DACL denies
+/// DELETE is refused it though the directory is writable; a file with no
+/// DACL goes by the directory's write and search rights.
+#[test]
+fn delete_is_granted_by_the_files_dacl_or_the_directorys_delete_child() {
+    use duet_fs::acl::{control, rights, Ace, Acl, SecurityDescriptor, Sid};
+    let mut c = Client::connected();
+    let alice = Sid::unix_user(1000);
+    let dacl_sd = |aces: Vec<Ace>| {
+        SecurityDescriptor { control: control::DACL_PRESENT, dacl: Some(Acl { aces }), ..Default::default() }.encode()
+    };
+    let r = c.one(Request::Create(create("deld", create_disposition::CREATE, create_options::DIRECTORY_FILE, RW | 0x0004_0000)));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    let dir = cr.file_id;
+    for (name, aces) in [
+        ("deld\\go", vec![Ace::allow(alice.clone(), rights::DELETE | rights::FILE_GENERIC_READ, 0)]),
+        (
+            "deld\\keep",
+            vec![Ace::deny(alice.clone(), rights::DELETE, 0), Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0)],
+        ),
+        ("deld\\plain", vec![]),
+    ] {
+        let fid = open_fid(&mut c, name, create_disposition::CREATE, RW | 0x0004_0000).unwrap();
+        if !aces.is_empty() {
+            assert_eq!(set_security(&mut c, fid, &dacl_sd(aces), 4), NtStatus::SUCCESS);
+        }
+        c.one(Request::Close(CloseRequest { flags: 0, file_id: fid }));
+    }
+    let read_only = dacl_sd(vec![Ace::allow(alice.clone(), rights::FILE_GENERIC_READ | rights::FILE_GENERIC_EXECUTE, 0)]);
+    assert_eq!(set_security(&mut c, dir, &read_only, 4), NtStatus::SUCCESS);
+    const DELETE: u32 = 0x0001_0000 | 0x0000_0080;
+    // No write on the directory, nothing on the file: no DELETE.
+    assert_eq!(open_fid(&mut c, "deld\\plain", create_disposition::OPEN, DELETE), Err(NtStatus::ACCESS_DENIED));
+    // The file's DACL grants it: the open gets DELETE, and delete-on-close
+    // removes the file at CLOSE.
+    let r = c.one(Request::Create(create("deld\\go", create_disposition::OPEN, create_options::DELETE_ON_CLOSE, DELETE)));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    assert_eq!(c.one(Request::Close(CloseRequest { flags: 0, file_id: cr.file_id })).status(), NtStatus::SUCCESS);
+    assert_eq!(open_fid(&mut c, "deld\\go", create_disposition::OPEN, READ), Err(NtStatus::OBJECT_NAME_NOT_FOUND));
+    // The directory lets alice change it (write and search, no
+    // DELETE_CHILD): the file that denies DELETE is refused it, the file
+    // without a DACL is not.
+    let modify = dacl_sd(vec![Ace::allow(
+        alice.clone(),
+        rights::FILE_GENERIC_READ | rights::FILE_GENERIC_WRITE | rights::FILE_GENERIC_EXECUTE | rights::DELETE,
+        0,
+    )]);
+    assert_eq!(set_security(&mut c, dir, &modify, 4), NtStatus::SUCCESS);
+    assert_eq!(open_fid(&mut c, "deld\\keep", create_disposition::OPEN, DELETE), Err(NtStatus::ACCESS_DENIED));
+    let fid = open_fid(&mut c, "deld\\plain", create_disposition::OPEN, DELETE).unwrap();
+    c.one(Request::Close(CloseRequest { flags: 0, file_id: fid }));
+    // FILE_DELETE_CHILD on the directory wins over the file's deny.
+    let full = dacl_sd(vec![Ace::allow(alice, rights::FILE_ALL_ACCESS, 0)]);
+    assert_eq!(set_security(&mut c, dir, &full, 4), NtStatus::SUCCESS);
+    let r = c.one(Request::Create(create("deld\\keep", create_disposition::OPEN, create_options::DELETE_ON_CLOSE, DELETE)));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    c.one(Request::Close(CloseRequest { flags: 0, file_id: cr.file_id }));
+    assert_eq!(open_fid(&mut c, "deld\\keep", create_disposition::OPEN, READ), Err(NtStatus::OBJECT_NAME_NOT_FOUND));
+}

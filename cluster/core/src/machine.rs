@@ -444,6 +444,31 @@ pub(crate) fn may_node<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs:
     }
 }
 
+/// Whether `cred` may remove `child`'s name from `dir` (REMOVE, RMDIR, the
+/// source and a replaced target of RENAME, for both protocols): where
+/// either has a DACL, DELETE on the child or DELETE_CHILD on the directory
+/// allows it whatever the other says, and a DACL naming the bit for this
+/// caller without granting it refuses (`acl::may_remove`, RFC 8881
+/// 6.2.1.3.2, Windows' rule); otherwise write and search on the directory
+/// decide, by its DACL or mode (POSIX). Root may; a record that does not
+/// decode allows nothing. The sticky bit is checked apart
+/// (`sticky_denies`).
+pub(crate) fn may_unlink<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_fs::Credentials, dir: &Node, child: &Node) -> bool {
+    if cred.uid != 0 && (dir.has_acl || child.has_acl) {
+        let (Ok(ds), Ok(cs)) = (stored_sec(txn, dir), stored_sec(txn, child)) else {
+            return false;
+        };
+        let d_owner = ds.as_ref().map(|s| s.owner_or(dir.attrs.uid));
+        let c_owner = cs.as_ref().map(|s| s.owner_or(child.attrs.uid));
+        let d = d_owner.as_ref().zip(ds.as_ref().and_then(|s| s.effective_dacl()));
+        let c = c_owner.as_ref().zip(cs.as_ref().and_then(|s| s.effective_dacl()));
+        if let Some(v) = acl::may_remove(&token_of(cred), c, d) {
+            return v;
+        }
+    }
+    may_node(txn, cred, dir, 3)
+}
+
 /// [`may_node`] with the kept security given (None, or one without a
 /// DACL: the mode decides), for a snapshot's object whose record is the
 /// snapshot's (`layers.rs`). The owner the DACL's OWNER RIGHTS and the
@@ -1866,11 +1891,15 @@ fn remove<R: KvRead + ?Sized>(
     let now = ex.batch.now_ns;
     let mut d = load_dir(txn, ex, dir)?;
     check_name(name)?;
-    if !may_node(txn, &cred, &d, 3) {
+    let Some(e) = get_edge(txn, d.attrs.id, name) else {
+        // Whoever may not change the directory learns nothing about its
+        // names.
+        return Err(if may_node(txn, &cred, &d, 3) { FsError::NotFound } else { FsError::Access });
+    };
+    let n = get_node(txn, e.child)?;
+    if !may_unlink(txn, &cred, &d, &n) {
         return Err(FsError::Access);
     }
-    let e = get_edge(txn, d.attrs.id, name).ok_or(FsError::NotFound)?;
-    let n = get_node(txn, e.child)?;
     let is_dir = n.attrs.ftype == FileType::Directory;
     match dir_only {
         Some(true) if !is_dir => return Err(FsError::NotDir),
@@ -2108,11 +2137,17 @@ fn rename<R: KvRead + ?Sized>(
     check_name(dst_name)?;
     let sd = load_dir(txn, ex, src_dir)?;
     let dd = load_dir(txn, ex, dst_dir)?;
-    if !may_node(txn, &cred, &sd, 3) || !may_node(txn, &cred, &dd, 3) {
+    if !may_node(txn, &cred, &dd, 3) {
         return Err(FsError::Access);
     }
-    let se = get_edge(txn, sd.attrs.id, src_name).ok_or(FsError::NotFound)?;
+    let Some(se) = get_edge(txn, sd.attrs.id, src_name) else {
+        return Err(if may_node(txn, &cred, &sd, 3) { FsError::NotFound } else { FsError::Access });
+    };
     let mut moving = get_node(txn, se.child)?;
+    // Moving a name away removes it from its directory.
+    if !may_unlink(txn, &cred, &sd, &moving) {
+        return Err(FsError::Access);
+    }
     if sticky_denies(&cred, &sd.attrs, &moving.attrs) {
         return Err(FsError::Perm);
     }
@@ -2139,6 +2174,9 @@ fn rename<R: KvRead + ?Sized>(
         }
         if victim_dir && !dir_is_empty(txn, victim.attrs.id) {
             return Err(FsError::NotEmpty);
+        }
+        if !may_unlink(txn, &cred, &dd, &victim) {
+            return Err(FsError::Access);
         }
         if sticky_denies(&cred, &dd.attrs, &victim.attrs) {
             return Err(FsError::Perm);

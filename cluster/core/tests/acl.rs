@@ -455,3 +455,112 @@ fn an_undecodable_record_grants_nothing_and_reads_as_an_error() {
     assert_eq!(r.err(), Some(FsError::Io));
     assert!(!fsck::check(&kv, &[]).problems.is_empty(), "fsck reports it");
 }
+
+fn remove(kv: &mut Kv, cred: Credentials, dir: NodeId, name: &str) -> Result<(), FsError> {
+    run_as(kv, cred, vec![Op::Remove { dir: ObjRef::Id(dir), name: name.into(), dir_only: None }]).remove(0).map(|_| ())
+}
+
+fn rename(kv: &mut Kv, cred: Credentials, dir: NodeId, from: &str, to: &str, replace: bool) -> Result<(), FsError> {
+    let op = Op::Rename {
+        src_dir: ObjRef::Id(dir),
+        src_name: from.into(),
+        dst_dir: ObjRef::Id(dir),
+        dst_name: to.into(),
+        replace,
+    };
+    run_as(kv, cred, vec![op]).remove(0).map(|_| ())
+}
+
+/// Windows' rule for removing a name (RFC 8881 6.2.1.3.2): DELETE on the
+/// object or DELETE_CHILD on its directory allows it whatever the other
+/// says; a DACL that names the bit for the caller without granting it
+/// refuses; where neither says, write and search on the directory decide.
+#[test]
+fn delete_on_the_file_or_delete_child_on_the_directory_decides_a_removal() {
+    let mut kv = init();
+    let d = tree(&mut kv);
+    let sub = create(&mut kv, owner(), d, "sub", CreateKind::Directory, 0o777);
+    for n in ["a", "b", "c", "e", "r"] {
+        create(&mut kv, owner(), sub, n, CreateKind::File, 0o666);
+    }
+    let id = |kv: &mut Kv, n: &str| match run_as(kv, Credentials::root(), vec![Op::Lookup { dir: ObjRef::Id(sub), name: n.into() }]).remove(0) {
+        Ok(o) => o.attrs().unwrap().id,
+        e => panic!("{e:?}"),
+    };
+    // The directory lets OTHER list and traverse only: no write.
+    let read_only = Acl {
+        aces: vec![
+            Ace::allow(Sid::unix_user(OTHER), rights::FILE_GENERIC_READ | rights::FILE_GENERIC_EXECUTE, 0),
+            Ace::allow(Sid::unix_user(OWNER), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    assert!(set_acl(&mut kv, owner(), sub, 0, Some(&read_only)).is_ok());
+    // Neither names DELETE / DELETE_CHILD for OTHER: no write, no removal.
+    assert_eq!(remove(&mut kv, other(), sub, "a"), Err(FsError::Access));
+    // A file whose DACL grants OTHER DELETE may be removed by OTHER
+    // though the directory is read-only to it.
+    let a = id(&mut kv, "a");
+    let deletable = Acl {
+        aces: vec![Ace::allow(Sid::unix_user(OTHER), rights::DELETE | rights::FILE_GENERIC_READ, 0)],
+    };
+    assert!(set_acl(&mut kv, owner(), a, 0, Some(&deletable)).is_ok());
+    assert_eq!(remove(&mut kv, other(), sub, "a"), Ok(()));
+    assert_eq!(lookup(&mut kv, owner(), sub, "a"), Err(FsError::NotFound));
+    // A missing name in a directory OTHER may not change: Access, not
+    // NotFound.
+    assert_eq!(remove(&mut kv, other(), sub, "zz"), Err(FsError::Access));
+
+    // The directory lets OTHER change it (Modify: write, search, no
+    // DELETE_CHILD): a file with no DACL goes by that...
+    let modify = Acl {
+        aces: vec![
+            Ace::allow(Sid::unix_user(OTHER), rights::FILE_GENERIC_READ | rights::FILE_GENERIC_WRITE | rights::FILE_GENERIC_EXECUTE | rights::DELETE, 0),
+            Ace::allow(Sid::unix_user(OWNER), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    assert!(set_acl(&mut kv, owner(), sub, 0, Some(&modify)).is_ok());
+    assert_eq!(remove(&mut kv, other(), sub, "b"), Ok(()));
+    // ...but a file whose DACL denies OTHER DELETE is kept, from removal
+    // and from being renamed away or replaced.
+    let c = id(&mut kv, "c");
+    let keep = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(OTHER), rights::DELETE, 0),
+            Ace::allow(Sid::everyone(), rights::FILE_GENERIC_READ | rights::FILE_GENERIC_WRITE, 0),
+        ],
+    };
+    assert!(set_acl(&mut kv, owner(), c, 0, Some(&keep)).is_ok());
+    assert_eq!(remove(&mut kv, other(), sub, "c"), Err(FsError::Access));
+    assert_eq!(rename(&mut kv, other(), sub, "c", "c2", false), Err(FsError::Access));
+    assert_eq!(rename(&mut kv, other(), sub, "e", "c", true), Err(FsError::Access));
+    assert_eq!(lookup(&mut kv, owner(), sub, "c"), Ok(()));
+    assert_eq!(lookup(&mut kv, owner(), sub, "e"), Ok(()));
+    // Other users are not named by the deny: the directory's write decides.
+    assert_eq!(rename(&mut kv, owner(), sub, "r", "r2", false), Ok(()));
+    // DELETE_CHILD on the directory wins over the file's deny.
+    let full = Acl {
+        aces: vec![
+            Ace::allow(Sid::unix_user(OTHER), rights::FILE_ALL_ACCESS, 0),
+            Ace::allow(Sid::unix_user(OWNER), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    assert!(set_acl(&mut kv, owner(), sub, 0, Some(&full)).is_ok());
+    assert_eq!(remove(&mut kv, other(), sub, "c"), Ok(()));
+    // A directory denying OTHER DELETE_CHILD, with write allowed: a file
+    // without a DACL is kept, one granting DELETE goes.
+    let no_delete_child = Acl {
+        aces: vec![
+            Ace::deny(Sid::unix_user(OTHER), rights::DELETE_CHILD, 0),
+            Ace::allow(Sid::unix_user(OTHER), rights::FILE_ALL_ACCESS, 0),
+            Ace::allow(Sid::unix_user(OWNER), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    assert!(set_acl(&mut kv, owner(), sub, 0, Some(&no_delete_child)).is_ok());
+    assert_eq!(remove(&mut kv, other(), sub, "e"), Err(FsError::Access));
+    let e = id(&mut kv, "e");
+    assert!(set_acl(&mut kv, owner(), e, 0, Some(&deletable)).is_ok());
+    assert_eq!(remove(&mut kv, other(), sub, "e"), Ok(()));
+    // Root keeps its bypass.
+    assert_eq!(remove(&mut kv, Credentials::root(), sub, "r2"), Ok(()));
+    assert!(fsck::check(&kv, &[]).problems.is_empty(), "{:?}", fsck::check(&kv, &[]).problems);
+}

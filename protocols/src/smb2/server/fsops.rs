@@ -1023,7 +1023,7 @@ impl Connection {
         };
         let token = duet_fs::acl::Token::unix(cred.uid, cred.gid, &cred.groups);
         let owner = stored.as_ref().map_or_else(|| duet_fs::acl::Sid::unix_user(attrs.uid), |s| s.owner_or(attrs.uid));
-        let maximal = match stored.as_ref().and_then(|s| s.effective_dacl()) {
+        let maximal = match stored.as_ref().and_then(|s| Some((s, s.effective_dacl()?))) {
             // The creator of an object gets the access it asked for
             // (MS-FSA 2.1.5.1.1), whatever DACL it inherited.
             _ if created => access::FILE_ALL_ACCESS,
@@ -1031,14 +1031,20 @@ impl Connection {
             // owner, the stored owner SID if any, always holds
             // READ_CONTROL and WRITE_DAC); root keeps its bypass, a
             // read-only share its limit.
-            Some(dacl) if cred.uid != 0 => {
+            Some((s, dacl)) if cred.uid != 0 => {
                 let mut m = duet_fs::acl::granted(&token, Some(&owner), Some(dacl));
                 // What the parent grants (MS-FSA 2.1.5.1.2.1): listing it
                 // (here: having looked the name up in it) gives
-                // FILE_READ_ATTRIBUTES, deleting its children (POSIX: write
-                // and search on it) gives DELETE.
+                // FILE_READ_ATTRIBUTES, deleting its children
+                // (FILE_DELETE_CHILD, or where neither DACL says: write and
+                // search on it) gives DELETE.
                 m |= access::FILE_READ_ATTRIBUTES;
-                if parent_allows(&cred, cp, results, 3) == Some(true) {
+                let removable = if cp.stream.is_none() {
+                    may_remove_name(&cred, cp, results, Some(s), attrs.uid)
+                } else {
+                    parent_allows(&cred, cp, results, 3)
+                };
+                if removable == Some(true) {
                     m |= access::DELETE;
                 }
                 if cp.read_only {
@@ -1068,17 +1074,23 @@ impl Connection {
             .pending_opens
             .get(&slot)
             .is_some_and(|p| p.delete_on_close);
-        // Removing a name needs write and search permission on its directory
-        // (POSIX; the engine checks it again at the removal). The removal
-        // happens at CLOSE, which cannot report a failure, so an open that
-        // asks for DELETE where it cannot have it is refused here
-        // (MS-SMB2 3.3.5.9: ACCESS_DENIED). For a name directly in the share
-        // root, the root's attributes come from `root_attrs_op`.
+        // Removing a name needs DELETE on it or FILE_DELETE_CHILD on its
+        // directory, or where neither DACL says, write and search on the
+        // directory (`may_remove_name`; the engine checks it again at the
+        // removal). The removal happens at CLOSE, which cannot report a
+        // failure, so an open that asks for DELETE where it cannot have it
+        // is refused here (MS-SMB2 3.3.5.9: ACCESS_DENIED). For a name
+        // directly in the share root, the root's attributes come from
+        // `root_attrs_op`.
         if (wanted & access::DELETE != 0 || doc) && !cp.name.is_empty() {
             // A stream is deleted by changing its file: write permission
             // on the file.
-            let need = if cp.stream.is_some() { 2 } else { 3 };
-            if parent_allows(&cred, cp, results, need) == Some(false) {
+            let allowed = if cp.stream.is_some() {
+                parent_allows(&cred, cp, results, 2)
+            } else {
+                may_remove_name(&cred, cp, results, stored.as_ref(), attrs.uid)
+            };
+            if allowed == Some(false) {
                 return Err(NtStatus::ACCESS_DENIED);
             }
         }
@@ -3596,11 +3608,9 @@ fn two_i64(input: &[u8]) -> Option<(i64, i64)> {
 /// None when the directory was not read.
 fn parent_allows(cred: &duet_fs::Credentials, cp: &CreatePlan, results: &[OpResult], want: u32) -> Option<bool> {
     use duet_fs::acl::{granted, rights, Token};
-    let i = if cp.final_op > cp.first_op { cp.parent_acl_op.or(Some(cp.final_op - 1)) } else { cp.root_attrs_op };
-    let out = results.get(i?)?.as_ref().ok()?;
-    let attrs = out.attrs()?;
+    let (attrs, stored) = parent_read(cp, results)?;
     // Bytes that do not decode allow nothing.
-    let Ok(stored) = out.stored_security() else { return Some(false) };
+    let Ok(stored) = stored else { return Some(false) };
     let stored = stored.filter(|_| cred.uid != 0);
     Some(match stored.as_ref().and_then(|s| Some((s, s.effective_dacl()?))) {
         Some((s, dacl)) => {
@@ -3616,6 +3626,44 @@ fn parent_allows(cred: &duet_fs::Credentials, cp: &CreatePlan, results: &[OpResu
         }
         None => super::info::mode_bits(cred, attrs) & want == want,
     })
+}
+
+/// The directory an opened name is in, as the CREATE's batch read it: its
+/// attributes and kept security (Err: bytes that do not decode). None when
+/// it was not read.
+fn parent_read<'a>(cp: &CreatePlan, results: &'a [OpResult]) -> Option<(&'a Attrs, Result<Option<duet_fs::acl::Stored>, ()>)> {
+    let i = if cp.final_op > cp.first_op { cp.parent_acl_op.or(Some(cp.final_op - 1)) } else { cp.root_attrs_op };
+    let out = results.get(i?)?.as_ref().ok()?;
+    Some((out.attrs()?, out.stored_security().map_err(|_| ())))
+}
+
+/// Whether `cred` may remove the opened name, as the engine decides at the
+/// removal (`machine.rs` `may_unlink`): DELETE granted by the file's DACL
+/// (`file`, with its uid as the owner unless it keeps an owner SID) or
+/// FILE_DELETE_CHILD by its directory's allows, a DACL naming the bit for
+/// the caller without granting it refuses (`acl::may_remove`, RFC 8881
+/// 6.2.1.3.2); else write and search on the directory ([`parent_allows`]).
+/// None when the directory was not read.
+fn may_remove_name(
+    cred: &duet_fs::Credentials,
+    cp: &CreatePlan,
+    results: &[OpResult],
+    file: Option<&duet_fs::acl::Stored>,
+    file_uid: u32,
+) -> Option<bool> {
+    use duet_fs::acl::{may_remove, Token};
+    if cred.uid != 0 {
+        let (pattrs, psec) = parent_read(cp, results)?;
+        let Ok(psec) = psec else { return Some(false) };
+        let p_owner = psec.as_ref().map(|s| s.owner_or(pattrs.uid));
+        let f_owner = file.map(|s| s.owner_or(file_uid));
+        let d = p_owner.as_ref().zip(psec.as_ref().and_then(|s| s.effective_dacl()));
+        let c = f_owner.as_ref().zip(file.and_then(|s| s.effective_dacl()));
+        if let Some(v) = may_remove(&Token::unix(cred.uid, cred.gid, &cred.groups), c, d) {
+            return Some(v);
+        }
+    }
+    parent_allows(cred, cp, results, 3)
 }
 
 /// What a CREATE's SMB2_CREATE_SD_BUFFER (MS-SMB2 2.2.13.2.2) gives the

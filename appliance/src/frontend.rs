@@ -391,6 +391,9 @@ pub struct Catalog {
     shares: Vec<(ShareRecord, NodeId)>,
     users: HashMap<String, UserRecord>,
     exports: Vec<ExportEntry>,
+    /// How SMB shows SIDs: duet's users and their primary groups under the
+    /// machine SID (None before the store has one).
+    sid_map: Option<Arc<duet_fs::acl::SidMap>>,
 }
 
 fn fsid(name: &str) -> u64 {
@@ -421,6 +424,19 @@ impl Catalog {
             Ok(QueryAnswer::Users(u)) => u.into_iter().map(|u| (u.name.to_lowercase(), u)).collect(),
             _ => return None,
         };
+        let machine = match engine.store.query(Query::AdminSecret(crate::server::MACHINE_SID.into())).await {
+            Ok(QueryAnswer::Secret(v)) => v
+                .and_then(|b| duet_fs::acl::Sid::parse(std::str::from_utf8(&b).ok()?))
+                .filter(duet_fs::acl::SidMap::is_machine_sid),
+            _ => return None,
+        };
+        let sid_map = machine.map(|m| {
+            Arc::new(duet_fs::acl::SidMap {
+                machine: Some(m),
+                users: users.values().map(|u| u.uid).collect(),
+                groups: users.values().map(|u| u.gid).collect(),
+            })
+        });
         let mut resolved = Vec::new();
         for s in shares {
             match resolve(engine, &s.path).await? {
@@ -451,7 +467,7 @@ impl Catalog {
                 protocol_durability: s.durability == duet_cluster::records::Durability::Protocol,
             })
             .collect();
-        Some(Catalog { shares: resolved, users, exports })
+        Some(Catalog { shares: resolved, users, exports, sid_map })
     }
 }
 
@@ -496,6 +512,10 @@ impl smb::Directory for Catalog {
         let allowed = crate::admin::allowed_users(&s.nfs_clients);
         allowed.is_empty()
             || allowed.iter().any(|u| self.users.get(&u.to_lowercase()).is_some_and(|r| r.uid == uid))
+    }
+
+    fn sid_map(&self) -> Option<Arc<duet_fs::acl::SidMap>> {
+        self.sid_map.clone()
     }
 
     fn shares(&self) -> Vec<smb::ShareEntry> {

@@ -15,6 +15,14 @@ pub fn random_hex(bytes: usize) -> String {
     hex::encode(b)
 }
 
+/// A new machine SID (`S-1-5-21-a-b-c`, random), in its string form: what
+/// SMB shows duet's users under (`duet_fs::acl::SidMap`).
+pub fn random_machine_sid() -> String {
+    let mut b = [0u8; 12];
+    rand::thread_rng().fill_bytes(&mut b);
+    duet_fs::acl::SidMap::machine_sid(b).to_string()
+}
+
 /// A readable random password: 20 characters from an unambiguous alphabet.
 pub fn random_password() -> String {
     const ALPHABET: &[u8] = b"abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789";

@@ -113,6 +113,7 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<u64, StartError>
                 ("user:admin".into(), secrets::hash_secret(&password)),
                 ("token".into(), secrets::hash_secret(&token)),
                 ("nfs_handle_key".into(), secrets::random_hex(8).into_bytes()),
+                (MACHINE_SID.into(), secrets::random_machine_sid().into_bytes()),
             ],
             shares: vec![share],
         })?;
@@ -154,8 +155,22 @@ pub fn first_start(cfg: &Config, store: &StoreHandle) -> Result<u64, StartError>
         }
     };
     let key = std::str::from_utf8(&key).ok().and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0x6475_6574);
+    // The machine SID SMB shows duet's users under; data directories made
+    // before it existed get one now.
+    if let QueryAnswer::Secret(None) = store.query_blocking(Query::AdminSecret(MACHINE_SID.into()))? {
+        store.command_blocking(Command::Init {
+            now_ns: now,
+            admin_secrets: vec![(MACHINE_SID.into(), secrets::random_machine_sid().into_bytes())],
+            shares: vec![],
+        })?;
+    }
     Ok(key)
 }
+
+/// The admin-secret key of the machine SID (`S-1-5-21-a-b-c`; SMB shows
+/// duet's users and their groups under it, `frontend::Catalog`). Not a
+/// secret, but kept with them: one per installation, replicated.
+pub const MACHINE_SID: &str = "machine_sid";
 
 /// First start of a node of a multi-node cluster: a leader claims the
 /// first start with the root and the default share (the first such entry
@@ -173,9 +188,34 @@ pub fn first_start_cluster(cfg: &Config, store: &StoreHandle) -> Result<(u64, Ve
     let mut orphan_since: Option<Instant> = None;
     let unexpected = || StartError::Other("unexpected answer from the store".into());
     loop {
-        // Done once the cluster's secrets are there (the last step).
+        // Done once the cluster's secrets are there (the last step); a
+        // cluster formed before the machine SID existed gets one from its
+        // leader.
         if let QueryAnswer::Secret(Some(_)) = store.query_blocking(Query::AdminSecret("nfs_handle_key".into()))? {
-            break;
+            if let QueryAnswer::Secret(Some(_)) = store.query_blocking(Query::AdminSecret(MACHINE_SID.into()))? {
+                break;
+            }
+            let QueryAnswer::Raft(raft) = store.query_blocking(Query::RaftStatus)? else { return Err(unexpected()) };
+            if raft.leader {
+                let cmd = Command::Init {
+                    now_ns: admin::now_ns(),
+                    admin_secrets: vec![(MACHINE_SID.into(), secrets::random_machine_sid().into_bytes())],
+                    shares: vec![],
+                };
+                match store.command_blocking(cmd) {
+                    Ok(_) | Err(StoreError::NotLeader { .. } | StoreError::Superseded { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                continue;
+            }
+            if Instant::now() > deadline {
+                return Err(StartError::Other(format!(
+                    "start of a cluster node: no leader gave the cluster its machine SID within {} s",
+                    CLUSTER_JOIN_WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
         }
         let QueryAnswer::Bool(initialized) = store.query_blocking(Query::Initialized)? else { return Err(unexpected()) };
         let QueryAnswer::Raft(raft) = store.query_blocking(Query::RaftStatus)? else { return Err(unexpected()) };
@@ -208,6 +248,7 @@ pub fn first_start_cluster(cfg: &Config, store: &StoreHandle) -> Result<(u64, Ve
                 admin_secrets: vec![
                     ("user:admin".into(), secrets::hash_secret(&password)),
                     ("nfs_handle_key".into(), secrets::random_hex(8).into_bytes()),
+                    (MACHINE_SID.into(), secrets::random_machine_sid().into_bytes()),
                 ],
                 shares: vec![],
             };

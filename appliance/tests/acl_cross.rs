@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clients::*;
 use common::{port_445_to, smbcacls, Daemon};
-use duet_fs::acl::{rights, Ace, Acl, SecurityDescriptor, Sid};
+use duet_fs::acl::{rights, Ace, Acl, SecurityDescriptor, Sid, SidMap};
 use duet_protocols::nfs::nfs3::*;
 use duet_protocols::nfs::xdr::{Name, Opaque};
 use duet_protocols::smb2::create::create_disposition;
@@ -61,6 +61,27 @@ fn sd_of(c: &mut Smb, fid: FileId, addl: u32) -> SecurityDescriptor {
 
 fn dacl_of(c: &mut Smb, fid: FileId) -> Acl {
     sd_of(c, fid, 4).dacl.expect("a DACL")
+}
+
+/// How duetd shows SIDs over SMB: its users (alice, bob) and their
+/// primary groups under its machine SID, learned from the owner of a file
+/// alice owns, which must be `S-1-5-21-a-b-c-RID` with RID 1000 + 2 * uid.
+fn sid_map_of(c: &mut Smb, fid: FileId) -> SidMap {
+    let owner = sd_of(c, fid, 1).owner.expect("an owner");
+    sid_map_from(&owner)
+}
+
+fn sid_map_from(alice: &Sid) -> SidMap {
+    let (rid, machine) = alice.subs.split_last().expect("sub-authorities");
+    assert_eq!(*rid, 1000 + 2 * ALICE, "alice's SID: {alice}");
+    let machine = Sid { authority: alice.authority, subs: machine.to_vec() };
+    assert!(SidMap::is_machine_sid(&machine), "{alice}");
+    SidMap { machine: Some(machine), users: [ALICE, BOB].into(), groups: [ALICE, BOB].into() }
+}
+
+/// `acl` with each SID as SMB shows it.
+fn wire(m: &SidMap, acl: &Acl) -> Acl {
+    Acl { aces: acl.aces.iter().map(|a| Ace { sid: m.to_wire(&a.sid), ..a.clone() }).collect() }
 }
 
 fn chmod3(n: &mut Nfs, fh: &[u8], mode: u32) -> Nfsstat3 {
@@ -127,7 +148,8 @@ fn a_dacl_set_over_smb_denies_an_nfs_user_and_chmod_over_nfs_shows_in_smb() {
         ],
     };
     assert_eq!(set_dacl(&mut c, fid, &dacl), NtStatus::SUCCESS);
-    assert_eq!(dacl_of(&mut c, fid), dacl);
+    let m = sid_map_of(&mut c, fid);
+    assert_eq!(dacl_of(&mut c, fid), wire(&m, &dacl), "bob shown under the machine SID");
     // Bob over NFS: refused, though the mode (now 0777, from the DACL) allows.
     assert_eq!(bob.read3_all(&f_b), Err(Nfsstat3::ACCES));
     // ACCESS says so too (the kernel client trusts it at open).
@@ -146,7 +168,7 @@ fn a_dacl_set_over_smb_denies_an_nfs_user_and_chmod_over_nfs_shows_in_smb() {
     let f_a = a.lookup3(&root_a, b"f.txt").unwrap();
     assert_eq!(chmod3(&mut a, &f_a, 0o640), Nfsstat3::OK);
     let shown = dacl_of(&mut c, fid);
-    assert!(!shown.aces.iter().any(|e| e.sid == Sid::unix_user(BOB)), "the deny ACE is gone: {shown:?}");
+    assert!(!shown.aces.iter().any(|e| e.sid == m.to_wire(&Sid::unix_user(BOB))), "the deny ACE is gone: {shown:?}");
     let everyone = shown.aces.iter().find(|e| e.sid == Sid::everyone()).expect("an Everyone ACE");
     assert_eq!(everyone.mask & rights::READ_DATA, 0, "others may not read under 0640: {shown:?}");
     assert_eq!(bob.read3_all(&f_b), Err(Nfsstat3::ACCES), "the mode refuses bob now");
@@ -252,10 +274,14 @@ fn an_nfs4_acl_set_over_nfs_is_what_smbcacls_shows_and_binds_both_protocols() {
     // Samba's smbcacls sees it as a DACL (with --numeric, type 1 is deny
     // and 0 allow): bob's SID denied READ_DATA, alice's (the owner,
     // OWNER@) allowed all, Everyone read and write.
+    // duet's users show under its machine SID.
     let text = smbcacls(&host, "acl", "g.txt", "alice%alicepw");
-    assert!(text.contains(&format!("OWNER:S-1-22-1-{ALICE}")), "{text}");
-    assert!(text.contains(&format!("ACL:S-1-22-1-{BOB}:1/0x0/0x00000001")), "{text}");
-    assert!(text.contains(&format!("ACL:S-1-22-1-{ALICE}:0/0x0/0x{full:08x}")), "{text}");
+    let owner = text.lines().find_map(|l| l.strip_prefix("OWNER:")).and_then(Sid::parse).expect("an OWNER line");
+    let m = sid_map_from(&owner);
+    let sid = |s: Sid| m.to_wire(&s).to_string();
+    assert!(text.contains(&format!("GROUP:{}", sid(Sid::unix_group(ALICE)))), "{text}");
+    assert!(text.contains(&format!("ACL:{}:1/0x0/0x00000001", sid(Sid::unix_user(BOB)))), "{text}");
+    assert!(text.contains(&format!("ACL:{}:0/0x0/0x{full:08x}", sid(Sid::unix_user(ALICE)))), "{text}");
     assert!(text.contains(&format!("ACL:S-1-1-0:0/0x0/0x{rw:08x}")), "{text}");
 
     // It binds both protocols: bob reads nothing over NFSv3 or SMB, though
@@ -335,7 +361,8 @@ fn a_create_security_descriptor_is_the_new_files_dacl() {
     let sd = SecurityDescriptor { control: control::DACL_PRESENT, owner: Some(Sid::unix_user(ALICE)), dacl: Some(dacl.clone()), ..Default::default() };
     let fid = create_with(&mut c, "sd.txt", &sd).expect("CREATE with an SD_BUFFER");
     assert_eq!(c.write(fid, 0, b"secret", true), NtStatus::SUCCESS);
-    assert_eq!(dacl_of(&mut c, fid), dacl, "the DACL of the SD_BUFFER is the file's");
+    let m = sid_map_of(&mut c, fid);
+    assert_eq!(dacl_of(&mut c, fid), wire(&m, &dacl), "the DACL of the SD_BUFFER is the file's");
     let mut bob = Nfs::connect(nfs).as_user(BOB, BOB);
     let root_b = bob.mount("/acl").unwrap();
     let f_b = bob.lookup3(&root_b, b"sd.txt").unwrap();
@@ -484,13 +511,14 @@ fn an_owner_sid_in_the_callers_token_is_kept_and_binds_both_protocols() {
         .status()
     };
     let admins = Sid::new(5, &[32, 544]);
+    let m = sid_map_of(&mut a, f);
     assert_eq!(set_owner(&mut a, admins), NtStatus(0xC000_005A), "STATUS_INVALID_OWNER: not in alice's token");
-    assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::unix_user(ALICE)), "the owner stayed");
+    assert_eq!(sd_of(&mut a, f, 1).owner, Some(m.to_wire(&Sid::unix_user(ALICE))), "the owner stayed");
     assert_eq!(set_owner(&mut a, Sid::everyone()), NtStatus::SUCCESS, "Everyone is in every token");
     assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::everyone()));
     let text = smbcacls(&host, "acl", "o.txt", "alice%alicepw");
     assert!(text.contains("OWNER:S-1-1-0"), "{text}");
-    assert!(text.contains(&format!("GROUP:S-1-22-2-{ALICE}")), "{text}");
+    assert!(text.contains(&format!("GROUP:{}", m.to_wire(&Sid::unix_group(ALICE)))), "{text}");
 
     // A DACL whose only grant is OWNER RIGHTS read: with Everyone the
     // owner, bob reads; NFS still shows alice's uid as the owner.
@@ -508,7 +536,9 @@ fn an_owner_sid_in_the_callers_token_is_kept_and_binds_both_protocols() {
 
     // Alice's own SID: her uid owns it again and bob loses the read.
     assert_eq!(set_owner(&mut a, Sid::unix_user(ALICE)), NtStatus::SUCCESS);
-    assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::unix_user(ALICE)));
+    assert_eq!(sd_of(&mut a, f, 1).owner, Some(m.to_wire(&Sid::unix_user(ALICE))));
+    // Her machine SID names her as well.
+    assert_eq!(set_owner(&mut a, m.to_wire(&Sid::unix_user(ALICE))), NtStatus::SUCCESS);
     assert_eq!(access3(&mut bob, &f_b) & 0x1, 0, "bob is no owner now");
     assert!(b.open_read("o.txt").is_err());
 
@@ -526,7 +556,7 @@ fn an_owner_sid_in_the_callers_token_is_kept_and_binds_both_protocols() {
     let root_r = r.mount("/acl").unwrap();
     let f_r = r.lookup3(&root_r, b"o.txt").unwrap();
     assert_eq!(setattr3(&mut r, &f_r, Sattr3 { uid: Some(BOB), ..Default::default() }), Nfsstat3::OK);
-    assert_eq!(sd_of(&mut a, f, 1).owner, Some(Sid::unix_user(BOB)), "a chown takes the owner SID");
+    assert_eq!(sd_of(&mut a, f, 1).owner, Some(m.to_wire(&Sid::unix_user(BOB))), "a chown takes the owner SID");
     a.close(f);
 }
 

@@ -647,6 +647,109 @@ pub fn granted(token: &Token, owner: Option<&Sid>, dacl: Option<&Acl>) -> u32 {
     granted
 }
 
+/// How SMB shows the ids duet knows (issue 17's identity mapping): the
+/// users of duet get SIDs under the machine SID (`S-1-5-21-a-b-c`, random
+/// per installation, kept with the cluster's secrets), as a Windows
+/// server's local accounts do, and so do their primary groups; every other
+/// id keeps its Unix SID (`S-1-22-1-uid`, `S-1-22-2-gid`). What duet stores
+/// and checks is always the Unix SID: [`SidMap::to_wire`] turns it into
+/// what a client sees, [`SidMap::from_wire`] turns what a client sends back
+/// into it. RIDs are algorithmic and never collide: a user's is
+/// `1000 + 2 * uid`, a group's `1001 + 2 * gid` (the rule Samba's
+/// algorithmic mapping uses), so any machine SID RID from 1000 up maps back
+/// to one id, known or not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SidMap {
+    pub machine: Option<Sid>,
+    pub users: std::collections::BTreeSet<u32>,
+    pub groups: std::collections::BTreeSet<u32>,
+}
+
+impl SidMap {
+    const FIRST_RID: u32 = 1000;
+
+    /// A machine SID from 12 random bytes: `S-1-5-21-a-b-c`.
+    pub fn machine_sid(random: [u8; 12]) -> Sid {
+        let w = |i: usize| u32::from_le_bytes([random[i], random[i + 1], random[i + 2], random[i + 3]]);
+        Sid::new(5, &[21, w(0), w(4), w(8)])
+    }
+
+    /// Whether `s` has the form of a machine SID (`S-1-5-21-a-b-c`).
+    pub fn is_machine_sid(s: &Sid) -> bool {
+        s.authority == 5 && s.subs.len() == 4 && s.subs[0] == 21
+    }
+
+    fn rid_sid(&self, rid: u64) -> Option<Sid> {
+        let m = self.machine.as_ref()?;
+        let rid = u32::try_from(rid).ok()?;
+        let mut subs = m.subs.clone();
+        subs.push(rid);
+        Some(Sid { authority: m.authority, subs })
+    }
+
+    /// The SID a client sees for the stored `s`.
+    pub fn to_wire(&self, s: &Sid) -> Sid {
+        let mapped = if let Some(uid) = s.as_unix_user().filter(|u| self.users.contains(u)) {
+            self.rid_sid(u64::from(Self::FIRST_RID) + 2 * u64::from(uid))
+        } else if let Some(gid) = s.as_unix_group().filter(|g| self.groups.contains(g)) {
+            self.rid_sid(u64::from(Self::FIRST_RID) + 1 + 2 * u64::from(gid))
+        } else {
+            None
+        };
+        mapped.unwrap_or_else(|| s.clone())
+    }
+
+    /// The SID duet stores for `s`, as a client sent it.
+    pub fn from_wire(&self, s: &Sid) -> Sid {
+        let Some(m) = &self.machine else { return s.clone() };
+        match s.subs.split_last() {
+            Some((&rid, prefix)) if s.authority == m.authority && prefix == m.subs.as_slice() && rid >= Self::FIRST_RID => {
+                let n = rid - Self::FIRST_RID;
+                if n % 2 == 0 {
+                    Sid::unix_user(n / 2)
+                } else {
+                    Sid::unix_group(n / 2)
+                }
+            }
+            _ => s.clone(),
+        }
+    }
+
+    fn map_sd(&self, sd: &mut SecurityDescriptor, f: impl Fn(&Self, &Sid) -> Sid) {
+        for sid in sd.owner.iter_mut().chain(sd.group.iter_mut()) {
+            *sid = f(self, sid);
+        }
+        for acl in sd.dacl.iter_mut().chain(sd.sacl.iter_mut()) {
+            for ace in &mut acl.aces {
+                ace.sid = f(self, &ace.sid);
+            }
+        }
+    }
+
+    /// A descriptor as a client sees it: each SID through [`Self::to_wire`].
+    /// A descriptor whose longer SIDs would not fit in an ACL (64 KiB) or
+    /// a descriptor ([`SD_MAX`]) is shown with its Unix SIDs, never cut.
+    pub fn sd_to_wire(&self, sd: &SecurityDescriptor) -> SecurityDescriptor {
+        let mut out = sd.clone();
+        self.map_sd(&mut out, Self::to_wire);
+        let fits = out.dacl.iter().chain(out.sacl.iter()).all(|a| a.encoded_len() <= usize::from(u16::MAX))
+            && 20 + out.owner.as_ref().map_or(0, Sid::encoded_len) + out.group.as_ref().map_or(0, Sid::encoded_len)
+                + out.dacl.as_ref().map_or(0, Acl::encoded_len) + out.sacl.as_ref().map_or(0, Acl::encoded_len)
+                <= SD_MAX;
+        if fits {
+            out
+        } else {
+            sd.clone()
+        }
+    }
+
+    /// A descriptor a client sent, as duet stores it: each SID through
+    /// [`Self::from_wire`] (SIDs only get shorter).
+    pub fn sd_from_wire(&self, sd: &mut SecurityDescriptor) {
+        self.map_sd(sd, Self::from_wire);
+    }
+}
+
 /// The rights some effective ACE of `dacl` that applies to `token` names,
 /// allowed or denied (generic bits mapped): what the DACL decides for this
 /// caller, as opposed to what it leaves to a default.
@@ -1313,4 +1416,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_sid_map_shows_known_ids_under_the_machine_sid_and_maps_them_back() {
+        let machine = SidMap::machine_sid([1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0]);
+        assert_eq!(machine.to_string(), "S-1-5-21-1-2-3");
+        assert!(SidMap::is_machine_sid(&machine));
+        let map = SidMap { machine: Some(machine), users: [1000].into(), groups: [100].into() };
+        let alice = Sid::parse("S-1-5-21-1-2-3-3000").unwrap();
+        let users = Sid::parse("S-1-5-21-1-2-3-1201").unwrap();
+        assert_eq!(map.to_wire(&Sid::unix_user(1000)), alice);
+        assert_eq!(map.to_wire(&Sid::unix_group(100)), users);
+        // Unknown ids, other SIDs and ids whose RID would not fit keep theirs.
+        for s in [Sid::unix_user(1001), Sid::unix_group(101), Sid::everyone(), Sid::unix_user(u32::MAX)] {
+            assert_eq!(map.to_wire(&s), s);
+        }
+        assert_eq!(map.from_wire(&alice), Sid::unix_user(1000));
+        assert_eq!(map.from_wire(&users), Sid::unix_group(100));
+        // Any RID from 1000 up is one id, known or not; below, another
+        // domain's SID or a well-known one stays as sent.
+        assert_eq!(map.from_wire(&Sid::parse("S-1-5-21-1-2-3-3002").unwrap()), Sid::unix_user(1001));
+        for s in ["S-1-5-21-1-2-3-500", "S-1-5-21-1-2-4-3000", "S-1-5-32-544", "S-1-22-1-7"] {
+            let s = Sid::parse(s).unwrap();
+            assert_eq!(map.from_wire(&s), s);
+        }
+        // Whole descriptors, and none without a machine SID.
+        let sd = SecurityDescriptor {
+            control: control::DACL_PRESENT,
+            owner: Some(Sid::unix_user(1000)),
+            group: Some(Sid::unix_group(100)),
+            sacl: None,
+            dacl: Some(Acl { aces: vec![Ace::allow(Sid::unix_user(1000), rights::FILE_ALL_ACCESS, 0), Ace::deny(Sid::unix_user(5), 1, 0)] }),
+        };
+        let wire = map.sd_to_wire(&sd);
+        assert_eq!((wire.owner.as_ref(), wire.group.as_ref()), (Some(&alice), Some(&users)));
+        assert_eq!(wire.dacl.as_ref().unwrap().aces[0].sid, alice);
+        assert_eq!(wire.dacl.as_ref().unwrap().aces[1].sid, Sid::unix_user(5));
+        let mut back = SecurityDescriptor::decode(&wire.encode()).unwrap();
+        map.sd_from_wire(&mut back);
+        back.control &= !control::SELF_RELATIVE;
+        assert_eq!(back, sd);
+        assert_eq!(SidMap::default().sd_to_wire(&sd), sd);
+        // An ACL that the longer SIDs would push past 64 KiB is shown as stored.
+        let big = SecurityDescriptor {
+            control: control::DACL_PRESENT,
+            dacl: Some(Acl { aces: vec![Ace::allow(Sid::unix_user(1000), 1, 0); 65_000 / 20] }),
+            ..Default::default()
+        };
+        assert_eq!(map.sd_to_wire(&big), big);
+    }
 }

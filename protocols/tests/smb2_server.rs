@@ -134,6 +134,7 @@ impl Engine {
 struct TestDir {
     users: HashMap<String, UserEntry>,
     shares: Vec<ShareEntry>,
+    sid_map: Option<std::sync::Arc<duet_fs::acl::SidMap>>,
 }
 
 impl Directory for TestDir {
@@ -148,6 +149,9 @@ impl Directory for TestDir {
     }
     fn shares(&self) -> Vec<ShareEntry> {
         self.shares.clone()
+    }
+    fn sid_map(&self) -> Option<std::sync::Arc<duet_fs::acl::SidMap>> {
+        self.sid_map.clone()
     }
 }
 
@@ -241,6 +245,7 @@ fn dir_with(engine: &mut Engine) -> TestDir {
                 protocol_durability: false,
             },
         ],
+        sid_map: None,
     }
 }
 
@@ -4679,4 +4684,43 @@ fn delete_is_granted_by_the_files_dacl_or_the_directorys_delete_child() {
     let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
     c.one(Request::Close(CloseRequest { flags: 0, file_id: cr.file_id }));
     assert_eq!(open_fid(&mut c, "deld\\keep", create_disposition::OPEN, READ), Err(NtStatus::OBJECT_NAME_NOT_FOUND));
+}
+
+/// duet's users and their groups are shown under the machine SID
+/// (`duet_fs::acl::SidMap`): the owner and group of a file, the ACEs of a
+/// DACL; a DACL set naming a user by its machine SID is stored under the
+/// Unix SID and binds that user; the RID rule maps back any id.
+#[test]
+fn duets_users_are_shown_under_the_machine_sid_and_read_back_from_it() {
+    use duet_fs::acl::{control, rights, Ace, Acl, SecurityDescriptor, Sid, SidMap};
+    let mut c = Client::connected();
+    let machine = Sid::parse("S-1-5-21-11-22-33").unwrap();
+    c.dir.sid_map = Some(std::sync::Arc::new(SidMap { machine: Some(machine), users: [1000].into(), groups: [1000].into() }));
+    let alice = Sid::parse("S-1-5-21-11-22-33-3000").unwrap();
+    let alices_group = Sid::parse("S-1-5-21-11-22-33-3001").unwrap();
+    let fid = open_fid(&mut c, "sids", create_disposition::CREATE, RW | 0x000C_0000).unwrap();
+    let got = query_security(&mut c, fid, 7);
+    assert_eq!((got.owner.as_ref(), got.group.as_ref()), (Some(&alice), Some(&alices_group)));
+    assert_eq!(got.dacl.as_ref().unwrap().aces[0].sid, alice, "the mode's owner ACE: {got:?}");
+    // A DACL naming alice by her machine SID: stored as S-1-22-1-1000, so
+    // it binds her (deny read), and shown as her machine SID again; an
+    // unknown id keeps its Unix SID.
+    let dacl = Acl {
+        aces: vec![
+            Ace::deny(alice.clone(), rights::READ_DATA, 0),
+            Ace::allow(Sid::unix_user(4242), rights::READ_DATA, 0),
+            Ace::allow(Sid::everyone(), rights::FILE_ALL_ACCESS, 0),
+        ],
+    };
+    let sd = SecurityDescriptor { control: control::DACL_PRESENT, dacl: Some(dacl.clone()), ..Default::default() };
+    assert_eq!(set_security(&mut c, fid, &sd.encode(), 4), NtStatus::SUCCESS);
+    assert_eq!(query_security(&mut c, fid, 4).dacl, Some(dacl));
+    c.one(Request::Close(CloseRequest { flags: 0, file_id: fid }));
+    assert_eq!(open_fid(&mut c, "sids", create_disposition::OPEN, READ), Err(NtStatus::ACCESS_DENIED));
+    // Without the map the same file shows the Unix SIDs it stores.
+    c.dir.sid_map = None;
+    let fid = open_fid(&mut c, "sids", create_disposition::OPEN, 0x0002_0000).unwrap();
+    let got = query_security(&mut c, fid, 5);
+    assert_eq!(got.owner, Some(Sid::unix_user(1000)));
+    assert_eq!(got.dacl.unwrap().aces[0].sid, Sid::unix_user(1000));
 }

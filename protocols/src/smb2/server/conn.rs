@@ -98,6 +98,9 @@ pub struct Connection {
     pub(super) opens: HashMap<u64, Open>,
     /// Named pipe opens on IPC$ (`pipe.rs`), keyed like `opens`.
     pub(super) pipes: HashMap<u64, PipeOpen>,
+    /// How SIDs are shown to clients and read from them (machine SIDs for
+    /// duet's users; [`Directory::sid_map`]), as of the last frame.
+    pub(super) sid_map: Option<std::sync::Arc<duet_fs::acl::SidMap>>,
     pub(super) next_tree_id: u32,
     /// Blocking LOCKs waiting, by AsyncId.
     pub(super) async_locks: HashMap<u64, AsyncLock>,
@@ -228,6 +231,7 @@ impl Connection {
             sessions: HashMap::new(),
             opens: HashMap::new(),
             pipes: HashMap::new(),
+            sid_map: None,
             next_tree_id: 1,
             async_locks: HashMap::new(),
             last_async: None,
@@ -606,6 +610,7 @@ impl Connection {
         now_ns: i64,
         dir: &dyn Directory,
     ) -> Vec<Event> {
+        self.sid_map = dir.sid_map();
         let mut events = self.process_inner(frame, encrypted_by, now_ns, dir);
         if !self.outbox.is_empty() {
             let mut out = std::mem::take(&mut self.outbox);

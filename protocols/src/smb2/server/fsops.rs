@@ -494,7 +494,7 @@ impl Connection {
                 }
                 CreateContextRequest::SecurityDescriptor(b) => {
                     let cred = self.sessions.get(&hdr.session_id).map(|x| x.cred.clone()).ok_or(NtStatus::USER_SESSION_DELETED)?;
-                    new_dacl = create_dacl(b, &cred)?;
+                    new_dacl = create_dacl(b, &cred, self.sid_map.as_deref())?;
                 }
                 // Leases, durable handles, security descriptors, AAPL and
                 // the rest: not granted, so not answered.
@@ -2675,10 +2675,14 @@ impl Connection {
         };
         // The strict decoder refuses a malformed descriptor (MS-DTYP
         // 2.4.6).
-        let sd = match duet_fs::acl::SecurityDescriptor::decode(s.buffer) {
+        let mut sd = match duet_fs::acl::SecurityDescriptor::decode(s.buffer) {
             Ok(sd) => sd,
             Err(_) => return done(NtStatus::INVALID_PARAMETER),
         };
+        // Machine SIDs of duet's users and groups are their Unix SIDs.
+        if let Some(m) = &self.sid_map {
+            m.sd_from_wire(&mut sd);
+        }
         // The DACL itself is stored (issue 17) and decides access for both
         // protocols. A NULL DACL (present, no ACL) grants everyone
         // everything: stored as such (mode 0777), read back as NULL.
@@ -3374,6 +3378,14 @@ impl Connection {
                             Some(s) => stored_security_descriptor(&attrs, addl, &s),
                             None => security_descriptor(&attrs, addl),
                         };
+                        // duet's users and groups as machine SIDs.
+                        let sd = match &self.sid_map {
+                            Some(m) => match duet_fs::acl::SecurityDescriptor::decode(&sd) {
+                                Ok(d) => m.sd_to_wire(&d).encode(),
+                                Err(_) => sd,
+                            },
+                            None => sd,
+                        };
                         if sd.len() > out_len as usize {
                             let need = (sd.len() as u32).to_le_bytes();
                             let mut b = Vec::new();
@@ -3673,9 +3685,12 @@ fn may_remove_name(
 /// creator's Unix ones. A Unix owner may only be the creator (a new file
 /// is the creator's), a Unix group one of its groups; other SIDs as
 /// SET_INFO ([`owner_and_group`]).
-fn create_dacl(b: &[u8], cred: &duet_fs::Credentials) -> Result<Option<(u16, Vec<u8>)>, NtStatus> {
+fn create_dacl(b: &[u8], cred: &duet_fs::Credentials, map: Option<&duet_fs::acl::SidMap>) -> Result<Option<(u16, Vec<u8>)>, NtStatus> {
     use duet_fs::acl::SecurityDescriptor;
-    let sd = SecurityDescriptor::decode(b).map_err(|_| NtStatus::INVALID_PARAMETER)?;
+    let mut sd = SecurityDescriptor::decode(b).map_err(|_| NtStatus::INVALID_PARAMETER)?;
+    if let Some(m) = map {
+        m.sd_from_wire(&mut sd);
+    }
     if sd.owner.as_ref().and_then(|o| o.as_unix_user()).is_some_and(|u| u != cred.uid) {
         return Err(super::info::extra_status::INVALID_OWNER);
     }

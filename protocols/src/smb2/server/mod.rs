@@ -210,6 +210,11 @@ pub trait Directory {
         let _ = (name, uid);
         true
     }
+    /// How SIDs are shown to clients: duet's users and their groups under
+    /// the machine SID (`duet_fs::acl::SidMap`). None: as stored (S-1-22).
+    fn sid_map(&self) -> Option<std::sync::Arc<duet_fs::acl::SidMap>> {
+        None
+    }
 }
 
 /// What the connection asks its driver to do.

@@ -634,3 +634,42 @@ fn nfsv4_owner_strings_name_users_in_the_configured_domain() {
     assert!(back.iter().any(|e| e.0 == DENY && e.3 == "bob@example.com"), "{back:?}");
     assert_eq!(v4acl::set(&mut n, &mut s, &f, &[(DENY, 0, rights::READ_DATA, "bob@other.org")]), Nfsstat4::BADOWNER);
 }
+
+/// A guest is no authenticated user (`acl::Token::unix`): a DACL granting
+/// Authenticated Users read lets alice read and refuses an anonymous
+/// smbclient on a guest share over the same directory; one granting
+/// ANONYMOUS LOGON (S-1-5-7) lets the guest read.
+#[test]
+fn a_guest_is_no_authenticated_user() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = serve_acl_share(tmp.path());
+    d.ok(&["share", "add", "pub", "--path", "/acl", "--guest-ok"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut a = Smb::logged_on(d.smb_port, "alice", "alicepw", "acl");
+    let f = a.create_req(open_req("pub.txt", create_disposition::CREATE, 0, 0x001f_01ff)).unwrap();
+    assert_eq!(a.write(f, 0, b"public?", true), NtStatus::SUCCESS);
+    let only = |who: Sid| Acl {
+        aces: vec![Ace::allow(who, rights::FILE_GENERIC_READ, 0), Ace::allow(Sid::unix_user(ALICE), rights::FILE_ALL_ACCESS, 0)],
+    };
+    let out = tmp.path().join("got.txt");
+    let guest_get = || {
+        let _ = std::fs::remove_file(&out);
+        let o = std::process::Command::new("smbclient")
+            .args(["-N", "//127.0.0.1/pub", "-p", &d.smb_port.to_string(), "-c", &format!("get pub.txt {}", out.display())])
+            .output()
+            .expect("smbclient runs (scripts/install-deps.sh installs it)");
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        (std::fs::read(&out).ok(), text)
+    };
+    assert_eq!(set_dacl(&mut a, f, &only(Sid::authenticated_users())), NtStatus::SUCCESS);
+    a.close(f);
+    let (got, text) = guest_get();
+    assert!(got.is_none() && text.contains("NT_STATUS_ACCESS_DENIED"), "the guest is refused: {text}");
+    let r = a.open_read("pub.txt").expect("alice, an authenticated user, reads");
+    a.close(r);
+    let f = a.create_req(open_req("pub.txt", create_disposition::OPEN, 0, 0x0004_0000)).unwrap();
+    assert_eq!(set_dacl(&mut a, f, &only(Sid::anonymous())), NtStatus::SUCCESS);
+    a.close(f);
+    let (got, text) = guest_get();
+    assert_eq!(got.as_deref(), Some(&b"public?"[..]), "ANONYMOUS LOGON lets the guest read: {text}");
+}

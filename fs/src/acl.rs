@@ -22,6 +22,10 @@ pub const ACES_MAX: usize = 1024;
 /// bits, so two ACLs and two SIDs fit well within this).
 pub const SD_MAX: usize = 160 * 1024;
 
+/// The uid unauthenticated callers act as (nobody: SMB guest and anonymous
+/// sessions, NFS root squash); see [`Token::unix`].
+pub const ANONYMOUS_UID: u32 = 65534;
+
 /// A security identifier (MS-DTYP 2.4.2.2): a 48-bit authority and up to
 /// 15 sub-authorities.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -78,6 +82,10 @@ impl Sid {
     /// Authenticated Users, S-1-5-11.
     pub fn authenticated_users() -> Sid {
         Sid::new(5, &[11])
+    }
+    /// ANONYMOUS LOGON, S-1-5-7: the token of an unauthenticated caller.
+    pub fn anonymous() -> Sid {
+        Sid::new(5, &[7])
     }
     /// A Unix user with no other name, S-1-22-1-uid (the convention Samba
     /// and Windows Services for NFS share).
@@ -600,12 +608,15 @@ pub struct Token {
 impl Token {
     /// The token of a Unix caller (as SMB and NFS both present duet's
     /// users): S-1-22-1-uid, S-1-22-2-gid and of each group, Everyone and
-    /// Authenticated Users.
+    /// Authenticated Users. The anonymous uid ([`ANONYMOUS_UID`]: SMB
+    /// guests and anonymous sessions, NFS callers squashed to nobody) is
+    /// no authenticated user: its token has ANONYMOUS LOGON in its place,
+    /// so a DACL granting Authenticated Users grants it nothing.
     pub fn unix(uid: u32, gid: u32, groups: &[u32]) -> Token {
         let mut sids = vec![Sid::unix_user(uid), Sid::unix_group(gid)];
         sids.extend(groups.iter().map(|g| Sid::unix_group(*g)));
         sids.push(Sid::everyone());
-        sids.push(Sid::authenticated_users());
+        sids.push(if uid == ANONYMOUS_UID { Sid::anonymous() } else { Sid::authenticated_users() });
         Token { sids }
     }
 
@@ -1463,5 +1474,15 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(map.sd_to_wire(&big), big);
+    }
+
+    #[test]
+    fn the_anonymous_uid_is_no_authenticated_user() {
+        let dacl = Acl { aces: vec![Ace::allow(Sid::authenticated_users(), rights::READ_DATA, 0), Ace::allow(Sid::anonymous(), rights::WRITE_DATA, 0)] };
+        let user = Token::unix(1000, 1000, &[]);
+        let anon = Token::unix(ANONYMOUS_UID, ANONYMOUS_UID, &[]);
+        assert_eq!(granted(&user, None, Some(&dacl)), rights::READ_DATA);
+        assert_eq!(granted(&anon, None, Some(&dacl)), rights::WRITE_DATA);
+        assert!(anon.has(&Sid::everyone()) && !anon.has(&Sid::authenticated_users()));
     }
 }

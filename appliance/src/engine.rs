@@ -296,7 +296,14 @@ impl EngineHandle {
         rx.recv_async().await.map_err(|_| EngineError::Closed)?
     }
 
+    /// [`EngineHandle::submit`] from a thread outside the executors, for a
+    /// single node's engine (`duet-torture`, tests): it runs the batch on
+    /// this node's store, so an engine of a multi-node cluster (one with a
+    /// forwarder) refuses it rather than propose on a follower.
     pub fn submit_blocking(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+        if self.forward.is_some() {
+            return Err(EngineError::Unavailable("submit_blocking runs on a single node only; a cluster's engine routes with submit".into()));
+        }
         let (reply, rx) = flume::bounded(1);
         self.tx.send(EngineRequest::Batch { batch, tag, reply }).map_err(|_| EngineError::Closed)?;
         rx.recv().map_err(|_| EngineError::Closed)?

@@ -5,7 +5,8 @@
 //! write to either side copies one chunk only, deletion frees the space,
 //! and SIGKILLs during clone, write and delete loops leave fsck clean. SMB
 //! FSCTL_DUPLICATE_EXTENTS_TO_FILE (MS-FSCC 2.3.8) through the tests' own
-//! SMB client shares the same way.
+//! SMB client shares the same way, and so does a named stream renamed
+//! onto its file's unnamed stream (`::$DATA`, docs/streams.md).
 
 mod clients;
 mod common;
@@ -23,6 +24,10 @@ use duet_protocols::smb2::header::Command as Cmd;
 use duet_protocols::smb2::ioctl::{ctl_code, IoctlRequest};
 use duet_protocols::smb2::message::Request;
 use duet_protocols::smb2::status::NtStatus;
+use duet_protocols::smb2::cursor::Utf16;
+use duet_protocols::smb2::fscc;
+use duet_protocols::smb2::query_info::info_type;
+use duet_protocols::smb2::set_info::SetInfoRequest;
 use duet_protocols::smb2::FileId;
 
 const MIB: u64 = 1 << 20;
@@ -295,5 +300,52 @@ fn smb_duplicate_extents_shares_chunks_and_each_side_writes_its_own() {
     let written = settle_chunks(&d.data);
     eprintln!("reflink (SMB): after a write to each side {written} bytes (+{})", written - shared);
     assert!(written - shared <= 2 * 4 * MIB + MIB, "two writes grew the chunk store by {}", written - shared);
+    assert!(d.ok(&["fsck"]).contains("file system is consistent"));
+}
+
+/// A 10 MiB named stream renamed onto its file's unnamed stream
+/// (FileRenameInformation to `::$DATA` with ReplaceIfExists) over 12 MiB
+/// of the file's own data: the file reads the stream's bytes, the stream
+/// is gone, the chunk store holds about the stream's 10 MiB once (its
+/// whole chunks linked to the file, not copied; the file's old data
+/// freed), and fsck is clean.
+#[test]
+fn smb_stream_renamed_onto_its_file_moves_its_chunks_by_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = Daemon::start(tmp.path());
+    d.ok(&["user", "add", "alice", "--password", "alicepw"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut c = Smb::logged_on(d.smb_port, "alice", "alicepw", "public");
+    let a = pattern(5, (12 * MIB) as usize);
+    let b = pattern(6, (10 * MIB) as usize);
+    let f = c.create("sf").unwrap();
+    let s = c.create("sf:big").unwrap();
+    for (fid, data) in [(f, &a), (s, &b)] {
+        for (i, piece) in data.chunks(MIB as usize).enumerate() {
+            assert_eq!(c.write(fid, i as u64 * MIB, piece, false), NtStatus::SUCCESS);
+        }
+    }
+    assert_eq!(c.close(f), NtStatus::SUCCESS);
+    let before = settle_chunks(&d.data);
+    let mut rinfo = Vec::new();
+    fscc::FileRenameInformation { replace_if_exists: true, root_directory: 0, file_name: Utf16::Str("::$DATA") }
+        .encode(&mut rinfo);
+    let req = SetInfoRequest {
+        info_type: info_type::FILE,
+        file_info_class: fscc::info_class::RENAME,
+        buffer: &rinfo,
+        additional_information: 0,
+        file_id: s,
+    };
+    assert_eq!(c.call(Request::SetInfo(req), Cmd::SET_INFO).status(), NtStatus::SUCCESS);
+    assert!(c.read_all(s, b.len()).unwrap() == b, "the handle reads the file's new data");
+    assert_eq!(c.close(s), NtStatus::SUCCESS);
+    let f = c.open_read("sf").unwrap();
+    assert!(c.read_all(f, a.len()).unwrap() == b, "the file holds the stream's data");
+    assert_eq!(c.close(f), NtStatus::SUCCESS);
+    assert_eq!(c.open_read("sf:big").err(), Some(NtStatus::OBJECT_NAME_NOT_FOUND));
+    let after = settle_chunks(&d.data);
+    eprintln!("stream onto ::$DATA: 12 MiB file + 10 MiB stream {before} bytes, after the rename {after} bytes");
+    assert!(after <= 10 * MIB + MIB, "the chunk store holds {after} bytes after the rename");
     assert!(d.ok(&["fsck"]).contains("file system is consistent"));
 }

@@ -288,6 +288,15 @@ pub enum Op {
     /// The object's stored DACL, if any (read-only). Produces
     /// `OpOutput::Acl`.
     GetAcl { obj: ObjRef },
+    /// Renames the named stream `name` of file `obj` onto the file's
+    /// unnamed data stream (SMB FileRenameInformation of a stream handle
+    /// to `::$DATA`, MS-FSA 2.1.5.14.11.1): the stream's data becomes the
+    /// file's, its chunks shared by reference as [`Op::Clone`] shares
+    /// them, and the stream is deleted, in one commit. A file whose data
+    /// is not empty is `Exists` without `replace` (with it, its data is
+    /// replaced); a directory is `Invalid`. Produces `OpOutput::Attrs` of
+    /// the file. (Appended last.)
+    RenameStreamToData { obj: ObjRef, name: String, replace: bool },
 }
 
 /// How [`Op::SetXattr`] treats an existing attribute (RFC 8276 8.4.2.1:
@@ -348,7 +357,7 @@ impl Op {
             Op::OpenStream { .. } => "openstream",
             Op::ListStreams { .. } => "liststreams",
             Op::RemoveStream { .. } => "removestream",
-            Op::RenameStream { .. } => "renamestream",
+            Op::RenameStream { .. } | Op::RenameStreamToData { .. } => "renamestream",
             Op::SetAcl { .. } => "setacl",
             Op::GetAcl { .. } => "getacl",
         }

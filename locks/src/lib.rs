@@ -453,6 +453,11 @@ impl Table {
         }
     }
 
+    /// The share reservation `holder` has on `file`, if it has an open.
+    pub fn share_of(&self, file: FileId, holder: &Holder) -> Option<Share> {
+        self.files.get(&file).and_then(|f| f.opens.iter().find(|o| o.holder == *holder)).map(|o| o.share)
+    }
+
     /// The opens of `file` by holders other than `holder`.
     pub fn other_opens(&self, file: FileId, holder: &Holder) -> usize {
         self.files

@@ -4246,7 +4246,8 @@ fn rename_stream(c: &mut Client, name: &str, target: &str, replace: bool) -> NtS
 /// FileRenameInformation of a stream handle to `:name` (MS-FSCC 2.4.42):
 /// the data moves with the name; an existing target collides without
 /// ReplaceIfExists and is replaced with it only when empty; the unnamed
-/// stream is not a target. An overwrite of the file drops its streams.
+/// stream is not renamed to a named one. An overwrite of the file drops
+/// its streams.
 #[test]
 fn named_streams_rename_and_overwrite() {
     let mut c = Client::connected();
@@ -4255,7 +4256,7 @@ fn named_streams_rename_and_overwrite() {
     assert_eq!(statuses(&write_file(&mut c, "f:b", b"stream b")), ok);
     assert_eq!(rename_stream(&mut c, "f:a", ":b", false), NtStatus::OBJECT_NAME_COLLISION);
     assert_eq!(rename_stream(&mut c, "f:a", ":b:$DATA", true), NtStatus::INVALID_PARAMETER);
-    assert_eq!(rename_stream(&mut c, "f:a", "::$DATA", true), NtStatus::NOT_SUPPORTED);
+    assert_eq!(rename_stream(&mut c, "f", ":x", false), NtStatus::NOT_SUPPORTED, "the unnamed stream stays");
     assert_eq!(rename_stream(&mut c, "f:a", ":c:$DATA", false), NtStatus::SUCCESS);
     assert_eq!(read_file(&mut c, "f:c").1, b"stream a");
     assert_eq!(read_file(&mut c, "f:a").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
@@ -4266,6 +4267,82 @@ fn named_streams_rename_and_overwrite() {
     // OVERWRITE_IF of the file itself (write_file) drops its streams.
     assert_eq!(statuses(&write_file(&mut c, "f", b"new")), ok);
     assert_eq!(streams_of(&mut c, "f"), vec![("::$DATA".to_string(), 3)]);
+    let fsck = duet_cluster::fsck::check(&c.engine.kv, &[]);
+    assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
+}
+
+/// FileRenameInformation of a stream handle to `::$DATA` (MS-FSA
+/// 2.1.5.14.11.1, smbtorture smb2.streams.rename2): a file with data
+/// collides without ReplaceIfExists; an open of the file (or another of
+/// the stream) is a SHARING_VIOLATION; otherwise the stream's data becomes
+/// the file's and the stream is gone, and the handle goes on as an open of
+/// the file. A target `base:stream` naming the handle's own file is a
+/// SHARING_VIOLATION (as Windows), another path INVALID_PARAMETER.
+#[test]
+fn a_stream_renamed_onto_the_unnamed_stream() {
+    // Each step opens the stream, renames it by its handle and closes it
+    // in requests of their own, as smbtorture does.
+    fn open(c: &mut Client, name: &str) -> FileId {
+        let r = c.call(vec![msg(Request::Create(create(name, create_disposition::OPEN, 0, 0x0013_019f)), false)]);
+        let Response::Create(h) = r[0].body() else { panic!("open {name}: {:?}", r[0].status()) };
+        h.file_id
+    }
+    fn rename(c: &mut Client, fid: FileId, target: &str, replace: bool) -> NtStatus {
+        let mut rinfo = Vec::new();
+        fscc::FileRenameInformation { replace_if_exists: replace, root_directory: 0, file_name: Utf16::Str(target) }
+            .encode(&mut rinfo);
+        c.one(Request::SetInfo(SetInfoRequest {
+            info_type: info_type::FILE,
+            file_info_class: fscc::info_class::RENAME,
+            buffer: &rinfo,
+            additional_information: 0,
+            file_id: fid,
+        }))
+        .status()
+    }
+    fn close(c: &mut Client, fid: FileId) {
+        assert_eq!(c.one(Request::Close(CloseRequest { flags: 0, file_id: fid })).status(), NtStatus::SUCCESS);
+    }
+    fn rename_by_handle(c: &mut Client, name: &str, target: &str, replace: bool) -> NtStatus {
+        let fid = open(c, name);
+        let st = rename(c, fid, target, replace);
+        close(c, fid);
+        st
+    }
+    let mut c = Client::connected();
+    let ok = vec![NtStatus::SUCCESS; 4];
+    assert_eq!(statuses(&write_file(&mut c, "f", b"main")), ok);
+    assert_eq!(statuses(&write_file(&mut c, "f:s", b"stream data")), ok);
+    assert_eq!(rename_by_handle(&mut c, "f:s", "::$DATA", false), NtStatus::OBJECT_NAME_COLLISION);
+    assert_eq!(rename_by_handle(&mut c, "f:s", "f:t", true), NtStatus::SHARING_VIOLATION);
+    assert_eq!(rename_by_handle(&mut c, "f:s", "g:t", true), NtStatus::INVALID_PARAMETER);
+    // An open of the file's unnamed stream, or another of the stream,
+    // refuses it.
+    for other in ["f", "f:s"] {
+        let r = c.call(vec![msg(Request::Create(create(other, create_disposition::OPEN, 0, READ)), false)]);
+        let Response::Create(held) = r[0].body() else { panic!("{:?}", r[0].status()) };
+        let fid = held.file_id;
+        assert_eq!(rename_by_handle(&mut c, "f:s", "::$DATA", true), NtStatus::SHARING_VIOLATION, "{other} open");
+        close(&mut c, fid);
+    }
+    assert_eq!(rename_by_handle(&mut c, "f:s", "::$DATA", true), NtStatus::SUCCESS);
+    assert_eq!(read_file(&mut c, "f").1, b"stream data");
+    assert_eq!(read_file(&mut c, "f:s").0[0], NtStatus::OBJECT_NAME_NOT_FOUND);
+    assert_eq!(streams_of(&mut c, "f"), vec![("::$DATA".to_string(), 11)]);
+    // The handle reads the file's data after the rename, and its close
+    // leaves no share mode behind: an exclusive open of the file follows.
+    assert_eq!(statuses(&write_file(&mut c, "g", b"")), ok);
+    assert_eq!(statuses(&write_file(&mut c, "g:u", b"moved")), ok);
+    let fid = open(&mut c, "g:u");
+    assert_eq!(rename(&mut c, fid, "::$DATA", false), NtStatus::SUCCESS);
+    let r = c.one(Request::Read(ReadRequest { offset: 0, length: 100, file_id: fid, ..Default::default() }));
+    let Response::Read(rd) = r.body() else { panic!("{:?}", r.status()) };
+    assert_eq!(rd.data, b"moved");
+    close(&mut c, fid);
+    let mut excl = create("g", create_disposition::OPEN, 0, RW);
+    excl.share_access = 0;
+    let r = c.call(vec![msg(Request::Create(excl), false), close_related()]);
+    assert_eq!(statuses(&r), vec![NtStatus::SUCCESS; 2]);
     let fsck = duet_cluster::fsck::check(&c.engine.kv, &[]);
     assert!(fsck.problems.is_empty(), "{:?}", fsck.problems);
 }

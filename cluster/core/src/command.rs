@@ -156,6 +156,8 @@ const OP_RENAME_STREAM: u8 = 27;
 const OP_SET_ACL: u8 = 30;
 /// An object's stored DACL (read-only).
 const OP_GET_ACL: u8 = 31;
+/// Named streams: rename one onto its file's unnamed data stream.
+const OP_RENAME_STREAM_TO_DATA: u8 = 32;
 
 // XattrHow of OP_SET_XATTR.
 const XATTR_EITHER: u8 = 0;
@@ -757,6 +759,12 @@ fn put_op(w: &mut Writer, op: &Op) {
             w.str(new_name);
             w.bool(*replace);
         }
+        Op::RenameStreamToData { obj, name, replace } => {
+            w.u8(OP_RENAME_STREAM_TO_DATA);
+            put_ref(w, obj);
+            w.str(name);
+            w.bool(*replace);
+        }
         Op::SetXattr { obj, name, value, how } => {
             w.u8(OP_SET_XATTR);
             put_ref(w, obj);
@@ -1200,6 +1208,11 @@ fn get_op(r: &mut Reader<'_>, v: u8) -> R<Op> {
             obj: get_ref(r)?,
             name: r.string("stream name")?,
             new_name: r.string("new stream name")?,
+            replace: r.bool("replace")?,
+        },
+        OP_RENAME_STREAM_TO_DATA => Op::RenameStreamToData {
+            obj: get_ref(r)?,
+            name: r.string("stream name")?,
             replace: r.bool("replace")?,
         },
         t => return r.unknown("op", t),

@@ -1042,6 +1042,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
         Op::ListStreams { obj } => streams::list(txn, ex, *obj),
         Op::RemoveStream { obj, name } => streams::remove(txn, ex, *obj, name),
         Op::RenameStream { obj, name, new_name, replace } => streams::rename(txn, ex, *obj, name, new_name, *replace),
+        Op::RenameStreamToData { obj, name, replace } => streams::to_data(txn, ex, *obj, name, *replace),
         Op::Clone { src, src_offset, dst, dst_offset, len, extend } => {
             clone(txn, ex, (*src, *src_offset), (*dst, *dst_offset), *len, *extend)
         }
@@ -1553,7 +1554,6 @@ fn clone<R: KvRead + ?Sized>(
     extend: bool,
 ) -> OpResult {
     let cred = ex.batch.cred.clone();
-    let now = ex.batch.now_ns;
     let s = get_node(txn, resolve(ex, src)?)?;
     let d = get_node(txn, resolve(ex, dst)?)?;
     for n in [&s, &d] {
@@ -1614,6 +1614,26 @@ fn clone<R: KvRead + ?Sized>(
             other => Ok(other),
         };
     }
+    clone_chunks(txn, ex, s, d, src_offset, dst_offset, len)
+}
+
+/// The chunked half of [`clone`], its checks done: `len` bytes of chunked
+/// file `s` from `src_offset` into `d` at `dst_offset`, whole chunks
+/// aligned alike shared (one blob reference each), the partial ends
+/// copied, `d` grown to cover the range. Also what
+/// [`Op::RenameStreamToData`] moves a stream's data with.
+fn clone_chunks<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    ex: &mut Exec<'_>,
+    s: Node,
+    d: Node,
+    src_offset: u64,
+    dst_offset: u64,
+    len: u64,
+) -> OpResult {
+    let cred = ex.batch.cred.clone();
+    let now = ex.batch.now_ns;
+    let dst_end = dst_offset + len;
     // Which destination chunks are shared whole, and which bytes copied.
     let (j0, j1) = if src_offset % CHUNK_SIZE == dst_offset % CHUNK_SIZE {
         (dst_offset.div_ceil(CHUNK_SIZE), dst_end / CHUNK_SIZE)

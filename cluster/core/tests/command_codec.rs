@@ -234,7 +234,8 @@ impl Gen {
             25 => Op::RemoveStream { obj: self.obj(), name: self.string() },
             26 => Op::RenameStream { obj: self.obj(), name: self.string(), new_name: self.string(), replace: self.bool() },
             27 => Op::SetAcl { obj: self.obj(), acl: self.bool().then(|| (self.u32() as u16, self.bytes())) },
-            _ => Op::GetAcl { obj: self.obj() },
+            28 => Op::GetAcl { obj: self.obj() },
+            _ => Op::RenameStreamToData { obj: self.obj(), name: self.string(), replace: self.bool() },
         }
     }
     fn batch(&mut self) -> Batch {
@@ -308,7 +309,7 @@ impl Gen {
     }
 }
 
-const OP_VARIANTS: u64 = 29;
+const OP_VARIANTS: u64 = 30;
 const COMMAND_VARIANTS: u64 = 12;
 /// The variants that existed while commands were stored as bincode.
 const LEGACY_COMMAND_VARIANTS: u64 = 7;
@@ -385,6 +386,7 @@ fn every_command_and_op_variant_round_trips() {
             Op::RenameStream { .. } => 26,
             Op::SetAcl { .. } => 27,
             Op::GetAcl { .. } => 28,
+            Op::RenameStreamToData { .. } => 29,
         };
         assert_eq!(n, which);
     }
@@ -481,6 +483,19 @@ fn the_wire_layout_is_pinned() {
         1, b'a',            // name
         2, 9, 8,            // value
         2,                  // XATTR_REPLACE
+    ];
+    assert_eq!(&b[b.len() - tail.len()..], &tail[..], "{b:?}");
+
+    // A named stream renamed onto its file's data (op tag 32).
+    let mut sb = Batch::new(Credentials::root(), 0);
+    sb.push(Op::RenameStreamToData { obj: ObjRef::Id(7), name: "s".into(), replace: true });
+    let b = round_trip(&Command::Batch(sb));
+    #[rustfmt::skip]
+    let tail: Vec<u8> = vec![
+        32,                 // RenameStreamToData
+        0, 7,               // ObjRef::Id(7)
+        1, b's',            // stream name
+        1,                  // replace
     ];
     assert_eq!(&b[b.len() - tail.len()..], &tail[..], "{b:?}");
 }

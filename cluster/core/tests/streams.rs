@@ -170,3 +170,121 @@ fn streams_under_a_snapshot_keep_fsck_clean() {
     disk.destage(&mut kv);
     clean(&kv, &disk);
 }
+
+fn to_data(kv: &mut Kv, f: NodeId, name: &str, replace: bool) -> Result<OpOutput, FsError> {
+    run(kv, vec![Op::RenameStreamToData { obj: ObjRef::Id(f), name: name.into(), replace }]).remove(0)
+}
+
+fn blob_records(kv: &Kv) -> usize {
+    kv.keys().filter(|k| k.first() == Some(&keys::BLOB)).count()
+}
+
+/// A named stream renamed onto its file's unnamed stream (`::$DATA`,
+/// smbtorture smb2.streams.rename2): a file with data refuses it without
+/// ReplaceIfExists; with it the stream's data becomes the file's, its whole
+/// chunks shared by reference (the same chunk files, not copies), the
+/// stream is gone, the file keeps its id, and fsck stays clean before and
+/// after the destager runs, and after the file is written and removed.
+#[test]
+fn a_stream_renamed_onto_the_unnamed_stream_becomes_the_files_data() {
+    let (mut kv, root) = init();
+    let mut disk = Disk::default();
+    let f = create(&mut kv, root, "f", CreateKind::File);
+    write(&mut kv, f, 0, pattern(1, (CHUNK_SIZE + 99) as usize));
+    let big = pattern(7, (3 * CHUNK_SIZE + 4321) as usize);
+    let s = open_stream(&mut kv, f, "Big", Some(IfExists::Fail)).unwrap();
+    write(&mut kv, s, 0, big.clone());
+    open_stream(&mut kv, f, "other", Some(IfExists::Fail)).unwrap();
+    disk.destage(&mut kv);
+    let inodes = disk.inodes();
+    // The file holds data: a collision without ReplaceIfExists.
+    assert_eq!(to_data(&mut kv, f, "big", false), Err(FsError::Exists));
+    assert_eq!(to_data(&mut kv, f, "none", true), Err(FsError::NotFound));
+    assert_eq!(to_data(&mut kv, f, "a:b", true), Err(FsError::InvalidName));
+    let OpOutput::Attrs { attrs, .. } = ok(to_data(&mut kv, f, "BIG", true)) else { panic!() };
+    assert_eq!((attrs.id, attrs.size), (f, big.len() as u64));
+    // One command: the stream is gone, and fsck is clean with its records
+    // still queued, and once they are destaged.
+    assert_eq!(streams(&kv, f), vec![("other".to_string(), 0)]);
+    assert_eq!(run(&mut kv, vec![Op::GetAttr { obj: ObjRef::Id(s) }]).remove(0), Err(FsError::Stale));
+    clean(&kv, &disk);
+    assert_eq!(read_all(&mut kv, &mut disk, f), big);
+    clean(&kv, &disk);
+    // Shared by reference: the three whole chunks are the stream's chunk
+    // files (now linked by the file alone), only the partial one copied;
+    // the file's old chunks and the stream's names are gone.
+    assert!(disk.files().iter().all(|(id, _)| *id != s), "the stream's chunk names are reclaimed");
+    assert_eq!(disk.inodes(), inodes - 2, "the file's two old chunks and the stream's partial one went, its copy came");
+    assert_eq!(blob_records(&kv), 3);
+    // The file is an ordinary file again: written (copy-on-write of a
+    // shared chunk), truncated, removed; nothing is left behind.
+    write(&mut kv, f, CHUNK_SIZE + 5, b"after".to_vec());
+    let mut want = big.clone();
+    want[(CHUNK_SIZE + 5) as usize..(CHUNK_SIZE + 10) as usize].copy_from_slice(b"after");
+    assert_eq!(read_all(&mut kv, &mut disk, f), want);
+    clean(&kv, &disk);
+    ok(run(&mut kv, vec![Op::Remove { dir: ObjRef::Id(root), name: "f".into(), dir_only: None }]).remove(0));
+    disk.destage(&mut kv);
+    assert_eq!((stream_records(&kv), blob_records(&kv), disk.files().len()), (0, 0, 0));
+    clean(&kv, &disk);
+}
+
+/// Inline streams and files, empty files without ReplaceIfExists, a
+/// chunked file replaced by an inline stream, directories (which have no
+/// unnamed stream), and the same under a snapshot, whose file keeps its
+/// data.
+#[test]
+fn renaming_onto_the_unnamed_stream_inline_empty_directories_and_snapshots() {
+    let (mut kv, root) = init();
+    let mut disk = Disk::default();
+    // An empty inline file takes an inline stream without ReplaceIfExists.
+    let f = create(&mut kv, root, "f", CreateKind::File);
+    let s = open_stream(&mut kv, f, "s", Some(IfExists::Open)).unwrap();
+    write(&mut kv, s, 0, b"stream bytes".to_vec());
+    ok(to_data(&mut kv, f, "s", false));
+    assert_eq!(read_all(&mut kv, &mut disk, f), b"stream bytes");
+    assert_eq!(streams(&kv, f), vec![]);
+    clean(&kv, &disk);
+    // An empty stream onto an empty file (what rename2 does).
+    open_stream(&mut kv, f, "empty", Some(IfExists::Open)).unwrap();
+    assert_eq!(to_data(&mut kv, f, "empty", false), Err(FsError::Exists));
+    let g = create(&mut kv, root, "g", CreateKind::File);
+    open_stream(&mut kv, g, "empty", Some(IfExists::Open)).unwrap();
+    ok(to_data(&mut kv, g, "empty", false));
+    assert_eq!(read_all(&mut kv, &mut disk, g), b"");
+    // A chunked file replaced by an inline stream.
+    let h = create(&mut kv, root, "h", CreateKind::File);
+    write(&mut kv, h, 0, pattern(2, (CHUNK_SIZE + 1) as usize));
+    let t = open_stream(&mut kv, h, "t", Some(IfExists::Open)).unwrap();
+    write(&mut kv, t, 0, b"small".to_vec());
+    ok(run(&mut kv, vec![Op::SetAttr { obj: ObjRef::Id(t), attrs: SetAttrs { size: Some(100), ..Default::default() } }])
+        .remove(0));
+    ok(to_data(&mut kv, h, "t", true));
+    let mut want = b"small".to_vec();
+    want.resize(100, 0);
+    assert_eq!(read_all(&mut kv, &mut disk, h), want);
+    clean(&kv, &disk);
+    // A directory has no unnamed stream.
+    let d = create(&mut kv, root, "d", CreateKind::Directory);
+    open_stream(&mut kv, d, "s", Some(IfExists::Open)).unwrap();
+    assert_eq!(to_data(&mut kv, d, "s", true), Err(FsError::Invalid));
+    // Under a snapshot: the snapshot's file keeps its data.
+    let k = create(&mut kv, root, "k", CreateKind::File);
+    let before = pattern(4, (2 * CHUNK_SIZE + 3) as usize);
+    write(&mut kv, k, 0, before.clone());
+    let u = open_stream(&mut kv, k, "u", Some(IfExists::Open)).unwrap();
+    let after = pattern(5, (CHUNK_SIZE + 17) as usize);
+    write(&mut kv, u, 0, after.clone());
+    admin(&mut kv, Command::Snapshot { share: "data".into(), name: "t0".into(), now_ns: 5_000 }).0.unwrap();
+    ok(to_data(&mut kv, k, "u", true));
+    assert_eq!(read_all(&mut kv, &mut disk, k), after);
+    clean(&kv, &disk);
+    let snap = lookup(&mut kv, root, ".snapshot").unwrap().id;
+    let t0 = lookup(&mut kv, snap, "t0").unwrap().id;
+    let vk = lookup(&mut kv, t0, "k").unwrap().id;
+    assert_eq!(read_all(&mut kv, &mut disk, vk), before);
+    admin(&mut kv, Command::DropSnapshot { share: "data".into(), name: "t0".into(), now_ns: 6_000 }).0.unwrap();
+    disk.destage(&mut kv);
+    clean(&kv, &disk);
+    assert_eq!(read_all(&mut kv, &mut disk, k), after);
+}

@@ -1,5 +1,6 @@
 //! Named streams (SMB alternate data streams, MS-FSCC 2.1.5 and MS-FSA
-//! 2.1.5.1): [`Op::OpenStream`], [`Op::ListStreams`], [`Op::RemoveStream`].
+//! 2.1.5.1): [`Op::OpenStream`], [`Op::ListStreams`], [`Op::RemoveStream`],
+//! [`Op::RenameStream`], [`Op::RenameStreamToData`].
 //!
 //! A stream is an ordinary regular-file node (`n`, its data in `d` or
 //! `k` like any file's) whose `parent` is the file; it is named only by a
@@ -223,4 +224,79 @@ pub(super) fn rename<R: KvRead + ?Sized>(
     s.attrs.change += 1;
     put_node(txn, &s);
     Ok(OpOutput::Attrs { before: None, attrs: s.attrs })
+}
+
+/// [`Op::RenameStreamToData`] (MS-FSA 2.1.5.14.11.1, a stream renamed onto
+/// the unnamed data stream): the file's own data goes (a file holding data
+/// is `Exists` without `replace`), the stream's becomes the file's, and
+/// the stream is deleted, all in this one command. The file keeps its id
+/// (handles, FileId); the data moves by reference: a chunked stream's
+/// whole chunks are shared with the file as [`Op::Clone`] shares them
+/// (blob references, chunk files hard-linked by the destager's
+/// `CloneFrom`), only its partial last chunk copied, and the stream's
+/// unlink then drops its references and queues its `Reclaim` after that
+/// `CloneFrom`, so the chunk files the file links to outlive the stream's
+/// names for them. An inline stream (at most 4 KiB) is copied.
+pub(super) fn to_data<R: KvRead + ?Sized>(
+    txn: &mut Txn<'_, R>,
+    ex: &mut Exec<'_>,
+    obj: ObjRef,
+    name: &str,
+    replace: bool,
+) -> OpResult {
+    let now = ex.batch.now_ns;
+    let (id, sid) = changeable(txn, ex, obj, name)?;
+    let mut f = get_node(txn, id)?;
+    if f.attrs.ftype != FileType::Regular {
+        // A directory has no unnamed data stream.
+        return Err(FsError::Invalid);
+    }
+    if f.attrs.size != 0 && !replace {
+        return Err(FsError::Exists);
+    }
+    let s = get_node(txn, sid)?;
+    // The file's data goes (its chunks' references dropped, a snapshot's
+    // copy kept by `set_size`'s copy-aside).
+    set_size(txn, ex, &mut f, 0)?;
+    if f.chunked {
+        // Chunk records past a size of 0 (none are expected) go too.
+        let prefix = keys::chunk_prefix(id);
+        let left = txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX);
+        if !left.is_empty() {
+            for (k, v) in left {
+                if let Some(b) = keys::chunk_blob(&v) {
+                    drop_ref(txn, b);
+                }
+                txn.delete(k);
+            }
+            queue(txn, ex, id, DataOp::Truncate { size: 0 });
+        }
+    }
+    touch(&mut f.attrs, now, true);
+    put_node(txn, &f);
+    let size = s.attrs.size;
+    if s.chunked {
+        if size > 0 {
+            clone_chunks(txn, ex, s, f, 0, 0, size)?;
+        }
+    } else {
+        let data = txn.get(&keys::data(sid)).unwrap_or_default();
+        if !data.is_empty() {
+            if f.chunked {
+                attach_chunks(txn, ex, id, 0, data.len() as u64);
+                queue(txn, ex, id, DataOp::WriteInline { offset: 0, data });
+            } else {
+                txn.put(keys::data(id), data);
+            }
+        }
+        let mut f = get_node(txn, id)?;
+        f.attrs.size = size;
+        f.attrs.alloc_size = alloc_for(size);
+        put_node(txn, &f);
+    }
+    txn.delete(keys::stream(id, name));
+    let s = get_node(txn, sid)?;
+    unlink_node(txn, ex, s);
+    let f = get_node(txn, id)?;
+    Ok(OpOutput::Attrs { before: None, attrs: f.attrs })
 }

@@ -1347,8 +1347,12 @@ impl Connection {
 
     /// FileRenameInformation of a named stream (MS-FSCC 2.4.42, MS-FSA
     /// 2.1.5.14.11): the target is `:name[:$DATA]`, a stream of the same
-    /// file; renaming the unnamed stream, or a stream onto it, is not
-    /// built (NOT_SUPPORTED); a target naming a file is INVALID_PARAMETER.
+    /// file, or `::$DATA`, the file's unnamed stream (the stream's data
+    /// becomes the file's: `Op::RenameStreamToData`). Renaming the unnamed
+    /// stream to a named one is not built (NOT_SUPPORTED). A target naming
+    /// a path is INVALID_PARAMETER, but a stream of the handle's own file
+    /// (`base:stream`, a file this handle holds open) is SHARING_VIOLATION,
+    /// as Windows answers (smbtorture smb2.streams.rename2).
     #[allow(clippy::too_many_arguments)]
     fn plan_stream_rename(
         &mut self,
@@ -1365,17 +1369,67 @@ impl Connection {
             return Err(NtStatus::ACCESS_DENIED);
         }
         let (file, stream) = parse(target)?;
+        // The open's path from the share root (a stream's: `file:stream`).
+        let open_path = match t {
+            Target::Table(id) => self.opens.get(&id).map(|o| o.path.clone()),
+            Target::Pending(_) => None,
+        };
+        let base = open_path.as_deref().map(|p| p.split(':').next().unwrap_or_default().to_string());
         if !file.is_empty() {
-            return Err(NtStatus::INVALID_PARAMETER);
+            let own = base.as_deref().is_some_and(|b| {
+                v.name.starts_with(':') && file.trim_start_matches('\\').to_lowercase() == b.to_lowercase()
+            });
+            return Err(if own && stream != Stream::Default {
+                NtStatus::SHARING_VIOLATION
+            } else {
+                NtStatus::INVALID_PARAMETER
+            });
         }
-        let (Some(from), Stream::Named(to)) = (v.name.strip_prefix(':'), stream) else {
+        let Some(from) = v.name.strip_prefix(':') else {
             return Err(NtStatus::NOT_SUPPORTED);
         };
-        if ro {
-            return Err(NtStatus::ACCESS_DENIED);
+        match stream {
+            Stream::Named(to) => {
+                if ro {
+                    return Err(NtStatus::ACCESS_DENIED);
+                }
+                let op = fp.push(Op::RenameStream { obj: v.parent, name: from.to_string(), new_name: to.clone(), replace });
+                Ok(Plan::Fs(FsPlan::SetInfo { target: t, op: None, kind: SetKind::StreamRename { op, name: to, root } }))
+            }
+            // An empty name.
+            Stream::Default => Err(NtStatus::INVALID_PARAMETER),
+            Stream::Data => {
+                // A stream opened earlier in the same compound: its node
+                // and the file's opens are not known before the batch
+                // runs, so the checks below cannot be made (not built).
+                let (Target::Table(id), Some(base), Some(node), ObjRef::Id(file_node)) = (t, base, v.node, v.parent)
+                else {
+                    return Err(NtStatus::NOT_SUPPORTED);
+                };
+                if ro {
+                    return Err(NtStatus::ACCESS_DENIED);
+                }
+                // The stream goes and the file's data changes under it:
+                // another open of the stream, or any open of the file's
+                // unnamed stream (by either protocol), refuses it.
+                let key = (self.conn_key, id);
+                if self.cfg.share_modes.others(node, key) > 0 || self.cfg.share_modes.others(file_node, key) > 0 {
+                    return Err(NtStatus::SHARING_VIOLATION);
+                }
+                let comps = split_path(&base)?;
+                let first_lookup = fp.batch.as_ref().map_or(0, |b| b.ops.len());
+                let mut dir = ObjRef::Id(root);
+                for c in comps.iter().take(comps.len().saturating_sub(1)) {
+                    dir = ObjRef::Result(fp.push(Op::LookupCaseless { dir, name: c.clone() }));
+                }
+                let op = fp.push(Op::RenameStreamToData { obj: v.parent, name: from.to_string(), replace });
+                Ok(Plan::Fs(FsPlan::SetInfo {
+                    target: t,
+                    op: None,
+                    kind: SetKind::StreamToData { first_lookup, op, path: comps.join("\\"), root },
+                }))
+            }
         }
-        let op = fp.push(Op::RenameStream { obj: v.parent, name: from.to_string(), new_name: to.clone(), replace });
-        Ok(Plan::Fs(FsPlan::SetInfo { target: t, op: None, kind: SetKind::StreamRename { op, name: to, root } }))
     }
 
     /// FLUSH (MS-SMB2 3.3.5.11): on a `protocol` share everything answered
@@ -3493,6 +3547,35 @@ impl Connection {
                             o.name = format!(":{name}");
                             self.cfg.share_modes.renamed(o.node, path_key(root, &stream_key_path(&base, Some(&name))));
                             o.path = format!("{base}:{name}");
+                        }
+                    }
+                    SetKind::StreamToData { first_lookup, op, path, root } => {
+                        if let Some((_, e)) = first_error(results, first_lookup..op + 1) {
+                            return Err(fs_status(e));
+                        }
+                        let file = result_attrs(results, op).map_err(fs_status)?;
+                        let parent = if op > first_lookup {
+                            result_attrs(results, op - 1).map(|a| a.id).unwrap_or(root)
+                        } else {
+                            root
+                        };
+                        // The handle is an open of the file's unnamed
+                        // stream now (MS-FSA 2.1.5.14.11.1: Open.Stream
+                        // becomes the default stream): its share mode
+                        // moves to the file; an oplock or lease it held
+                        // on the stream, which is gone, goes.
+                        if let Some(o) = self.opens.get_mut(&id) {
+                            let old = o.node;
+                            o.node = file.id;
+                            o.parent = parent;
+                            o.name = path.rsplit('\\').next().unwrap_or_default().to_string();
+                            o.path = path.clone();
+                            o.oplock = 0;
+                            o.breaking_to = None;
+                            o.grant = None;
+                            let lease = o.lease.take();
+                            self.cfg.share_modes.reopened_as(old, (self.conn_key, id), file.id, path_key(root, &path), parent);
+                            self.lease_forget_open(lease, id);
                         }
                     }
                     SetKind::Link {

@@ -297,6 +297,15 @@ pub enum SetKind {
         name: String,
         root: NodeId,
     },
+    /// FileRenameInformation of a stream handle to `::$DATA`: the open
+    /// becomes an open of its file at `path` (the directory found by the
+    /// lookups from `first_lookup` to `op`).
+    StreamToData {
+        first_lookup: usize,
+        op: usize,
+        path: String,
+        root: NodeId,
+    },
     /// FileModeInformation (MS-FSCC 2.4.26): the open's mode bits.
     Mode(u32),
 }

@@ -675,6 +675,27 @@ impl ShareModes {
         }
     }
 
+    /// Open `key` of `old` (a named stream, renamed onto its file's
+    /// unnamed stream: MS-FSA 2.1.5.14.11.1) is an open of `new` at `path`
+    /// now, under directory `parent`: its share reservation moves with it;
+    /// what it held on `old` alone (byte-range locks, grants) goes. False
+    /// when `new`'s opens now refuse the reservation (the open then holds
+    /// none).
+    pub(super) fn reopened_as(&self, old: NodeId, key: (u64, u64), new: NodeId, path: String, parent: NodeId) -> bool {
+        let mut paths = self.paths();
+        let mut t = self.locks.table();
+        let share = t.share_of(old, &holder(key));
+        t.release(old, &holder(key));
+        let ok = share.is_some_and(|s| t.open(new, holder(key), s).is_ok());
+        drop(t);
+        if ok {
+            paths.insert(key, (new, path, parent));
+        } else {
+            paths.remove(&key);
+        }
+        ok
+    }
+
     /// An open is closed: its share reservation, byte-range locks and
     /// queued lock requests go. Returns what that decided for others
     /// (their queued locks now granted).

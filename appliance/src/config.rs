@@ -174,6 +174,22 @@ join = false
 # further behind (or one whose data directory was emptied) is sent a
 # snapshot of the state instead (docs/cluster.md).
 log_retain = 4096
+# Bounds of the cluster's queues (docs/limits.md): what a slow, dead or
+# partitioned peer can make this node hold. Raft messages queued per peer
+# (a full queue drops new ones; raft sends again):
+peer_queue = 1024
+# Inbound peer connections served at once (more are closed at once):
+peer_connections = 64
+# Raft snapshot images this node sends at once (a follower asking for
+# another is refused and raft sends it again later):
+snapshot_transfers = 2
+# Write-cache frames from peers queued before they are logged, and their
+# bytes, at least 64 MiB (more are dropped; the data is fetched later):
+replica_inbound = 256
+replica_inbound_mib = 128
+# Admin changes followers forwarded, waiting for this node's admin task
+# when it leads (more are answered busy and routed again):
+forwarded_admin = 64
 # Public service addresses ("ADDRESS/PREFIX", IPv4 or IPv6) that clients
 # mount: the leader spreads them over the healthy nodes and moves the
 # addresses of a node that dies to a survivor, which adds them to
@@ -378,11 +394,36 @@ pub struct ClusterConfig {
     pub log_retain: u64,
     /// This node joins a running cluster (`duetctl cluster add`).
     pub join: bool,
+    /// Raft messages queued per peer (`peers::PeerLimits`).
+    pub peer_queue: usize,
+    /// Inbound peer connections served at once.
+    pub peer_connections: usize,
+    /// Raft snapshot images sent at once.
+    pub snapshot_transfers: usize,
+    /// Inbound write-cache frames queued, and their MiB.
+    pub replica_inbound: usize,
+    pub replica_inbound_mib: u64,
+    /// Admin changes forwarded by followers waiting for the leader's task.
+    pub forwarded_admin: usize,
     /// Public service addresses, IPv4 `ADDRESS/PREFIX`, spread over the
     /// healthy nodes (`appliance/src/addresses.rs`).
     pub public_addresses: Vec<String>,
     /// The interface they are added to.
     pub public_interface: String,
+}
+
+impl ClusterConfig {
+    /// The transport's queue bounds these keys set.
+    pub fn peer_limits(&self) -> crate::peers::PeerLimits {
+        crate::peers::PeerLimits {
+            queue: self.peer_queue,
+            inbound: self.peer_connections,
+            snapshot_transfers: self.snapshot_transfers,
+            replica_frames: self.replica_inbound,
+            replica_bytes: self.replica_inbound_mib << 20,
+            admin_forwarded: self.forwarded_admin,
+        }
+    }
 }
 
 impl Default for ClusterConfig {
@@ -396,6 +437,12 @@ impl Default for ClusterConfig {
             leader_wait_ms: 5_000,
             log_retain: 4096,
             join: false,
+            peer_queue: 1024,
+            peer_connections: 64,
+            snapshot_transfers: 2,
+            replica_inbound: 256,
+            replica_inbound_mib: 128,
+            forwarded_admin: 64,
             public_addresses: Vec::new(),
             public_interface: "eth0".into(),
         }
@@ -715,6 +762,21 @@ impl Config {
         if c.leader_wait_ms > 600_000 {
             return invalid("cluster.leader_wait_ms", format!("{} is more than 600000", c.leader_wait_ms));
         }
+        for (key, v, lo, hi) in [
+            ("cluster.peer_queue", c.peer_queue as u64, 16, 1 << 20),
+            ("cluster.peer_connections", c.peer_connections as u64, 4, 4096),
+            ("cluster.snapshot_transfers", c.snapshot_transfers as u64, 1, 64),
+            ("cluster.replica_inbound", c.replica_inbound as u64, 16, 1 << 20),
+            // One write-cache frame may carry 32 MiB of data
+            // (`duet_cache::replica::DATA_MAX`): the bound must hold two.
+            ("cluster.replica_inbound_mib", c.replica_inbound_mib, 64, 65_536),
+            ("cluster.forwarded_admin", c.forwarded_admin as u64, 1, 65_536),
+        ] {
+            if !(lo..=hi).contains(&v) {
+                return invalid(key, format!("{v} is not between {lo} and {hi}"));
+            }
+        }
+
         let mut seen: Vec<std::net::IpAddr> = Vec::new();
         for text in &c.public_addresses {
             let ip = parse_public_address(text).map_err(|message| ConfigError::Invalid { key: "cluster.public_addresses", message })?;
@@ -919,6 +981,18 @@ mod tests {
         assert!(e.starts_with("cluster.forward_max: "), "{e}");
         let e = key_of("[cluster]\nforward_timeout_ms = 5");
         assert!(e.starts_with("cluster.forward_timeout_ms: "), "{e}");
+        for (line, key) in [
+            ("peer_queue = 1", "cluster.peer_queue"),
+            ("peer_connections = 0", "cluster.peer_connections"),
+            ("snapshot_transfers = 0", "cluster.snapshot_transfers"),
+            ("snapshot_transfers = 65", "cluster.snapshot_transfers"),
+            ("replica_inbound = 2", "cluster.replica_inbound"),
+            ("replica_inbound_mib = 1", "cluster.replica_inbound_mib"),
+            ("forwarded_admin = 0", "cluster.forwarded_admin"),
+        ] {
+            let e = key_of(&format!("[cluster]\n{line}"));
+            assert!(e.starts_with(&format!("{key}: ")), "{line}: {e}");
+        }
         let e = key_of("[cluster]\npeers = [\"1@127.0.0.1:1\", \"2@127.0.0.2:1\"]");
         assert!(e.starts_with("cluster.secret_file: ") && e.contains("2 nodes"), "{e}");
         let e = key_of("[cluster]\nsecret_file = \"\"");

@@ -374,7 +374,7 @@ pub struct AdminLink {
 impl AdminLink {
     /// Registers the handler of Admin frames on the transport.
     pub fn start(node_id: u64, peers: &PeersHandle, view: Arc<LeaderView>, timeout: Duration, leader_wait: Duration) -> Arc<AdminLink> {
-        let (incoming_tx, incoming_rx) = flume::bounded(ADMIN_INBOUND_MAX);
+        let (incoming_tx, incoming_rx) = flume::bounded(peers.limits.admin_forwarded);
         let start = {
             use rand::RngCore;
             rand::rngs::OsRng.next_u64() >> 1

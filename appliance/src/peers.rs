@@ -44,12 +44,45 @@ use rand::RngCore;
 
 use crate::snapshot::Snapshots;
 
-/// Raft messages queued per peer before the transport drops new ones.
+/// Raft messages queued per peer before the transport drops new ones
+/// (`[cluster] peer_queue`'s default).
 pub const PEER_QUEUE_MAX: usize = 1024;
 /// Inbound connections served at once (authenticated or still in their
 /// handshake); more are closed at once, so strangers cannot pile up
-/// threads.
+/// threads (`[cluster] peer_connections`'s default).
 pub const INBOUND_MAX: usize = 64;
+
+/// The bounds of the cluster's queues, from `[cluster]` (docs/limits.md):
+/// what a slow, dead or partitioned peer can make this node hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerLimits {
+    /// Raft messages queued per peer (`peer_queue`).
+    pub queue: usize,
+    /// Inbound peer connections served at once (`peer_connections`).
+    pub inbound: usize,
+    /// Raft snapshot images served at once (`snapshot_transfers`).
+    pub snapshot_transfers: usize,
+    /// Inbound write-cache frames queued (`replica_inbound`) and their
+    /// bytes (`replica_inbound_mib`).
+    pub replica_frames: usize,
+    pub replica_bytes: u64,
+    /// Admin changes forwarded by followers waiting for the leader's admin
+    /// task (`forwarded_admin`).
+    pub admin_forwarded: usize,
+}
+
+impl Default for PeerLimits {
+    fn default() -> Self {
+        PeerLimits {
+            queue: PEER_QUEUE_MAX,
+            inbound: INBOUND_MAX,
+            snapshot_transfers: crate::snapshot::SERVE_MAX,
+            replica_frames: crate::replica::INBOUND_MAX,
+            replica_bytes: crate::replica::INBOUND_BYTES_MAX,
+            admin_forwarded: crate::forward::ADMIN_INBOUND_MAX,
+        }
+    }
+}
 /// Messages written to one peer per batch (one flush).
 const BATCH_MAX: usize = 64;
 /// Backoff between connection attempts to a peer: doubles from the first
@@ -236,6 +269,7 @@ pub struct Peers {
     receivers: Vec<(u64, SocketAddr, flume::Receiver<Outgoing>)>,
     handlers: Handlers,
     pub health: Arc<PeerHealth>,
+    pub limits: PeerLimits,
 }
 
 /// The running transport; dropping it asks its threads to stop.
@@ -247,6 +281,7 @@ pub struct PeersHandle {
     sender: PeerSender,
     pub health: Arc<PeerHealth>,
     pub listen: SocketAddr,
+    pub limits: PeerLimits,
 }
 
 impl PeersHandle {
@@ -276,11 +311,16 @@ impl Drop for PeersHandle {
 impl Peers {
     /// `voters` with their addresses (this node among them).
     pub fn new(node_id: u64, listen: SocketAddr, voters: &[(u64, SocketAddr)], secret: Vec<u8>) -> Peers {
+        Peers::with_limits(node_id, listen, voters, secret, PeerLimits::default())
+    }
+
+    /// [`Peers::new`] with the queues bounded by `limits`.
+    pub fn with_limits(node_id: u64, listen: SocketAddr, voters: &[(u64, SocketAddr)], secret: Vec<u8>, limits: PeerLimits) -> Peers {
         let others: Vec<(u64, SocketAddr)> = voters.iter().filter(|(id, _)| *id != node_id).copied().collect();
         let mut senders = HashMap::new();
         let mut receivers = Vec::new();
         for &(id, addr) in &others {
-            let (tx, rx) = flume::bounded(PEER_QUEUE_MAX);
+            let (tx, rx) = flume::bounded(limits.queue);
             senders.insert(id, tx);
             receivers.push((id, addr, rx));
         }
@@ -293,6 +333,7 @@ impl Peers {
             receivers,
             handlers: Default::default(),
             health: Arc::new(PeerHealth::default()),
+            limits,
         }
     }
 
@@ -341,6 +382,7 @@ impl Peers {
                 self.others.iter().copied().collect(),
                 store.clone(),
                 corrupt,
+                self.limits.snapshot_transfers,
             ))
         });
         let dynamic = Arc::new(Membership {
@@ -355,6 +397,7 @@ impl Peers {
             members: members.clone(),
             peer_stops: Mutex::new(HashMap::new()),
             addrs: Mutex::new(self.others.iter().copied().collect()),
+            queue: self.limits.queue,
         });
         for (peer, addr, rx) in self.receivers {
             dynamic.start_peer(peer, addr, rx)?;
@@ -372,6 +415,7 @@ impl Peers {
             health: self.health.clone(),
             stop: stop.clone(),
             open: AtomicUsize::new(0),
+            inbound_max: self.limits.inbound,
             snapshots: snapshots.clone(),
         };
         std::thread::Builder::new().name("duet-peer-listen".into()).spawn(move || inbound.accept(listener))?;
@@ -383,6 +427,7 @@ impl Peers {
             sender: PeerSender { senders: self.senders, health: self.health.clone() },
             health: self.health,
             listen,
+            limits: self.limits,
         })
     }
 }
@@ -497,6 +542,8 @@ struct Membership {
     /// Every address known: the configured peers, then those membership
     /// changes recorded.
     addrs: Mutex<HashMap<u64, SocketAddr>>,
+    /// `PeerLimits::queue`.
+    queue: usize,
 }
 
 impl Membership {
@@ -532,7 +579,7 @@ impl Membership {
     }
 
     fn add(&self, peer: u64, addr: SocketAddr) {
-        let (tx, rx) = flume::bounded(PEER_QUEUE_MAX);
+        let (tx, rx) = flume::bounded(self.queue);
         if let Ok(mut s) = self.senders.write() {
             s.insert(peer, tx);
         }
@@ -759,8 +806,9 @@ struct Inbound {
     handlers: Handlers,
     health: Arc<PeerHealth>,
     stop: Arc<AtomicBool>,
-    /// Inbound connections being served.
+    /// Inbound connections being served, and their bound.
     open: AtomicUsize,
+    inbound_max: usize,
     snapshots: Option<Arc<Snapshots>>,
 }
 
@@ -780,9 +828,10 @@ impl Inbound {
                 }
             };
             let addr = stream.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "an unknown address".into());
-            if me.open.fetch_add(1, Ordering::Relaxed) >= INBOUND_MAX {
+            if me.open.fetch_add(1, Ordering::Relaxed) >= me.inbound_max {
                 me.open.fetch_sub(1, Ordering::Relaxed);
-                tracing::warn!(addr = %addr, "cluster: refused a peer connection from {addr}: {INBOUND_MAX} inbound connections already");
+                let max = me.inbound_max;
+                tracing::warn!(addr = %addr, "cluster: refused a peer connection from {addr}: {max} inbound connections already ([cluster] peer_connections)");
                 continue;
             }
             let me2 = me.clone();

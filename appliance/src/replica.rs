@@ -100,7 +100,8 @@ pub struct ReplicaLink {
 /// Registers the Data frame handler on the transport: frames go to a
 /// bounded channel (frames and bytes) that [`Replica::serve`] drains.
 pub fn link(peers: &PeersHandle) -> ReplicaLink {
-    let (tx, rx) = flume::bounded::<(u64, Vec<u8>)>(INBOUND_MAX);
+    let (frames, max_bytes) = (peers.limits.replica_frames, peers.limits.replica_bytes);
+    let (tx, rx) = flume::bounded::<(u64, Vec<u8>)>(frames);
     let bytes = Arc::new(AtomicU64::new(0));
     let counters = Arc::new(ReplicaCounters::default());
     let (b, c) = (bytes.clone(), counters.clone());
@@ -108,7 +109,7 @@ pub fn link(peers: &PeersHandle) -> ReplicaLink {
         FrameKind::Data,
         Arc::new(move |from: u64, payload: Vec<u8>| {
             let n = payload.len() as u64;
-            if b.fetch_add(n, Ordering::AcqRel) + n > INBOUND_BYTES_MAX || tx.try_send((from, payload)).is_err() {
+            if b.fetch_add(n, Ordering::AcqRel) + n > max_bytes || tx.try_send((from, payload)).is_err() {
                 b.fetch_sub(n, Ordering::AcqRel);
                 c.inbound_dropped.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(from, "replica: inbound data frames at their bound; one dropped");

@@ -408,7 +408,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         let secret = cluster.secret.clone().ok_or_else(|| StartError::Other("cluster.secret_file: required".into()))?;
         let listen = cfg.cluster.listen.parse().map_err(|_| StartError::Other("cluster.listen: not an address".into()))?;
         let voters: Vec<(u64, std::net::SocketAddr)> = cluster.voters.iter().map(|p| (p.id, p.addr)).collect();
-        let peers = Peers::new(cfg.node_id, listen, &voters, secret);
+        let peers = Peers::with_limits(cfg.node_id, listen, &voters, secret, cfg.cluster.peer_limits());
         let group = if cfg.cluster.join {
             // The others: this node waits to be added by them.
             let others = voters.iter().map(|v| v.0).filter(|id| *id != cfg.node_id).collect();

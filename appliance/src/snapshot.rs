@@ -83,6 +83,8 @@ pub struct Snapshots {
     /// A fetch is running (one at a time).
     fetching: AtomicBool,
     serving: AtomicUsize,
+    /// `[cluster] snapshot_transfers`.
+    serve_max: usize,
     /// `MsgSnapshot`s sent and not yet asked for, by follower.
     sent: Mutex<HashMap<u64, Instant>>,
     /// Test-only (`[testing] snapshot_corrupt`): the next this-many images
@@ -103,6 +105,7 @@ impl Snapshots {
         addrs: HashMap<u64, SocketAddr>,
         store: StoreHandle,
         corrupt: u32,
+        serve_max: usize,
     ) -> Snapshots {
         // Checkpoints left by a transfer a crash interrupted.
         let _ = std::fs::remove_dir_all(data_dir.join("snapshot-out"));
@@ -115,6 +118,7 @@ impl Snapshots {
             store,
             fetching: AtomicBool::new(false),
             serving: AtomicUsize::new(0),
+            serve_max,
             sent: Mutex::new(HashMap::new()),
             corrupt: AtomicU32::new(corrupt),
             counters: SnapshotCounters::default(),
@@ -280,7 +284,7 @@ impl Snapshots {
                 return;
             }
         };
-        if self.serving.fetch_add(1, Ordering::AcqRel) >= SERVE_MAX {
+        if self.serving.fetch_add(1, Ordering::AcqRel) >= self.serve_max {
             self.serving.fetch_sub(1, Ordering::AcqRel);
             let _ = refuse(stream, session, "too many snapshot transfers at once");
             self.store.report_snapshot(peer, false);

@@ -1041,6 +1041,11 @@ pub struct Stats {
     /// in `fsyncs_metadata`): the window ran out, or a FLUSH or COMMIT came.
     #[serde(default)]
     pub wal_syncs: u64,
+    /// Changes this node refused as the raft leader because it held
+    /// `[cluster] uncommitted_mib` of entries not yet committed (the client
+    /// got the retry answer).
+    #[serde(default)]
+    pub raft_overloaded: u64,
     /// Reads of chunk blocks answered from the read cache (`[cache]
     /// read_mib`), and those that went to the device.
     #[serde(default)]

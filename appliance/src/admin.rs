@@ -1228,6 +1228,7 @@ impl Admin {
             destage_backlog: self.engine.data.live_records() as u64,
             lazy_groups: ld(&c.lazy_groups),
             wal_syncs: ld(&c.wal_syncs),
+            raft_overloaded: ld(&c.overloaded),
             read_cache_hits: ld(&d.read_cache_hits),
             read_cache_misses: ld(&d.read_cache_misses),
             read_cache_bytes: ld(&d.read_cache_bytes),

@@ -190,6 +190,9 @@ replica_inbound_mib = 128
 # Admin changes followers forwarded, waiting for this node's admin task
 # when it leads (more are answered busy and routed again):
 forwarded_admin = 64
+# MiB of raft entries a leader holds not yet committed (a quorum slow or
+# gone); past it changes get the retry answer instead of growing its log:
+uncommitted_mib = 256
 # Public service addresses ("ADDRESS/PREFIX", IPv4 or IPv6) that clients
 # mount: the leader spreads them over the healthy nodes and moves the
 # addresses of a node that dies to a survivor, which adds them to
@@ -405,6 +408,8 @@ pub struct ClusterConfig {
     pub replica_inbound_mib: u64,
     /// Admin changes forwarded by followers waiting for the leader's task.
     pub forwarded_admin: usize,
+    /// MiB of raft entries a leader holds uncommitted.
+    pub uncommitted_mib: u64,
     /// Public service addresses, IPv4 `ADDRESS/PREFIX`, spread over the
     /// healthy nodes (`appliance/src/addresses.rs`).
     pub public_addresses: Vec<String>,
@@ -443,6 +448,7 @@ impl Default for ClusterConfig {
             replica_inbound: 256,
             replica_inbound_mib: 128,
             forwarded_admin: 64,
+            uncommitted_mib: 256,
             public_addresses: Vec::new(),
             public_interface: "eth0".into(),
         }
@@ -771,6 +777,8 @@ impl Config {
             // (`duet_cache::replica::DATA_MAX`): the bound must hold two.
             ("cluster.replica_inbound_mib", c.replica_inbound_mib, 64, 65_536),
             ("cluster.forwarded_admin", c.forwarded_admin as u64, 1, 65_536),
+            // raft-rs needs at least one message's worth (16 MiB).
+            ("cluster.uncommitted_mib", c.uncommitted_mib, 16, 1 << 20),
         ] {
             if !(lo..=hi).contains(&v) {
                 return invalid(key, format!("{v} is not between {lo} and {hi}"));
@@ -989,6 +997,7 @@ mod tests {
             ("replica_inbound = 2", "cluster.replica_inbound"),
             ("replica_inbound_mib = 1", "cluster.replica_inbound_mib"),
             ("forwarded_admin = 0", "cluster.forwarded_admin"),
+            ("uncommitted_mib = 8", "cluster.uncommitted_mib"),
         ] {
             let e = key_of(&format!("[cluster]\n{line}"));
             assert!(e.starts_with(&format!("{key}: ")), "{line}: {e}");

@@ -72,7 +72,10 @@ impl EngineError {
         match self {
             EngineError::Unavailable(_)
             | EngineError::Store(
-                StoreError::NotLeader { .. } | StoreError::Superseded { .. } | StoreError::ReadUnconfirmed { .. },
+                StoreError::NotLeader { .. }
+                | StoreError::Superseded { .. }
+                | StoreError::ReadUnconfirmed { .. }
+                | StoreError::Overloaded { .. },
             ) => duet_fs::FsError::Unavailable,
             _ => duet_fs::FsError::Io,
         }
@@ -508,9 +511,11 @@ impl Engine {
             // Not proposed, or proposed and superseded (not applied): the
             // follower routes it again.
             Err(EngineError::Store(StoreError::NotLeader { leader, .. })) => ForwardOutcome::NotLeader { leader },
-            Err(EngineError::Store(StoreError::Superseded { .. } | StoreError::ReadUnconfirmed { .. })) => {
-                ForwardOutcome::NotLeader { leader: None }
-            }
+            // Overloaded: not proposed; the follower retries until its
+            // leader wait runs out, then answers the retry answer.
+            Err(EngineError::Store(
+                StoreError::Superseded { .. } | StoreError::ReadUnconfirmed { .. } | StoreError::Overloaded { .. },
+            )) => ForwardOutcome::NotLeader { leader: None },
             Err(e) => ForwardOutcome::Failed(e.to_string()),
         }
     }

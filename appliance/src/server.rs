@@ -424,6 +424,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         let options = duet_cluster_store::StoreOptions {
             log_retain: cfg.cluster.log_retain,
             commit_window: std::time::Duration::from_millis(cfg.durability.window_ms),
+            uncommitted_max: cfg.cluster.uncommitted_mib << 20,
         };
         let store = Store::open_group_with(&metadata_dir(&cfg.data_dir), cfg.node_id, group, options)?;
         let handle = peers.start_with(store.handle(), Some((cfg.data_dir.clone(), cfg.testing.snapshot_corrupt)))?;

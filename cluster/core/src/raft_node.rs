@@ -29,6 +29,16 @@ pub const LOG_RETAIN_MULTI: u64 = 4096;
 /// it in [this, 2 * this)).
 pub const MEMBER_ELECTION_TICK: usize = 20;
 
+/// The most entry bytes one raft message carries (raft-rs
+/// `max_size_per_msg`).
+pub const MAX_SIZE_PER_MSG: u64 = 16 << 20;
+
+/// Entry bytes a leader holds uncommitted before it refuses proposals
+/// (raft-rs `max_uncommitted_size`; `[cluster] uncommitted_mib`'s default):
+/// a leader that lost its quorum stops taking changes here instead of
+/// growing its log until check quorum deposes it.
+pub const UNCOMMITTED_MAX: u64 = 256 << 20;
+
 pub struct RaftNode {
     raw: RawNode<MemStorage>,
     /// Messages for other voters, ready to send.
@@ -107,6 +117,15 @@ impl RaftNode {
         Self::build(id, voters, rec, MEMBER_ELECTION_TICK, true)
     }
 
+    /// As [`RaftNode::member`], refusing proposals (`ProposalDropped`)
+    /// while it leads with more than `uncommitted_max` bytes of entries
+    /// not yet committed (at least [`MAX_SIZE_PER_MSG`]; one entry is
+    /// always taken): what a leader without a quorum holds is bounded.
+    pub fn member_bounded(id: u64, voters: &[u64], rec: Recovered, uncommitted_max: u64) -> Result<Self, raft::Error> {
+        let conf = ConfState::from((voters.to_vec(), vec![]));
+        Self::build_tuned(id, conf, rec, MEMBER_ELECTION_TICK, true, None, uncommitted_max)
+    }
+
     /// As [`RaftNode::member`] (pre-vote, check quorum), with the election
     /// timeout fixed at `election_tick` ticks (at least
     /// [`MEMBER_ELECTION_TICK`]) instead of raft-rs's pick in
@@ -123,6 +142,11 @@ impl RaftNode {
     /// may be joint; this node need not be in it).
     pub fn member_conf(id: u64, conf: ConfState, rec: Recovered) -> Result<Self, raft::Error> {
         Self::build_conf(id, conf, rec, MEMBER_ELECTION_TICK, true, None)
+    }
+
+    /// [`RaftNode::member_conf`] with [`RaftNode::member_bounded`]'s bound.
+    pub fn member_conf_bounded(id: u64, conf: ConfState, rec: Recovered, uncommitted_max: u64) -> Result<Self, raft::Error> {
+        Self::build_tuned(id, conf, rec, MEMBER_ELECTION_TICK, true, None, uncommitted_max)
     }
 
     fn build(id: u64, voters: &[u64], rec: Recovered, election_tick: usize, guards: bool) -> Result<Self, raft::Error> {
@@ -147,6 +171,18 @@ impl RaftNode {
         election_tick: usize,
         guards: bool,
         fixed_timeout: Option<usize>,
+    ) -> Result<Self, raft::Error> {
+        Self::build_tuned(id, conf_state, rec, election_tick, guards, fixed_timeout, UNCOMMITTED_MAX)
+    }
+
+    fn build_tuned(
+        id: u64,
+        conf_state: ConfState,
+        rec: Recovered,
+        election_tick: usize,
+        guards: bool,
+        fixed_timeout: Option<usize>,
+        uncommitted_max: u64,
     ) -> Result<Self, raft::Error> {
         let conf = || conf_state.clone();
         let storage = MemStorage::new_with_conf_state(conf());
@@ -202,8 +238,9 @@ impl RaftNode {
             pre_vote: guards,
             check_quorum: guards,
             applied: rec.applied_index,
-            max_size_per_msg: 16 << 20,
+            max_size_per_msg: MAX_SIZE_PER_MSG,
             max_inflight_msgs: 256,
+            max_uncommitted_size: uncommitted_max.max(MAX_SIZE_PER_MSG),
             min_election_tick: fixed_timeout.unwrap_or(0),
             max_election_tick: fixed_timeout.map_or(0, |t| t + 1),
             ..Default::default()
@@ -540,6 +577,66 @@ mod tests {
         assert_eq!(prog.iter().map(|p| p.0).collect::<Vec<_>>(), vec![1, 2, 3]);
         assert!(prog.iter().all(|&(_, m)| m == p.index), "{prog:?}");
         assert!(nodes[follower].progress().is_empty());
+    }
+
+    /// A leader cut off from its followers takes proposals up to its
+    /// uncommitted bound (`member_bounded`, here the 16 MiB minimum) and
+    /// refuses the rest (`ProposalDropped`, which the store answers as a
+    /// retryable `Overloaded`); once its followers hear it again and the
+    /// entries commit, it takes proposals again.
+    #[test]
+    fn a_leader_without_its_quorum_holds_a_bounded_uncommitted_log() {
+        let voters = [1, 2, 3];
+        let mut nodes: Vec<RaftNode> =
+            voters.iter().map(|&id| RaftNode::member_bounded(id, &voters, Recovered::default(), 1).unwrap()).collect();
+        let pump = |nodes: &mut Vec<RaftNode>| {
+            for _ in 0..50 {
+                let mut msgs = Vec::new();
+                for n in nodes.iter_mut() {
+                    drive(n);
+                    msgs.extend(n.take_messages());
+                }
+                if msgs.is_empty() {
+                    break;
+                }
+                for m in msgs {
+                    let to = m.to as usize - 1;
+                    nodes[to].step(m).unwrap();
+                }
+            }
+        };
+        let mut ticks = 0;
+        while !nodes.iter().any(|n| n.is_leader()) {
+            for n in nodes.iter_mut() {
+                n.tick();
+            }
+            pump(&mut nodes);
+            ticks += 1;
+            assert!(ticks < 200, "a leader within 200 ticks");
+        }
+        pump(&mut nodes);
+        let l = nodes.iter().position(|n| n.is_leader()).unwrap();
+        // Cut off: nothing it sends arrives, and nothing ticks (it stays
+        // the leader).
+        let mib = vec![0x5a; 1 << 20];
+        let mut taken = 0;
+        while nodes[l].propose(mib.clone()).is_ok() {
+            drive(&mut nodes[l]);
+            nodes[l].take_messages();
+            taken += 1;
+            assert!(taken <= 64, "the bound holds");
+        }
+        assert_eq!(taken, (MAX_SIZE_PER_MSG >> 20) as usize, "16 MiB of 1 MiB entries, then refused");
+        assert!(matches!(nodes[l].propose(b"small".to_vec()), Err(raft::Error::ProposalDropped)), "any entry past the bound");
+        // Healed: the followers catch up, the entries commit, and the
+        // leader takes proposals again.
+        for _ in 0..10 {
+            nodes[l].raw.raft.ping();
+            pump(&mut nodes);
+        }
+        assert!(nodes[l].is_leader());
+        assert!(nodes[l].commit_index() >= nodes[l].last_index(), "everything taken committed");
+        assert!(nodes[l].propose(mib).is_ok());
     }
 
     #[test]

@@ -183,8 +183,16 @@ pub fn access_bits_with_acl(
     let read_only = read_only || duet_fs::view::is_view(a.id);
     // The owner OWNER RIGHTS and the implicit rights go to: a stored
     // owner SID (set over SMB), else the uid's.
-    let m = granted(&Token::unix(cred.uid, cred.gid, &cred.groups), Some(&s.owner_or(a.uid)), Some(dacl));
+    let token = Token::unix(cred.uid, cred.gid, &cred.groups);
+    let m = granted(&token, Some(&s.owner_or(a.uid)), Some(dacl));
     let dir = a.ftype == FileType::Directory;
+    // Removing names (ACCESS3_DELETE on a directory): DELETE_CHILD, or
+    // where the DACL says nothing of it, write and search, as the engine
+    // decides a removal of a file without a DACL (`machine.rs`
+    // `may_unlink`; a file's own DELETE may allow more, per name).
+    let delete_child = m & rights::DELETE_CHILD != 0
+        || duet_fs::acl::named(&token, Some(&s.owner_or(a.uid)), dacl) & rights::DELETE_CHILD == 0
+            && m & (rights::WRITE_DATA | rights::EXECUTE) == rights::WRITE_DATA | rights::EXECUTE;
     let mut g = 0;
     if m & rights::READ_DATA != 0 {
         g |= b::READ;
@@ -196,7 +204,7 @@ pub fn access_bits_with_acl(
         if m & rights::APPEND_DATA != 0 {
             g |= b::EXTEND;
         }
-        if dir && m & rights::DELETE_CHILD != 0 {
+        if dir && delete_child {
             g |= b::DELETE;
         }
     }
@@ -581,4 +589,45 @@ pub fn fattr4_to_set(f: &Fattr4<'_>, allowed: &[u32], ids: &super::IdMap) -> Res
         s.btime = Some(ns4(x).ok_or(Nfsstat4::INVAL)?);
     }
     Ok((s, f.attrmask))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use duet_fs::acl::{rights, Ace, Acl, Sid, Stored};
+
+    /// ACCESS3_DELETE on a directory with a DACL answers what the engine's
+    /// removal rule allows for a file without one (`machine.rs`
+    /// `may_unlink`): DELETE_CHILD, or write and search where the DACL
+    /// says nothing of DELETE_CHILD; a deny of it refuses.
+    #[test]
+    fn access_delete_on_a_directory_follows_the_removal_rule() {
+        use crate::nfs::nfs3::access3 as b;
+        let dir = Attrs {
+            id: 9,
+            ftype: FileType::Directory,
+            mode: 0o777,
+            uid: 1,
+            gid: 1,
+            nlink: 2,
+            rdev: 0,
+            size: 0,
+            alloc_size: 0,
+            dos_attrs: 0,
+            btime: 0,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            change: 1,
+        };
+        let cred = Credentials::user(1000, 1000);
+        let me = Sid::unix_user(1000);
+        let with = |aces: Vec<Ace>| Ok(Some(Stored::of_dacl(duet_fs::acl::control::DACL_PRESENT, Some(Acl { aces }))));
+        let ask = |aces| access_bits_with_acl(&cred, &dir, with(aces), b::DELETE, false);
+        let rwx = rights::FILE_GENERIC_READ | rights::FILE_GENERIC_WRITE | rights::FILE_GENERIC_EXECUTE;
+        assert_eq!(ask(vec![Ace::allow(me.clone(), rwx, 0)]), b::DELETE, "write and search, DELETE_CHILD not named");
+        assert_eq!(ask(vec![Ace::allow(me.clone(), rights::DELETE_CHILD, 0)]), b::DELETE);
+        assert_eq!(ask(vec![Ace::deny(me.clone(), rights::DELETE_CHILD, 0), Ace::allow(me.clone(), rwx, 0)]), 0);
+        assert_eq!(ask(vec![Ace::allow(me, rights::FILE_GENERIC_READ | rights::FILE_GENERIC_EXECUTE, 0)]), 0);
+    }
 }

@@ -49,6 +49,10 @@ struct Wired {
 
 impl Wired {
     fn open(dir: &std::path::Path) -> Wired {
+        Wired::open_with(dir, duet_cluster_store::StoreOptions::default())
+    }
+
+    fn open_with(dir: &std::path::Path, options: duet_cluster_store::StoreOptions) -> Wired {
         let handles = Arc::new(Mutex::new(vec![None, None, None]));
         let cut = Arc::new(AtomicU64::new(0));
         let mut stores = Vec::new();
@@ -58,7 +62,7 @@ impl Wired {
                 let _ = tx.send(m);
             });
             let group = Group::Voters { voters: vec![1, 2, 3], outbox };
-            let s = Store::open_group(&dir.join(format!("n{id}")), id, group).unwrap();
+            let s = Store::open_group_with(&dir.join(format!("n{id}")), id, group, options.clone()).unwrap();
             handles.lock().unwrap()[id as usize - 1] = Some(s.handle());
             let (hs, cut) = (handles.clone(), cut.clone());
             std::thread::spawn(move || {
@@ -267,4 +271,61 @@ fn healthy_leader_reads_are_bounded_and_batched() {
     // One at a time: one read index each. Concurrent: shared.
     assert!(ri1 - ri0 >= n1, "each lone read asks a read index");
     assert!(ri32 - ri1 < n32, "concurrent reads share read index requests: {} for {n32}", ri32 - ri1);
+}
+
+/// A leader cut off from its quorum holds at most `uncommitted_max` of
+/// raft entries (here 16 MiB, the least raft-rs takes): of eight 4 MiB
+/// changes sent to it at once, those past the bound are refused at once
+/// with the retryable `Overloaded` (nothing proposed) instead of waiting
+/// in its log; the rest wait and end when it is deposed (superseded, or
+/// not the leader), and none is applied by the others.
+#[test]
+fn a_cut_off_leader_refuses_changes_past_its_uncommitted_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let options = duet_cluster_store::StoreOptions { uncommitted_max: 16 << 20, ..Default::default() };
+    let g = Wired::open_with(tmp.path(), options);
+    let old = g.leader("first election");
+    g.h(old).command_blocking(Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
+    g.h(old).batch_blocking(mkdir_batch("f")).unwrap();
+    let fh = match lookup_batch_out(&g.h(old), "f") {
+        Some(id) => id,
+        None => panic!("f exists"),
+    };
+    g.cut.store(old, Ordering::Relaxed);
+    let t0 = Instant::now();
+    let sent: Vec<_> = (0..8u64)
+        .map(|i| {
+            let h = g.h(old);
+            std::thread::spawn(move || {
+                let mut b = Batch::new(Credentials::root(), 3_000);
+                b.push(Op::Write { obj: ObjRef::Id(fh), offset: i << 22, data: duet_fs::WriteData::Bytes(vec![i as u8; 4 << 20]), append: false });
+                let r = h.batch_blocking(b);
+                (r.map(|_| ()), t0.elapsed())
+            })
+        })
+        .collect();
+    // The others elect a leader and commit; the cut heals, and the old
+    // leader's waiting changes end (superseded by the new term's log).
+    let new = g.commit(|| mkdir_batch("after"), "the other two");
+    assert_ne!(new, old);
+    g.cut.store(0, Ordering::Relaxed);
+    g.read_until(old, "after", true, "the old leader after the cut heals");
+    let results: Vec<_> = sent.into_iter().map(|t| t.join().unwrap()).collect();
+    let overloaded: Vec<_> = results.iter().filter(|(r, _)| matches!(r, Err(StoreError::Overloaded { .. }))).collect();
+    assert!(overloaded.len() >= 3, "at most 16 MiB (4 changes) held: {results:?}");
+    assert!(overloaded.iter().all(|(_, t)| *t < Duration::from_millis(1500)), "refused at once: {results:?}");
+    for (r, _) in &results {
+        assert!(
+            matches!(r, Err(StoreError::Overloaded { .. } | StoreError::Superseded { .. } | StoreError::NotLeader { .. })),
+            "nothing commits without a quorum: {r:?}"
+        );
+    }
+}
+
+/// The node id of `name` in the root, read on `h`.
+fn lookup_batch_out(h: &StoreHandle, name: &str) -> Option<u64> {
+    match &h.batch_blocking(lookup_batch(name)).ok()?.applied.results[0] {
+        Ok(OpOutput::Object { attrs, .. }) => Some(attrs.id),
+        _ => None,
+    }
 }

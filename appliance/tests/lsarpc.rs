@@ -85,9 +85,12 @@ fn rpcclient_and_smbcacls_name_duets_sids() {
     }
     assert!(text.contains(&format!("{unknown} *unknown*")), "{text}");
 
-    // Explorer's first calls: the account domain is DUET with the machine
+    // The policy queries: the primary domain is the workgroup with no SID
+    // (a standalone server), the account domain DUET with the machine
     // SID; the caller is alice.
     let text = rpcclient(port, "lsaquery");
+    assert!(text.contains("Domain Name: WORKGROUP") && text.contains("Domain Sid: (NULL SID)"), "{text}");
+    let text = rpcclient(port, "lsaquery 5");
     assert!(text.contains("Domain Name: DUET") && text.contains(&format!("Domain Sid: {machine}")), "{text}");
     let text = rpcclient(port, "getusername");
     assert!(text.contains("alice"), "{text}");

@@ -110,4 +110,14 @@ fn rpcclient_and_smbcacls_name_duets_sids() {
     assert!(text.contains("OWNER:DUET\\alice"), "{text}");
     assert!(text.contains("GROUP:DUET\\alice"), "{text}");
     assert!(text.contains("ACL:DUET\\alice:ALLOWED"), "{text}");
+
+    // Names to SIDs in smbcacls: an ACE added for DUET\bob lands under
+    // bob's SID.
+    let ok = Command::new("smbcacls")
+        .args([&format!("//{host}/acl"), "o.txt", "-U", "alice%alicepw", "-m", "SMB3", "-a", "ACL:DUET\\bob:ALLOWED/0x0/R"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "smbcacls -a by name");
+    let text = common::smbcacls(&host, "acl", "o.txt", "alice%alicepw");
+    assert!(text.contains(&format!("ACL:{bob}:0/0x0/")), "{text}");
 }

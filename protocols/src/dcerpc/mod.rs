@@ -1,7 +1,7 @@
 //! DCE/RPC over SMB named pipes (connection-oriented RPC, "ncacn_np"),
 //! sans-I/O: C706 (DCE 1.1: Remote Procedure Call) chapter 12 for the PDUs,
 //! chapter 14 for NDR, with the MS-RPCE extensions (2.2.2 PDU extensions,
-//! 3.3.1.5.3 bind time feature negotiation), and the one interface duet
+//! 3.3.1.5.3 bind time feature negotiation), and the two interfaces duet
 //! serves: srvsvc (MS-SRVS) NetrShareEnum / NetrShareGetInfo, which is what
 //! `smbclient -L` and the Windows share browser call, and lsarpc (MS-LSAT /
 //! MS-LSAD: SIDs to names and back, for Explorer's Security tab and
@@ -14,9 +14,10 @@
 //! transfer syntax 8a885d04-1ceb-11c9-9fe8-08002b104860 v2: primitive
 //! alignment, unique pointers, conformant varying strings), `srvsvc`
 //! (MS-SRVS 3.1.4.8 / 3.1.4.10), `lsarpc` (MS-LSAT LsarLookupSids /
-//! LsarLookupNames and the MS-LSAD policy calls they need), `endpoint` (one pipe's server side:
-//! bytes written in, fragment reassembly, presentation contexts, calls,
-//! fragmented responses out, one message per PDU).
+//! LsarLookupNames and the MS-LSAD policy calls they need), `endpoint`
+//! (one pipe's server side: bytes written in, fragment reassembly,
+//! presentation contexts, calls, fragmented responses out, one message
+//! per PDU).
 //!
 //! Architecture Invariant: hostile input never panics; a malformed PDU is
 //! answered with a FAULT (or a BIND_NAK), never with a crash.

@@ -1671,6 +1671,18 @@ pub fn dcerpc(data: &[u8]) {
         return;
     }
     let (split, le, stream) = (data[0] as usize, data[1] & 1 == 0, &data[2..]);
+    // The lsarpc service (MS-LSAT), on the stub and behind an endpoint.
+    let lsa = Lsarpc {
+        domain: "DUET".into(),
+        workgroup: "WORKGROUP".into(),
+        map: duet_fs::acl::SidMap {
+            machine: Some(duet_fs::acl::Sid::new(5, &[21, 1, 2, 3])),
+            users: [1000].into(),
+            groups: [1000, 100].into(),
+        },
+        accounts: vec![Account { name: "alice".into(), uid: 1000, gid: 1000 }],
+        caller_uid: Some(1000),
+    };
     // Stateless decoders, on the stream and on each PDU it frames.
     let _ = CommonHeader::decode(stream);
     let mut rest = stream;
@@ -1689,6 +1701,7 @@ pub fn dcerpc(data: &[u8]) {
             let _ = ShareGetInfoRequest::decode(r.stub, le);
             let _ = ServerGetInfoRequest::decode(r.stub, le);
             let _ = ShareEnumReply::decode(r.stub);
+            let _ = lsa.call(r.opnum, r.stub, le);
         }
         rest = &rest[len..];
     }
@@ -1705,18 +1718,6 @@ pub fn dcerpc(data: &[u8]) {
             .collect(),
     };
     let chunks: Vec<&[u8]> = if split == 0 { vec![stream] } else { stream.chunks(split).collect() };
-    // The lsarpc service (MS-LSAT), on the stub and behind an endpoint.
-    let lsa = Lsarpc {
-        domain: "DUET".into(),
-        workgroup: "WORKGROUP".into(),
-        map: duet_fs::acl::SidMap {
-            machine: Some(duet_fs::acl::Sid::new(5, &[21, 1, 2, 3])),
-            users: [1000].into(),
-            groups: [1000, 100].into(),
-        },
-        accounts: vec![Account { name: "alice".into(), uid: 1000, gid: 1000 }],
-        caller_uid: Some(1000),
-    };
     for v in 1..=3 {
         let _ = LookupSidsRequest::decode(stream, le, v);
         let _ = LookupSidsReply::decode(stream, v);

@@ -518,6 +518,17 @@ impl smb::Directory for Catalog {
         self.sid_map.clone()
     }
 
+    fn users_by_uid(&self) -> Vec<duet_protocols::dcerpc::lsarpc::Account> {
+        // Disabled users too: they still own files.
+        let mut v: Vec<_> = self
+            .users
+            .values()
+            .map(|u| duet_protocols::dcerpc::lsarpc::Account { name: u.name.clone(), uid: u.uid, gid: u.gid })
+            .collect();
+        v.sort_by(|a, b| (a.uid, &a.name).cmp(&(b.uid, &b.name)));
+        v
+    }
+
     fn shares(&self) -> Vec<smb::ShareEntry> {
         self.shares
             .iter()

@@ -1660,13 +1660,29 @@ pub fn dcerpc(data: &[u8]) {
     use duet_protocols::dcerpc::fault::Fault;
     use duet_protocols::dcerpc::header::{CommonHeader, PacketType};
     use duet_protocols::dcerpc::request::{Request as RpcRequest, Response as RpcResponse};
+    use duet_protocols::dcerpc::lsarpc::{
+        Account, LookupNamesReply, LookupNamesRequest, LookupSidsReply, LookupSidsRequest, Lsarpc,
+    };
     use duet_protocols::dcerpc::srvsvc::{
         ServerGetInfoRequest, ShareEnumReply, ShareEnumRequest, ShareGetInfoRequest, ShareInfo, Srvsvc,
     };
+    use duet_protocols::dcerpc::Service;
     if data.len() < 2 {
         return;
     }
     let (split, le, stream) = (data[0] as usize, data[1] & 1 == 0, &data[2..]);
+    // The lsarpc service (MS-LSAT), on the stub and behind an endpoint.
+    let lsa = Lsarpc {
+        domain: "DUET".into(),
+        workgroup: "WORKGROUP".into(),
+        map: duet_fs::acl::SidMap {
+            machine: Some(duet_fs::acl::Sid::new(5, &[21, 1, 2, 3])),
+            users: [1000].into(),
+            groups: [1000, 100].into(),
+        },
+        accounts: vec![Account { name: "alice".into(), uid: 1000, gid: 1000 }],
+        caller_uid: Some(1000),
+    };
     // Stateless decoders, on the stream and on each PDU it frames.
     let _ = CommonHeader::decode(stream);
     let mut rest = stream;
@@ -1685,6 +1701,7 @@ pub fn dcerpc(data: &[u8]) {
             let _ = ShareGetInfoRequest::decode(r.stub, le);
             let _ = ServerGetInfoRequest::decode(r.stub, le);
             let _ = ShareEnumReply::decode(r.stub);
+            let _ = lsa.call(r.opnum, r.stub, le);
         }
         rest = &rest[len..];
     }
@@ -1700,17 +1717,29 @@ pub fn dcerpc(data: &[u8]) {
             .map(|i| ShareInfo { name: format!("share{i}"), share_type: 0, remark: String::new(), path: format!("C:\\share{i}") })
             .collect(),
     };
-    let mut e = Endpoint::new("\\PIPE\\srvsvc", 7);
     let chunks: Vec<&[u8]> = if split == 0 { vec![stream] } else { stream.chunks(split).collect() };
-    let mut out_total = 0usize;
-    for (k, c) in chunks.iter().enumerate() {
-        while !e.write(c, &svc) {
-            // Too much unread output: a client reads before writing more.
-            if !drain(&mut e, &mut out_total, k) {
-                break;
+    for v in 1..=3 {
+        let _ = LookupSidsRequest::decode(stream, le, v);
+        let _ = LookupSidsReply::decode(stream, v);
+        let _ = LookupNamesReply::decode(stream, v);
+    }
+    let _ = LookupNamesRequest::decode(stream, le);
+    for op in [0u16, 6, 7, 14, 15, 44, 45, 46, 57, 58, 68, 76, 77] {
+        let _ = lsa.call(op, stream, le);
+    }
+    let services: [(&str, &dyn Service); 2] = [("\\PIPE\\srvsvc", &svc), ("\\PIPE\\lsarpc", &lsa)];
+    for (name, svc) in services {
+        let mut e = Endpoint::new(name, 7);
+        let mut out_total = 0usize;
+        for (k, c) in chunks.iter().enumerate() {
+            while !e.write(c, svc) {
+                // Too much unread output: a client reads before writing more.
+                if !drain(&mut e, &mut out_total, k) {
+                    break;
+                }
             }
+            drain(&mut e, &mut out_total, k);
         }
-        drain(&mut e, &mut out_total, k);
     }
     fn drain(e: &mut Endpoint, total: &mut usize, k: usize) -> bool {
         let mut any = false;

@@ -153,6 +153,15 @@ impl Directory for TestDir {
     fn sid_map(&self) -> Option<std::sync::Arc<duet_fs::acl::SidMap>> {
         self.sid_map.clone()
     }
+    fn users_by_uid(&self) -> Vec<duet_protocols::dcerpc::lsarpc::Account> {
+        let mut v: Vec<_> = self
+            .users
+            .iter()
+            .map(|(name, u)| duet_protocols::dcerpc::lsarpc::Account { name: name.clone(), uid: u.uid, gid: u.gid })
+            .collect();
+        v.sort_by_key(|a| a.uid);
+        v
+    }
 }
 
 // ---- the test client -----------------------------------------------------
@@ -1932,6 +1941,92 @@ fn logoff_and_tree_disconnect_drop_state() {
     );
 }
 
+
+/// `\PIPE\lsarpc` (MS-LSAT): a BIND to lsarpc, LsarOpenPolicy2, a
+/// LsarLookupSids of alice's machine SID, a well-known SID and an unknown
+/// one, a LsarLookupNames back, LsarClose; and the srvsvc interface is not
+/// served on this pipe.
+#[test]
+fn ipc_lsarpc_lookups() {
+    use duet_fs::acl::{Sid, SidMap};
+    use duet_protocols::dcerpc::header::{pfc, CommonHeader, PacketType};
+    use duet_protocols::dcerpc::lsarpc::{
+        ntstatus, opnum, sid_type, LookupNamesReply, LookupNamesRequest, LookupSidsReply, LookupSidsRequest,
+        POLICY_HANDLE,
+    };
+    use duet_protocols::dcerpc::request::Request as RpcRequest;
+    use duet_protocols::dcerpc::LSARPC;
+    let mut c = Client::connected();
+    let machine = Sid::new(5, &[21, 11, 22, 33]);
+    c.dir.sid_map = Some(std::sync::Arc::new(SidMap {
+        machine: Some(machine.clone()),
+        users: [1000, 1001, 1002].into(),
+        groups: [1000, 1001, 1002].into(),
+    }));
+    let r = c.one(Request::TreeConnect(TreeConnectRequest { flags: 0, path: Utf16::Str("\\\\duet\\IPC$") }));
+    assert_eq!(r.status(), NtStatus::SUCCESS);
+    c.tree_id = r.header.tree_id().unwrap();
+    let fid = open_pipe(&mut c, "lsarpc").expect("lsarpc opens");
+    // smbclient's srvsvc BIND, on this pipe: the abstract syntax is refused.
+    let r = c.one(transceive(fid, &unhex(SMBCLIENT_BIND), 4280));
+    let ack = BindAck::decode(&ioctl_output(&r)).unwrap();
+    assert_ne!(ack.results[0].result, 0);
+    let fid = open_pipe(&mut c, "\\lsarpc").unwrap();
+    let mut bind = unhex(SMBCLIENT_BIND);
+    bind[32..48].copy_from_slice(&LSARPC.uuid.0);
+    bind[48..52].copy_from_slice(&0u32.to_le_bytes());
+    let r = c.one(transceive(fid, &bind, 4280));
+    let ack = BindAck::decode(&ioctl_output(&r)).unwrap();
+    assert_eq!(ack.sec_addr, "\\PIPE\\lsarpc");
+    assert_eq!((ack.results[0].result, ack.results[0].transfer_syntax), (0, NDR32));
+    let mut call_id = 1;
+    let mut call = |c: &mut Client, op: u16, stub: &[u8]| -> Vec<u8> {
+        call_id += 1;
+        let mut out = Vec::new();
+        let mut h = CommonHeader::outgoing(PacketType::REQUEST, pfc::FIRST_FRAG | pfc::LAST_FRAG, call_id);
+        h.drep = duet_protocols::dcerpc::header::DREP_LE;
+        RpcRequest { header: h, alloc_hint: stub.len() as u32, p_cont_id: 0, opnum: op, object: None, stub }
+            .encode(&mut out);
+        let r = c.one(transceive(fid, &out, 4280));
+        assert_eq!(r.status(), NtStatus::SUCCESS);
+        let out = ioctl_output(&r);
+        match RpcResponse::decode(&out) {
+            Ok(r) => r.stub.to_vec(),
+            Err(_) => panic!("opnum {op}: {:?}", Fault::decode(&out)),
+        }
+    };
+    // OpenPolicy2 (SystemName NULL, empty ObjectAttributes, access 0x800).
+    let mut open = vec![0u8; 4];
+    open.extend_from_slice(&24u32.to_le_bytes());
+    open.extend_from_slice(&[0; 20]);
+    open.extend_from_slice(&0x800u32.to_le_bytes());
+    let out = call(&mut c, opnum::OPEN_POLICY2, &open);
+    assert_eq!(out[..20], POLICY_HANDLE);
+    let alice = c.dir.sid_map.as_ref().unwrap().to_wire(&Sid::unix_user(1000));
+    let unknown = Sid::new(5, &[21, 1, 1, 1, 500]);
+    let req = LookupSidsRequest { handle: Some(POLICY_HANDLE), sids: vec![Some(alice.clone()), Some(Sid::everyone()), Some(unknown)] };
+    let out = call(&mut c, opnum::LOOKUP_SIDS, &req.encode(1));
+    let reply = LookupSidsReply::decode(&out, 1).unwrap();
+    assert_eq!((reply.status, reply.mapped), (ntstatus::SOME_NOT_MAPPED, 2));
+    assert_eq!(reply.names[0], (sid_type::USER, "alice".to_string(), 0));
+    assert_eq!((reply.domains[0].name.as_str(), &reply.domains[0].sid), ("DUET", &machine));
+    assert_eq!(reply.names[1].1, "Everyone");
+    assert_eq!(reply.names[2].0, sid_type::UNKNOWN);
+    let req = LookupNamesRequest { handle: POLICY_HANDLE, names: vec!["DUET\\carol".into(), "nobody".into()] };
+    let out = call(&mut c, opnum::LOOKUP_NAMES3, &req.encode(3));
+    let reply = LookupNamesReply::decode(&out, 3).unwrap();
+    assert_eq!(reply.status, ntstatus::SOME_NOT_MAPPED);
+    let carol = c.dir.sid_map.as_ref().unwrap().to_wire(&Sid::unix_user(1002));
+    assert_eq!(reply.sids[0], (sid_type::USER, Some(carol), 0));
+    // LsarGetUserName: the session's user.
+    let out = call(&mut c, opnum::GET_USER_NAME, &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0]);
+    let name: Vec<u16> = "alice".encode_utf16().collect();
+    let raw: Vec<u8> = name.iter().flat_map(|u| u.to_le_bytes()).collect();
+    assert!(out.windows(raw.len()).any(|w| w == raw), "{out:?}");
+    let out = call(&mut c, opnum::CLOSE, &POLICY_HANDLE);
+    assert_eq!(out, [0; 24]);
+}
+
 // ---- IPC$ and the srvsvc pipe -------------------------------------------
 
 /// smbclient 4.17's BIND to srvsvc and its NetrShareEnum level 1 call
@@ -1993,7 +2088,7 @@ fn ipc_srvsvc_bind_and_share_enum() {
         Response::TreeConnect(t) => assert_eq!(t.share_type, 2, "SMB2_SHARE_TYPE_PIPE"),
         other => panic!("{other:?}"),
     }
-    for other in ["lsarpc", "\\wkssvc", "nosuch"] {
+    for other in ["\\wkssvc", "nosuch"] {
         assert_eq!(
             open_pipe(&mut c, other),
             Err(NtStatus::OBJECT_NAME_NOT_FOUND)

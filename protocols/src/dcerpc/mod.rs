@@ -1,9 +1,11 @@
 //! DCE/RPC over SMB named pipes (connection-oriented RPC, "ncacn_np"),
 //! sans-I/O: C706 (DCE 1.1: Remote Procedure Call) chapter 12 for the PDUs,
 //! chapter 14 for NDR, with the MS-RPCE extensions (2.2.2 PDU extensions,
-//! 3.3.1.5.3 bind time feature negotiation), and the one interface duet
+//! 3.3.1.5.3 bind time feature negotiation), and the two interfaces duet
 //! serves: srvsvc (MS-SRVS) NetrShareEnum / NetrShareGetInfo, which is what
-//! `smbclient -L` and the Windows share browser call.
+//! `smbclient -L` and the Windows share browser call, and lsarpc (MS-LSAT /
+//! MS-LSAD: SIDs to names and back, for Explorer's Security tab and
+//! `smbcacls`).
 //!
 //! Code map: `header` (the common PDU header, 12.6.3.1), `bind` (BIND,
 //! ALTER_CONTEXT and their ACK/NAK, 12.6.4.3-12.6.4.5), `request`
@@ -11,9 +13,11 @@
 //! and the status codes of appendix E / MS-RPCE 2.2.2.x), `ndr` (NDR
 //! transfer syntax 8a885d04-1ceb-11c9-9fe8-08002b104860 v2: primitive
 //! alignment, unique pointers, conformant varying strings), `srvsvc`
-//! (MS-SRVS 3.1.4.8 / 3.1.4.10), `endpoint` (one pipe's server side:
-//! bytes written in, fragment reassembly, presentation contexts, calls,
-//! fragmented responses out, one message per PDU).
+//! (MS-SRVS 3.1.4.8 / 3.1.4.10), `lsarpc` (MS-LSAT LsarLookupSids /
+//! LsarLookupNames and the MS-LSAD policy calls they need), `endpoint`
+//! (one pipe's server side: bytes written in, fragment reassembly,
+//! presentation contexts, calls, fragmented responses out, one message
+//! per PDU).
 //!
 //! Architecture Invariant: hostile input never panics; a malformed PDU is
 //! answered with a FAULT (or a BIND_NAK), never with a crash.
@@ -22,6 +26,7 @@ pub mod bind;
 pub mod endpoint;
 pub mod fault;
 pub mod header;
+pub mod lsarpc;
 pub mod ndr;
 pub mod request;
 pub mod srvsvc;
@@ -161,6 +166,13 @@ pub const BIND_TIME_FEATURE_PREFIX: [u8; 8] = [0x2c, 0x1c, 0xb7, 0x6c, 0x12, 0x9
 pub const SRVSVC: SyntaxId = SyntaxId {
     uuid: Uuid::parse("4b324fc8-1670-01d3-1278-5a47bf6ee188"),
     version: 3,
+};
+
+/// The lsarpc interface 12345778-1234-abcd-ef00-0123456789ab v0.0
+/// (MS-LSAT 1.9 / MS-LSAD 1.9), served on `\PIPE\lsarpc`.
+pub const LSARPC: SyntaxId = SyntaxId {
+    uuid: Uuid::parse("12345778-1234-abcd-ef00-0123456789ab"),
+    version: 0,
 };
 
 #[cfg(test)]

@@ -344,7 +344,8 @@ impl Connection {
     ) -> Result<Plan, NtStatus> {
         let (s, t) = self.tree_of(hdr)?;
         if t.ipc {
-            // No named pipes (srvsvc, wkssvc, lsarpc) yet.
+            // Not a pipe duet serves: `pipe.rs` answered srvsvc and
+            // lsarpc before this.
             return Err(NtStatus::OBJECT_NAME_NOT_FOUND);
         }
         let (root, ro) = (t.share.root, t.share.read_only);

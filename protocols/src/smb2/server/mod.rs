@@ -29,7 +29,7 @@
 //!   `fsops` (CREATE, CLOSE, READ, WRITE, QUERY_DIRECTORY, QUERY_INFO,
 //!   SET_INFO, FLUSH: planning into the batch and answering from its
 //!   results), `lock` (byte-range LOCK), `pipe` (named pipes on IPC$: the
-//!   srvsvc pipe carrying DCE/RPC to `crate::dcerpc`), `oplock` (grants,
+//!   srvsvc and lsarpc pipes carrying DCE/RPC to `crate::dcerpc`), `oplock` (grants,
 //!   breaks routed as [`Event::Recall`], acks, parked CREATEs), `lease`,
 //!   `notify` (CHANGE_NOTIFY), `durable` (durable and resilient handles).
 //!
@@ -214,6 +214,12 @@ pub trait Directory {
     /// the machine SID (`duet_fs::acl::SidMap`). None: as stored (S-1-22).
     fn sid_map(&self) -> Option<std::sync::Arc<duet_fs::acl::SidMap>> {
         None
+    }
+    /// duet's users (name, uid, primary gid), ordered by uid: what the
+    /// LSA lookups of `\PIPE\lsarpc` name (`crate::dcerpc::lsarpc`).
+    /// None by default: every SID then shows by number.
+    fn users_by_uid(&self) -> Vec<crate::dcerpc::lsarpc::Account> {
+        Vec::new()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Named pipes on IPC$ (MS-SMB2 3.3.5.9 CREATE of a pipe, 3.3.5.12 READ,
 //! 3.3.5.13 WRITE, 3.3.5.15.x FSCTL_PIPE_TRANSCEIVE / FSCTL_PIPE_PEEK,
-//! 3.3.5.20 QUERY_INFO): the `srvsvc` pipe, whose bytes are DCE/RPC PDUs
-//! for [`crate::dcerpc`]. A pipe open lives next to the file opens, in
+//! 3.3.5.20 QUERY_INFO): the `srvsvc` and `lsarpc` pipes, whose bytes are
+//! DCE/RPC PDUs for [`crate::dcerpc`]. A pipe open lives next to the file opens, in
 //! `Connection::pipes`, under a volatile FileId of the same id space; no
 //! pipe command touches the engine, so each is answered while planning.
 
@@ -9,8 +9,9 @@ use super::conn::Connection;
 use super::plan::*;
 use super::state::*;
 use super::Directory;
+use crate::dcerpc::lsarpc::Lsarpc;
 use crate::dcerpc::srvsvc::{stype, ShareInfo, Srvsvc};
-use crate::dcerpc::Endpoint;
+use crate::dcerpc::{Endpoint, Service};
 use crate::smb2::close::{CloseRequest, CloseResponse};
 use crate::smb2::create::{create_action, CreateRequest, CreateResponse};
 use crate::smb2::fscc::info_class;
@@ -31,8 +32,9 @@ const PIPE_EMPTY: NtStatus = NtStatus(0xC000_00D9);
 /// FILE_ATTRIBUTE_NORMAL (MS-FSCC 2.6).
 const ATTRIBUTE_NORMAL: u32 = 0x80;
 
-/// The pipes duet serves (MS-SRVS 2.1: `\PIPE\srvsvc`).
-const PIPES: &[&str] = &["srvsvc"];
+/// The pipes duet serves (MS-SRVS 2.1: `\PIPE\srvsvc`; MS-LSAT 2.1:
+/// `\PIPE\lsarpc`).
+const PIPES: &[&str] = &["srvsvc", "lsarpc"];
 
 
 /// The srvsvc view of the shares a [`Directory`] has, plus IPC$.
@@ -61,6 +63,21 @@ fn srvsvc(server_name: &str, dir: &dyn Directory) -> Srvsvc {
 }
 
 impl Connection {
+    /// The service that answers on pipe `id` (None: no such pipe).
+    fn pipe_service(&self, id: u64, dir: &dyn Directory) -> Option<Box<dyn Service>> {
+        let p = self.pipes.get(&id)?;
+        Some(match p.kind {
+            "lsarpc" => Box::new(Lsarpc {
+                domain: self.cfg.server_name.to_uppercase(),
+                workgroup: self.cfg.domain.to_uppercase(),
+                map: dir.sid_map().map(|m| (*m).clone()).unwrap_or_default(),
+                accounts: dir.users_by_uid(),
+                caller_uid: self.sessions.get(&p.session_id).map(|s| s.cred.uid),
+            }),
+            _ => Box::new(srvsvc(&self.cfg.server_name, dir)),
+        })
+    }
+
     /// Plans `req` when it goes to a named pipe: a CREATE on an IPC$ tree,
     /// or a command whose FileId is a pipe open (or, related, the pipe the
     /// chain opened). None: not a pipe command.
@@ -163,6 +180,7 @@ impl Connection {
             PipeOpen {
                 session_id: hdr.session_id,
                 tree_id,
+                kind: known,
                 endpoint: Endpoint::new(&format!("\\PIPE\\{known}"), 0x5300 + (id as u32 & 0xFFFF)),
                 read_mode: 1,
                 completion_mode: 0,
@@ -227,11 +245,13 @@ impl Connection {
         if data.len() > self.cfg.max_write_size as usize {
             return done(NtStatus::INVALID_PARAMETER);
         }
-        let svc = srvsvc(&self.cfg.server_name, dir);
+        let Some(svc) = self.pipe_service(id, dir) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
         let Some(p) = self.pipes.get_mut(&id) else {
             return done(NtStatus::FILE_CLOSED);
         };
-        if !p.endpoint.write(data, &svc) {
+        if !p.endpoint.write(data, svc.as_ref()) {
             return done(NtStatus::INSUFFICIENT_RESOURCES);
         }
         ok(Response::Write(WriteResponse {
@@ -255,14 +275,16 @@ impl Connection {
         {
             return done(NtStatus::INVALID_PARAMETER);
         }
-        let svc = srvsvc(&self.cfg.server_name, dir);
+        let Some(svc) = self.pipe_service(id, dir) else {
+            return done(NtStatus::FILE_CLOSED);
+        };
         let Some(p) = self.pipes.get_mut(&id) else {
             return done(NtStatus::FILE_CLOSED);
         };
         let max = io.max_output_response as usize;
         let (output, left) = match io.ctl_code {
             ctl_code::FSCTL_PIPE_TRANSCEIVE => {
-                if !p.endpoint.write(io.input, &svc) {
+                if !p.endpoint.write(io.input, svc.as_ref()) {
                     return done(NtStatus::INSUFFICIENT_RESOURCES);
                 }
                 // A write that produced no PDU answers with no output.

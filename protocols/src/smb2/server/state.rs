@@ -230,6 +230,8 @@ pub struct DirState {
 pub(super) struct PipeOpen {
     pub session_id: u64,
     pub tree_id: u32,
+    /// Which pipe (one of `pipe::PIPES`): which service answers.
+    pub kind: &'static str,
     pub endpoint: Endpoint,
     /// FilePipeInformation (MS-FSCC 2.4.29): ReadMode, CompletionMode.
     pub read_mode: u32,

@@ -498,6 +498,30 @@ mod tests {
         out
     }
 
+    /// Delivers messages between `nodes` (ids 1..) until none is left (at
+    /// most `rounds` rounds); hands each node's committed entries with
+    /// data to `applied`.
+    fn pump(nodes: &mut [RaftNode], rounds: usize, mut applied: impl FnMut(usize, Vec<u8>)) {
+        for _ in 0..rounds {
+            let mut msgs = Vec::new();
+            for (i, n) in nodes.iter_mut().enumerate() {
+                for e in drive(n) {
+                    if !e.data.is_empty() {
+                        applied(i, e.data.to_vec());
+                    }
+                }
+                msgs.extend(n.take_messages());
+            }
+            if msgs.is_empty() {
+                break;
+            }
+            for m in msgs {
+                let to = m.to as usize - 1;
+                nodes[to].step(m).unwrap();
+            }
+        }
+    }
+
     #[test]
     fn single_voter_commits_after_persist() {
         let mut n = RaftNode::single(1, Recovered::default()).unwrap();
@@ -531,26 +555,7 @@ mod tests {
             .map(|&id| RaftNode::with_voters(id, &voters, Recovered::default()).unwrap().with_election_guards())
             .collect();
         let mut applied: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 3];
-        let pump = |nodes: &mut Vec<RaftNode>, applied: &mut Vec<Vec<Vec<u8>>>| {
-            for _ in 0..20 {
-                let mut msgs = Vec::new();
-                for (i, n) in nodes.iter_mut().enumerate() {
-                    for e in drive(n) {
-                        if !e.data.is_empty() {
-                            applied[i].push(e.data.to_vec());
-                        }
-                    }
-                    msgs.extend(n.take_messages());
-                }
-                if msgs.is_empty() {
-                    break;
-                }
-                for m in msgs {
-                    let to = m.to as usize - 1;
-                    nodes[to].step(m).unwrap();
-                }
-            }
-        };
+        let pump = |nodes: &mut Vec<RaftNode>, applied: &mut Vec<Vec<Vec<u8>>>| pump(nodes, 20, |i, d| applied[i].push(d));
         pump(&mut nodes, &mut applied);
         assert!(nodes.iter().all(|n| n.leader_id() == 0), "nobody campaigns before its timer");
         for _ in 0..30 {
@@ -589,22 +594,7 @@ mod tests {
         let voters = [1, 2, 3];
         let mut nodes: Vec<RaftNode> =
             voters.iter().map(|&id| RaftNode::member_bounded(id, &voters, Recovered::default(), 1).unwrap()).collect();
-        let pump = |nodes: &mut Vec<RaftNode>| {
-            for _ in 0..50 {
-                let mut msgs = Vec::new();
-                for n in nodes.iter_mut() {
-                    drive(n);
-                    msgs.extend(n.take_messages());
-                }
-                if msgs.is_empty() {
-                    break;
-                }
-                for m in msgs {
-                    let to = m.to as usize - 1;
-                    nodes[to].step(m).unwrap();
-                }
-            }
-        };
+        let pump = |nodes: &mut Vec<RaftNode>| pump(nodes, 50, |_, _| {});
         let mut ticks = 0;
         while !nodes.iter().any(|n| n.is_leader()) {
             for n in nodes.iter_mut() {

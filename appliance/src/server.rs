@@ -188,34 +188,9 @@ pub fn first_start_cluster(cfg: &Config, store: &StoreHandle) -> Result<(u64, Ve
     let mut orphan_since: Option<Instant> = None;
     let unexpected = || StartError::Other("unexpected answer from the store".into());
     loop {
-        // Done once the cluster's secrets are there (the last step); a
-        // cluster formed before the machine SID existed gets one from its
-        // leader.
+        // Done once the cluster's secrets are there (the last step).
         if let QueryAnswer::Secret(Some(_)) = store.query_blocking(Query::AdminSecret("nfs_handle_key".into()))? {
-            if let QueryAnswer::Secret(Some(_)) = store.query_blocking(Query::AdminSecret(MACHINE_SID.into()))? {
-                break;
-            }
-            let QueryAnswer::Raft(raft) = store.query_blocking(Query::RaftStatus)? else { return Err(unexpected()) };
-            if raft.leader {
-                let cmd = Command::Init {
-                    now_ns: admin::now_ns(),
-                    admin_secrets: vec![(MACHINE_SID.into(), secrets::random_machine_sid().into_bytes())],
-                    shares: vec![],
-                };
-                match store.command_blocking(cmd) {
-                    Ok(_) | Err(StoreError::NotLeader { .. } | StoreError::Superseded { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
-                continue;
-            }
-            if Instant::now() > deadline {
-                return Err(StartError::Other(format!(
-                    "start of a cluster node: no leader gave the cluster its machine SID within {} s",
-                    CLUSTER_JOIN_WAIT.as_secs()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
+            break;
         }
         let QueryAnswer::Bool(initialized) = store.query_blocking(Query::Initialized)? else { return Err(unexpected()) };
         let QueryAnswer::Raft(raft) = store.query_blocking(Query::RaftStatus)? else { return Err(unexpected()) };
@@ -283,6 +258,24 @@ pub fn first_start_cluster(cfg: &Config, store: &StoreHandle) -> Result<(u64, Ve
         QueryAnswer::Secret(Some(k)) => k,
         _ => return Err(StartError::Other("the cluster's metadata has no NFS handle key".into())),
     };
+    // A cluster formed before the machine SID existed gets one from the
+    // node that leads when it starts; the others do not wait for it (SMB
+    // shows Unix SIDs until the catalog sees one).
+    if let QueryAnswer::Secret(None) = store.query_blocking(Query::AdminSecret(MACHINE_SID.into()))? {
+        if let QueryAnswer::Raft(raft) = store.query_blocking(Query::RaftStatus)? {
+            if raft.leader {
+                let cmd = Command::Init {
+                    now_ns: admin::now_ns(),
+                    admin_secrets: vec![(MACHINE_SID.into(), secrets::random_machine_sid().into_bytes())],
+                    shares: vec![],
+                };
+                match store.command_blocking(cmd) {
+                    Ok(_) | Err(StoreError::NotLeader { .. } | StoreError::Superseded { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+    }
     let key = std::str::from_utf8(&key).ok().and_then(|h| u64::from_str_radix(h, 16).ok()).unwrap_or(0x6475_6574);
     // This node's API token.
     let tpath = token_path(&cfg.data_dir);

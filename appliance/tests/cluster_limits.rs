@@ -48,13 +48,15 @@ fn the_cluster_queue_bounds_are_keys_a_node_applies() {
     let follower = nodes.iter().find(|n| n.id != leader).unwrap();
     let host = format!("127.0.0.1{}:{port}", follower.id);
 
-    // Eight strangers: at most two fit beside the two peers.
+    // Eight strangers: at most two fit beside the two peers' connections
+    // (four if a peer happens to be reconnecting); with the default bound
+    // (64) all eight would be held for the handshake timeout.
     let started = Instant::now();
     let mut strangers: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(&host).unwrap()).collect();
     std::thread::sleep(Duration::from_secs(1));
     let closed = strangers.iter_mut().map(|s| closed_within(s, Duration::from_millis(50))).filter(|c| *c).count();
     assert!(started.elapsed() < Duration::from_secs(4), "checked before the 5 s handshake timeout");
-    assert!(closed >= 6, "{closed} of 8 connections past peer_connections = 4 were closed at once");
+    assert!(closed >= 4, "{closed} of 8 connections past peer_connections = 4 were closed at once");
     wait_log(follower, "the refusal", "[cluster] peer_connections", 1);
     drop(strangers);
 

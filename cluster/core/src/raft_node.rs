@@ -123,7 +123,7 @@ impl RaftNode {
     /// always taken): what a leader without a quorum holds is bounded.
     pub fn member_bounded(id: u64, voters: &[u64], rec: Recovered, uncommitted_max: u64) -> Result<Self, raft::Error> {
         let conf = ConfState::from((voters.to_vec(), vec![]));
-        Self::build_tuned(id, conf, rec, MEMBER_ELECTION_TICK, true, None, uncommitted_max)
+        Self::build_conf(id, conf, rec, MEMBER_ELECTION_TICK, true, None, uncommitted_max)
     }
 
     /// As [`RaftNode::member`] (pre-vote, check quorum), with the election
@@ -141,12 +141,12 @@ impl RaftNode {
     /// the store recorded when it last applied a membership change, which
     /// may be joint; this node need not be in it).
     pub fn member_conf(id: u64, conf: ConfState, rec: Recovered) -> Result<Self, raft::Error> {
-        Self::build_conf(id, conf, rec, MEMBER_ELECTION_TICK, true, None)
+        Self::build_conf(id, conf, rec, MEMBER_ELECTION_TICK, true, None, UNCOMMITTED_MAX)
     }
 
     /// [`RaftNode::member_conf`] with [`RaftNode::member_bounded`]'s bound.
     pub fn member_conf_bounded(id: u64, conf: ConfState, rec: Recovered, uncommitted_max: u64) -> Result<Self, raft::Error> {
-        Self::build_tuned(id, conf, rec, MEMBER_ELECTION_TICK, true, None, uncommitted_max)
+        Self::build_conf(id, conf, rec, MEMBER_ELECTION_TICK, true, None, uncommitted_max)
     }
 
     fn build(id: u64, voters: &[u64], rec: Recovered, election_tick: usize, guards: bool) -> Result<Self, raft::Error> {
@@ -161,21 +161,10 @@ impl RaftNode {
         guards: bool,
         fixed_timeout: Option<usize>,
     ) -> Result<Self, raft::Error> {
-        Self::build_conf(id, ConfState::from((voters.to_vec(), vec![])), rec, election_tick, guards, fixed_timeout)
+        Self::build_conf(id, ConfState::from((voters.to_vec(), vec![])), rec, election_tick, guards, fixed_timeout, UNCOMMITTED_MAX)
     }
 
     fn build_conf(
-        id: u64,
-        conf_state: ConfState,
-        rec: Recovered,
-        election_tick: usize,
-        guards: bool,
-        fixed_timeout: Option<usize>,
-    ) -> Result<Self, raft::Error> {
-        Self::build_tuned(id, conf_state, rec, election_tick, guards, fixed_timeout, UNCOMMITTED_MAX)
-    }
-
-    fn build_tuned(
         id: u64,
         conf_state: ConfState,
         rec: Recovered,

@@ -774,17 +774,21 @@ pub fn named(token: &Token, owner: Option<&Sid>, dacl: &Acl) -> u32 {
         .fold(0, |m, a| m | rights::map_generic(a.mask))
 }
 
-/// Whether `token` may remove a name, by the DACLs of the object it names
-/// and of its directory (each with its owner; None: the object has no
-/// DACL, or a NULL one): DELETE on the object or DELETE_CHILD on the
-/// directory allows it, even where the other refuses its bit (RFC 8881
-/// 6.2.1.3.2, the rule Windows applies, MS-FSA 2.1.5.1.2.1). `None` when
-/// neither DACL names its bit for this caller, allowed or denied: then the
-/// directory's add-file and search rights decide (RFC 8881 6.2.1.3.2's
-/// fallback, POSIX's write and execute on the directory).
-pub fn may_remove(token: &Token, object: Option<(&Sid, &Acl)>, dir: Option<(&Sid, &Acl)>) -> Option<bool> {
-    let by = |on: Option<(&Sid, &Acl)>, bit: u32| {
-        on.map(|(o, d)| (granted(token, Some(o), Some(d)) & bit != 0, named(token, Some(o), d) & bit != 0))
+/// Whether `token` may remove a name, by the kept security of the object
+/// it names and of its directory (each with its uid, the owner when no
+/// owner SID is kept; None, or no DACL or a NULL one: nothing said): DELETE
+/// on the object or DELETE_CHILD on the directory allows it, even where
+/// the other refuses its bit (RFC 8881 6.2.1.3.2, the rule Windows
+/// applies, MS-FSA 2.1.5.1.2.1). `None` when neither DACL names its bit
+/// for this caller, allowed or denied: then the directory's add-file and
+/// search rights decide (RFC 8881 6.2.1.3.2's fallback, POSIX's write and
+/// execute on the directory).
+pub fn may_remove(token: &Token, object: Option<(&Stored, u32)>, dir: Option<(&Stored, u32)>) -> Option<bool> {
+    let by = |on: Option<(&Stored, u32)>, bit: u32| {
+        let (s, uid) = on?;
+        let dacl = s.effective_dacl()?;
+        let owner = s.owner_or(uid);
+        Some((granted(token, Some(&owner), Some(dacl)) & bit != 0, named(token, Some(&owner), dacl) & bit != 0))
     };
     let obj = by(object, rights::DELETE);
     let parent = by(dir, rights::DELETE_CHILD);

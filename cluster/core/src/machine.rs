@@ -458,10 +458,8 @@ pub(crate) fn may_unlink<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cred: &duet_f
         let (Ok(ds), Ok(cs)) = (stored_sec(txn, dir), stored_sec(txn, child)) else {
             return false;
         };
-        let d_owner = ds.as_ref().map(|s| s.owner_or(dir.attrs.uid));
-        let c_owner = cs.as_ref().map(|s| s.owner_or(child.attrs.uid));
-        let d = d_owner.as_ref().zip(ds.as_ref().and_then(|s| s.effective_dacl()));
-        let c = c_owner.as_ref().zip(cs.as_ref().and_then(|s| s.effective_dacl()));
+        let d = ds.as_ref().map(|s| (s, dir.attrs.uid));
+        let c = cs.as_ref().map(|s| (s, child.attrs.uid));
         if let Some(v) = acl::may_remove(&token_of(cred), c, d) {
             return v;
         }

@@ -3751,10 +3751,8 @@ fn may_remove_name(
     if cred.uid != 0 {
         let (pattrs, psec) = parent_read(cp, results)?;
         let Ok(psec) = psec else { return Some(false) };
-        let p_owner = psec.as_ref().map(|s| s.owner_or(pattrs.uid));
-        let f_owner = file.map(|s| s.owner_or(file_uid));
-        let d = p_owner.as_ref().zip(psec.as_ref().and_then(|s| s.effective_dacl()));
-        let c = f_owner.as_ref().zip(file.and_then(|s| s.effective_dacl()));
+        let d = psec.as_ref().map(|s| (s, pattrs.uid));
+        let c = file.map(|s| (s, file_uid));
         if let Some(v) = may_remove(&Token::unix(cred.uid, cred.gid, &cred.groups), c, d) {
             return Some(v);
         }

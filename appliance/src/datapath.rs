@@ -1006,7 +1006,7 @@ impl DataPath {
             match &rec.op {
                 // Unshare changes no byte; a clone is at or before the
                 // barrier, so in the chunks already (skipped above).
-                DataOp::Unshare { .. } | DataOp::CloneFrom { .. } => {}
+                DataOp::Unshare { .. } | DataOp::CloneFrom { .. } | DataOp::Recompress => {}
                 DataOp::WriteInline { offset: o, data } => patch(&mut buf, offset, *o, data),
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
                     let Some((o, extent, l)) = rec.op.logged() else { continue };
@@ -1246,6 +1246,7 @@ impl DataPath {
                 DataOp::CloneFrom { src, share, copy } => {
                     self.clone_from(&mut open, rec.file, *src, share, copy).await?
                 }
+                DataOp::Recompress => {}
                 DataOp::Reclaim => {
                     open.retain(|(f, _), _| *f != rec.file);
                     for (f, idx) in self.chunks_of(rec.file) {

@@ -138,6 +138,12 @@ pub enum DataOp {
     /// chunks waits until it is destaged ([`DataOp::cross_file`]).
     /// (Appended: stored queue records keep decoding.)
     CloneFrom { src: NodeId, share: Vec<(u64, u64)>, copy: Vec<(u64, u64, u64)> },
+    /// The file's compression attribute changed (FSCTL_SET_COMPRESSION):
+    /// the destager rewrites each of its chunks in the format the file's
+    /// attribute asks for when the record is destaged (compressed or
+    /// plain). Content-preserving: applying it again changes no byte.
+    /// (Appended: stored queue records keep decoding.)
+    Recompress,
 }
 
 impl DataOp {

@@ -121,6 +121,7 @@ impl Disk {
                     pos += n;
                 }
             }
+            DataOp::Recompress => {}
             DataOp::Unshare { chunks } => {
                 for &i in chunks {
                     self.own(f, i);

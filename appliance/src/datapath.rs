@@ -15,7 +15,7 @@
 //! before committing) are never applied and their segment is deleted.
 
 use std::cell::{Cell, OnceCell, RefCell};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -32,6 +32,7 @@ use duet_cache::log::{AppendStep, Durable, LogCore, LogIoError, LogRecovery, Tic
 use duet_cache::{
     align_up, cut, decode_floor, encode_floor, encode_record, patch, ALIGN,
 };
+use duet_cache::chunkz;
 use duet_cache::replica::{FetchRange, Unclaimed};
 
 use crate::replica::Replica;
@@ -245,10 +246,63 @@ pub struct DataPath {
     /// Chunk files open for reading (with the read cache on), at most
     /// `READ_FILES_MAX`; dropped with the file's blocks, by the same rule.
     read_files: RefCell<HashMap<(NodeId, u64), Rc<DmaFile>>>,
+    /// Chunk files being opened for reads right now. glommio's
+    /// `DmaFile::open` looks the path up again after the open (statfs) and
+    /// panics if it is gone by then, so the destager removes no chunk name
+    /// while one is in flight ([`Self::quiesce_opens`]).
+    opening: Cell<u32>,
+}
+
+/// Counts one open in [`DataPath::opening`] while it lives.
+struct Opening<'a>(&'a Cell<u32>);
+
+impl<'a> Opening<'a> {
+    fn new(c: &'a Cell<u32>) -> Opening<'a> {
+        c.set(c.get() + 1);
+        Opening(c)
+    }
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 /// Chunk files kept open for reads.
 const READ_FILES_MAX: usize = 256;
+
+/// How one chunk is stored on this node (`duet_cache::chunkz`: the name
+/// says the format).
+enum Stored {
+    None,
+    Plain(PathBuf),
+    /// Compressed (`<file>.<index>.z`).
+    Z(PathBuf),
+}
+
+/// A chunk opened for a read.
+enum ReadSrc {
+    /// No chunk: a hole, or data not destaged yet (zeros).
+    None,
+    Plain(DmaFile),
+    /// A compressed chunk, decoded.
+    Z(Vec<u8>),
+}
+
+/// What one destage round changes, kept until its end: plain chunk files
+/// written in place (synced at the end), and chunks rewritten whole (the
+/// chunks of compressed files, and compressed chunks of any file), held as
+/// their bytes until [`DataPath::flush_edits`] writes each under a side
+/// name, syncs it and renames it over.
+#[derive(Default)]
+struct Round {
+    open: HashMap<(NodeId, u64), Rc<DmaFile>>,
+    edits: BTreeMap<(NodeId, u64), Vec<u8>>,
+    /// The round's files with FILE_ATTRIBUTE_COMPRESSED
+    /// (`Query::Compressed`, asked once at the round's start).
+    compressed: HashSet<NodeId>,
+}
 
 impl DataPath {
     /// Opens the write log and chunk store under `dir`, recovering the log.
@@ -262,14 +316,14 @@ impl DataPath {
         for i in 0..256 {
             let d = chunks.join(format!("{i:02x}"));
             std::fs::create_dir_all(&d).map_err(|e| io_err("cannot create", &d, e))?;
-            // Side names a clone or an unshare left when the process died
-            // (`<id>.<i>.lnk`, `.cow`): the record that made one is
+            // Side names a clone, an unshare or a whole-chunk rewrite left
+            // when the process died (`<id>.<i>.lnk`, `.cow`, `.new`): the record that made one is
             // replayed, and makes it again from the start, so none is
             // needed; a stale link would keep a shared chunk's bytes alive.
             for e in std::fs::read_dir(&d).map_err(|e| io_err("cannot list", &d, e))?.flatten() {
                 let name = e.file_name();
                 let name = name.to_string_lossy();
-                if name.ends_with(".lnk") || name.ends_with(".cow") {
+                if name.ends_with(".lnk") || name.ends_with(".cow") || name.ends_with(".new") {
                     let p = e.path();
                     std::fs::remove_file(&p).map_err(|e| io_err("cannot delete", &p, e))?;
                 }
@@ -328,6 +382,7 @@ impl DataPath {
             started: std::time::Instant::now(),
             read_cache: RefCell::new(duet_cache::read::ReadCache::new(0)),
             read_files: RefCell::new(HashMap::new()),
+            opening: Cell::new(0),
         });
         // Records still queued keep their log data alive.
         let mut after = 0;
@@ -691,23 +746,132 @@ impl DataPath {
         self.dir.join("chunks").join(format!("{:02x}", file % 256)).join(format!("{file}.{idx}"))
     }
 
-    /// Every chunk file present, as (file id, index), for fsck.
+    /// The name of chunk `idx` of `file` stored compressed.
+    fn z_path(&self, file: NodeId, idx: u64) -> PathBuf {
+        self.dir.join("chunks").join(format!("{:02x}", file % 256)).join(format!("{file}.{idx}{}", chunkz::SUFFIX))
+    }
+
+    /// How chunk `idx` of `file` is stored here. Where a crash left both
+    /// names, the compressed one is the chunk (see [`Self::flush_edits`]).
+    fn stored(&self, file: NodeId, idx: u64) -> Stored {
+        let z = self.z_path(file, idx);
+        if std::fs::symlink_metadata(&z).is_ok() {
+            return Stored::Z(z);
+        }
+        let p = self.chunk_path(file, idx);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            return Stored::Plain(p);
+        }
+        Stored::None
+    }
+
+    /// Removes both names of a chunk (each where present).
+    async fn remove_chunk(&self, file: NodeId, idx: u64) -> io::Result<()> {
+        self.quiesce_opens().await;
+        for p in [self.chunk_path(file, idx), self.z_path(file, idx)] {
+            if std::fs::symlink_metadata(&p).is_ok() {
+                std::fs::remove_file(&p).map_err(|e| io_err("cannot delete", &p, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// (file id, index) of a chunk file name: `<file>.<index>` (plain) or
+    /// `<file>.<index>.z` (compressed); side names are not chunks.
+    fn parse_chunk_name(name: &str) -> Option<(NodeId, u64)> {
+        let name = name.strip_suffix(chunkz::SUFFIX).unwrap_or(name);
+        let (f, x) = name.split_once('.')?;
+        Some((f.parse().ok()?, x.parse().ok()?))
+    }
+
+    /// Every chunk present, as (file id, index), for fsck.
     pub fn list_chunks(&self) -> Vec<(NodeId, u64)> {
-        let mut out = Vec::new();
+        let mut out = BTreeSet::new();
         for i in 0..256 {
             let d = self.dir.join("chunks").join(format!("{i:02x}"));
             let Ok(rd) = std::fs::read_dir(&d) else { continue };
             for e in rd.flatten() {
                 let name = e.file_name();
                 let Some(name) = name.to_str() else { continue };
-                if let Some((f, x)) = name.split_once('.') {
-                    if let (Ok(f), Ok(x)) = (f.parse(), x.parse()) {
-                        out.push((f, x));
-                    }
+                if let Some(c) = Self::parse_chunk_name(name) {
+                    out.insert(c);
                 }
             }
         }
-        out
+        out.into_iter().collect()
+    }
+
+    /// Opens a chunk file for reading (counted in [`Self::opening`]).
+    async fn open_chunk_file(&self, path: &Path) -> glommio::Result<DmaFile, ()> {
+        let _opening = Opening::new(&self.opening);
+        DmaFile::open(path).await
+    }
+
+    /// Waits until no chunk file is being opened for a read; the caller
+    /// then removes names without awaiting anything in between (one
+    /// executor: no open starts meanwhile).
+    async fn quiesce_opens(&self) {
+        while self.opening.get() > 0 {
+            glommio::timer::sleep(std::time::Duration::from_micros(200)).await;
+        }
+    }
+
+    /// The whole of a file as stored (O_DIRECT, like every chunk read).
+    async fn read_whole(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let f = self.open_chunk_file(path).await.map_err(|e| io_err("cannot open", path, e))?;
+        let size = f.file_size().await.map_err(|e| io_err("cannot stat", path, e))?;
+        // A large O_DIRECT read may come back short: read on to the end.
+        let mut r = Vec::with_capacity(size as usize);
+        while (r.len() as u64) < size {
+            let got = f.read_at(r.len() as u64, (size - r.len() as u64) as usize).await;
+            let got = got.map_err(|e| io_err("cannot read", path, e))?;
+            if got.is_empty() {
+                break;
+            }
+            r.extend_from_slice(&got);
+        }
+        let _ = f.close().await;
+        Ok(r)
+    }
+
+    /// Chunk `idx` of `file` for a read. The destager may rename a
+    /// rewritten chunk over its name or remove its other format's name
+    /// between the look and the open: a name gone by then is looked up
+    /// again (the chunk's other name holds the same or later bytes).
+    async fn open_for_read(&self, file: NodeId, idx: u64) -> io::Result<ReadSrc> {
+        let gone = |p: &Path| std::fs::symlink_metadata(p).is_err();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.stored(file, idx) {
+                Stored::None => return Ok(ReadSrc::None),
+                Stored::Plain(path) => {
+                    self.fault(FaultPoint::DataRead)?;
+                    match self.open_chunk_file(&path).await {
+                        Ok(f) => return Ok(ReadSrc::Plain(f)),
+                        Err(_) if tries < 5 && gone(&path) => continue,
+                        Err(e) => return Err(io_err("cannot open", &path, e)),
+                    }
+                }
+                Stored::Z(path) => match self.read_z(&path).await {
+                    Ok(d) => return Ok(ReadSrc::Z(d)),
+                    Err(_) if tries < 5 && gone(&path) => continue,
+                    Err(e) => return Err(e),
+                },
+            }
+        }
+    }
+
+    /// The bytes of a compressed chunk. One that does not decode is an
+    /// error (logged), never bytes: the read fails, the destager stops.
+    async fn read_z(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.fault(FaultPoint::DataRead)?;
+        let raw = self.read_whole(path).await?;
+        self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
+        chunkz::decode(&raw).map_err(|e| {
+            tracing::error!(path = %path.display(), "compressed chunk does not decode: {e}");
+            io::Error::new(io::ErrorKind::InvalidData, format!("compressed chunk {} is damaged: {e}", path.display()))
+        })
     }
 
     /// Bytes `[offset, offset+len)` of a file as the chunk store has them
@@ -731,16 +895,24 @@ impl DataPath {
                 pos += n;
                 continue;
             }
-            let path = self.chunk_path(file, idx);
             // A missing chunk reads as zeros (a hole, or data not destaged yet).
-            if path.exists() {
-                self.fault(FaultPoint::DataRead)?;
-                let f = DmaFile::open(&path).await.map_err(|e| io_err("cannot open", &path, e))?;
-                let r = f.read_at(co, n as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
-                out[at..at + r.len()].copy_from_slice(&r);
-                self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
-                reads += 1;
-                let _ = f.close().await;
+            match self.open_for_read(file, idx).await? {
+                ReadSrc::None => {}
+                ReadSrc::Plain(f) => {
+                    let r = f.read_at(co, n as usize).await.map_err(|e| io_err("cannot read", &self.chunk_path(file, idx), e))?;
+                    out[at..at + r.len()].copy_from_slice(&r);
+                    self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
+                    reads += 1;
+                    let _ = f.close().await;
+                }
+                ReadSrc::Z(d) => {
+                    // Past the chunk's logical end: zeros (as past a plain file's end).
+                    let have = d.len().saturating_sub(co as usize).min(n as usize);
+                    if have > 0 {
+                        out[at..at + have].copy_from_slice(&d[co as usize..co as usize + have]);
+                    }
+                    reads += 1;
+                }
             }
             pos += n;
         }
@@ -790,15 +962,35 @@ impl DataPath {
         let f = match cached_file {
             Some(f) => f,
             None => {
-                let path = self.chunk_path(file, idx);
-                if !path.exists() {
-                    // A hole, or data not destaged yet: zeros, and nothing kept.
-                    for &b in &missing {
-                        place(dst, b, &[]);
+                let f = match self.open_for_read(file, idx).await {
+                    Ok(ReadSrc::Plain(f)) => f,
+                    Ok(ReadSrc::None) => {
+                        // A hole, or data not destaged yet: zeros, and nothing kept.
+                        for &b in &missing {
+                            place(dst, b, &[]);
+                        }
+                        return Ok(0);
                     }
-                    return Ok(0);
-                }
-                let f = Rc::new(DmaFile::open(&path).await.map_err(|e| io_err("cannot open", &path, e))?);
+                    Err(e) => return Err(e),
+                    Ok(ReadSrc::Z(d)) => {
+                        // Decoded whole: every block of the chunk is kept
+                        // (the rest of the chunk is read ahead for free).
+                        let block = |b: u64| {
+                            let s = ((b * BLOCK) as usize).min(d.len());
+                            let e = (((b + 1) * BLOCK) as usize).min(d.len());
+                            &d[s..e]
+                        };
+                        for &b in &missing {
+                            place(dst, b, block(b));
+                        }
+                        let mut cache = self.read_cache.borrow_mut();
+                        for b in 0..(d.len() as u64).div_ceil(BLOCK) {
+                            cache.insert(ticket, (file, idx, b), block(b));
+                        }
+                        return Ok(1);
+                    }
+                };
+                let f = Rc::new(f);
                 // Kept only if the destager did not touch the file meanwhile
                 // (an unshare renames a new inode over the path).
                 if self.read_cache.borrow().still_valid(ticket, file) {
@@ -858,22 +1050,113 @@ impl DataPath {
         Ok(f)
     }
 
-    /// Writes `data` at `offset` of a file's chunks (read-modify-write of
-    /// partial blocks).
-    async fn write_chunks(
-        &self,
-        open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>,
-        file: NodeId,
-        offset: u64,
-        data: &[u8],
-    ) -> io::Result<()> {
+    /// Whether this round changes chunk `idx` of `file` by rewriting it
+    /// whole ([`Round::edits`]) rather than in place: a compressed file's
+    /// chunks, and a chunk stored compressed whatever its file.
+    fn rewrites(&self, round: &Round, file: NodeId, idx: u64) -> bool {
+        round.edits.contains_key(&(file, idx))
+            || round.compressed.contains(&file)
+            || std::fs::symlink_metadata(self.z_path(file, idx)).is_ok()
+    }
+
+    /// The bytes of chunk `idx` of `file` this round rewrites, read from
+    /// the chunk store the first time (empty where there is no chunk).
+    async fn edit<'r>(&self, round: &'r mut Round, file: NodeId, idx: u64) -> io::Result<&'r mut Vec<u8>> {
+        if !round.edits.contains_key(&(file, idx)) {
+            let bytes = match self.stored(file, idx) {
+                Stored::None => Vec::new(),
+                Stored::Z(path) => self.read_z(&path).await?,
+                Stored::Plain(path) => {
+                    // Written in place earlier in this round: those bytes
+                    // are in the file (O_DIRECT); the rewrite replaces it.
+                    round.open.remove(&(file, idx));
+                    self.fault(FaultPoint::DataRead)?;
+                    let b = self.read_whole(&path).await?;
+                    self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
+                    b
+                }
+            };
+            round.edits.insert((file, idx), bytes);
+        }
+        Ok(round.edits.get_mut(&(file, idx)).expect("inserted above"))
+    }
+
+    /// Writes each chunk this round rewrote ([`Round::edits`]): compressed
+    /// when its file is (and compression saves a block), plain otherwise;
+    /// under a side name (`.new`), synced, renamed over the chunk's name
+    /// for that format, and the other format's name removed. A crash
+    /// between the rename and the removal leaves both names: readers take
+    /// the compressed one, and the round (not yet recorded as destaged) is
+    /// replayed over it, which writes the chunk again and removes the
+    /// other. The directories are synced by the caller before the round is
+    /// recorded.
+    async fn flush_edits(&self, round: &mut Round) -> io::Result<BTreeSet<NodeId>> {
+        let mut files = BTreeSet::new();
+        for ((file, idx), data) in std::mem::take(&mut round.edits) {
+            files.insert(file);
+            let z = if round.compressed.contains(&file) { chunkz::encode(&data) } else { None };
+            let (bytes, path, other) = match z {
+                Some(z) => (z, self.z_path(file, idx), self.chunk_path(file, idx)),
+                None => {
+                    let mut d = data;
+                    d.resize(align_up(d.len() as u64) as usize, 0);
+                    (d, self.chunk_path(file, idx), self.z_path(file, idx))
+                }
+            };
+            let side = self.side_path(file, idx, "new");
+            let _ = std::fs::remove_file(&side);
+            self.fault(FaultPoint::ChunkWrite)?;
+            let f = OpenOptions::new().write(true).create(true).truncate(true).dma_open(&side).await
+                .map_err(|e| io_err("cannot create", &side, e))?;
+            // An O_DIRECT write may be short: write on until all is out.
+            let mut done = 0usize;
+            while done < bytes.len() {
+                let mut buf = f.alloc_dma_buffer(bytes.len() - done);
+                buf.as_bytes_mut().copy_from_slice(&bytes[done..]);
+                let n = f.write_at(buf, done as u64).await.map_err(|e| io::Error::other(format!("chunk write: {e}")))?;
+                if n == 0 || n % ALIGN as usize != 0 && done + n < bytes.len() {
+                    return Err(io::Error::other(format!("chunk write: {n} of {} bytes written to {}", bytes.len() - done, side.display())));
+                }
+                done += n;
+            }
+            self.fault(FaultPoint::ChunkSync)?;
+            f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
+            let _ = f.close().await;
+            self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
+            self.counters.chunk_fsyncs.fetch_add(1, Ordering::Relaxed);
+            self.quiesce_opens().await;
+            std::fs::rename(&side, &path).map_err(|e| io_err("cannot rename", &side, e))?;
+            if std::fs::symlink_metadata(&other).is_ok() {
+                std::fs::remove_file(&other).map_err(|e| io_err("cannot delete", &other, e))?;
+            }
+        }
+        Ok(files)
+    }
+
+    /// Writes `data` at `offset` of a file's chunks: in place
+    /// (read-modify-write of partial blocks), or into the round's copy of
+    /// a chunk it rewrites whole.
+    async fn write_chunks(&self, round: &mut Round, file: NodeId, offset: u64, data: &[u8]) -> io::Result<()> {
         let mut pos = offset;
         let end = offset + data.len() as u64;
         while pos < end {
             let idx = pos / CHUNK_SIZE;
             let co = pos % CHUNK_SIZE;
             let n = (CHUNK_SIZE - co).min(end - pos);
-            let f = self.open_chunk(open, file, idx).await?;
+            let src = (pos - offset) as usize;
+            if self.rewrites(round, file, idx) {
+                let e = self.edit(round, file, idx).await?;
+                // As long as the plain file would be: to the end of the
+                // last block written.
+                let need = (align_up(co + n).min(CHUNK_SIZE)) as usize;
+                if e.len() < need {
+                    e.resize(need, 0);
+                }
+                e[co as usize..(co + n) as usize].copy_from_slice(&data[src..src + n as usize]);
+                pos += n;
+                continue;
+            }
+            let f = self.open_chunk(&mut round.open, file, idx).await?;
             let a0 = co / ALIGN * ALIGN;
             let a1 = align_up(co + n);
             let mut buf = f.alloc_dma_buffer((a1 - a0) as usize);
@@ -889,12 +1172,17 @@ impl DataPath {
                         b[..m].copy_from_slice(&old[..m]);
                     }
                 }
-                let src = (pos - offset) as usize;
                 let at = (co - a0) as usize;
                 b[at..at + n as usize].copy_from_slice(&data[src..src + n as usize]);
             }
             self.fault(FaultPoint::ChunkWrite)?;
-            f.write_at(buf, a0).await.map_err(|e| io::Error::other(format!("chunk write: {e}")))?;
+            let want = (a1 - a0) as usize;
+            let wrote = f.write_at(buf, a0).await.map_err(|e| io::Error::other(format!("chunk write: {e}")))?;
+            if wrote != want {
+                // Never seen for these sizes; a short write must not be
+                // taken for a whole one (the round fails and is retried).
+                return Err(io::Error::other(format!("chunk write: {wrote} of {want} bytes written")));
+            }
             self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
             pos += n;
         }
@@ -902,20 +1190,29 @@ impl DataPath {
     }
 
     /// Applies a truncation to `size` to a file's chunks.
-    async fn truncate_chunks(&self, open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>, file: NodeId, size: u64) -> io::Result<()> {
+    async fn truncate_chunks(&self, round: &mut Round, file: NodeId, size: u64) -> io::Result<()> {
         let keep = size.div_ceil(CHUNK_SIZE);
         for (f, idx) in self.chunks_of(file) {
             if idx >= keep {
-                open.remove(&(f, idx));
-                let p = self.chunk_path(f, idx);
-                std::fs::remove_file(&p).map_err(|e| io_err("cannot delete", &p, e))?;
+                round.open.remove(&(f, idx));
+                self.remove_chunk(f, idx).await?;
             }
         }
+        round.edits.retain(|&(f, idx), _| f != file || idx < keep);
         let co = size % CHUNK_SIZE;
         if co != 0 {
             let idx = size / CHUNK_SIZE;
-            if std::fs::metadata(self.chunk_path(file, idx)).is_ok() {
-                let f = self.open_chunk(open, file, idx).await?;
+            if round.edits.contains_key(&(file, idx)) || !matches!(self.stored(file, idx), Stored::None) {
+                if self.rewrites(round, file, idx) {
+                    let e = self.edit(round, file, idx).await?;
+                    if e.len() as u64 > co {
+                        // Zero the tail of the last block, then cut.
+                        e.truncate(co as usize);
+                        e.resize(align_up(co) as usize, 0);
+                    }
+                    return Ok(());
+                }
+                let f = self.open_chunk(&mut round.open, file, idx).await?;
                 let cur = f.file_size().await.map_err(ge)?;
                 if cur > co {
                     // Zero the tail of the last block, then cut the file.
@@ -938,31 +1235,24 @@ impl DataPath {
     /// Zeros `[offset, offset+len)` of a file's chunks: chunks wholly
     /// inside the range are deleted (holes read as zeros), the partial
     /// ones at its ends are overwritten with zeros.
-    async fn zero_chunks(
-        &self,
-        open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>,
-        file: NodeId,
-        offset: u64,
-        len: u64,
-    ) -> io::Result<()> {
+    async fn zero_chunks(&self, round: &mut Round, file: NodeId, offset: u64, len: u64) -> io::Result<()> {
         let end = offset.saturating_add(len);
         let mut pos = offset;
         while pos < end {
             let idx = pos / CHUNK_SIZE;
             let co = pos % CHUNK_SIZE;
             let n = (CHUNK_SIZE - co).min(end - pos);
-            let path = self.chunk_path(file, idx);
-            if std::fs::metadata(&path).is_ok() {
+            let pending = round.edits.contains_key(&(file, idx));
+            if pending || !matches!(self.stored(file, idx), Stored::None) {
                 if n == CHUNK_SIZE {
-                    open.remove(&(file, idx));
-                    std::fs::remove_file(&path).map_err(|e| io_err("cannot delete", &path, e))?;
+                    round.open.remove(&(file, idx));
+                    round.edits.remove(&(file, idx));
+                    self.remove_chunk(file, idx).await?;
                     // The removal must be durable before `Destaged` drops the
                     // record, or a crash could bring the old bytes back.
-                    if let Some(dir) = path.parent() {
-                        std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err("cannot sync", dir, e))?;
-                    }
+                    self.sync_chunk_dir(file)?;
                 } else {
-                    self.write_chunks(open, file, pos, &vec![0u8; n as usize]).await?;
+                    self.write_chunks(round, file, pos, &vec![0u8; n as usize]).await?;
                 }
             }
             pos += n;
@@ -970,17 +1260,16 @@ impl DataPath {
         Ok(())
     }
 
+    /// Every chunk of `file` present here (either format), by index.
     fn chunks_of(&self, file: NodeId) -> Vec<(NodeId, u64)> {
         let d = self.dir.join("chunks").join(format!("{:02x}", file % 256));
-        let prefix = format!("{file}.");
         let Ok(rd) = std::fs::read_dir(&d) else { return Vec::new() };
-        rd.flatten()
-            .filter_map(|e| {
-                let name = e.file_name().into_string().ok()?;
-                let idx = name.strip_prefix(&prefix)?.parse().ok()?;
-                Some((file, idx))
-            })
-            .collect()
+        let found: BTreeSet<(NodeId, u64)> = rd
+            .flatten()
+            .filter_map(|e| Self::parse_chunk_name(&e.file_name().into_string().ok()?))
+            .filter(|&(f, _)| f == file)
+            .collect();
+        found.into_iter().collect()
     }
 
     /// Fills in a read whose data is in chunks: the chunk store's bytes with
@@ -1083,14 +1372,19 @@ impl DataPath {
     /// a copy, synced, renamed over the path. Content-preserving, so a
     /// replay after a crash changes nothing (a half-made copy under the
     /// side name is made again).
-    async fn unshare_chunk(&self, open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>, file: NodeId, idx: u64) -> io::Result<()> {
+    /// A chunk this round rewrites whole, or stored compressed, is never
+    /// changed in place (its rewrite is a new inode): nothing to do.
+    async fn unshare_chunk(&self, round: &mut Round, file: NodeId, idx: u64) -> io::Result<()> {
         use std::os::unix::fs::MetadataExt;
-        let path = self.chunk_path(file, idx);
+        if round.edits.contains_key(&(file, idx)) {
+            return Ok(());
+        }
+        let Stored::Plain(path) = self.stored(file, idx) else { return Ok(()) };
         let Ok(meta) = std::fs::metadata(&path) else { return Ok(()) };
         if meta.nlink() <= 1 {
             return Ok(());
         }
-        if let Some(f) = open.remove(&(file, idx)) {
+        if let Some(f) = round.open.remove(&(file, idx)) {
             f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
         }
         self.fault(FaultPoint::ChunkWrite)?;
@@ -1111,7 +1405,7 @@ impl DataPath {
     /// source's chunks hold exactly the records before it, also on a replay.
     async fn clone_from(
         &self,
-        open: &mut HashMap<(NodeId, u64), Rc<DmaFile>>,
+        round: &mut Round,
         file: NodeId,
         src: NodeId,
         share: &[(u64, u64)],
@@ -1121,24 +1415,32 @@ impl DataPath {
         for &(so, _, n) in copy {
             bytes.push(self.read_chunks(src, so, n).await?.0);
         }
+        // A shared chunk keeps its format (the link is the same inode);
+        // `.z` of the link says which name it takes.
         let mut links = Vec::with_capacity(share.len());
         for &(i, j) in share {
-            let from = self.chunk_path(src, i);
+            let (from, z) = match self.stored(src, i) {
+                Stored::None => {
+                    links.push(None);
+                    continue;
+                }
+                Stored::Plain(p) => (p, false),
+                Stored::Z(p) => (p, true),
+            };
             let side = self.side_path(file, j, "lnk");
             let _ = std::fs::remove_file(&side);
-            if std::fs::metadata(&from).is_ok() {
-                self.fault(FaultPoint::ChunkWrite)?;
-                std::fs::hard_link(&from, &side).map_err(|e| io_err("cannot link", &from, e))?;
-                links.push(Some(side));
-            } else {
-                links.push(None);
-            }
+            self.fault(FaultPoint::ChunkWrite)?;
+            std::fs::hard_link(&from, &side).map_err(|e| io_err("cannot link", &from, e))?;
+            links.push(Some((side, z)));
         }
         for (&(_, j), side) in share.iter().zip(links) {
-            open.remove(&(file, j));
-            let to = self.chunk_path(file, j);
+            round.open.remove(&(file, j));
+            round.edits.remove(&(file, j));
+            let (plain, zname) = (self.chunk_path(file, j), self.z_path(file, j));
             match side {
-                Some(side) => {
+                Some((side, z)) => {
+                    let (to, other) = if z { (zname, plain) } else { (plain, zname) };
+                    self.quiesce_opens().await;
                     std::fs::rename(&side, &to).map_err(|e| io_err("cannot rename", &side, e))?;
                     // On a replay the destination may be that inode already:
                     // rename(2) then leaves both names, and the side one
@@ -1146,12 +1448,11 @@ impl DataPath {
                     if std::fs::symlink_metadata(&side).is_ok() {
                         std::fs::remove_file(&side).map_err(|e| io_err("cannot delete", &side, e))?;
                     }
-                }
-                None => {
-                    if std::fs::metadata(&to).is_ok() {
-                        std::fs::remove_file(&to).map_err(|e| io_err("cannot delete", &to, e))?;
+                    if std::fs::symlink_metadata(&other).is_ok() {
+                        std::fs::remove_file(&other).map_err(|e| io_err("cannot delete", &other, e))?;
                     }
                 }
+                None => self.remove_chunk(file, j).await?,
             }
         }
         for (&(_, at, n), b) in copy.iter().zip(bytes) {
@@ -1159,9 +1460,9 @@ impl DataPath {
                 continue;
             }
             for idx in at / CHUNK_SIZE..=(at + n - 1) / CHUNK_SIZE {
-                self.unshare_chunk(open, file, idx).await?;
+                self.unshare_chunk(round, file, idx).await?;
             }
-            self.write_chunks(open, file, at, &b).await?;
+            self.write_chunks(round, file, at, &b).await?;
         }
         self.sync_chunk_dir(file)
     }
@@ -1194,7 +1495,18 @@ impl DataPath {
             None => {}
         }
         let Some(upto) = recs.last().map(|(d, _)| *d) else { return Ok(0) };
-        let mut open: HashMap<(NodeId, u64), Rc<DmaFile>> = HashMap::new();
+        let mut round = Round::default();
+        // Which of the round's files are compressed now: their chunks are
+        // written compressed (what a file's attribute says when its
+        // records are destaged; `Recompress` converts the rest).
+        let files: BTreeSet<NodeId> =
+            recs.iter().filter(|(_, r)| !matches!(r.op, DataOp::Reclaim)).map(|(_, r)| r.file).collect();
+        if !files.is_empty() {
+            match store.query(Query::Compressed(files.into_iter().collect())).await.map_err(ge)? {
+                QueryAnswer::Nodes(ids) => round.compressed = ids.into_iter().collect(),
+                _ => return Err(io::Error::other("the store answered Compressed with something else")),
+            }
+        }
         let mut reclaimed = Vec::new();
         let mut extents = Vec::new();
         let mut touched = BTreeSet::new();
@@ -1202,7 +1514,7 @@ impl DataPath {
             touched.insert(rec.file);
             self.forget_cached(rec.file);
             match &rec.op {
-                DataOp::WriteInline { offset, data } => self.write_chunks(&mut open, rec.file, *offset, data).await?,
+                DataOp::WriteInline { offset, data } => self.write_chunks(&mut round, rec.file, *offset, data).await?,
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
                     let Some((offset, extent, len)) = rec.op.logged() else { continue };
                     let mut found = self.log_read(extent, 0, len).await?;
@@ -1224,7 +1536,7 @@ impl DataPath {
                         found = self.log_read(extent, 0, len).await?;
                     }
                     match found {
-                        Some(d) => self.write_chunks(&mut open, rec.file, offset, &d).await?,
+                        Some(d) => self.write_chunks(&mut round, rec.file, offset, &d).await?,
                         None => tracing::error!(
                             dseq,
                             origin = extent.origin,
@@ -1235,29 +1547,42 @@ impl DataPath {
                     }
                     extents.push(extent);
                 }
-                DataOp::Truncate { size } => self.truncate_chunks(&mut open, rec.file, *size).await?,
-                DataOp::Zero { offset, len } => self.zero_chunks(&mut open, rec.file, *offset, *len).await?,
+                DataOp::Truncate { size } => self.truncate_chunks(&mut round, rec.file, *size).await?,
+                DataOp::Zero { offset, len } => self.zero_chunks(&mut round, rec.file, *offset, *len).await?,
                 DataOp::Unshare { chunks } => {
                     for &idx in chunks {
-                        self.unshare_chunk(&mut open, rec.file, idx).await?;
+                        self.unshare_chunk(&mut round, rec.file, idx).await?;
                     }
                     self.sync_chunk_dir(rec.file)?;
                 }
                 DataOp::CloneFrom { src, share, copy } => {
-                    self.clone_from(&mut open, rec.file, *src, share, copy).await?
+                    self.clone_from(&mut round, rec.file, *src, share, copy).await?
                 }
-                DataOp::Recompress => {}
-                DataOp::Reclaim => {
-                    open.retain(|(f, _), _| *f != rec.file);
+                DataOp::Recompress => {
+                    // Every chunk not in the format the file's attribute
+                    // asks for is rewritten (content-preserving).
+                    let want_z = round.compressed.contains(&rec.file);
                     for (f, idx) in self.chunks_of(rec.file) {
-                        let p = self.chunk_path(f, idx);
-                        std::fs::remove_file(&p).map_err(|e| io_err("cannot delete", &p, e))?;
+                        let is_z = matches!(self.stored(f, idx), Stored::Z(_));
+                        if is_z != want_z {
+                            self.edit(&mut round, f, idx).await?;
+                        }
+                    }
+                }
+                DataOp::Reclaim => {
+                    round.open.retain(|(f, _), _| *f != rec.file);
+                    round.edits.retain(|(f, _), _| *f != rec.file);
+                    for (f, idx) in self.chunks_of(rec.file) {
+                        self.remove_chunk(f, idx).await?;
                     }
                     reclaimed.push(rec.file);
                 }
             }
         }
-        for (_, f) in open.drain() {
+        for file in self.flush_edits(&mut round).await? {
+            self.sync_chunk_dir(file)?;
+        }
+        for (_, f) in round.open.drain() {
             self.fault(FaultPoint::ChunkSync)?;
             f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
             self.counters.chunk_fsyncs.fetch_add(1, Ordering::Relaxed);

@@ -4205,6 +4205,173 @@ fn set_sparse_is_stored_reported_and_guards_dup_extents() {
     assert_eq!(rd.data, &want[..]);
 }
 
+/// FSCTL_GET_COMPRESSION / FSCTL_SET_COMPRESSION (MS-FSCC 2.3.22, 2.3.67;
+/// MS-FSA 2.1.5.10.7, 2.1.5.10.36): the volume advertises
+/// FILE_FILE_COMPRESSION; the state is FILE_ATTRIBUTE_COMPRESSED (0x800),
+/// reported as LZNT1 by GET and FileCompressionInformation (2.4.9); SET of
+/// NONE clears, DEFAULT and LZNT1 set, anything else or a short buffer is
+/// STATUS_INVALID_PARAMETER; GET needs no right, SET needs FILE_WRITE_DATA;
+/// attribute writes and CREATE's FileAttributes never change it; new files
+/// and directories inherit a directory's bit unless FILE_NO_COMPRESSION.
+#[test]
+fn compression_is_stored_reported_and_inherited() {
+    const COMPRESSED: u32 = 0x800;
+    const SYNCHRONIZE: u32 = 0x0010_0000;
+    const WRITE_ATTRIBUTES: u32 = 0x100;
+    let mut c = Client::connected();
+    let ioctl = |code: u32, fid: FileId, input: &[u8], max_out: u32| -> Request<'static> {
+        Request::Ioctl(IoctlRequest {
+            ctl_code: code,
+            file_id: fid,
+            input: Box::leak(input.to_vec().into_boxed_slice()),
+            max_input_response: 0,
+            output: &[],
+            max_output_response: max_out,
+            flags: IoctlRequest::IS_FSCTL,
+        })
+    };
+    let set = |c: &mut Client, fid: FileId, input: &[u8]| c.one(ioctl(ctl_code::FSCTL_SET_COMPRESSION, fid, input, 0)).status();
+    let get = |c: &mut Client, fid: FileId| -> Result<u16, NtStatus> {
+        let r = c.one(ioctl(ctl_code::FSCTL_GET_COMPRESSION, fid, &[], 2));
+        match r.body() {
+            Response::Ioctl(io) if r.status() == NtStatus::SUCCESS => {
+                assert_eq!(io.output.len(), 2);
+                Ok(u16::from_le_bytes([io.output[0], io.output[1]]))
+            }
+            _ => Err(r.status()),
+        }
+    };
+    let query = |c: &mut Client, fid: FileId, it: u8, class: u8| -> Vec<u8> {
+        let r = c.one(Request::QueryInfo(QueryInfoRequest {
+            info_type: it,
+            file_info_class: class,
+            output_buffer_length: 4096,
+            input_buffer: &[],
+            additional_information: 0,
+            flags: 0,
+            file_id: fid,
+        }));
+        assert_eq!(r.status(), NtStatus::SUCCESS);
+        let Response::QueryInfo(q) = r.body() else { panic!() };
+        q.output_buffer.to_vec()
+    };
+    let attrs = |c: &mut Client, fid: FileId| {
+        fscc::FileBasicInformation::decode(&query(c, fid, info_type::FILE, fscc::info_class::BASIC))
+            .unwrap()
+            .file_attributes
+    };
+    let set_attrs = |c: &mut Client, fid: FileId, a: u32| {
+        let mut binfo = Vec::new();
+        fscc::FileBasicInformation { file_attributes: a, ..Default::default() }.encode(&mut binfo);
+        let r = c.one(Request::SetInfo(SetInfoRequest {
+            info_type: info_type::FILE,
+            file_info_class: fscc::info_class::BASIC,
+            buffer: &binfo,
+            additional_information: 0,
+            file_id: fid,
+        }));
+        assert_eq!(r.status(), NtStatus::SUCCESS);
+    };
+    let f = open_fid(&mut c, "cf", create_disposition::OPEN_IF, RW).unwrap();
+    let fsa = query(&mut c, f, info_type::FILESYSTEM, fscc::fs_info_class::ATTRIBUTE);
+    let fsa = fscc::FileFsAttributeInformation::decode(&fsa).unwrap();
+    assert_ne!(fsa.file_system_attributes & 0x10, 0, "FILE_FILE_COMPRESSION");
+    assert_eq!(get(&mut c, f), Ok(0));
+    assert_eq!(attrs(&mut c, f) & COMPRESSED, 0);
+    // Bad formats and short buffers change nothing.
+    assert_eq!(set(&mut c, f, &[0x42, 0]), NtStatus::INVALID_PARAMETER);
+    assert_eq!(set(&mut c, f, &[1]), NtStatus::INVALID_PARAMETER);
+    assert_eq!(set(&mut c, f, &[]), NtStatus::INVALID_PARAMETER);
+    assert_eq!(get(&mut c, f), Ok(0));
+    let r = c.one(ioctl(ctl_code::FSCTL_GET_COMPRESSION, f, &[], 0));
+    assert_eq!(r.status(), NtStatus::INVALID_PARAMETER, "no room for the output");
+    // DEFAULT sets; GET answers LZNT1; the attribute and
+    // FileCompressionInformation say so.
+    assert_eq!(set(&mut c, f, &[1, 0]), NtStatus::SUCCESS);
+    assert_eq!(get(&mut c, f), Ok(2));
+    assert_ne!(attrs(&mut c, f) & COMPRESSED, 0);
+    let ci = query(&mut c, f, info_type::FILE, fscc::info_class::COMPRESSION);
+    assert_eq!(ci.len(), 16);
+    assert_eq!(u16::from_le_bytes([ci[8], ci[9]]), 2, "CompressionFormat LZNT1");
+    // An attribute write keeps it; NONE clears it (HIDDEN kept); LZNT1 sets.
+    set_attrs(&mut c, f, 0x2);
+    assert_eq!(attrs(&mut c, f) & (COMPRESSED | 0x2), COMPRESSED | 0x2);
+    assert_eq!(set(&mut c, f, &[0, 0]), NtStatus::SUCCESS);
+    assert_eq!(get(&mut c, f), Ok(0));
+    assert_eq!(attrs(&mut c, f) & (COMPRESSED | 0x2), 0x2);
+    let ci = query(&mut c, f, info_type::FILE, fscc::info_class::COMPRESSION);
+    assert_eq!(u16::from_le_bytes([ci[8], ci[9]]), 0);
+    // An attribute write cannot set it.
+    set_attrs(&mut c, f, COMPRESSED | 0x20);
+    assert_eq!(attrs(&mut c, f) & COMPRESSED, 0);
+    assert_eq!(set(&mut c, f, &[2, 0, 9, 9]), NtStatus::SUCCESS, "bytes past the USHORT ignored");
+    assert_eq!(get(&mut c, f), Ok(2));
+    // GET on a handle with no right but SYNCHRONIZE; SET needs
+    // FILE_WRITE_DATA (FILE_WRITE_ATTRIBUTES is not enough).
+    let s = open_fid(&mut c, "cf", create_disposition::OPEN, SYNCHRONIZE).unwrap();
+    assert_eq!(get(&mut c, s), Ok(2));
+    assert_eq!(set(&mut c, s, &[0, 0]), NtStatus::ACCESS_DENIED);
+    let w = open_fid(&mut c, "cf", create_disposition::OPEN, SYNCHRONIZE | WRITE_ATTRIBUTES).unwrap();
+    assert_eq!(set(&mut c, w, &[0, 0]), NtStatus::ACCESS_DENIED);
+    assert_eq!(get(&mut c, f), Ok(2));
+    // CREATE's FileAttributes never give it.
+    let mut rq = create("cattr", create_disposition::CREATE, 0, RW);
+    rq.file_attributes = 0x80 | COMPRESSED;
+    let r = c.one(Request::Create(rq));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    assert_eq!(cr.file_attributes & COMPRESSED, 0);
+    assert_eq!(get(&mut c, cr.file_id), Ok(0));
+    // A directory: set, then what is created in it inherits, unless
+    // FILE_NO_COMPRESSION.
+    let r = c.one(Request::Create(create("cdir", create_disposition::CREATE, create_options::DIRECTORY_FILE, RW)));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    let d = cr.file_id;
+    assert_eq!(get(&mut c, d), Ok(0));
+    assert_eq!(set(&mut c, d, &[2, 0]), NtStatus::SUCCESS);
+    assert_eq!(get(&mut c, d), Ok(2));
+    assert_ne!(attrs(&mut c, d) & COMPRESSED, 0);
+    let a = open_fid(&mut c, "cdir\\a", create_disposition::CREATE, RW).unwrap();
+    assert_eq!(get(&mut c, a), Ok(2), "inherited by a file");
+    let r = c.one(Request::Create(create("cdir\\sub", create_disposition::CREATE, create_options::DIRECTORY_FILE, RW)));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    assert_ne!(cr.file_attributes & COMPRESSED, 0, "inherited by a directory, reported by CREATE");
+    let r = c.one(Request::Create(create("cdir\\n", create_disposition::CREATE, create_options::NO_COMPRESSION, RW)));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    assert_eq!(get(&mut c, cr.file_id), Ok(0), "FILE_NO_COMPRESSION file");
+    let r = c.one(Request::Create(create(
+        "cdir\\nd",
+        create_disposition::CREATE,
+        create_options::NO_COMPRESSION | create_options::DIRECTORY_FILE,
+        RW,
+    )));
+    let Response::Create(cr) = r.body() else { panic!("{:?}", r.status()) };
+    assert_eq!(get(&mut c, cr.file_id), Ok(0), "FILE_NO_COMPRESSION directory");
+    // Clearing the directory's bit keeps the children's.
+    assert_eq!(set(&mut c, d, &[0, 0]), NtStatus::SUCCESS);
+    assert_eq!(get(&mut c, a), Ok(2));
+    let b = open_fid(&mut c, "cdir\\b", create_disposition::CREATE, RW).unwrap();
+    assert_eq!(get(&mut c, b), Ok(0));
+    // A compressed file's data reads back as written, through a change of
+    // the bit (inline data: this back end has no chunk store).
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7 % 251) as u8).collect();
+    assert_eq!(write_at(&mut c, a, 0, &data), NtStatus::SUCCESS);
+    assert_eq!(set(&mut c, a, &[0, 0]), NtStatus::SUCCESS);
+    assert_eq!(set(&mut c, a, &[1, 0]), NtStatus::SUCCESS);
+    let r = c.one(Request::Read(ReadRequest {
+        padding: 0x50,
+        flags: 0,
+        length: data.len() as u32,
+        offset: 0,
+        file_id: a,
+        minimum_count: 0,
+        channel: 0,
+        remaining_bytes: 0,
+        read_channel_info: &[],
+    }));
+    let Response::Read(rr) = r.body() else { panic!("{:?}", r.status()) };
+    assert_eq!(rr.data, &data[..]);
+}
+
 /// QUERY_INFO FileStreamInformation of `name`: each entry's name and size.
 fn streams_of(c: &mut Client, name: &str) -> Vec<(String, u64)> {
     let r = c.call(vec![

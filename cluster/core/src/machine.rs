@@ -1194,6 +1194,14 @@ fn create<R: KvRead + ?Sized>(
     if let Some(a) = set.dos_attrs {
         attrs.dos_attrs = duet_fs::dos::apply(0, a);
     }
+    // A new file or directory inherits FILE_ATTRIBUTE_COMPRESSED from its
+    // directory unless the creator asked not to (MS-FSA 2.1.5.1.2.1,
+    // FILE_NO_COMPRESSION as `dos::NO_COMPRESSION`).
+    if matches!(ftype, FileType::Regular | FileType::Directory)
+        && duet_fs::dos::inherits_compression(d.attrs.dos_attrs, set.dos_attrs)
+    {
+        attrs.dos_attrs |= duet_fs::dos::COMPRESSED;
+    }
     if let Some(t) = set.btime {
         attrs.btime = t;
     }
@@ -1330,7 +1338,18 @@ fn setattr<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, obj: Obj
         n.attrs.gid = g;
     }
     if let Some(a) = s.dos_attrs {
-        n.attrs.dos_attrs = duet_fs::dos::apply(n.attrs.dos_attrs, a);
+        let was = n.attrs.dos_attrs;
+        n.attrs.dos_attrs = duet_fs::dos::apply(was, a);
+        // FSCTL_SET_COMPRESSION changed the bit of a file whose data is in
+        // chunks: the destager rewrites them in the new format. An inline
+        // file's bytes are stored whichever way its chunks will be once it
+        // grows; a directory only keeps the bit for its new children.
+        if (was ^ n.attrs.dos_attrs) & duet_fs::dos::COMPRESSED != 0
+            && n.attrs.ftype == FileType::Regular
+            && n.chunked
+        {
+            queue(txn, ex, n.attrs.id, DataOp::Recompress);
+        }
     }
     if let Some(a) = s.alloc_size {
         let truncates = a & duet_fs::ALLOC_TRUNCATES != 0;

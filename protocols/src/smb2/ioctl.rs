@@ -29,8 +29,11 @@ pub mod ctl_code {
     pub const FSCTL_SET_REPARSE_POINT: u32 = 0x0009_00A4;
     pub const FSCTL_CREATE_OR_GET_OBJECT_ID: u32 = 0x0009_00C0;
     pub const FSCTL_SET_SPARSE: u32 = 0x0009_00C4;
-    /// MS-FSCC 2.3.22 / 2.3.67: a USHORT CompressionState out / in.
+    /// FSCTL_GET_COMPRESSION (MS-FSCC 2.3.22, MS-FSA 2.1.5.10.7): a
+    /// USHORT CompressionState out, one of [`super::compression_format`].
     pub const FSCTL_GET_COMPRESSION: u32 = 0x0009_003C;
+    /// FSCTL_SET_COMPRESSION (MS-FSCC 2.3.67, MS-FSA 2.1.5.10.36): a
+    /// USHORT CompressionState in, one of [`super::compression_format`].
     pub const FSCTL_SET_COMPRESSION: u32 = 0x0009_C040;
     pub const FSCTL_SET_ZERO_DATA: u32 = 0x0009_80C8;
     pub const FSCTL_QUERY_ALLOCATED_RANGES: u32 = 0x0009_40CF;
@@ -40,6 +43,19 @@ pub mod ctl_code {
     pub const FSCTL_OFFLOAD_READ: u32 = 0x0009_4264;
     pub const FSCTL_OFFLOAD_WRITE: u32 = 0x0009_8268;
     pub const FSCTL_DUPLICATE_EXTENTS_TO_FILE: u32 = 0x0009_8344;
+}
+
+/// CompressionState of FSCTL_GET_COMPRESSION / FSCTL_SET_COMPRESSION
+/// (MS-FSCC 2.3.22 / 2.3.67), also FileCompressionInformation's
+/// CompressionFormat (MS-FSCC 2.4.9). duet stores compressed chunks in LZ4
+/// and reports LZNT1, the one compressed format these define.
+pub mod compression_format {
+    /// Not compressed (GET); decompress the file (SET).
+    pub const NONE: u16 = 0x0000;
+    /// SET only: compress in the file system's default format.
+    pub const DEFAULT: u16 = 0x0001;
+    /// LZNT1 (MS-XCA 2.5): what GET answers for a compressed file.
+    pub const LZNT1: u16 = 0x0002;
 }
 
 /// MS-SMB2 2.2.31 SMB2 IOCTL Request

@@ -1199,7 +1199,7 @@ impl Connection {
             Request::Ioctl(io)
                 if io.ctl_code == ctl_code::FSCTL_GET_COMPRESSION || io.ctl_code == ctl_code::FSCTL_SET_COMPRESSION =>
             {
-                self.with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| me.plan_compression(fp, t, &io))
+                self.with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| me.plan_compression(fp, hdr, t, &io))
             }
             Request::Ioctl(io) if io.ctl_code == ctl_code::FSCTL_FILE_LEVEL_TRIM => self
                 .with_target(fp, chain, hdr, related, io.file_id, |me, fp, t| me.plan_trim(fp, hdr, t, &io)),

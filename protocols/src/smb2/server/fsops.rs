@@ -30,7 +30,7 @@ use crate::smb2::fscc::{
 };
 use crate::smb2::header::Header;
 use crate::smb2::ioctl::{
-    ctl_code, CopyChunkCopy, CopyChunkResponse, IoctlRequest, IoctlResponse, ResumeKeyResponse,
+    compression_format, ctl_code, CopyChunkCopy, CopyChunkResponse, IoctlRequest, IoctlResponse, ResumeKeyResponse,
 };
 use crate::smb2::DecodeError;
 use crate::smb2::lock::LockResponse;
@@ -187,6 +187,18 @@ fn stream_info(file: &Attrs, streams: &[duet_fs::DirEntry]) -> (Vec<u8>, usize) 
     fscc::FileStreamInformation::encode_list(&entries, &mut out);
     let min = 32.min(out.len());
     (out, min)
+}
+
+/// The CompressionState FSCTL_GET_COMPRESSION and
+/// FileCompressionInformation report (MS-FSCC 2.3.22, 2.4.9): LZNT1 for a
+/// node with FILE_ATTRIBUTE_COMPRESSED (duet stores LZ4; the wire defines
+/// only LZNT1), NONE otherwise.
+pub(super) fn compression_format(a: &Attrs) -> u16 {
+    if a.dos_attrs & dos::COMPRESSED != 0 {
+        compression_format::LZNT1
+    } else {
+        compression_format::NONE
+    }
 }
 
 /// The sizes SMB reports: a directory has neither end of file nor
@@ -689,9 +701,19 @@ impl Connection {
             };
             // MS-FSA 2.1.5.1.2.1: a new or overwritten file gets the
             // requested attributes plus ARCHIVE.
+            // FILE_ATTRIBUTE_COMPRESSED is never taken from the request
+            // (Windows does not keep it: smbtorture's
+            // compress_create_with_attr); the new node inherits it from its
+            // directory unless FILE_NO_COMPRESSION asks not to
+            // (`dos::NO_COMPRESSION`, a marker never stored).
             let dos_attrs = match kind {
                 CreateKind::Directory => (settable != 0).then_some(settable),
                 _ => Some(settable | dos::ARCHIVE),
+            };
+            let dos_attrs = if o & opt::NO_COMPRESSION != 0 {
+                Some(dos_attrs.unwrap_or(0) | dos::NO_COMPRESSION)
+            } else {
+                dos_attrs
             };
             let attrs = SetAttrs {
                 dos_attrs,
@@ -1867,33 +1889,68 @@ impl Connection {
     }
 
     /// FSCTL_GET_COMPRESSION / FSCTL_SET_COMPRESSION (MS-FSCC 2.3.22,
-    /// 2.3.67; MS-FSA 2.1.5.10.7, 2.1.5.10.36) on a volume that does not
-    /// compress (FILE_FILE_COMPRESSION is not advertised), as Windows
-    /// Server 2016 ReFS answers: GET says COMPRESSION_FORMAT_NONE, SET of
-    /// NONE succeeds and changes nothing, SET of DEFAULT or LZNT1 is
-    /// STATUS_NOT_SUPPORTED, any other format or a buffer under 2 bytes
-    /// STATUS_INVALID_PARAMETER. The file must be open.
-    pub(super) fn plan_compression(&mut self, fp: &mut FramePlan, t: Target, io: &IoctlRequest<'_>) -> Plan {
-        const NONE: u16 = 0;
-        const DEFAULT: u16 = 1;
-        const LZNT1: u16 = 2;
-        if self.view(fp, t).is_none() {
+    /// 2.3.67; MS-FSA 2.1.5.10.7, 2.1.5.10.36). The volume compresses
+    /// (FILE_FILE_COMPRESSION, MS-FSCC 2.5.1): the state is the node's
+    /// stored FILE_ATTRIBUTE_COMPRESSED (`dos::COMPRESSED`), on files and
+    /// directories (a directory's bit is inherited by what is created in
+    /// it). duet compresses a file's chunks with LZ4 when they are
+    /// destaged; the wire knows only COMPRESSION_FORMAT_LZNT1, so a
+    /// compressed file reports that format (the client never sees the
+    /// stored bytes).
+    ///
+    /// GET (a USHORT CompressionState out) needs no access right on the
+    /// handle (smbtorture's compress_perms opens without
+    /// FILE_READ_ATTRIBUTES, FILE_READ_DATA, or with SYNCHRONIZE only):
+    /// LZNT1 when the bit is set, NONE otherwise; room for under 2 bytes of
+    /// output is STATUS_INVALID_PARAMETER. SET (a USHORT in): NONE clears
+    /// the bit, DEFAULT and LZNT1 set it, any other value or an input under
+    /// 2 bytes is STATUS_INVALID_PARAMETER; the handle needs FILE_WRITE_DATA
+    /// (FILE_ADD_FILE on a directory; FILE_WRITE_ATTRIBUTES alone is
+    /// STATUS_ACCESS_DENIED, as Windows answers). Changing the bit of a
+    /// file whose data is in chunks queues their rewrite
+    /// (`DataOp::Recompress`, in the state machine).
+    pub(super) fn plan_compression(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        io: &IoctlRequest<'_>,
+    ) -> Plan {
+        let Some(v) = self.view(fp, t) else {
             return done(NtStatus::FILE_CLOSED);
-        }
+        };
         if io.ctl_code == ctl_code::FSCTL_GET_COMPRESSION {
             if io.max_output_response < 2 {
                 return done(NtStatus::INVALID_PARAMETER);
             }
-            return ioctl_reply(NtStatus::SUCCESS, io.ctl_code, io.file_id, &NONE.to_le_bytes());
+            if let Err(s) = self.begin(fp, hdr) {
+                return done(s);
+            }
+            let op = fp.push(Op::GetAttr { obj: v.obj });
+            return Plan::Fs(FsPlan::GetCompression { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id });
         }
         let Some(b) = io.input.get(..2) else {
             return done(NtStatus::INVALID_PARAMETER);
         };
-        match u16::from_le_bytes([b[0], b[1]]) {
-            NONE => ioctl_reply(NtStatus::SUCCESS, io.ctl_code, io.file_id, &[]),
-            DEFAULT | LZNT1 => done(NtStatus::NOT_SUPPORTED),
-            _ => done(NtStatus::INVALID_PARAMETER),
+        let set = match u16::from_le_bytes([b[0], b[1]]) {
+            compression_format::NONE => false,
+            compression_format::DEFAULT | compression_format::LZNT1 => true,
+            _ => return done(NtStatus::INVALID_PARAMETER),
+        };
+        if v.granted & access::FILE_WRITE_DATA == 0 {
+            return done(NtStatus::ACCESS_DENIED);
         }
+        match self.begin(fp, hdr) {
+            Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
+            Ok(_) => {}
+            Err(s) => return done(s),
+        }
+        let bits = dos::ONLY_COMPRESSED | if set { dos::COMPRESSED } else { 0 };
+        let op = fp.push(Op::SetAttr {
+            obj: v.obj,
+            attrs: SetAttrs { dos_attrs: Some(bits), ctime: Some(duet_fs::CTIME_KEEP), ..Default::default() },
+        });
+        Plan::Fs(FsPlan::NoOutput { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id })
     }
 
     /// FSCTL_FILE_LEVEL_TRIM (MS-FSCC 2.3.73 FILE_LEVEL_TRIM: Key, NumRanges,
@@ -2577,9 +2634,16 @@ impl Connection {
                 8
             }
             info_class::COMPRESSION => {
-                // MS-FSCC 2.4.9: not compressed.
+                // MS-FSCC 2.4.9 FileCompressionInformation:
+                // CompressedFileSize (the end of file), CompressionFormat
+                // (follows FILE_ATTRIBUTE_COMPRESSED, as
+                // FSCTL_GET_COMPRESSION), CompressionUnitShift,
+                // ChunkShift, ClusterShift, Reserved[3]: zero, as for a
+                // file not compressed (the stored LZ4 format has no such
+                // units to report).
                 out.extend_from_slice(&smb_sizes(a).0.to_le_bytes());
-                out.extend_from_slice(&[0u8; 8]);
+                out.extend_from_slice(&compression_format(a).to_le_bytes());
+                out.extend_from_slice(&[0u8; 6]);
                 16
             }
             info_class::NAME | info_class::ID_INFORMATION => {
@@ -2643,11 +2707,13 @@ impl Connection {
             }
             fs_info_class::ATTRIBUTE => {
                 // CASE_SENSITIVE_SEARCH | CASE_PRESERVED_NAMES | UNICODE_ON_DISK,
-                // FILE_SUPPORTS_SPARSE_FILES (FSCTL_SET_SPARSE) and
-                // FILE_SUPPORTS_BLOCK_REFCOUNTING (MS-FSCC 2.5.1): files
-                // may share chunks (FSCTL_DUPLICATE_EXTENTS_TO_FILE).
+                // FILE_FILE_COMPRESSION (FSCTL_SET_COMPRESSION,
+                // `plan_compression`), FILE_SUPPORTS_SPARSE_FILES
+                // (FSCTL_SET_SPARSE) and FILE_SUPPORTS_BLOCK_REFCOUNTING
+                // (MS-FSCC 2.5.1): files may share chunks
+                // (FSCTL_DUPLICATE_EXTENTS_TO_FILE).
                 fscc::FileFsAttributeInformation {
-                    file_system_attributes: 0x1 | 0x2 | 0x4 | 0x40 | 0x0800_0000,
+                    file_system_attributes: 0x1 | 0x2 | 0x4 | 0x10 | 0x40 | 0x0800_0000,
                     maximum_component_name_length: 255,
                     file_system_name: Utf16::Str("NTFS"),
                 }
@@ -3259,6 +3325,17 @@ impl Connection {
                 self.resolve(target, created)?;
                 match results.get(op) {
                     Some(Ok(_)) => Ok((NtStatus::SUCCESS, ioctl_body(ctl_code, file_id, &[]))),
+                    Some(Err(e)) => Ok((fs_status(*e), Vec::new())),
+                    _ => Ok((NtStatus::INVALID_PARAMETER, Vec::new())),
+                }
+            }
+            FsPlan::GetCompression { target, op, ctl_code, file_id } => {
+                self.resolve(target, created)?;
+                match results.get(op) {
+                    Some(Ok(OpOutput::Attrs { attrs: a, .. })) => {
+                        let state = compression_format(a);
+                        Ok((NtStatus::SUCCESS, ioctl_body(ctl_code, file_id, &state.to_le_bytes())))
+                    }
                     Some(Err(e)) => Ok((fs_status(*e), Vec::new())),
                     _ => Ok((NtStatus::INVALID_PARAMETER, Vec::new())),
                 }

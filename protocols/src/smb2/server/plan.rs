@@ -388,9 +388,18 @@ pub enum FsPlan {
         file_id: FileId,
         max_out: u32,
     },
-    /// FSCTL_SET_SPARSE (one `Op::SetAttr`, ONLY_SPARSE) and
+    /// FSCTL_SET_SPARSE (one `Op::SetAttr`, ONLY_SPARSE),
+    /// FSCTL_SET_COMPRESSION (one `Op::SetAttr`, ONLY_COMPRESSED) and
     /// FSCTL_SET_ZERO_DATA (one `Op::ZeroRange`): no output.
     NoOutput {
+        target: Target,
+        op: usize,
+        ctl_code: u32,
+        file_id: FileId,
+    },
+    /// FSCTL_GET_COMPRESSION: one `Op::GetAttr`; the output is the
+    /// node's CompressionState (MS-FSCC 2.3.22).
+    GetCompression {
         target: Target,
         op: usize,
         ctl_code: u32,

@@ -9,6 +9,7 @@
 mod common;
 
 use common::*;
+use duet_cluster::command::{decode_command, encode_command};
 use duet_cluster::kv::Txn;
 use duet_cluster::machine::{apply, execute};
 use duet_cluster::records::{Command, DataOp};
@@ -260,4 +261,27 @@ fn old_commands_apply_as_before() {
     commit(&mut kv, writes);
     let f = lookup(&mut kv, ROOT_ID, "f").unwrap();
     assert_eq!(f.dos_attrs, dos::ARCHIVE | dos::HIDDEN);
+}
+
+#[test]
+fn the_markers_travel_in_the_log() {
+    // The create's NO_COMPRESSION and the FSCTL's ONLY_COMPRESSED ride in
+    // `SetAttrs::dos_attrs` (a u32 the command codec carries whole): a
+    // command decodes to itself, so a follower applies what the leader did.
+    let mut b = Batch::new(Credentials::user(1000, 100), 5);
+    b.ops = vec![
+        Op::Create {
+            dir: ObjRef::Id(ROOT_ID),
+            name: "n".into(),
+            kind: CreateKind::Directory,
+            attrs: SetAttrs { dos_attrs: Some(dos::NO_COMPRESSION | dos::HIDDEN), ..Default::default() },
+            if_exists: IfExists::Fail,
+        },
+        Op::SetAttr {
+            obj: ObjRef::Id(9),
+            attrs: SetAttrs { dos_attrs: Some(dos::ONLY_COMPRESSED | dos::COMPRESSED), ..Default::default() },
+        },
+    ];
+    let cmd = Command::Batch(b);
+    assert_eq!(decode_command(&encode_command(&cmd)).unwrap(), cmd);
 }

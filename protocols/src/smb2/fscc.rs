@@ -36,6 +36,9 @@ pub mod info_class {
     pub const ALTERNATE_NAME: u8 = 21;
     pub const STREAM: u8 = 22;
     pub const PIPE: u8 = 23;
+    /// FileCompressionInformation (MS-FSCC 2.4.9): CompressedFileSize,
+    /// CompressionFormat (`ioctl::compression_format`), three shifts,
+    /// 3 reserved bytes; 16 bytes.
     pub const COMPRESSION: u8 = 28;
     pub const NETWORK_OPEN: u8 = 34;
     pub const ATTRIBUTE_TAG: u8 = 35;
@@ -74,6 +77,9 @@ pub mod file_attributes {
     pub const TEMPORARY: u32 = 0x0000_0100;
     pub const SPARSE_FILE: u32 = 0x0000_0200;
     pub const REPARSE_POINT: u32 = 0x0000_0400;
+    /// FILE_ATTRIBUTE_COMPRESSED: set and cleared only by
+    /// FSCTL_SET_COMPRESSION (MS-FSCC 2.3.67), inherited from the directory
+    /// on create (MS-FSA 2.1.5.1.2.1); stored as `duet_fs::dos::COMPRESSED`.
     pub const COMPRESSED: u32 = 0x0000_0800;
     pub const OFFLINE: u32 = 0x0000_1000;
     pub const NOT_CONTENT_INDEXED: u32 = 0x0000_2000;

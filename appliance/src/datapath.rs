@@ -253,6 +253,19 @@ pub struct DataPath {
     opening: Cell<u32>,
 }
 
+/// The size of an open file (fstat of its descriptor).
+fn fd_size(f: &DmaFile) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fstat on a descriptor the DmaFile keeps open, into a local.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(f.as_raw_fd(), &mut st) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(st.st_size as u64)
+    }
+}
+
 /// Counts one open in [`DataPath::opening`] while it lives.
 struct Opening<'a>(&'a Cell<u32>);
 
@@ -819,7 +832,10 @@ impl DataPath {
     /// The whole of a file as stored (O_DIRECT, like every chunk read).
     async fn read_whole(&self, path: &Path) -> io::Result<Vec<u8>> {
         let f = self.open_chunk_file(path).await.map_err(|e| io_err("cannot open", path, e))?;
-        let size = f.file_size().await.map_err(|e| io_err("cannot stat", path, e))?;
+        // The size of the open file, not of the path: glommio's
+        // `file_size` stats the path, which the destager may have renamed
+        // another file over since the open.
+        let size = fd_size(&f).map_err(|e| io_err("cannot stat", path, e))?;
         // A large O_DIRECT read may come back short: read on to the end.
         let mut r = Vec::with_capacity(size as usize);
         while (r.len() as u64) < size {

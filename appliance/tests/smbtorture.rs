@@ -227,16 +227,15 @@ fn smbtorture_tier_b_lease() {
 /// FSCTL_DUPLICATE_EXTENTS_TO_FILE shares chunks by reference (reflink).
 /// Every test not in `conformance/smb2-tier-b-dupext.known-failures` must
 /// pass, a skip counts as a failure unless listed, and the floor reached
-/// holds (12 of 14 since sparse files, 9 before; the other 2 need
-/// compressed files; all 14 skipped before: "block refcounting not
-/// supported").
+/// holds (14 of 14 since compressed files, 12 since sparse files, 9
+/// before; all 14 skipped before: "block refcounting not supported").
 #[test]
 fn smbtorture_tier_b_dupext() {
     let s = serve();
     let list = root().join("conformance/smb2-tier-b-dupext.txt");
     let known = root().join("conformance/smb2-tier-b-dupext.known-failures");
     let (passed, _) = run(&s, &list, Some(&known));
-    assert!(passed >= 12, "only {passed} of the 14 dup_extents tests passed (12 since sparse files)");
+    assert!(passed >= 14, "only {passed} of the 14 dup_extents tests passed (14 since compressed files)");
 }
 
 /// The tier-B sparse-file tests (`conformance/smb2-tier-b-sparse.txt`, the
@@ -246,15 +245,15 @@ fn smbtorture_tier_b_dupext() {
 /// a sparse file's allocated blocks (the whole asked range below EOF for a
 /// file not sparse). Every test not in
 /// `conformance/smb2-tier-b-sparse.known-failures` must pass, a skip counts
-/// as a failure unless listed, and the floor holds (16 of 17 since holes
-/// are tracked, 13 before; the other needs compressed files).
+/// as a failure unless listed, and the floor holds (17 of 17 since
+/// compressed files, 16 since holes are tracked, 13 before).
 #[test]
 fn smbtorture_tier_b_sparse() {
     let s = serve();
     let list = root().join("conformance/smb2-tier-b-sparse.txt");
     let known = root().join("conformance/smb2-tier-b-sparse.known-failures");
     let (passed, _) = run(&s, &list, Some(&known));
-    assert!(passed >= 16, "only {passed} of the 17 sparse tests passed (16 since holes are tracked)");
+    assert!(passed >= 17, "only {passed} of the 17 sparse tests passed (17 since compressed files)");
 }
 
 /// The tier-B named-stream tests (`conformance/smb2-tier-b-streams.txt`,
@@ -295,18 +294,20 @@ fn smbtorture_tier_b_create() {
 
 /// The tier-B ioctl tests not in the copy-chunk, dup_extents and sparse
 /// lists (`conformance/smb2-tier-b-ioctl.txt`): resume keys, shadow copies
-/// (FSCTL_SRV_ENUMERATE_SNAPSHOTS), FSCTL_GET/SET_COMPRESSION answered
-/// as a volume that does not compress, FSCTL_FILE_LEVEL_TRIM. Every test
-/// not in `conformance/smb2-tier-b-ioctl.known-failures` must pass; floor 6
-/// of 20. With the other three ioctl lists smb2.ioctl is 6 + 21 + 12 + 16 =
-/// 55 of 72 (Samba 42).
+/// (FSCTL_SRV_ENUMERATE_SNAPSHOTS), compressed files
+/// (FSCTL_GET/SET_COMPRESSION, FILE_ATTRIBUTE_COMPRESSED inherited,
+/// docs/compression.md), FSCTL_FILE_LEVEL_TRIM. Every test not in
+/// `conformance/smb2-tier-b-ioctl.known-failures` must pass; floor 13 of
+/// 20 (6 before compressed files; compress_notsup_get/set skip now, the
+/// volume compresses). With the other three ioctl lists smb2.ioctl is
+/// 13 + 21 + 14 + 17 = 65 of 72 (Samba 42).
 #[test]
 fn smbtorture_tier_b_ioctl() {
     let s = serve();
     let list = root().join("conformance/smb2-tier-b-ioctl.txt");
     let known = root().join("conformance/smb2-tier-b-ioctl.known-failures");
     let (passed, _) = run(&s, &list, Some(&known));
-    assert!(passed >= 6, "only {passed} of the 20 other smb2.ioctl tests passed (6 since FILE_LEVEL_TRIM)");
+    assert!(passed >= 13, "only {passed} of the 20 other smb2.ioctl tests passed (13 since compressed files)");
 }
 
 /// The tier-B ACL tests (`conformance/smb2-tier-b-acls.txt`, the 14

@@ -370,11 +370,15 @@ impl LimitsConfig {
 pub struct DurabilityConfig {
     /// The longest a change answered before it is durable stays unsynced.
     pub window_ms: u64,
+    /// Reuse the metadata store's old write-ahead log files (RocksDB
+    /// `recycle_log_file_num`): a synced commit overwrites allocated
+    /// blocks and its fdatasync commits no file size. On by default.
+    pub wal_recycle: bool,
 }
 
 impl Default for DurabilityConfig {
     fn default() -> Self {
-        DurabilityConfig { window_ms: 5 }
+        DurabilityConfig { window_ms: 5, wal_recycle: true }
     }
 }
 
@@ -541,6 +545,10 @@ pub struct TestingConfig {
     /// Test-only: the shortest snapshot schedule interval (seconds) the
     /// admin API takes; unset: `duet_admin_api::SCHEDULE_EVERY_MIN_S` (60).
     pub snapshot_schedule_min_s: Option<u64>,
+    /// Test-only: the metadata store's memtable size in KiB (RocksDB
+    /// `write_buffer_size`; unset: RocksDB's 64 MiB). A small one switches
+    /// write-ahead log files often, so crash tests meet recycled ones.
+    pub memtable_kib: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

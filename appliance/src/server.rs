@@ -418,6 +418,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             log_retain: cfg.cluster.log_retain,
             commit_window: std::time::Duration::from_millis(cfg.durability.window_ms),
             uncommitted_max: cfg.cluster.uncommitted_mib << 20,
+            wal_recycle: cfg.durability.wal_recycle,
+            memtable_bytes: cfg.testing.memtable_kib.map(|k| (k as usize) << 10),
         };
         let store = Store::open_group_with(&metadata_dir(&cfg.data_dir), cfg.node_id, group, options)?;
         let handle = peers.start_with(store.handle(), Some((cfg.data_dir.clone(), cfg.testing.snapshot_corrupt)))?;
@@ -425,6 +427,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     } else {
         let options = duet_cluster_store::StoreOptions {
             commit_window: std::time::Duration::from_millis(cfg.durability.window_ms),
+            wal_recycle: cfg.durability.wal_recycle,
+            memtable_bytes: cfg.testing.memtable_kib.map(|k| (k as usize) << 10),
             ..Default::default()
         };
         (Store::open_with(&metadata_dir(&cfg.data_dir), cfg.node_id, options)?, None)

@@ -90,6 +90,9 @@ fn config(dir: &std::path::Path) -> Config {
     c.nfs.listen = "127.0.0.1:0".into();
     c.nfs.portmap = false;
     c.executors = 1;
+    // A small memtable: the metadata store switches (recycled) WAL files
+    // often, so the kills meet them (`crash.rs`).
+    c.testing.memtable_kib = std::env::var("DUET_TORTURE_MEMTABLE_KIB").ok().and_then(|v| v.parse().ok());
     c
 }
 

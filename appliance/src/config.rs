@@ -66,10 +66,11 @@ lease_secs = 90
 log_segment_mib = 64
 # How often the destager looks for data to move into chunks, in ms.
 destage_interval_ms = 20
-# Memory for file data read from chunk files, in MiB (0: none). Chunk
-# files are read with O_DIRECT, so this is the only cache of them;
-# sequential readers also read ahead into it.
-read_mib = 256
+# Memory for file data, in MiB (0: none). Chunk files are read and
+# written with O_DIRECT, so this is the only cache of them: what is read
+# and what the destager writes is kept, and sequential readers read ahead
+# into it. Unset: a quarter of the machine's memory (64 MiB to 64 GiB).
+# read_mib = 1024
 
 [limits]
 # What one client may take; docs/limits.md says what each refusal looks like.
@@ -301,8 +302,28 @@ fn yes() -> bool {
 pub struct CacheConfig {
     pub log_segment_mib: u64,
     pub destage_interval_ms: u64,
-    /// The read cache of chunk data, in MiB (0: off).
-    pub read_mib: u64,
+    /// The read cache of chunk data, in MiB (0: off; unset: a quarter of
+    /// the machine's memory, [`CacheConfig::read_cache_bytes`]).
+    pub read_mib: Option<u64>,
+}
+
+impl CacheConfig {
+    /// The read cache's size in bytes: `read_mib`, or when unset a quarter
+    /// of the machine's memory (`/proc/meminfo` MemTotal), at least 64 MiB
+    /// and at most 64 GiB (256 MiB where the memory cannot be read).
+    pub fn read_cache_bytes(&self) -> u64 {
+        if let Some(m) = self.read_mib {
+            return m << 20;
+        }
+        let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| {
+            let line = t.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kib| kib << 10)
+        });
+        match total {
+            Some(t) => (t / 4).clamp(64 << 20, 64 << 30),
+            None => 256 << 20,
+        }
+    }
 }
 
 /// `[limits]`: what one client may take (docs/limits.md).
@@ -607,7 +628,7 @@ impl Default for AdminConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { log_segment_mib: 64, destage_interval_ms: 20, read_mib: 256 }
+        CacheConfig { log_segment_mib: 64, destage_interval_ms: 20, read_mib: None }
     }
 }
 
@@ -691,8 +712,8 @@ impl Config {
         if !(5..=3600).contains(&self.nfs.lease_secs) {
             return invalid("nfs.lease_secs", format!("{} is outside 5..=3600", self.nfs.lease_secs));
         }
-        if self.cache.read_mib > 1 << 20 {
-            return invalid("cache.read_mib", format!("{} is over 1048576 (1 TiB)", self.cache.read_mib));
+        if let Some(m) = self.cache.read_mib.filter(|&m| m > 1 << 20) {
+            return invalid("cache.read_mib", format!("{m} is over 1048576 (1 TiB)"));
         }
         if !(1..=4096).contains(&self.cache.log_segment_mib) {
             return invalid("cache.log_segment_mib", format!("{} is outside 1..=4096", self.cache.log_segment_mib));

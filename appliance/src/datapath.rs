@@ -315,7 +315,44 @@ struct Round {
     /// The round's files with FILE_ATTRIBUTE_COMPRESSED
     /// (`Query::Compressed`, asked once at the round's start).
     compressed: HashSet<NodeId>,
+    /// Whole 64 KiB blocks as this round leaves them in the chunks, for
+    /// the read cache (kept once the round's last forget is done, so a
+    /// file just written reads from memory as from a page cache); at most
+    /// `fill_max` blocks. Empty when the read cache is off.
+    fill: BTreeMap<(NodeId, u64, u64), Vec<u8>>,
+    fill_max: usize,
 }
+
+impl Round {
+    /// Notes the bytes `data` written at `co` of chunk `idx` of `file`:
+    /// the blocks it covers whole are kept for the read cache, one it
+    /// covers in part is dropped (its other bytes are not at hand).
+    fn keep_written(&mut self, file: NodeId, idx: u64, co: u64, data: &[u8]) {
+        use duet_cache::read::BLOCK;
+        if self.fill_max == 0 || data.is_empty() {
+            return;
+        }
+        let end = co + data.len() as u64;
+        for b in co / BLOCK..=(end - 1) / BLOCK {
+            let (s, e) = (b * BLOCK, (b + 1) * BLOCK);
+            if s >= co && e <= end && (self.fill.len() < self.fill_max || self.fill.contains_key(&(file, idx, b))) {
+                self.fill.insert((file, idx, b), data[(s - co) as usize..(e - co) as usize].to_vec());
+            } else {
+                self.fill.remove(&(file, idx, b));
+            }
+        }
+    }
+
+    /// Forgets what [`Self::keep_written`] kept of `file` (a change this
+    /// round does not follow block by block: truncation, zeroing, a
+    /// clone, a reclaim).
+    fn drop_fill(&mut self, file: NodeId) {
+        self.fill.retain(|&(f, _, _), _| f != file);
+    }
+}
+
+/// Most blocks one destage round keeps for the read cache (64 MiB).
+const FILL_BLOCKS_MAX: usize = 1024;
 
 impl DataPath {
     /// Opens the write log and chunk store under `dir`, recovering the log.
@@ -1009,7 +1046,7 @@ impl DataPath {
                 let f = Rc::new(f);
                 // Kept only if the destager did not touch the file meanwhile
                 // (an unshare renames a new inode over the path).
-                if self.read_cache.borrow().still_valid(ticket, file) {
+                if self.read_cache.borrow().still_valid_chunk(ticket, file, idx) {
                     let mut open = self.read_files.borrow_mut();
                     if open.len() >= READ_FILES_MAX {
                         open.clear();
@@ -1047,6 +1084,23 @@ impl DataPath {
     fn forget_cached(&self, file: NodeId) {
         self.read_cache.borrow_mut().forget_file(file);
         self.read_files.borrow_mut().retain(|(f, _), _| *f != file);
+    }
+
+    /// [`Self::forget_cached`] for what a record changes: those blocks
+    /// of those chunks (`Some`: chunk -> first and last 64 KiB block), or
+    /// the whole file (`None`).
+    fn forget_scope(&self, file: NodeId, chunks: Option<&BTreeMap<u64, (u64, u64)>>) {
+        match chunks {
+            None => self.forget_cached(file),
+            Some(chunks) => {
+                let mut cache = self.read_cache.borrow_mut();
+                let mut open = self.read_files.borrow_mut();
+                for (&idx, &(b0, b1)) in chunks {
+                    cache.forget_blocks(file, idx, b0, b1);
+                    open.remove(&(file, idx));
+                }
+            }
+        }
     }
 
     async fn open_chunk(
@@ -1114,7 +1168,7 @@ impl DataPath {
             let (bytes, path, other) = match z {
                 Some(z) => (z, self.z_path(file, idx), self.chunk_path(file, idx)),
                 None => {
-                    let mut d = data;
+                    let mut d = data.clone();
                     d.resize(align_up(d.len() as u64) as usize, 0);
                     (d, self.chunk_path(file, idx), self.z_path(file, idx))
                 }
@@ -1144,6 +1198,19 @@ impl DataPath {
             std::fs::rename(&side, &path).map_err(|e| io_err("cannot rename", &side, e))?;
             if std::fs::symlink_metadata(&other).is_ok() {
                 std::fs::remove_file(&other).map_err(|e| io_err("cannot delete", &other, e))?;
+            }
+            // The chunk's bytes as a read would find them, for the cache.
+            round.fill.retain(|&(f, i, _), _| (f, i) != (file, idx));
+            if round.fill_max > 0 {
+                use duet_cache::read::BLOCK;
+                for b in 0..(data.len() as u64).div_ceil(BLOCK) {
+                    if round.fill.len() >= round.fill_max {
+                        break;
+                    }
+                    let s = (b * BLOCK) as usize;
+                    let e = (((b + 1) * BLOCK) as usize).min(data.len());
+                    round.fill.insert((file, idx, b), data[s..e].to_vec());
+                }
             }
         }
         Ok(files)
@@ -1199,6 +1266,7 @@ impl DataPath {
                 // taken for a whole one (the round fails and is retried).
                 return Err(io::Error::other(format!("chunk write: {wrote} of {want} bytes written")));
             }
+            round.keep_written(file, idx, co, &data[src..src + n as usize]);
             self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
             pos += n;
         }
@@ -1512,6 +1580,9 @@ impl DataPath {
         }
         let Some(upto) = recs.last().map(|(d, _)| *d) else { return Ok(0) };
         let mut round = Round::default();
+        if self.read_cache.borrow().capacity() > 0 && self.faults[FaultPoint::DataRead as usize].get() == 0 {
+            round.fill_max = FILL_BLOCKS_MAX;
+        }
         // Which of the round's files are compressed now: their chunks are
         // written compressed (what a file's attribute says when its
         // records are destaged; `Recompress` converts the rest).
@@ -1525,10 +1596,20 @@ impl DataPath {
         }
         let mut reclaimed = Vec::new();
         let mut extents = Vec::new();
-        let mut touched = BTreeSet::new();
+        // Per file, the chunks the round changes (None: the whole file).
+        let mut touched: BTreeMap<NodeId, Option<BTreeMap<u64, (u64, u64)>>> = BTreeMap::new();
         for (dseq, rec) in &recs {
-            touched.insert(rec.file);
-            self.forget_cached(rec.file);
+            let scope = record_chunks(&rec.op);
+            self.forget_scope(rec.file, scope.as_ref());
+            match (touched.entry(rec.file).or_insert_with(|| Some(BTreeMap::new())), scope) {
+                (Some(all), Some(these)) => {
+                    for (idx, (b0, b1)) in these {
+                        let e = all.entry(idx).or_insert((b0, b1));
+                        *e = (e.0.min(b0), e.1.max(b1));
+                    }
+                }
+                (all, _) => *all = None,
+            }
             match &rec.op {
                 DataOp::WriteInline { offset, data } => self.write_chunks(&mut round, rec.file, *offset, data).await?,
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
@@ -1563,8 +1644,14 @@ impl DataPath {
                     }
                     extents.push(extent);
                 }
-                DataOp::Truncate { size } => self.truncate_chunks(&mut round, rec.file, *size).await?,
-                DataOp::Zero { offset, len } => self.zero_chunks(&mut round, rec.file, *offset, *len).await?,
+                DataOp::Truncate { size } => {
+                    round.drop_fill(rec.file);
+                    self.truncate_chunks(&mut round, rec.file, *size).await?
+                }
+                DataOp::Zero { offset, len } => {
+                    round.drop_fill(rec.file);
+                    self.zero_chunks(&mut round, rec.file, *offset, *len).await?
+                }
                 DataOp::Unshare { chunks } => {
                     for &idx in chunks {
                         self.unshare_chunk(&mut round, rec.file, idx).await?;
@@ -1572,9 +1659,11 @@ impl DataPath {
                     self.sync_chunk_dir(rec.file)?;
                 }
                 DataOp::CloneFrom { src, share, copy } => {
+                    round.drop_fill(rec.file);
                     self.clone_from(&mut round, rec.file, *src, share, copy).await?
                 }
                 DataOp::Recompress => {
+                    round.drop_fill(rec.file);
                     // Every chunk not in the format the file's attribute
                     // asks for is rewritten (content-preserving).
                     let want_z = round.compressed.contains(&rec.file);
@@ -1586,6 +1675,7 @@ impl DataPath {
                     }
                 }
                 DataOp::Reclaim => {
+                    round.drop_fill(rec.file);
                     round.open.retain(|(f, _), _| *f != rec.file);
                     round.edits.retain(|(f, _), _| *f != rec.file);
                     for (f, idx) in self.chunks_of(rec.file) {
@@ -1606,8 +1696,17 @@ impl DataPath {
         // Reads that began while the chunks changed keep nothing they saw;
         // this is before the log records go, so a read that then finds its
         // record gone and re-reads the chunks never meets an old block.
-        for f in touched {
-            self.forget_cached(f);
+        for (f, chunks) in &touched {
+            self.forget_scope(*f, chunks.as_ref());
+        }
+        // What this round wrote, as the chunks now hold it: a file just
+        // written then reads from memory.
+        if !round.fill.is_empty() {
+            let mut cache = self.read_cache.borrow_mut();
+            let ticket = cache.begin();
+            for ((f, i, b), d) in std::mem::take(&mut round.fill) {
+                cache.insert(ticket, (f, i, b), &d);
+            }
         }
         // Node-local progress: each node destages into its own chunks.
         store.destaged(upto, reclaimed).await.map_err(ge)?;
@@ -1621,6 +1720,39 @@ impl DataPath {
     /// Extents still needed (for tests and status).
     pub fn live_records(&self) -> usize {
         self.log.borrow().live_len()
+    }
+}
+
+/// What a queued record changes: per chunk, its first and last 64 KiB
+/// block; or `None` for the whole file (truncation, clone, reclaim,
+/// recompression, and ranges over 64 chunks).
+fn record_chunks(op: &DataOp) -> Option<BTreeMap<u64, (u64, u64)>> {
+    use duet_cache::read::BLOCK;
+    let range = |offset: u64, len: u64| -> Option<BTreeMap<u64, (u64, u64)>> {
+        if len == 0 {
+            return Some(BTreeMap::new());
+        }
+        let end = offset.saturating_add(len - 1);
+        let (first, last) = (offset / CHUNK_SIZE, end / CHUNK_SIZE);
+        (last - first < 64).then(|| {
+            (first..=last)
+                .map(|idx| {
+                    let lo = if idx == first { offset % CHUNK_SIZE / BLOCK } else { 0 };
+                    let hi = if idx == last { end % CHUNK_SIZE / BLOCK } else { (CHUNK_SIZE - 1) / BLOCK };
+                    (idx, (lo, hi))
+                })
+                .collect()
+        })
+    };
+    match op {
+        DataOp::WriteInline { offset, data } => range(*offset, data.len() as u64),
+        DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
+            let (offset, _, len) = op.logged()?;
+            range(offset, len)
+        }
+        DataOp::Zero { offset, len } => range(*offset, *len),
+        DataOp::Unshare { chunks } => Some(chunks.iter().map(|&c| (c, (0, u64::MAX))).collect()),
+        DataOp::Truncate { .. } | DataOp::CloneFrom { .. } | DataOp::Recompress | DataOp::Reclaim => None,
     }
 }
 

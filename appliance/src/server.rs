@@ -462,7 +462,8 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let (stop_engine_tx, stop_engine_rx) = flume::bounded::<()>(1);
     let data_dir = cfg.data_dir.clone();
     let segment = cfg.cache.log_segment_mib << 20;
-    let read_cache = cfg.cache.read_mib << 20;
+    let read_cache = cfg.cache.read_cache_bytes();
+    tracing::info!(mib = read_cache >> 20, "read cache size");
     let interval = Duration::from_millis(cfg.cache.destage_interval_ms);
     let admin_addr = cfg.admin_addr();
     let admin_tls = if crate::tls::wanted(cfg.admin.tls, admin_addr) {

@@ -38,7 +38,7 @@ fn cfg(dir: &Path, read_mib: u64) -> Config {
     c.nfs.portmap = false;
     c.executors = 1;
     c.cache.destage_interval_ms = 1;
-    c.cache.read_mib = read_mib;
+    c.cache.read_mib = Some(read_mib);
     c
 }
 

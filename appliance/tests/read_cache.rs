@@ -20,7 +20,7 @@ fn cfg(dir: &std::path::Path, read_mib: u64) -> Config {
     c.executors = 1;
     // Destage as soon as possible: chunks change under the reads.
     c.cache.destage_interval_ms = 1;
-    c.cache.read_mib = read_mib;
+    c.cache.read_mib = Some(read_mib);
     c
 }
 
@@ -240,6 +240,49 @@ fn a_sequential_reader_reads_ahead_and_rereads_from_memory() {
             assert_eq!(passes[1], 0, "the second pass went to the device");
         } else {
             assert_eq!(passes, vec![128, 128], "without a cache every request reads the device");
+        }
+        r.shutdown();
+    }
+}
+
+/// What the destager writes stays in the read cache (whole 64 KiB blocks
+/// as the chunks then hold them): an 8 MiB file written 1 MiB at a time
+/// and destaged reads back without a device read, as a page cache would
+/// serve it; blocks written in part are not kept (their other bytes come
+/// from the device), and with `read_mib = 0` every read goes to the device.
+#[test]
+fn a_file_just_written_and_destaged_reads_from_memory() {
+    for read_mib in [256, 0] {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = server::start(&cfg(tmp.path(), read_mib)).unwrap();
+        let e = r.engine().clone();
+        let id = create(&e, "w");
+        let mut rng = Rng(7);
+        let mut data = bytes(&mut rng, 8 << 20);
+        for (i, piece) in data.chunks(1 << 20).enumerate() {
+            write(&e, id, (i as u64) << 20, piece);
+        }
+        settle(&e);
+        let device = || e.data_counters.chunk_reads.load(Ordering::Relaxed);
+        let before = device();
+        for at in (0..data.len() as u64).step_by(65_536) {
+            check(&e, id, &data, at, 65_536, "just written");
+        }
+        let whole = device() - before;
+        // 100 bytes into a block: that block is not kept, the rest are.
+        let patch = bytes(&mut rng, 100);
+        write(&e, id, 3 * 65_536 + 10, &patch);
+        data[3 * 65_536 + 10..3 * 65_536 + 110].copy_from_slice(&patch);
+        settle(&e);
+        let before = device();
+        check(&e, id, &data, 0, data.len() as u64, "after a small write");
+        let partial = device() - before;
+        println!("read_mib {read_mib}: device reads for 8 MiB just destaged: {whole}; after a 100-byte write: {partial}");
+        if read_mib > 0 {
+            assert_eq!(whole, 0, "a file just destaged went to the device");
+            assert!(partial >= 1, "the block written in part came from memory");
+        } else {
+            assert!(whole >= 8, "no cache, yet {whole} device reads");
         }
         r.shutdown();
     }

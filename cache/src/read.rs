@@ -72,6 +72,8 @@ pub struct ReadCache {
     tick: u64,
     generation: u64,
     forgotten: HashMap<u64, u64>,
+    /// (file, chunk) -> the generation of its last [`ReadCache::forget_chunk`].
+    forgotten_chunks: HashMap<(u64, u64), u64>,
     floor: u64,
     /// file -> where its last read ended.
     streams: HashMap<u64, u64>,
@@ -91,6 +93,7 @@ impl ReadCache {
             tick: 0,
             generation: 0,
             forgotten: HashMap::new(),
+            forgotten_chunks: HashMap::new(),
             floor: 0,
             streams: HashMap::new(),
             in_flight: HashSet::new(),
@@ -143,6 +146,13 @@ impl ReadCache {
         self.forgotten_at(file) <= ticket.0 && self.floor <= ticket.0
     }
 
+    /// Whether something read or opened under `ticket` for chunk `idx` of
+    /// `file` may be kept: neither the file nor that chunk was forgotten
+    /// since.
+    pub fn still_valid_chunk(&self, ticket: Ticket, file: u64, idx: u64) -> bool {
+        self.still_valid(ticket, file) && self.forgotten_chunks.get(&(file, idx)).is_none_or(|&g| g <= ticket.0)
+    }
+
     /// Keeps a block read under `ticket`, unless its file's chunks were
     /// forgotten since (the bytes may predate a change) or it is larger
     /// than a block. Evicts least recently used blocks to stay in bounds.
@@ -150,7 +160,7 @@ impl ReadCache {
         if self.capacity == 0 || data.len() as u64 > BLOCK || data.len() as u64 > self.capacity {
             return;
         }
-        if !self.still_valid(ticket, key.0) {
+        if !self.still_valid_chunk(ticket, key.0, key.1) {
             self.stats.refused_stale += 1;
             return;
         }
@@ -177,12 +187,38 @@ impl ReadCache {
         }
     }
 
+    /// Drops every block of chunk `idx` of `file` and refuses inserts of
+    /// its blocks read before now: [`ReadCache::forget_file`] for a change
+    /// known to touch that chunk only (the file's other chunks stay).
+    pub fn forget_chunk(&mut self, file: u64, idx: u64) {
+        self.forget_blocks(file, idx, 0, u64::MAX);
+    }
+
+    /// [`ReadCache::forget_chunk`] for a change of blocks `first..=last`
+    /// of the chunk only: every read of the chunk begun before now is
+    /// refused as before, but its cached blocks outside the range stay
+    /// (the change leaves their bytes as they are).
+    pub fn forget_blocks(&mut self, file: u64, idx: u64, first: u64, last: u64) {
+        self.generation += 1;
+        if self.forgotten_chunks.len() >= MAX_TRACKED && !self.forgotten_chunks.contains_key(&(file, idx)) {
+            self.forgotten_chunks.clear();
+            self.forgotten.clear();
+            self.floor = self.generation;
+        }
+        self.forgotten_chunks.insert((file, idx), self.generation);
+        let keys: Vec<Key> = self.blocks.range((file, idx, first)..=(file, idx, last)).map(|(k, _)| *k).collect();
+        for k in keys {
+            self.remove(k);
+        }
+    }
+
     /// Drops every block of `file` and refuses inserts of blocks read
     /// before now. Call before and after any change of the file's chunks.
     pub fn forget_file(&mut self, file: u64) {
         self.generation += 1;
         if self.forgotten.len() >= MAX_TRACKED && !self.forgotten.contains_key(&file) {
             self.forgotten.clear();
+            self.forgotten_chunks.clear();
             self.floor = self.generation;
         }
         self.forgotten.insert(file, self.generation);
@@ -261,6 +297,37 @@ mod tests {
         assert!(c.get((1, 0, 3)).is_some());
         assert_eq!(c.stats().bytes, 3 * BLOCK);
         assert_eq!(c.stats().evicted, 1);
+    }
+
+    #[test]
+    fn forgetting_a_chunk_keeps_the_files_other_chunks() {
+        let mut c = ReadCache::new(16 * BLOCK);
+        let t = c.begin();
+        c.insert(t, (5, 0, 0), b"zero");
+        c.insert(t, (5, 1, 0), b"one");
+        c.forget_chunk(5, 1);
+        assert!(c.get((5, 0, 0)).is_some(), "chunk 0 went with chunk 1");
+        assert!(c.get((5, 1, 0)).is_none());
+        // A read of chunk 1 begun before the forget is not kept; one of
+        // chunk 0 is, and so is one of chunk 1 begun after.
+        c.insert(t, (5, 1, 1), b"old");
+        assert!(c.get((5, 1, 1)).is_none(), "bytes of chunk 1 read before its change were kept");
+        c.insert(t, (5, 0, 1), b"fine");
+        assert!(c.get((5, 0, 1)).is_some());
+        assert!(!c.still_valid_chunk(t, 5, 1) && c.still_valid_chunk(t, 5, 0));
+        let t2 = c.begin();
+        c.insert(t2, (5, 1, 1), b"new");
+        assert!(c.get((5, 1, 1)).is_some());
+        // Forgetting some blocks keeps the chunk's others.
+        let t3 = c.begin();
+        c.insert(t3, (5, 1, 2), b"two");
+        c.forget_blocks(5, 1, 2, 3);
+        assert!(c.get((5, 1, 1)).is_some() && c.get((5, 1, 2)).is_none());
+        c.insert(t3, (5, 1, 9), b"late");
+        assert!(c.get((5, 1, 9)).is_none(), "a read of the chunk begun before was kept");
+        // A whole-file forget still drops every chunk.
+        c.forget_file(5);
+        assert!(c.get((5, 0, 0)).is_none() && c.get((5, 1, 1)).is_none());
     }
 
     #[test]

@@ -162,6 +162,9 @@ pub struct Replica {
     queued: RefCell<HashMap<u64, Arc<AtomicU64>>>,
     /// The bound of both, per peer (`replica_push_mib`).
     push_max: u64,
+    /// Peers whose last push was skipped at that bound (logged once per
+    /// stretch of skips).
+    at_bound: RefCell<BTreeSet<u64>>,
     fetches: RefCell<HashMap<(ExtentId, u64), Vec<flume::Sender<Option<Vec<u8>>>>>>,
     work: Rc<glommio::sync::Semaphore>,
     inbound_bytes: Arc<AtomicU64>,
@@ -181,6 +184,7 @@ impl Replica {
             unacked: Default::default(),
             queued: Default::default(),
             push_max: link.push_max,
+            at_bound: Default::default(),
             fetches: Default::default(),
             work: Rc::new(glommio::sync::Semaphore::new(link.workers as u64)),
             inbound_bytes: link.inbound_bytes.clone(),
@@ -207,10 +211,21 @@ impl Replica {
             for p in self.sender.peers() {
                 let u = unacked.entry(p).or_default();
                 let q = queued.entry(p).or_default();
-                if *u + len > self.push_max || q.load(Ordering::Acquire) + len > self.push_max {
+                let in_queue = q.load(Ordering::Acquire);
+                if *u + len > self.push_max || in_queue + len > self.push_max {
                     self.counters.pushes_skipped.fetch_add(1, Ordering::Relaxed);
+                    if self.at_bound.borrow_mut().insert(p) {
+                        tracing::warn!(
+                            peer = p,
+                            "write cache: pushes to node {p} at their bound ({in_queue} bytes queued, {} unacknowledged, \
+                             [cluster] replica_push_mib = {}): skipped until it takes them; it fetches what it lacks later",
+                            *u,
+                            self.push_max >> 20
+                        );
+                    }
                     continue;
                 }
+                self.at_bound.borrow_mut().remove(&p);
                 let counted = crate::peers::Queued::new(q, len);
                 if self.sender.send_counted(p, FrameKind::Data, payload.clone(), Some(counted)) {
                     *u += len;

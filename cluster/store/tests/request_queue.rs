@@ -15,6 +15,25 @@ use duet_cluster_store::{Group, Query, QueryAnswer, Store, StoreOptions};
 
 const QUEUE: usize = 4;
 
+type Gate = Arc<(Mutex<(bool, bool)>, Condvar)>;
+
+/// Opens the gate: the metadata thread moves on.
+fn open(gate: &Gate) {
+    let (m, cv) = &**gate;
+    m.lock().unwrap().1 = true;
+    cv.notify_all();
+}
+
+/// Opens the gate when dropped (a failed assertion must not leave the
+/// store's shutdown waiting on a held thread).
+struct Opener(Gate);
+
+impl Drop for Opener {
+    fn drop(&mut self) {
+        open(&self.0);
+    }
+}
+
 /// A raft message from node 2 to node 1 (raft ignores it).
 fn message() -> RaftMessage {
     let mut m = RaftMessage::default();
@@ -28,7 +47,7 @@ fn message() -> RaftMessage {
 fn a_full_request_queue_refuses_raft_messages_and_makes_senders_wait() {
     let dir = tempfile::tempdir().unwrap();
     // (armed, open): once armed, the outbox blocks until opened.
-    let gate = Arc::new((Mutex::new((false, false)), Condvar::new()));
+    let gate: Gate = Arc::new((Mutex::new((false, false)), Condvar::new()));
     let (blocked_tx, blocked_rx) = flume::bounded::<()>(1);
     let g = gate.clone();
     let outbox: duet_cluster_store::Outbox = Box::new(move |_msgs| {
@@ -47,6 +66,7 @@ fn a_full_request_queue_refuses_raft_messages_and_makes_senders_wait() {
     let options = StoreOptions { queue: QUEUE, ..Default::default() };
     let store = Store::open_group_with(dir.path(), 1, group, options).unwrap();
     let h = store.handle();
+    let _opener = Opener(gate.clone());
     gate.0.lock().unwrap().0 = true;
     blocked_rx.recv_timeout(Duration::from_secs(60)).expect("node 1 sends a raft message within 60 s");
 
@@ -69,11 +89,7 @@ fn a_full_request_queue_refuses_raft_messages_and_makes_senders_wait() {
     assert!(waiting.iter().all(|t| !t.is_finished()), "no query answered while the thread is held");
 
     // The thread moves on: every waiting query is answered.
-    {
-        let (m, cv) = &*gate;
-        m.lock().unwrap().1 = true;
-        cv.notify_all();
-    }
+    open(&gate);
     let started = Instant::now();
     for t in waiting {
         match t.join().unwrap() {

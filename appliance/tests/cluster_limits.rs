@@ -112,6 +112,8 @@ fn a_stopped_follower_holds_at_most_replica_push_mib_of_the_leaders_pushes() {
     put_all(l.smb, &local, &files);
     eprintln!("128 MiB written through the leader with node {} stopped in {:?}", stopped.id, started.elapsed());
     let skipped = metric(&l.d, "duet_replica_pushes_skipped_total");
+    let sent = metric(&l.d, "duet_replica_pushes_total");
+    eprintln!("leader: {sent} pushes sent, {skipped} skipped");
     assert!(skipped > 0, "the leader skipped no push to the stopped follower");
     wait_log(l, "the push bound", &format!("pushes to node {} at their bound", stopped.id), 1);
     check_all(l.smb, &local, &files, l.id);

@@ -133,6 +133,11 @@ smb_durable_timeout_ms = 60000
 # Durable handles kept at once for lost connections, daemon-wide; past it
 # a lost connection's opens close as if they were not durable.
 smb_durable_handles = 4096
+# Requests (client batches, queries, raft messages from peers) queued for
+# the metadata thread. Over it a client's request waits for a place (its
+# connection reads no more meanwhile) and a peer's raft message is dropped
+# (raft sends it again); nothing is refused or lost.
+metadata_queue = 4096
 
 [durability]
 # Shares of `durability = protocol` (duetctl share add|modify NAME
@@ -194,6 +199,14 @@ forwarded_admin = 64
 # MiB of raft entries a leader holds not yet committed (a quorum slow or
 # gone); past it changes get the retry answer instead of growing its log:
 uncommitted_mib = 256
+# MiB of write data this node has pushed to one peer and that is still
+# queued for its connection or not yet acknowledged, at least 32 (one
+# extent); past it pushes to that peer are skipped (the others' copies make
+# the majority; it fetches what it lacks later):
+replica_push_mib = 64
+# Pushes from peers being logged here, and peers' fetches being answered,
+# at once (more wait in replica_inbound):
+replica_workers = 16
 # Public service addresses ("ADDRESS/PREFIX", IPv4 or IPv6) that clients
 # mount: the leader spreads them over the healthy nodes and moves the
 # addresses of a node that dies to a survivor, which adds them to
@@ -346,6 +359,8 @@ pub struct LimitsConfig {
     pub smb_oplock_break_ms: u64,
     pub smb_durable_timeout_ms: u64,
     pub smb_durable_handles: usize,
+    /// Requests queued for the metadata thread (`StoreOptions::queue`).
+    pub metadata_queue: usize,
 }
 
 impl Default for LimitsConfig {
@@ -367,6 +382,7 @@ impl Default for LimitsConfig {
             smb_oplock_break_ms: 35_000,
             smb_durable_timeout_ms: 60_000,
             smb_durable_handles: 4096,
+            metadata_queue: duet_cluster_store::QUEUE_MAX,
         }
     }
 }
@@ -435,6 +451,10 @@ pub struct ClusterConfig {
     pub forwarded_admin: usize,
     /// MiB of raft entries a leader holds uncommitted.
     pub uncommitted_mib: u64,
+    /// MiB of write data pushed to one peer, queued or unacknowledged.
+    pub replica_push_mib: u64,
+    /// Pushes logged and fetches answered at once.
+    pub replica_workers: usize,
     /// Public service addresses, IPv4 `ADDRESS/PREFIX`, spread over the
     /// healthy nodes (`appliance/src/addresses.rs`).
     pub public_addresses: Vec<String>,
@@ -452,6 +472,8 @@ impl ClusterConfig {
             replica_frames: self.replica_inbound,
             replica_bytes: self.replica_inbound_mib << 20,
             admin_forwarded: self.forwarded_admin,
+            replica_push_bytes: self.replica_push_mib << 20,
+            replica_workers: self.replica_workers,
         }
     }
 }
@@ -474,6 +496,8 @@ impl Default for ClusterConfig {
             replica_inbound_mib: 128,
             forwarded_admin: 64,
             uncommitted_mib: 256,
+            replica_push_mib: crate::replica::PUSH_BYTES_MAX >> 20,
+            replica_workers: crate::replica::WORKERS as usize,
             public_addresses: Vec::new(),
             public_interface: "eth0".into(),
         }
@@ -725,7 +749,7 @@ impl Config {
             );
         }
         let l = &self.limits;
-        let ranges: [(&'static str, u64, u64, u64); 16] = [
+        let ranges: [(&'static str, u64, u64, u64); 17] = [
             ("limits.smb_durable_timeout_ms", l.smb_durable_timeout_ms, 1, 300_000),
             ("limits.smb_durable_handles", l.smb_durable_handles as u64, 0, 1 << 20),
             ("limits.smb_oplock_break_ms", l.smb_oplock_break_ms, 1, 600_000),
@@ -742,6 +766,7 @@ impl Config {
             ("limits.nfs_open_files_per_client", l.nfs_open_files_per_client as u64, 1, 1 << 20),
             ("limits.smb_transact_max", l.smb_transact_max as u64, 64 << 10, 8 << 20),
             ("limits.nfs_readdir_max", l.nfs_readdir_max as u64, 4 << 10, 16 << 20),
+            ("limits.metadata_queue", l.metadata_queue as u64, 16, 1 << 20),
         ];
         for (key, v, lo, hi) in ranges {
             if !(lo..=hi).contains(&v) {
@@ -808,6 +833,10 @@ impl Config {
             ("cluster.forwarded_admin", c.forwarded_admin as u64, 1, 65_536),
             // raft-rs needs at least one message's worth (16 MiB).
             ("cluster.uncommitted_mib", c.uncommitted_mib, 16, 1 << 20),
+            // One push carries up to 32 MiB of data
+            // (`duet_cache::replica::DATA_MAX`): the bound must admit one.
+            ("cluster.replica_push_mib", c.replica_push_mib, 32, 65_536),
+            ("cluster.replica_workers", c.replica_workers as u64, 1, 4096),
         ] {
             if !(lo..=hi).contains(&v) {
                 return invalid(key, format!("{v} is not between {lo} and {hi}"));
@@ -950,6 +979,14 @@ mod tests {
         assert!(e.contains("limits.connections"), "{e}");
         let e = Config::parse("[limits]\nsmb_message_max = 1000", "t").unwrap_err().to_string();
         assert!(e.contains("limits.smb_message_max"), "{e}");
+        for bad in ["metadata_queue = 15", "metadata_queue = 0", "metadata_queue = 1048577"] {
+            let e = key_of(&format!("[limits]\n{bad}"));
+            assert!(e.starts_with("limits.metadata_queue: ") && e.contains("16..=1048576"), "{bad}: {e}");
+        }
+        let c = Config::parse("[limits]\nmetadata_queue = 16\n[cluster]\nreplica_push_mib = 32\nreplica_workers = 1", "t").unwrap();
+        assert_eq!((c.limits.metadata_queue, c.cluster.replica_push_mib, c.cluster.replica_workers), (16, 32, 1));
+        let p = c.cluster.peer_limits();
+        assert_eq!((p.replica_push_bytes, p.replica_workers), (32 << 20, 1));
         let e = Config::parse("[default_share]\nname = \"a b\"", "t").unwrap_err().to_string();
         assert!(e.contains("default_share.name"), "{e}");
         for bad in ["", "a b.com", "example..com", "x@y"] {
@@ -1027,6 +1064,10 @@ mod tests {
             ("replica_inbound_mib = 1", "cluster.replica_inbound_mib"),
             ("forwarded_admin = 0", "cluster.forwarded_admin"),
             ("uncommitted_mib = 8", "cluster.uncommitted_mib"),
+            ("replica_push_mib = 16", "cluster.replica_push_mib"),
+            ("replica_push_mib = 65537", "cluster.replica_push_mib"),
+            ("replica_workers = 0", "cluster.replica_workers"),
+            ("replica_workers = 4097", "cluster.replica_workers"),
         ] {
             let e = key_of(&format!("[cluster]\n{line}"));
             assert!(e.starts_with(&format!("{key}: ")), "{line}: {e}");

@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,11 @@ pub struct PeerLimits {
     /// Admin changes forwarded by followers waiting for the leader's admin
     /// task (`forwarded_admin`).
     pub admin_forwarded: usize,
+    /// Write-data bytes pushed to one peer and still queued for its
+    /// connection or unacknowledged (`replica_push_mib`).
+    pub replica_push_bytes: u64,
+    /// Pushes logged and fetches answered at once (`replica_workers`).
+    pub replica_workers: usize,
 }
 
 impl Default for PeerLimits {
@@ -80,6 +85,8 @@ impl Default for PeerLimits {
             replica_frames: crate::replica::INBOUND_MAX,
             replica_bytes: crate::replica::INBOUND_BYTES_MAX,
             admin_forwarded: crate::forward::ADMIN_INBOUND_MAX,
+            replica_push_bytes: crate::replica::PUSH_BYTES_MAX,
+            replica_workers: crate::replica::WORKERS as usize,
         }
     }
 }
@@ -119,7 +126,32 @@ const UNACKED_TIMEOUT: Duration = Duration::from_secs(3);
 /// payload its owner encoded.
 pub enum Outgoing {
     Raft(RaftMessage),
-    Frame(FrameKind, Vec<u8>),
+    /// The payload, and what counts it while it is queued (dropped with
+    /// the frame: once written to the connection, or discarded).
+    Frame(FrameKind, Vec<u8>, Option<Queued>),
+}
+
+/// Bytes counted against a bound while a frame waits in a peer's queue:
+/// the count goes back down when the frame leaves the queue, written or
+/// dropped (a peer that is stopped or cut off holds the bytes until its
+/// connection fails and its queue is emptied).
+pub struct Queued {
+    counter: Arc<AtomicU64>,
+    bytes: u64,
+}
+
+impl Queued {
+    /// Counts `bytes` in `counter` until dropped.
+    pub fn new(counter: &Arc<AtomicU64>, bytes: u64) -> Queued {
+        counter.fetch_add(bytes, Ordering::AcqRel);
+        Queued { counter: counter.clone(), bytes }
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
 }
 
 /// Takes an authenticated frame of one kind: (the peer that sent it, its
@@ -142,8 +174,14 @@ impl PeerSender {
     /// Queues a frame to `to`. False when `to` is not a peer or its queue
     /// is full (the frame is dropped: the caller retries or gives up).
     pub fn send(&self, to: u64, kind: FrameKind, payload: Vec<u8>) -> bool {
+        self.send_counted(to, kind, payload, None)
+    }
+
+    /// As [`PeerSender::send`], the frame counted by `queued` while it
+    /// waits in the peer's queue (a refused frame is not counted).
+    pub fn send_counted(&self, to: u64, kind: FrameKind, payload: Vec<u8>, queued: Option<Queued>) -> bool {
         let Some(tx) = self.senders.read().ok().and_then(|m| m.get(&to).cloned()) else { return false };
-        let ok = tx.try_send(Outgoing::Frame(kind, payload)).is_ok();
+        let ok = tx.try_send(Outgoing::Frame(kind, payload, queued)).is_ok();
         if !ok {
             self.health.with(to, |p| p.dropped += 1);
         }
@@ -722,6 +760,8 @@ impl Outbound {
         // applied index as soon as it connects).
         let mut last_status: Option<Instant> = None;
         let (mut frames, mut bytes) = (0u64, 0u64);
+        // The counts of the frames in `out` (see [`Queued`]).
+        let mut held: Vec<Queued> = Vec::new();
         loop {
             if self.stopped() {
                 return LinkError::Closed;
@@ -768,7 +808,12 @@ impl Outbound {
                                 Ok(b) => (FrameKind::Raft, b),
                                 Err(e) => return LinkError::Undecodable(e.to_string()),
                             },
-                            Outgoing::Frame(kind, payload) => (kind, payload),
+                            Outgoing::Frame(kind, payload, queued) => {
+                                // Counted until written (the encrypted copy
+                                // in `out` holds the same bytes).
+                                held.extend(queued);
+                                (kind, payload)
+                            }
                         };
                         match session.sender.frame(kind, &payload) {
                             Ok(f) => out.extend_from_slice(&f),
@@ -786,7 +831,9 @@ impl Outbound {
             if out.is_empty() {
                 continue;
             }
-            if let Err(e) = stream.write_all(&out) {
+            let written = stream.write_all(&out);
+            held.clear();
+            if let Err(e) = written {
                 return e.into();
             }
             let (f, b) = (std::mem::take(&mut frames), std::mem::take(&mut bytes));

@@ -9,11 +9,15 @@
 //! Lives on the data executor (`Rc`); the transport's connection threads
 //! hand it frames through a bounded channel (see [`link`]).
 //!
-//! Bounds: unacknowledged push bytes per peer ([`PUSH_BYTES_MAX`]; past
-//! it a push to that peer is not sent, and the peer just does not
-//! acknowledge), inbound frames queued ([`INBOUND_MAX`] frames and
-//! [`INBOUND_BYTES_MAX`] bytes; past them a frame is dropped), pushes
-//! being logged and fetches being answered at once ([`WORKERS`]).
+//! Bounds (docs/limits.md, "The cluster's queues"): push bytes per peer
+//! still queued for its connection or not yet acknowledged (`[cluster]
+//! replica_push_mib`, default [`PUSH_BYTES_MAX`]; past it a push to that
+//! peer is not sent, and the peer just does not acknowledge: the others'
+//! copies make the majority, and it fetches the extent later), inbound
+//! frames queued (`replica_inbound`, `replica_inbound_mib`; past them a
+//! frame is dropped), pushes being logged and fetches being answered at
+//! once (`replica_workers`, default [`WORKERS`]; more wait in the inbound
+//! queue).
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
@@ -35,12 +39,14 @@ use crate::peers::{PeerSender, PeersHandle};
 pub const PUSH_WAIT: Duration = Duration::from_secs(5);
 /// How long a fetch waits for one peer's answer before asking the next.
 pub const FETCH_WAIT: Duration = Duration::from_secs(3);
-/// Push bytes sent to one peer and not yet acknowledged (or given up).
+/// The default of `[cluster] replica_push_mib`: push bytes to one peer
+/// still in its queue, or sent and not yet acknowledged (or given up).
 pub const PUSH_BYTES_MAX: u64 = 64 << 20;
 /// Data frames received and not yet taken by the data executor.
 pub const INBOUND_MAX: usize = 256;
 pub const INBOUND_BYTES_MAX: u64 = 128 << 20;
-/// Pushes being logged and fetches being answered at once.
+/// The default of `[cluster] replica_workers`: pushes being logged and
+/// fetches being answered at once.
 pub const WORKERS: u64 = 16;
 
 /// Counters of replication, per node (`duetctl status` / metrics read
@@ -52,8 +58,8 @@ pub struct ReplicaCounters {
     pub majority_wait: prometheus_client::metrics::histogram::Histogram,
     pub pushes_sent: AtomicU64,
     pub push_bytes_sent: AtomicU64,
-    /// Pushes not sent to a peer: its unacknowledged bytes were at the
-    /// bound, or its queue was full.
+    /// Pushes not sent to a peer: its queued or unacknowledged bytes
+    /// were at their bound (`replica_push_mib`), or its queue was full.
     pub pushes_skipped: AtomicU64,
     pub acks_received: AtomicU64,
     /// Batches that failed: no majority within [`PUSH_WAIT`].
@@ -95,6 +101,9 @@ pub struct ReplicaLink {
     pub inbound: flume::Receiver<(u64, Vec<u8>)>,
     inbound_bytes: Arc<AtomicU64>,
     counters: Arc<ReplicaCounters>,
+    /// `[cluster] replica_push_mib` in bytes, and `replica_workers`.
+    push_max: u64,
+    workers: usize,
 }
 
 /// Registers the Data frame handler on the transport: frames go to a
@@ -116,7 +125,14 @@ pub fn link(peers: &PeersHandle) -> ReplicaLink {
             }
         }),
     );
-    ReplicaLink { sender: peers.sender(), inbound: rx, inbound_bytes: bytes, counters }
+    ReplicaLink {
+        sender: peers.sender(),
+        inbound: rx,
+        inbound_bytes: bytes,
+        counters,
+        push_max: peers.limits.replica_push_bytes,
+        workers: peers.limits.replica_workers.max(1),
+    }
 }
 
 impl ReplicaLink {
@@ -140,6 +156,15 @@ pub struct Replica {
     waits: RefCell<HashMap<ExtentId, PushWait>>,
     /// Per peer: push bytes sent and not acknowledged or given up.
     unacked: RefCell<HashMap<u64, u64>>,
+    /// Per peer: push bytes still in its queue (not yet written to its
+    /// connection): a stopped peer's stay counted after the batch gave up
+    /// waiting for it, until its connection fails and the queue empties.
+    queued: RefCell<HashMap<u64, Arc<AtomicU64>>>,
+    /// The bound of both, per peer (`replica_push_mib`).
+    push_max: u64,
+    /// Peers whose last push was skipped at that bound (logged once per
+    /// stretch of skips).
+    at_bound: RefCell<BTreeSet<u64>>,
     fetches: RefCell<HashMap<(ExtentId, u64), Vec<flume::Sender<Option<Vec<u8>>>>>>,
     work: Rc<glommio::sync::Semaphore>,
     inbound_bytes: Arc<AtomicU64>,
@@ -148,12 +173,20 @@ pub struct Replica {
 
 impl Replica {
     pub fn new(link: &ReplicaLink) -> Rc<Replica> {
+        tracing::info!(
+            "write cache replication: replica_push_mib = {}, replica_workers = {}",
+            link.push_max >> 20,
+            link.workers
+        );
         Rc::new(Replica {
             sender: link.sender.clone(),
             waits: Default::default(),
             unacked: Default::default(),
+            queued: Default::default(),
+            push_max: link.push_max,
+            at_bound: Default::default(),
             fetches: Default::default(),
-            work: Rc::new(glommio::sync::Semaphore::new(WORKERS)),
+            work: Rc::new(glommio::sync::Semaphore::new(link.workers as u64)),
             inbound_bytes: link.inbound_bytes.clone(),
             counters: link.counters.clone(),
         })
@@ -166,20 +199,35 @@ impl Replica {
     }
 
     /// Sends `extent` to every other voter (those within their bound of
-    /// unacknowledged bytes); [`Replica::wait_majority`] waits for the acks.
+    /// queued and of unacknowledged bytes); [`Replica::wait_majority`]
+    /// waits for the acks.
     pub fn push(&self, extent: ExtentId, data: &[u8]) {
         let len = data.len() as u64;
         let payload = Message::Push { extent, data: data.to_vec() }.encode();
         let mut sent = BTreeSet::new();
         {
             let mut unacked = self.unacked.borrow_mut();
+            let mut queued = self.queued.borrow_mut();
             for p in self.sender.peers() {
                 let u = unacked.entry(p).or_default();
-                if *u + len > PUSH_BYTES_MAX {
+                let q = queued.entry(p).or_default();
+                let in_queue = q.load(Ordering::Acquire);
+                if *u + len > self.push_max || in_queue + len > self.push_max {
                     self.counters.pushes_skipped.fetch_add(1, Ordering::Relaxed);
+                    if self.at_bound.borrow_mut().insert(p) {
+                        tracing::warn!(
+                            peer = p,
+                            "write cache: pushes to node {p} at their bound ({in_queue} bytes queued, {} unacknowledged, \
+                             [cluster] replica_push_mib = {}): skipped until it takes them; it fetches what it lacks later",
+                            *u,
+                            self.push_max >> 20
+                        );
+                    }
                     continue;
                 }
-                if self.sender.send(p, FrameKind::Data, payload.clone()) {
+                self.at_bound.borrow_mut().remove(&p);
+                let counted = crate::peers::Queued::new(q, len);
+                if self.sender.send_counted(p, FrameKind::Data, payload.clone(), Some(counted)) {
                     *u += len;
                     sent.insert(p);
                     self.counters.pushes_sent.fetch_add(1, Ordering::Relaxed);

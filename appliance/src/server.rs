@@ -420,6 +420,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             uncommitted_max: cfg.cluster.uncommitted_mib << 20,
             wal_recycle: cfg.durability.wal_recycle,
             memtable_bytes: cfg.testing.memtable_kib.map(|k| (k as usize) << 10),
+            queue: cfg.limits.metadata_queue,
         };
         let store = Store::open_group_with(&metadata_dir(&cfg.data_dir), cfg.node_id, group, options)?;
         let handle = peers.start_with(store.handle(), Some((cfg.data_dir.clone(), cfg.testing.snapshot_corrupt)))?;
@@ -429,6 +430,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             commit_window: std::time::Duration::from_millis(cfg.durability.window_ms),
             wal_recycle: cfg.durability.wal_recycle,
             memtable_bytes: cfg.testing.memtable_kib.map(|k| (k as usize) << 10),
+            queue: cfg.limits.metadata_queue,
             ..Default::default()
         };
         (Store::open_with(&metadata_dir(&cfg.data_dir), cfg.node_id, options)?, None)

@@ -10,6 +10,16 @@
 //! queues, the group goes on replicating: files written through a
 //! follower read back byte-exact from every node. (Out-of-range values are
 //! refused at start: `config.rs` tests.)
+//!
+//! The replica push bounds (`replica_push_mib`, `replica_workers`): with
+//! `replica_push_mib = 32` (the floor), `replica_workers = 1` and a
+//! follower SIGSTOPped, the leader goes on serving writes (the other
+//! follower's copies make the majority), and once 32 MiB of pushes sit in
+//! the stopped follower's queue it skips the rest (logged, counted)
+//! instead of queueing them; the peer queue is made large here
+//! (`peer_queue = 65536`) so that only the byte bound can skip. Resumed,
+//! the follower fetches what it lacks: every byte reads back from all
+//! three.
 
 mod common;
 
@@ -68,6 +78,50 @@ fn the_cluster_queue_bounds_are_keys_a_node_applies() {
     put_all(follower.smb, &local, &files);
     let all: Vec<&Node> = nodes.iter().collect();
     wait_for(&all, "all three apply the writes", |s| agreed(&all, s));
+    for n in &nodes {
+        check_all(n.smb, &local, &files, n.id);
+    }
+}
+
+fn push_node(root: &Path, id: u64, host: &str, port: u16, peers: &str, secret: &Path) -> Node {
+    spawn_node(root, id, host, port, peers, secret, "replica_push_mib = 32\nreplica_workers = 1\npeer_queue = 65536\n", "")
+}
+
+#[test]
+fn a_stopped_follower_holds_at_most_replica_push_mib_of_the_leaders_pushes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let Three { nodes, s, .. } = start_three(root, &[], push_node);
+    let leader = s[0]["leader"].as_u64().unwrap();
+    let l = nodes.iter().find(|n| n.id == leader).unwrap();
+    let stopped = nodes.iter().find(|n| n.id != leader).unwrap();
+    for n in &nodes {
+        wait_log(n, "the replica bounds", "replica_push_mib = 32, replica_workers = 1", 1);
+    }
+    let local = root.join("local");
+    std::fs::create_dir_all(&local).unwrap();
+    add_bench_user(l, &local);
+
+    unsafe { libc::kill(stopped.d.child.id() as i32, libc::SIGSTOP) };
+    // 128 MiB through the leader: far more than the bound plus what the
+    // loopback socket buffers take before the stopped follower's
+    // connection blocks (then fails after 5 s; the reconnection's
+    // handshake waits 5 s more while pushes queue).
+    let files = random_files("p", &[16 << 20; 8]);
+    let started = Instant::now();
+    put_all(l.smb, &local, &files);
+    eprintln!("128 MiB written through the leader with node {} stopped in {:?}", stopped.id, started.elapsed());
+    let skipped = metric(&l.d, "duet_replica_pushes_skipped_total");
+    let sent = metric(&l.d, "duet_replica_pushes_total");
+    eprintln!("leader: {sent} pushes sent, {skipped} skipped");
+    assert!(skipped > 0, "the leader skipped no push to the stopped follower");
+    wait_log(l, "the push bound", &format!("pushes to node {} at their bound", stopped.id), 1);
+    check_all(l.smb, &local, &files, l.id);
+
+    unsafe { libc::kill(stopped.d.child.id() as i32, libc::SIGCONT) };
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_for(&all, "all three apply the writes", |s| agreed(&all, s));
+    wait_smb(stopped);
     for n in &nodes {
         check_all(n.smb, &local, &files, n.id);
     }

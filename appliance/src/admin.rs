@@ -706,7 +706,7 @@ impl Admin {
             vec![
                 ("replica_pushes", "Write-cache extents pushed to peers", ld(&c.pushes_sent)),
                 ("replica_push_bytes", "Bytes of write-cache extents pushed to peers", ld(&c.push_bytes_sent)),
-                ("replica_pushes_skipped", "Pushes not sent: the peer's unacknowledged bytes at their bound, or its queue full", ld(&c.pushes_skipped)),
+                ("replica_pushes_skipped", "Pushes not sent: the bytes queued to or unacknowledged by the peer at their bound ([cluster] replica_push_mib), or its queue full", ld(&c.pushes_skipped)),
                 ("replica_acks", "Durability acknowledgements received from peers", ld(&c.acks_received)),
                 ("replica_majority_timeouts", "Batches failed: no majority held their data within 5 s", ld(&c.majority_timeouts)),
                 ("replica_pushes_logged", "Extents pushed by peers and logged durably here", ld(&c.pushes_logged)),

@@ -17,43 +17,17 @@ use std::process::Command;
 use std::time::Duration;
 
 use clients::*;
+use common::inproc::*;
 use common::{settle_chunks, Daemon};
-use duet_appliance::config::Config;
-use duet_appliance::engine::{EngineHandle, RequestTag};
+use duet_appliance::engine::EngineHandle;
 use duet_appliance::server;
-use duet_fs::{dos, Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, SetAttrs, WriteData, CHUNK_SIZE, ROOT_ID};
+use duet_fs::{dos, ObjRef, Op, SetAttrs, CHUNK_SIZE};
 use duet_protocols::smb2::create::{create_disposition, create_options};
 use duet_protocols::smb2::header::Command as Cmd;
 use duet_protocols::smb2::ioctl::{ctl_code, IoctlRequest};
 use duet_protocols::smb2::message::Request;
 use duet_protocols::smb2::status::NtStatus;
 use duet_protocols::smb2::FileId;
-
-fn cfg(dir: &Path, read_mib: u64) -> Config {
-    let mut c = Config::default();
-    c.data_dir = dir.to_path_buf();
-    c.admin.listen = "127.0.0.1:0".into();
-    c.smb.listen = "127.0.0.1:0".into();
-    c.nfs.listen = "127.0.0.1:0".into();
-    c.nfs.portmap = false;
-    c.executors = 1;
-    c.cache.destage_interval_ms = 1;
-    c.cache.read_mib = Some(read_mib);
-    c
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// Text-like bytes (compress several times over), different per seed.
 fn text(rng: &mut Rng, len: usize) -> Vec<u8> {
@@ -73,79 +47,10 @@ fn noise(rng: &mut Rng, len: usize) -> Vec<u8> {
     (0..len).map(|_| rng.next() as u8).collect()
 }
 
-fn run(e: &EngineHandle, ops: Vec<Op>) -> Vec<Result<OpOutput, FsError>> {
-    let mut b = Batch::new(Credentials::root(), 1);
-    b.ops = ops;
-    e.submit_blocking(b, RequestTag::new("test", "batch")).unwrap().results
-}
-
-fn ok(e: &EngineHandle, op: Op) -> OpOutput {
-    run(e, vec![op]).remove(0).unwrap_or_else(|err| panic!("{err:?}"))
-}
-
-fn create(e: &EngineHandle, name: &str) -> u64 {
-    let op = Op::Create {
-        dir: ObjRef::Id(ROOT_ID),
-        name: name.into(),
-        kind: CreateKind::File,
-        attrs: SetAttrs::default(),
-        if_exists: IfExists::Fail,
-    };
-    match ok(e, op) {
-        OpOutput::Object { attrs, .. } => attrs.id,
-        o => panic!("{o:?}"),
-    }
-}
-
 /// What FSCTL_SET_COMPRESSION does to a file's node.
 fn set_compressed(e: &EngineHandle, id: u64, on: bool) {
     let bits = dos::ONLY_COMPRESSED | if on { dos::COMPRESSED } else { 0 };
     ok(e, Op::SetAttr { obj: ObjRef::Id(id), attrs: SetAttrs { dos_attrs: Some(bits), ..Default::default() } });
-}
-
-/// A read's bytes, or what failed (the op, or the whole batch: an I/O
-/// error fails the batch).
-fn read(e: &EngineHandle, id: u64, offset: u64, len: u64) -> Result<Vec<u8>, String> {
-    let mut b = Batch::new(Credentials::root(), 1);
-    b.ops = vec![Op::Read { obj: ObjRef::Id(id), offset, len }];
-    let mut out = e.submit_blocking(b, RequestTag::new("test", "batch")).map_err(|e| format!("{e:?}"))?;
-    match out.results.remove(0).map_err(|e| format!("{e:?}"))? {
-        OpOutput::Read { data, .. } => Ok(data),
-        o => panic!("{o:?}"),
-    }
-}
-
-fn write(e: &EngineHandle, id: u64, offset: u64, data: &[u8]) {
-    ok(e, Op::Write { obj: ObjRef::Id(id), offset, data: WriteData::Bytes(data.to_vec()), append: false });
-}
-
-fn settle(e: &EngineHandle) {
-    for _ in 0..3000 {
-        if let Ok(duet_cluster_store::QueryAnswer::DataQueue(q)) =
-            e.store.query_blocking(duet_cluster_store::Query::DataQueue { after: 0, limit: 1 })
-        {
-            if q.is_empty() {
-                return;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("destager did not settle");
-}
-
-fn check(e: &EngineHandle, id: u64, model: &[u8], offset: u64, len: u64, what: &str) {
-    let got = read(e, id, offset, len).unwrap_or_else(|err| panic!("{what}: read failed: {err:?}"));
-    let end = (offset + len).min(model.len() as u64);
-    let want: &[u8] = if offset >= model.len() as u64 { &[] } else { &model[offset as usize..end as usize] };
-    if got != want {
-        let first = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: read [{offset}, +{len}) gave {} bytes, wanted {}; first difference at {:?}",
-            got.len(),
-            want.len(),
-            first.map(|p| p as u64 + offset)
-        );
-    }
 }
 
 /// The chunk files of `file` under `data`: (index, compressed, bytes).
@@ -166,30 +71,6 @@ fn chunk_files(data: &Path, file: u64) -> Vec<(u64, bool, u64)> {
         .collect();
     out.sort();
     out
-}
-
-fn fsck(r: &server::Running) -> Vec<String> {
-    use std::io::{Read, Write};
-    let req = duet_admin_api::AdminRequest::Fsck;
-    let token = std::fs::read_to_string(r.data_dir().join("admin.token")).unwrap();
-    let creds = duet_admin_api::Credentials::Bearer(token.trim().into());
-    let http = req.to_http(&r.admin_addr.to_string(), Some(&creds)).encode();
-    let mut s = std::net::TcpStream::connect(r.admin_addr).unwrap();
-    s.write_all(&http).unwrap();
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).unwrap();
-    let mut p = duet_admin_api::http::ResponseParser::new();
-    let resp = match p.feed(&buf) {
-        duet_admin_api::http::Parsed::Complete(x) => x,
-        _ => match p.finish() {
-            duet_admin_api::http::Parsed::Complete(x) => x,
-            _ => panic!("bad response"),
-        },
-    };
-    match duet_admin_api::decode_response(&req, &resp).unwrap() {
-        duet_admin_api::AdminResponse::Fsck(f) => f.problems,
-        o => panic!("{o:?}"),
-    }
 }
 
 /// A compressed three-chunk file of text under random logged and small
@@ -326,7 +207,7 @@ fn compressed_chunks_read_back_exact_through_every_change() {
         std::fs::write(&zpath, &raw).unwrap();
         let r = server::start(&cfg(tmp.path(), read_mib)).unwrap();
         let e = r.engine().clone();
-        let got = read(&e, id, CHUNK_SIZE + 10, 1000);
+        let got = try_read(&e, id, CHUNK_SIZE + 10, 1000);
         println!("read_mib {read_mib}: a damaged compressed chunk: {got:?}");
         assert!(got.as_ref().is_err_and(|e| e.contains("damaged")), "a damaged chunk read as {:?}", got.map(|d| d.len()));
         // The other chunks still read.

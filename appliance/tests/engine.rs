@@ -1,6 +1,8 @@
 //! The engine end to end (write log, chunk store, destager, metadata) through
 //! the batch API.
 
+mod common;
+
 use duet_appliance::config::Config;
 use duet_appliance::engine::{EngineHandle, RequestTag};
 use duet_appliance::server;
@@ -112,7 +114,7 @@ fn large_files_round_trip_through_log_and_chunks() {
     let r2 = run(&e, vec![Op::Remove { dir: ObjRef::Id(ROOT_ID), name: "big".into(), dir_only: None }]);
     assert!(r2[0].is_ok());
     settle(&e);
-    let admin = fsck_via_api(&r);
+    let admin = common::inproc::fsck(&r);
     assert!(admin.is_empty(), "{admin:?}");
     r.shutdown();
     // Everything is still there after a restart.
@@ -122,31 +124,6 @@ fn large_files_round_trip_through_log_and_chunks() {
     match &look[1] { Ok(OpOutput::Read { data, .. }) => assert_eq!(data, &sw), o => panic!("{o:?}") }
     assert_eq!(run(&e, vec![Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: "big".into() }])[0], Err(FsError::NotFound));
     r.shutdown();
-}
-
-fn fsck_via_api(r: &server::Running) -> Vec<String> {
-    match admin_call(r, duet_admin_api::AdminRequest::Fsck) {
-        duet_admin_api::AdminResponse::Fsck(f) => f.problems,
-        o => panic!("{o:?}"),
-    }
-}
-
-fn admin_call(r: &server::Running, req: duet_admin_api::AdminRequest) -> duet_admin_api::AdminResponse {
-    use std::io::{Read, Write};
-    let dir = r.data_dir();
-    let token = std::fs::read_to_string(dir.join("admin.token")).unwrap();
-    let creds = duet_admin_api::Credentials::Bearer(token.trim().into());
-    let http = req.to_http(&r.admin_addr.to_string(), Some(&creds)).encode();
-    let mut s = std::net::TcpStream::connect(r.admin_addr).unwrap();
-    s.write_all(&http).unwrap();
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).unwrap();
-    let mut p = duet_admin_api::http::ResponseParser::new();
-    let resp = match p.feed(&buf) {
-        duet_admin_api::http::Parsed::Complete(x) => x,
-        _ => match p.finish() { duet_admin_api::http::Parsed::Complete(x) => x, _ => panic!("bad response") },
-    };
-    duet_admin_api::decode_response(&req, &resp).unwrap()
 }
 
 #[test]
@@ -175,7 +152,7 @@ fn concurrent_large_and_small_writes() {
             match &res[1] { Ok(OpOutput::Read { data, .. }) => assert_eq!(data, &pattern(t * 100 + i, len)), o => panic!("{o:?}") }
         }
     }
-    assert!(fsck_via_api(&r).is_empty());
+    assert!(common::inproc::fsck(&r).is_empty());
     r.shutdown();
 }
 

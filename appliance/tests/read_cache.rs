@@ -3,112 +3,13 @@
 //! truncates, zeroes, clones and reclaims the chunks under them, and a
 //! sequential reader's second pass comes from memory.
 
+mod common;
+
 use std::sync::atomic::Ordering;
 
-use duet_appliance::config::Config;
-use duet_appliance::engine::{EngineHandle, RequestTag};
+use common::inproc::*;
 use duet_appliance::server;
-use duet_fs::{Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, SetAttrs, WriteData, CHUNK_SIZE, ROOT_ID};
-
-fn cfg(dir: &std::path::Path, read_mib: u64) -> Config {
-    let mut c = Config::default();
-    c.data_dir = dir.to_path_buf();
-    c.admin.listen = "127.0.0.1:0".into();
-    c.smb.listen = "127.0.0.1:0".into();
-    c.nfs.listen = "127.0.0.1:0".into();
-    c.nfs.portmap = false;
-    c.executors = 1;
-    // Destage as soon as possible: chunks change under the reads.
-    c.cache.destage_interval_ms = 1;
-    c.cache.read_mib = Some(read_mib);
-    c
-}
-
-fn tag() -> RequestTag {
-    RequestTag::new("test", "batch")
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-fn bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
-    (0..len).map(|_| rng.next() as u8).collect()
-}
-
-fn run(e: &EngineHandle, ops: Vec<Op>) -> Vec<Result<OpOutput, FsError>> {
-    let mut b = Batch::new(Credentials::root(), 1);
-    b.ops = ops;
-    e.submit_blocking(b, tag()).unwrap().results
-}
-
-fn ok(e: &EngineHandle, op: Op) -> OpOutput {
-    let mut r = run(e, vec![op]);
-    r.remove(0).unwrap_or_else(|err| panic!("{err:?}"))
-}
-
-fn create(e: &EngineHandle, name: &str) -> u64 {
-    let op = Op::Create {
-        dir: ObjRef::Id(ROOT_ID),
-        name: name.into(),
-        kind: CreateKind::File,
-        attrs: SetAttrs::default(),
-        if_exists: IfExists::Fail,
-    };
-    match ok(e, op) {
-        OpOutput::Object { attrs, .. } => attrs.id,
-        o => panic!("{o:?}"),
-    }
-}
-
-fn read(e: &EngineHandle, id: u64, offset: u64, len: u64) -> Vec<u8> {
-    match ok(e, Op::Read { obj: ObjRef::Id(id), offset, len }) {
-        OpOutput::Read { data, .. } => data,
-        o => panic!("{o:?}"),
-    }
-}
-
-fn write(e: &EngineHandle, id: u64, offset: u64, data: &[u8]) {
-    ok(e, Op::Write { obj: ObjRef::Id(id), offset, data: WriteData::Bytes(data.to_vec()), append: false });
-}
-
-fn settle(e: &EngineHandle) {
-    for _ in 0..1000 {
-        if let Ok(duet_cluster_store::QueryAnswer::DataQueue(q)) =
-            e.store.query_blocking(duet_cluster_store::Query::DataQueue { after: 0, limit: 1 })
-        {
-            if q.is_empty() {
-                return;
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("destager did not settle");
-}
-
-fn check(e: &EngineHandle, id: u64, model: &[u8], offset: u64, len: u64, what: &str) {
-    let got = read(e, id, offset, len);
-    let end = (offset + len).min(model.len() as u64);
-    let want: &[u8] = if offset >= model.len() as u64 { &[] } else { &model[offset as usize..end as usize] };
-    if got != want {
-        let first = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: read [{offset}, +{len}) gave {} bytes, wanted {}; first difference at {:?}",
-            got.len(),
-            want.len(),
-            first.map(|p| p as u64 + offset)
-        );
-    }
-}
+use duet_fs::{ObjRef, Op, SetAttrs, CHUNK_SIZE, ROOT_ID};
 
 /// Random writes (inline-sized and logged), truncates, extensions and
 /// zeroed ranges of a three-chunk file, each followed at once by reads of

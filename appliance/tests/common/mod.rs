@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod inproc;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

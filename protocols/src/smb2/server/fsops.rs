@@ -1875,14 +1875,30 @@ impl Connection {
             return done(NtStatus::ACCESS_DENIED);
         }
         let set = io.input.first().is_none_or(|&b| b != 0);
+        let bits = dos::ONLY_SPARSE | if set { dos::SPARSE_FILE } else { 0 };
+        self.plan_dos_bit(fp, hdr, t, v.obj, io, bits)
+    }
+
+    /// What FSCTL_SET_SPARSE and FSCTL_SET_COMPRESSION end with: one
+    /// `Op::SetAttr` of `bits` (an `ONLY_*` marker with the bit's new
+    /// value) on `obj`, the change time kept, no output; refused on a
+    /// read-only tree.
+    fn plan_dos_bit(
+        &mut self,
+        fp: &mut FramePlan,
+        hdr: &Header,
+        t: Target,
+        obj: ObjRef,
+        io: &IoctlRequest<'_>,
+        bits: u32,
+    ) -> Plan {
         match self.begin(fp, hdr) {
             Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
             Ok(_) => {}
             Err(s) => return done(s),
         }
-        let bits = dos::ONLY_SPARSE | if set { dos::SPARSE_FILE } else { 0 };
         let op = fp.push(Op::SetAttr {
-            obj: v.obj,
+            obj,
             attrs: SetAttrs { dos_attrs: Some(bits), ctime: Some(duet_fs::CTIME_KEEP), ..Default::default() },
         });
         Plan::Fs(FsPlan::NoOutput { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id })
@@ -1940,17 +1956,8 @@ impl Connection {
         if v.granted & access::FILE_WRITE_DATA == 0 {
             return done(NtStatus::ACCESS_DENIED);
         }
-        match self.begin(fp, hdr) {
-            Ok((_, true, _)) => return done(NtStatus::ACCESS_DENIED),
-            Ok(_) => {}
-            Err(s) => return done(s),
-        }
         let bits = dos::ONLY_COMPRESSED | if set { dos::COMPRESSED } else { 0 };
-        let op = fp.push(Op::SetAttr {
-            obj: v.obj,
-            attrs: SetAttrs { dos_attrs: Some(bits), ctime: Some(duet_fs::CTIME_KEEP), ..Default::default() },
-        });
-        Plan::Fs(FsPlan::NoOutput { target: t, op, ctl_code: io.ctl_code, file_id: io.file_id })
+        self.plan_dos_bit(fp, hdr, t, v.obj, io, bits)
     }
 
     /// FSCTL_FILE_LEVEL_TRIM (MS-FSCC 2.3.73 FILE_LEVEL_TRIM: Key, NumRanges,

@@ -446,6 +446,14 @@ fn linux_kernel_cifs_reconnects_its_durable_handle_after_a_cut() {
     assert!(text.contains("CTRL cut"), "the cut was not acknowledged");
     assert!(text.contains("CONTENT before after "), "the open file went on being written: {text}");
     assert!(log.contains("kept=1 was=0"), "the durable handle was not kept at the cut; log:\n{log}");
+    // The reattachment is logged by the 100 ms scavenger: allow it a few
+    // seconds to reach the log (an expiry would take 60 s).
+    let mut log = log;
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    while !log.contains("kept=0 was=1") && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        log = plain(&d.log_text());
+    }
     assert!(
         log.contains("kept=0 was=1"),
         "the kept handle was not taken back (it would still be kept until its 60 s timeout); log:\n{log}"

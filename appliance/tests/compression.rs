@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use clients::*;
 use common::inproc::*;
+use common::cluster::smbclient;
 use common::{settle_chunks, Daemon};
 use duet_appliance::engine::EngineHandle;
 use duet_appliance::server;
@@ -108,12 +109,7 @@ fn compressed_chunks_read_back_exact_through_every_change() {
                     let len = if k <= 3 { 4097 + rng.below(300_000) } else { 1 + rng.below(4000) };
                     let at = rng.below(size);
                     let data = if k == 0 { noise(&mut rng, len as usize) } else { text(&mut rng, len as usize) };
-                    write(&e, id, at, &data);
-                    let end = (at + len) as usize;
-                    if end > model.len() {
-                        model.resize(end, 0);
-                    }
-                    model[at as usize..end].copy_from_slice(&data);
+                    write_model(&e, id, &mut model, at, &data);
                 }
                 6 => {
                     let cut = CHUNK_SIZE + rng.below(CHUNK_SIZE * 2);
@@ -229,20 +225,6 @@ fn set_compression(c: &mut Smb, fid: FileId, format: u16) -> NtStatus {
         flags: 1,
     };
     c.call(Request::Ioctl(req), Cmd::IOCTL).status()
-}
-
-fn smbclient(port: u16, dir: &Path, cmds: &str) -> Result<String, String> {
-    let out = Command::new("smbclient")
-        .args(["//127.0.0.1/public", "-p", &port.to_string(), "-U", "bench%benchpw", "-m", "SMB3", "-c", cmds])
-        .current_dir(dir)
-        .output()
-        .expect("smbclient runs (scripts/install-deps.sh installs it)");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if out.status.success() && !text.contains("NT_STATUS_") {
-        Ok(text)
-    } else {
-        Err(text)
-    }
 }
 
 fn du(path: &Path) -> u64 {

@@ -40,12 +40,7 @@ fn reads_stay_exact_while_the_destager_changes_the_chunks() {
                 let len = if k <= 3 { 4097 + rng.below(200_000) } else { 1 + rng.below(4000) };
                 let at = rng.below(size);
                 let data = bytes(&mut rng, len as usize);
-                write(&e, id, at, &data);
-                let end = (at + len) as usize;
-                if end > model.len() {
-                    model.resize(end, 0);
-                }
-                model[at as usize..end].copy_from_slice(&data);
+                write_model(&e, id, &mut model, at, &data);
             }
             7 => {
                 // A new size, shorter or longer (the tail reads as zeros).

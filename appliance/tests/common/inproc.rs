@@ -84,6 +84,17 @@ pub fn write(e: &EngineHandle, id: u64, offset: u64, data: &[u8]) {
     ok(e, Op::Write { obj: ObjRef::Id(id), offset, data: WriteData::Bytes(data.to_vec()), append: false });
 }
 
+/// Writes `data` at `at` and lays it over `model` (extended with zeros
+/// as the file is).
+pub fn write_model(e: &EngineHandle, id: u64, model: &mut Vec<u8>, at: u64, data: &[u8]) {
+    write(e, id, at, data);
+    let end = at as usize + data.len();
+    if end > model.len() {
+        model.resize(end, 0);
+    }
+    model[at as usize..end].copy_from_slice(data);
+}
+
 /// Waits (at most 30 s) until the destager's queue is empty.
 pub fn settle(e: &EngineHandle) {
     for _ in 0..3000 {

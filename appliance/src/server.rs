@@ -419,6 +419,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             commit_window: std::time::Duration::from_millis(cfg.durability.window_ms),
             uncommitted_max: cfg.cluster.uncommitted_mib << 20,
             wal_recycle: cfg.durability.wal_recycle,
+            wal_prepare: (cfg.durability.wal_prepare_mib as usize) << 20,
             memtable_bytes: cfg.testing.memtable_kib.map(|k| (k as usize) << 10),
             queue: cfg.limits.metadata_queue,
         };
@@ -429,6 +430,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         let options = duet_cluster_store::StoreOptions {
             commit_window: std::time::Duration::from_millis(cfg.durability.window_ms),
             wal_recycle: cfg.durability.wal_recycle,
+            wal_prepare: (cfg.durability.wal_prepare_mib as usize) << 20,
             memtable_bytes: cfg.testing.memtable_kib.map(|k| (k as usize) << 10),
             queue: cfg.limits.metadata_queue,
             ..Default::default()

@@ -101,3 +101,42 @@ fn released_segments_are_reused_and_everything_reads_back_across_restarts() {
     assert!(fsck(&r).is_empty());
     r.shutdown();
 }
+
+/// Not a check (`cargo test --workspace --test log_reuse -- --ignored
+/// --nocapture`): the latency of synced 64 KiB writes (write-log append,
+/// group fdatasync, raft commit) into a new, growing segment file and
+/// into a reused one, printed.
+#[test]
+#[ignore]
+fn print_synced_64k_write_latency_new_and_reused_segments() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut c = cfg(dir, 0);
+    c.cache.log_segment_mib = 8;
+    let mut rng = Rng(0x64);
+    let data = bytes(&mut rng, 64 << 10);
+    let phase = |what: &str, expect_reused: bool| {
+        let r = server::start(&c).unwrap();
+        let e = r.engine().clone();
+        assert_eq!(reused(&r) > 0, expect_reused, "{what}");
+        let id = create(&e, what);
+        let mut us: Vec<u128> = (0..96u64)
+            .map(|i| {
+                let t = std::time::Instant::now();
+                write(&e, id, i * (64 << 10), &data);
+                t.elapsed().as_micros()
+            })
+            .collect();
+        us.sort();
+        let mean = us.iter().sum::<u128>() / us.len() as u128;
+        eprintln!("{what}: synced 64 KiB writes: p50 {} us, p90 {} us, mean {mean} us", us[us.len() / 2], us[us.len() * 9 / 10]);
+        settle(&e);
+        r.shutdown();
+    };
+    // Segment 1: a new file.
+    phase("new-segment", false);
+    // Segment 2: a new file again (no spare yet); segment 1 becomes a spare.
+    phase("new-segment-again", false);
+    // Segment 3: segment 1's file, overwritten.
+    phase("reused-segment", true);
+}

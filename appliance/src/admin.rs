@@ -648,6 +648,7 @@ impl Admin {
             uptime_s: self.node.started.elapsed().as_secs(),
             executors: self.node.executors,
             threads: crate::metrics::thread_cpu(),
+            log_segments_reused: self.engine.data.counters.log_segments_reused.load(std::sync::atomic::Ordering::Relaxed),
         };
         let body = crate::metrics::render(&stats, &gauges, &self.engine.stats.latency);
         let body = if r.method == "HEAD" { Vec::new() } else { body.into_bytes() };

@@ -12,7 +12,18 @@
 //! queue: applying a record again gives the same bytes.
 //!
 //! Log records that no commit names (the batch failed, or the process died
-//! before committing) are never applied and their segment is deleted.
+//! before committing) are never applied and their segment is released.
+//!
+//! Segment files are reused: a released segment is renamed to
+//! `wal/<seq>.spare` (at most [`SPARE_SEGMENTS`] are kept, the others
+//! deleted), and a new segment takes a spare and renames it to its own
+//! name, then syncs the `wal` directory before any record in it is
+//! written. Overwriting a file's blocks makes a record's fdatasync commit
+//! no file-size or extent metadata, which a growing new file needs on
+//! every group commit. A reused file still holds its earlier lives'
+//! records after the new life's last one: records are bound to their
+//! segment's sequence and salt (`duet_cache::SegmentBinding`), and
+//! recovery ends a segment at the first record of another life.
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -30,7 +41,7 @@ use glommio::io::{DmaFile, OpenOptions};
 
 use duet_cache::log::{AppendStep, Durable, LogCore, LogIoError, LogRecovery, Ticket};
 use duet_cache::{
-    align_up, cut, decode_floor, encode_floor, encode_record, patch, ALIGN,
+    align_up, cut, decode_floor, encode_floor, encode_record, patch, SegmentBinding, ALIGN,
 };
 use duet_cache::chunkz;
 use duet_cache::replica::{FetchRange, Unclaimed};
@@ -40,6 +51,11 @@ use crate::replica::Replica;
 /// The durable floor of this node's extent sequences, in `wal/`.
 pub(crate) const SEQ_FLOOR_FILE: &str = "extent-seq";
 
+/// Released write-log segment files kept for reuse (`wal/<seq>.spare`);
+/// more are deleted. Two cover a destager that releases segments one or
+/// two at a time while appends roll over.
+pub const SPARE_SEGMENTS: usize = 2;
+
 /// Most data records one destage round takes.
 const DESTAGE_BATCH: usize = 256;
 
@@ -48,6 +64,9 @@ const DESTAGE_BATCH: usize = 256;
 pub struct DataCounters {
     pub log_writes: AtomicU64,
     pub log_fsyncs: AtomicU64,
+    /// Write-log segments made from a spare (released) file rather than a
+    /// new one.
+    pub log_segments_reused: AtomicU64,
     pub chunk_reads: AtomicU64,
     pub chunk_writes: AtomicU64,
     pub chunk_fsyncs: AtomicU64,
@@ -189,6 +208,60 @@ fn io_err(what: &str, path: &Path, e: impl std::fmt::Display) -> io::Error {
 struct Segment {
     file: Rc<DmaFile>,
     path: PathBuf,
+    /// The life its records are bound to: segments made in this run.
+    /// `None` for segments found at open (they get no appends).
+    bound: Option<SegmentBinding>,
+}
+
+/// The name of segment `seq`.
+fn segment_path(wal: &Path, seq: u64) -> PathBuf {
+    wal.join(format!("{seq:016x}.log"))
+}
+
+/// The name of a spare file last used as segment `seq`.
+fn spare_path(wal: &Path, seq: u64) -> PathBuf {
+    wal.join(format!("{seq:016x}.spare"))
+}
+
+/// fsyncs a directory: the names made or changed in it are durable.
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err("cannot sync", dir, e))
+}
+
+/// Makes the file of segment `seq`: from `spare` (a file last used under a
+/// lower sequence) renamed to its name, else a new file; then syncs the
+/// directory, so that no record in it is acknowledged while a crash could
+/// still leave it under another name (an overwrite's fdatasync commits no
+/// names). Returns it and whether a spare was used; a spare that cannot be
+/// renamed or opened is deleted.
+async fn make_segment(wal: &Path, seq: u64, spare: Option<(u64, PathBuf)>) -> io::Result<(Segment, bool)> {
+    let path = segment_path(wal, seq);
+    let bound = Some(SegmentBinding { segment: seq, salt: rand::random::<u64>() });
+    if let Some((old, from)) = spare {
+        assert!(old < seq, "a file's lives have increasing segment sequences ({old} then {seq})");
+        match std::fs::rename(&from, &path) {
+            Ok(()) => match OpenOptions::new().read(true).write(true).dma_open(&path).await {
+                Ok(file) => {
+                    sync_dir(wal)?;
+                    return Ok((Segment { file: Rc::new(file), path, bound }, true));
+                }
+                Err(e) => {
+                    tracing::warn!("cannot open reused write-log segment {}: {e}; making a new one", path.display());
+                    let _ = std::fs::remove_file(&path);
+                }
+            },
+            Err(e) => {
+                tracing::warn!("cannot reuse write-log segment file {}: {e}; making a new one", from.display());
+                let _ = std::fs::remove_file(&from);
+            }
+        }
+    }
+    // A file left under this name (a failed earlier try) is overwritten:
+    // its records are of another life.
+    let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
+        .map_err(|e| io_err("cannot create", &path, e))?;
+    sync_dir(wal)?;
+    Ok((Segment { file: Rc::new(file), path, bound }, false))
 }
 
 /// What the log core is told of a failed log write or fdatasync.
@@ -221,6 +294,9 @@ pub struct DataPath {
     log: RefCell<LogCore>,
     /// The log's segment files, by sequence.
     segments: RefCell<BTreeMap<u64, Segment>>,
+    /// Released segment files kept for reuse: the sequence each was last
+    /// used under, and its name (at most [`SPARE_SEGMENTS`]).
+    spares: RefCell<Vec<(u64, PathBuf)>>,
     /// Writers waiting for the running fdatasync round to end.
     waiters: RefCell<Vec<flume::Sender<()>>>,
     reserve: glommio::sync::Semaphore,
@@ -379,19 +455,36 @@ impl DataPath {
                 }
             }
         }
-        let mut names: Vec<(u64, PathBuf)> = std::fs::read_dir(&wal)
-            .map_err(|e| io_err("cannot list", &wal, e))?
-            .filter_map(|e| e.ok())
-            .filter_map(|e| {
-                let p = e.path();
-                let seq = u64::from_str_radix(p.file_stem()?.to_str()?, 16).ok()?;
-                (p.extension()? == "log").then_some((seq, p))
-            })
-            .collect();
+        let mut names: Vec<(u64, PathBuf)> = Vec::new();
+        let mut spares: Vec<(u64, PathBuf)> = Vec::new();
+        for e in std::fs::read_dir(&wal).map_err(|e| io_err("cannot list", &wal, e))?.flatten() {
+            let p = e.path();
+            let Some(seq) = p.file_stem().and_then(|s| s.to_str()).and_then(|s| u64::from_str_radix(s, 16).ok()) else {
+                continue;
+            };
+            match p.extension().and_then(|x| x.to_str()) {
+                Some("log") => names.push((seq, p)),
+                // A spare is never read: what it holds is an earlier life's.
+                Some("spare") => spares.push((seq, p)),
+                _ => {}
+            }
+        }
         names.sort();
         // Two names for one sequence (hex digits in another case): the first is read.
         names.dedup_by_key(|(seq, _)| *seq);
         let mut recovery = LogRecovery::new(node_id, segment_max);
+        // The newest spares are kept; the others, and names no segment
+        // could follow (a sequence near the end of the range), deleted.
+        spares.sort();
+        let extra = spares.len().saturating_sub(SPARE_SEGMENTS);
+        for (i, (seq, p)) in std::mem::take(&mut spares).into_iter().enumerate() {
+            if i < extra || seq == 0 || seq >= u64::MAX / 2 {
+                std::fs::remove_file(&p).map_err(|e| io_err("cannot delete", &p, e))?;
+            } else {
+                recovery.spare(seq);
+                spares.push((seq, p));
+            }
+        }
         let mut segments = BTreeMap::new();
         for (seq, path) in names {
             let file = OpenOptions::new().read(true).write(true).dma_open(&path).await
@@ -402,25 +495,24 @@ impl DataPath {
                 let b = file.read_at(pos, len as usize).await.map_err(|e| io_err("cannot read", &path, e))?;
                 recovery.got(&b);
             }
-            segments.insert(seq, Segment { file: Rc::new(file), path });
+            segments.insert(seq, Segment { file: Rc::new(file), path, bound: None });
         }
         let mut core = recovery.finish(read_floor(&wal)?);
         if let Some(floor) = core.floor_wanted() {
             write_floor(&wal, floor)?;
             core.floor_persisted(floor);
         }
-        // Always start a fresh segment: never append after a torn tail.
+        // Always start a new segment: never append after a torn tail.
         let seq = core.next_segment();
-        let path = wal.join(format!("{seq:016x}.log"));
-        let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
-            .map_err(|e| io_err("cannot create", &path, e))?;
-        segments.insert(seq, Segment { file: Rc::new(file), path });
+        let (segment, reused) = make_segment(&wal, seq, spares.pop()).await?;
+        segments.insert(seq, segment);
         core.segment_created(seq);
         let dp = Rc::new(DataPath {
             dir: dir.to_path_buf(),
             node_id,
             log: RefCell::new(core),
             segments: RefCell::new(segments),
+            spares: RefCell::new(spares),
             waiters: RefCell::new(Vec::new()),
             reserve: glommio::sync::Semaphore::new(1),
             destaged_upto: Cell::new(0),
@@ -434,6 +526,9 @@ impl DataPath {
             read_files: RefCell::new(HashMap::new()),
             opening: Cell::new(0),
         });
+        if reused {
+            dp.counters.log_segments_reused.fetch_add(1, Ordering::Relaxed);
+        }
         // Records still queued keep their log data alive.
         let mut after = 0;
         loop {
@@ -539,10 +634,12 @@ impl DataPath {
                 match step {
                     AppendStep::Held(e) => return Ok((e, false)),
                     AppendStep::CreateSegment(seq) => {
-                        let path = self.dir.join("wal").join(format!("{seq:016x}.log"));
-                        let file = OpenOptions::new().read(true).write(true).create(true).dma_open(&path).await
-                            .map_err(|e| io_err("cannot create", &path, e))?;
-                        self.segments.borrow_mut().insert(seq, Segment { file: Rc::new(file), path });
+                        let spare = self.spares.borrow_mut().pop();
+                        let (segment, reused) = make_segment(&self.dir.join("wal"), seq, spare).await?;
+                        if reused {
+                            self.counters.log_segments_reused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        self.segments.borrow_mut().insert(seq, segment);
                         self.log.borrow_mut().segment_created(seq);
                     }
                     AppendStep::PersistFloor(floor) => {
@@ -552,17 +649,20 @@ impl DataPath {
                         self.log.borrow_mut().floor_persisted(floor);
                     }
                     AppendStep::Write(w) => {
-                        let file = self.segments.borrow().get(&w.segment).map(|g| g.file.clone());
-                        let file = file.expect("the log core places records in segments whose files exist");
-                        break (w, file);
+                        let seg = self.segments.borrow().get(&w.segment).map(|g| (g.file.clone(), g.bound));
+                        let (file, bound) = seg.expect("the log core places records in segments whose files exist");
+                        let bound = bound.expect("appends go to segments made in this run");
+                        assert_eq!(bound.segment, w.segment, "a segment's records are bound to its sequence");
+                        break (w, (file, bound));
                     }
                 }
             }
         };
+        let (file, bound) = file;
         let extent = w.extent;
         named(extent);
         let mut buf = file.alloc_dma_buffer(w.record_len as usize);
-        encode_record(buf.as_bytes_mut(), extent, data);
+        encode_record(buf.as_bytes_mut(), bound, extent, data);
         let written = match self.fault(FaultPoint::WalWrite) {
             Err(e) => Err(e),
             Ok(()) => file.write_at(buf, w.pos).await.map(|_| ()).map_err(|e| keep_kind(&e, e.to_string())),
@@ -763,11 +863,11 @@ impl DataPath {
     /// Reads `n` bytes at `skip` of the data of `extent`; `None` if the log
     /// no longer holds it.
     async fn log_read(&self, extent: ExtentId, skip: u64, n: u64) -> io::Result<Option<Vec<u8>>> {
-        let (file, pos, len) = {
+        let (file, pos, len, loc_segment) = {
             let Some(loc) = self.log.borrow().locate(extent) else { return Ok(None) };
             let segs = self.segments.borrow();
             let Some(seg) = segs.get(&loc.segment) else { return Ok(None) };
-            (seg.file.clone(), loc.data_pos, loc.len)
+            (seg.file.clone(), loc.data_pos, loc.len, loc.segment)
         };
         let skip = skip.min(len);
         let n = n.min(len - skip);
@@ -776,16 +876,35 @@ impl DataPath {
         }
         self.fault(FaultPoint::DataRead)?;
         let r = file.read_at(pos + skip, n as usize).await.map_err(|e| io::Error::other(format!("write log read: {e}")))?;
+        // Released while the read ran: the file may be reused and hold
+        // another segment's records by now. A released segment's sequence
+        // never comes back, so still present means not released.
+        if !self.segments.borrow().contains_key(&loc_segment) {
+            return Ok(None);
+        }
         Ok(Some(r.to_vec()))
     }
 
-    /// Deletes the log segments the log core releases (no live extent,
-    /// not the current one).
+    /// Releases the log segments the log core releases (no live extent,
+    /// not the current one): kept as spares (renamed to `<seq>.spare`, up
+    /// to [`SPARE_SEGMENTS`]) or deleted. The rename needs no directory
+    /// sync: a crash that undoes it leaves a segment whose extents nothing
+    /// needs, released again at open.
     async fn release_segments(&self) {
         let doomed = self.log.borrow().releasable();
         for seq in doomed {
             self.log.borrow_mut().released(seq);
             let Some(seg) = self.segments.borrow_mut().remove(&seq) else { continue };
+            if self.spares.borrow().len() < SPARE_SEGMENTS {
+                let to = spare_path(&self.dir.join("wal"), seq);
+                match std::fs::rename(&seg.path, &to) {
+                    Ok(()) => {
+                        self.spares.borrow_mut().push((seq, to));
+                        continue;
+                    }
+                    Err(e) => tracing::warn!("cannot keep write-log segment {} as a spare: {e}", seg.path.display()),
+                }
+            }
             if let Err(e) = std::fs::remove_file(&seg.path) {
                 tracing::warn!("cannot delete write-log segment {}: {e}", seg.path.display());
             }

@@ -227,6 +227,8 @@ pub struct Gauges {
     /// CPU seconds (user + system) used by duetd's threads, by thread
     /// name ([`thread_cpu`]).
     pub threads: Vec<(String, f64)>,
+    /// Write-log segments made from a spare file (`DataCounters`).
+    pub log_segments_reused: u64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -315,6 +317,7 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     counter(&mut reg, "chunk_reads", "Chunk file reads", stats.chunk_reads);
     counter(&mut reg, "chunk_writes", "Chunk file writes", stats.chunk_writes);
     counter(&mut reg, "log_writes", "Write-log appends", stats.log_writes);
+    counter(&mut reg, "log_segments_reused", "Write-log segments made from a released segment's file instead of a new file", gauges.log_segments_reused);
     counter(&mut reg, "lazy_groups", "Metadata groups answered before they were durable (protocol shares)", stats.lazy_groups);
     counter(&mut reg, "wal_syncs", "Metadata WAL syncs that made lazy groups durable", stats.wal_syncs);
     counter(&mut reg, "raft_overloaded", "Changes refused by the raft leader at its uncommitted bound ([cluster] uncommitted_mib)", stats.raft_overloaded);
@@ -472,11 +475,13 @@ mod tests {
                 }),
             }),
             threads: vec![("duet-data-1".into(), 1.5)],
+            log_segments_reused: 3,
         };
         let text = render(&stats, &g, &lat);
         for line in [
             "duet_thread_cpu_seconds_total{thread=\"duet-data-1\"} 1.5\n",
             "duet_batches_total 3\n",
+            "duet_log_segments_reused_total 3\n",
             "duet_fsyncs_total{volume=\"log\"} 2\n",
             "duet_requests_total{protocol=\"smb\",request=\"CREATE\"} 1\n",
             "duet_written_bytes_total{protocol=\"smb\",request=\"CREATE\"} 5\n",

@@ -5,7 +5,8 @@
 //!
 //! The same for batches of a `protocol` share (`DUET_TORTURE_LAZY=1`:
 //! lazy groups, a synced flush every fifth batch), 6 kills
-//! (`DUET_CRASH_LAZY_KILLS=N` for a longer run); and a real duetd with a
+//! (`DUET_CRASH_LAZY_KILLS=N` for a longer run); with 1 MiB write-log
+//! segments whose files are reused, 5 kills; and a real duetd with a
 //! `protocol` share under smbclient `mput`, SIGKILLed while it writes:
 //! every file a finished `mput` put is whole, the others whole or absent,
 //! fsck clean (docs/durability.md).
@@ -35,7 +36,7 @@ fn sigkill_with_lazy_protocol_batches_leaves_whole_batches_and_fsck_clean() {
 /// log says it reused a file.
 #[test]
 fn sigkill_with_recycled_wal_files_loses_nothing_acknowledged() {
-    let data = torture_with(8, false, Some(64));
+    let (data, _) = torture_with(8, false, Some(64), None);
     let mut reused = 0;
     for e in std::fs::read_dir(data.path().join("data/metadata")).unwrap().flatten() {
         if e.file_name().to_string_lossy().starts_with("LOG") {
@@ -46,11 +47,47 @@ fn sigkill_with_recycled_wal_files_loses_nothing_acknowledged() {
     assert!(reused > 0, "no recycled WAL file was used: the test did not test recycling");
 }
 
-fn torture(kills: u64, lazy: bool) {
-    torture_with(kills, lazy, None);
+/// The same with 1 MiB write-log segments: they roll over, are released
+/// and their files reused (a spare renamed to the new sequence, holding
+/// an earlier life's records after the new ones) while the kills come;
+/// recovery must end each reused segment at its own records and lose
+/// nothing acknowledged. Fails unless some kill left a segment file
+/// holding an earlier life's records (a reused file was being written).
+#[test]
+fn sigkill_while_writing_into_reused_log_segments_loses_nothing_acknowledged() {
+    let (_, reused) = torture_with(5, false, None, Some(1));
+    eprintln!("{reused} kills found a reused write-log segment");
+    assert!(reused > 0, "no kill met a reused segment file: the test did not test segment reuse");
 }
 
-fn torture_with(kills: u64, lazy: bool, memtable_kib: Option<u64>) -> tempfile::TempDir {
+fn torture(kills: u64, lazy: bool) {
+    torture_with(kills, lazy, None, None);
+}
+
+/// Whether a write-log segment file in `wal` holds a record of an earlier
+/// life (bound to a lower segment sequence than its name): it was reused.
+fn holds_an_earlier_life(wal: &std::path::Path) -> bool {
+    std::fs::read_dir(wal).into_iter().flatten().flatten().any(|e| {
+        let p = e.path();
+        let Some(seq) = p
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .filter(|_| p.extension().is_some_and(|x| x == "log"))
+            .and_then(|s| u64::from_str_radix(s, 16).ok())
+        else {
+            return false;
+        };
+        let b = std::fs::read(&p).unwrap_or_default();
+        b.chunks(duet_cache::ALIGN as usize)
+            .filter_map(|c| duet_cache::decode_header(c, u64::MAX))
+            .any(|h| h.bound.is_some_and(|b| b.segment < seq))
+    })
+}
+
+/// Runs `kills` load runs, each SIGKILLed at a random moment and verified;
+/// returns the data directory and how many kills left a reused write-log
+/// segment file.
+fn torture_with(kills: u64, lazy: bool, memtable_kib: Option<u64>, segment_mib: Option<u64>) -> (tempfile::TempDir, u64) {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let log = tmp.path().join("acks.log");
@@ -58,6 +95,7 @@ fn torture_with(kills: u64, lazy: bool, memtable_kib: Option<u64>) -> tempfile::
     let mut seed = std::env::var("DUET_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_u64);
     eprintln!("crash test seed {seed}");
     let mut total_acks = 0;
+    let mut reused = 0;
     for run in 1..=kills {
         seed ^= seed << 13;
         seed ^= seed >> 7;
@@ -66,6 +104,7 @@ fn torture_with(kills: u64, lazy: bool, memtable_kib: Option<u64>) -> tempfile::
             .args(["load", data.to_str().unwrap(), &run.to_string()])
             .env("DUET_TORTURE_LAZY", if lazy { "1" } else { "0" })
             .env("DUET_TORTURE_MEMTABLE_KIB", memtable_kib.map(|k| k.to_string()).unwrap_or_default())
+            .env("DUET_TORTURE_SEGMENT_MIB", segment_mib.map(|k| k.to_string()).unwrap_or_default())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -86,6 +125,9 @@ fn torture_with(kills: u64, lazy: bool, memtable_kib: Option<u64>) -> tempfile::
         }
         let status = child.wait().unwrap();
         assert!(!status.success(), "load exited by itself: {status:?}");
+        if holds_an_earlier_life(&data.join("wal")) {
+            reused += 1;
+        }
         let bytes = reader.join().unwrap();
         let acks = bytes.split(|b| *b == b'\n').filter(|l| l.starts_with(b"ACK ")).count();
         total_acks += acks;
@@ -108,7 +150,7 @@ fn torture_with(kills: u64, lazy: bool, memtable_kib: Option<u64>) -> tempfile::
         eprintln!("run {run}: killed after {delay} ms, {acks} batches acknowledged; {summary}");
     }
     assert!(total_acks > 30 * kills as usize, "the workload hardly ran: {total_acks} acknowledged batches");
-    tmp
+    (tmp, reused)
 }
 
 mod common;

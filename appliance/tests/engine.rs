@@ -164,12 +164,16 @@ fn logged_extents(dir: &std::path::Path) -> Vec<duet_fs::ExtentId> {
         if p.extension().and_then(|x| x.to_str()) != Some("log") {
             continue;
         }
+        let seq = u64::from_str_radix(p.file_stem().unwrap().to_str().unwrap(), 16).unwrap();
         let b = std::fs::read(&p).unwrap();
         let mut pos = 0;
         while pos < b.len() {
             if let Some(h) = duet_cache::decode_header(&b[pos..], u64::MAX) {
-                assert_eq!(h.header_len, duet_cache::HEADER_LEN, "new records are version 2");
-                out.push(h.extent);
+                assert_eq!(h.header_len, duet_cache::HEADER_LEN, "new records are version 3");
+                // A reused file's earlier lives' records are not this segment's.
+                if h.bound.is_some_and(|b| b.segment == seq) {
+                    out.push(h.extent);
+                }
             }
             pos += duet_cache::ALIGN as usize;
         }

@@ -26,8 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use duet_fs::ExtentId;
 
 use crate::{
-    align_up, decode_header, record_len, verify, ExtentIndex, Location, RecordHeader, SeqAlloc, HEADER_LEN, HEADER_READ,
-    SEQ_RESERVE,
+    align_up, decode_header, record_len, verify, ExtentIndex, Location, RecordHeader, SegmentBinding, SeqAlloc, HEADER_LEN,
+    HEADER_READ, SEQ_RESERVE,
 };
 
 /// Why a log write or sync failed, as far as the log's writers are told.
@@ -46,8 +46,11 @@ pub enum LogIoError {
 pub enum AppendStep {
     /// The log holds this name already: nothing is written.
     Held(ExtentId),
-    /// Create the empty segment file with this sequence, report it with
-    /// [`LogCore::segment_created`], then ask again.
+    /// Make a segment file with this sequence (a new empty file, or a
+    /// spare one renamed to it, the directory synced before any record in
+    /// it is acknowledged), report it with [`LogCore::segment_created`],
+    /// then ask again. Its records are bound to this sequence and a salt
+    /// chosen for this life of the file ([`crate::encode_record`]).
     CreateSegment(u64),
     /// Make this sequence floor durable, report it with
     /// [`LogCore::floor_persisted`], then ask again.
@@ -139,7 +142,9 @@ pub struct LogCore {
     segment_max: u64,
     /// Every segment the log has, with its next write position.
     segments: BTreeMap<u64, u64>,
-    /// The segment appends go to (0: none yet).
+    /// The segment appends go to (0: none yet). After recovery it may be a
+    /// sequence no segment has (a spare file's last one): the next append
+    /// then asks for `current + 1`.
     current: u64,
     /// A write or sync failed in the current segment: the next append
     /// starts a new one.
@@ -406,7 +411,11 @@ impl LogCore {
 /// [`LogRecovery::next_read`] asks and hands the bytes to
 /// [`LogRecovery::got`], until it asks nothing more; a segment's records
 /// end at the first one that is not whole (torn tail, bad CRC, no
-/// header). Then [`LogRecovery::finish`] gives the [`LogCore`].
+/// header, or a record bound to another segment life: a version-3 record
+/// of another segment sequence, or of another salt than the segment's
+/// first version-3 record, or a version-1 or 2 record after a version-3
+/// one, all of them what an earlier life of a reused file left after this
+/// life's last record). Then [`LogRecovery::finish`] gives the [`LogCore`].
 #[derive(Debug)]
 pub struct LogRecovery {
     node_id: u64,
@@ -414,6 +423,8 @@ pub struct LogRecovery {
     segments: BTreeMap<u64, u64>,
     index: ExtentIndex,
     scan: Option<Scan>,
+    /// The highest sequence a spare segment file was last used under.
+    spare_high: u64,
 }
 
 #[derive(Debug)]
@@ -426,11 +437,36 @@ struct Scan {
     header: Option<RecordHeader>,
     /// A record that is not whole was met: the segment ends at `pos`.
     stopped: bool,
+    /// The life of the segment's first whole version-3 record: every later
+    /// record must be of it.
+    bound: Option<SegmentBinding>,
+}
+
+impl Scan {
+    /// Whether a header read at `pos` may be a record of this segment's life.
+    fn belongs(&self, h: &RecordHeader) -> bool {
+        match (h.bound, self.bound) {
+            (Some(b), _) if b.segment != self.segment => false,
+            (Some(b), Some(first)) => b == first,
+            (Some(_), None) => true,
+            // An older version after a version-3 record: an earlier life's.
+            (None, Some(_)) => false,
+            (None, None) => true,
+        }
+    }
 }
 
 impl LogRecovery {
     pub fn new(node_id: u64, segment_max: u64) -> LogRecovery {
-        LogRecovery { node_id, segment_max, segments: BTreeMap::new(), index: ExtentIndex::default(), scan: None }
+        LogRecovery { node_id, segment_max, segments: BTreeMap::new(), index: ExtentIndex::default(), scan: None, spare_high: 0 }
+    }
+
+    /// A spare segment file (kept for reuse, never read) was last used
+    /// under sequence `seq`: new segments are numbered past it, so that a
+    /// file's lives always have increasing sequences and its earlier
+    /// records never carry its current one.
+    pub fn spare(&mut self, seq: u64) {
+        self.spare_high = self.spare_high.max(seq);
     }
 
     /// Starts reading segment `segment`, whose file has `size` bytes.
@@ -438,7 +474,8 @@ impl LogRecovery {
     pub fn begin(&mut self, segment: u64, size: u64) {
         assert!(self.scan.is_none(), "one segment at a time");
         assert!(self.segments.keys().next_back().is_none_or(|&last| last < segment), "segments in order");
-        self.scan = Some(Scan { segment, size, pos: 0, header: None, stopped: false });
+        assert!(segment > 0, "segment sequences are from 1");
+        self.scan = Some(Scan { segment, size, pos: 0, header: None, stopped: false, bound: None });
     }
 
     /// The bytes to read next, as (position, length); `None` when the
@@ -463,12 +500,16 @@ impl LogRecovery {
         assert!(!s.stopped, "nothing was asked");
         match s.header.take() {
             None => match decode_header(bytes, self.segment_max) {
-                Some(h) if s.pos + h.header_len + h.len <= s.size => s.header = Some(h),
-                // Not a header, or its data runs past the file: a torn tail.
+                Some(h) if s.pos + h.header_len + h.len <= s.size && s.belongs(&h) => s.header = Some(h),
+                // Not a header, its data runs past the file (a torn tail),
+                // or an earlier life's record.
                 _ => s.stopped = true,
             },
             Some(h) => {
                 if verify(&h, bytes) {
+                    if s.bound.is_none() {
+                        s.bound = h.bound;
+                    }
                     let data_pos = s.pos + h.header_len;
                     self.index.insert(h.extent.resolved(self.node_id), Location { segment: s.segment, data_pos, len: h.len });
                     s.pos = align_up(data_pos + h.len);
@@ -483,7 +524,11 @@ impl LogRecovery {
     /// see [`LogCore::recover`] for what the appliance does next.
     pub fn finish(self, floor: u64) -> LogCore {
         assert!(self.scan.is_none(), "every segment read to its end");
-        LogCore::recover(self.node_id, self.segment_max, self.segments, self.index, floor)
+        let mut core = LogCore::recover(self.node_id, self.segment_max, self.segments, self.index, floor);
+        // No segment was created past a spare's last sequence yet: the
+        // next one is numbered past it (`current` need not be a segment).
+        core.current = core.current.max(self.spare_high);
+        core
     }
 }
 
@@ -703,38 +748,53 @@ mod tests {
         r.finish(floor)
     }
 
-    fn image(records: &[(ExtentId, &[u8])]) -> Vec<u8> {
+    /// A segment's life: its sequence and a salt made from it.
+    fn life(seq: u64) -> SegmentBinding {
+        SegmentBinding { segment: seq, salt: seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) }
+    }
+
+    /// Records as written into a segment file with this life.
+    fn image_of(bound: SegmentBinding, records: &[(ExtentId, &[u8])]) -> Vec<u8> {
         let mut out = Vec::new();
         for (e, d) in records {
             let mut b = vec![0u8; record_len(d.len() as u64) as usize];
-            crate::encode_record(&mut b, *e, d);
+            crate::encode_record(&mut b, bound, *e, d);
             out.extend_from_slice(&b);
         }
         out
     }
 
+    /// Overwrites the start of `file` with `records` (a reused file's new life).
+    fn overwrite(file: &mut [u8], records: &[u8]) {
+        file[..records.len()].copy_from_slice(records);
+    }
+
     #[test]
     fn recovery_keeps_whole_records_and_stops_at_the_first_bad_one() {
-        let mut seg1 = image(&[(ext(1, 1), b"one"), (ext(2, 7), b"copy"), (ext(1, 2), b"two")]);
+        let image = |records: &[(ExtentId, &[u8])]| image_of(life(1), records);
+        let seg1 = image(&[(ext(1, 1), b"one"), (ext(2, 7), b"copy"), (ext(1, 2), b"two")]);
         // A bit flipped in the second record's data: it and the third go.
-        let mut seg2 = image(&[(ext(1, 3), b"three"), (ext(1, 4), b"four"), (ext(1, 5), b"five")]);
+        let mut seg2 = image_of(life(2), &[(ext(1, 3), b"three"), (ext(1, 4), b"four"), (ext(1, 5), b"five")]);
         seg2[4096 + HEADER_LEN as usize] ^= 1;
         // A torn tail: the last record's data cut short.
-        let mut seg3 = image(&[(ext(1, 6), b"six"), (ext(1, 9), &[7u8; 5000])]);
+        let mut seg3 = image_of(life(4), &[(ext(1, 6), b"six"), (ext(1, 9), &[7u8; 5000])]);
         seg3.truncate(4096 + 4096);
         // A version-1 record (lsn 8) resolves to this node.
         let mut v1 = vec![0u8; 4096];
         v1[..8].copy_from_slice(crate::MAGIC_V1);
         v1[8..16].copy_from_slice(&8u64.to_le_bytes());
         v1[16..24].copy_from_slice(&1u64.to_le_bytes());
-        v1[24..28].copy_from_slice(&crate::record_crc(ext(ExtentId::LEGACY_LOCAL, 8), b"v").to_le_bytes());
+        v1[24..28].copy_from_slice(&crate::record_crc(ext(ExtentId::LEGACY_LOCAL, 8), None, b"v").to_le_bytes());
         v1[32] = b'v';
-        seg1.extend_from_slice(&v1);
+        // Older versions before any version-3 record of a segment are read.
+        v1.splice(0..0, crate::tests::encode_v2(ext(2, 8), b"v2"));
+        let mut seg1 = [v1, seg1].concat();
         seg1.extend_from_slice(&[0u8; 100]); // less than a header after it
         let mut c = recover_from(1, &[(1, seg1), (2, seg2), (4, seg3)], 0);
-        assert_eq!(c.segments().clone(), [(1, 4 * 4096), (2, 4096), (4, 4096)].into_iter().collect());
-        assert_eq!(c.locate(ext(2, 7)), Some(Location { segment: 1, data_pos: 4096 + HEADER_LEN, len: 4 }));
-        assert_eq!(c.locate(ext(1, 8)), Some(Location { segment: 1, data_pos: 3 * 4096 + 32, len: 1 }));
+        assert_eq!(c.segments().clone(), [(1, 5 * 4096), (2, 4096), (4, 4096)].into_iter().collect());
+        assert_eq!(c.locate(ext(2, 8)), Some(Location { segment: 1, data_pos: 40, len: 2 }));
+        assert_eq!(c.locate(ext(2, 7)), Some(Location { segment: 1, data_pos: 3 * 4096 + HEADER_LEN, len: 4 }));
+        assert_eq!(c.locate(ext(1, 8)), Some(Location { segment: 1, data_pos: 4096 + 32, len: 1 }));
         assert_eq!(c.locate(ExtentId { origin: ExtentId::LEGACY_LOCAL, seq: 8 }), c.locate(ext(1, 8)));
         assert!(c.locate(ext(1, 3)).is_some());
         assert_eq!(c.locate(ext(1, 4)), None, "bad CRC");
@@ -760,6 +820,93 @@ mod tests {
         r.got(&big[pos as usize..(pos + len) as usize]);
         assert_eq!(r.next_read(), None);
         assert_eq!(r.finish(0).segments().clone(), [(1, 0)].into_iter().collect());
+    }
+
+    #[test]
+    fn a_reused_segment_ends_at_its_own_records_never_an_earlier_lifes() {
+        // File A lived as segment 3 (four records), then was reused as
+        // segment 7: two records written over its start.
+        let old = image_of(life(3), &[(ext(1, 1), b"a"), (ext(1, 2), b"b"), (ext(2, 5), b"c"), (ext(1, 3), b"d")]);
+        let mut a = old.clone();
+        overwrite(&mut a, &image_of(life(7), &[(ext(1, 10), b"new"), (ext(1, 11), b"new too")]));
+        // File B: segment 3's life over version-2 records of an older binary.
+        let mut b = [
+            crate::tests::encode_v2(ext(1, 4), b"v2"),
+            crate::tests::encode_v2(ext(1, 5), b"v2"),
+            crate::tests::encode_v2(ext(1, 6), b"v2"),
+        ]
+        .concat();
+        overwrite(&mut b, &image_of(life(8), &[(ext(1, 12), b"x")]));
+        // File C: reused as segment 9, but the earlier life (segment 4) had
+        // a record at the new tail whose sequence... is another salt's: a
+        // record of segment 9 from another life (stale or forged) ends it too.
+        let mut c = image_of(life(4), &[(ext(1, 20), b"p"), (ext(1, 21), b"q")]);
+        overwrite(&mut c, &image_of(life(9), &[(ext(1, 13), b"y")]));
+        let forged = image_of(SegmentBinding { segment: 9, salt: 1 }, &[(ext(1, 22), b"forged")]);
+        c[4096..8192].copy_from_slice(&forged);
+        // File D: reused as segment 10, nothing of its new life written
+        // yet: the earlier life's first record ends it at once.
+        let d = image_of(life(5), &[(ext(1, 30), b"z")]);
+        let core = recover_from(1, &[(7, a), (8, b), (9, c), (10, d)], 0);
+        assert_eq!(core.segments().clone(), [(7, 2 * 4096), (8, 4096), (9, 4096), (10, 0)].into_iter().collect());
+        assert_eq!(core.locate(ext(1, 10)), Some(Location { segment: 7, data_pos: HEADER_LEN, len: 3 }));
+        assert!(core.locate(ext(1, 11)).is_some());
+        assert!(core.locate(ext(1, 12)).is_some());
+        assert!(core.locate(ext(1, 13)).is_some());
+        for (e, why) in [
+            (ext(2, 5), "segment 3's record after segment 7's tail"),
+            (ext(1, 3), "segment 3's record after segment 7's tail"),
+            (ext(1, 5), "a version-2 record after a version-3 one"),
+            (ext(1, 6), "a version-2 record after a version-3 one"),
+            (ext(1, 22), "segment 9's sequence with another salt"),
+            (ext(1, 21), "after a record of another life"),
+            (ext(1, 30), "segment 5's record in segment 10"),
+        ] {
+            assert_eq!(core.locate(e), None, "{e:?}: {why}");
+        }
+        // The records themselves are whole: read under their own life they recover.
+        let again = recover_from(1, &[(3, old)], 0);
+        assert!(again.locate(ext(1, 3)).is_some(), "the test's stale records are whole ones");
+        // New segments never reuse a sequence.
+        assert_eq!(core.next_segment(), 11);
+    }
+
+    #[test]
+    fn a_record_of_another_segment_ends_the_segment_and_spares_raise_the_next_sequence() {
+        // Segment 2 holds one record of its own, then one bound to segment
+        // 3 (whole, CRC good), then another of its own.
+        let seg = [
+            image_of(life(2), &[(ext(1, 1), b"one")]),
+            image_of(life(3), &[(ext(1, 2), b"two")]),
+            image_of(life(2), &[(ext(1, 3), b"three")]),
+        ]
+        .concat();
+        let mut r = LogRecovery::new(1, MAX);
+        // Spare files were last used as segments 5 and 4.
+        r.spare(5);
+        r.spare(4);
+        r.begin(2, seg.len() as u64);
+        while let Some((pos, len)) = r.next_read() {
+            r.got(&seg[pos as usize..(pos + len) as usize]);
+        }
+        let mut c = r.finish(0);
+        assert_eq!(c.segments().clone(), [(2, 4096)].into_iter().collect());
+        assert!(c.locate(ext(1, 1)).is_some());
+        assert_eq!(c.locate(ext(1, 2)), None, "bound to segment 3");
+        assert_eq!(c.locate(ext(1, 3)), None, "after it");
+        // Past the spares' last sequence, though no segment has it.
+        assert_eq!(c.next_segment(), 6);
+        let f = c.floor_wanted().unwrap();
+        c.floor_persisted(f);
+        assert_eq!(c.append(None, 1), AppendStep::CreateSegment(6));
+        c.segment_created(6);
+        assert_eq!(c.releasable(), vec![2]);
+        c.released(2);
+        assert_eq!(write(&mut c, None, 1).segment, 6);
+        // Spares alone (every segment released before the restart).
+        let mut r = LogRecovery::new(1, MAX);
+        r.spare(9);
+        assert_eq!(r.finish(0).next_segment(), 10);
     }
 
     /// A small deterministic generator (xorshift64*), so failures replay.

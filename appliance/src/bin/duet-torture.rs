@@ -93,6 +93,11 @@ fn config(dir: &std::path::Path) -> Config {
     // A small memtable: the metadata store switches (recycled) WAL files
     // often, so the kills meet them (`crash.rs`).
     c.testing.memtable_kib = std::env::var("DUET_TORTURE_MEMTABLE_KIB").ok().and_then(|v| v.parse().ok());
+    // Small write-log segments: they roll over, are released and their
+    // files reused while the kills come (`crash.rs`).
+    if let Some(mib) = std::env::var("DUET_TORTURE_SEGMENT_MIB").ok().and_then(|v| v.parse().ok()) {
+        c.cache.log_segment_mib = mib;
+    }
     c
 }
 

@@ -672,6 +672,9 @@ impl DataPath {
             (Some(t), _) => t,
             (None, Err(e)) => {
                 self.unclaimed.borrow_mut().remove(&extent.resolved(self.node_id));
+                // Writers placed after this record in its segment wait on
+                // it (`LogCore::waits_on_earlier`): now they fail.
+                self.wake_waiters();
                 return Err(keep_kind(&e, format!("write log append: {e}")));
             }
             (None, Ok(())) => unreachable!("the log core gives a completed write a ticket"),
@@ -700,8 +703,12 @@ impl DataPath {
             }
             let round = self.log.borrow_mut().start_sync();
             let Some(round) = round else {
-                // A round runs (a pending ticket always has something to cover).
-                assert!(self.log.borrow().syncing(), "a pending write with no round running gets one");
+                // A round runs, or a record placed before this one is still
+                // unsettled: its writer's round (or failure) wakes us.
+                assert!(
+                    self.log.borrow().syncing() || self.log.borrow().waits_on_earlier(&ticket),
+                    "a pending write with no round running and nothing before it gets a round"
+                );
                 let (tx, rx) = flume::bounded(1);
                 self.waiters.borrow_mut().push(tx);
                 let _ = rx.recv_async().await;
@@ -723,13 +730,19 @@ impl DataPath {
                 self.counters.log_fsyncs.fetch_add(1, Ordering::Relaxed);
             }
             self.log.borrow_mut().sync_done(round, result.as_ref().map(|_| ()).map_err(log_io_error));
-            let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
-            for w in waiters {
-                let _ = w.send(());
-            }
+            self.wake_waiters();
             if let Err(e) = result {
                 own = Some(e);
             }
+        }
+    }
+
+    /// Wakes every writer waiting in [`DataPath::wait_durable`] to ask
+    /// the log core again.
+    fn wake_waiters(&self) {
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        for w in waiters {
+            let _ = w.send(());
         }
     }
 

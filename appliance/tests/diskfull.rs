@@ -115,6 +115,26 @@ fn a_full_volume_refuses_writes_keeps_data_and_recovers() {
     }
     let (what, status) = full.expect("a 300 MiB volume filled up within 800 MiB of writes");
     assert_eq!(status, NtStatus::DISK_FULL, "{what} on a full volume");
+    // A refused 1 MiB WRITE can leave up to 1 MiB above the reserve, where
+    // a CREATE (counted as 4 KiB) still fits: top up with 4 KiB writes
+    // (counted the same) until one is refused too.
+    if what == "WRITE" {
+        if let Ok(f) = c.create("fill-200.bin") {
+            stored.push(("fill-200.bin".into(), 0));
+            let mut refused = false;
+            for k in 0..4096usize {
+                let st = c.write(f, (k * 4096) as u64, &pattern(200, k * 4096, 4096), true);
+                if st != NtStatus::SUCCESS {
+                    assert_eq!(st, NtStatus::DISK_FULL, "a 4 KiB WRITE on a nearly full volume");
+                    refused = true;
+                    break;
+                }
+                stored.last_mut().unwrap().1 += 4096;
+            }
+            assert!(refused, "16 MiB of 4 KiB writes fit above a refused 1 MiB one");
+            assert_eq!(c.close(f), NtStatus::SUCCESS);
+        }
+    }
     let total: usize = stored.iter().map(|s| s.1).sum();
     eprintln!(
         "full after {} MiB in {} files ({what} got STATUS_DISK_FULL)",

@@ -15,11 +15,20 @@
 //! Group commit: a write that completed is given a [`Ticket`] (numbered in
 //! completion order). A sync round covers every ticket given before it
 //! started, and only those; one round runs at a time. A ticket is durable
-//! when the round covering it succeeded; when that round failed the ticket
+//! when the round covering it succeeded *and* every record placed before
+//! it in its segment is durable too; when that round failed the ticket
 //! fails, even if a later round (which no longer covers its segment)
 //! succeeds. A failed write or sync makes the next append start a new
 //! segment: a hole may follow a record, and recovery stops at the first
 //! bad record of a segment, so nothing is ever written after one.
+//!
+//! Writes to one segment run concurrently and may complete out of order,
+//! so a record can be synced while one placed before it is still in
+//! flight. Recovery would stop at that earlier record if a crash kept it
+//! from the disk, so a ticket is not answered while an earlier record of
+//! its segment is unsettled (in flight, or written and not yet synced),
+//! and fails when an earlier record failed (its write or its round): it
+//! lies past a hole recovery never crosses.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -80,6 +89,8 @@ pub struct Ticket {
     n: u64,
     extent: ExtentId,
     segment: u64,
+    /// Where its record is in the segment.
+    pos: u64,
 }
 
 impl Ticket {
@@ -166,6 +177,21 @@ pub struct LogCore {
     dirty: BTreeSet<u64>,
     /// Failed rounds with tickets not yet answered, by `high`.
     failed: BTreeMap<u64, FailedRound>,
+    /// Per segment, by position, the records not yet known durable: in
+    /// flight, written (with their ticket) and not yet covered by a
+    /// successful round, or failed. A record absent here is durable.
+    unsettled: BTreeMap<u64, BTreeMap<u64, Slot>>,
+}
+
+/// The state of a record that is not yet known durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    InFlight,
+    /// Written: its ticket's number.
+    Done(u64),
+    /// Its write or the round covering it failed: the records after it in
+    /// its segment can never be recovered.
+    Failed,
 }
 
 impl LogCore {
@@ -195,6 +221,7 @@ impl LogCore {
             running: None,
             dirty: BTreeSet::new(),
             failed: BTreeMap::new(),
+            unsettled: BTreeMap::new(),
         }
     }
 
@@ -249,7 +276,18 @@ impl LogCore {
         let fresh = self.index.insert(extent, Location { segment, data_pos: pos + HEADER_LEN, len: data_len });
         assert!(fresh, "extent {extent:?} named twice");
         self.live.insert(extent.resolved(self.node_id));
+        self.slot(segment, pos, Slot::InFlight);
         AppendStep::Write(PendingWrite { extent, segment, pos, record_len: total })
+    }
+
+    fn slot(&mut self, segment: u64, pos: u64, slot: Slot) {
+        self.unsettled.entry(segment).or_default().insert(pos, slot);
+    }
+
+    /// Whether `t` waits for a record placed before it in its segment that
+    /// is not yet durable (its own round may have finished).
+    pub fn waits_on_earlier(&self, t: &Ticket) -> bool {
+        self.unsettled.get(&t.segment).is_some_and(|m| m.range(..t.pos).any(|(_, s)| *s != Slot::Failed))
     }
 
     /// The segment [`AppendStep::CreateSegment`] (or
@@ -278,9 +316,11 @@ impl LogCore {
             Ok(()) => {
                 self.done_writes += 1;
                 self.dirty.insert(w.segment);
-                Some(Ticket { n: self.done_writes, extent: w.extent, segment: w.segment })
+                self.slot(w.segment, w.pos, Slot::Done(self.done_writes));
+                Some(Ticket { n: self.done_writes, extent: w.extent, segment: w.segment, pos: w.pos })
             }
             Err(_) => {
+                self.slot(w.segment, w.pos, Slot::Failed);
                 self.drop_extent(w.extent);
                 None
             }
@@ -320,6 +360,15 @@ impl LogCore {
         assert_eq!(round.low, self.settled_upto, "rounds cover consecutive tickets");
         self.running = None;
         self.settled_upto = round.high;
+        let covered = |s: &Slot| matches!(*s, Slot::Done(n) if n > round.low && n <= round.high);
+        for m in self.unsettled.values_mut() {
+            if result.is_ok() {
+                m.retain(|_, s| !covered(s));
+            } else {
+                m.values_mut().filter(|s| covered(s)).for_each(|s| *s = Slot::Failed);
+            }
+        }
+        self.unsettled.retain(|_, m| !m.is_empty());
         if let Err(error) = result {
             self.roll = true;
             if round.high > round.low {
@@ -345,13 +394,22 @@ impl LogCore {
             }
             _ => None,
         };
-        match failed {
-            Some(e) => {
-                self.drop_extent(t.extent);
-                Durable::Done(Err(e))
-            }
-            None => Durable::Done(Ok(())),
+        if let Some(e) = failed {
+            self.drop_extent(t.extent);
+            return Durable::Done(Err(e));
         }
+        // Its round succeeded: it is durable once every record before it
+        // in its segment is; past a failed one it never will be.
+        let earlier = self.unsettled.get(&t.segment).map(|m| m.range(..t.pos).map(|(_, s)| *s).collect::<Vec<_>>());
+        let earlier = earlier.unwrap_or_default();
+        if earlier.contains(&Slot::Failed) {
+            self.drop_extent(t.extent);
+            return Durable::Done(Err(LogIoError::Io));
+        }
+        if !earlier.is_empty() {
+            return Durable::Pending(t);
+        }
+        Durable::Done(Ok(()))
     }
 
     /// Where the log holds `extent` (any name; legacy ones resolve to this node).
@@ -393,6 +451,7 @@ impl LogCore {
         assert!(seq != self.current, "the current segment is never released");
         self.segments.remove(&seq);
         self.dirty.remove(&seq);
+        self.unsettled.remove(&seq);
         self.index.drop_segment(seq);
     }
 
@@ -614,11 +673,68 @@ mod tests {
         assert_eq!(answer(&mut c, a), Some(Err(LogIoError::NoSpace)));
         assert_eq!(c.locate(ea), None, "a failed extent leaves the log");
         assert!(!c.is_live(ea));
-        assert_eq!(answer(&mut c, b), Some(Ok(())));
-        // The next append rolls (the failed round's segment was `sa`).
+        // `b` was synced by a round that succeeded, but it lies after `a` in
+        // the same segment: recovery would stop at `a`, so it fails too.
+        assert_eq!(b.segment(), sa);
+        assert_eq!(answer(&mut c, b), Some(Err(LogIoError::Io)));
+        // The next append rolls (the failed round's segment was `sa`), and
+        // a write there is durable by its own round.
         let w = write(&mut c, None, 10);
         assert_eq!((w.segment, w.pos), (sa + 1, 0));
+        let d = c.write_done(w, Ok(())).unwrap();
+        let r3 = c.start_sync().unwrap();
+        c.sync_done(r3, Ok(()));
+        assert_eq!(answer(&mut c, d), Some(Ok(())));
         assert!(c.failed.is_empty(), "answered failures are not kept");
+    }
+
+    #[test]
+    fn a_record_synced_before_an_earlier_one_is_written_waits_for_it() {
+        let mut c = open(1);
+        let first = write(&mut c, None, 100);
+        let second = write(&mut c, None, 100);
+        assert_eq!((first.pos, second.pos), (0, 4096));
+        // The later record completes first and its round succeeds, while the
+        // record at 0 is still in flight: a crash now would end the segment
+        // at 0 in recovery, so it is not durable yet.
+        let t2 = c.write_done(second, Ok(())).unwrap();
+        let r = c.start_sync().unwrap();
+        c.sync_done(r, Ok(()));
+        let t2 = match c.durable(t2) {
+            Durable::Pending(t) => t,
+            d => panic!("answered past an unwritten record: {d:?}"),
+        };
+        assert!(c.waits_on_earlier(&t2));
+        assert!(c.start_sync().is_none(), "nothing new to sync: it waits for the earlier writer");
+        let t1 = c.write_done(first, Ok(())).unwrap();
+        // Written, not yet synced: still not.
+        let t2 = match c.durable(t2) {
+            Durable::Pending(t) => t,
+            d => panic!("answered before the earlier record is synced: {d:?}"),
+        };
+        let r = c.start_sync().unwrap();
+        c.sync_done(r, Ok(()));
+        assert_eq!(answer(&mut c, t1), Some(Ok(())));
+        assert_eq!(answer(&mut c, t2), Some(Ok(())));
+
+        // The earlier record's write fails: the later one, synced, fails too
+        // (recovery never crosses the hole) and leaves the log.
+        let first = write(&mut c, None, 100);
+        let second = write(&mut c, None, 100);
+        assert_eq!(first.segment, second.segment);
+        let e2 = second.extent;
+        let t2 = c.write_done(second, Ok(())).unwrap();
+        let r = c.start_sync().unwrap();
+        c.sync_done(r, Ok(()));
+        let t2 = match c.durable(t2) {
+            Durable::Pending(t) => t,
+            d => panic!("answered past an unwritten record: {d:?}"),
+        };
+        assert!(c.write_done(first, Err(LogIoError::Io)).is_none());
+        assert!(!c.waits_on_earlier(&t2), "nothing left to wait for: the earlier record failed");
+        assert_eq!(answer(&mut c, t2), Some(Err(LogIoError::Io)));
+        assert_eq!(c.locate(e2), None, "a record past a hole leaves the log");
+        assert!(!c.is_live(e2));
     }
 
     #[test]
@@ -928,6 +1044,47 @@ mod tests {
     /// started after its write completed and synced its segment; it fails
     /// only if the round covering it failed; every ticket is answered once
     /// rounds stop; no segment holding a live extent is released.
+    /// A record placed in the random test: in flight, written with its
+    /// ticket number, or failed to write.
+    #[derive(Clone, Copy)]
+    enum Placed {
+        InFlight,
+        Written(u64),
+        WriteFailed,
+    }
+
+    /// What a ticket must be answered, from the test's own model: `None`
+    /// pending, else the outcome. Its covering round decides unless a
+    /// record placed before it in its segment failed (an error) or is not
+    /// yet durable (pending).
+    fn expected(
+        n: u64,
+        seg: u64,
+        pos: u64,
+        placed: &BTreeMap<(u64, u64), Placed>,
+        history: &[(u64, (u64, u64), Vec<u64>, bool)],
+    ) -> Option<bool> {
+        let cover = |n: u64| history.iter().find(|(_, (lo, hi), _, _)| *lo < n && n <= *hi).map(|h| h.3);
+        match cover(n) {
+            None => return None,
+            Some(false) => return Some(false),
+            Some(true) => {}
+        }
+        let mut unsettled = false;
+        for (_, p) in placed.range((seg, 0)..(seg, pos)) {
+            match *p {
+                Placed::WriteFailed => return Some(false),
+                Placed::InFlight => unsettled = true,
+                Placed::Written(m) => match cover(m) {
+                    Some(false) => return Some(false),
+                    None => unsettled = true,
+                    Some(true) => {}
+                },
+            }
+        }
+        (!unsettled).then_some(true)
+    }
+
     #[test]
     fn random_interleavings_never_report_an_unsynced_write_durable() {
         for seed in 1..=300u64 {
@@ -945,6 +1102,7 @@ mod tests {
             let mut durable_extents: Vec<ExtentId> = Vec::new();
             let mut answered = 0u64;
             let mut given = 0u64;
+            let mut placed: BTreeMap<(u64, u64), Placed> = BTreeMap::new();
             for _ in 0..400 {
                 step += 1;
                 match rng.below(8) {
@@ -954,6 +1112,7 @@ mod tests {
                         loop {
                             match c.append(name, len) {
                                 AppendStep::Write(w) => {
+                                    placed.insert((w.segment, w.pos), Placed::InFlight);
                                     planned.push(w);
                                     break;
                                 }
@@ -965,15 +1124,20 @@ mod tests {
                     }
                     2 if !planned.is_empty() => {
                         let w = planned.swap_remove(rng.below(planned.len() as u64) as usize);
+                        let at = (w.segment, w.pos);
                         let ok = rng.below(6) != 0;
                         let r = if ok { Ok(()) } else { Err(LogIoError::Io) };
                         match c.write_done(w, r) {
                             Some(t) => {
                                 given += 1;
                                 assert_eq!(t.number(), given, "tickets in completion order");
+                                placed.insert(at, Placed::Written(given));
                                 waiting.push((t, step));
                             }
-                            None => assert!(!ok),
+                            None => {
+                                assert!(!ok);
+                                placed.insert(at, Placed::WriteFailed);
+                            }
                         }
                     }
                     3 if round.is_none() => {
@@ -992,13 +1156,11 @@ mod tests {
                     }
                     5 | 6 if !waiting.is_empty() => {
                         let (t, done_at) = waiting.swap_remove(rng.below(waiting.len() as u64) as usize);
-                        let (n, seg, e) = (t.number(), t.segment(), t.extent());
+                        let (n, seg, e, pos) = (t.number(), t.segment(), t.extent(), t.pos);
+                        let want = expected(n, seg, pos, &placed, &history);
                         match c.durable(t) {
                             Durable::Pending(t) => {
-                                assert!(
-                                    history.iter().all(|(_, (lo, hi), _, _)| !(*lo < n && n <= *hi)),
-                                    "pending although a finished round covered it"
-                                );
+                                assert_eq!(want, None, "seed {seed}: pending although its round and every earlier record settled");
                                 waiting.push((t, done_at));
                             }
                             Durable::Done(r) => {
@@ -1008,7 +1170,11 @@ mod tests {
                                     .find(|(_, (lo, hi), _, _)| *lo < n && n <= *hi)
                                     .expect("answered only once a round covering it finished");
                                 assert!(cover.0 > done_at, "the round covering it started after its write completed");
-                                assert_eq!(r.is_ok(), cover.3, "the answer is its own round's outcome");
+                                assert_eq!(
+                                    Some(r.is_ok()),
+                                    want,
+                                    "seed {seed}: the answer is its round's outcome, an error past a failed record"
+                                );
                                 if r.is_ok() {
                                     assert!(cover.2.contains(&seg), "its segment was synced");
                                     durable_extents.push(e);
@@ -1040,8 +1206,10 @@ mod tests {
             }
             // Drain: finish writes and rounds until every ticket is answered.
             for w in planned.drain(..) {
+                let at = (w.segment, w.pos);
                 if let Some(t) = c.write_done(w, Ok(())) {
                     given += 1;
+                    placed.insert(at, Placed::Written(given));
                     waiting.push((t, step));
                 }
             }
@@ -1056,11 +1224,12 @@ mod tests {
                 c.sync_done(r, Ok(()));
             }
             for (t, done_at) in waiting.drain(..) {
-                let n = t.number();
+                let (n, seg, pos) = (t.number(), t.segment(), t.pos);
+                let want = expected(n, seg, pos, &placed, &history);
                 let Durable::Done(r) = c.durable(t) else { panic!("seed {seed}: ticket {n} unanswered after the last round") };
                 let cover = history.iter().find(|(_, (lo, hi), _, _)| *lo < n && n <= *hi).unwrap();
                 assert!(cover.0 > done_at, "seed {seed}");
-                assert_eq!(r.is_ok(), cover.3, "seed {seed}");
+                assert_eq!(Some(r.is_ok()), want, "seed {seed}");
                 answered += 1;
             }
             assert_eq!(answered, given, "seed {seed}: every ticket answered once");

@@ -838,7 +838,11 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             }
             // A clone's file not yet copied up reads its source's chunks.
             let file = clone::chunk_file(txn, n.attrs.id)?;
-            let overlay = overlay(txn, file);
+            // Only the queued records that can change these bytes travel
+            // to the data path (a file with thousands of small writes
+            // queued is read 4 KiB at a time).
+            let mut overlay = overlay(txn, file);
+            overlay.retain(|(_, r)| r.op.touches(start, start + len));
             ex.out.reads.push(ReadPlan { op: i, file, offset: start, len, overlay });
             Ok(OpOutput::Read { data: Vec::new(), eof, attrs: n.attrs })
         }

@@ -688,6 +688,14 @@ mod tests {
         assert!(c.failed.is_empty(), "answered failures are not kept");
     }
 
+    /// The ticket back, asserting the log has no answer for it yet.
+    fn still_pending(c: &mut LogCore, t: Ticket, why: &str) -> Ticket {
+        match c.durable(t) {
+            Durable::Pending(t) => t,
+            d => panic!("{why}: {d:?}"),
+        }
+    }
+
     #[test]
     fn a_record_synced_before_an_earlier_one_is_written_waits_for_it() {
         let mut c = open(1);
@@ -700,18 +708,12 @@ mod tests {
         let t2 = c.write_done(second, Ok(())).unwrap();
         let r = c.start_sync().unwrap();
         c.sync_done(r, Ok(()));
-        let t2 = match c.durable(t2) {
-            Durable::Pending(t) => t,
-            d => panic!("answered past an unwritten record: {d:?}"),
-        };
+        let t2 = still_pending(&mut c, t2, "answered past an unwritten record");
         assert!(c.waits_on_earlier(&t2));
         assert!(c.start_sync().is_none(), "nothing new to sync: it waits for the earlier writer");
         let t1 = c.write_done(first, Ok(())).unwrap();
         // Written, not yet synced: still not.
-        let t2 = match c.durable(t2) {
-            Durable::Pending(t) => t,
-            d => panic!("answered before the earlier record is synced: {d:?}"),
-        };
+        let t2 = still_pending(&mut c, t2, "answered before the earlier record is synced");
         let r = c.start_sync().unwrap();
         c.sync_done(r, Ok(()));
         assert_eq!(answer(&mut c, t1), Some(Ok(())));
@@ -726,10 +728,7 @@ mod tests {
         let t2 = c.write_done(second, Ok(())).unwrap();
         let r = c.start_sync().unwrap();
         c.sync_done(r, Ok(()));
-        let t2 = match c.durable(t2) {
-            Durable::Pending(t) => t,
-            d => panic!("answered past an unwritten record: {d:?}"),
-        };
+        let t2 = still_pending(&mut c, t2, "answered past an unwritten record");
         assert!(c.write_done(first, Err(LogIoError::Io)).is_none());
         assert!(!c.waits_on_earlier(&t2), "nothing left to wait for: the earlier record failed");
         assert_eq!(answer(&mut c, t2), Some(Err(LogIoError::Io)));

@@ -3,21 +3,11 @@
 
 mod common;
 
-use duet_appliance::config::Config;
 use duet_appliance::engine::{EngineHandle, RequestTag};
 use duet_appliance::server;
 use duet_fs::{Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, SetAttrs, WriteData, CHUNK_SIZE, ROOT_ID};
 
-fn cfg(dir: &std::path::Path) -> Config {
-    let mut c = Config::default();
-    c.data_dir = dir.to_path_buf();
-    c.admin.listen = "127.0.0.1:0".into();
-    c.smb.listen = "127.0.0.1:0".into();
-    c.nfs.listen = "127.0.0.1:0".into();
-    c.nfs.portmap = false;
-    c.executors = 1;
-    c
-}
+use common::inproc::local_cfg as cfg;
 
 fn tag() -> RequestTag {
     RequestTag::new("test", "batch")

@@ -7,9 +7,8 @@ use duet_appliance::engine::{EngineHandle, RequestTag};
 use duet_appliance::server;
 use duet_fs::{Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, SetAttrs, WriteData, ROOT_ID};
 
-/// A single-executor configuration under `dir` on free ports that
-/// destages every millisecond, with a read cache of `read_mib`.
-pub fn cfg(dir: &std::path::Path, read_mib: u64) -> Config {
+/// A single-executor configuration under `dir` on free ports.
+pub fn local_cfg(dir: &std::path::Path) -> Config {
     let mut c = Config::default();
     c.data_dir = dir.to_path_buf();
     c.admin.listen = "127.0.0.1:0".into();
@@ -17,6 +16,13 @@ pub fn cfg(dir: &std::path::Path, read_mib: u64) -> Config {
     c.nfs.listen = "127.0.0.1:0".into();
     c.nfs.portmap = false;
     c.executors = 1;
+    c
+}
+
+/// [`local_cfg`] that destages every millisecond, with a read cache of
+/// `read_mib`.
+pub fn cfg(dir: &std::path::Path, read_mib: u64) -> Config {
+    let mut c = local_cfg(dir);
     // Destage as soon as possible: chunks change under the reads.
     c.cache.destage_interval_ms = 1;
     c.cache.read_mib = Some(read_mib);

@@ -7,31 +7,15 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use duet_cluster::records::Command;
 use duet_cluster_store::{Query, QueryAnswer, Store, StoreOptions};
-use duet_fs::{Batch, CreateKind, Credentials, IfExists, ObjRef, Op, OpOutput, SetAttrs, WriteData, ROOT_ID};
+use duet_fs::{Batch, Credentials, ObjRef, Op, OpOutput, ROOT_ID};
+
+mod common;
+
+use common::create_file as create;
 
 fn open(dir: &std::path::Path, window: Duration) -> Store {
-    let s = Store::open_with(dir, 1, StoreOptions { commit_window: window, ..Default::default() }).unwrap();
-    let h = s.handle();
-    if let QueryAnswer::Bool(false) = h.query_blocking(Query::Initialized).unwrap() {
-        h.command_blocking(Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
-    }
-    s
-}
-
-fn create(name: &str, data: &[u8], lazy: bool) -> Batch {
-    let mut b = Batch::new(Credentials::root(), 5_000);
-    let f = b.push(Op::Create {
-        dir: ObjRef::Id(ROOT_ID),
-        name: name.into(),
-        kind: CreateKind::File,
-        attrs: SetAttrs { mode: Some(0o644), ..Default::default() },
-        if_exists: IfExists::Fail,
-    });
-    b.push(Op::Write { obj: f, offset: 0, data: WriteData::Bytes(data.to_vec()), append: false });
-    b.lazy = lazy;
-    b
+    common::open_initialized(dir, StoreOptions { commit_window: window, ..Default::default() })
 }
 
 fn queue_len(h: &duet_cluster_store::StoreHandle) -> usize {

@@ -12,33 +12,20 @@
 
 use std::path::{Path, PathBuf};
 
-use duet_cluster::records::Command;
-use duet_cluster_store::{Query, QueryAnswer, Store, StoreOptions};
-use duet_fs::{Batch, CreateKind, Credentials, IfExists, ObjRef, Op, OpOutput, SetAttrs, WriteData, ROOT_ID};
+use duet_cluster_store::{Store, StoreOptions};
+use duet_fs::{Batch, Credentials, ObjRef, Op, OpOutput, ROOT_ID};
 
 const PREPARE: usize = 1 << 20;
 
+mod common;
+
 fn open(dir: &Path, recycle: bool) -> Store {
-    let options = StoreOptions { wal_recycle: recycle, wal_prepare: PREPARE, ..Default::default() };
-    let s = Store::open_with(dir, 1, options).unwrap();
-    let h = s.handle();
-    if let QueryAnswer::Bool(false) = h.query_blocking(Query::Initialized).unwrap() {
-        h.command_blocking(Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
-    }
-    s
+    common::open_initialized(dir, StoreOptions { wal_recycle: recycle, wal_prepare: PREPARE, ..Default::default() })
 }
 
+/// Creates `name` holding its own name.
 fn create(name: &str) -> Batch {
-    let mut b = Batch::new(Credentials::root(), 5_000);
-    let f = b.push(Op::Create {
-        dir: ObjRef::Id(ROOT_ID),
-        name: name.into(),
-        kind: CreateKind::File,
-        attrs: SetAttrs { mode: Some(0o644), ..Default::default() },
-        if_exists: IfExists::Fail,
-    });
-    b.push(Op::Write { obj: f, offset: 0, data: WriteData::Bytes(name.as_bytes().to_vec()), append: false });
-    b
+    common::create_file(name, name.as_bytes(), false)
 }
 
 /// The WAL RocksDB writes now: the highest-numbered `*.log`, and its length.

@@ -397,7 +397,19 @@ struct Round {
     /// `fill_max` blocks. Empty when the read cache is off.
     fill: BTreeMap<(NodeId, u64, u64), Vec<u8>>,
     fill_max: usize,
+    /// Blocks of plain chunks this round writes in place, by (file,
+    /// chunk, 4 KiB block), as they will be: written together
+    /// ([`DataPath::flush_pending`]) before anything else reads or
+    /// rewrites a chunk, before a record that is not a write, past
+    /// [`PENDING_MAX`] bytes, and at the round's end, so a round of many
+    /// small writes waits for the device once rather than once per write.
+    pending: BTreeMap<(NodeId, u64, u64), Vec<u8>>,
+    pending_bytes: usize,
 }
+
+/// Most bytes of in-place chunk writes a destage round holds before it
+/// writes them out.
+const PENDING_MAX: usize = 16 << 20;
 
 impl Round {
     /// Notes the bytes `data` written at `co` of chunk `idx` of `file`:
@@ -1348,9 +1360,51 @@ impl DataPath {
         Ok(files)
     }
 
+    /// Writes the round's pending blocks ([`Round::pending`]) into their
+    /// chunks: each run of adjacent blocks of one chunk is one O_DIRECT
+    /// write, and all of them are in flight together. Synced with the rest
+    /// of the round's chunks at its end.
+    async fn flush_pending(&self, round: &mut Round) -> io::Result<()> {
+        if round.pending.is_empty() {
+            return Ok(());
+        }
+        round.pending_bytes = 0;
+        let mut runs: Vec<(NodeId, u64, u64, Vec<u8>)> = Vec::new();
+        for ((file, idx, blk), b) in std::mem::take(&mut round.pending) {
+            match runs.last_mut() {
+                Some((f, i, first, bytes)) if *f == file && *i == idx && *first + bytes.len() as u64 / ALIGN == blk => {
+                    bytes.extend_from_slice(&b)
+                }
+                _ => runs.push((file, idx, blk, b)),
+            }
+        }
+        let mut writes = Vec::with_capacity(runs.len());
+        for (file, idx, blk, bytes) in runs {
+            let f = self.open_chunk(&mut round.open, file, idx).await?;
+            self.fault(FaultPoint::ChunkWrite)?;
+            let mut buf = f.alloc_dma_buffer(bytes.len());
+            buf.as_bytes_mut().copy_from_slice(&bytes);
+            let want = bytes.len();
+            writes.push(glommio::spawn_local(async move {
+                let wrote = f.write_at(buf, blk * ALIGN).await.map_err(|e| io::Error::other(format!("chunk write: {e}")))?;
+                if wrote != want {
+                    // Never seen for these sizes; a short write must not be
+                    // taken for a whole one (the round fails and is retried).
+                    return Err(io::Error::other(format!("chunk write: {wrote} of {want} bytes written")));
+                }
+                Ok(())
+            }));
+        }
+        for w in writes {
+            w.await?;
+            self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// Writes `data` at `offset` of a file's chunks: in place
-    /// (read-modify-write of partial blocks), or into the round's copy of
-    /// a chunk it rewrites whole.
+    /// (read-modify-write of partial blocks, held in the round's pending
+    /// blocks), or into the round's copy of a chunk it rewrites whole.
     async fn write_chunks(&self, round: &mut Round, file: NodeId, offset: u64, data: &[u8]) -> io::Result<()> {
         let mut pos = offset;
         let end = offset + data.len() as u64;
@@ -1360,6 +1414,8 @@ impl DataPath {
             let n = (CHUNK_SIZE - co).min(end - pos);
             let src = (pos - offset) as usize;
             if self.rewrites(round, file, idx) {
+                // The rewrite reads the chunk as it is on disk.
+                self.flush_pending(round).await?;
                 let e = self.edit(round, file, idx).await?;
                 // As long as the plain file would be: to the end of the
                 // last block written.
@@ -1371,35 +1427,38 @@ impl DataPath {
                 pos += n;
                 continue;
             }
-            let f = self.open_chunk(&mut round.open, file, idx).await?;
-            let a0 = co / ALIGN * ALIGN;
-            let a1 = align_up(co + n);
-            let mut buf = f.alloc_dma_buffer((a1 - a0) as usize);
-            {
-                let b = buf.as_bytes_mut();
-                b.fill(0);
-                if a0 != co || a1 != co + n {
-                    // Keep what is around the write in its first and last block.
-                    let size = f.file_size().await.map_err(ge)?;
-                    if a0 < size {
-                        let old = f.read_at_aligned(a0, (a1 - a0) as usize).await.map_err(ge)?;
-                        let m = old.len().min(b.len());
-                        b[..m].copy_from_slice(&old[..m]);
+            // Into the round's pending blocks; a block the write covers in
+            // part starts as the chunk holds it (or as an earlier write
+            // of this round left it).
+            let mut size = None;
+            for blk in co / ALIGN..align_up(co + n) / ALIGN {
+                let (bs, be) = (blk * ALIGN, (blk + 1) * ALIGN);
+                let (ws, we) = (co.max(bs), (co + n).min(be));
+                if !round.pending.contains_key(&(file, idx, blk)) {
+                    let mut b = vec![0u8; ALIGN as usize];
+                    if ws != bs || we != be {
+                        let f = self.open_chunk(&mut round.open, file, idx).await?;
+                        let sz = match size {
+                            Some(sz) => sz,
+                            None => *size.insert(f.file_size().await.map_err(ge)?),
+                        };
+                        if bs < sz {
+                            let old = f.read_at_aligned(bs, ALIGN as usize).await.map_err(ge)?;
+                            let m = old.len().min(b.len());
+                            b[..m].copy_from_slice(&old[..m]);
+                        }
                     }
+                    round.pending.insert((file, idx, blk), b);
+                    round.pending_bytes += ALIGN as usize;
                 }
-                let at = (co - a0) as usize;
-                b[at..at + n as usize].copy_from_slice(&data[src..src + n as usize]);
-            }
-            self.fault(FaultPoint::ChunkWrite)?;
-            let want = (a1 - a0) as usize;
-            let wrote = f.write_at(buf, a0).await.map_err(|e| io::Error::other(format!("chunk write: {e}")))?;
-            if wrote != want {
-                // Never seen for these sizes; a short write must not be
-                // taken for a whole one (the round fails and is retried).
-                return Err(io::Error::other(format!("chunk write: {wrote} of {want} bytes written")));
+                let b = round.pending.get_mut(&(file, idx, blk)).expect("inserted above");
+                let from = src + (ws - co) as usize;
+                b[(ws - bs) as usize..(we - bs) as usize].copy_from_slice(&data[from..from + (we - ws) as usize]);
             }
             round.keep_written(file, idx, co, &data[src..src + n as usize]);
-            self.counters.chunk_writes.fetch_add(1, Ordering::Relaxed);
+            if round.pending_bytes >= PENDING_MAX {
+                self.flush_pending(round).await?;
+            }
             pos += n;
         }
         Ok(())
@@ -1731,6 +1790,11 @@ impl DataPath {
         // Per file, the chunks the round changes (None: the whole file).
         let mut touched: BTreeMap<NodeId, Option<BTreeMap<u64, (u64, u64)>>> = BTreeMap::new();
         for (dseq, rec) in &recs {
+            if rec.op.logged().is_none() && !matches!(rec.op, DataOp::WriteInline { .. }) {
+                // Anything but a write works on the chunk files as they
+                // are: the writes before it go out first.
+                self.flush_pending(&mut round).await?;
+            }
             let scope = record_chunks(&rec.op);
             self.forget_scope(rec.file, scope.as_ref());
             match (touched.entry(rec.file).or_insert_with(|| Some(BTreeMap::new())), scope) {
@@ -1817,12 +1881,21 @@ impl DataPath {
                 }
             }
         }
+        self.flush_pending(&mut round).await?;
         for file in self.flush_edits(&mut round).await? {
             self.sync_chunk_dir(file)?;
         }
+        // The chunks' syncs go to the ring together (one journal commit
+        // can carry them all), not one after another.
+        let mut syncs = Vec::with_capacity(round.open.len());
         for (_, f) in round.open.drain() {
             self.fault(FaultPoint::ChunkSync)?;
-            f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))?;
+            syncs.push(glommio::spawn_local(async move {
+                f.fdatasync().await.map_err(|e| io::Error::other(format!("chunk fdatasync: {e}")))
+            }));
+        }
+        for sync in syncs {
+            sync.await?;
             self.counters.chunk_fsyncs.fetch_add(1, Ordering::Relaxed);
         }
         // Reads that began while the chunks changed keep nothing they saw;

@@ -235,15 +235,46 @@ pub fn check<R: KvRead + ?Sized>(kv: &R, chunk_files: &[(NodeId, u64)]) -> FsckR
             detached.insert(id);
         }
     });
+    // dseq -> (file, the bytes it can change), to check the `Q` index.
+    let mut queued: BTreeMap<u64, (NodeId, Option<(u64, u64)>)> = BTreeMap::new();
     scan_all(kv, keys::DQ, |k, v| match decode::<DataRecord>(v) {
         Some(rec) => {
             if !nodes.contains_key(&rec.file) && !detached.contains(&rec.file) && !shadows.contains(&rec.file) {
                 r.problems.push(format!("queued data {} for file {} that is neither live nor detached", hex(k), rec.file));
             }
             pending.insert(rec.file);
+            if let Some(dseq) = keys::u64_at(k, 1) {
+                queued.insert(dseq, (rec.file, rec.op.span()));
+            }
         }
         None => r.problems.push(format!("undecodable data record {}", hex(k))),
     });
+    // The per-file index: one `Q` for each `q`, naming its file, with the
+    // record's span (or the empty value of nodes before spans).
+    let mut indexed: BTreeSet<u64> = BTreeSet::new();
+    scan_all(kv, keys::DQ_BY_FILE, |k, v| {
+        let (Some(file), Some(dseq)) = (keys::u64_at(k, 1), keys::u64_at(k, 9)) else {
+            r.problems.push(format!("bad queue index key {}", hex(k)));
+            return;
+        };
+        indexed.insert(dseq);
+        match queued.get(&dseq) {
+            None => r.problems.push(format!("queue index {} names data record {dseq}, which is not queued", hex(k))),
+            Some((f, _)) if *f != file => {
+                r.problems.push(format!("queue index {} names file {file}; data record {dseq} is file {f}'s", hex(k)))
+            }
+            Some((_, span)) => {
+                if !v.is_empty() && keys::dq_span_decode(v) != Some(*span) {
+                    r.problems.push(format!("queue index {} says {} for data record {dseq}, which changes {span:?}", hex(k), hex(v)));
+                }
+            }
+        }
+    });
+    for (dseq, (file, _)) in &queued {
+        if !indexed.contains(dseq) {
+            r.problems.push(format!("data record {dseq} of file {file} is missing from the queue index"));
+        }
+    }
     // Attached chunks.
     let files: BTreeSet<(NodeId, u64)> = chunk_files.iter().copied().collect();
     let mut attached: BTreeSet<(NodeId, u64)> = BTreeSet::new();

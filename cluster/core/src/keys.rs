@@ -10,7 +10,7 @@
 //! | `b` blob                          | reference count (u64) of a shared chunk |
 //! | `x` id                            | () file detached, chunks to reclaim |
 //! | `q` dseq                          | [`DataRecord`](crate::DataRecord): data not yet destaged |
-//! | `Q` id dseq                       | () per-file index of `q`     |
+//! | `Q` id dseq                       | per-file index of `q`: the bytes the record can change ([`dq_span`]) |
 //! | `s` share-name                    | [`ShareRecord`](crate::ShareRecord) |
 //! | `u` user-name                     | [`UserRecord`](crate::UserRecord) |
 //! | `a` name                          | admin secrets (hashes only)  |
@@ -317,6 +317,50 @@ pub fn dq_by_file(id: NodeId, dseq: u64) -> Vec<u8> {
 pub fn dq_by_file_prefix(id: NodeId) -> Vec<u8> {
     with_u64(DQ_BY_FILE, id)
 }
+
+/// The value of a `Q` record: which bytes of its file the queued record
+/// can change, so that a read fetches only the records over its range.
+/// `Some((start, end))`: only `[start, end)`; `None`: any byte (a
+/// truncation, a clone, a reclaim).
+pub fn dq_span(span: Option<(u64, u64)>) -> Vec<u8> {
+    match span {
+        Some((start, end)) => {
+            let mut v = Vec::with_capacity(17);
+            v.push(SPAN_RANGE);
+            v.extend_from_slice(&start.to_be_bytes());
+            v.extend_from_slice(&end.to_be_bytes());
+            v
+        }
+        None => vec![SPAN_ANY],
+    }
+}
+
+/// Whether the queued record whose `Q` value is `v` can change a byte of
+/// `[start, end)`. A value this code does not know (the empty value that
+/// nodes before the span wrote, or anything else) answers true: the
+/// caller then reads the record itself, which is always correct.
+pub fn dq_span_touches(v: &[u8], start: u64, end: u64) -> bool {
+    match (v.first(), v.len()) {
+        (Some(&SPAN_RANGE), 17) => {
+            let (Some(s), Some(e)) = (u64_at(v, 1), u64_at(v, 9)) else { return true };
+            s < end && e > start
+        }
+        _ => true,
+    }
+}
+
+/// Decodes a `Q` value written by [`dq_span`]: `None` for one it did not
+/// write (fsck reports those).
+pub fn dq_span_decode(v: &[u8]) -> Option<Option<(u64, u64)>> {
+    match (v.first(), v.len()) {
+        (Some(&SPAN_RANGE), 17) => Some(Some((u64_at(v, 1)?, u64_at(v, 9)?))),
+        (Some(&SPAN_ANY), 1) => Some(None),
+        _ => None,
+    }
+}
+
+const SPAN_RANGE: u8 = 1;
+const SPAN_ANY: u8 = 2;
 
 pub fn share(name: &str) -> Vec<u8> {
     named(SHARE, name)

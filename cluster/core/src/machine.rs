@@ -157,7 +157,7 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
         // To be retired for the node-local `drop_destaged` (see
         // `Command::Destaged`).
         Command::Destaged { upto, reclaimed } => {
-            drop_destaged(txn, *upto, reclaimed);
+            drop_destaged(txn, 0, *upto, reclaimed);
             Applied { admin: Some(Ok(())), ..Default::default() }
         }
         Command::PublicAddresses { assignment } => {
@@ -217,7 +217,11 @@ pub fn schedules<R: KvRead + ?Sized>(kv: &R) -> Vec<(String, crate::records::Sch
 
 /// This node's destager has applied every data record up to `upto`
 /// (inclusive) to its chunk store and deleted the chunks of `reclaimed`
-/// files: drops those records (`q`, `Q`) and detach marks (`x`).
+/// files: drops those records (`q`, `Q`) and detach marks (`x`). Every
+/// record up to `after` was dropped before (the node's `l destaged_upto`):
+/// the scan starts past them, not over their deletion marks (RocksDB keeps
+/// those until a compaction, and skipping thousands per round cost more
+/// than the round's own work).
 ///
 /// Node-local, not a raft command: every replica destages into its own
 /// chunk store at its own pace, so the queue of data not yet destaged
@@ -225,8 +229,8 @@ pub fn schedules<R: KvRead + ?Sized>(kv: &R) -> Vec<(String, crate::records::Sch
 /// records; each drops them when it has destaged them). The store writes
 /// these deletions directly (`StoreHandle::destaged`), with the progress
 /// record `l destaged_upto`.
-pub fn drop_destaged<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, upto: u64, reclaimed: &[NodeId]) {
-    let recs = txn.scan(&keys::dq(0), &keys::dq(upto.saturating_add(1)), usize::MAX);
+pub fn drop_destaged<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, after: u64, upto: u64, reclaimed: &[NodeId]) {
+    let recs = txn.scan(&keys::dq(after.saturating_add(1)), &keys::dq(upto.saturating_add(1)), usize::MAX);
     for (k, v) in recs {
         if let (Some(dseq), Some(rec)) = (keys::u64_at(&k, 1), decode::<DataRecord>(&v)) {
             txn.delete(keys::dq_by_file(rec.file, dseq));
@@ -841,7 +845,7 @@ fn run_op<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize,
             // Only the queued records that can change these bytes travel
             // to the data path (a file with thousands of small writes
             // queued is read 4 KiB at a time).
-            let mut overlay = overlay(txn, file);
+            let mut overlay = overlay(txn, file, start, start + len);
             overlay.retain(|(_, r)| r.op.touches(start, start + len));
             ex.out.reads.push(ReadPlan { op: i, file, offset: start, len, overlay });
             Ok(OpOutput::Read { data: Vec::new(), eof, attrs: n.attrs })
@@ -1422,8 +1426,8 @@ fn queue<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, file: Node
     let dseq = counter(txn, "next_dseq").max(1);
     put_counter(txn, "next_dseq", dseq + 1);
     let rec = DataRecord { file, op };
+    txn.put(keys::dq_by_file(file, dseq), keys::dq_span(rec.op.span()));
     txn.put_record(keys::dq(dseq), &rec);
-    txn.put(keys::dq_by_file(file, dseq), Vec::new());
     ex.out.queued.push((dseq, rec));
 }
 
@@ -2280,11 +2284,23 @@ fn rename<R: KvRead + ?Sized>(
     Ok(OpOutput::Dirs { changed, target: Some(moving.attrs) })
 }
 
-/// The data records of `file` not yet destaged, oldest first.
-pub fn overlay<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, file: NodeId) -> Vec<(u64, DataRecord)> {
+/// The data records of `file` not yet destaged that can change a byte of
+/// `[start, end)`, oldest first (and, where the index does not say, others:
+/// the caller filters with [`DataOp::touches`]). The scan starts past this
+/// node's destage progress (`l destaged_upto`): below it there are only
+/// deletion marks.
+pub fn overlay<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, file: NodeId, start: u64, end: u64) -> Vec<(u64, DataRecord)> {
     let prefix = keys::dq_by_file_prefix(file);
+    let first = txn
+        .get(&keys::local("destaged_upto"))
+        .and_then(|v| v.as_slice().try_into().ok().map(u64::from_be_bytes))
+        .unwrap_or(0)
+        .saturating_add(1);
     let mut out = Vec::new();
-    for (k, _) in txn.scan(&prefix, &keys::prefix_end(&prefix), usize::MAX) {
+    for (k, span) in txn.scan(&keys::dq_by_file(file, first), &keys::prefix_end(&prefix), usize::MAX) {
+        if !keys::dq_span_touches(&span, start, end) {
+            continue;
+        }
         if let Some(dseq) = keys::u64_at(&k, 9) {
             if let Some(rec) = txn.get(&keys::dq(dseq)).and_then(|v| decode::<DataRecord>(&v)) {
                 out.push((dseq, rec));

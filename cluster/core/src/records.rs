@@ -180,14 +180,21 @@ impl DataOp {
     /// range (every other record is kept: truncations, zeroing, reclaims
     /// and clones reach past their own ranges).
     pub fn touches(&self, start: u64, end: u64) -> bool {
+        match self.span() {
+            Some((s, e)) => s < end && e > start,
+            None => true,
+        }
+    }
+
+    /// The bytes `[start, end)` of its file this record writes, for a
+    /// write; `None` for every other record (it can change any byte). The
+    /// per-file index of the queue (`Q`) carries it.
+    pub fn span(&self) -> Option<(u64, u64)> {
         let (offset, len) = match self {
             DataOp::WriteInline { offset, data } => (*offset, data.len() as u64),
-            _ => match self.logged() {
-                Some((offset, _, len)) => (offset, len),
-                None => return true,
-            },
+            _ => self.logged().map(|(offset, _, len)| (offset, len))?,
         };
-        offset < end && offset.saturating_add(len) > start
+        Some((offset, offset.saturating_add(len)))
     }
 }
 

@@ -949,7 +949,7 @@ fn read<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, ex: &mut Exec<'_>, i: usize, o
     // The chunks are the shadow's (or, unchanged since the freeze, the
     // live file's own, with only records queued before it).
     let data_id = v.chunk_file(txn, real)?;
-    let overlay = overlay(txn, data_id);
+    let overlay = overlay(txn, data_id, start, start + len);
     ex.out.reads.push(ReadPlan { op: i, file: data_id, offset: start, len, overlay });
     Ok(OpOutput::Read { data: Vec::new(), eof, attrs: n.attrs })
 }

@@ -166,7 +166,7 @@ impl Disk {
         }
         let writes = {
             let mut t = Txn::new(&*kv);
-            drop_destaged(&mut t, upto, &reclaimed);
+            drop_destaged(&mut t, 0, upto, &reclaimed);
             t.into_writes()
         };
         commit(kv, writes);

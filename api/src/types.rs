@@ -1028,6 +1028,11 @@ pub struct Stats {
     /// Write-log records not yet destaged.
     #[serde(default)]
     pub destage_backlog: u64,
+    /// Data records queued on this node and not yet destaged (writes of
+    /// every size, truncations, clones...): what reads lay over the chunks
+    /// and the destager still has to apply.
+    #[serde(default)]
+    pub destage_queue: u64,
     /// Operations that failed, by protocol and kind.
     #[serde(default)]
     pub errors: Vec<ErrorCount>,

@@ -630,7 +630,7 @@ impl Admin {
             let e = ApiError::method_not_allowed(format!("{} is not allowed on /metrics (allowed: GET)", r.method));
             return encode_response(&Err(e));
         }
-        let stats = self.stats();
+        let stats = self.stats().await;
         let raft = match self.query(Query::RaftStatus).await {
             Ok(QueryAnswer::Raft(r)) => Some(r),
             _ => None,
@@ -1073,7 +1073,7 @@ impl Admin {
                 self.command(Command::RemoveUser { name }).await?;
                 Ok(AdminResponse::NoContent)
             }
-            AdminRequest::Stats => Ok(AdminResponse::Stats(self.stats())),
+            AdminRequest::Stats => Ok(AdminResponse::Stats(self.stats().await)),
             AdminRequest::Audit => self.audit.tail().map(AdminResponse::Audit).map_err(internal),
             AdminRequest::Fsck => {
                 // Let the destager settle first so that queued data does not
@@ -1184,7 +1184,11 @@ impl Admin {
         })
     }
 
-    fn stats(&self) -> Stats {
+    async fn stats(&self) -> Stats {
+        let destage_queue = match self.query(Query::QueuedRecords).await {
+            Ok(QueryAnswer::Count(n)) => n,
+            _ => 0,
+        };
         let c = self.engine.store.counters();
         let d = &self.engine.data.counters;
         let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
@@ -1227,6 +1231,7 @@ impl Admin {
             by_request,
             destaged_records: ld(&d.destaged_records),
             destage_backlog: self.engine.data.live_records() as u64,
+            destage_queue,
             lazy_groups: ld(&c.lazy_groups),
             wal_syncs: ld(&c.wal_syncs),
             raft_overloaded: ld(&c.overloaded),

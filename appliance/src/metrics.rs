@@ -326,6 +326,7 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     gauge(&mut reg, "read_cache_bytes", "Bytes of chunk data in the read cache", stats.read_cache_bytes);
     counter(&mut reg, "destaged_records", "Write-log records destaged into chunk files", stats.destaged_records);
     gauge(&mut reg, "destage_backlog_records", "Write-log records not yet destaged", stats.destage_backlog);
+    gauge(&mut reg, "destage_queue_records", "Data records queued on this node and not yet destaged", stats.destage_queue);
 
     let requests = Family::<RequestLabels, Counter>::default();
     let req_proposals = Family::<RequestLabels, Counter>::default();

@@ -177,6 +177,27 @@ fn injected_io_errors_fail_the_request_and_damage_nothing() {
     }
     assert!(d.ok(&["fsck"]).contains("file system is consistent"), "fsck after data-path errors");
 
+    // 4b. While the destager cannot get through, what it still has to do
+    //     shows as the queue (stats and /metrics); it empties once the
+    //     chunk writes work again.
+    assert_eq!(stat(&d, "destage_queue"), 0, "settled");
+    d.ok(&["fault", "chunk-write", "--count", "1000000"]);
+    let data = pattern(7, 300_000);
+    assert_eq!(smb_put(&mut c, "queued.bin", &data), NtStatus::SUCCESS);
+    std::thread::sleep(Duration::from_millis(500));
+    let queued = stat(&d, "destage_queue");
+    assert!(queued > 0, "the file's records wait in the queue");
+    assert_eq!(common::cluster::metric(&d, "duet_destage_queue_records"), queued, "/metrics shows the queue");
+    assert!(d.ok(&["stats"]).contains(&format!("{queued} queued")), "duetctl stats shows the queue");
+    d.ok(&["fault", "chunk-write", "--count", "0"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stat(&d, "destage_queue") > 0 {
+        assert!(Instant::now() < deadline, "the queue never emptied");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stored.push(("queued.bin".into(), data));
+    check(&mut c, &mut n, &stored, &nfs_bytes, "after the queue emptied");
+
     // 5a. Metadata reads fail: a request that only reads gets the I/O
     //     error, never "not found"; a change whose apply meets a read
     //     error is not applied from a wrong view: the store stops changes

@@ -356,6 +356,10 @@ pub fn stats(s: &Stats) -> String {
         ],
         &totals,
     );
+    out.push_str(&format!(
+        "destager: {} records destaged, {} queued, {} write-log records not yet destaged\n",
+        s.destaged_records, s.destage_queue, s.destage_backlog
+    ));
     out.push('\n');
     out.push_str(&connections(&s.connections));
     if s.by_request.is_empty() {

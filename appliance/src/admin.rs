@@ -59,6 +59,8 @@ pub const TRANSFER_WAIT: Duration = Duration::from_secs(10);
 pub struct ClusterInfo {
     pub voters: Vec<(u64, String)>,
     pub health: Option<std::sync::Arc<crate::peers::PeerHealth>>,
+    /// The transport's queues to the peers (multi-node only).
+    pub queues: Option<crate::peers::PeerSender>,
     /// Raft snapshot transfers (multi-node only).
     pub snapshots: Option<std::sync::Arc<crate::snapshot::Snapshots>>,
     /// `[cluster] public_addresses` as configured.
@@ -676,6 +678,7 @@ impl Admin {
                     healthy: state.healthy(now),
                     state,
                     matched: raft.and_then(|r| r.progress.iter().find(|p| p.0 == *id).map(|p| p.1)),
+                    queued_bytes: self.node.cluster.queues.as_ref().map_or(0, |q| q.queued_bytes(*id)),
                 }
             })
             .collect();

@@ -189,8 +189,10 @@ join = false
 log_retain = 4096
 # Bounds of the cluster's queues (docs/limits.md): what a slow, dead or
 # partitioned peer can make this node hold. Raft messages queued per peer
-# (a full queue drops new ones; raft sends again):
+# (a full queue drops new ones; raft sends again), and the MiB of frames
+# of every kind queued per peer, at least 32 (one write-cache push):
 peer_queue = 1024
+peer_queue_mib = 256
 # Inbound peer connections served at once (more are closed at once):
 peer_connections = 64
 # Raft snapshot images this node sends at once (a follower asking for
@@ -450,6 +452,8 @@ pub struct ClusterConfig {
     pub join: bool,
     /// Raft messages queued per peer (`peers::PeerLimits`).
     pub peer_queue: usize,
+    /// MiB of frames of every kind queued per peer.
+    pub peer_queue_mib: u64,
     /// Inbound peer connections served at once.
     pub peer_connections: usize,
     /// Raft snapshot images sent at once.
@@ -477,6 +481,7 @@ impl ClusterConfig {
     pub fn peer_limits(&self) -> crate::peers::PeerLimits {
         crate::peers::PeerLimits {
             queue: self.peer_queue,
+            queue_bytes: self.peer_queue_mib << 20,
             inbound: self.peer_connections,
             snapshot_transfers: self.snapshot_transfers,
             replica_frames: self.replica_inbound,
@@ -500,6 +505,7 @@ impl Default for ClusterConfig {
             log_retain: 4096,
             join: false,
             peer_queue: 1024,
+            peer_queue_mib: crate::peers::PEER_QUEUE_BYTES_MAX >> 20,
             peer_connections: 64,
             snapshot_transfers: 2,
             replica_inbound: 256,
@@ -837,6 +843,8 @@ impl Config {
         }
         for (key, v, lo, hi) in [
             ("cluster.peer_queue", c.peer_queue as u64, 16, 1 << 20),
+            // A push carries up to 32 MiB: the bound must admit one.
+            ("cluster.peer_queue_mib", c.peer_queue_mib, 32, 65_536),
             ("cluster.peer_connections", c.peer_connections as u64, 4, 4096),
             ("cluster.snapshot_transfers", c.snapshot_transfers as u64, 1, 64),
             ("cluster.replica_inbound", c.replica_inbound as u64, 16, 1 << 20),
@@ -1075,6 +1083,8 @@ mod tests {
         assert!(e.starts_with("cluster.forward_timeout_ms: "), "{e}");
         for (line, key) in [
             ("peer_queue = 1", "cluster.peer_queue"),
+            ("peer_queue_mib = 31", "cluster.peer_queue_mib"),
+            ("peer_queue_mib = 65537", "cluster.peer_queue_mib"),
             ("peer_connections = 0", "cluster.peer_connections"),
             ("snapshot_transfers = 0", "cluster.snapshot_transfers"),
             ("snapshot_transfers = 65", "cluster.snapshot_transfers"),

@@ -118,7 +118,8 @@ fn render_cluster(reg: &mut Registry, c: &ClusterMetrics) {
     peer_counter(reg, "peer_sent_bytes", "Payload bytes written to the peer", p, |x| x.state.sent_bytes);
     peer_counter(reg, "peer_received_frames", "Authenticated frames read from the peer", p, |x| x.state.received_frames);
     peer_counter(reg, "peer_received_bytes", "Payload bytes of authenticated frames read from the peer", p, |x| x.state.received_bytes);
-    peer_counter(reg, "peer_dropped", "Messages for the peer dropped: its queue was full", p, |x| x.state.dropped);
+    peer_counter(reg, "peer_dropped", "Messages for the peer dropped: its queue was full (peer_queue frames or peer_queue_mib bytes)", p, |x| x.state.dropped);
+    peer_gauge(reg, "peer_queued_bytes", "Bytes of frames queued for the peer, not yet written to its connection", p, |x| Some(x.queued_bytes));
     outcomes(
         reg,
         "forwarded_batches",
@@ -284,6 +285,8 @@ pub struct PeerMetrics {
     pub healthy: bool,
     /// On the leader: raft's matched index of the peer.
     pub matched: Option<u64>,
+    /// Bytes of frames queued for the peer now (`[cluster] peer_queue_mib`).
+    pub queued_bytes: u64,
 }
 
 fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
@@ -464,6 +467,7 @@ mod tests {
                     state: crate::peers::PeerState { connected: true, sent_frames: 4, dropped: 1, ..Default::default() },
                     healthy: true,
                     matched: Some(10),
+                    queued_bytes: 7,
                 }],
                 forwarded_batches: vec![("sent", 3)],
                 forwarded_admin: vec![("no_leader", 1)],

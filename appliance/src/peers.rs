@@ -47,6 +47,9 @@ use crate::snapshot::Snapshots;
 /// Raft messages queued per peer before the transport drops new ones
 /// (`[cluster] peer_queue`'s default).
 pub const PEER_QUEUE_MAX: usize = 1024;
+/// Bytes of frames of every kind queued per peer before the transport
+/// drops new ones (`[cluster] peer_queue_mib`'s default).
+pub const PEER_QUEUE_BYTES_MAX: u64 = 256 << 20;
 /// Inbound connections served at once (authenticated or still in their
 /// handshake); more are closed at once, so strangers cannot pile up
 /// threads (`[cluster] peer_connections`'s default).
@@ -58,6 +61,9 @@ pub const INBOUND_MAX: usize = 64;
 pub struct PeerLimits {
     /// Raft messages queued per peer (`peer_queue`).
     pub queue: usize,
+    /// Bytes of the frames queued per peer, of every kind
+    /// (`peer_queue_mib`).
+    pub queue_bytes: u64,
     /// Inbound peer connections served at once (`peer_connections`).
     pub inbound: usize,
     /// Raft snapshot images served at once (`snapshot_transfers`).
@@ -80,6 +86,7 @@ impl Default for PeerLimits {
     fn default() -> Self {
         PeerLimits {
             queue: PEER_QUEUE_MAX,
+            queue_bytes: PEER_QUEUE_BYTES_MAX,
             inbound: INBOUND_MAX,
             snapshot_transfers: crate::snapshot::SERVE_MAX,
             replica_frames: crate::replica::INBOUND_MAX,
@@ -123,12 +130,13 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const UNACKED_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What goes to a peer: a raft message, or a frame of another kind whose
-/// payload its owner encoded.
+/// payload its owner encoded; each counted in its peer's queue bytes
+/// ([`PeerQueue`]) until written or dropped.
 pub enum Outgoing {
-    Raft(RaftMessage),
+    Raft(RaftMessage, Queued),
     /// The payload, and what counts it while it is queued (dropped with
     /// the frame: once written to the connection, or discarded).
-    Frame(FrameKind, Vec<u8>, Option<Queued>),
+    Frame(FrameKind, Vec<u8>, Option<Queued>, Queued),
 }
 
 /// Bytes counted against a bound while a frame waits in a peer's queue:
@@ -160,8 +168,43 @@ pub type FrameHandler = Arc<dyn Fn(u64, Vec<u8>) + Send + Sync>;
 
 type Handlers = Arc<RwLock<HashMap<FrameKind, FrameHandler>>>;
 
+/// One peer's queue: at most `PeerLimits::queue` frames and, counted in
+/// `bytes` while they wait, `max` bytes of them.
+#[derive(Clone)]
+pub struct PeerQueue {
+    tx: flume::Sender<Outgoing>,
+    bytes: Arc<AtomicU64>,
+    max: u64,
+}
+
+impl PeerQueue {
+    fn new(limits: &PeerLimits) -> (PeerQueue, flume::Receiver<Outgoing>) {
+        let (tx, rx) = flume::bounded(limits.queue);
+        (PeerQueue { tx, bytes: Arc::new(AtomicU64::new(0)), max: limits.queue_bytes }, rx)
+    }
+
+    /// Queues what `make` builds around the count of its `size` bytes;
+    /// false (nothing queued, nothing counted) when the queue holds its
+    /// most frames, or its bytes would pass the bound. An empty queue
+    /// takes one frame of any size, so a frame larger than the bound
+    /// still goes when the peer keeps up.
+    fn offer(&self, size: u64, make: impl FnOnce(Queued) -> Outgoing) -> bool {
+        let before = self.bytes.fetch_add(size, Ordering::AcqRel);
+        let held = Queued { counter: self.bytes.clone(), bytes: size };
+        if before > 0 && before.saturating_add(size) > self.max {
+            return false; // `held` gives the bytes back
+        }
+        self.tx.try_send(make(held)).is_ok()
+    }
+
+    /// Bytes queued now.
+    pub fn queued_bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Acquire)
+    }
+}
+
 /// Each peer's queue, by id (peers come and go with membership changes).
-type Senders = Arc<RwLock<HashMap<u64, flume::Sender<Outgoing>>>>;
+type Senders = Arc<RwLock<HashMap<u64, PeerQueue>>>;
 
 /// Queues frames to peers (cloneable, any thread).
 #[derive(Clone)]
@@ -180,12 +223,18 @@ impl PeerSender {
     /// As [`PeerSender::send`], the frame counted by `queued` while it
     /// waits in the peer's queue (a refused frame is not counted).
     pub fn send_counted(&self, to: u64, kind: FrameKind, payload: Vec<u8>, queued: Option<Queued>) -> bool {
-        let Some(tx) = self.senders.read().ok().and_then(|m| m.get(&to).cloned()) else { return false };
-        let ok = tx.try_send(Outgoing::Frame(kind, payload, queued)).is_ok();
+        let Some(q) = self.senders.read().ok().and_then(|m| m.get(&to).cloned()) else { return false };
+        let size = payload.len() as u64;
+        let ok = q.offer(size, |held| Outgoing::Frame(kind, payload, queued, held));
         if !ok {
             self.health.with(to, |p| p.dropped += 1);
         }
         ok
+    }
+
+    /// Bytes queued to `to` now (0 for a peer it does not know).
+    pub fn queued_bytes(&self, to: u64) -> u64 {
+        self.senders.read().ok().and_then(|m| m.get(&to).map(PeerQueue::queued_bytes)).unwrap_or(0)
     }
 
     /// The peers' ids.
@@ -358,7 +407,7 @@ impl Peers {
         let mut senders = HashMap::new();
         let mut receivers = Vec::new();
         for &(id, addr) in &others {
-            let (tx, rx) = flume::bounded(limits.queue);
+            let (tx, rx) = PeerQueue::new(&limits);
             senders.insert(id, tx);
             receivers.push((id, addr, rx));
         }
@@ -385,7 +434,8 @@ impl Peers {
                 let tx = senders.read().ok().and_then(|s| s.get(&m.to).cloned());
                 if let Some(tx) = tx {
                     let to = m.to;
-                    if tx.try_send(Outgoing::Raft(m)).is_err() {
+                    let size = u64::from(m.compute_size());
+                    if !tx.offer(size, |held| Outgoing::Raft(m, held)) {
                         health.with(to, |p| p.dropped += 1);
                         tracing::debug!("cluster: queue to a peer is full; a raft message is dropped");
                     }
@@ -435,7 +485,7 @@ impl Peers {
             members: members.clone(),
             peer_stops: Mutex::new(HashMap::new()),
             addrs: Mutex::new(self.others.iter().copied().collect()),
-            queue: self.limits.queue,
+            limits: self.limits,
         });
         for (peer, addr, rx) in self.receivers {
             dynamic.start_peer(peer, addr, rx)?;
@@ -580,8 +630,8 @@ struct Membership {
     /// Every address known: the configured peers, then those membership
     /// changes recorded.
     addrs: Mutex<HashMap<u64, SocketAddr>>,
-    /// `PeerLimits::queue`.
-    queue: usize,
+    /// The queues' bounds.
+    limits: PeerLimits,
 }
 
 impl Membership {
@@ -617,7 +667,7 @@ impl Membership {
     }
 
     fn add(&self, peer: u64, addr: SocketAddr) {
-        let (tx, rx) = flume::bounded(self.queue);
+        let (tx, rx) = PeerQueue::new(&self.limits);
         if let Ok(mut s) = self.senders.write() {
             s.insert(peer, tx);
         }
@@ -798,20 +848,25 @@ impl Outbound {
                     }
                     for m in batch {
                         let (kind, payload) = match m {
-                            Outgoing::Raft(m) => match m.write_to_bytes() {
+                            Outgoing::Raft(m, queued) => match m.write_to_bytes() {
                                 Ok(b) if m.get_msg_type() == duet_cluster::raft_node::RaftMessageType::MsgSnapshot => {
                                     if let Some(s) = &self.snapshots {
                                         s.sent_to(self.peer);
                                     }
+                                    held.push(queued);
                                     (FrameKind::Raft, b)
                                 }
-                                Ok(b) => (FrameKind::Raft, b),
+                                Ok(b) => {
+                                    held.push(queued);
+                                    (FrameKind::Raft, b)
+                                }
                                 Err(e) => return LinkError::Undecodable(e.to_string()),
                             },
-                            Outgoing::Frame(kind, payload, queued) => {
+                            Outgoing::Frame(kind, payload, queued, in_queue) => {
                                 // Counted until written (the encrypted copy
                                 // in `out` holds the same bytes).
                                 held.extend(queued);
+                                held.push(in_queue);
                                 (kind, payload)
                             }
                         };
@@ -1045,14 +1100,60 @@ mod tests {
         h.set(2, true);
         assert_eq!(h.peer(2).connects, 2);
         // A full queue drops and counts; an unknown peer is refused.
-        let (tx, _rx) = flume::bounded(1);
+        let limits = PeerLimits { queue: 1, ..PeerLimits::default() };
+        let (q, _rx) = PeerQueue::new(&limits);
         let health = Arc::new(PeerHealth::default());
-        let s = PeerSender { senders: Arc::new(RwLock::new(HashMap::from([(3u64, tx)]))), health: health.clone() };
+        let s = PeerSender { senders: Arc::new(RwLock::new(HashMap::from([(3u64, q)]))), health: health.clone() };
         assert!(s.send(3, FrameKind::Admin, vec![1]));
         assert!(!s.send(3, FrameKind::Admin, vec![2]));
         assert!(!s.send(9, FrameKind::Admin, vec![3]));
         assert_eq!(health.peer(3).dropped, 1);
+        assert_eq!(s.queued_bytes(3), 1, "the refused frame is not counted");
         h.set_local(NodeStatus { applied: 5, term: 2, commit: 5 });
         assert_eq!(h.local().applied, 5);
+    }
+
+    #[test]
+    fn a_peers_queue_is_bounded_in_bytes_and_gives_them_back_when_frames_leave() {
+        let limits = PeerLimits { queue: 100, queue_bytes: 1000, ..PeerLimits::default() };
+        let (q, rx) = PeerQueue::new(&limits);
+        let health = Arc::new(PeerHealth::default());
+        let s = PeerSender { senders: Arc::new(RwLock::new(HashMap::from([(2u64, q)]))), health: health.clone() };
+        // An empty queue takes one frame of any size.
+        assert!(s.send(2, FrameKind::Admin, vec![0; 5000]));
+        assert_eq!(s.queued_bytes(2), 5000);
+        assert!(!s.send(2, FrameKind::Admin, vec![0; 1]), "past the bound");
+        assert_eq!(s.queued_bytes(2), 5000);
+        // Written (or dropped with its connection's queue): counted no more.
+        drop(rx.try_recv().unwrap());
+        assert_eq!(s.queued_bytes(2), 0);
+        for _ in 0..4 {
+            assert!(s.send(2, FrameKind::Admin, vec![0; 250]));
+        }
+        assert!(!s.send(2, FrameKind::Admin, vec![0; 1]), "1000 bytes queued");
+        assert_eq!(s.queued_bytes(2), 1000);
+        assert_eq!(health.peer(2).dropped, 2);
+        // Raft messages count too, by their encoded size.
+        let outbox_peers = Peers::with_limits(
+            1,
+            "127.0.0.1:0".parse().unwrap(),
+            &[(1, "127.0.0.1:1".parse().unwrap()), (2, "127.0.0.1:2".parse().unwrap())],
+            vec![7; 32],
+            PeerLimits { queue: 100, queue_bytes: 64, ..PeerLimits::default() },
+        );
+        let sender = PeerSender { senders: outbox_peers.senders.clone(), health: outbox_peers.health.clone() };
+        let mut outbox = outbox_peers.outbox();
+        let mut m = RaftMessage::default();
+        m.to = 2;
+        let mut e = duet_cluster::raft_node::RaftEntry::default();
+        e.data = vec![1u8; 40].into();
+        m.entries = vec![e.clone()].into();
+        let one = u64::from(m.compute_size());
+        outbox(vec![m.clone(), m.clone()]);
+        assert_eq!(sender.queued_bytes(2), one, "the second message is past 64 bytes");
+        assert_eq!(outbox_peers.health.peer(2).dropped, 1);
+        let (_, _, peer_rx) = &outbox_peers.receivers[0];
+        assert!(matches!(peer_rx.try_recv(), Ok(Outgoing::Raft(..))));
+        assert_eq!(sender.queued_bytes(2), 0, "taken from the queue");
     }
 }

@@ -498,6 +498,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         cluster: ClusterInfo {
             voters: cluster.voters.iter().map(|p| (p.id, p.addr.to_string())).collect(),
             health: peers.as_ref().map(|p| p.health.clone()),
+            queues: peers.as_ref().map(|p| p.sender()),
             snapshots: peers.as_ref().and_then(|p| p.snapshots.clone()),
             public_addresses: cfg.cluster.public_addresses.clone(),
         },

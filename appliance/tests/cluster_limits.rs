@@ -20,6 +20,13 @@
 //! (`peer_queue = 65536`) so that only the byte bound can skip. Resumed,
 //! the follower fetches what it lacks: every byte reads back from all
 //! three.
+//!
+//! The byte bound of each peer's queue (`peer_queue_mib`), which counts
+//! frames of every kind (raft messages, pushes, status...): with
+//! `peer_queue_mib = 32`, the push bound far above it and a follower
+//! SIGSTOPped, the bytes queued for it (`duet_peer_queued_bytes`, sampled
+//! through the writes) never pass 32 MiB, the rest are dropped and
+//! counted, and once resumed the follower catches up byte-exact.
 
 mod common;
 
@@ -116,6 +123,66 @@ fn a_stopped_follower_holds_at_most_replica_push_mib_of_the_leaders_pushes() {
     eprintln!("leader: {sent} pushes sent, {skipped} skipped");
     assert!(skipped > 0, "the leader skipped no push to the stopped follower");
     wait_log(l, "the push bound", &format!("pushes to node {} at their bound", stopped.id), 1);
+    check_all(l.smb, &local, &files, l.id);
+
+    unsafe { libc::kill(stopped.d.child.id() as i32, libc::SIGCONT) };
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_for(&all, "all three apply the writes", |s| agreed(&all, s));
+    wait_smb(stopped);
+    for n in &nodes {
+        check_all(n.smb, &local, &files, n.id);
+    }
+}
+
+fn queue_node(root: &Path, id: u64, host: &str, port: u16, peers: &str, secret: &Path) -> Node {
+    spawn_node(
+        root,
+        id,
+        host,
+        port,
+        peers,
+        secret,
+        "peer_queue_mib = 32\nreplica_push_mib = 1024\nreplica_workers = 1\npeer_queue = 65536\n",
+        "",
+    )
+}
+
+#[test]
+fn a_stopped_follower_holds_at_most_peer_queue_mib_of_the_leaders_frames() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let Three { nodes, s, .. } = start_three(root, &[], queue_node);
+    let leader = s[0]["leader"].as_u64().unwrap();
+    let l = nodes.iter().find(|n| n.id == leader).unwrap();
+    let stopped = nodes.iter().find(|n| n.id != leader).unwrap();
+    let local = root.join("local");
+    std::fs::create_dir_all(&local).unwrap();
+    add_bench_user(l, &local);
+    let queued = format!("duet_peer_queued_bytes{{peer=\"{}\"}}", stopped.id);
+    let dropped = format!("duet_peer_dropped_total{{peer=\"{}\"}}", stopped.id);
+    let dropped_before = metric(&l.d, &dropped);
+
+    unsafe { libc::kill(stopped.d.child.id() as i32, libc::SIGSTOP) };
+    let files = random_files("b", &[16 << 20; 4]);
+    let most = std::sync::atomic::AtomicU64::new(0);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most.fetch_max(metric(&l.d, &queued), std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        put_all(l.smb, &local, &files);
+        std::thread::sleep(Duration::from_secs(1));
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let most = most.into_inner();
+    let dropped_now = metric(&l.d, &dropped) - dropped_before;
+    eprintln!("64 MiB through the leader, node {} stopped: at most {most} bytes queued for it, {dropped_now} frames dropped", stopped.id);
+    assert!(most > 16 << 20, "the queue filled ({most} bytes at most): the test shows nothing otherwise");
+    assert!(most <= 32 << 20, "{most} bytes queued for a stopped peer, past peer_queue_mib = 32");
+    assert!(dropped_now > 0, "nothing was dropped for the stopped follower");
     check_all(l.smb, &local, &files, l.id);
 
     unsafe { libc::kill(stopped.d.child.id() as i32, libc::SIGCONT) };

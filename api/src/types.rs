@@ -1060,6 +1060,11 @@ pub struct Stats {
     /// Bytes of chunk data the read cache holds now.
     #[serde(default)]
     pub read_cache_bytes: u64,
+    /// Reads a protocol executor served from the read cache itself, with
+    /// no trip to the data executor (every block cached, no queued record
+    /// over the range that needs the device).
+    #[serde(default)]
+    pub read_cache_direct: u64,
 }
 
 /// One line of the audit log (GET /v1/audit returns the newest, oldest

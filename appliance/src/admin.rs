@@ -1241,6 +1241,7 @@ impl Admin {
             read_cache_hits: ld(&d.read_cache_hits),
             read_cache_misses: ld(&d.read_cache_misses),
             read_cache_bytes: ld(&d.read_cache_bytes),
+            read_cache_direct: ld(&d.read_cache_direct),
             errors: self
                 .engine
                 .stats

@@ -78,6 +78,9 @@ pub struct DataCounters {
     pub read_cache_hits: AtomicU64,
     pub read_cache_misses: AtomicU64,
     pub read_cache_bytes: AtomicU64,
+    /// Reads served from the read cache on a protocol executor
+    /// ([`SharedReads::read_cached`]).
+    pub read_cache_direct: AtomicU64,
 }
 
 /// Where a test can make the data path fail (`[testing] fault_injection`,
@@ -318,7 +321,9 @@ pub struct DataPath {
     /// Blocks of chunk files in memory (`[cache] read_mib`; chunk files
     /// are read with O_DIRECT, so nothing else caches them). The destager
     /// forgets a file's blocks before and after it changes its chunks.
-    read_cache: RefCell<duet_cache::read::ReadCache>,
+    /// Shared with the protocol executors, which serve reads whose every
+    /// block is cached themselves ([`SharedReads::read_cached`]).
+    reads: Arc<SharedReads>,
     /// Chunk files open for reading (with the read cache on), at most
     /// `READ_FILES_MAX`; dropped with the file's blocks, by the same rule.
     read_files: RefCell<HashMap<(NodeId, u64), Rc<DmaFile>>>,
@@ -534,7 +539,10 @@ impl DataPath {
             replica: OnceCell::new(),
             unclaimed: RefCell::new(Unclaimed::default()),
             started: std::time::Instant::now(),
-            read_cache: RefCell::new(duet_cache::read::ReadCache::new(0)),
+            reads: Arc::new(SharedReads {
+                cache: std::sync::Mutex::new(duet_cache::read::ReadCache::new(0)),
+                fault_armed: std::sync::atomic::AtomicBool::new(false),
+            }),
             read_files: RefCell::new(HashMap::new()),
             opening: Cell::new(0),
         });
@@ -580,12 +588,23 @@ impl DataPath {
     /// Sizes the read cache (`[cache] read_mib`); 0 turns it off. Drops
     /// what it held.
     pub fn set_read_cache_bytes(&self, bytes: u64) {
-        *self.read_cache.borrow_mut() = duet_cache::read::ReadCache::new(bytes);
+        *self.cache() = duet_cache::read::ReadCache::new(bytes);
+    }
+
+    /// The read cache. Never held across an await: the protocol executors
+    /// take it too.
+    fn cache(&self) -> std::sync::MutexGuard<'_, duet_cache::read::ReadCache> {
+        self.reads.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The read cache as the protocol executors share it.
+    pub fn shared_reads(&self) -> Arc<SharedReads> {
+        self.reads.clone()
     }
 
     /// The read cache's counters.
     pub fn read_cache_stats(&self) -> duet_cache::read::ReadCacheStats {
-        self.read_cache.borrow().stats()
+        self.cache().stats()
     }
 
     pub fn set_replica(&self, r: Rc<Replica>) {
@@ -761,6 +780,10 @@ impl DataPath {
     /// Test-only: the next `n` operations at `point` fail with EIO (0
     /// cancels).
     pub fn inject_fault(&self, point: FaultPoint, n: u32) {
+        if point == FaultPoint::DataRead && n > 0 {
+            // Reads must meet it on the device path, from now on.
+            self.reads.fault_armed.store(true, Ordering::Relaxed);
+        }
         self.faults[point as usize].set(n);
     }
 
@@ -1078,8 +1101,8 @@ impl DataPath {
     async fn read_chunks(&self, file: NodeId, offset: u64, len: u64) -> io::Result<(Vec<u8>, u64)> {
         let mut out = vec![0u8; len as usize];
         let mut reads = 0;
-        let cached = self.read_cache.borrow().capacity() > 0 && self.faults[FaultPoint::DataRead as usize].get() == 0;
-        let ahead = if cached && len > 0 { self.read_cache.borrow_mut().read_ahead(file, offset, len) } else { 0 };
+        let cached = self.cache().capacity() > 0 && self.faults[FaultPoint::DataRead as usize].get() == 0;
+        let ahead = if cached && len > 0 { self.cache().read_ahead(file, offset, len) } else { 0 };
         let mut pos = offset;
         let end = offset + len;
         while pos < end {
@@ -1114,7 +1137,7 @@ impl DataPath {
             pos += n;
         }
         if cached {
-            let st = self.read_cache.borrow().stats();
+            let st = self.cache().stats();
             self.counters.read_cache_hits.store(st.hits, Ordering::Relaxed);
             self.counters.read_cache_misses.store(st.misses, Ordering::Relaxed);
             self.counters.read_cache_bytes.store(st.bytes, Ordering::Relaxed);
@@ -1145,7 +1168,7 @@ impl DataPath {
         };
         let mut missing = Vec::new();
         {
-            let mut cache = self.read_cache.borrow_mut();
+            let mut cache = self.cache();
             for b in b0..=b1 {
                 match cache.get((file, idx, b)) {
                     Some(data) => place(dst, b, &data),
@@ -1154,7 +1177,7 @@ impl DataPath {
             }
         }
         let (Some(&m0), Some(&m1)) = (missing.first(), missing.last()) else { return Ok(0) };
-        let ticket = self.read_cache.borrow().begin();
+        let ticket = self.cache().begin();
         let cached_file = self.read_files.borrow().get(&(file, idx)).cloned();
         let f = match cached_file {
             Some(f) => f,
@@ -1180,7 +1203,7 @@ impl DataPath {
                         for &b in &missing {
                             place(dst, b, block(b));
                         }
-                        let mut cache = self.read_cache.borrow_mut();
+                        let mut cache = self.cache();
                         for b in 0..(d.len() as u64).div_ceil(BLOCK) {
                             cache.insert(ticket, (file, idx, b), block(b));
                         }
@@ -1190,7 +1213,7 @@ impl DataPath {
                 let f = Rc::new(f);
                 // Kept only if the destager did not touch the file meanwhile
                 // (an unshare renames a new inode over the path).
-                if self.read_cache.borrow().still_valid_chunk(ticket, file, idx) {
+                if self.cache().still_valid_chunk(ticket, file, idx) {
                     let mut open = self.read_files.borrow_mut();
                     if open.len() >= READ_FILES_MAX {
                         open.clear();
@@ -1200,15 +1223,15 @@ impl DataPath {
                 f
             }
         };
-        let end_block = self.read_cache.borrow().ahead_end(file, idx, m1, ahead, CHUNK_SIZE.div_ceil(BLOCK));
+        let end_block = self.cache().ahead_end(file, idx, m1, ahead, CHUNK_SIZE.div_ceil(BLOCK));
         let span_end = end_block * BLOCK;
         self.fault(FaultPoint::DataRead)?;
-        self.read_cache.borrow_mut().start_reading(file, idx, m0, end_block);
+        self.cache().start_reading(file, idx, m0, end_block);
         let r = f.read_at(m0 * BLOCK, (span_end - m0 * BLOCK) as usize).await;
-        self.read_cache.borrow_mut().done_reading(file, idx, m0, end_block);
+        self.cache().done_reading(file, idx, m0, end_block);
         let r = r.map_err(|e| io_err("cannot read", &self.chunk_path(file, idx), e))?;
         self.counters.chunk_reads.fetch_add(1, Ordering::Relaxed);
-        let mut cache = self.read_cache.borrow_mut();
+        let mut cache = self.cache();
         let mut b = m0;
         while b * BLOCK < span_end {
             let s = (((b - m0) * BLOCK) as usize).min(r.len());
@@ -1226,7 +1249,7 @@ impl DataPath {
     /// Drops `file`'s cached blocks and refuses blocks read before now
     /// (the destager calls it before and after changing a file's chunks).
     fn forget_cached(&self, file: NodeId) {
-        self.read_cache.borrow_mut().forget_file(file);
+        self.cache().forget_file(file);
         self.read_files.borrow_mut().retain(|(f, _), _| *f != file);
     }
 
@@ -1237,7 +1260,7 @@ impl DataPath {
         match chunks {
             None => self.forget_cached(file),
             Some(chunks) => {
-                let mut cache = self.read_cache.borrow_mut();
+                let mut cache = self.cache();
                 let mut open = self.read_files.borrow_mut();
                 for (&idx, &(b0, b1)) in chunks {
                     cache.forget_blocks(file, idx, b0, b1);
@@ -1567,11 +1590,13 @@ impl DataPath {
             if barrier.is_some_and(|b| *dseq <= b) {
                 continue; // in the chunks already
             }
+            if lay_over(&mut buf, offset, &rec.op) {
+                continue;
+            }
             match &rec.op {
-                // Unshare changes no byte; a clone is at or before the
-                // barrier, so in the chunks already (skipped above).
-                DataOp::Unshare { .. } | DataOp::CloneFrom { .. } | DataOp::Recompress => {}
-                DataOp::WriteInline { offset: o, data } => patch(&mut buf, offset, *o, data),
+                // A clone is at or before the barrier, so in the chunks
+                // already (skipped above).
+                DataOp::CloneFrom { .. } => {}
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
                     let Some((o, extent, l)) = rec.op.logged() else { continue };
                     let from = offset.max(o);
@@ -1604,15 +1629,7 @@ impl DataPath {
                         }
                     }
                 }
-                DataOp::Truncate { size } => cut(&mut buf, offset, *size),
-                DataOp::Reclaim => buf.fill(0),
-                DataOp::Zero { offset: o, len: l } => {
-                    let from = offset.max(*o);
-                    let to = end.min(o.saturating_add(*l));
-                    if from < to {
-                        buf[(from - offset) as usize..(to - offset) as usize].fill(0);
-                    }
-                }
+                _ => unreachable!("laid over in memory above"),
             }
         }
         Ok((buf, reads))
@@ -1771,7 +1788,7 @@ impl DataPath {
         }
         let Some(upto) = recs.last().map(|(d, _)| *d) else { return Ok(0) };
         let mut round = Round::default();
-        if self.read_cache.borrow().capacity() > 0 && self.faults[FaultPoint::DataRead as usize].get() == 0 {
+        if self.cache().capacity() > 0 && self.faults[FaultPoint::DataRead as usize].get() == 0 {
             round.fill_max = FILL_BLOCKS_MAX;
         }
         // Which of the round's files are compressed now: their chunks are
@@ -1907,7 +1924,7 @@ impl DataPath {
         // What this round wrote, as the chunks now hold it: a file just
         // written then reads from memory.
         if !round.fill.is_empty() {
-            let mut cache = self.read_cache.borrow_mut();
+            let mut cache = self.cache();
             let ticket = cache.begin();
             for ((f, i, b), d) in std::mem::take(&mut round.fill) {
                 cache.insert(ticket, (f, i, b), &d);
@@ -1925,6 +1942,98 @@ impl DataPath {
     /// Extents still needed (for tests and status).
     pub fn live_records(&self) -> usize {
         self.log.borrow().live_len()
+    }
+}
+
+/// Lays a queued record that needs no device over `buf` (the bytes at
+/// `offset` of its file): a write carried in the entry, a truncation, a
+/// reclaim, zeroing; records that change no byte. False for a logged write
+/// (its bytes are in the write log) and a clone (it waits for the
+/// destager): those are the caller's.
+fn lay_over(buf: &mut [u8], offset: u64, op: &DataOp) -> bool {
+    let end = offset + buf.len() as u64;
+    match op {
+        DataOp::Unshare { .. } | DataOp::Recompress => {}
+        DataOp::WriteInline { offset: o, data } => patch(buf, offset, *o, data),
+        DataOp::Truncate { size } => cut(buf, offset, *size),
+        DataOp::Reclaim => buf.fill(0),
+        DataOp::Zero { offset: o, len: l } => {
+            let from = offset.max(*o);
+            let to = end.min(o.saturating_add(*l));
+            if from < to {
+                buf[(from - offset) as usize..(to - offset) as usize].fill(0);
+            }
+        }
+        DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } | DataOp::CloneFrom { .. } => return false,
+    }
+    true
+}
+
+/// The read cache, shared by the data executor (which fills it and makes
+/// the destager's forgets) and the protocol executors (which read from it).
+pub struct SharedReads {
+    cache: std::sync::Mutex<duet_cache::read::ReadCache>,
+    /// A data-read failure was injected ([`DataPath::inject_fault`]): the
+    /// executors leave every read to the device path from then on.
+    fault_armed: std::sync::atomic::AtomicBool,
+}
+
+impl SharedReads {
+    /// A read the state machine planned, served from the cache alone on
+    /// the calling thread, saving the trip to the data executor and back:
+    /// `Some` (the bytes, and the cache's counters after) only when the
+    /// cache is on, no data-read failure was ever injected, every 64 KiB
+    /// block of the range is cached, and every queued record over it is
+    /// laid over in memory ([`lay_over`]). Otherwise nothing is counted
+    /// and the data executor serves it. The same rules as
+    /// [`DataPath::read`]: a block in the cache is the chunk as the
+    /// destager last left it (it forgets a file's blocks before and after
+    /// it changes them), and the plan's records are those not destaged when
+    /// it was made, laid over in order.
+    pub fn read_cached(&self, plan: &ReadPlan) -> Option<(Vec<u8>, duet_cache::read::ReadCacheStats)> {
+        use duet_cache::read::BLOCK;
+        if self.fault_armed.load(Ordering::Relaxed) {
+            return None;
+        }
+        if plan.overlay.iter().any(|(_, r)| r.op.logged().is_some() || r.op.cross_file()) {
+            return None;
+        }
+        let (file, offset, len) = (plan.file, plan.offset, plan.len);
+        let end = offset.checked_add(len)?;
+        // The blocks of the range: (chunk, block, first byte wanted, end).
+        let mut blocks = Vec::new();
+        let mut pos = offset;
+        while pos < end {
+            let (idx, co) = (pos / CHUNK_SIZE, pos % CHUNK_SIZE);
+            let b = co / BLOCK;
+            let next = (idx * CHUNK_SIZE + ((b + 1) * BLOCK).min(CHUNK_SIZE)).min(end);
+            blocks.push((idx, b, pos, next));
+            pos = next;
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.capacity() == 0 || !blocks.iter().all(|&(idx, b, _, _)| cache.has((file, idx, b))) {
+            return None;
+        }
+        let mut buf = vec![0u8; len as usize];
+        for (idx, b, from, to) in blocks {
+            let data = cache.get((file, idx, b))?;
+            // Zeros past the block's bytes (the end of a chunk file).
+            let at = (from - (idx * CHUNK_SIZE + b * BLOCK)) as usize;
+            let have = data.len().saturating_sub(at).min((to - from) as usize);
+            if have > 0 {
+                let dst = (from - offset) as usize;
+                buf[dst..dst + have].copy_from_slice(&data[at..at + have]);
+            }
+        }
+        // A sequential reader served here is still one to the read-ahead.
+        cache.read_ahead(file, offset, len);
+        let stats = cache.stats();
+        drop(cache);
+        for (_, rec) in &plan.overlay {
+            let laid = lay_over(&mut buf, offset, &rec.op);
+            assert!(laid, "a record needing the device passed the check above");
+        }
+        Some((buf, stats))
     }
 }
 

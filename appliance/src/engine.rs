@@ -165,6 +165,9 @@ struct Direct {
     data_dir: PathBuf,
     reserve: Arc<AtomicU64>,
     wake_destager: flume::Sender<()>,
+    /// The data path's read cache: reads whose every block is there are
+    /// served on the calling executor.
+    reads: Arc<crate::datapath::SharedReads>,
 }
 
 /// Submits batches to the engine from any thread or executor.
@@ -338,13 +341,31 @@ impl EngineHandle {
         let mut cost = BatchCost::default();
         cost.add(&outcome.cost);
         if !applied.reads.is_empty() {
-            let plans = std::mem::take(&mut applied.reads);
-            let (reply, rx) = flume::bounded(1);
-            self.tx.send_async(EngineRequest::Reads { plans, reply }).await.map_err(|_| EngineError::Closed)?;
-            for (op, bytes, reads) in rx.recv_async().await.map_err(|_| EngineError::Closed)?? {
-                cost.chunk_reads += reads;
-                if let Some(Ok(OpOutput::Read { data, .. })) = applied.results.get_mut(op) {
-                    *data = bytes;
+            let mut plans = std::mem::take(&mut applied.reads);
+            // Plans the read cache covers are served here; the rest go to
+            // the data executor.
+            plans.retain(|plan| match self.direct.reads.read_cached(plan) {
+                Some((bytes, st)) => {
+                    let c = &self.data_counters;
+                    c.read_cache_hits.store(st.hits, Ordering::Relaxed);
+                    c.read_cache_misses.store(st.misses, Ordering::Relaxed);
+                    c.read_cache_bytes.store(st.bytes, Ordering::Relaxed);
+                    c.read_cache_direct.fetch_add(1, Ordering::Relaxed);
+                    if let Some(Ok(OpOutput::Read { data, .. })) = applied.results.get_mut(plan.op) {
+                        *data = bytes;
+                    }
+                    false
+                }
+                None => true,
+            });
+            if !plans.is_empty() {
+                let (reply, rx) = flume::bounded(1);
+                self.tx.send_async(EngineRequest::Reads { plans, reply }).await.map_err(|_| EngineError::Closed)?;
+                for (op, bytes, reads) in rx.recv_async().await.map_err(|_| EngineError::Closed)?? {
+                    cost.chunk_reads += reads;
+                    if let Some(Ok(OpOutput::Read { data, .. })) = applied.results.get_mut(op) {
+                        *data = bytes;
+                    }
                 }
             }
         }
@@ -398,7 +419,12 @@ pub async fn start(
     let (wake_tx, wake_rx) = flume::bounded(1);
     let stats = Arc::new(Stats::default());
     let direct =
-        Direct { data_dir: data.dir().to_path_buf(), reserve: data.space_reserve_handle(), wake_destager: wake_tx.clone() };
+        Direct {
+            data_dir: data.dir().to_path_buf(),
+            reserve: data.space_reserve_handle(),
+            wake_destager: wake_tx.clone(),
+            reads: data.shared_reads(),
+        };
     let engine = Rc::new(Engine { data: data.clone(), store: store.clone(), stats: stats.clone(), wake_destager: wake_tx });
     let (tx, rx) = flume::bounded(4096);
     let handle = EngineHandle { tx, store: store.clone(), stats, data_counters: data.counters.clone(), direct, forward: None };

@@ -327,6 +327,7 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     counter(&mut reg, "read_cache_hits", "Chunk blocks read from the read cache", stats.read_cache_hits);
     counter(&mut reg, "read_cache_misses", "Chunk blocks the read cache did not hold (read from the device)", stats.read_cache_misses);
     gauge(&mut reg, "read_cache_bytes", "Bytes of chunk data in the read cache", stats.read_cache_bytes);
+    counter(&mut reg, "read_cache_direct_reads", "Reads the protocol executors served from the read cache themselves (no trip to the data executor)", stats.read_cache_direct);
     counter(&mut reg, "destaged_records", "Write-log records destaged into chunk files", stats.destaged_records);
     gauge(&mut reg, "destage_backlog_records", "Write-log records not yet destaged", stats.destage_backlog);
     gauge(&mut reg, "destage_queue_records", "Data records queued on this node and not yet destaged", stats.destage_queue);

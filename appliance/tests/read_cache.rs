@@ -1,7 +1,9 @@
 //! The read cache of chunk data (`[cache] read_mib`, `duet_cache::read`)
 //! in the real engine: reads stay byte-exact while the destager rewrites,
-//! truncates, zeroes, clones and reclaims the chunks under them, and a
-//! sequential reader's second pass comes from memory.
+//! truncates, zeroes, clones and reclaims the chunks under them (reads
+//! submitted as the protocols submit them, so those the cache covers are
+//! served on the caller's thread while the destager runs on its own), and
+//! a sequential reader's second pass comes from memory.
 
 mod common;
 
@@ -86,8 +88,10 @@ fn reads_stay_exact_while_the_destager_changes_the_chunks() {
     check(&e, id, &model, 0, model.len() as u64, "settled, from the cache");
     let hits = e.data_counters.read_cache_hits.load(Ordering::Relaxed);
     let misses = e.data_counters.read_cache_misses.load(Ordering::Relaxed);
-    println!("read cache: {hits} block hits, {misses} misses over {rounds} rounds");
+    let direct = e.data_counters.read_cache_direct.load(Ordering::Relaxed);
+    println!("read cache: {hits} block hits, {misses} misses, {direct} reads served on the caller's thread over {rounds} rounds");
     assert!(hits > 0 && misses > 0, "the cache was not exercised: {hits} hits, {misses} misses");
+    assert!(direct > 0, "no read was served from the cache on the caller's thread");
     // A clone by reference shares the chunks; writes to either stay apart.
     let c = create(&e, "clone");
     ok(&e, Op::Clone { src: ObjRef::Id(id), src_offset: 0, dst: ObjRef::Id(c), dst_offset: 0, len: model.len() as u64, extend: true });
@@ -174,10 +178,13 @@ fn a_file_just_written_and_destaged_reads_from_memory() {
         check(&e, id, &data, 0, data.len() as u64, "after a small write");
         let partial = device() - before;
         println!("read_mib {read_mib}: device reads for 8 MiB just destaged: {whole}; after a 100-byte write: {partial}");
+        let direct = e.data_counters.read_cache_direct.load(Ordering::Relaxed);
         if read_mib > 0 {
             assert_eq!(whole, 0, "a file just destaged went to the device");
             assert!(partial >= 1, "the block written in part came from memory");
+            assert!(direct >= 128, "{direct} reads served on the caller's thread, of 129 wholly cached");
         } else {
+            assert_eq!(direct, 0, "no cache, no reads from it");
             assert!(whole >= 8, "no cache, yet {whole} device reads");
         }
         r.shutdown();

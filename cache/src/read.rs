@@ -29,7 +29,7 @@
 //! next requests find their blocks in memory.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// Bytes per cached block.
 pub const BLOCK: u64 = 64 * 1024;
@@ -48,7 +48,7 @@ pub type Key = (u64, u64, u64);
 pub struct Ticket(u64);
 
 struct Entry {
-    data: Rc<[u8]>,
+    data: Arc<[u8]>,
     used: u64,
 }
 
@@ -110,7 +110,7 @@ impl ReadCache {
     }
 
     /// The block, if cached (counts a hit or a miss).
-    pub fn get(&mut self, key: Key) -> Option<Rc<[u8]>> {
+    pub fn get(&mut self, key: Key) -> Option<Arc<[u8]>> {
         if self.capacity == 0 {
             return None;
         }
@@ -129,6 +129,13 @@ impl ReadCache {
                 None
             }
         }
+    }
+
+    /// Whether the block is cached (counts nothing, uses nothing: a
+    /// caller that only takes a read whose every block is here asks this
+    /// first, then [`Self::get`]s them).
+    pub fn has(&self, key: Key) -> bool {
+        self.capacity > 0 && self.blocks.contains_key(&key)
     }
 
     /// Taken before reading the device for blocks to insert.
@@ -174,7 +181,7 @@ impl ReadCache {
         }
         self.tick += 1;
         self.lru.insert(self.tick, key);
-        self.blocks.insert(key, Entry { data: Rc::from(data), used: self.tick });
+        self.blocks.insert(key, Entry { data: Arc::from(data), used: self.tick });
         self.bytes += data.len() as u64;
         self.stats.inserted += 1;
         assert!(self.bytes <= self.capacity, "read cache over its bound: {} > {}", self.bytes, self.capacity);

@@ -75,11 +75,13 @@ pub fn create(e: &EngineHandle, name: &str) -> u64 {
 }
 
 /// A read's bytes, or what failed (the op, or the whole batch: an I/O
-/// error fails the batch).
+/// error fails the batch). Submitted as the protocol executors submit
+/// (`EngineHandle::submit`: a read the read cache covers is served on the
+/// calling thread, the rest by the data executor).
 pub fn try_read(e: &EngineHandle, id: u64, offset: u64, len: u64) -> Result<Vec<u8>, String> {
     let mut b = Batch::new(Credentials::root(), 1);
     b.ops = vec![Op::Read { obj: ObjRef::Id(id), offset, len }];
-    let mut out = e.submit_blocking(b, RequestTag::new("test", "batch")).map_err(|e| format!("{e:?}"))?;
+    let mut out = futures_lite::future::block_on(e.submit(b, RequestTag::new("test", "batch"))).map_err(|e| format!("{e:?}"))?;
     match out.results.remove(0).map_err(|e| format!("{e:?}"))? {
         OpOutput::Read { data, .. } => Ok(data),
         o => panic!("{o:?}"),

@@ -958,6 +958,9 @@ fn stats_table() {
         chunk_reads: 0,
         chunk_writes: 3,
         log_writes: 3,
+        destaged_records: 7,
+        destage_queue: 2,
+        destage_backlog: 1,
         by_request: vec![
             RequestStats {
                 protocol: "smb2".into(),
@@ -998,6 +1001,7 @@ fn stats_table() {
          log writes          3       0.75\n\
          lazy groups         0\n\
          wal syncs           0\n\
+         destager: 7 records destaged, 2 queued, 1 write-log records not yet destaged\n\
          \n\
          connections: 0 open; accepted: SMB 0, NFS 0\n\
          \n\

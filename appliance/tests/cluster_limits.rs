@@ -32,7 +32,7 @@ mod common;
 
 use std::io::Read;
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
@@ -90,6 +90,30 @@ fn the_cluster_queue_bounds_are_keys_a_node_applies() {
     }
 }
 
+/// The leader and one follower of a fresh group (its first status `s`),
+/// and a local directory for smbclient with the bench user added.
+fn leader_and_follower<'a>(root: &Path, nodes: &'a [Node], s: &[serde_json::Value]) -> (&'a Node, &'a Node, PathBuf) {
+    let leader = s[0]["leader"].as_u64().unwrap();
+    let l = nodes.iter().find(|n| n.id == leader).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let local = root.join("local");
+    std::fs::create_dir_all(&local).unwrap();
+    add_bench_user(l, &local);
+    (l, follower, local)
+}
+
+/// Resumes a SIGSTOPped node; once all three agree, every file reads back
+/// byte-exact from each.
+fn resume_and_check_all(nodes: &[Node], stopped: &Node, local: &Path, files: &[(String, Vec<u8>)]) {
+    unsafe { libc::kill(stopped.d.child.id() as i32, libc::SIGCONT) };
+    let all: Vec<&Node> = nodes.iter().collect();
+    wait_for(&all, "all three apply the writes", |s| agreed(&all, s));
+    wait_smb(stopped);
+    for n in nodes {
+        check_all(n.smb, local, files, n.id);
+    }
+}
+
 fn push_node(root: &Path, id: u64, host: &str, port: u16, peers: &str, secret: &Path) -> Node {
     spawn_node(root, id, host, port, peers, secret, "replica_push_mib = 32\nreplica_workers = 1\npeer_queue = 65536\n", "")
 }
@@ -99,15 +123,10 @@ fn a_stopped_follower_holds_at_most_replica_push_mib_of_the_leaders_pushes() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let Three { nodes, s, .. } = start_three(root, &[], push_node);
-    let leader = s[0]["leader"].as_u64().unwrap();
-    let l = nodes.iter().find(|n| n.id == leader).unwrap();
-    let stopped = nodes.iter().find(|n| n.id != leader).unwrap();
     for n in &nodes {
         wait_log(n, "the replica bounds", "replica_push_mib = 32, replica_workers = 1", 1);
     }
-    let local = root.join("local");
-    std::fs::create_dir_all(&local).unwrap();
-    add_bench_user(l, &local);
+    let (l, stopped, local) = leader_and_follower(root, &nodes, &s);
 
     unsafe { libc::kill(stopped.d.child.id() as i32, libc::SIGSTOP) };
     // 128 MiB through the leader: far more than the bound plus what the
@@ -125,13 +144,7 @@ fn a_stopped_follower_holds_at_most_replica_push_mib_of_the_leaders_pushes() {
     wait_log(l, "the push bound", &format!("pushes to node {} at their bound", stopped.id), 1);
     check_all(l.smb, &local, &files, l.id);
 
-    unsafe { libc::kill(stopped.d.child.id() as i32, libc::SIGCONT) };
-    let all: Vec<&Node> = nodes.iter().collect();
-    wait_for(&all, "all three apply the writes", |s| agreed(&all, s));
-    wait_smb(stopped);
-    for n in &nodes {
-        check_all(n.smb, &local, &files, n.id);
-    }
+    resume_and_check_all(&nodes, stopped, &local, &files);
 }
 
 fn queue_node(root: &Path, id: u64, host: &str, port: u16, peers: &str, secret: &Path) -> Node {
@@ -152,12 +165,7 @@ fn a_stopped_follower_holds_at_most_peer_queue_mib_of_the_leaders_frames() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path();
     let Three { nodes, s, .. } = start_three(root, &[], queue_node);
-    let leader = s[0]["leader"].as_u64().unwrap();
-    let l = nodes.iter().find(|n| n.id == leader).unwrap();
-    let stopped = nodes.iter().find(|n| n.id != leader).unwrap();
-    let local = root.join("local");
-    std::fs::create_dir_all(&local).unwrap();
-    add_bench_user(l, &local);
+    let (l, stopped, local) = leader_and_follower(root, &nodes, &s);
     let queued = format!("duet_peer_queued_bytes{{peer=\"{}\"}}", stopped.id);
     let dropped = format!("duet_peer_dropped_total{{peer=\"{}\"}}", stopped.id);
     let dropped_before = metric(&l.d, &dropped);
@@ -185,11 +193,5 @@ fn a_stopped_follower_holds_at_most_peer_queue_mib_of_the_leaders_frames() {
     assert!(dropped_now > 0, "nothing was dropped for the stopped follower");
     check_all(l.smb, &local, &files, l.id);
 
-    unsafe { libc::kill(stopped.d.child.id() as i32, libc::SIGCONT) };
-    let all: Vec<&Node> = nodes.iter().collect();
-    wait_for(&all, "all three apply the writes", |s| agreed(&all, s));
-    wait_smb(stopped);
-    for n in &nodes {
-        check_all(n.smb, &local, &files, n.id);
-    }
+    resume_and_check_all(&nodes, stopped, &local, &files);
 }

@@ -984,8 +984,8 @@ pub struct ConnectionStats {
     /// Admin API requests refused for their credentials.
     pub admin_auth_failures: u64,
     /// Connections accepted by each protocol executor (thread), in
-    /// executor order: how the kernel spread the clients over the cores
-    /// (SMB and NFS listen on every executor, SO_REUSEPORT).
+    /// executor order: how the clients were spread over the cores
+    /// (executor 0 accepts and hands connections out in turn).
     #[serde(default)]
     pub by_executor: Vec<ExecutorConnections>,
 }

@@ -142,8 +142,11 @@ pub async fn serve(admin: Rc<Admin>, listener: TcpListener, stop: flume::Receive
     }
 }
 
+/// The admin API's listener, held by this daemon alone (`listen.rs`).
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).map_err(|e| std::io::Error::other(format!("cannot listen on {addr} (admin API): {e}")))
+    crate::listen::exclusive(addr)
+        .and_then(|l| crate::listen::on_executor(&l))
+        .map_err(|e| std::io::Error::other(format!("cannot listen on {addr} (admin API): {e}")))
 }
 
 fn admin_err(e: AdminError) -> ApiError {

@@ -1,8 +1,8 @@
-//! The protocol executors: one glommio executor per core, each accepting
-//! SMB connections on the same port (SO_REUSEPORT spreads them), and the
-//! NFS listener (with MOUNT and portmap on the same port, and portmap on
-//! 111 when it is free) on the first executor, which owns the NFSv4 client
-//! and session state. Each connection task feeds bytes to the sans-I/O
+//! The protocol executors: one glommio executor per core. The first
+//! accepts on the daemon's SMB and NFS sockets (NFS with MOUNT and portmap
+//! on the same port, and portmap on 111 when it is free) and hands each
+//! connection to the executors in turn; it also makes the NFS server whose
+//! client and session state every executor shares. Each connection task feeds bytes to the sans-I/O
 //! protocol state machine and runs the batches it asks for on the engine.
 
 use std::cell::RefCell;
@@ -563,9 +563,16 @@ struct Ctx {
 #[derive(Clone)]
 pub struct FrontendPlan {
     pub index: usize,
-    pub smb: Option<SocketAddr>,
-    pub nfs: Option<SocketAddr>,
+    /// The SMB and NFS sockets, bound once for the daemon (`listen.rs`).
+    /// Executor 0 accepts on them and hands each connection to an
+    /// executor in turn (`handoff`).
+    pub smb: Option<Arc<std::net::TcpListener>>,
+    pub nfs: Option<Arc<std::net::TcpListener>>,
     pub portmap: bool,
+    /// Every executor's queue of accepted connections (index = executor),
+    /// and this executor's own.
+    pub handoff: Arc<Vec<flume::Sender<Handoff>>>,
+    pub handed: flume::Receiver<Handoff>,
     pub handle_key: u64,
     pub server_guid: [u8; 16],
     /// One share-mode table for the SMB connections of every executor.
@@ -636,53 +643,62 @@ pub async fn run(
     let mut infos = Vec::new();
     let mut listeners: Vec<(TcpListener, &'static str)> = Vec::new();
     let mut nfs_port = 0;
-    if let Some(addr) = plan.smb {
-        match TcpListener::bind(addr) {
+    let join = |sock: &std::net::TcpListener, what: &str| {
+        crate::listen::on_executor(sock).map_err(|e| {
+            let addr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            format!("cannot listen on {addr} ({what}): {e}")
+        })
+    };
+    let accepts_here = plan.index == 0;
+    if let Some(sock) = plan.smb.as_ref().filter(|_| accepts_here) {
+        match join(sock, "SMB") {
             Ok(l) => {
                 infos.push(ListenerInfo { protocol: "smb".into(), addr: l.local_addr().map(|a| a.to_string()).unwrap_or_default() });
                 listeners.push((l, "smb"));
             }
             Err(e) => {
-                let _ = bound.send(Err(format!("cannot listen on {addr} (SMB): {e}")));
+                let _ = bound.send(Err(e));
                 return;
             }
         }
     }
-    if let Some(addr) = plan.nfs {
-        match TcpListener::bind(addr) {
-            Ok(l) => {
-                let a = l.local_addr().ok();
-                nfs_port = a.map(|a| a.port()).unwrap_or(0);
-                infos.push(ListenerInfo { protocol: "nfs".into(), addr: a.map(|a| a.to_string()).unwrap_or_default() });
-                listeners.push((l, "nfs"));
-            }
+    if let Some(sock) = &plan.nfs {
+        let addr = match sock.local_addr() {
+            Ok(a) => a,
             Err(e) => {
-                let _ = bound.send(Err(format!("cannot listen on {addr} (NFS): {e}")));
+                let _ = bound.send(Err(format!("the NFS listener has no address: {e}")));
                 return;
             }
+        };
+        nfs_port = addr.port();
+        if accepts_here {
+            match join(sock, "NFS") {
+                Ok(l) => {
+                    infos.push(ListenerInfo { protocol: "nfs".into(), addr: addr.to_string() });
+                    listeners.push((l, "nfs"));
+                }
+                Err(e) => {
+                    let _ = bound.send(Err(e));
+                    return;
+                }
+            }
         }
-        if plan.portmap {
+        if plan.portmap && accepts_here {
+            // Only when nothing else serves portmap.
             let pm = SocketAddr::new(addr.ip(), duet_protocols::nfs::portmap::PMAP_PORT);
-            match std::net::TcpListener::bind(pm) {
-                // Only when nothing else serves portmap: probe with a plain bind first.
-                Ok(probe) => {
-                    drop(probe);
-                    match TcpListener::bind(pm) {
-                        Ok(l) => {
-                            infos.push(ListenerInfo { protocol: "portmap".into(), addr: pm.to_string() });
-                            listeners.push((l, "nfs"));
-                        }
-                        Err(e) => tracing::info!("portmap on {pm} not served: {e}"),
-                    }
+            match crate::listen::exclusive(pm).and_then(|l| crate::listen::on_executor(&l)) {
+                Ok(l) => {
+                    infos.push(ListenerInfo { protocol: "portmap".into(), addr: pm.to_string() });
+                    listeners.push((l, "nfs"));
                 }
                 Err(e) => tracing::info!("portmap on {pm} not served ({e}); NFS clients need ports in their mount options"),
             }
         }
     }
     // Executor 0 makes the daemon's NFS server; the others serve its
-    // connections too (on the same port, SO_REUSEPORT).
+    // connections too (they accept on the same socket).
     let made = plan.conns.nfs_server.get().cloned();
-    let nfs = plan.nfs.filter(|_| plan.index == 0 || made.is_none()).map(|_| {
+    let nfs = plan.nfs.as_ref().filter(|_| plan.index == 0 || made.is_none()).map(|_| {
         let mut seed = [0u8; 8];
         rand::thread_rng().fill_bytes(&mut seed);
         let tcp = 6;
@@ -723,7 +739,7 @@ pub async fn run(
             // Their status monitors hear of the restart (SM_NOTIFY) and
             // their lock managers reclaim; the server is named by the
             // address it listens on, or the host name.
-            let name = match plan.nfs.map(|a| a.ip()) {
+            let name = match plan.nfs.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.ip()) {
                 Some(ip) if !ip.is_unspecified() => ip.to_string(),
                 _ => crate::nlm::host_name(),
             };
@@ -881,10 +897,11 @@ pub async fn run(
         glommio::spawn_local(durable_scavenger(plan.share_modes.clone(), ctx.engine.clone())).detach();
     }
     let mut accepts = Vec::new();
+    let turn = Rc::new(std::cell::Cell::new(0usize));
     for (l, proto) in listeners {
-        let ctx = ctx.clone();
-        accepts.push(glommio::spawn_local(accept_loop(l, proto, ctx)));
+        accepts.push(glommio::spawn_local(accept_loop(l, proto, ctx.clone(), plan.handoff.clone(), turn.clone())));
     }
+    accepts.push(glommio::spawn_local(handed_loop(plan.handed.clone(), ctx.clone())));
     let _ = stop.recv_async().await;
     drop(accepts); // cancels the accept loops: no new connections
     // Let the connections finish what they are doing.
@@ -924,35 +941,28 @@ async fn durable_scavenger(share_modes: Arc<smb::ShareModes>, engine: EngineHand
     }
 }
 
-async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>) {
+/// A connection executor 0 accepted for another executor, and its protocol.
+pub type Handoff = (glommio::net::AcceptedTcpStream, &'static str);
+
+/// Executor 0's accept loop of one listener: each connection goes to the
+/// next executor in turn (`turn` is shared by the listeners), which serves
+/// it; one whose executor has stopped is served here.
+async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>, to: Arc<Vec<flume::Sender<Handoff>>>, turn: Rc<std::cell::Cell<usize>>) {
     loop {
-        match l.accept().await {
-            Ok(stream) => {
-                let peer = stream.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
-                let slot = match ctx.conns.admit(peer) {
-                    Ok(s) => s,
-                    Err(why) => {
-                        // The first few, then every 1000th: a flood must not flood the log.
-                        let n = ctx.conns.refused();
-                        if n <= 16 || n % 1000 == 0 {
-                            tracing::warn!(%peer, refused = n, "{why} reached; closing a new {proto} connection");
-                        }
-                        drop(stream);
-                        continue;
+        match l.shared_accept().await {
+            Ok(accepted) => {
+                let n = turn.get();
+                turn.set(n.wrapping_add(1));
+                let target = n % to.len().max(1);
+                let accepted = if target == ctx.index {
+                    accepted
+                } else {
+                    match to[target].send((accepted, proto)) {
+                        Ok(()) => continue,
+                        Err(flume::SendError((a, _))) => a,
                     }
                 };
-                let c = ctx.clone();
-                c.conns.counters.accepted(c.index, proto == "smb");
-                c.connections.set(c.connections.get() + 1);
-                glommio::spawn_local(async move {
-                    let r = if proto == "smb" { smb_conn(stream, &c).await } else { nfs_conn(stream, &c).await };
-                    if let Err(e) = r {
-                        tracing::debug!("{proto} connection: {e}");
-                    }
-                    c.connections.set(c.connections.get() - 1);
-                    drop(slot);
-                })
-                .detach();
+                serve(accepted.bind_to_executor(), proto, &ctx);
             }
             Err(e) => {
                 tracing::warn!("{proto} accept: {e}");
@@ -960,6 +970,42 @@ async fn accept_loop(l: TcpListener, proto: &'static str, ctx: Rc<Ctx>) {
             }
         }
     }
+}
+
+/// Serves the connections executor 0 hands to this one.
+async fn handed_loop(rx: flume::Receiver<Handoff>, ctx: Rc<Ctx>) {
+    while let Ok((accepted, proto)) = rx.recv_async().await {
+        serve(accepted.bind_to_executor(), proto, &ctx);
+    }
+}
+
+/// Admits a new connection (the connection limits) and serves it on this
+/// executor.
+fn serve(stream: glommio::net::TcpStream, proto: &'static str, ctx: &Rc<Ctx>) {
+    let peer = stream.peer_addr().map(|a| a.ip()).unwrap_or(IpAddr::from([0, 0, 0, 0]));
+    let slot = match ctx.conns.admit(peer) {
+        Ok(s) => s,
+        Err(why) => {
+            // The first few, then every 1000th: a flood must not flood the log.
+            let n = ctx.conns.refused();
+            if n <= 16 || n % 1000 == 0 {
+                tracing::warn!(%peer, refused = n, "{why} reached; closing a new {proto} connection");
+            }
+            return;
+        }
+    };
+    let c = ctx.clone();
+    c.conns.counters.accepted(c.index, proto == "smb");
+    c.connections.set(c.connections.get() + 1);
+    glommio::spawn_local(async move {
+        let r = if proto == "smb" { smb_conn(stream, &c).await } else { nfs_conn(stream, &c).await };
+        if let Err(e) = r {
+            tracing::debug!("{proto} connection: {e}");
+        }
+        c.connections.set(c.connections.get() - 1);
+        drop(slot);
+    })
+    .detach();
 }
 
 /// Every operation of a batch that failed whole: the retry answer when the

@@ -15,6 +15,7 @@ pub mod datapath;
 pub mod engine;
 pub mod forward;
 pub mod frontend;
+pub mod listen;
 pub mod metrics;
 pub mod notify;
 pub mod nfs_callback;

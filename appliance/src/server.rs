@@ -593,11 +593,17 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             l.push(ListenerInfo { protocol: "cluster".into(), addr: p.listen.to_string() });
         }
     }
-    // Protocol executors, one per core. The first binds the configured
-    // addresses (port 0 picks one) and the others join it on the same port.
+    // Protocol executors, one per core. The daemon binds the configured
+    // addresses once (port 0 picks one; a second daemon on the same port
+    // fails here, `listen.rs`) and every executor accepts on them.
     let mut fronts = Vec::new();
-    let mut smb_addr = if cfg.smb.enabled { cfg.smb.listen.parse().ok() } else { None };
-    let mut nfs_addr = if cfg.nfs.enabled { cfg.nfs.listen.parse().ok() } else { None };
+    let bind = |on: bool, listen: &str, what: &str| -> Result<Option<std::sync::Arc<std::net::TcpListener>>, StartError> {
+        let Some(addr) = on.then(|| listen.parse::<std::net::SocketAddr>().ok()).flatten() else { return Ok(None) };
+        let l = crate::listen::exclusive(addr).map_err(|e| StartError::Other(format!("cannot listen on {addr} ({what}): {e}")))?;
+        Ok(Some(std::sync::Arc::new(l)))
+    };
+    let smb_sock = bind(cfg.smb.enabled, &cfg.smb.listen, "SMB")?;
+    let nfs_sock = bind(cfg.nfs.enabled, &cfg.nfs.listen, "NFS")?;
     let mut guid = [0u8; 16];
     guid[..8].copy_from_slice(&handle_key.to_le_bytes());
     guid[8..].copy_from_slice(&cfg.node_id.to_le_bytes());
@@ -623,13 +629,19 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
         crate::forward::serve_requests(p, fwd.clone(), engine.requests());
         engine.set_forwarder(fwd);
     }
+    // Executor 0 accepts every connection and hands them out in turn.
+    let (handoff, mut handed): (Vec<_>, Vec<_>) = (0..executors).map(|_| flume::unbounded()).unzip();
+    let handoff = std::sync::Arc::new(handoff);
+    handed.reverse();
     for i in 0..executors {
         let plan = FrontendPlan {
             index: i,
-            smb: smb_addr,
-            // Every executor serves NFS on the port the first bound; the
-            // NFS server (its state) is one, shared (`SharedNfs`).
-            nfs: nfs_addr,
+            handoff: handoff.clone(),
+            handed: handed.pop().expect("one queue per executor"),
+            smb: smb_sock.clone(),
+            // Every executor serves NFS on the one socket; the NFS server
+            // (its state) is one, shared (`SharedNfs`).
+            nfs: nfs_sock.clone(),
             portmap: i == 0 && cfg.nfs.portmap,
             handle_key,
             server_guid: guid,
@@ -656,16 +668,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             .spawn(move || frontend::run(plan, eng, bound_tx, stop_rx, infos))
             .map_err(|e| StartError::Other(format!("cannot start executor {i}: {e}")))?;
         match bound_rx.recv() {
-            Ok(Ok(infos)) => {
-                if i == 0 {
-                    if let Some(a) = infos.iter().find(|l| l.protocol == "smb") {
-                        smb_addr = a.addr.parse().ok();
-                    }
-                    if let Some(a) = infos.iter().find(|l| l.protocol == "nfs") {
-                        nfs_addr = a.addr.parse().ok();
-                    }
-                }
-            }
+            Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(StartError::Other(e)),
             Err(_) => return Err(StartError::Other(format!("executor {i} stopped during start"))),
         }

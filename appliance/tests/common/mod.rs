@@ -25,12 +25,19 @@ pub fn duetctl() -> PathBuf {
     bin
 }
 
+/// A port free on 127.0.0.1 now, never one this test process was given
+/// before: the kernel may hand a just-released port out again, and two
+/// daemons given one port would collide (the second fails to start).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 pub struct Daemon {

@@ -14,7 +14,11 @@
 //!   not duplicate address detection, says who holds an address) and
 //!   announced (twice, a second apart) with a gratuitous ARP, or for IPv6
 //!   an unsolicited neighbour advertisement to all nodes (ff02::1), the
-//!   others it holds are removed. A node
+//!   others it holds are removed. Every address a node keeps is
+//!   announced again (twice) when the committed table changes or a peer
+//!   turns healthy: a node that comes back with a stale address on its
+//!   interface answers ARP for it until duetd removes it at start, and a
+//!   neighbour that asked then keeps the wrong entry. A node
 //!   out of touch with a leader for [`RELEASE_AFTER`] gives up all of its
 //!   addresses: by then the leader on the other side counts it unhealthy
 //!   and has given them to others.
@@ -71,6 +75,8 @@ impl PublicAddresses {
                 iface: Interface { name: interface },
                 held: BTreeSet::new(),
                 announce_again: Vec::new(),
+                last_table: Vec::new(),
+                last_healthy: BTreeSet::new(),
                 last_contact: Instant::now(),
                 last_proposal: None,
                 warned: None,
@@ -110,6 +116,10 @@ struct Worker {
     held: BTreeSet<String>,
     /// Addresses to announce once more, and when.
     announce_again: Vec<(String, Instant)>,
+    /// The committed table and the healthy peers at the last tick: a
+    /// change of either re-announces what this node keeps.
+    last_table: Vec<(String, u64)>,
+    last_healthy: BTreeSet<u64>,
     /// When this node last knew a leader it could reach (or led).
     last_contact: Instant,
     last_proposal: Option<Instant>,
@@ -174,6 +184,18 @@ impl Worker {
                 Err(e) => self.warn(now, format!("cannot remove public address {a} from {}: {e}", self.iface.name)),
             }
         }
+        let healthy: BTreeSet<u64> =
+            raft.voters.iter().copied().filter(|id| *id != self.node_id && self.health.peer(*id).healthy(now)).collect();
+        if table != self.last_table || healthy.difference(&self.last_healthy).next().is_some() {
+            let kept: Vec<String> = self.held.intersection(&mine).cloned().collect();
+            for a in kept {
+                self.announce(&a, now);
+                self.announce_again.retain(|(x, _)| *x != a);
+                self.announce_again.push((a, now + Duration::from_secs(1)));
+            }
+        }
+        self.last_table = table.clone();
+        self.last_healthy = healthy;
         let add: Vec<String> = mine.difference(&self.held).cloned().collect();
         for a in add {
             match self.iface.add(&a) {

@@ -272,7 +272,10 @@ fn random_bytes(n: usize) -> Vec<u8> {
 fn check_file(net: &Net, ip: &str, dir: &Path, name: &str, want: &[u8]) {
     let back = dir.join(format!("back-{name}"));
     let _ = std::fs::remove_file(&back);
-    smbclient(net, ip, dir, &format!("get {name} {}", back.display())).unwrap_or_else(|e| panic!("get {name} via {ip}: {e}"));
+    smbclient(net, ip, dir, &format!("get {name} {}", back.display())).unwrap_or_else(|e| {
+        let macs: Vec<(String, String, Vec<String>)> = net.ns.iter().map(|(n, _)| (n.clone(), net.mac(n), net.addresses(n))).collect();
+        panic!("get {name} via {ip}: {e}\nclient neighbour {:?}\nnodes {macs:?}", net.client_neighbour(ip))
+    });
     let got = std::fs::read(&back).unwrap();
     assert!(got == want, "{name} via {ip}: {} bytes back, {} written, or different bytes", got.len(), want.len());
 }

@@ -1208,12 +1208,17 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                     return Ok(()); // not direct TCP, or over the limit: drop
                 }
                 if buf.len() < 4 + len {
+                    // Room for the whole frame at once: no growing copies.
+                    buf.reserve(4 + len - buf.len());
                     break;
                 }
-                let frame: Vec<u8> = buf[4..4 + len].to_vec();
+                // The frame leaves `buf` without a copy of its bytes (a
+                // 1 MiB WRITE); what follows it moves to a new buffer.
+                let rest = buf.split_off(4 + len);
+                let framed = std::mem::replace(&mut buf, rest);
+                let frame = &framed[4..];
                 tracing::trace!(key = conn.key(), first = ?frame.get(..16), len = frame.len(), "SMB frame in");
-                buf.drain(..4 + len);
-                queue.extend(conn.on_frame(&frame, now_ns(), &*ctx.catalog.borrow()));
+                queue.extend(conn.on_frame(frame, now_ns(), &*ctx.catalog.borrow()));
                 if let Some(c) = conn.client_route() {
                     route.join_client(c);
                 }

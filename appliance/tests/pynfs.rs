@@ -19,6 +19,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -40,6 +41,55 @@ fn known_failures() -> BTreeMap<String, String> {
         known.insert(code.to_string(), reason.to_string());
     }
     known
+}
+
+/// pynfs built once for this test binary, in `target/pynfs-build` (what
+/// pynfs-run would build in /tmp itself). A copy of the source whose
+/// symbolic links became files holding their target (seen on a
+/// provisioned machine: `nfs4.0/use_local.py` read `../nfs4.1/use_local.py`
+/// and the build failed) gets its links back first.
+fn pynfs_build() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let src = repo_root().join("../shared/conformance/pynfs-src");
+            let dir = repo_root().join("target/pynfs-build");
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let sh = |args: &[&str], cwd: &Path| {
+                let o = Command::new(args[0]).args(&args[1..]).current_dir(cwd).output().unwrap();
+                assert!(o.status.success(), "{args:?}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            };
+            sh(&["cp", "-r", &format!("{}/.", src.display()), dir.to_str().unwrap()], &dir);
+            sh(&["chmod", "-R", "u+w", dir.to_str().unwrap()], &dir);
+            relink(&dir);
+            if !Command::new("python3").args(["-c", "import ply"]).status().is_ok_and(|s| s.success()) {
+                sh(&["pip", "install", "-q", "ply"], &dir);
+            }
+            sh(&["python3", "setup.py", "build"], &dir);
+            std::fs::write(dir.join(".built"), b"").unwrap();
+            dir
+        })
+        .clone()
+}
+
+/// Turns back into symbolic links the small files under `dir` whose whole
+/// text is a relative path (`../x`) to something that exists.
+fn relink(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() {
+            relink(&path);
+        } else if meta.is_file() && meta.len() < 200 {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let target = text.trim();
+            if target.starts_with("../") && !target.contains(char::is_whitespace) && dir.join(target).exists() {
+                std::fs::remove_file(&path).unwrap();
+                std::os::unix::fs::symlink(target, &path).unwrap();
+            }
+        }
+    }
 }
 
 /// One run of pynfs-run against share `share` of a fresh duetd whose
@@ -64,6 +114,7 @@ fn run_pynfs(share: &str, minor: &str, flags: &str) -> (usize, Vec<String>, Stri
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let t0 = Instant::now();
     let out = Command::new("bash")
+        .env("PYNFS_DIR", pynfs_build())
         .arg(&harness)
         .arg(format!("127.0.0.1:{}/{share}", d.nfs_port))
         .args([minor, flags])

@@ -200,14 +200,22 @@ fn response_output_bound(req: &Request<'_>) -> u64 {
 
 /// The bytes of one response message: header and body.
 fn message_bytes(hdr: &Header, status: NtStatus, credits: u16, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
+    put_message(&mut out, hdr, status, credits, body);
+    out
+}
+
+/// The Direct TCP transport header before each frame (MS-SMB2 2.1).
+const TRANSPORT_HEADER: usize = 4;
+
+/// Appends the response to the request of `hdr`: its header, then `body`.
+fn put_message(out: &mut Vec<u8>, hdr: &Header, status: NtStatus, credits: u16, body: &[u8]) {
     let mut h = hdr.response(status, credits);
     if hdr.flags.is_related() {
         h.flags.0 |= HeaderFlags::RELATED_OPERATIONS;
     }
-    let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
-    h.encode(&mut out);
+    h.encode(out);
     out.extend_from_slice(body);
-    out
 }
 
 impl Connection {
@@ -911,20 +919,28 @@ impl Connection {
             };
             answered.push((hdr, s.credits, s.sign, status, body));
         }
-        // Assemble: pad every message of a compound to 8 (the last one
-        // too, as Windows and Samba do), chain NextCommand, then sign each
-        // message over its bytes (padding included).
-        let mut out = Vec::new();
+        // Assemble, behind room for the transport header (MS-SMB2 2.1):
+        // pad every message of a compound to 8 (the last one too, as
+        // Windows and Samba do), chain NextCommand, then sign each message
+        // over its bytes (padding included). Each body is copied once, into
+        // the frame that is sent (a READ's body is the data read).
+        let size: usize = answered.iter().map(|a| HEADER_SIZE + a.4.len().max(9) + 7).sum();
+        let mut out = Vec::with_capacity(TRANSPORT_HEADER + size);
+        out.extend_from_slice(&[0; TRANSPORT_HEADER]);
         let mut spans = Vec::with_capacity(answered.len());
         let n = answered.len();
         for (i, (hdr, credits, _, status, body)) in answered.iter().enumerate() {
             let start = out.len();
-            let body = if Response::has_command_body(hdr.command, *status) || !body.is_empty() {
-                body.clone()
+            // A status without a command body carries the error body
+            // (MS-SMB2 2.2.2).
+            let empty;
+            let body: &[u8] = if Response::has_command_body(hdr.command, *status) || !body.is_empty() {
+                body
             } else {
-                error_body()
+                empty = error_body();
+                &empty
             };
-            out.extend_from_slice(&message_bytes(hdr, *status, *credits, &body));
+            put_message(&mut out, hdr, *status, *credits, body);
             if n > 1 {
                 while (out.len() - start) % 8 != 0 {
                     out.push(0);
@@ -958,18 +974,22 @@ impl Connection {
             nonce[..4].copy_from_slice(&self.nonce_prefix);
             nonce[4..12].copy_from_slice(&self.nonce_counter.to_le_bytes());
             self.nonce_counter += 1;
-            match key.encrypt(sid, nonce, &out) {
-                Some(f) => out = f,
-                None => return self.close(),
-            }
+            // Never reached while the reservations of `dispatch` hold
+            // (they count every response's largest size); a frame the
+            // 24-bit length cannot say is never sent truncated: the
+            // connection ends.
+            return match key.encrypt(sid, nonce, &out[TRANSPORT_HEADER..]).and_then(transport) {
+                Some(f) => vec![Self::send_to(fp.channel, f)],
+                None => self.close(),
+            };
         }
-        // Never reached while the reservations of `dispatch` hold (they
-        // count every response's largest size); a frame the 24-bit length
-        // cannot say is never sent truncated: the connection ends.
-        match transport(out) {
-            Some(f) => vec![Self::send_to(fp.channel, f)],
-            None => self.close(),
+        // As above: past the 24-bit length, the connection ends.
+        let len = out.len() - TRANSPORT_HEADER;
+        if len > MAX_FRAME {
+            return self.close();
         }
+        out[..TRANSPORT_HEADER].copy_from_slice(&(len as u32).to_be_bytes());
+        vec![Self::send_to(fp.channel, out)]
     }
 
     fn hash_response(&mut self, slot: Option<&Slot>) {

@@ -99,6 +99,28 @@ pub enum SigningKey {
     AesGmac([u8; 16]),
 }
 
+/// AES-128-GMAC (NIST SP 800-38D: GCM with `aad` authenticated and
+/// nothing encrypted): E(K, nonce || 1) xor GHASH_H(aad, padded, then the
+/// length block), H = E(K, 0).
+fn gmac(key: &[u8; 16], nonce: &[u8; 12], aad: &[u8]) -> [u8; 16] {
+    use aes::cipher::{BlockEncrypt, KeyInit as _};
+    use ghash::universal_hash::UniversalHash as _;
+    let aes = Aes128::new(key.into());
+    let mut h = [0u8; 16];
+    aes.encrypt_block((&mut h).into());
+    let mut g = ghash::GHash::new(&h.into());
+    g.update_padded(aad);
+    let mut lens = [0u8; 16];
+    lens[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
+    g.update_padded(&lens);
+    let s: [u8; 16] = g.finalize().into();
+    let mut j0 = [0u8; 16];
+    j0[..12].copy_from_slice(nonce);
+    j0[15] = 1;
+    aes.encrypt_block((&mut j0).into());
+    std::array::from_fn(|i| j0[i] ^ s[i])
+}
+
 impl SigningKey {
     /// The signature of `msg` (one SMB2 message, its Signature field taken
     /// as zero).
@@ -144,13 +166,7 @@ impl SigningKey {
                     word |= 0x2;
                 }
                 nonce[8..].copy_from_slice(&word.to_le_bytes());
-                // GMAC is AES-GCM with the message as associated data and
-                // nothing to encrypt.
-                use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
-                let key = LessSafeKey::new(UnboundKey::new(&AES_128_GCM, k).unwrap_or_else(|_| unreachable!()));
-                if let Ok(tag) = key.seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce), Aad::from(data), &mut []) {
-                    out.copy_from_slice(tag.as_ref());
-                }
+                out = gmac(k, &nonce, data);
             }
         }
         out

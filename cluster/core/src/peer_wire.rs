@@ -58,8 +58,6 @@
 //! be dropped and the peer logged (a node never acts on data it cannot
 //! authenticate). Version 1 (HMAC-tagged frames in clear) is refused.
 
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -446,7 +444,7 @@ pub struct Session {
 pub struct FrameSender {
     #[cfg(test)]
     key: [u8; TAG_LEN],
-    cipher: Aes256Gcm,
+    cipher: FrameCipher,
     next_seq: u64,
 }
 
@@ -458,15 +456,39 @@ impl std::fmt::Debug for FrameSender {
 }
 
 /// The GCM nonce of frame `seq`: 32 zero bits, then the sequence.
-fn frame_nonce(seq: u64) -> Nonce<aes_gcm::aead::consts::U12> {
+fn frame_nonce(seq: u64) -> [u8; 12] {
     let mut n = [0u8; 12];
     n[4..].copy_from_slice(&seq.to_be_bytes());
-    n.into()
+    n
 }
 
-fn frame_cipher(key: &[u8; TAG_LEN]) -> Aes256Gcm {
-    // A 32-byte key is what AES-256 takes: this cannot fail.
-    Aes256Gcm::new_from_slice(key).unwrap_or_else(|_| unreachable!())
+/// AES-256-GCM of one direction's frames (NIST SP 800-38D), through ring,
+/// whose AES-GCM runs the cipher and GHASH together: several times the
+/// speed of aes-gcm 0.10 on the megabyte frames of replicated writes.
+struct FrameCipher(ring::aead::LessSafeKey);
+
+impl FrameCipher {
+    fn new(key: &[u8; TAG_LEN]) -> FrameCipher {
+        use ring::aead::{LessSafeKey, UnboundKey, AES_256_GCM};
+        // A 32-byte key is what AES-256 takes: this cannot fail.
+        FrameCipher(LessSafeKey::new(UnboundKey::new(&AES_256_GCM, key).unwrap_or_else(|_| unreachable!())))
+    }
+
+    /// Encrypts `body` in place, authenticating `header` too: the tag.
+    /// Fails only past GCM's 2^36 bytes (frames are u32-long).
+    fn seal(&self, seq: u64, header: &[u8], body: &mut [u8]) -> Option<[u8; FRAME_TAG_LEN]> {
+        use ring::aead::{Aad, Nonce};
+        let tag = self.0.seal_in_place_separate_tag(Nonce::assume_unique_for_key(frame_nonce(seq)), Aad::from(header), body).ok()?;
+        tag.as_ref().try_into().ok()
+    }
+
+    /// Checks `tag` over `header` and `body`, and decrypts `body` in place
+    /// when it holds.
+    fn open(&self, seq: u64, header: &[u8], body: &mut [u8], tag: [u8; FRAME_TAG_LEN]) -> bool {
+        use ring::aead::{Aad, Nonce, Tag};
+        let nonce = Nonce::assume_unique_for_key(frame_nonce(seq));
+        self.0.open_in_place_separate_tag(nonce, Aad::from(header), Tag::from(tag), body, 0..).is_ok()
+    }
 }
 
 impl FrameSender {
@@ -474,7 +496,7 @@ impl FrameSender {
         FrameSender {
             #[cfg(test)]
             key,
-            cipher: frame_cipher(&key),
+            cipher: FrameCipher::new(&key),
             next_seq: 0,
         }
     }
@@ -491,11 +513,10 @@ impl FrameSender {
         out.push(kind as u8);
         out.extend_from_slice(payload);
         let (header, body) = out.split_at_mut(FRAME_HEADER_LEN);
-        // GCM fails only past 2^36 bytes of one message; frames are u32-long.
         let tag = self
             .cipher
-            .encrypt_in_place_detached(&frame_nonce(seq), header, body)
-            .map_err(|_| PeerWireError::PayloadTooLarge { len: payload.len(), max: u32::MAX })?;
+            .seal(seq, header, body)
+            .ok_or(PeerWireError::PayloadTooLarge { len: payload.len(), max: u32::MAX })?;
         out.extend_from_slice(&tag);
         Ok(out)
     }
@@ -514,7 +535,7 @@ pub struct Frame {
 pub struct FrameReceiver {
     #[cfg(test)]
     key: [u8; TAG_LEN],
-    cipher: Aes256Gcm,
+    cipher: FrameCipher,
     next_seq: u64,
     max_payload: u32,
     buf: Vec<u8>,
@@ -537,7 +558,7 @@ impl FrameReceiver {
         FrameReceiver {
             #[cfg(test)]
             key,
-            cipher: frame_cipher(&key),
+            cipher: FrameCipher::new(&key),
             next_seq: 0,
             max_payload,
             buf: Vec::new(),
@@ -603,10 +624,11 @@ impl FrameReceiver {
         let mut seq = [0u8; 8];
         seq.copy_from_slice(&self.buf[4..12]);
         let seq = u64::from_be_bytes(seq);
-        let tag = Tag::clone_from_slice(&self.buf[body_end..total]);
+        let mut tag = [0u8; FRAME_TAG_LEN];
+        tag.copy_from_slice(&self.buf[body_end..total]);
         let (header, rest) = self.buf.split_at_mut(FRAME_HEADER_LEN);
         let body = &mut rest[..len as usize];
-        if self.cipher.decrypt_in_place_detached(&frame_nonce(seq), header, body, &tag).is_err() {
+        if !self.cipher.open(seq, header, body, tag) {
             return Err(PeerWireError::BadTag { seq });
         }
         if seq < self.next_seq {
@@ -940,13 +962,34 @@ mod tests {
         }
     }
 
-    /// Seals a hand-made header + payload as a sender with `key` would.
+    /// Seals a hand-made header + payload as a sender with `key` would,
+    /// through another implementation of AES-GCM (RustCrypto's): frames
+    /// the receiver accepts are standard GCM.
     fn seal(key: &[u8; TAG_LEN], frame: &mut Vec<u8>) {
+        use aes_gcm::aead::{AeadInPlace, KeyInit};
         let mut seq = [0u8; 8];
         seq.copy_from_slice(&frame[4..12]);
         let (header, body) = frame.split_at_mut(FRAME_HEADER_LEN);
-        let tag = frame_cipher(key).encrypt_in_place_detached(&frame_nonce(u64::from_be_bytes(seq)), header, body).unwrap();
+        let nonce = frame_nonce(u64::from_be_bytes(seq));
+        let tag = aes_gcm::Aes256Gcm::new_from_slice(key).unwrap().encrypt_in_place_detached((&nonce).into(), header, body).unwrap();
         frame.extend_from_slice(&tag);
+    }
+
+    #[test]
+    fn a_megabyte_frame_interoperates_with_the_reference_gcm() {
+        let (mut a, mut b) = connect(SECRET, SECRET).unwrap();
+        let payload: Vec<u8> = (0..(1usize << 20) + 3).map(|i| (i * 7 % 253) as u8).collect();
+        b.receiver.feed(&a.sender.frame(FrameKind::Raft, &payload).unwrap());
+        assert_eq!(b.receiver.next_frame().unwrap().unwrap().payload, payload);
+        // Sealed by the reference implementation, sequence 1: accepted.
+        let mut f = Vec::new();
+        f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        f.extend_from_slice(&1u64.to_be_bytes());
+        f.push(FrameKind::Raft as u8);
+        f.extend_from_slice(&payload);
+        seal(&a.sender.key, &mut f);
+        b.receiver.feed(&f);
+        assert_eq!(b.receiver.next_frame().unwrap().unwrap().payload, payload);
     }
 
     #[test]
@@ -970,12 +1013,16 @@ mod tests {
     /// key, a zero nonce, one zero block.
     #[test]
     fn aes_256_gcm_matches_the_gcm_test_vectors() {
-        let c = Aes256Gcm::new_from_slice(&[0u8; 32]).unwrap();
+        // Sequence 0 is the zero nonce.
+        let c = FrameCipher::new(&[0u8; 32]);
         let mut block = [0u8; 16];
-        let tag = c.encrypt_in_place_detached(&[0u8; 12].into(), &[], &mut block).unwrap();
+        let tag = c.seal(0, &[], &mut block).unwrap();
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         assert_eq!(hex(&block), "cea7403d4d606b6e074ec5d3baf39d18");
         assert_eq!(hex(&tag), "d0d1c8a799996bf0265b98b5d48ab919");
+        assert!(c.open(0, &[], &mut block, tag));
+        assert_eq!(block, [0u8; 16]);
+        assert!(!c.open(0, &[], &mut block, tag), "the tag no longer fits the plaintext");
     }
 
     /// HMAC-SHA256 itself: RFC 4231 section 4.2, test case 1.

@@ -4,9 +4,8 @@
 //! hash, and message encryption (3.1.4.3: AES-CCM / AES-GCM, 128 and 256).
 
 use aes::{Aes128, Aes256};
-use aes_gcm::aead::consts::{U11, U16};
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::{Aes128Gcm, Aes256Gcm};
+use ccm::aead::consts::{U11, U16};
+use ccm::aead::{AeadInPlace, KeyInit};
 use ccm::Ccm;
 use cmac::Cmac;
 use hmac::{Hmac, Mac};
@@ -272,18 +271,20 @@ impl CipherKey {
         Some(body)
     }
 
+    /// The AES-GCM key (ring: cipher and GHASH run together, several times
+    /// the speed of aes-gcm 0.10 on a 1 MiB READ or WRITE).
+    fn gcm(&self) -> Option<ring::aead::LessSafeKey> {
+        let alg = if self.cipher == algorithm::AES_128_GCM { &ring::aead::AES_128_GCM } else { &ring::aead::AES_256_GCM };
+        Some(ring::aead::LessSafeKey::new(ring::aead::UnboundKey::new(alg, &self.key).ok()?))
+    }
+
     fn seal(&self, nonce: &[u8], aad: &[u8], buf: &mut [u8]) -> Option<[u8; 16]> {
         let tag: [u8; 16] = match self.cipher {
-            algorithm::AES_128_GCM => Aes128Gcm::new_from_slice(&self.key)
-                .ok()?
-                .encrypt_in_place_detached(nonce.into(), aad, buf)
-                .ok()?
-                .into(),
-            algorithm::AES_256_GCM => Aes256Gcm::new_from_slice(&self.key)
-                .ok()?
-                .encrypt_in_place_detached(nonce.into(), aad, buf)
-                .ok()?
-                .into(),
+            algorithm::AES_128_GCM | algorithm::AES_256_GCM => {
+                let nonce = ring::aead::Nonce::try_assume_unique_for_key(nonce).ok()?;
+                let tag = self.gcm()?.seal_in_place_separate_tag(nonce, ring::aead::Aad::from(aad), buf).ok()?;
+                tag.as_ref().try_into().ok()?
+            }
             algorithm::AES_128_CCM => Ccm::<Aes128, U16, U11>::new_from_slice(&self.key)
                 .ok()?
                 .encrypt_in_place_detached(nonce.into(), aad, buf)
@@ -301,12 +302,11 @@ impl CipherKey {
 
     fn open(&self, nonce: &[u8], aad: &[u8], buf: &mut [u8], tag: &[u8; 16]) -> Option<()> {
         match self.cipher {
-            algorithm::AES_128_GCM => Aes128Gcm::new_from_slice(&self.key)
-                .ok()?
-                .decrypt_in_place_detached(nonce.into(), aad, buf, tag.into()),
-            algorithm::AES_256_GCM => Aes256Gcm::new_from_slice(&self.key)
-                .ok()?
-                .decrypt_in_place_detached(nonce.into(), aad, buf, tag.into()),
+            algorithm::AES_128_GCM | algorithm::AES_256_GCM => {
+                let nonce = ring::aead::Nonce::try_assume_unique_for_key(nonce).ok()?;
+                let tag = ring::aead::Tag::from(*tag);
+                return self.gcm()?.open_in_place_separate_tag(nonce, ring::aead::Aad::from(aad), tag, buf, 0..).ok().map(|_| ());
+            }
             algorithm::AES_128_CCM => Ccm::<Aes128, U16, U11>::new_from_slice(&self.key)
                 .ok()?
                 .decrypt_in_place_detached(nonce.into(), aad, buf, tag.into()),
@@ -406,6 +406,7 @@ pub fn derive_keys(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aes_gcm::{Aes128Gcm, Aes256Gcm};
 
     fn hex(s: &str) -> Vec<u8> {
         (0..s.len())
@@ -503,6 +504,28 @@ mod tests {
             let n = bad.len();
             bad[n - 1] ^= 1;
             assert!(key.decrypt(&bad).is_none());
+        }
+    }
+
+    /// GCM through ring gives what the reference implementation
+    /// (RustCrypto's aes-gcm) gives, on a READ-sized message of odd length.
+    #[test]
+    fn gcm_matches_the_reference_implementation() {
+        let msg: Vec<u8> = (0..(1usize << 20) + 21).map(|i| (i * 13 % 241) as u8).collect();
+        let (nonce, aad) = ([5u8; 12], [6u8; 32]);
+        for c in [algorithm::AES_128_GCM, algorithm::AES_256_GCM] {
+            let key = CipherKey { cipher: c, key: (0..CipherKey::key_bits(c) / 8).map(|i| i as u8).collect() };
+            let mut ours = msg.clone();
+            let tag = key.seal(&nonce, &aad, &mut ours).unwrap();
+            let mut reference = msg.clone();
+            let want = if c == algorithm::AES_128_GCM {
+                Aes128Gcm::new_from_slice(&key.key).unwrap().encrypt_in_place_detached((&nonce).into(), &aad, &mut reference).unwrap()
+            } else {
+                Aes256Gcm::new_from_slice(&key.key).unwrap().encrypt_in_place_detached((&nonce).into(), &aad, &mut reference).unwrap()
+            };
+            assert!(ours == reference && tag[..] == want[..], "cipher {c:#x}");
+            assert!(key.open(&nonce, &aad, &mut ours, &tag).is_some());
+            assert!(ours == msg, "cipher {c:#x}: decrypted back");
         }
     }
 

@@ -634,7 +634,7 @@ fn nlm_hosts_file(plan: &FrontendPlan) -> std::path::PathBuf {
 /// Runs one protocol executor until `stop` fires. Reports the addresses
 /// it bound through `bound` (once).
 pub async fn run(
-    plan: FrontendPlan,
+    mut plan: FrontendPlan,
     engine: EngineHandle,
     bound: flume::Sender<Result<Vec<ListenerInfo>, String>>,
     stop: flume::Receiver<()>,
@@ -904,6 +904,10 @@ pub async fn run(
     accepts.push(glommio::spawn_local(handed_loop(plan.handed.clone(), ctx.clone())));
     let _ = stop.recv_async().await;
     drop(accepts); // cancels the accept loops: no new connections
+    // The listening sockets close once every executor has let go of them
+    // (all are told to stop at once): a client connecting now is refused
+    // at once instead of waiting out the drain.
+    drop((plan.smb.take(), plan.nfs.take()));
     // Let the connections finish what they are doing.
     for _ in 0..500 {
         if ctx.connections.get() == 0 {

@@ -2,8 +2,9 @@
 //! accepts on the daemon's SMB and NFS sockets (NFS with MOUNT and portmap
 //! on the same port, and portmap on 111 when it is free) and hands each
 //! connection to the executors in turn; it also makes the NFS server whose
-//! client and session state every executor shares. Each connection task feeds bytes to the sans-I/O
-//! protocol state machine and runs the batches it asks for on the engine.
+//! client and session state every executor shares. Each connection task
+//! feeds bytes to the sans-I/O protocol state machine and runs the batches
+//! it asks for on the engine.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -695,8 +696,8 @@ pub async fn run(
             }
         }
     }
-    // Executor 0 makes the daemon's NFS server; the others serve its
-    // connections too (they accept on the same socket).
+    // Executor 0 makes the daemon's NFS server; the others serve the NFS
+    // connections it hands them too.
     let made = plan.conns.nfs_server.get().cloned();
     let nfs = plan.nfs.as_ref().filter(|_| plan.index == 0 || made.is_none()).map(|_| {
         let mut seed = [0u8; 8];

@@ -101,16 +101,22 @@ pub enum SigningKey {
 /// AES-128-GMAC (NIST SP 800-38D: GCM with `aad` authenticated and
 /// nothing encrypted): E(K, nonce || 1) xor GHASH_H(aad, padded, then the
 /// length block), H = E(K, 0).
-fn gmac(key: &[u8; 16], nonce: &[u8; 12], aad: &[u8]) -> [u8; 16] {
+/// `aad` comes in pieces; all but the last are whole 16-byte blocks.
+fn gmac(key: &[u8; 16], nonce: &[u8; 12], aad: &[&[u8]]) -> [u8; 16] {
     use aes::cipher::{BlockEncrypt, KeyInit as _};
     use ghash::universal_hash::UniversalHash as _;
     let aes = Aes128::new(key.into());
     let mut h = [0u8; 16];
     aes.encrypt_block((&mut h).into());
     let mut g = ghash::GHash::new(&h.into());
-    g.update_padded(aad);
+    let mut len = 0u64;
+    for (i, p) in aad.iter().enumerate() {
+        assert!(i + 1 == aad.len() || p.len() % 16 == 0, "GMAC pieces before the last are whole blocks");
+        g.update_padded(p);
+        len += p.len() as u64;
+    }
     let mut lens = [0u8; 16];
-    lens[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
+    lens[..8].copy_from_slice(&(len * 8).to_be_bytes());
     g.update_padded(&lens);
     let s: [u8; 16] = g.finalize().into();
     let mut j0 = [0u8; 16];
@@ -124,48 +130,39 @@ impl SigningKey {
     /// The signature of `msg` (one SMB2 message, its Signature field taken
     /// as zero).
     pub fn sign(&self, msg: &[u8]) -> [u8; 16] {
-        if let (SigningKey::AesCmac(k), true) = (self, msg.len() >= 64) {
-            // CMAC takes the message in pieces: no copy to zero the field.
-            let mut m = <Cmac<Aes128> as Mac>::new_from_slice(k).unwrap_or_else(|_| unreachable!());
-            m.update(&msg[..48]);
-            m.update(&[0u8; 16]);
-            m.update(&msg[64..]);
-            let mut out = [0u8; 16];
-            out.copy_from_slice(&m.finalize().into_bytes());
-            return out;
-        }
-        let mut zeroed;
-        let data: &[u8] = if msg.len() >= 64 && msg[48..64].iter().any(|b| *b != 0) {
-            zeroed = msg.to_vec();
-            zeroed[48..64].fill(0);
-            &zeroed
-        } else {
-            msg
-        };
+        // The message in pieces, the Signature field (48..64) as zeros: no
+        // copy of a 1 MiB WRITE to check it. Pieces before the last are
+        // whole 16-byte blocks, as GHASH needs.
+        const ZERO: [u8; 16] = [0; 16];
+        let whole = [msg];
+        let split = [msg.get(..48).unwrap_or(msg), &ZERO[..], msg.get(64..).unwrap_or(&[])];
+        let pieces: &[&[u8]] = if msg.len() >= 64 { &split } else { &whole };
         let mut out = [0u8; 16];
         match self {
-            SigningKey::HmacSha256(k) => out.copy_from_slice(&hmac_sha256(k, &[data])[..16]),
+            SigningKey::HmacSha256(k) => out.copy_from_slice(&hmac_sha256(k, pieces)[..16]),
             SigningKey::AesCmac(k) => {
                 let mut m =
                     <Cmac<Aes128> as Mac>::new_from_slice(k).unwrap_or_else(|_| unreachable!());
-                m.update(data);
+                for p in pieces {
+                    m.update(p);
+                }
                 out.copy_from_slice(&m.finalize().into_bytes());
             }
             SigningKey::AesGmac(k) => {
-                if data.len() < 64 {
+                if msg.len() < 64 {
                     return out;
                 }
                 let mut nonce = [0u8; 12];
-                nonce[..8].copy_from_slice(&data[24..32]);
-                let flags = u32::from_le_bytes([data[16], data[17], data[18], data[19]]);
-                let command = u16::from_le_bytes([data[12], data[13]]);
+                nonce[..8].copy_from_slice(&msg[24..32]);
+                let flags = u32::from_le_bytes([msg[16], msg[17], msg[18], msg[19]]);
+                let command = u16::from_le_bytes([msg[12], msg[13]]);
                 let response = flags & 0x1 != 0;
                 let mut word = u32::from(response);
                 if !response && command == 0x000C {
                     word |= 0x2;
                 }
                 nonce[8..].copy_from_slice(&word.to_le_bytes());
-                out = gmac(k, &nonce, data);
+                out = gmac(k, &nonce, pieces);
             }
         }
         out

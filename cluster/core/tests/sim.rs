@@ -216,6 +216,10 @@ struct Live {
     /// Read-index requests answered, waiting for the apply to reach the
     /// read index: (index, waiter, file).
     reads: Vec<(u64, Waiter, usize)>,
+    /// A hard state that moved only the commit index, written without a
+    /// sync as the store does (lost at a crash unless a later synced write
+    /// of the log came after it).
+    unsynced_hs: Option<HardState>,
 }
 
 struct Node {
@@ -418,7 +422,14 @@ impl Sim {
         let timeout = self.rng.range(20, 40) as usize;
         let raft = RaftNode::member_fixed_timeout(self.nodes[i].id, &VOTERS, rec, timeout).expect("raft node");
         self.nodes[i].live =
-            Some(Live { raft, waiters: Waiters::new(), ready_due: false, asked: BTreeMap::new(), reads: Vec::new() });
+            Some(Live {
+            raft,
+            waiters: Waiters::new(),
+            ready_due: false,
+            asked: BTreeMap::new(),
+            reads: Vec::new(),
+            unsynced_hs: None,
+        });
         self.nodes[i].incarnation += 1;
         let d = self.rng.range(0, TICK);
         self.at(d, Ev::Tick(i, self.nodes[i].incarnation));
@@ -452,6 +463,10 @@ impl Sim {
         loop {
             let Some(l) = self.nodes[i].live.as_mut() else { return };
             let Some(work) = l.raft.ready() else { break };
+            // As the store does: a leader's appends leave before its own
+            // log write (they may arrive, and be acknowledged, before a
+            // crash takes this ready back).
+            self.send_outbox(i);
             if work.snapshot.is_some() {
                 self.violation(format!("node {} was sent a snapshot (not modelled: the log is never compacted this far)", i + 1));
                 return;
@@ -464,7 +479,20 @@ impl Sim {
                 self.crash(i);
                 return;
             }
-            // Persist the entries and hard state (synced).
+            // Persist the entries and hard state (synced), except a hard
+            // state that moves only the commit index with no entries: the
+            // store writes that one unsynced.
+            let commit_only = work.entries.is_empty()
+                && work.hard_state.as_ref().is_some_and(|hs| {
+                    self.nodes[i].disk.hard_state.as_ref().is_some_and(|d| (d.term, d.vote) == (hs.term, hs.vote))
+                });
+            if !commit_only && (!work.entries.is_empty() || work.hard_state.is_some()) {
+                // A synced write makes the unsynced ones before it durable.
+                let l = self.nodes[i].live.as_mut().unwrap();
+                if let Some(hs) = l.unsynced_hs.take() {
+                    self.nodes[i].disk.hard_state = Some(hs);
+                }
+            }
             let disk = &mut self.nodes[i].disk;
             if let Some(first) = work.entries.first() {
                 let keep = disk.log.partition_point(|e| e.index < first.index);
@@ -477,9 +505,12 @@ impl Sim {
                 disk.log.truncate(keep);
                 disk.log.extend(work.entries.iter().cloned());
             }
-            let disk = &mut self.nodes[i].disk;
             if let Some(hs) = &work.hard_state {
-                disk.hard_state = Some(hs.clone());
+                if commit_only {
+                    self.nodes[i].live.as_mut().unwrap().unsynced_hs = Some(hs.clone());
+                } else {
+                    self.nodes[i].disk.hard_state = Some(hs.clone());
+                }
             }
             let mut committed = work.committed.clone();
             let l = self.nodes[i].live.as_mut().unwrap();

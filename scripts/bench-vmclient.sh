@@ -81,6 +81,9 @@ one ganesha-nfs41 mount -t nfs4 $H:/export /mnt/t -o addr=$H,vers=4.1,port=12049
 one duet-cifs-always mount -t cifs //$H/public /mnt/t -o ip=$H,port=$SMB_PORT,username=bench,password=benchpw,vers=3.1.1,uid=$SMB_UID,gid=$SMB_UID
 one duet-cifs-protocol mount -t cifs //$H/fast /mnt/t -o ip=$H,port=$SMB_PORT,username=bench,password=benchpw,vers=3.1.1,uid=$SMB_UID,gid=$SMB_UID
 one samba-cifs mount -t cifs //$H/share /mnt/t -o ip=$H,port=1445,username=bench,password=benchpw,vers=3.1.1,uid=0,gid=0
+# The floor: the same workload on a tmpfs inside the guest (no server, no
+# network): what the client itself costs under TCG.
+one guest-tmpfs mount -t tmpfs tmpfs /mnt/t
 G
 } >"$guest"
 chmod +x "$guest"
@@ -111,4 +114,13 @@ for name, ph in rows.items():
         r = f" ({base[p] / s:.2f}x)" if p in base and s > 0 else ""
         cells.append(f"{s:.2f}{r}")
     print(f"| {name} | " + " | ".join(cells) + " |")
+floor = rows.get("guest-tmpfs", {})
+if all(p in floor for p in phases):
+    print()
+    print("guest-tmpfs is the floor: the workload on a tmpfs inside the guest, no server. The best ratio any server could reach against each peer (peer seconds / floor seconds):")
+    print()
+    for proto, pname in sorted(peer.items()):
+        base = rows.get(pname, {})
+        cells = [f"{p} {base[p] / floor[p]:.2f}x" if p in base and floor[p] > 0 else f"{p} -" for p in phases]
+        print(f"- {pname}: " + ", ".join(cells))
 PY

@@ -6,10 +6,12 @@
 //! leader's engine runs it exactly as a local client's batch (write log,
 //! one raft proposal, chunk reads) and the result comes back in another
 //! Forward frame on the leader's own outbound connection. Read-only
-//! batches go to the leader too: the leader's reads are linearizable but
-//! for the window in which a deposed leader does not know it yet (until
-//! check-quorum steps it down, about an election timeout; read-index is
-//! not done).
+//! batches go to the leader too (it holds every extent an applied entry
+//! names); the store answers reads only at a quorum-confirmed read index,
+//! so a deposed leader that does not know it yet never answers stale.
+//! The leader runs a forwarded metadata-only batch straight away (the
+//! store refuses a change with `NotLeader` if it no longer leads); one
+//! with file data is first checked against raft's view of who leads.
 //!
 //! - [`LeaderView`]: which node leads, as this node's raft sees it,
 //!   polled from the store every [`VIEW_POLL`] by a std thread.

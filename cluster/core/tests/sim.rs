@@ -21,7 +21,12 @@
 //! Clients submit real [`Batch`]es (create-or-truncate a file and write a
 //! small inline value; a read-only lookup + read), encoded with the real
 //! command format ([`encode_command`]), to whichever node they think
-//! leads. A write is acknowledged only when its (term, index) is applied
+//! leads. A follower that knows a leader mostly forwards the batch to it
+//! (a model of the product's `appliance/src/forward.rs` rules: the answer
+//! comes back through the follower; "not the leader" and "superseded"
+//! are routed again, a few times; a lost forward or answer leaves the
+//! client to time out, the outcome unknown), else it answers "not the
+//! leader" with its hint. A write is acknowledged only when its (term, index) is applied
 //! on the proposer ([`Waiters`]). A read goes through raft as a read-only
 //! batch and is answered from the proposer's state when it applies: a
 //! position in the log, so linearizable.
@@ -75,6 +80,14 @@ const CLIENT_TIMEOUT: u64 = 2 * SEC;
 /// A client gives an operation up (as not done) after this long of
 /// definite refusals.
 const CLIENT_GIVE_UP: u64 = 4 * SEC;
+/// How often a follower forwards a client's batch to the leader it knows
+/// (as every node of the product does, `appliance/src/forward.rs`) rather
+/// than answering "not the leader" (both paths stay exercised).
+const FORWARD_P: f64 = 0.7;
+/// Routes a forwarded batch may take: a forwarder told "not the leader"
+/// or "superseded" by the node it asked routes it again, as the product's
+/// `Forwarder` does until its leader wait runs out.
+const FORWARD_HOPS: u32 = 3;
 
 // ---------------------------------------------------------------------------
 // Seeded RNG: splitmix64.
@@ -205,6 +218,9 @@ struct Waiter {
     write: bool,
     /// Hash of the proposed entry's data.
     hash: u64,
+    /// The follower that forwarded the batch: the answer goes back to it,
+    /// and from it to the client.
+    via: Option<usize>,
 }
 
 struct Live {
@@ -220,6 +236,10 @@ struct Live {
     /// sync as the store does (lost at a crash unless a later synced write
     /// of the log came after it).
     unsynced_hs: Option<HardState>,
+    /// Batches this node forwarded and waits on, by (client, op, attempt):
+    /// the request and the routes taken (in memory: lost at a crash, and
+    /// the client then times out, as with the product's `Forwarder`).
+    forwards: BTreeMap<(usize, u64, u32), (Req, u32)>,
 }
 
 struct Node {
@@ -248,6 +268,9 @@ enum Bug {
     /// deposed leader that has not yet noticed (check quorum) serves
     /// stale reads.
     LeaderLocalReads,
+    /// A follower acknowledges a write to its client as soon as it has
+    /// forwarded it to the leader, not when the leader's answer comes.
+    ForwardAckOnSend,
 }
 
 // ---------------------------------------------------------------------------
@@ -261,6 +284,10 @@ enum Ev {
     Ready(usize),
     Deliver(RaftMessage),
     ClientReq { node: usize, client: usize, op: u64, attempt: u32, req: Req },
+    /// A client batch follower `from` forwards to `to`.
+    Forward { from: usize, to: usize, client: usize, op: u64, attempt: u32, req: Req },
+    /// `from`'s answer to a forwarded batch, back at the forwarder `node`.
+    ForwardReply { from: usize, node: usize, client: usize, op: u64, attempt: u32, resp: Resp },
     ClientResp { client: usize, op: u64, attempt: u32, resp: Resp },
     ClientTimeout { client: usize, op: u64, attempt: u32 },
     ClientStart(usize),
@@ -289,6 +316,8 @@ pub struct Stats {
     pub reads: u64,
     /// Of `reads`, those answered by read index (on any node).
     pub index_reads: u64,
+    /// Client batches a leader ran for a follower that forwarded them.
+    pub forwarded: u64,
     pub pending: u64,
     pub crashes: u64,
     pub pauses: u64,
@@ -429,6 +458,7 @@ impl Sim {
             asked: BTreeMap::new(),
             reads: Vec::new(),
             unsynced_hs: None,
+            forwards: BTreeMap::new(),
         });
         self.nodes[i].incarnation += 1;
         let d = self.rng.range(0, TICK);
@@ -664,7 +694,79 @@ impl Sim {
             }
             Settled::Superseded { waiter, .. } => (waiter, Resp::Failed),
         };
-        self.reply(w.client, w.op, w.attempt, resp);
+        self.answer(i, w.via, w.client, w.op, w.attempt, resp);
+    }
+
+    /// Node `i` answers a client's batch: directly, or through the
+    /// follower that forwarded it.
+    fn answer(&mut self, i: usize, via: Option<usize>, client: usize, op: u64, attempt: u32, resp: Resp) {
+        match via {
+            None => self.reply(client, op, attempt, resp),
+            Some(node) => {
+                if self.faults && self.rng.chance(self.drop_p) {
+                    return;
+                }
+                let d = self.net_delay();
+                self.at(d, Ev::ForwardReply { from: i, node, client, op, attempt, resp });
+            }
+        }
+    }
+
+    /// Node `from` sends a client's batch to `to`, the leader it knows.
+    #[allow(clippy::too_many_arguments)]
+    fn forward(&mut self, from: usize, to: usize, client: usize, op: u64, attempt: u32, req: Req, hops: u32) {
+        let Some(l) = self.nodes[from].live.as_mut() else { return };
+        l.forwards.insert((client, op, attempt), (req.clone(), hops));
+        self.log(|| format!("node {} forwards client {client} op {op} to node {}", from + 1, to + 1));
+        if self.bug == Bug::ForwardAckOnSend && hops == 1 && matches!(req, Req::Write { .. }) {
+            self.reply(client, op, attempt, Resp::Acked);
+        }
+        if self.faults && self.rng.chance(self.drop_p) {
+            return;
+        }
+        let d = self.net_delay();
+        self.at(d, Ev::Forward { from, to, client, op, attempt, req });
+    }
+
+    /// A forwarded batch reaches node `to`: run it if `to` leads, else say
+    /// who does (nothing proposed).
+    fn handle_forward(&mut self, from: usize, to: usize, client: usize, op: u64, attempt: u32, req: Req) {
+        if self.side[from] != self.side[to] {
+            return; // cut off: the forwarder hears nothing, the client times out
+        }
+        let Some(l) = self.nodes[to].live.as_ref() else { return };
+        if !l.raft.is_leader() {
+            let hint = l.raft.leader_id();
+            self.answer(to, Some(from), client, op, attempt, Resp::NotLeader(hint));
+            return;
+        }
+        self.stats.forwarded += 1;
+        self.propose_req(to, Some(from), client, op, attempt, req);
+    }
+
+    /// The answer to a forwarded batch reaches its forwarder: "not the
+    /// leader" and "superseded" (definitely not done) are routed again to
+    /// the leader it knows now, a few times; anything else goes to the
+    /// client. A forwarder that crashed since has forgotten the batch.
+    fn forward_reply(&mut self, from: usize, node: usize, client: usize, op: u64, attempt: u32, resp: Resp) {
+        if self.side[from] != self.side[node] {
+            return;
+        }
+        let Some(l) = self.nodes[node].live.as_mut() else { return };
+        let Some((req, hops)) = l.forwards.remove(&(client, op, attempt)) else { return };
+        if matches!(resp, Resp::NotLeader(_) | Resp::Failed) && hops < FORWARD_HOPS {
+            let leader = l.raft.leader_id();
+            if leader != 0 && leader as usize - 1 != node {
+                self.forward(node, leader as usize - 1, client, op, attempt, req, hops + 1);
+                return;
+            }
+            if l.raft.is_leader() {
+                // This node leads now: it runs the batch itself.
+                self.propose_req(node, None, client, op, attempt, req);
+                return;
+            }
+        }
+        self.reply(client, op, attempt, resp);
     }
 
     /// Answers the read-index reads whose index this node has applied.
@@ -725,7 +827,6 @@ impl Sim {
     }
 
     fn handle_req(&mut self, i: usize, client: usize, op: u64, attempt: u32, req: Req) {
-        let now = self.now;
         let Some(l) = self.nodes[i].live.as_mut() else { return };
         if self.bug == Bug::LocalReads {
             if let Req::Read { file } | Req::ReadIndex { file } = req {
@@ -761,15 +862,27 @@ impl Sim {
             ctx.extend_from_slice(&op.to_be_bytes());
             ctx.extend_from_slice(&attempt.to_be_bytes());
             l.raft.read_index(ctx.clone());
-            l.asked.insert(ctx, (Waiter { client, op, attempt, write: false, hash: 0 }, file));
+            l.asked.insert(ctx, (Waiter { client, op, attempt, write: false, hash: 0, via: None }, file));
             self.kick(i);
             return;
         }
         if !l.raft.is_leader() {
             let hint = l.raft.leader_id();
-            self.reply(client, op, attempt, Resp::NotLeader(hint));
+            if hint != 0 && hint as usize - 1 != i && self.rng.chance(FORWARD_P) {
+                self.forward(i, hint as usize - 1, client, op, attempt, req, 1);
+            } else {
+                self.reply(client, op, attempt, Resp::NotLeader(hint));
+            }
             return;
         }
+        self.propose_req(i, None, client, op, attempt, req);
+    }
+
+    /// Leader `i` proposes a client's batch (read through the log, or a
+    /// write), answered when its (term, index) applies here.
+    fn propose_req(&mut self, i: usize, via: Option<usize>, client: usize, op: u64, attempt: u32, req: Req) {
+        let now = self.now;
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
         let (batch, write) = match &req {
             Req::Write { file, value } => (write_batch(*file, value, now), true),
             Req::Read { file } => (read_batch(*file, now), false),
@@ -779,17 +892,17 @@ impl Sim {
         let h = fnv(&data);
         match l.raft.propose(data) {
             Ok(at) => {
-                if let Some(old) = l.waiters.insert(at, Waiter { client, op, attempt, write, hash: h }) {
+                if let Some(old) = l.waiters.insert(at, Waiter { client, op, attempt, write, hash: h, via }) {
                     self.settle(i, old, None, 0, 0);
                 }
                 if self.bug == Bug::AckOnPropose && write {
                     self.acked.push((at.term, at.index, h));
-                    self.reply(client, op, attempt, Resp::Acked);
+                    self.answer(i, via, client, op, attempt, Resp::Acked);
                 }
                 self.log(|| format!("node {} proposes {} at {}/{}", i + 1, show_req(&req), at.term, at.index));
                 self.kick(i);
             }
-            Err(_) => self.reply(client, op, attempt, Resp::NotLeader(0)),
+            Err(_) => self.answer(i, via, client, op, attempt, Resp::NotLeader(0)),
         }
     }
 
@@ -963,6 +1076,8 @@ impl Sim {
             Ev::Tick(i, _) | Ev::Ready(i) => Some(*i),
             Ev::Deliver(m) => Some(m.to as usize - 1),
             Ev::ClientReq { node, .. } => Some(*node),
+            Ev::Forward { to, .. } => Some(*to),
+            Ev::ForwardReply { node, .. } => Some(*node),
             _ => None,
         };
         if let Some(i) = target {
@@ -988,6 +1103,10 @@ impl Sim {
             Ev::Ready(i) => self.handle_ready(i),
             Ev::Deliver(m) => self.deliver(m),
             Ev::ClientReq { node, client, op, attempt, req } => self.handle_req(node, client, op, attempt, req),
+            Ev::Forward { from, to, client, op, attempt, req } => self.handle_forward(from, to, client, op, attempt, req),
+            Ev::ForwardReply { from, node, client, op, attempt, resp } => {
+                self.forward_reply(from, node, client, op, attempt, resp)
+            }
             Ev::ClientResp { client, op, attempt, resp } => self.client_resp(client, op, attempt, resp),
             Ev::ClientTimeout { client, op, attempt } => self.client_timeout(client, op, attempt),
             Ev::ClientStart(c) => self.client_start(c),
@@ -1170,6 +1289,7 @@ fn seeds() {
                 total.acked_writes += s.acked_writes;
                 total.reads += s.reads;
                 total.index_reads += s.index_reads;
+                total.forwarded += s.forwarded;
                 total.pending += s.pending;
                 total.crashes += s.crashes;
                 total.pauses += s.pauses;
@@ -1186,11 +1306,12 @@ fn seeds() {
         }
     }
     eprintln!(
-        "sim: {count} seeds ({threads} threads) in {:.1}s: {} acked writes, {} reads ({} by read index), {} pending writes, {} crashes ({} on EIO), {} pauses, {} partitions, {} leaderships, {} entries applied, {} events",
+        "sim: {count} seeds ({threads} threads) in {:.1}s: {} acked writes, {} reads ({} by read index), {} batches forwarded, {} pending writes, {} crashes ({} on EIO), {} pauses, {} partitions, {} leaderships, {} entries applied, {} events",
         t0.elapsed().as_secs_f64(),
         total.acked_writes,
         total.reads,
         total.index_reads,
+        total.forwarded,
         total.pending,
         total.crashes,
         total.eio,
@@ -1222,6 +1343,19 @@ fn injected_bug_is_caught() {
     let (seed, e) = &caught[0];
     eprintln!("ack-on-propose caught by {} of 40 seeds; seed {seed}: {}", caught.len(), e.lines().next().unwrap_or(""));
     assert!(e.contains("acknowledged write") || e.contains("no linearization"), "{e}");
+}
+
+/// A follower that acknowledges a forwarded write before the leader
+/// answers: a write lost on the way (a dropped forward, a leader crash) was
+/// acknowledged, and the checker sees reads that miss it.
+#[test]
+fn injected_forward_ack_is_caught() {
+    let caught: Vec<(u64, String)> =
+        (0..40).filter_map(|seed| run_seed(seed, Bug::ForwardAckOnSend).err().map(|e| (seed, e))).collect();
+    assert!(!caught.is_empty(), "acknowledging on forward went unnoticed for 40 seeds");
+    let (seed, e) = &caught[0];
+    eprintln!("ack-on-forward caught by {} of 40 seeds; seed {seed}: {}", caught.len(), e.lines().next().unwrap_or(""));
+    assert!(e.contains("no linearization"), "{e}");
 }
 
 /// Reads answered from a node's own state, not through the log: the

@@ -228,6 +228,17 @@ impl Wired {
         }
     }
 
+    /// Waits until every node applied what `leader` has applied now.
+    fn applied_everywhere(&self, leader: u64, what: &str) {
+        use std::time::{Duration, Instant};
+        let target = self.status(leader).applied_index;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (1..=3).any(|id| self.status(id).applied_index < target) {
+            assert!(Instant::now() < deadline, "{what} not applied everywhere within 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until the nodes not cut off agree on a leader; returns it.
     fn leader(&self, what: &str) -> u64 {
         use std::time::{Duration, Instant};
@@ -399,7 +410,7 @@ fn a_replaced_log_suffix_is_deleted_from_rocksdb() {
 #[test]
 fn a_proposal_costs_each_member_one_fsync() {
     use std::sync::atomic::Ordering;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     const N: u64 = 40;
     let tmp = tempfile::tempdir().unwrap();
@@ -408,23 +419,13 @@ fn a_proposal_costs_each_member_one_fsync() {
     let h = g.stores[leader as usize - 1].handle();
     h.command_blocking(Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
     // Let the Init entry's commit reach everyone first.
-    let target = g.status(leader).applied_index;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (1..=3).any(|id| g.status(id).applied_index < target) {
-        assert!(Instant::now() < deadline, "Init not applied everywhere");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    g.applied_everywhere(leader, "Init");
     std::thread::sleep(Duration::from_millis(300));
     let before: Vec<u64> = g.stores.iter().map(|s| s.handle().counters().fsyncs.load(Ordering::Relaxed)).collect();
     for i in 0..N {
         h.batch_blocking(mkdir_batch(&format!("one-sync-{i}"))).unwrap();
     }
-    let target = g.status(leader).applied_index;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while (1..=3).any(|id| g.status(id).applied_index < target) {
-        assert!(Instant::now() < deadline, "not applied everywhere");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    g.applied_everywhere(leader, "the proposals");
     // Heartbeats that carry the last commit add no syncs either.
     std::thread::sleep(Duration::from_millis(500));
     let after: Vec<u64> = g.stores.iter().map(|s| s.handle().counters().fsyncs.load(Ordering::Relaxed)).collect();

@@ -1337,12 +1337,20 @@ fn a_seed_replays_exactly() {
 /// checks catch it within a few seeds.
 #[test]
 fn injected_bug_is_caught() {
-    let caught: Vec<(u64, String)> =
-        (0..40).filter_map(|seed| run_seed(seed, Bug::AckOnPropose).err().map(|e| (seed, e))).collect();
-    assert!(!caught.is_empty(), "acknowledging on proposal went unnoticed for 40 seeds");
-    let (seed, e) = &caught[0];
-    eprintln!("ack-on-propose caught by {} of 40 seeds; seed {seed}: {}", caught.len(), e.lines().next().unwrap_or(""));
+    let e = caught_by(Bug::AckOnPropose, 40, "ack on propose");
     assert!(e.contains("acknowledged write") || e.contains("no linearization"), "{e}");
+}
+
+/// Runs seeds 0..`seeds` with `bug` injected; at least one must fail.
+/// Prints which failed and returns the first failure's report.
+fn caught_by(bug: Bug, seeds: u64, what: &str) -> String {
+    let caught: Vec<(u64, String)> =
+        (0..seeds).filter_map(|seed| run_seed(seed, bug).err().map(|e| (seed, e))).collect();
+    assert!(!caught.is_empty(), "{what} went unnoticed for {seeds} seeds");
+    let which: Vec<u64> = caught.iter().map(|c| c.0).collect();
+    let (seed, e) = &caught[0];
+    eprintln!("{what} caught by {} of {seeds} seeds {which:?}; seed {seed}: {}", caught.len(), &e[..e.len().min(200)]);
+    e.clone()
 }
 
 /// A follower that acknowledges a forwarded write before the leader
@@ -1350,11 +1358,7 @@ fn injected_bug_is_caught() {
 /// acknowledged, and the checker sees reads that miss it.
 #[test]
 fn injected_forward_ack_is_caught() {
-    let caught: Vec<(u64, String)> =
-        (0..40).filter_map(|seed| run_seed(seed, Bug::ForwardAckOnSend).err().map(|e| (seed, e))).collect();
-    assert!(!caught.is_empty(), "acknowledging on forward went unnoticed for 40 seeds");
-    let (seed, e) = &caught[0];
-    eprintln!("ack-on-forward caught by {} of 40 seeds; seed {seed}: {}", caught.len(), e.lines().next().unwrap_or(""));
+    let e = caught_by(Bug::ForwardAckOnSend, 40, "ack on forward");
     assert!(e.contains("no linearization"), "{e}");
 }
 
@@ -1362,11 +1366,7 @@ fn injected_forward_ack_is_caught() {
 /// linearizability checker catches the stale ones.
 #[test]
 fn injected_stale_reads_are_caught() {
-    let caught: Vec<(u64, String)> =
-        (0..40).filter_map(|seed| run_seed(seed, Bug::LocalReads).err().map(|e| (seed, e))).collect();
-    assert!(!caught.is_empty(), "local reads went unnoticed for 40 seeds");
-    let (seed, e) = &caught[0];
-    eprintln!("local reads caught by {} of 40 seeds; seed {seed}: {}", caught.len(), e.lines().next().unwrap_or(""));
+    let e = caught_by(Bug::LocalReads, 40, "local reads");
     assert!(e.contains("no linearization"), "{e}");
 }
 
@@ -1377,12 +1377,7 @@ fn injected_stale_reads_are_caught() {
 /// bounded by clocks).
 #[test]
 fn leader_local_reads_are_caught() {
-    let caught: Vec<(u64, String)> =
-        (0..120).filter_map(|seed| run_seed(seed, Bug::LeaderLocalReads).err().map(|e| (seed, e))).collect();
-    assert!(!caught.is_empty(), "leader-local reads went unnoticed for 120 seeds");
-    let (seed, e) = &caught[0];
-    let seeds: Vec<u64> = caught.iter().map(|c| c.0).collect();
-    eprintln!("leader-local reads caught by seeds {seeds:?} of 0..120; seed {seed}: {}", &e[..e.len().min(200)]);
+    let e = caught_by(Bug::LeaderLocalReads, 120, "leader-local reads");
     assert!(e.contains("no linearization"), "{e}");
 }
 

@@ -179,6 +179,11 @@ forward_timeout_ms = 10000
 # gets the retry answer (NFS4ERR_DELAY, NFS3ERR_JUKEBOX, SMB
 # STATUS_INSUFFICIENT_RESOURCES).
 leader_wait_ms = 5000
+# How long an SMB request waits for a leader. After 0.5 s it is answered
+# STATUS_PENDING (the client then waits without its own timeout); it fails
+# with STATUS_INSUFFICIENT_RESOURCES only after this (at least
+# leader_wait_ms).
+smb_leader_wait_ms = 60000
 # This node joins a running cluster: `peers` lists the cluster's voters and
 # this node; it waits (up to 60 s at its first start) until a voter adds it
 # with `duetctl cluster add ID ADDRESS:PORT`, then catches up (docs/cluster.md).
@@ -446,6 +451,9 @@ pub struct ClusterConfig {
     pub forward_timeout_ms: u64,
     /// How long a batch waits for a leader before the retry answer.
     pub leader_wait_ms: u64,
+    /// How long an SMB request, answered STATUS_PENDING meanwhile, waits
+    /// for a leader (at least `leader_wait_ms`).
+    pub smb_leader_wait_ms: u64,
     /// Applied raft entries kept for followers that lag (then a snapshot).
     pub log_retain: u64,
     /// This node joins a running cluster (`duetctl cluster add`).
@@ -502,6 +510,7 @@ impl Default for ClusterConfig {
             forward_max: 256,
             forward_timeout_ms: 10_000,
             leader_wait_ms: 5_000,
+            smb_leader_wait_ms: 60_000,
             log_retain: 4096,
             join: false,
             peer_queue: 1024,
@@ -840,6 +849,9 @@ impl Config {
         }
         if c.leader_wait_ms > 600_000 {
             return invalid("cluster.leader_wait_ms", format!("{} is more than 600000", c.leader_wait_ms));
+        }
+        if c.smb_leader_wait_ms > 600_000 {
+            return invalid("cluster.smb_leader_wait_ms", format!("{} is more than 600000", c.smb_leader_wait_ms));
         }
         for (key, v, lo, hi) in [
             ("cluster.peer_queue", c.peer_queue as u64, 16, 1 << 20),

@@ -225,13 +225,24 @@ impl EngineHandle {
     pub async fn submit(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
         match &self.forward {
             None => self.submit_local(batch, tag).await,
-            Some(f) => self.submit_routed(f, batch, tag).await,
+            Some(f) => self.submit_routed(f, batch, tag, f.leader_wait).await,
         }
     }
 
-    async fn submit_routed(&self, f: &Forwarder, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+    /// [`EngineHandle::submit`] for a client that is told its request is
+    /// pending while it waits (SMB's interim STATUS_PENDING, which stops
+    /// the client's own request timer): it waits for a leader up to
+    /// `[cluster] smb_leader_wait_ms` instead of `leader_wait_ms`.
+    pub async fn submit_pending(&self, batch: Batch, tag: RequestTag) -> Result<BatchResult, EngineError> {
+        match &self.forward {
+            None => self.submit_local(batch, tag).await,
+            Some(f) => self.submit_routed(f, batch, tag, f.smb_leader_wait).await,
+        }
+    }
+
+    async fn submit_routed(&self, f: &Forwarder, batch: Batch, tag: RequestTag, wait: Duration) -> Result<BatchResult, EngineError> {
         let started = std::time::Instant::now();
-        let deadline = started + f.leader_wait;
+        let deadline = started + wait;
         loop {
             match f.view.leader() {
                 Some(l) if l == f.node_id => {
@@ -288,8 +299,8 @@ impl EngineHandle {
             }
             if std::time::Instant::now() >= deadline {
                 return Err(EngineError::Unavailable(match f.view.leader() {
-                    Some(l) => format!("the leader (node {l}) did not take the batch within {} ms", f.leader_wait.as_millis()),
-                    None => format!("no leader elected within {} ms", f.leader_wait.as_millis()),
+                    Some(l) => format!("the leader (node {l}) did not take the batch within {} ms", wait.as_millis()),
+                    None => format!("no leader elected within {} ms", wait.as_millis()),
                 }));
             }
             glommio::timer::sleep(ROUTE_POLL).await;

@@ -125,6 +125,9 @@ pub struct Forwarder {
     slots_rx: flume::Receiver<()>,
     pub timeout: Duration,
     pub leader_wait: Duration,
+    /// `[cluster] smb_leader_wait_ms` (at least `leader_wait`): SMB
+    /// requests are answered STATUS_PENDING while they wait.
+    pub smb_leader_wait: Duration,
     pub counters: ForwardCounters,
 }
 
@@ -145,6 +148,7 @@ impl Forwarder {
         max: usize,
         timeout: Duration,
         leader_wait: Duration,
+        smb_leader_wait: Duration,
     ) -> Arc<Forwarder> {
         let (slots_tx, slots_rx) = flume::bounded(max.max(1));
         for _ in 0..max.max(1) {
@@ -167,6 +171,7 @@ impl Forwarder {
             slots_rx,
             timeout,
             leader_wait,
+            smb_leader_wait: smb_leader_wait.max(leader_wait),
             counters: ForwardCounters::default(),
         })
     }

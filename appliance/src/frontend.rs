@@ -1031,8 +1031,20 @@ fn logon_failed(frame: &[u8]) -> bool {
     command == 1 && status == 0xC000_006D
 }
 
-/// A batch that ran on the engine, back at its connection's task.
-type Done = (u64, BatchResult);
+/// A connection's batch, back at its connection's task (by token): its
+/// result, or word that it is still running after [`SMB_INTERIM_AFTER`]
+/// (SMB batches only).
+enum Done {
+    Result(u64, BatchResult),
+    Slow(u64),
+}
+
+/// How long an SMB batch runs before its requests are answered
+/// STATUS_PENDING (`smb::Connection::go_async`): a slow device, or a
+/// cluster waiting for a leader. The client then waits for the final
+/// answer without its own request timer, and the engine waits for a
+/// leader up to `[cluster] smb_leader_wait_ms` instead of `leader_wait_ms`.
+const SMB_INTERIM_AFTER: Duration = Duration::from_millis(500);
 
 /// Runs a connection's batch on the engine in a task of its own, so that
 /// the connection reads and starts its next requests meanwhile (up to
@@ -1060,7 +1072,24 @@ fn spawn_batch(
     glommio::spawn_local(async move {
         let n = batch.ops.len();
         let proto = tag.protocol.clone();
-        let r = engine.submit(batch, tag).await.unwrap_or_else(|e| {
+        let r = if proto == "smb" {
+            let mut run = std::pin::pin!(engine.submit_pending(batch, tag));
+            let early = futures_lite::future::or(async { Some((&mut run).await) }, async {
+                glommio::timer::sleep(SMB_INTERIM_AFTER).await;
+                None
+            })
+            .await;
+            match early {
+                Some(r) => r,
+                None => {
+                    let _ = done.send(Done::Slow(token));
+                    run.await
+                }
+            }
+        } else {
+            engine.submit(batch, tag).await
+        };
+        let r = r.unwrap_or_else(|e| {
             if e.fs_error() == FsError::Unavailable {
                 tracing::warn!("{proto} batch: {e}; the client gets the retry answer");
             } else {
@@ -1077,7 +1106,7 @@ fn spawn_batch(
         }
         // The connection may be gone: its batch still ran, as if the
         // client had disconnected after sending it.
-        let _ = done.send((token, r));
+        let _ = done.send(Done::Result(token, r));
     })
     .detach();
 }
@@ -1313,7 +1342,13 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                     }
                     buf.extend_from_slice(&tmp[..n]);
                 }
-                Wake::Done((token, r)) => {
+                Wake::Done(Done::Slow(token)) => {
+                    queue.extend(conn.go_async(token));
+                    if smb_events(&mut stream, &mut queue, peer, ctx, &done_tx, &mut in_flight).await? {
+                        return Ok(());
+                    }
+                }
+                Wake::Done(Done::Result(token, r)) => {
                     in_flight -= 1;
                     queue.extend(conn.on_batch_done(token, r, now_ns()));
                     queue.extend(conn.resume(now_ns(), &*ctx.catalog.borrow()));
@@ -1361,7 +1396,7 @@ async fn smb_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
             glommio::timer::sleep(Duration::from_secs(1)).await;
             None
         });
-        if let Some((token, r)) = next.await {
+        if let Some(Done::Result(token, r)) = next.await {
             let _ = conn.on_batch_done(token, r, now_ns());
         }
     }
@@ -1501,7 +1536,8 @@ async fn nfs_conn(mut stream: TcpStream, ctx: &Ctx) -> std::io::Result<()> {
                     }
                     inbuf.extend_from_slice(&tmp[..n]);
                 }
-                Wake::Done((token, r)) => {
+                Wake::Done(Done::Slow(_)) => {}
+                Wake::Done(Done::Result(token, r)) => {
                     in_flight -= 1;
                     queue.extend(nfs_lock(&server).on_batch_done(token, r, now_ns()));
                     if nfs_events(&mut stream, &mut queue, id, ctx, &done_tx, &mut in_flight).await? {

@@ -521,6 +521,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             cfg.cluster.forward_max,
             Duration::from_millis(cfg.cluster.forward_timeout_ms),
             Duration::from_millis(cfg.cluster.leader_wait_ms),
+            Duration::from_millis(cfg.cluster.smb_leader_wait_ms),
         ));
         admin_link = Some(crate::forward::AdminLink::start(
             cfg.node_id,

@@ -8,7 +8,9 @@
 //! put again, as a client would); all 400 read back byte-exact through
 //! both survivors over SMB and over NFSv3 (libnfs' nfs-cat); the killed
 //! node restarts, catches up, is made the leader and serves all 400 from
-//! its own store.
+//! its own store. Then two of the three are SIGSTOPped for 7 s (longer
+//! than `leader_wait_ms`): a put through the third waits (answered
+//! STATUS_PENDING) and completes without an error once they resume.
 
 mod common;
 
@@ -286,6 +288,52 @@ fn three_nodes_serve_smb_and_nfs_through_a_leader_kill() {
         assert!(n.ok(&["fsck"]).contains("file system is consistent"));
     }
     eprintln!("the restarted node serves all 400 as the leader");
+
+    // A majority lost for longer than leader_wait_ms (5 s): the leader and
+    // one follower are SIGSTOPped; once the third node knows no leader, a
+    // put through it waits. SMB answers it STATUS_PENDING after 0.5 s and
+    // keeps it waiting (up to smb_leader_wait_ms, 60 s) instead of
+    // failing it at 5 s; when the two resume, a leader is elected and the
+    // put completes, as smbclient sees it, without an error.
+    let stopped = [li, fi];
+    for &i in &stopped {
+        unsafe { libc::kill(nodes[i].child.id() as i32, libc::SIGSTOP) };
+    }
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = status(&nodes[oi]);
+        if s["term"].is_u64() && s["leader"].is_null() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node {} still names a leader with two of three stopped: {s}", oi + 1);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let waited = vec![("waited.bin".to_string(), {
+        let mut v = vec![0u8; 3000];
+        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut v);
+        v
+    })];
+    std::fs::write(local.join("waited.bin"), &waited[0].1).unwrap();
+    let t = Instant::now();
+    let put = {
+        let local = local.clone();
+        std::thread::spawn(move || smbclient(ohost, smb, &local, "put waited.bin"))
+    };
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(!put.is_finished(), "the put ended while no leader was known (after {:?})", t.elapsed());
+    for &i in &stopped {
+        unsafe { libc::kill(nodes[i].child.id() as i32, libc::SIGCONT) };
+    }
+    let (ok, text) = put.join().unwrap();
+    let took = t.elapsed();
+    eprintln!("a put through node {} without a leader for 7 s completed in {took:?}", oi + 1);
+    assert!(ok && !text.contains("NT_STATUS_"), "a put that waited out a lost majority: {text}");
+    agree(&nodes, &[1, 2, 3]);
+    for i in 0..3 {
+        check_smb(HOSTS[i], smb, &local, &root.join(format!("back-waited-{}", i + 1)), &waited);
+        check_nfs(HOSTS[i], nfs, &waited);
+    }
+    let li = agree(&nodes, &[1, 2, 3]) as usize - 1;
 
     // Without a majority nothing commits: the leader left alone answers a
     // put with the retry status, within its bounds (leader_wait_ms 5 s,

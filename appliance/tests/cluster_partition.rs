@@ -598,7 +598,11 @@ struct Setup {
 fn setup(cluster_extra: &str) -> Setup {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
-    let t = start_three(&root, &[], |root, id, host, port, peers, secret| cluster::spawn_node(root, id, host, port, peers, secret, cluster_extra, ""));
+    // SMB requests wait for a leader as long as NFS ones (by default
+    // they wait 60 s, answered STATUS_PENDING), so that a cut-off node's
+    // refusals come within the cut.
+    let cluster_extra = format!("smb_leader_wait_ms = 5000\n{cluster_extra}");
+    let t = start_three(&root, &[], |root, id, host, port, peers, secret| cluster::spawn_node(root, id, host, port, peers, secret, &cluster_extra, ""));
     let leader = leader_of(&t.s[0]).unwrap() as usize - 1;
     let local = root.join("local");
     std::fs::create_dir_all(&local).unwrap();

@@ -1582,6 +1582,67 @@ fn a_channel_of_an_encrypted_session_decrypts_and_answers_encrypted() {
     assert_eq!(rd.data, b"sealed both ways");
 }
 
+/// A frame whose batch takes long (a cluster waiting for a leader) goes
+/// asynchronous when the driver says so (MS-SMB2 3.3.4.2): every request
+/// of the compound gets an interim STATUS_PENDING in the ASYNC form, with
+/// its own nonzero AsyncId and the credits; the final responses carry the
+/// same AsyncIds, no credits, and the batch's real statuses; a second
+/// word, or one for a finished batch, sends nothing. Plain signed and
+/// encrypted sessions alike.
+#[test]
+fn a_slow_batch_is_answered_pending_then_completed_async() {
+    for encrypt in [false, true] {
+        let mut c = Client::connected_with(ServerConfig { encrypt, ..Default::default() });
+        assert_eq!(c.encrypt.is_some(), encrypt);
+        let msgs = vec![
+            msg(Request::Create(create("slow.txt", create_disposition::OVERWRITE_IF, create_options::NON_DIRECTORY_FILE, RW)), false),
+            msg(
+                Request::Write(WriteRequest {
+                    offset: 0,
+                    file_id: FileId::RELATED,
+                    channel: 0,
+                    remaining_bytes: 0,
+                    flags: 0,
+                    write_channel_info: &[],
+                    data: b"written while no leader was known",
+                }),
+                true,
+            ),
+            close_related(),
+        ];
+        let f = c.frame(msgs, true);
+        let events = c.conn.on_frame(&f, NOW, &c.dir);
+        let [Event::Run { token, batch, .. }] = &events[..] else { panic!("one batch: {events:?}") };
+        let (token, batch) = (*token, batch.clone());
+        let interim = c.conn.go_async(token);
+        assert!(matches!(&interim[..], [Event::Send(_)]), "one interim frame: {interim:?}");
+        let pending = sent_replies(&c, interim);
+        assert_eq!(pending.iter().map(|r| r.header.command).collect::<Vec<_>>(), [Command::CREATE, Command::WRITE, Command::CLOSE]);
+        let mut ids = Vec::new();
+        for r in &pending {
+            assert_eq!(r.status(), NtStatus::PENDING);
+            assert!(r.header.flags.is_async(), "interim in the ASYNC form");
+            let id = r.header.async_id().expect("an AsyncId");
+            assert!(id != 0 && !ids.contains(&id), "AsyncIds nonzero and distinct: {ids:?} {id}");
+            ids.push(id);
+            assert!(r.header.credit > 0, "the interim grants the credits");
+        }
+        assert!(c.conn.go_async(token).is_empty(), "one interim per request");
+        let done = c.conn.on_batch_done(token, c.engine.run(&batch), NOW);
+        assert!(matches!(&done[..], [Event::Send(_)]), "one final frame: {done:?}");
+        let finals = sent_replies(&c, done);
+        assert_eq!(finals.len(), 3);
+        for (r, id) in finals.iter().zip(&ids) {
+            assert_eq!(r.status(), NtStatus::SUCCESS, "{:?}", r.header.command);
+            assert!(r.header.flags.is_async());
+            assert_eq!(r.header.async_id(), Some(*id), "the final answer names the interim's AsyncId");
+            assert_eq!(r.header.credit, 0, "credits went with the interim (MS-SMB2 3.3.4.3)");
+        }
+        assert!(c.conn.go_async(token).is_empty(), "nothing for a finished batch");
+        assert_eq!(read_file(&mut c, "slow.txt").1, b"written while no leader was known");
+    }
+}
+
 #[test]
 fn encrypted_sessions_round_trip_and_refuse_plaintext() {
     for cipher in [
@@ -1807,7 +1868,8 @@ fn byte_range_locks() {
     assert_eq!(c.one(Request::Lock(l)).status(), NtStatus::RANGE_NOT_LOCKED);
 }
 
-/// The frames of `events` (sends only), decrypted, as replies.
+/// The frames of `events` (sends only), decrypted, as replies; the
+/// signatures of signed ones verified.
 fn sent_replies(c: &Client, events: Vec<Event>) -> Vec<Reply> {
     let mut out = Vec::new();
     for e in events {
@@ -1820,6 +1882,9 @@ fn sent_replies(c: &Client, events: Vec<Event>) -> Vec<Reply> {
         };
         for m in Compound::new(&plain) {
             let m = m.unwrap();
+            if m.header.flags.is_signed() {
+                assert!(c.signing.as_ref().expect("signed reply without a key").verify(m.bytes), "signature of {:?}", m.header.command);
+            }
             out.push(Reply { header: m.header, bytes: m.bytes.to_vec() });
         }
     }

@@ -526,6 +526,45 @@ impl Connection {
         events
     }
 
+    /// The batch of [`Event::Run`] `token` is taking long (the driver's
+    /// timer: a slow device, a cluster waiting for a leader). Every
+    /// request of its frame not yet asynchronous gets an AsyncId and an
+    /// interim STATUS_PENDING response now, which carries its credits
+    /// (MS-SMB2 3.3.4.2), so the client extends its request timer
+    /// (3.2.5.1.5) instead of giving up; the final responses follow when
+    /// the batch is done, in the ASYNC form with no credits (3.3.4.3). All
+    /// requests of a compound go asynchronous together, since the frame
+    /// commits as one batch. Nothing is sent for a token already answered,
+    /// or for a frame whose CHANGE_NOTIFY will wait (it has an interim of
+    /// its own). A CANCEL naming one of these AsyncIds finds nothing to
+    /// cancel (3.3.5.16): the batch completes either way.
+    pub fn go_async(&mut self, token: u64) -> Vec<Event> {
+        let Some(fp) = self.pending.get_mut(&token) else {
+            return Vec::new();
+        };
+        if fp.deferred.values().any(|d| matches!(d, Deferred::Notify { .. })) {
+            return Vec::new();
+        }
+        let mut interim: Vec<Answered> = Vec::new();
+        for s in fp.slots.iter_mut() {
+            // A parked CREATE run again already had its interim answer.
+            if s.hdr.flags.is_async() {
+                continue;
+            }
+            let async_id = self.next_async_id;
+            self.next_async_id += 1;
+            s.hdr.flags.0 |= HeaderFlags::ASYNC_COMMAND;
+            s.hdr.ids = HeaderIds::Async { async_id };
+            interim.push((s.hdr, s.credits, s.sign.clone(), NtStatus::PENDING, error_body()));
+            s.credits = 0;
+        }
+        if interim.is_empty() {
+            return Vec::new();
+        }
+        let (encrypt, channel) = (fp.encrypt.clone(), fp.channel);
+        self.send_frame(interim, encrypt, channel)
+    }
+
     // ---- framing -------------------------------------------------------
 
     /// A multi-protocol SMB1 NEGOTIATE (MS-SMB2 3.3.5.3.1).
@@ -919,6 +958,14 @@ impl Connection {
             };
             answered.push((hdr, s.credits, s.sign, status, body));
         }
+        let encrypt = fp.encrypt.take();
+        self.send_frame(answered, encrypt, fp.channel)
+    }
+
+    /// Assembles the responses `answered` into the one frame to send
+    /// (compounded when several), signed or encrypted as their requests'
+    /// sessions ask.
+    fn send_frame(&mut self, answered: Vec<Answered>, encrypt: Option<(u64, CipherKey)>, channel: Option<u64>) -> Vec<Event> {
         // Assemble, behind room for the transport header (MS-SMB2 2.1):
         // pad every message of a compound to 8 (the last one too, as
         // Windows and Samba do), chain NextCommand, then sign each message
@@ -952,7 +999,7 @@ impl Connection {
             }
             spans.push(start..out.len());
         }
-        if fp.encrypt.is_none() {
+        if encrypt.is_none() {
             for ((hdr, _, sign, status, _), span) in answered.iter().zip(&spans) {
                 if let Some(k) = sign {
                     k.sign_in_place(&mut out[span.clone()]);
@@ -969,7 +1016,7 @@ impl Connection {
                 }
             }
         }
-        if let Some((sid, key)) = fp.encrypt.take() {
+        if let Some((sid, key)) = encrypt {
             let mut nonce = [0u8; 16];
             nonce[..4].copy_from_slice(&self.nonce_prefix);
             nonce[4..12].copy_from_slice(&self.nonce_counter.to_le_bytes());
@@ -979,7 +1026,7 @@ impl Connection {
             // 24-bit length cannot say is never sent truncated: the
             // connection ends.
             return match key.encrypt(sid, nonce, &out[TRANSPORT_HEADER..]).and_then(transport) {
-                Some(f) => vec![Self::send_to(fp.channel, f)],
+                Some(f) => vec![Self::send_to(channel, f)],
                 None => self.close(),
             };
         }
@@ -989,7 +1036,7 @@ impl Connection {
             return self.close();
         }
         out[..TRANSPORT_HEADER].copy_from_slice(&(len as u32).to_be_bytes());
-        vec![Self::send_to(fp.channel, out)]
+        vec![Self::send_to(channel, out)]
     }
 
     fn hash_response(&mut self, slot: Option<&Slot>) {

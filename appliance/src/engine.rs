@@ -264,25 +264,27 @@ impl EngineHandle {
                                 None
                             },
                         );
-                        let Some(r) = local.await else {
-                            return Err(EngineError::Unavailable(format!(
-                                "not committed within {} ms (no quorum?); the batch may still commit",
-                                f.timeout.as_millis()
-                            )));
-                        };
-                        match r {
+                        match local.await {
+                            // A read changes nothing: it may run again.
+                            None if !batch.mutates() => {}
+                            None => {
+                                return Err(EngineError::Unavailable(format!(
+                                    "not committed within {} ms (no quorum?); the batch may still commit",
+                                    f.timeout.as_millis()
+                                )))
+                            }
                             // Lost the leadership before proposing (nothing
                             // was proposed): route again.
                             // Superseded: proposed, then its place went to
                             // another entry in a new term: not applied either.
                             // ReadUnconfirmed: a read whose read index no
                             // quorum confirmed (this node may be deposed).
-                            Err(EngineError::Store(
+                            Some(Err(EngineError::Store(
                                 StoreError::NotLeader { .. }
                                 | StoreError::Superseded { .. }
                                 | StoreError::ReadUnconfirmed { .. },
-                            )) => {}
-                            r => return r,
+                            ))) => {}
+                            Some(r) => return r,
                         }
                     }
                 }
@@ -293,6 +295,12 @@ impl EngineHandle {
                     }
                     Call::Again => {}
                     Call::Failed(t) => return Err(EngineError::Remote(t)),
+                    // A read-only batch whose answer was lost changes
+                    // nothing: routed again within the same wait (a read
+                    // answered later is still inside its call's window).
+                    Call::Unknown(t) if !batch.mutates() => {
+                        tracing::debug!("a forwarded read's answer was lost ({t}); routed again");
+                    }
                     Call::Unknown(t) => return Err(EngineError::Unavailable(t)),
                 },
                 _ => {}

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod inproc;
+pub mod lossy;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -1051,6 +1051,13 @@ pub struct Stats {
     /// got the retry answer).
     #[serde(default)]
     pub raft_overloaded: u64,
+    /// Read-only batches a single node answered on the protocol executor
+    /// from RocksDB's memory (no trip to the metadata thread), and those
+    /// that needed the disk and went there.
+    #[serde(default)]
+    pub metadata_reads_here: u64,
+    #[serde(default)]
+    pub metadata_reads_from_disk: u64,
     /// Reads of chunk blocks answered from the read cache (`[cache]
     /// read_mib`), and those that went to the device.
     #[serde(default)]

@@ -1241,6 +1241,8 @@ impl Admin {
             lazy_groups: ld(&c.lazy_groups),
             wal_syncs: ld(&c.wal_syncs),
             raft_overloaded: ld(&c.overloaded),
+            metadata_reads_here: ld(&c.reads_here),
+            metadata_reads_from_disk: ld(&c.reads_from_disk),
             read_cache_hits: ld(&d.read_cache_hits),
             read_cache_misses: ld(&d.read_cache_misses),
             read_cache_bytes: ld(&d.read_cache_bytes),

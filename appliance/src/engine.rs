@@ -358,7 +358,13 @@ impl EngineHandle {
                 return Ok(crate::datapath::no_space(n_ops));
             }
         }
-        let outcome = match self.store.batch(batch).await {
+        // A single node's reads run here (no trip to the metadata
+        // thread and back: `StoreHandle::read_here`).
+        let r = match self.store.read_here(&batch) {
+            Some(r) => r,
+            None => self.store.batch(batch).await,
+        };
+        let outcome = match r {
             Ok(o) => o,
             Err(e) => {
                 if crate::datapath::is_enospc(&e) {

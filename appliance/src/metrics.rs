@@ -324,6 +324,8 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     counter(&mut reg, "lazy_groups", "Metadata groups answered before they were durable (protocol shares)", stats.lazy_groups);
     counter(&mut reg, "wal_syncs", "Metadata WAL syncs that made lazy groups durable", stats.wal_syncs);
     counter(&mut reg, "raft_overloaded", "Changes refused by the raft leader at its uncommitted bound ([cluster] uncommitted_mib)", stats.raft_overloaded);
+    counter(&mut reg, "metadata_reads_here", "Read-only batches a single node answered on the protocol executor from RocksDB's memory", stats.metadata_reads_here);
+    counter(&mut reg, "metadata_reads_from_disk", "Read-only batches that needed RocksDB's disk and went to the metadata thread", stats.metadata_reads_from_disk);
     counter(&mut reg, "read_cache_hits", "Chunk blocks read from the read cache", stats.read_cache_hits);
     counter(&mut reg, "read_cache_misses", "Chunk blocks the read cache did not hold (read from the device)", stats.read_cache_misses);
     gauge(&mut reg, "read_cache_bytes", "Bytes of chunk data in the read cache", stats.read_cache_bytes);

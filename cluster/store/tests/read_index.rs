@@ -330,3 +330,53 @@ fn lookup_batch_out(h: &StoreHandle, name: &str) -> Option<u64> {
         _ => None,
     }
 }
+
+/// A single node executes read-only batches on the caller's thread
+/// (`StoreHandle::read_here`): a read begun after a change's answer sees
+/// it at once; a change, a flush, a directory listing, or a member of a
+/// multi-voter group go to the metadata thread instead (None); once the
+/// store is shut down the database is closed and nothing is read here.
+#[test]
+fn a_single_node_reads_on_the_callers_thread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Store::open(tmp.path(), 1).unwrap();
+    let h = s.handle();
+    h.command_blocking(Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
+    let found = |name: &str| match h.read_here(&lookup_batch(name)) {
+        Some(Ok(out)) => matches!(out.applied.results[0], Ok(OpOutput::Object { .. })),
+        other => panic!("a single node's lookup not read here: {:?}", other.map(|r| r.map(|o| o.applied.results))),
+    };
+    let batches = h.counters().batches.load(Ordering::Relaxed);
+    for i in 0..200 {
+        let name = format!("d{i}");
+        assert!(!found(&name));
+        h.batch_blocking(mkdir_batch(&name)).unwrap();
+        assert!(found(&name), "{name} not seen right after its answer");
+    }
+    assert!(h.counters().batches.load(Ordering::Relaxed) >= batches + 600, "reads here are counted");
+    assert!(h.counters().reads_here.load(Ordering::Relaxed) >= 400, "all in memory: read here");
+    assert!(h.read_here(&mkdir_batch("x")).is_none(), "a change goes to the metadata thread");
+    let mut flush = lookup_batch("d1");
+    flush.flush = true;
+    assert!(h.read_here(&flush).is_none(), "a flush goes to the metadata thread");
+    let mut list = Batch::new(Credentials::root(), 3_000);
+    list.push(Op::ReadDir { dir: ObjRef::Id(ROOT_ID), after: None, max_entries: 10, with_attrs: false });
+    assert!(h.read_here(&list).is_none(), "a listing goes to the metadata thread");
+    let wired = tempfile::tempdir().unwrap();
+    let w = Wired::open(wired.path());
+    assert!(w.h(1).read_here(&lookup_batch("d1")).is_none(), "a member of three reads at a read index");
+    drop(w);
+    s.shutdown();
+    assert!(h.read_here(&lookup_batch("d1")).is_none(), "read here after shutdown");
+    // The database was closed: it opens again. A read the block cache
+    // cannot answer goes to the metadata thread (None, counted); once
+    // that thread has read the blocks, the same read is served here.
+    let s = Store::open(tmp.path(), 1).unwrap();
+    let h = s.handle();
+    let first = h.read_here(&lookup_batch("d199"));
+    let c = h.counters();
+    assert_eq!(c.reads_here.load(Ordering::Relaxed) + c.reads_from_disk.load(Ordering::Relaxed), 1);
+    assert_eq!(first.is_none(), c.reads_from_disk.load(Ordering::Relaxed) == 1);
+    assert!(lookup(&h, "d199").unwrap());
+    assert!(matches!(h.read_here(&lookup_batch("d199")), Some(Ok(out)) if matches!(out.applied.results[0], Ok(OpOutput::Object { .. }))));
+}

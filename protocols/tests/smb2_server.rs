@@ -634,6 +634,22 @@ fn close_related() -> Msg {
     )
 }
 
+/// A WRITE at offset 0 of the open the chain's CREATE made.
+fn write_related(data: &[u8]) -> Msg {
+    msg(
+        Request::Write(WriteRequest {
+            offset: 0,
+            file_id: FileId::RELATED,
+            channel: 0,
+            remaining_bytes: 0,
+            flags: 0,
+            write_channel_info: &[],
+            data,
+        }),
+        true,
+    )
+}
+
 fn write_file(c: &mut Client, name: &str, data: &[u8]) -> Vec<Reply> {
     let basic = fscc::FileBasicInformation {
         last_write_time: 133_000_000_000_000_000,
@@ -651,18 +667,7 @@ fn write_file(c: &mut Client, name: &str, data: &[u8]) -> Vec<Reply> {
             )),
             false,
         ),
-        msg(
-            Request::Write(WriteRequest {
-                offset: 0,
-                file_id: FileId::RELATED,
-                channel: 0,
-                remaining_bytes: 0,
-                flags: 0,
-                write_channel_info: &[],
-                data,
-            }),
-            true,
-        ),
+        write_related(data),
         msg(
             Request::SetInfo(SetInfoRequest {
                 info_type: info_type::FILE,
@@ -1596,18 +1601,7 @@ fn a_slow_batch_is_answered_pending_then_completed_async() {
         assert_eq!(c.encrypt.is_some(), encrypt);
         let msgs = vec![
             msg(Request::Create(create("slow.txt", create_disposition::OVERWRITE_IF, create_options::NON_DIRECTORY_FILE, RW)), false),
-            msg(
-                Request::Write(WriteRequest {
-                    offset: 0,
-                    file_id: FileId::RELATED,
-                    channel: 0,
-                    remaining_bytes: 0,
-                    flags: 0,
-                    write_channel_info: &[],
-                    data: b"written while no leader was known",
-                }),
-                true,
-            ),
+            write_related(b"written while no leader was known"),
             close_related(),
         ];
         let f = c.frame(msgs, true);

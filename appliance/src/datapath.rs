@@ -402,6 +402,12 @@ struct Round {
     /// `fill_max` blocks. Empty when the read cache is off.
     fill: BTreeMap<(NodeId, u64, u64), Vec<u8>>,
     fill_max: usize,
+    /// What the round's records changed so far ([`Self::take_bases`]):
+    /// 64 KiB blocks, whole chunks, whole files; the cache forgets exactly
+    /// these after the round's syncs ([`DataPath::forget_changed`]).
+    seen: HashSet<(NodeId, u64, u64)>,
+    seen_chunks: HashSet<(NodeId, u64)>,
+    seen_files: HashSet<NodeId>,
     /// Blocks of plain chunks this round writes in place, by (file,
     /// chunk, 4 KiB block), as they will be: written together
     /// ([`DataPath::flush_pending`]) before anything else reads or
@@ -418,8 +424,9 @@ const PENDING_MAX: usize = 16 << 20;
 
 impl Round {
     /// Notes the bytes `data` written at `co` of chunk `idx` of `file`:
-    /// the blocks it covers whole are kept for the read cache, one it
-    /// covers in part is dropped (its other bytes are not at hand).
+    /// the blocks it covers whole are kept for the read cache; one it
+    /// covers in part is patched when the round holds its other bytes
+    /// ([`Self::take_bases`]), else dropped.
     fn keep_written(&mut self, file: NodeId, idx: u64, co: u64, data: &[u8]) {
         use duet_cache::read::BLOCK;
         if self.fill_max == 0 || data.is_empty() {
@@ -430,8 +437,58 @@ impl Round {
             let (s, e) = (b * BLOCK, (b + 1) * BLOCK);
             if s >= co && e <= end && (self.fill.len() < self.fill_max || self.fill.contains_key(&(file, idx, b))) {
                 self.fill.insert((file, idx, b), data[(s - co) as usize..(e - co) as usize].to_vec());
-            } else {
-                self.fill.remove(&(file, idx, b));
+            } else if let Some(block) = self.fill.get_mut(&(file, idx, b)) {
+                // As the chunk will hold it: in-place writes go out in
+                // whole 4 KiB blocks, so a block that grows ends on one
+                // (zeros before the write, as in the chunk).
+                let (ws, we) = ((co.max(s) - s) as usize, (end.min(e) - s) as usize);
+                let len = block.len().max((align_up(we as u64).min(BLOCK)) as usize);
+                block.resize(len, 0);
+                block[ws..we].copy_from_slice(&data[(s.max(co) - co) as usize..(e.min(end) - co) as usize]);
+            }
+        }
+    }
+
+    /// Before a record changes `scope` of `file` (see [`record_chunks`];
+    /// `None`: the whole file), and before the cache forgets it: a write
+    /// record takes each cached 64 KiB block it is the round's first to
+    /// change as the base its bytes are laid on ([`Self::keep_written`]),
+    /// so a block written in part reads from memory afterwards rather than
+    /// from the device. Only a block no earlier record of the round
+    /// changed: a read may have cached the chunk's old bytes of one since.
+    fn take_bases(
+        &mut self,
+        cache: &duet_cache::read::ReadCache,
+        file: NodeId,
+        scope: Option<&BTreeMap<u64, (u64, u64)>>,
+        write: bool,
+    ) {
+        use duet_cache::read::BLOCK;
+        let Some(scope) = scope else {
+            self.seen_files.insert(file);
+            return;
+        };
+        let per_chunk = CHUNK_SIZE / BLOCK;
+        for (&idx, &(b0, b1)) in scope {
+            if b1.saturating_sub(b0) >= per_chunk {
+                self.seen_chunks.insert((file, idx));
+                continue;
+            }
+            for b in b0..=b1 {
+                let key = (file, idx, b);
+                let first = self.seen.insert(key);
+                if write
+                    && first
+                    && self.fill_max > 0
+                    && self.fill.len() < self.fill_max
+                    && !self.seen_files.contains(&file)
+                    && !self.seen_chunks.contains(&(file, idx))
+                    && !self.fill.contains_key(&key)
+                {
+                    if let Some(d) = cache.peek(key) {
+                        self.fill.insert(key, d.to_vec());
+                    }
+                }
             }
         }
     }
@@ -1253,17 +1310,38 @@ impl DataPath {
         self.read_files.borrow_mut().retain(|(f, _), _| *f != file);
     }
 
-    /// [`Self::forget_cached`] for what a record changes: those blocks
-    /// of those chunks (`Some`: chunk -> first and last 64 KiB block), or
-    /// the whole file (`None`).
-    fn forget_scope(&self, file: NodeId, chunks: Option<&BTreeMap<u64, (u64, u64)>>) {
+    /// [`Self::forget_cached`] for what a round's records changed
+    /// ([`Round::take_bases`] noted it): whole files, whole chunks, and
+    /// single 64 KiB blocks.
+    fn forget_changed(&self, round: &Round) {
+        for &file in &round.seen_files {
+            self.forget_cached(file);
+        }
+        let mut cache = self.cache();
+        let mut open = self.read_files.borrow_mut();
+        for &(file, idx) in &round.seen_chunks {
+            cache.forget_chunk(file, idx);
+            open.remove(&(file, idx));
+        }
+        for &(file, idx, b) in &round.seen {
+            cache.forget_blocks(file, idx, b, b);
+            open.remove(&(file, idx));
+        }
+    }
+
+    /// Before a record changes `chunks` of `file` (`None`: the whole
+    /// file): reads of them begun before now keep nothing they saw. Blocks
+    /// a record changes in place stay cached until the round's end (a read
+    /// lays the still-queued record over them, see [`lay_over`]); a change
+    /// of the whole file forgets them at once.
+    fn fence_scope(&self, file: NodeId, chunks: Option<&BTreeMap<u64, (u64, u64)>>) {
         match chunks {
             None => self.forget_cached(file),
             Some(chunks) => {
                 let mut cache = self.cache();
                 let mut open = self.read_files.borrow_mut();
-                for (&idx, &(b0, b1)) in chunks {
-                    cache.forget_blocks(file, idx, b0, b1);
+                for &idx in chunks.keys() {
+                    cache.fence_chunk(file, idx);
                     open.remove(&(file, idx));
                 }
             }
@@ -1804,8 +1882,6 @@ impl DataPath {
         }
         let mut reclaimed = Vec::new();
         let mut extents = Vec::new();
-        // Per file, the chunks the round changes (None: the whole file).
-        let mut touched: BTreeMap<NodeId, Option<BTreeMap<u64, (u64, u64)>>> = BTreeMap::new();
         for (dseq, rec) in &recs {
             if rec.op.logged().is_none() && !matches!(rec.op, DataOp::WriteInline { .. }) {
                 // Anything but a write works on the chunk files as they
@@ -1813,16 +1889,9 @@ impl DataPath {
                 self.flush_pending(&mut round).await?;
             }
             let scope = record_chunks(&rec.op);
-            self.forget_scope(rec.file, scope.as_ref());
-            match (touched.entry(rec.file).or_insert_with(|| Some(BTreeMap::new())), scope) {
-                (Some(all), Some(these)) => {
-                    for (idx, (b0, b1)) in these {
-                        let e = all.entry(idx).or_insert((b0, b1));
-                        *e = (e.0.min(b0), e.1.max(b1));
-                    }
-                }
-                (all, _) => *all = None,
-            }
+            let write = matches!(rec.op, DataOp::WriteInline { .. } | DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. });
+            round.take_bases(&self.cache(), rec.file, scope.as_ref(), write);
+            self.fence_scope(rec.file, scope.as_ref());
             match &rec.op {
                 DataOp::WriteInline { offset, data } => self.write_chunks(&mut round, rec.file, *offset, data).await?,
                 DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => {
@@ -1918,9 +1987,10 @@ impl DataPath {
         // Reads that began while the chunks changed keep nothing they saw;
         // this is before the log records go, so a read that then finds its
         // record gone and re-reads the chunks never meets an old block.
-        for (f, chunks) in &touched {
-            self.forget_scope(*f, chunks.as_ref());
-        }
+        // Exactly the blocks the round changed: a cached block between two
+        // written ones is the chunk as it still is, and the next round
+        // lays its writes on it.
+        self.forget_changed(&round);
         // What this round wrote, as the chunks now hold it: a file just
         // written then reads from memory.
         if !round.fill.is_empty() {

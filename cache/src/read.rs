@@ -131,6 +131,16 @@ impl ReadCache {
         }
     }
 
+    /// The block, if cached, without counting a hit or a miss or marking
+    /// it used (the destager takes a block it is about to change as the
+    /// base of the block's new bytes).
+    pub fn peek(&self, key: Key) -> Option<Arc<[u8]>> {
+        if self.capacity == 0 {
+            return None;
+        }
+        self.blocks.get(&key).map(|e| e.data.clone())
+    }
+
     /// Whether the block is cached (counts nothing, uses nothing: a
     /// caller that only takes a read whose every block is here asks this
     /// first, then [`Self::get`]s them).
@@ -206,6 +216,20 @@ impl ReadCache {
     /// refused as before, but its cached blocks outside the range stay
     /// (the change leaves their bytes as they are).
     pub fn forget_blocks(&mut self, file: u64, idx: u64, first: u64, last: u64) {
+        self.fence_chunk(file, idx);
+        let keys: Vec<Key> = self.blocks.range((file, idx, first)..=(file, idx, last)).map(|(k, _)| *k).collect();
+        for k in keys {
+            self.remove(k);
+        }
+    }
+
+    /// Refuses inserts of chunk `idx` of `file` read before now, and keeps
+    /// its cached blocks: the destager calls it before a record changes
+    /// bytes of the chunk in place. A block kept is the chunk as it was
+    /// before, which a read still lays the queued record over until the
+    /// record is destaged, and [`ReadCache::forget_blocks`] after the
+    /// chunk's sync (before the record leaves the queue) drops it.
+    pub fn fence_chunk(&mut self, file: u64, idx: u64) {
         self.generation += 1;
         if self.forgotten_chunks.len() >= MAX_TRACKED && !self.forgotten_chunks.contains_key(&(file, idx)) {
             self.forgotten_chunks.clear();
@@ -213,10 +237,6 @@ impl ReadCache {
             self.floor = self.generation;
         }
         self.forgotten_chunks.insert((file, idx), self.generation);
-        let keys: Vec<Key> = self.blocks.range((file, idx, first)..=(file, idx, last)).map(|(k, _)| *k).collect();
-        for k in keys {
-            self.remove(k);
-        }
     }
 
     /// Drops every block of `file` and refuses inserts of blocks read
@@ -356,6 +376,22 @@ mod tests {
         c.forget_file(5);
         assert!(c.get((5, 0, 0)).is_none());
         assert_eq!(&*c.get((6, 0, 0)).unwrap(), b"other");
+    }
+
+    #[test]
+    fn a_fenced_chunk_keeps_its_blocks_and_refuses_older_reads() {
+        let mut c = ReadCache::new(1 << 20);
+        let t = c.begin();
+        c.insert(t, (1, 0, 0), &[1u8; 100]);
+        let before = c.begin();
+        c.fence_chunk(1, 0);
+        assert!(c.get((1, 0, 0)).is_some(), "a fence drops nothing");
+        c.insert(before, (1, 0, 1), &[2u8; 100]);
+        assert!(c.get((1, 0, 1)).is_none(), "a read begun before the fence was kept");
+        c.insert(c.begin(), (1, 0, 1), &[3u8; 100]);
+        assert_eq!(c.peek((1, 0, 1)).as_deref(), Some(&[3u8; 100][..]));
+        c.forget_blocks(1, 0, 0, 0);
+        assert!(c.peek((1, 0, 0)).is_none() && c.peek((1, 0, 1)).is_some());
     }
 
     #[test]

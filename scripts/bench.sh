@@ -5,7 +5,8 @@
 # NFS-Ganesha NFSv4.1 on 127.0.0.1:12049, via ../shared/peers/start),
 # starts a fresh duetd on free loopback ports, runs `duetctl bench` against
 # all four servers (duet SMB, Samba, duet NFSv4.1, Ganesha) with the same
-# client, the amplification report against duet, the vectorised-copy
+# client, again for small files and random I/O on a duet `protocol` share,
+# the amplification report against duet, the vectorised-copy
 # comparison at 0 and 5 ms added latency, Samba's smbclient (mput/mget of
 # 1,000 x 4 KiB) against duet `always`, duet `protocol` and Samba
 # (scripts/bench-smbclient.sh), the Linux kernel's NFSv4.1 and cifs clients
@@ -99,6 +100,17 @@ cmd=(bench "${targets[@]}" --workloads smallfile,mdtest,ls,seq,rand --clients "$
      --ls-entries "$LS_ENTRIES" --seq-size "$SEQ_SIZE" --rand-size "$RAND_SIZE" --rand-ops "$RAND_OPS"
      --report-amplification --json-out docs/bench/results.json --svg docs/bench/results.svg --markdown "$work/main.md")
 ctl "${cmd[@]}" | tee "$work/main.txt" || status=$?
+# The same small-file and random workloads against a `protocol` share
+# (docs/durability.md: SMB changes without WRITE_THROUGH synced by a group
+# commit within a few ms; NFS FILE_SYNC writes, which this client sends,
+# still synced), the peers again beside it.
+pcmd=(bench "duet-smb-protocol=smb://bench:benchpw@127.0.0.1:$smb/benchp"
+      "samba=smb://bench:benchpw@127.0.0.1:1445/share"
+      "duet-nfs-protocol=nfs4://127.0.0.1:$nfs/benchp"
+      "ganesha=nfs4://127.0.0.1:12049/export"
+      --workloads smallfile,rand --clients "$CLIENTS" --files "$FILES" --rand-size "$RAND_SIZE" --rand-ops "$RAND_OPS"
+      --json-out docs/bench/results-protocol.json --markdown "$work/protocol.md")
+ctl "${pcmd[@]}" | tee "$work/protocol.txt" || status=$?
 vc=(bench "duet-nfs=nfs4://127.0.0.1:$nfs/bench" --workloads vcopy --files "$VCOPY_FILES")
 ctl "${vc[@]}" --markdown "$work/vcopy0.md" --json-out docs/bench/vcopy-0ms.json | tee "$work/vcopy0.txt" || status=$?
 ctl "${vc[@]}" --latency "$LATENCY" --markdown "$work/vcopy.md" --json-out "docs/bench/vcopy-${LATENCY}ms.json" | tee "$work/vcopy.txt" || status=$?
@@ -114,6 +126,22 @@ t1=$(date +%s)
 # The disk's synchronous-write latency (what one durable commit costs here).
 fs_ms=$(dd if=/dev/zero of="$work/fsync-probe" bs=4k count=200 oflag=dsync 2>&1 | awk '/copied/ {for (i=1;i<=NF;i++) if ($i ~ /^s,?$/) s=$(i-1); printf "%.2f", s*1000/200}')
 rm -f "$work/fsync-probe"
+# One loopback TCP round trip (median of 2,000 one-byte ping-pongs).
+rtt_ms=$(python3 - <<'PY'
+import socket, threading, time
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+def echo():
+    c, _ = srv.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while (b := c.recv(1)):
+        c.sendall(b)
+threading.Thread(target=echo, daemon=True).start()
+s = socket.create_connection(srv.getsockname()); s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+t = []
+for _ in range(2000):
+    t0 = time.perf_counter(); s.sendall(b"x"); s.recv(1); t.append(time.perf_counter() - t0)
+print(f"{sorted(t)[len(t) // 2] * 1000:.3f}")
+PY
+)
 
 {
   echo "# Benchmarks"
@@ -122,12 +150,14 @@ rm -f "$work/fsync-probe"
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), shared with other builds while it ran; kernel $(uname -r)."
   echo "duetd: **$build build** ($DUETD); client: duetctl, **$ctlbuild build** ($CTL), async: one connection and one task per client, the tasks spread over one glommio executor per core ($(nproc) threads)."
   echo "Disk: one 4 KiB O_DSYNC write (\`dd oflag=dsync\`, next to the peers' and duet's data) takes ${fs_ms} ms."
+  echo "Network: one loopback TCP round trip (median of 2,000) takes ${rtt_ms} ms (Python at both ends, a little above the kernel alone). The goals' *floor* column adds them up: what one request of that kind cannot go below here."
   echo "Peers: $(smbd --version 2>/dev/null | head -1), NFS-Ganesha $(dpkg-query -W -f='${Version}' nfs-ganesha 2>/dev/null || echo '?')."
   echo
   echo "Command (what the script ran; the ports are free ones chosen at start):"
   echo
   echo '```'
   echo "duetctl ${cmd[*]}"
+  echo "duetctl ${pcmd[*]}"
   echo "duetctl ${vc[*]}"
   echo "duetctl ${vc[*]} --latency $LATENCY"
   echo '```'
@@ -138,13 +168,18 @@ rm -f "$work/fsync-probe"
   echo
   echo "## Goals"
   echo
-  python3 scripts/bench_goals.py docs/bench/results.json "docs/bench/vcopy-${LATENCY}ms.json"
+  python3 scripts/bench_goals.py docs/bench/results.json "docs/bench/vcopy-${LATENCY}ms.json" \
+    --protocol docs/bench/results-protocol.json --fsync-ms "$fs_ms" --rtt-ms "$rtt_ms"
   echo
   echo "## Side by side"
   echo
   cat "$work/main.md"
   echo
   echo "![chart](bench/results.svg)"
+  echo
+  echo "## Durability \`protocol\` (small files and random 4 KiB I/O)"
+  echo
+  cat "$work/protocol.md"
   echo
   echo "## smbclient: mput and mget of many small files, per durability (docs/durability.md)"
   echo

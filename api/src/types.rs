@@ -1072,6 +1072,15 @@ pub struct Stats {
     /// over the range that needs the device).
     #[serde(default)]
     pub read_cache_direct: u64,
+    /// Reads of write-log extents (data not destaged yet, and the
+    /// destager's own) served from memory, and from the device; bytes of
+    /// extents held in memory (a quarter of `[cache] read_mib`).
+    #[serde(default)]
+    pub log_reads_memory: u64,
+    #[serde(default)]
+    pub log_reads_device: u64,
+    #[serde(default)]
+    pub log_memory_bytes: u64,
 }
 
 /// One line of the audit log (GET /v1/audit returns the newest, oldest

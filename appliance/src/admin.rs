@@ -1247,6 +1247,9 @@ impl Admin {
             read_cache_misses: ld(&d.read_cache_misses),
             read_cache_bytes: ld(&d.read_cache_bytes),
             read_cache_direct: ld(&d.read_cache_direct),
+            log_reads_memory: ld(&d.log_reads_memory),
+            log_reads_device: ld(&d.log_reads_device),
+            log_memory_bytes: ld(&d.log_memory_bytes),
             errors: self
                 .engine
                 .stats

@@ -81,6 +81,12 @@ pub struct DataCounters {
     /// Reads served from the read cache on a protocol executor
     /// ([`SharedReads::read_cached`]).
     pub read_cache_direct: AtomicU64,
+    /// Write-log extent reads served from memory (`duet_cache::logmem`)
+    /// and from the device.
+    pub log_reads_memory: AtomicU64,
+    pub log_reads_device: AtomicU64,
+    /// Bytes of write-log extents held in memory.
+    pub log_memory_bytes: AtomicU64,
 }
 
 /// Where a test can make the data path fail (`[testing] fault_injection`,
@@ -327,6 +333,10 @@ pub struct DataPath {
     /// Chunk files open for reading (with the read cache on), at most
     /// `READ_FILES_MAX`; dropped with the file's blocks, by the same rule.
     read_files: RefCell<HashMap<(NodeId, u64), Rc<DmaFile>>>,
+    /// The newest write-log extents' bytes (a quarter of the read cache's
+    /// bound): reads of data not destaged yet, and the destager's own
+    /// reads of the extents it moves, come from memory.
+    log_mem: RefCell<duet_cache::logmem::LogMem>,
     /// Chunk files being opened for reads right now. glommio's
     /// `DmaFile::open` looks the path up again after the open (statfs) and
     /// panics if it is gone by then, so the destager removes no chunk name
@@ -601,6 +611,7 @@ impl DataPath {
                 fault_armed: std::sync::atomic::AtomicBool::new(false),
             }),
             read_files: RefCell::new(HashMap::new()),
+            log_mem: RefCell::new(duet_cache::logmem::LogMem::new(0)),
             opening: Cell::new(0),
         });
         if reused {
@@ -642,10 +653,18 @@ impl DataPath {
     }
 
     /// Joins this node's write log to the other voters' (multi-node).
-    /// Sizes the read cache (`[cache] read_mib`); 0 turns it off. Drops
-    /// what it held.
+    /// Sizes the read cache (`[cache] read_mib`) and the write log's
+    /// extents in memory (a quarter of it); 0 turns both off. Drops what
+    /// they held.
     pub fn set_read_cache_bytes(&self, bytes: u64) {
         *self.cache() = duet_cache::read::ReadCache::new(bytes);
+        *self.log_mem.borrow_mut() = duet_cache::logmem::LogMem::new(bytes / 4);
+        self.counters.log_memory_bytes.store(0, Ordering::Relaxed);
+    }
+
+    fn mem_name(&self, extent: ExtentId) -> duet_cache::logmem::Name {
+        let e = extent.resolved(self.node_id);
+        (e.origin, e.seq)
     }
 
     /// The read cache. Never held across an await: the protocol executors
@@ -772,6 +791,14 @@ impl DataPath {
             self.unclaimed.borrow_mut().remove(&extent.resolved(self.node_id));
             return Err(e);
         }
+        // The record is durable: its bytes may answer reads from memory
+        // while the log holds it (`log_read` asks the log first).
+        if self.faults[FaultPoint::DataRead as usize].get() == 0 {
+            let name = self.mem_name(extent);
+            let mut mem = self.log_mem.borrow_mut();
+            mem.insert(name, data);
+            self.counters.log_memory_bytes.store(mem.stats().bytes, Ordering::Relaxed);
+        }
         Ok((extent, true))
     }
 
@@ -886,10 +913,13 @@ impl DataPath {
     pub fn forget(&self, extents: &[ExtentId]) {
         let mut log = self.log.borrow_mut();
         let mut unclaimed = self.unclaimed.borrow_mut();
+        let mut mem = self.log_mem.borrow_mut();
         for e in extents {
             log.forget(*e);
             unclaimed.remove(&e.resolved(self.node_id));
+            mem.remove(self.mem_name(*e));
         }
+        self.counters.log_memory_bytes.store(mem.stats().bytes, Ordering::Relaxed);
     }
 
     /// What this node answers a peer's Fetch: the extent from its log, or,
@@ -980,6 +1010,15 @@ impl DataPath {
             return Ok(Some(Vec::new()));
         }
         self.fault(FaultPoint::DataRead)?;
+        // The log holds the record (located above), so its bytes in
+        // memory are the record's.
+        if let Some(d) = self.log_mem.borrow_mut().read(self.mem_name(extent), skip, n) {
+            if d.len() as u64 == n {
+                self.counters.log_reads_memory.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(d));
+            }
+        }
+        self.counters.log_reads_device.fetch_add(1, Ordering::Relaxed);
         let r = file.read_at(pos + skip, n as usize).await.map_err(|e| io::Error::other(format!("write log read: {e}")))?;
         // Released while the read ran: the file may be reused and hold
         // another segment's records by now. A released segment's sequence
@@ -1662,8 +1701,23 @@ impl DataPath {
         if let Some(d) = barrier {
             self.wait_destaged(d).await?;
         }
-        let (mut buf, mut reads) = self.read_chunks(plan.file, offset, len).await?;
         let end = offset + len;
+        // The chunks are read only where no queued record overwrites the
+        // range (data just written and not destaged yet is laid over
+        // whole).
+        let gaps = overlay_gaps(&plan.overlay, offset, end);
+        let (mut buf, mut reads) = if gaps == [(offset, end)] {
+            self.read_chunks(plan.file, offset, len).await?
+        } else {
+            let mut buf = vec![0u8; len as usize];
+            let mut reads = 0;
+            for (from, to) in gaps {
+                let (d, r) = self.read_chunks(plan.file, from, to - from).await?;
+                reads += r;
+                patch(&mut buf, offset, from, &d);
+            }
+            (buf, reads)
+        };
         for (dseq, rec) in &plan.overlay {
             if barrier.is_some_and(|b| *dseq <= b) {
                 continue; // in the chunks already
@@ -2039,6 +2093,47 @@ fn lay_over(buf: &mut [u8], offset: u64, op: &DataOp) -> bool {
     true
 }
 
+/// The parts of `[offset, end)` that no queued record overwrites whatever
+/// the chunks hold (writes, zeroing, truncation past the new size,
+/// reclaim), in order: where a read needs the chunks' bytes. A clone reads
+/// its source: with one queued, the whole range.
+fn overlay_gaps(overlay: &[(u64, duet_cluster::records::DataRecord)], offset: u64, end: u64) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(overlay.len());
+    for (_, r) in overlay {
+        let span = match &r.op {
+            DataOp::WriteInline { offset: o, data } => (*o, o.saturating_add(data.len() as u64)),
+            DataOp::WriteLogged { .. } | DataOp::WriteExtent { .. } => match r.op.logged() {
+                Some((o, _, l)) => (o, o.saturating_add(l)),
+                None => continue,
+            },
+            DataOp::Zero { offset: o, len: l } => (*o, o.saturating_add(*l)),
+            DataOp::Truncate { size } => (*size, u64::MAX),
+            DataOp::Reclaim => (0, u64::MAX),
+            DataOp::CloneFrom { .. } => return vec![(offset, end)],
+            DataOp::Unshare { .. } | DataOp::Recompress => continue,
+        };
+        if span.0 < end && span.1 > offset {
+            spans.push(span);
+        }
+    }
+    spans.sort_unstable();
+    let mut gaps = Vec::new();
+    let mut at = offset;
+    for (s, e) in spans {
+        if s > at {
+            gaps.push((at, s.min(end)));
+        }
+        at = at.max(e);
+        if at >= end {
+            return gaps;
+        }
+    }
+    if at < end {
+        gaps.push((at, end));
+    }
+    gaps
+}
+
 /// The read cache, shared by the data executor (which fills it and makes
 /// the destager's forgets) and the protocol executors (which read from it).
 pub struct SharedReads {
@@ -2224,4 +2319,28 @@ fn device_polls(dir: &Path) -> (bool, String) {
 /// An I/O error from any displayable error (glommio's are not `Sync`).
 fn ge(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use duet_cluster::records::DataRecord;
+
+    fn rec(op: DataOp) -> (u64, DataRecord) {
+        (1, DataRecord { file: 9, op })
+    }
+
+    #[test]
+    fn overlay_gaps_are_what_no_record_overwrites() {
+        let w = |o: u64, n: usize| rec(DataOp::WriteInline { offset: o, data: vec![1; n] });
+        assert_eq!(overlay_gaps(&[w(0, 100)], 10, 100), vec![]);
+        assert_eq!(overlay_gaps(&[w(0, 100)], 10, 101), vec![(100, 101)]);
+        assert_eq!(overlay_gaps(&[w(50, 50), w(0, 50)], 0, 100), vec![], "adjacent spans in any order");
+        assert_eq!(overlay_gaps(&[w(0, 40), w(50, 10), w(70, 100)], 0, 100), vec![(40, 50), (60, 70)]);
+        assert_eq!(overlay_gaps(&[w(0, 10), rec(DataOp::Zero { offset: 10, len: 5 }), rec(DataOp::Truncate { size: 15 })], 0, 1 << 30), vec![]);
+        assert_eq!(overlay_gaps(&[rec(DataOp::Reclaim)], 5, 6), vec![]);
+        assert_eq!(overlay_gaps(&[w(0, 10), rec(DataOp::Recompress)], 0, 20), vec![(10, 20)]);
+        assert_eq!(overlay_gaps(&[w(500, 10)], 0, 20), vec![(0, 20)], "a record outside the range");
+        assert_eq!(overlay_gaps(&[], 0, 1), vec![(0, 1)]);
+    }
 }

@@ -330,6 +330,9 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     counter(&mut reg, "read_cache_misses", "Chunk blocks the read cache did not hold (read from the device)", stats.read_cache_misses);
     gauge(&mut reg, "read_cache_bytes", "Bytes of chunk data in the read cache", stats.read_cache_bytes);
     counter(&mut reg, "read_cache_direct_reads", "Reads the protocol executors served from the read cache themselves (no trip to the data executor)", stats.read_cache_direct);
+    counter(&mut reg, "log_memory_reads", "Write-log extent reads served from memory (data not destaged yet, and the destager's own reads)", stats.log_reads_memory);
+    counter(&mut reg, "log_device_reads", "Write-log extent reads that went to the device", stats.log_reads_device);
+    gauge(&mut reg, "log_memory_bytes", "Bytes of write-log extents held in memory", stats.log_memory_bytes);
     counter(&mut reg, "destaged_records", "Write-log records destaged into chunk files", stats.destaged_records);
     gauge(&mut reg, "destage_backlog_records", "Write-log records not yet destaged", stats.destage_backlog);
     gauge(&mut reg, "destage_queue_records", "Data records queued on this node and not yet destaged", stats.destage_queue);

@@ -226,3 +226,40 @@ fn random_small_writes_keep_their_blocks_in_memory() {
     assert_eq!(reads, 0, "blocks written in part were dropped from the cache");
     r.shutdown();
 }
+
+/// The write log's newest extents stay in memory (a quarter of the read
+/// cache's bound, `duet_cache::logmem`): a file written 1 MiB at a time
+/// reads back at once, destaged or not, without a device read, and the
+/// destager moves every extent into the chunks without reading the log
+/// back from the device. With `read_mib = 0` the destager reads every
+/// extent from the device.
+#[test]
+fn data_not_yet_destaged_reads_from_memory() {
+    for read_mib in [256, 0] {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = server::start(&cfg(tmp.path(), read_mib)).unwrap();
+        let e = r.engine().clone();
+        let id = create(&e, "fresh");
+        let mut rng = Rng(99);
+        let data = bytes(&mut rng, 8 << 20);
+        let c = &e.data_counters;
+        let device = || c.chunk_reads.load(Ordering::Relaxed) + c.log_reads_device.load(Ordering::Relaxed);
+        let before = device();
+        for (i, piece) in data.chunks(1 << 20).enumerate() {
+            write(&e, id, (i as u64) << 20, piece);
+            check(&e, id, &data[..(i + 1) << 20], 0, ((i + 1) << 20) as u64, "just written");
+        }
+        settle(&e);
+        check(&e, id, &data, 0, data.len() as u64, "destaged");
+        let (dev, mem) = (device() - before, c.log_reads_memory.load(Ordering::Relaxed));
+        println!("read_mib {read_mib}: device reads {dev} (chunks {}, log {}), write-log reads from memory {mem}", c.chunk_reads.load(Ordering::Relaxed), c.log_reads_device.load(Ordering::Relaxed));
+        if read_mib > 0 {
+            assert_eq!(dev, 0, "data just written went to the device");
+            assert!(mem >= 8, "the destager did not read the extents from memory: {mem}");
+        } else {
+            assert_eq!(mem, 0);
+            assert!(c.log_reads_device.load(Ordering::Relaxed) >= 8, "no memory, yet the log was not read from the device");
+        }
+        r.shutdown();
+    }
+}

@@ -333,10 +333,6 @@ pub struct DataPath {
     /// Chunk files open for reading (with the read cache on), at most
     /// `READ_FILES_MAX`; dropped with the file's blocks, by the same rule.
     read_files: RefCell<HashMap<(NodeId, u64), Rc<DmaFile>>>,
-    /// The newest write-log extents' bytes (a quarter of the read cache's
-    /// bound): reads of data not destaged yet, and the destager's own
-    /// reads of the extents it moves, come from memory.
-    log_mem: RefCell<duet_cache::logmem::LogMem>,
     /// Chunk files being opened for reads right now. glommio's
     /// `DmaFile::open` looks the path up again after the open (statfs) and
     /// panics if it is gone by then, so the destager removes no chunk name
@@ -608,10 +604,11 @@ impl DataPath {
             started: std::time::Instant::now(),
             reads: Arc::new(SharedReads {
                 cache: std::sync::Mutex::new(duet_cache::read::ReadCache::new(0)),
+                log_mem: std::sync::Mutex::new(duet_cache::logmem::LogMem::new(0)),
+                node_id,
                 fault_armed: std::sync::atomic::AtomicBool::new(false),
             }),
             read_files: RefCell::new(HashMap::new()),
-            log_mem: RefCell::new(duet_cache::logmem::LogMem::new(0)),
             opening: Cell::new(0),
         });
         if reused {
@@ -658,13 +655,18 @@ impl DataPath {
     /// they held.
     pub fn set_read_cache_bytes(&self, bytes: u64) {
         *self.cache() = duet_cache::read::ReadCache::new(bytes);
-        *self.log_mem.borrow_mut() = duet_cache::logmem::LogMem::new(bytes / 4);
+        *self.log_mem() = duet_cache::logmem::LogMem::new(bytes / 4);
         self.counters.log_memory_bytes.store(0, Ordering::Relaxed);
     }
 
     fn mem_name(&self, extent: ExtentId) -> duet_cache::logmem::Name {
-        let e = extent.resolved(self.node_id);
-        (e.origin, e.seq)
+        mem_name(extent, self.node_id)
+    }
+
+    /// The write log's newest extents in memory. Never held across an
+    /// await: the protocol executors take it too.
+    fn log_mem(&self) -> std::sync::MutexGuard<'_, duet_cache::logmem::LogMem> {
+        self.reads.log_mem.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The read cache. Never held across an await: the protocol executors
@@ -795,7 +797,7 @@ impl DataPath {
         // while the log holds it (`log_read` asks the log first).
         if self.faults[FaultPoint::DataRead as usize].get() == 0 {
             let name = self.mem_name(extent);
-            let mut mem = self.log_mem.borrow_mut();
+            let mut mem = self.log_mem();
             mem.insert(name, data);
             self.counters.log_memory_bytes.store(mem.stats().bytes, Ordering::Relaxed);
         }
@@ -913,7 +915,7 @@ impl DataPath {
     pub fn forget(&self, extents: &[ExtentId]) {
         let mut log = self.log.borrow_mut();
         let mut unclaimed = self.unclaimed.borrow_mut();
-        let mut mem = self.log_mem.borrow_mut();
+        let mut mem = self.log_mem();
         for e in extents {
             log.forget(*e);
             unclaimed.remove(&e.resolved(self.node_id));
@@ -1012,7 +1014,8 @@ impl DataPath {
         self.fault(FaultPoint::DataRead)?;
         // The log holds the record (located above), so its bytes in
         // memory are the record's.
-        if let Some(d) = self.log_mem.borrow_mut().read(self.mem_name(extent), skip, n) {
+        let held = self.log_mem().read(self.mem_name(extent), skip, n);
+        if let Some(d) = held {
             if d.len() as u64 == n {
                 self.counters.log_reads_memory.fetch_add(1, Ordering::Relaxed);
                 return Ok(Some(d));
@@ -2138,6 +2141,15 @@ fn overlay_gaps(overlay: &[(u64, duet_cluster::records::DataRecord)], offset: u6
 /// the destager's forgets) and the protocol executors (which read from it).
 pub struct SharedReads {
     cache: std::sync::Mutex<duet_cache::read::ReadCache>,
+    /// The newest write-log extents' bytes (a quarter of the read cache's
+    /// bound, `duet_cache::logmem`): reads of data not destaged yet, and
+    /// the destager's own reads of the extents it moves, come from memory.
+    /// An extent's bytes never change, so a copy here is right for any
+    /// plan that names it; the data executor inserts an extent once its
+    /// record is durable and drops it when the log forgets it.
+    log_mem: std::sync::Mutex<duet_cache::logmem::LogMem>,
+    /// This node's id (extents named before names had an origin are its).
+    node_id: u64,
     /// A data-read failure was injected ([`DataPath::inject_fault`]): the
     /// executors leave every read to the device path from then on.
     fault_armed: std::sync::atomic::AtomicBool,
@@ -2148,32 +2160,59 @@ impl SharedReads {
     /// the calling thread, saving the trip to the data executor and back:
     /// `Some` (the bytes, and the cache's counters after) only when the
     /// cache is on, no data-read failure was ever injected, every 64 KiB
-    /// block of the range is cached, and every queued record over it is
-    /// laid over in memory ([`lay_over`]). Otherwise nothing is counted
-    /// and the data executor serves it. The same rules as
-    /// [`DataPath::read`]: a block in the cache is the chunk as the
-    /// destager last left it (it forgets a file's blocks before and after
-    /// it changes them), and the plan's records are those not destaged when
-    /// it was made, laid over in order.
+    /// block of the parts no queued record overwrites is cached
+    /// ([`overlay_gaps`]), and every queued record over the range is laid
+    /// over in memory: [`lay_over`], or a logged write whose extent is in
+    /// the write log's memory. Otherwise the data executor serves it. The
+    /// same rules as [`DataPath::read`]: a block in the cache is the chunk
+    /// as the destager last left it, or as it was before a record still in
+    /// the plan changed it, and the plan's records are those not destaged
+    /// when it was made, laid over in order.
     pub fn read_cached(&self, plan: &ReadPlan) -> Option<(Vec<u8>, duet_cache::read::ReadCacheStats)> {
         use duet_cache::read::BLOCK;
         if self.fault_armed.load(Ordering::Relaxed) {
             return None;
         }
-        if plan.overlay.iter().any(|(_, r)| r.op.logged().is_some() || r.op.cross_file()) {
+        if plan.overlay.iter().any(|(_, r)| r.op.cross_file()) {
             return None;
         }
         let (file, offset, len) = (plan.file, plan.offset, plan.len);
         let end = offset.checked_add(len)?;
-        // The blocks of the range: (chunk, block, first byte wanted, end).
+        // Logged writes over the range: their bytes from memory, or the
+        // data executor serves the read.
+        let mut logged: Vec<Option<(u64, Vec<u8>)>> = Vec::with_capacity(plan.overlay.len());
+        {
+            let mut mem = None;
+            for (_, rec) in &plan.overlay {
+                let Some((o, extent, l)) = rec.op.logged() else {
+                    logged.push(None);
+                    continue;
+                };
+                let (from, to) = (offset.max(o), end.min(o.saturating_add(l)));
+                if from >= to {
+                    logged.push(None);
+                    continue;
+                }
+                let m = mem.get_or_insert_with(|| self.log_mem.lock().unwrap_or_else(|e| e.into_inner()));
+                let d = m.read(mem_name(extent, self.node_id), from - o, to - from)?;
+                if d.len() as u64 != to - from {
+                    return None;
+                }
+                logged.push(Some((from, d)));
+            }
+        }
+        // The blocks of the parts no queued record overwrites: (chunk,
+        // block, first byte wanted, end).
         let mut blocks = Vec::new();
-        let mut pos = offset;
-        while pos < end {
-            let (idx, co) = (pos / CHUNK_SIZE, pos % CHUNK_SIZE);
-            let b = co / BLOCK;
-            let next = (idx * CHUNK_SIZE + ((b + 1) * BLOCK).min(CHUNK_SIZE)).min(end);
-            blocks.push((idx, b, pos, next));
-            pos = next;
+        for (gs, ge) in overlay_gaps(&plan.overlay, offset, end) {
+            let mut pos = gs;
+            while pos < ge {
+                let (idx, co) = (pos / CHUNK_SIZE, pos % CHUNK_SIZE);
+                let b = co / BLOCK;
+                let next = (idx * CHUNK_SIZE + ((b + 1) * BLOCK).min(CHUNK_SIZE)).min(ge);
+                blocks.push((idx, b, pos, next));
+                pos = next;
+            }
         }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if cache.capacity() == 0 || !blocks.iter().all(|&(idx, b, _, _)| cache.has((file, idx, b))) {
@@ -2194,12 +2233,25 @@ impl SharedReads {
         cache.read_ahead(file, offset, len);
         let stats = cache.stats();
         drop(cache);
-        for (_, rec) in &plan.overlay {
-            let laid = lay_over(&mut buf, offset, &rec.op);
-            assert!(laid, "a record needing the device passed the check above");
+        for ((_, rec), mem) in plan.overlay.iter().zip(logged) {
+            match mem {
+                Some((from, d)) => patch(&mut buf, offset, from, &d),
+                None if rec.op.logged().is_some() => {} // outside the range
+                None => {
+                    let laid = lay_over(&mut buf, offset, &rec.op);
+                    assert!(laid, "a record needing the device passed the checks above");
+                }
+            }
         }
         Some((buf, stats))
     }
+}
+
+/// The name an extent has in [`duet_cache::logmem`]: extents named
+/// before names had an origin are this node's.
+fn mem_name(extent: ExtentId, node_id: u64) -> duet_cache::logmem::Name {
+    let e = extent.resolved(node_id);
+    (e.origin, e.seq)
 }
 
 /// What a queued record changes: per chunk, its first and last 64 KiB

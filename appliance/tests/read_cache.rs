@@ -263,3 +263,47 @@ fn data_not_yet_destaged_reads_from_memory() {
         r.shutdown();
     }
 }
+
+/// Data just written and not destaged yet is read on the protocol
+/// executor itself when its write-log extents are in memory: with the
+/// destager held back (every chunk write fails, `[testing]
+/// fault_injection`), reads of 1 MiB pieces still queued are served
+/// without a trip to the data executor and byte-exact; then the destager
+/// goes on and the file reads the same.
+#[test]
+fn logged_writes_in_memory_are_read_on_the_callers_thread() {
+    use duet_admin_api::{AdminRequest, FaultSpec};
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = cfg(tmp.path(), 256);
+    c.testing.fault_injection = true;
+    let r = server::start(&c).unwrap();
+    let e = r.engine().clone();
+    let fault = |count| admin_call(&r, AdminRequest::Fault(FaultSpec { point: "chunk-write".into(), count }));
+    fault(1_000_000);
+    let id = create(&e, "direct");
+    let mut rng = Rng(5);
+    let data = bytes(&mut rng, 4 << 20);
+    let c = &e.data_counters;
+    for (i, piece) in data.chunks(1 << 20).enumerate() {
+        write(&e, id, (i as u64) << 20, piece);
+    }
+    let direct0 = c.read_cache_direct.load(Ordering::Relaxed);
+    for _ in 0..5 {
+        check(&e, id, &data, 0, data.len() as u64, "whole");
+        for at in (0..data.len() as u64).step_by(300_000) {
+            check(&e, id, &data, at, 200_000, "pieces");
+        }
+    }
+    let direct = c.read_cache_direct.load(Ordering::Relaxed) - direct0;
+    let device = c.chunk_reads.load(Ordering::Relaxed) + c.log_reads_device.load(Ordering::Relaxed);
+    let destaged = c.destaged_records.load(Ordering::Relaxed);
+    println!("{direct} of 75 reads on the caller's thread; device reads {device}; records destaged meanwhile {destaged}");
+    assert_eq!(destaged, 0, "the destager was not held back");
+    assert_eq!(direct, 75, "reads of logged data in memory went to the data executor");
+    assert_eq!(device, 0);
+    fault(0);
+    settle(&e);
+    assert!(c.destaged_records.load(Ordering::Relaxed) >= 4);
+    check(&e, id, &data, 0, data.len() as u64, "settled");
+    r.shutdown();
+}

@@ -5,7 +5,8 @@
 # NFS-Ganesha NFSv4.1 on 127.0.0.1:12049, via ../shared/peers/start),
 # starts a fresh duetd on free loopback ports, runs `duetctl bench` against
 # all four servers (duet SMB, Samba, duet NFSv4.1, Ganesha) with the same
-# client, again for small files and random I/O on a duet `protocol` share,
+# client, again for small files, sequential and random I/O on a duet
+# `protocol` share,
 # the amplification report against duet, the vectorised-copy
 # comparison at 0 and 5 ms added latency, Samba's smbclient (mput/mget of
 # 1,000 x 4 KiB) against duet `always`, duet `protocol` and Samba
@@ -100,7 +101,7 @@ cmd=(bench "${targets[@]}" --workloads smallfile,mdtest,ls,seq,rand --clients "$
      --ls-entries "$LS_ENTRIES" --seq-size "$SEQ_SIZE" --rand-size "$RAND_SIZE" --rand-ops "$RAND_OPS"
      --report-amplification --json-out docs/bench/results.json --svg docs/bench/results.svg --markdown "$work/main.md")
 ctl "${cmd[@]}" | tee "$work/main.txt" || status=$?
-# The same small-file and random workloads against a `protocol` share
+# The same small-file, sequential and random workloads against a `protocol` share
 # (docs/durability.md: SMB changes without WRITE_THROUGH synced by a group
 # commit within a few ms; NFS FILE_SYNC writes, which this client sends,
 # still synced), the peers again beside it.
@@ -108,7 +109,7 @@ pcmd=(bench "duet-smb-protocol=smb://bench:benchpw@127.0.0.1:$smb/benchp"
       "samba=smb://bench:benchpw@127.0.0.1:1445/share"
       "duet-nfs-protocol=nfs4://127.0.0.1:$nfs/benchp"
       "ganesha=nfs4://127.0.0.1:12049/export"
-      --workloads smallfile,rand --clients "$CLIENTS" --files "$FILES" --rand-size "$RAND_SIZE" --rand-ops "$RAND_OPS"
+      --workloads smallfile,seq,rand --clients "$CLIENTS" --files "$FILES" --seq-size "$SEQ_SIZE" --rand-size "$RAND_SIZE" --rand-ops "$RAND_OPS"
       --json-out docs/bench/results-protocol.json --markdown "$work/protocol.md")
 ctl "${pcmd[@]}" | tee "$work/protocol.txt" || status=$?
 vc=(bench "duet-nfs=nfs4://127.0.0.1:$nfs/bench" --workloads vcopy --files "$VCOPY_FILES")
@@ -177,7 +178,7 @@ PY
   echo
   echo "![chart](bench/results.svg)"
   echo
-  echo "## Durability \`protocol\` (small files and random 4 KiB I/O)"
+  echo "## Durability \`protocol\` (small files, sequential and random I/O)"
   echo
   cat "$work/protocol.md"
   echo

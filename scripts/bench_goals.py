@@ -102,6 +102,9 @@ for w in ls:
 for w in ("seq-write", "seq-read"):
     d, _, _, best = best_of(res, w, 1, ("duet-smb", "duet-nfs"))
     goal(f"sequential {w[4:]} (MB/s): best duet protocol / best peer", 1, ratio(d, best))
+    if pres:
+        d, _, _, best = best_of(pres, w, 1, ("duet-smb-protocol", "duet-nfs-protocol"))
+        goal(f"sequential {w[4:]} (MB/s), `protocol` share: best duet protocol / best peer", 1, ratio(d, best))
 rclients = sorted({r["clients"] for r in res if r["workload"] == "rand-read-4k"})
 for w, what in (("rand-read-4k", "read"), ("rand-write-4k", "write")):
     for c in rclients:

@@ -64,7 +64,9 @@ lease_secs = 90
 [cache]
 # Size of one write-log segment file, in MiB.
 log_segment_mib = 64
-# How often the destager looks for data to move into chunks, in ms.
+# How often the destager looks for data to move into chunks, in ms; also
+# how long it gathers the writes that follow the one that woke it, so that
+# a stream of small writes is destaged in a few large rounds.
 destage_interval_ms = 20
 # Memory for file data, in MiB (0: none). Chunk files are read and
 # written with O_DIRECT, so this is the only cache of them: what is read

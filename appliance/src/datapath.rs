@@ -1903,25 +1903,29 @@ impl DataPath {
 
     /// One destage round: applies up to [`DESTAGE_BATCH`] queued records to
     /// the chunk store, syncs the chunks, commits. Returns how many records
-    /// it applied. A clone record (`DataOp::cross_file`) is a round of its
+    /// it applied, and whether more records were queued behind them (a
+    /// full round, or one cut short of a clone). A clone record
+    /// (`DataOp::cross_file`) is a round of its
     /// own: the round before it stops short of it, so that every earlier
     /// record is destaged (and committed) when it reads its source, and a
     /// replay after a crash reads the same source bytes.
-    pub async fn destage_once(&self, store: &StoreHandle) -> io::Result<usize> {
+    pub async fn destage_once(&self, store: &StoreHandle) -> io::Result<(usize, bool)> {
         let QueryAnswer::DataQueue(recs) = store
             .query(Query::DataQueue { after: self.destaged_upto.get(), limit: DESTAGE_BATCH })
             .await
             .map_err(ge)?
         else {
-            return Ok(0);
+            return Ok((0, false));
         };
         let mut recs = recs;
+        let queued = recs.len();
         match recs.iter().position(|(_, r)| r.op.cross_file()) {
             Some(0) => recs.truncate(1),
             Some(p) => recs.truncate(p),
             None => {}
         }
-        let Some(upto) = recs.last().map(|(d, _)| *d) else { return Ok(0) };
+        let more = queued == DESTAGE_BATCH || recs.len() < queued;
+        let Some(upto) = recs.last().map(|(d, _)| *d) else { return Ok((0, false)) };
         let mut round = Round::default();
         if self.cache().capacity() > 0 && self.faults[FaultPoint::DataRead as usize].get() == 0 {
             round.fill_max = FILL_BLOCKS_MAX;
@@ -2063,7 +2067,7 @@ impl DataPath {
         self.counters.destaged_records.fetch_add(recs.len() as u64, Ordering::Relaxed);
         self.forget(&extents);
         self.release_segments().await;
-        Ok(recs.len())
+        Ok((recs.len(), more))
     }
 
     /// Extents still needed (for tests and status).

@@ -246,7 +246,8 @@ impl EngineHandle {
         // Exactly-once resend: a change gets an id, so that when its
         // outcome is unknown (a lost forward answer, a local proposal not
         // committed in time) the same batch is sent again, with the same
-        // id, to whoever leads, within this wait; the state machine runs
+        // id, to whoever leads, within `leader_wait_ms` of its start
+        // (`resend_until`); the state machine runs
         // it at most once and answers the resend with the first results
         // (`duet_cluster::machine::sessions`). A change that reads file
         // data gets none (its read plans are not stored) and keeps the
@@ -255,6 +256,11 @@ impl EngineHandle {
             batch.request = Some(f.request_id());
         }
         let resend = batch.request.is_some();
+        // Resends go on within `leader_wait_ms` of the start: SMB's longer
+        // wait (`smb_leader_wait_ms`, answered STATUS_PENDING) is for a
+        // leader to appear before a batch is sent, not for a leader alone
+        // without its quorum, which answers the retry answer as before.
+        let resend_until = started + f.leader_wait.min(wait);
         // Why the last try's outcome is unknown (then the wait running out
         // is answered with it).
         let mut unknown: Option<String> = None;
@@ -284,7 +290,7 @@ impl EngineHandle {
                             None if !batch.mutates() => {}
                             // Identified: proposed again (same id) until
                             // the wait runs out.
-                            None if resend => {
+                            None if resend && std::time::Instant::now() < resend_until => {
                                 f.counters.resent.fetch_add(1, Ordering::Relaxed);
                                 tracing::debug!("a local proposal was not committed within {} ms; resent with its id", f.timeout.as_millis());
                                 unknown = Some(format!(
@@ -293,6 +299,9 @@ impl EngineHandle {
                                 ));
                             }
                             None => {
+                                if resend {
+                                    f.counters.gave_up.fetch_add(1, Ordering::Relaxed);
+                                }
                                 return Err(EngineError::Unavailable(format!(
                                     "not committed within {} ms (no quorum?); the batch may still commit",
                                     f.timeout.as_millis()
@@ -329,16 +338,22 @@ impl EngineHandle {
                     // An identified change whose answer was lost: sent
                     // again with its id to whoever leads (the stored
                     // result answers it if it committed).
-                    Call::Unknown(t) if resend => {
+                    Call::Unknown(t) if resend && std::time::Instant::now() < resend_until => {
                         f.counters.resent.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!("a forwarded change's answer was lost ({t}); resent with its id");
                         unknown = Some(t);
                     }
-                    Call::Unknown(t) => return Err(EngineError::Unavailable(t)),
+                    Call::Unknown(t) => {
+                        if resend {
+                            f.counters.gave_up.fetch_add(1, Ordering::Relaxed);
+                        }
+                        return Err(EngineError::Unavailable(t));
+                    }
                 },
                 _ => {}
             }
-            if std::time::Instant::now() >= deadline {
+            let now = std::time::Instant::now();
+            if now >= deadline || (unknown.is_some() && now >= resend_until) {
                 if let Some(t) = unknown {
                     f.counters.gave_up.fetch_add(1, Ordering::Relaxed);
                     return Err(EngineError::Unavailable(t));

@@ -693,6 +693,8 @@ impl Admin {
                 ("rerouted", ld(&c.not_leader)),
                 ("unavailable", ld(&c.unavailable)),
                 ("unknown", ld(&c.unknown)),
+                ("resent", ld(&c.resent)),
+                ("gave_up", ld(&c.gave_up)),
                 ("served", ld(&c.served)),
                 ("refused", ld(&c.refused)),
             ]

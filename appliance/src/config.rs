@@ -174,8 +174,10 @@ peers = []
 # Client batches a follower has forwarded to the leader and not yet had
 # answered; more wait for a place (then get the retry answer).
 forward_max = 256
-# A forwarded batch not answered within this gets a retryable error
-# (its outcome is unknown: it is not sent again).
+# A forwarded batch not answered within this has an unknown outcome: a
+# change is sent again with its request id (executed at most once) until
+# leader_wait_ms runs out, then gets a retryable error; a change that
+# also reads file data is not sent again.
 forward_timeout_ms = 10000
 # How long a batch waits for a leader (an election) before the client
 # gets the retry answer (NFS4ERR_DELAY, NFS3ERR_JUKEBOX, SMB

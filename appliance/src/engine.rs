@@ -240,9 +240,30 @@ impl EngineHandle {
         }
     }
 
-    async fn submit_routed(&self, f: &Forwarder, batch: Batch, tag: RequestTag, wait: Duration) -> Result<BatchResult, EngineError> {
+    async fn submit_routed(&self, f: &Forwarder, mut batch: Batch, tag: RequestTag, wait: Duration) -> Result<BatchResult, EngineError> {
         let started = std::time::Instant::now();
         let deadline = started + wait;
+        // Exactly-once resend: a change gets an id, so that when its
+        // outcome is unknown (a lost forward answer, a local proposal not
+        // committed in time) the same batch is sent again, with the same
+        // id, to whoever leads, within `leader_wait_ms` of its start
+        // (`resend_until`); the state machine runs
+        // it at most once and answers the resend with the first results
+        // (`duet_cluster::machine::sessions`). A change that reads file
+        // data gets none (its read plans are not stored) and keeps the
+        // retry answer.
+        if batch.request.is_none() && duet_cluster::machine::sessions::applies(&batch) {
+            batch.request = Some(f.request_id());
+        }
+        let resend = batch.request.is_some();
+        // Resends go on within `leader_wait_ms` of the start: SMB's longer
+        // wait (`smb_leader_wait_ms`, answered STATUS_PENDING) is for a
+        // leader to appear before a batch is sent, not for a leader alone
+        // without its quorum, which answers the retry answer as before.
+        let resend_until = started + f.leader_wait.min(wait);
+        // Why the last try's outcome is unknown (then the wait running out
+        // is answered with it).
+        let mut unknown: Option<String> = None;
         loop {
             match f.view.leader() {
                 Some(l) if l == f.node_id => {
@@ -267,7 +288,20 @@ impl EngineHandle {
                         match local.await {
                             // A read changes nothing: it may run again.
                             None if !batch.mutates() => {}
+                            // Identified: proposed again (same id) until
+                            // the wait runs out.
+                            None if resend && std::time::Instant::now() < resend_until => {
+                                f.counters.resent.fetch_add(1, Ordering::Relaxed);
+                                tracing::debug!("a local proposal was not committed within {} ms; resent with its id", f.timeout.as_millis());
+                                unknown = Some(format!(
+                                    "not committed within {} ms (no quorum?); the batch may still commit",
+                                    f.timeout.as_millis()
+                                ));
+                            }
                             None => {
+                                if resend {
+                                    f.counters.gave_up.fetch_add(1, Ordering::Relaxed);
+                                }
                                 return Err(EngineError::Unavailable(format!(
                                     "not committed within {} ms (no quorum?); the batch may still commit",
                                     f.timeout.as_millis()
@@ -301,11 +335,29 @@ impl EngineHandle {
                     Call::Unknown(t) if !batch.mutates() => {
                         tracing::debug!("a forwarded read's answer was lost ({t}); routed again");
                     }
-                    Call::Unknown(t) => return Err(EngineError::Unavailable(t)),
+                    // An identified change whose answer was lost: sent
+                    // again with its id to whoever leads (the stored
+                    // result answers it if it committed).
+                    Call::Unknown(t) if resend && std::time::Instant::now() < resend_until => {
+                        f.counters.resent.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!("a forwarded change's answer was lost ({t}); resent with its id");
+                        unknown = Some(t);
+                    }
+                    Call::Unknown(t) => {
+                        if resend {
+                            f.counters.gave_up.fetch_add(1, Ordering::Relaxed);
+                        }
+                        return Err(EngineError::Unavailable(t));
+                    }
                 },
                 _ => {}
             }
-            if std::time::Instant::now() >= deadline {
+            let now = std::time::Instant::now();
+            if now >= deadline || (unknown.is_some() && now >= resend_until) {
+                if let Some(t) = unknown {
+                    f.counters.gave_up.fetch_add(1, Ordering::Relaxed);
+                    return Err(EngineError::Unavailable(t));
+                }
                 return Err(EngineError::Unavailable(match f.view.leader() {
                     Some(l) => format!("the leader (node {l}) did not take the batch within {} ms", wait.as_millis()),
                     None => format!("no leader elected within {} ms", wait.as_millis()),

@@ -92,6 +92,12 @@ pub struct ForwardCounters {
     pub unavailable: AtomicU64,
     /// Outcome unknown (the leader died or was cut off, a timeout).
     pub unknown: AtomicU64,
+    /// Identified changes sent again after an unknown outcome (forwarded
+    /// or a local proposal's timeout), same id (exactly-once resend).
+    pub resent: AtomicU64,
+    /// Changes answered the retry answer because their outcome stayed
+    /// unknown until the leader wait ran out.
+    pub gave_up: AtomicU64,
     /// Requests served as the leader.
     pub served: AtomicU64,
     /// Undecodable Forward payloads dropped.
@@ -108,7 +114,8 @@ pub enum Call {
     Again,
     /// Failed on the leader as a local batch fails.
     Failed(String),
-    /// Sent, and no answer: it may have committed; never re-sent.
+    /// Sent, and no answer: it may have committed. Re-sent only with its
+    /// request id (`Batch::request`: exactly-once resend), else never.
     Unknown(String),
 }
 
@@ -129,6 +136,11 @@ pub struct Forwarder {
     /// requests are answered STATUS_PENDING while they wait.
     pub smb_leader_wait: Duration,
     pub counters: ForwardCounters,
+    /// Exactly-once resend: this process's session, a random nonzero
+    /// epoch drawn at start (`duet_fs::RequestId`), and the next batch
+    /// sequence number (from 1).
+    epoch: u64,
+    next_seq: AtomicU64,
 }
 
 /// Gives a slot back when the call ends, however it ends.
@@ -173,7 +185,18 @@ impl Forwarder {
             leader_wait,
             smb_leader_wait: smb_leader_wait.max(leader_wait),
             counters: ForwardCounters::default(),
+            epoch: {
+                use rand::RngCore;
+                rand::rngs::OsRng.next_u64().max(1)
+            },
+            next_seq: AtomicU64::new(1),
         })
+    }
+
+    /// A new identity for a batch that may be resent (exactly-once resend;
+    /// `duet_cluster::machine::sessions`).
+    pub fn request_id(&self) -> duet_fs::RequestId {
+        duet_fs::RequestId { origin: self.node_id, epoch: self.epoch, seq: self.next_seq.fetch_add(1, Ordering::Relaxed) }
     }
 
     /// Batches forwarded and not yet answered.

@@ -123,7 +123,7 @@ fn render_cluster(reg: &mut Registry, c: &ClusterMetrics) {
     outcomes(
         reg,
         "forwarded_batches",
-        "Client batches forwarded to the leader (sent, answered, rerouted, unavailable, unknown) and served for followers \
+        "Client batches forwarded to the leader (sent, answered, rerouted, unavailable, unknown, resent, gave_up) and served for followers \
          (served, refused: undecodable)",
         &c.forwarded_batches,
     );

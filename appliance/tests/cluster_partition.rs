@@ -63,7 +63,7 @@ use common::lossy::{Faults, Lossy};
 use duet_cluster::linearizable::{check_register, with_initial, RegOp};
 use duet_protocols::nfs::nfs3::*;
 use duet_protocols::nfs::rpc::PROGRAM_NFS;
-use duet_protocols::nfs::xdr::{Opaque, XdrEncode, XdrWriter};
+use duet_protocols::nfs::xdr::{Name, Opaque, XdrEncode, XdrWriter};
 use duet_protocols::smb2::header::Command as Cmd;
 use duet_protocols::smb2::message::{Request, Response};
 use duet_protocols::smb2::read::ReadRequest;
@@ -901,10 +901,109 @@ fn a_slow_lossy_network_between_the_nodes() {
     std::thread::sleep(Duration::from_secs(1));
     let c = w.finish(&t);
     assert!(c.writes_ok > 20 && c.reads_ok > 20, "too few operations: {c:?}");
+    // Exactly-once resend: a change whose forwarded answer was lost (a
+    // reset link) is sent again with its id until an answer comes, so
+    // such losses no longer reach the clients as unknown outcomes (before
+    // it, 9 to 14 writes a run were answered the retry answer).
+    let f = forwarded(&t);
+    eprintln!(
+        "forwarded batches: {} answers lost, {} resent with their id, {} given up (the retry answer); {} writes of unknown outcome",
+        f.unknown, f.resent, f.gave_up, c.writes_unknown
+    );
+    assert!(f.gave_up <= 1, "changes given up after lost answers: {f:?}");
+    assert!(c.writes_unknown <= 2 + f.gave_up as usize, "writes of unknown outcome: {c:?}, {f:?}");
     let s = wait_agreed(&t);
     eprintln!("the three agree: leader {}, term {} (was {term0} with node {} leading)", s[0]["leader"], s[0]["term"], li + 1);
     check_everywhere(&t, &local, &files);
     eprintln!("whole test {:?}", t_all.elapsed());
+}
+
+/// NFSv3 CREATE GUARDED (fails with NFS3ERR_EXIST when the name exists).
+fn create_guarded(c: &mut Nfs, dir: &[u8], name: &str) -> Result<(), Nfsstat3> {
+    let rep = c.v3(&Nfs3Args::Create(Create3Args {
+        where_: DirOpArgs3 { dir: Opaque(dir), name: Name(name.as_bytes()) },
+        how: CreateHow3::Guarded(Sattr3 { mode: Some(0o644), ..Default::default() }),
+    }));
+    match results3(proc3::CREATE, &rep) {
+        Nfs3Results::Create(Nfs3Res::Ok(_)) => Ok(()),
+        Nfs3Results::Create(Nfs3Res::Fail(s, _)) => Err(s),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Exactly-once resend, deterministically: a follower forwards a
+/// non-idempotent change (an exclusive create, then a remove) while
+/// every packet from the leader to it is dropped, so the leader commits
+/// the change (with the other follower) and its answer is lost. The
+/// follower's forward times out (`forward_timeout_ms = 1000`), it sends
+/// the same batch with the same id again, and once the link heals (1.5 s
+/// after the call) the leader answers the stored result: the client gets
+/// success once, never NFS3ERR_EXIST or NFS3ERR_NOENT (before the resend,
+/// it got NFS3ERR_JUKEBOX, and its retry then EXIST or NOENT).
+#[test]
+fn a_change_through_a_follower_whose_answer_is_lost_is_answered_once() {
+    let _g = serial();
+    let t_all = Instant::now();
+    let Setup { _tmp, t, leader: li, .. } = setup("forward_timeout_ms = 1000\nleader_wait_ms = 10000");
+    let fi = (li + 1) % 3;
+    let (lid, fid) = (t.nodes[li].id, t.nodes[fi].id);
+    let mut c = Nfs::connect(t.nodes[fi].d.nfs_port).as_user(UID, UID);
+    c.s.set_read_timeout(Some(Duration::from_secs(25))).unwrap();
+    let root = c.mount("/public").unwrap();
+    let mut on_leader = Nfs::connect(t.nodes[li].d.nfs_port).as_user(UID, UID);
+    let lroot = on_leader.mount("/public").unwrap();
+    let gauge = |o: &str| cluster::metric(&t.nodes[fi].d, &format!("duet_forwarded_batches_total{{outcome=\"{o}\"}}"));
+    let resent0 = gauge("resent");
+    let heal_after = Duration::from_millis(1500);
+    let name = "exactly-once";
+
+    // The answer of every try is lost until the link heals.
+    let lost = |c: &mut Nfs, what: &str, change: &mut dyn FnMut(&mut Nfs) -> Nfsstat3| {
+        let mut cuts = Cuts::new(t.port);
+        cuts.one_way(HOSTS[li], HOSTS[fi]);
+        let healer = std::thread::spawn(move || {
+            std::thread::sleep(heal_after);
+            cuts.heal();
+        });
+        let at = Instant::now();
+        let status = change(c);
+        let took = at.elapsed();
+        healer.join().unwrap();
+        eprintln!("{what} through follower {fid}, leader {lid}'s answers cut for {heal_after:?}: {status:?} after {took:?}");
+        assert_eq!(status, Nfsstat3::OK, "{what}: the client must get the first execution's success");
+        assert!(took >= Duration::from_secs(1), "{what} was answered before its first forward timed out ({took:?}): nothing was lost");
+    };
+    lost(&mut c, "an exclusive create", &mut |c: &mut Nfs| create_guarded(c, &root, name).err().unwrap_or(Nfsstat3::OK));
+    assert!(on_leader.lookup3(&lroot, name.as_bytes()).is_ok(), "created once");
+    // The change ran once: a new exclusive create of the name fails.
+    assert_eq!(create_guarded(&mut c, &root, name), Err(Nfsstat3::EXIST));
+    lost(&mut c, "a remove", &mut |c: &mut Nfs| c.remove3(&root, name));
+    assert_eq!(on_leader.lookup3(&lroot, name.as_bytes()).err(), Some(Nfsstat3::NOENT), "removed");
+
+    let resent = gauge("resent") - resent0;
+    eprintln!("follower {fid}: {resent} resends, {} given up", gauge("gave_up"));
+    assert!(resent >= 2, "each change was sent again at least once: {resent}");
+    assert_eq!(gauge("gave_up"), 0);
+    assert_eq!(term(&status(&t.nodes[li].d)), term(&t.s[0]), "the leader kept its place");
+    wait_agreed(&t);
+    eprintln!("whole test {:?}", t_all.elapsed());
+}
+
+/// The forwarding counters summed over the three nodes (`/metrics`).
+#[derive(Debug, Default)]
+struct Forwarded {
+    unknown: u64,
+    resent: u64,
+    gave_up: u64,
+}
+
+fn forwarded(t: &Three) -> Forwarded {
+    let m = |n: &Node, o: &str| cluster::metric(&n.d, &format!("duet_forwarded_batches_total{{outcome=\"{o}\"}}"));
+    t.nodes.iter().fold(Forwarded::default(), |f, n| Forwarded {
+        unknown: f.unknown + m(n, "unknown"),
+        resent: f.resent + m(n, "resent"),
+        gave_up: f.gave_up + m(n, "gave_up"),
+    })
 }
 
 /// `Cuts` removes its rules on drop, a panic included, and a new `Cuts`

@@ -391,11 +391,31 @@ pub struct Batch {
     /// part of the raft entry, nor of any serialisation.
     #[serde(skip)]
     pub flush: bool,
+    /// The batch's identity for exactly-once resend (`None`: none). A
+    /// batch with one is executed at most once by the state machine; a
+    /// resend of it (same id) is answered the first execution's results
+    /// (`cluster/core/src/machine/sessions.rs`). Part of the raft entry
+    /// (command tag `CMD_BATCH_ID`), not of the legacy serialisation.
+    #[serde(skip)]
+    pub request: Option<RequestId>,
+}
+
+/// Who sent a batch and which of its batches it is: the raft thesis' client
+/// session (Ongaro, "Consensus: Bridging Theory and Practice", §6.3) with
+/// the node as client. `origin`: the node id that first submitted it;
+/// `epoch`: a nonce of that node's process start (never 0), so that a
+/// restarted process's sequence numbers never name an earlier process's
+/// batches; `seq`: the batch's number in that process, from 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestId {
+    pub origin: u64,
+    pub epoch: u64,
+    pub seq: u64,
 }
 
 impl Batch {
     pub fn new(cred: Credentials, now_ns: TimeNs) -> Self {
-        Batch { cred, ops: Vec::new(), stop_on_error: true, read_only: false, now_ns, lazy: false, flush: false }
+        Batch { cred, ops: Vec::new(), stop_on_error: true, read_only: false, now_ns, lazy: false, flush: false, request: None }
     }
     pub fn push(&mut self, op: Op) -> ObjRef {
         self.ops.push(op);

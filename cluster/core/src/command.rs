@@ -113,6 +113,14 @@ const CMD_PUT_SHARE_DURABILITY: u8 = 13;
 /// name, then a bool, and when set the interval (seconds) and how many to
 /// keep.
 const CMD_SNAPSHOT_SCHEDULE: u8 = 14;
+/// A client batch with an identity for exactly-once resend
+/// ([`duet_fs::RequestId`]: origin node, the origin process's epoch, the
+/// sequence number, each a varint from 1), then the batch as under
+/// [`CMD_BATCH`]. What a `Command::Batch` whose `request` is set encodes
+/// to; a batch without one stays `CMD_BATCH`, so entries written before
+/// read exactly as they did. The state machine executes it at most once
+/// and answers a resend with the stored results (`machine/sessions.rs`).
+const CMD_BATCH_ID: u8 = 15;
 
 // A share's durability (`ShareRecord::durability`).
 const DURABILITY_ALWAYS: u8 = 0;
@@ -232,10 +240,22 @@ fn put_command(w: &mut Writer, cmd: &Command) {
                 }
             }
         }
-        Command::Batch(b) => {
-            w.u8(CMD_BATCH);
-            put_batch(w, b);
-        }
+        // An id with a part 0 is no id (the decoder would refuse it, and an
+        // entry no node can decode stops the group): such a batch goes as
+        // a plain batch, executed as one without id.
+        Command::Batch(b) => match b.request.filter(|id| id.origin != 0 && id.epoch != 0 && id.seq != 0) {
+            None => {
+                w.u8(CMD_BATCH);
+                put_batch(w, b);
+            }
+            Some(id) => {
+                w.u8(CMD_BATCH_ID);
+                w.u64(id.origin);
+                w.u64(id.epoch);
+                w.u64(id.seq);
+                put_batch(w, b);
+            }
+        },
         Command::PutShare { share, replace, now_ns } => {
             let tagged = share.durability != Durability::Always;
             w.u8(if tagged { CMD_PUT_SHARE_DURABILITY } else { CMD_PUT_SHARE });
@@ -370,7 +390,8 @@ fn put_user(w: &mut Writer, u: &UserRecord) {
 fn put_batch(w: &mut Writer, b: &Batch) {
     // `lazy` and `flush` say how to answer the batch, not what it changes:
     // they are not in the entry.
-    let Batch { cred, ops, stop_on_error, read_only, now_ns, lazy: _, flush: _ } = b;
+    // `request` is written before the batch, under its own command tag.
+    let Batch { cred, ops, stop_on_error, read_only, now_ns, lazy: _, flush: _, request: _ } = b;
     put_cred(w, cred);
     w.bool(*stop_on_error);
     w.bool(*read_only);
@@ -806,6 +827,14 @@ fn get_command(r: &mut Reader<'_>, v: u8) -> R<Command> {
             Command::Init { now_ns, admin_secrets, shares }
         }
         CMD_BATCH => Command::Batch(get_batch(r, v)?),
+        CMD_BATCH_ID => {
+            let origin = get_id_part(r, "request origin")?;
+            let epoch = get_id_part(r, "request epoch")?;
+            let seq = get_id_part(r, "request seq")?;
+            let mut batch = get_batch(r, v)?;
+            batch.request = Some(duet_fs::RequestId { origin, epoch, seq });
+            Command::Batch(batch)
+        }
         CMD_PUT_SHARE | CMD_PUT_SHARE_DURABILITY => {
             let mut share = get_share(r)?;
             if tag == CMD_PUT_SHARE_DURABILITY {
@@ -936,7 +965,16 @@ fn get_batch(r: &mut Reader<'_>, v: u8) -> R<Batch> {
     for _ in 0..n {
         ops.push(get_op(r, v)?);
     }
-    Ok(Batch { cred, ops, stop_on_error, read_only, now_ns, lazy: false, flush: false })
+    Ok(Batch { cred, ops, stop_on_error, read_only, now_ns, lazy: false, flush: false, request: None })
+}
+
+/// A part of a request id: from 1 (0 is never written, and refused).
+fn get_id_part(r: &mut Reader<'_>, what: &'static str) -> R<u64> {
+    let at = r.pos();
+    match r.u64(what)? {
+        0 => r.invalid(at, what),
+        v => Ok(v),
+    }
 }
 
 fn get_cred(r: &mut Reader<'_>) -> R<Credentials> {

@@ -267,6 +267,21 @@ mod tests {
     }
 
     #[test]
+    fn a_request_id_travels_with_the_batch() {
+        // Exactly-once resend: the leader proposes the batch with the id
+        // the follower gave it (command tag 15 inside the payload).
+        let mut b = batch();
+        b.request = Some(duet_fs::RequestId { origin: 2, epoch: 0xDEAD_BEEF, seq: 9 });
+        let enc = encode_request(42, &b);
+        assert_eq!(decode(&enc).unwrap(), ForwardMsg::Request { id: 42, batch: b.clone() });
+        for n in 0..enc.len() {
+            assert!(decode(&enc[..n]).is_err(), "a prefix of {n} of {} bytes decoded", enc.len());
+        }
+        b.request = None;
+        assert!(encode_request(42, &b).len() < enc.len());
+    }
+
+    #[test]
     fn every_truncation_is_refused() {
         let mut all = vec![encode_request(7, &batch())];
         all.extend(outcomes().iter().map(|o| encode_reply(7, o)));

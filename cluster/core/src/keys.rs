@@ -29,6 +29,8 @@
 //! | `W` dir name                      | () a clone directory's whiteout: its source's entry `name` is hidden |
 //! | `S` share-name                    | [`ScheduleRecord`](crate::records::ScheduleRecord): the share's snapshot schedule |
 //! | `T` id lower-case-name            | a named stream of file `id`: the stream's node id (u64) and its name as created (see [`stream`]) |
+//! | `c` origin epoch seq              | exactly-once resend: the results (bincode `Vec<OpResult>`) of the identified batch (see `machine/sessions.rs`) |
+//! | `C` origin                        | exactly-once resend: the origin's sessions, `Vec<(epoch, highest seq)>`, most recently used first |
 //!
 //! Layers (snapshots) are described in `cluster/STORAGE-MODEL.md`,
 //! "Layers".
@@ -90,6 +92,26 @@ pub const CLONE_GONE: u8 = 0;
 pub const PRESERVED_ABSENT: u8 = 0;
 /// A before-image: the record's value follows.
 pub const PRESERVED_PRESENT: u8 = 1;
+
+/// Exactly-once resend: `c` origin epoch seq -> the batch's results.
+pub const RESULT: u8 = b'c';
+/// Exactly-once resend: `C` origin -> that origin's sessions (epochs).
+pub const SESSION: u8 = b'C';
+
+/// The stored results of identified batch (`origin`, `epoch`, `seq`).
+pub fn result(origin: u64, epoch: u64, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(25);
+    k.push(RESULT);
+    k.extend_from_slice(&origin.to_be_bytes());
+    k.extend_from_slice(&epoch.to_be_bytes());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The session record of origin node `origin`.
+pub fn session(origin: u64) -> Vec<u8> {
+    with_u64(SESSION, origin)
+}
 
 /// Node-local records: progress of this node's own data path, never
 /// written by a raft command (see `machine::drop_destaged`).

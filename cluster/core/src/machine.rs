@@ -19,6 +19,7 @@ use crate::records::{decode, encode, Command, DataOp, DataRecord, Edge, Node, Sh
 
 mod clone;
 mod layers;
+pub mod sessions;
 mod space;
 mod streams;
 pub use clone::{clone_id, is_clone_id, list_clones, CLONE_BIT, DEPTH_MAX as CLONE_DEPTH_MAX};
@@ -97,7 +98,12 @@ pub fn apply<R: KvRead + ?Sized>(txn: &mut Txn<'_, R>, cmd: &Command) -> Applied
             out.admin = Some(Ok(()));
             out
         }
-        Command::Batch(batch) => execute(txn, batch),
+        // Exactly-once resend (`sessions.rs`, raft thesis §6.3): an
+        // identified batch runs at most once; a resend gets its results.
+        Command::Batch(batch) => match batch.request {
+            Some(id) if sessions::applies(batch) => sessions::execute_once(txn, id, batch),
+            _ => execute(txn, batch),
+        },
         Command::PutShare { share, replace, now_ns } => {
             Applied { admin: Some(put_share(txn, share, *replace, *now_ns)), ..Default::default() }
         }

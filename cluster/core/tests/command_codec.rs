@@ -7,7 +7,7 @@ use duet_cluster::command::{decode_command, decode_entry, encode_command, Comman
 use duet_cluster::records::{Command, ShareRecord, UserRecord};
 use duet_cluster::wire::WireError;
 use duet_fs::{
-    Access, Batch, CreateKind, Credentials, ExtentId, IfExists, ObjRef, Op, SetAttrs, SetTime, WriteData, XattrHow,
+    Access, Batch, CreateKind, Credentials, ExtentId, IfExists, ObjRef, Op, RequestId, SetAttrs, SetTime, WriteData, XattrHow,
     ALLOC_TRUNCATES,
     CTIME_KEEP,
 };
@@ -251,6 +251,8 @@ impl Gen {
             // Not in the entry: they say how to answer the batch.
             lazy: false,
             flush: false,
+            // Identified batches: `identified_batches_*` below.
+            request: None,
         }
     }
     fn share(&mut self) -> ShareRecord {
@@ -724,4 +726,102 @@ fn a_pinned_legacy_entry_decodes() {
     let want = Command::Batch(b);
     assert_eq!(decode_command(&old), Ok(want.clone()));
     assert_eq!(bincode::serialize(&want).unwrap(), old);
+}
+
+/// A random id with every part from 1 (biased to the edges).
+fn request_id(g: &mut Gen) -> RequestId {
+    RequestId { origin: g.u64().max(1), epoch: g.u64().max(1), seq: g.u64().max(1) }
+}
+
+#[test]
+fn identified_batches_round_trip() {
+    for seed in 0..2000u64 {
+        let mut g = Gen::new(seed);
+        let mut b = g.batch();
+        b.request = Some(request_id(&mut g));
+        let bytes = round_trip(&Command::Batch(b.clone()));
+        assert_eq!(bytes[1], 15, "seed {seed}: CMD_BATCH_ID");
+        // The same batch without its id is the plain tag, byte for byte
+        // the batch after the id: entries written before keep decoding.
+        b.request = None;
+        let plain = round_trip(&Command::Batch(b));
+        assert_eq!(plain[1], 2);
+        assert_eq!(&plain[2..], &bytes[bytes.len() - (plain.len() - 2)..], "seed {seed}");
+    }
+}
+
+#[test]
+fn identified_batches_layout_is_pinned() {
+    let Command::Batch(mut b) = setattr_batch(SetAttrs { mode: Some(0o644), ..Default::default() }) else { unreachable!() };
+    b.request = Some(RequestId { origin: 3, epoch: 300, seq: 1 });
+    let bytes = round_trip(&Command::Batch(b));
+    #[rustfmt::skip]
+    let want: Vec<u8> = vec![
+        0xD2,               // version 2
+        15,                 // Batch with a request id
+        3,                  // origin 3
+        0xAC, 0x02,         // epoch 300
+        1,                  // seq 1
+        0xE8, 0x07, 100, 0, // cred uid 1000, gid 100, no groups
+        1, 0,               // stop_on_error, not read_only
+        10,                 // now_ns 5, zigzag
+        1,                  // one op
+        5,                  // SetAttr
+        0, 7,               // ObjRef::Id(7)
+        1, 0xA4, 0x03,      // mode 0o644
+        0, 0, 0,            // no uid, gid, size
+        0,                  // no alloc_size
+        0, 0,               // no dos_attrs, btime
+        0, 0,               // no atime, mtime
+        0,                  // no ctime
+    ];
+    assert_eq!(bytes, want);
+}
+
+#[test]
+fn identified_batches_malformed_are_refused() {
+    let mut b = Batch::new(Credentials::root(), 0);
+    b.push(Op::GetAttr { obj: ObjRef::Id(1) });
+    b.request = Some(RequestId { origin: 1, epoch: 2, seq: 3 });
+    let good = encode_command(&Command::Batch(b.clone()));
+    assert_eq!(&good[..5], &[0xD2, 15, 1, 2, 3]);
+    // A part 0 on the wire is refused (never "no id").
+    for (at, what) in [(2, "request origin"), (3, "request epoch"), (4, "request seq")] {
+        let mut bad = good.clone();
+        bad[at] = 0;
+        match decode_command(&bad) {
+            Err(CommandError::Wire(WireError::Invalid { what: w, .. })) => assert_eq!(w, what),
+            other => panic!("a 0 {what} gave {other:?}"),
+        }
+    }
+    // Every cut and a trailing byte.
+    for n in 0..good.len() {
+        assert!(decode_command(&good[..n]).is_err(), "prefix of {n}");
+    }
+    let mut long = good.clone();
+    long.push(0);
+    assert!(matches!(decode_command(&long), Err(CommandError::Wire(WireError::Trailing { len: 1, .. }))));
+    // A varint id part padded (not the shortest form) is refused.
+    let mut padded = good.clone();
+    padded.splice(2..3, [0x81, 0x00]);
+    assert!(matches!(decode_command(&padded), Err(CommandError::Wire(WireError::Invalid { what: "request origin", .. }))));
+    // An id with a part 0 in memory is encoded as no id at all (never an
+    // entry that no node could decode).
+    for id in [RequestId { origin: 0, epoch: 1, seq: 1 }, RequestId { origin: 1, epoch: 0, seq: 1 }, RequestId { origin: 1, epoch: 1, seq: 0 }] {
+        let mut z = b.clone();
+        z.request = Some(id);
+        let bytes = encode_command(&Command::Batch(z));
+        assert_eq!(bytes[1], 2);
+        let mut plain = b.clone();
+        plain.request = None;
+        assert_eq!(decode_command(&bytes), Ok(Command::Batch(plain)));
+    }
+    // Garbage after the tag never panics.
+    let mut g = Gen::new(15);
+    for _ in 0..5000 {
+        let n = g.below(40) as usize;
+        let mut bytes = vec![COMMAND_V2, 15];
+        bytes.extend((0..n).map(|_| g.next() as u8));
+        let _ = decode_command(&bytes);
+    }
 }

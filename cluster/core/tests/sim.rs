@@ -26,7 +26,12 @@
 //! comes back through the follower; "not the leader" and "superseded"
 //! are routed again, a few times; a lost forward or answer leaves the
 //! client to time out, the outcome unknown), else it answers "not the
-//! leader" with its hint. A write is acknowledged only when its (term, index) is applied
+//! leader" with its hint. A write carries a request id (the client is the
+//! session: origin, epoch, sequence; raft thesis §6.3): a client whose
+//! write timed out sends it again, same id, to any node, until it is
+//! answered or `CLIENT_GIVE_UP` passes (then it stays pending); the state
+//! machine runs it at most once (`machine/sessions.rs`), so a resend of a
+//! write that applied is answered without applying it again. A write is acknowledged only when its (term, index) is applied
 //! on the proposer ([`Waiters`]). A read goes through raft as a read-only
 //! batch and is answered from the proposer's state when it applies: a
 //! position in the log, so linearizable.
@@ -58,7 +63,7 @@ use duet_cluster::machine;
 use duet_cluster::raft_node::{RaftEntry, RaftMessage, RaftNode, Recovered, LOG_RETAIN_MULTI};
 use duet_cluster::waiters::{Settled, Waiters};
 use duet_cluster::Command;
-use duet_fs::{Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, WriteData, ROOT_ID};
+use duet_fs::{Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, RequestId, WriteData, ROOT_ID};
 use raft::eraftpb::{EntryType, HardState};
 
 /// Seeds run by default (CI).
@@ -130,7 +135,10 @@ fn fnv(b: &[u8]) -> u64 {
 
 #[derive(Clone, Debug)]
 enum Req {
-    Write { file: usize, value: Vec<u8> },
+    /// A write with its id (exactly-once resend: the client sends it
+    /// again after a timeout, same id, and the state machine runs it at
+    /// most once, `machine/sessions.rs`).
+    Write { file: usize, value: Vec<u8>, id: RequestId },
     /// A read-only batch through the log, answered when it applies.
     Read { file: usize },
     /// A read by read index (any node: a follower asks the leader),
@@ -150,7 +158,7 @@ enum Resp {
 
 fn show_req(r: &Req) -> String {
     match r {
-        Req::Write { file, value } => format!("write f{file} := {}", String::from_utf8_lossy(value)),
+        Req::Write { file, value, id } => format!("write f{file} := {} (id {}/{})", String::from_utf8_lossy(value), id.origin, id.seq),
         Req::Read { file } => format!("read f{file} (log)"),
         Req::ReadIndex { file } => format!("read f{file} (read index)"),
     }
@@ -302,6 +310,9 @@ struct ClientOp {
     hist: usize,
     attempt: u32,
     started: u64,
+    /// An earlier try timed out (it may have applied): a later definite
+    /// refusal no longer means "never done".
+    uncertain: bool,
 }
 
 struct Client {
@@ -319,6 +330,8 @@ pub struct Stats {
     /// Client batches a leader ran for a follower that forwarded them.
     pub forwarded: u64,
     pub pending: u64,
+    /// Writes sent again with their id after a timeout.
+    pub resent: u64,
     pub crashes: u64,
     pub pauses: u64,
     pub eio: u64,
@@ -884,7 +897,11 @@ impl Sim {
         let now = self.now;
         let Some(l) = self.nodes[i].live.as_mut() else { return };
         let (batch, write) = match &req {
-            Req::Write { file, value } => (write_batch(*file, value, now), true),
+            Req::Write { file, value, id } => {
+                let mut b = write_batch(*file, value, now);
+                b.request = Some(*id);
+                (b, true)
+            }
             Req::Read { file } => (read_batch(*file, now), false),
             Req::ReadIndex { .. } => unreachable!("answered above"),
         };
@@ -916,7 +933,9 @@ impl Sim {
         let id = self.clients[c].next_op;
         self.clients[c].next_op += 1;
         let req = if self.rng.chance(0.55) {
-            Req::Write { file, value: format!("c{c}-{id}").into_bytes() }
+            // The client is the session (origin 100 + c, one epoch):
+            // each write is one sequence number, every try of it the same.
+            Req::Write { file, value: format!("c{c}-{id}").into_bytes(), id: RequestId { origin: 100 + c as u64, epoch: 1, seq: id + 1 } }
         } else if self.rng.chance(0.5) {
             Req::Read { file }
         } else {
@@ -930,7 +949,7 @@ impl Sim {
         };
         self.hist.push((file, RegOp { write, value, call: self.stamp, ret: None }));
         let hist = self.hist.len() - 1;
-        self.clients[c].current = Some(ClientOp { id, req, hist, attempt: 0, started: self.now });
+        self.clients[c].current = Some(ClientOp { id, req, hist, attempt: 0, started: self.now, uncertain: false });
         self.send_attempt(c);
     }
 
@@ -981,6 +1000,12 @@ impl Sim {
             }
             Resp::NotLeader(_) | Resp::Failed => {
                 let hint = if let Resp::NotLeader(h) = resp { h } else { 0 };
+                if self.now - cur.started > CLIENT_GIVE_UP && cur.uncertain {
+                    // An earlier try may have applied: pending.
+                    self.stats.pending += 1;
+                    self.finish_op(c);
+                    return;
+                }
                 if self.now - cur.started > CLIENT_GIVE_UP {
                     // Never done: out of the history.
                     self.hist[hist].1.ret = None;
@@ -1003,9 +1028,21 @@ impl Sim {
         if !self.current_is(c, op, attempt) {
             return;
         }
-        // Indeterminate: a write stays pending (it may take effect at any
-        // later time), a read is dropped.
-        let hist = self.clients[c].current.as_ref().unwrap().hist;
+        // Indeterminate. A write is sent again with its id (to any node)
+        // until it is answered or CLIENT_GIVE_UP passes: it applies at
+        // most once, and a resend after it applied is answered its stored
+        // result. Past that it stays pending (it may take effect at any
+        // later time); a read is dropped.
+        let cur = self.clients[c].current.as_ref().unwrap();
+        let hist = cur.hist;
+        if self.hist[hist].1.write && self.now - cur.started <= CLIENT_GIVE_UP {
+            self.log(|| format!("client {c} op {op}: timed out; resent with its id"));
+            self.stats.resent += 1;
+            self.clients[c].current.as_mut().unwrap().uncertain = true;
+            self.clients[c].target = self.rng.range(0, N as u64) as usize;
+            self.send_attempt(c);
+            return;
+        }
         self.log(|| format!("client {c} op {op}: timed out"));
         if self.hist[hist].1.write {
             self.stats.pending += 1;
@@ -1291,6 +1328,7 @@ fn seeds() {
                 total.index_reads += s.index_reads;
                 total.forwarded += s.forwarded;
                 total.pending += s.pending;
+                total.resent += s.resent;
                 total.crashes += s.crashes;
                 total.pauses += s.pauses;
                 total.eio += s.eio;
@@ -1306,12 +1344,13 @@ fn seeds() {
         }
     }
     eprintln!(
-        "sim: {count} seeds ({threads} threads) in {:.1}s: {} acked writes, {} reads ({} by read index), {} batches forwarded, {} pending writes, {} crashes ({} on EIO), {} pauses, {} partitions, {} leaderships, {} entries applied, {} events",
+        "sim: {count} seeds ({threads} threads) in {:.1}s: {} acked writes, {} reads ({} by read index), {} batches forwarded, {} writes resent with their id, {} pending writes, {} crashes ({} on EIO), {} pauses, {} partitions, {} leaderships, {} entries applied, {} events",
         t0.elapsed().as_secs_f64(),
         total.acked_writes,
         total.reads,
         total.index_reads,
         total.forwarded,
+        total.resent,
         total.pending,
         total.crashes,
         total.eio,

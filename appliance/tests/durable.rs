@@ -193,6 +193,49 @@ fn a_durable_handle_survives_a_lost_connection_with_its_data_lease_and_lock() {
     assert_eq!(other.read_all(f, 64).unwrap(), b"BYTES written before the cut");
 }
 
+/// A client that notices its connection is gone before the server does
+/// reconnects at once (smbtorture's `durable-v2-open.reopen2b` does, and
+/// failed now and then with OBJECT_NAME_NOT_FOUND): the reconnect waits
+/// for the old connection's end (answered STATUS_PENDING) and then takes
+/// the kept open over. While the old connection really lives, the wait
+/// is bounded: NOT_FOUND after about a second.
+#[test]
+fn a_reconnect_that_races_the_old_connections_end_waits_for_it() {
+    let (_tmp, d) = start("");
+    let guid = [0xc3; 16];
+    let durable_req = |name| {
+        let mut req = file_req(name, 0);
+        req.requested_oplock_level = oplock_level::BATCH;
+        req.create_contexts = vec![CreateContextRequest::DurableHandleRequestV2 { timeout: 0, flags: 0, create_guid: guid }];
+        req
+    };
+    let mut a = smb3(&d, CLIENT, "bench", "benchpw");
+    let got = create(&mut a, durable_req("race.txt"));
+    assert_eq!(got.status, NtStatus::SUCCESS);
+    let fid = got.file_id;
+    assert_eq!(a.write(fid, 0, b"before the race", false), NtStatus::SUCCESS);
+    // The old connection still lives: the reconnect waits, then is refused.
+    let mut b = smb3(&d, CLIENT, "bench", "benchpw");
+    let t = std::time::Instant::now();
+    assert_eq!(create(&mut b, reconnect_req("race.txt", fid, guid, None)).status, NtStatus::OBJECT_NAME_NOT_FOUND);
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(4), "waited {waited:?}");
+    // The old connection ends while the reconnect waits: it succeeds.
+    let cutter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        cut(a);
+    });
+    let t = std::time::Instant::now();
+    let back = create(&mut b, reconnect_req("race.txt", fid, guid, None));
+    let waited = t.elapsed();
+    cutter.join().unwrap();
+    assert_eq!(back.status, NtStatus::SUCCESS, "the reconnect after the old connection's end");
+    assert!(waited >= Duration::from_millis(250), "it did not wait: {waited:?}");
+    assert_eq!(back.file_id, fid);
+    assert_eq!(b.read_all(fid, 64).unwrap(), b"before the race");
+    assert_eq!(b.close(fid), NtStatus::SUCCESS);
+}
+
 #[test]
 fn another_user_or_a_wrong_create_guid_cannot_reconnect() {
     let (_tmp, d) = start("");

@@ -413,7 +413,25 @@ impl Connection {
                 .map_err(|_| NtStatus::OBJECT_NAME_INVALID)
                 .and_then(|n| split_path(&n))
                 .map(|c| path_key(root, &c.join("\\")));
-            let id = self.reclaim(hdr, r, lease_key_any, path, fp.now_ns)?;
+            let id = match self.reclaim(hdr, r, lease_key_any, path, fp.now_ns) {
+                Ok(id) => id,
+                Err(NtStatus::OBJECT_NAME_NOT_FOUND) if self.resuming.is_none() && fp.slots.is_empty() && hdr.next_command == 0 => {
+                    // The open is still held by its old connection, whose
+                    // end this server has not yet seen (the client noticed
+                    // first and reconnected at once): the CREATE waits
+                    // (STATUS_PENDING) until that open is kept or closed,
+                    // at most a second, then looks again once.
+                    match self.cfg.share_modes.open_elsewhere(r.persistent, self.conn_key) {
+                        Some(k) => {
+                            self.park = Some(Vec::new());
+                            self.park_gone = Some((k, fp.now_ns.saturating_add(1_000_000_000)));
+                            return Ok(done(NtStatus::PENDING));
+                        }
+                        None => return Err(NtStatus::OBJECT_NAME_NOT_FOUND),
+                    }
+                }
+                Err(e) => return Err(e),
+            };
             return self.plan_reattach(fp, slot, hdr, id, false);
         }
         if self.opens.len() + fp.pending_opens.len() >= self.cfg.max_opens {

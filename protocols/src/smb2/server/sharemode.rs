@@ -120,6 +120,13 @@ impl ShareModes {
         self.paths().contains_key(&key)
     }
 
+    /// The live open with file id `id` on a connection other than `conn`
+    /// (file ids are daemon-wide), if any: a durable open whose client
+    /// reconnected before its old connection's end was noticed.
+    pub(super) fn open_elsewhere(&self, id: u64, conn: u64) -> Option<(u64, u64)> {
+        self.paths().keys().find(|(c, f)| *f == id && *c != conn).copied()
+    }
+
     /// Closes the kept durable open `id` now (another open took its
     /// AppInstanceId); the batches removing its delete-on-close file.
     pub(super) fn close_kept_id(&self, id: u64, now_ns: i64) -> Vec<Batch> {

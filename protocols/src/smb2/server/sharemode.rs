@@ -122,9 +122,11 @@ impl ShareModes {
 
     /// The live open with file id `id` on a connection other than `conn`
     /// (file ids are daemon-wide), if any: a durable open whose client
-    /// reconnected before its old connection's end was noticed.
+    /// reconnected before its old connection's end was noticed. A kept
+    /// open (holder [`KEPT`]) is not one: it is reconnected or refused at
+    /// once.
     pub(super) fn open_elsewhere(&self, id: u64, conn: u64) -> Option<(u64, u64)> {
-        self.paths().keys().find(|(c, f)| *f == id && *c != conn).copied()
+        self.paths().keys().find(|(c, f)| *f == id && *c != conn && *c != KEPT).copied()
     }
 
     /// Closes the kept durable open `id` now (another open took its

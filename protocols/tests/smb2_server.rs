@@ -2240,17 +2240,6 @@ fn ipc_pipe_write_read_overflow_and_compound() {
     assert_eq!(c.tree("IPC$"), NtStatus::SUCCESS);
     // CREATE + WRITE(bind) + READ in one related compound.
     let bind = unhex(SMBCLIENT_BIND);
-    let write = |data| {
-        Request::Write(WriteRequest {
-            offset: 0,
-            file_id: FileId::RELATED,
-            channel: 0,
-            remaining_bytes: 0,
-            flags: 0,
-            write_channel_info: &[],
-            data,
-        })
-    };
     let read = |file_id, length| {
         Request::Read(ReadRequest {
             padding: 0x50,
@@ -2269,7 +2258,7 @@ fn ipc_pipe_write_read_overflow_and_compound() {
             Request::Create(create("\\srvsvc", create_disposition::OPEN, 0, RW)),
             false,
         ),
-        msg(write(&bind), true),
+        write_related(&bind),
         msg(read(FileId::RELATED, 1024), true),
     ]);
     let st: Vec<NtStatus> = r.iter().map(Reply::status).collect();

@@ -1081,6 +1081,10 @@ pub struct Stats {
     pub log_reads_device: u64,
     #[serde(default)]
     pub log_memory_bytes: u64,
+    /// Gather intervals the destager waited for a client's stream of
+    /// large writes to pause (`[cache] destage_defer_mib`).
+    #[serde(default)]
+    pub destage_deferrals: u64,
 }
 
 /// One line of the audit log (GET /v1/audit returns the newest, oldest

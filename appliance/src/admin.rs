@@ -1252,6 +1252,7 @@ impl Admin {
             log_reads_memory: ld(&d.log_reads_memory),
             log_reads_device: ld(&d.log_reads_device),
             log_memory_bytes: ld(&d.log_memory_bytes),
+            destage_deferrals: ld(&d.destage_deferrals),
             errors: self
                 .engine
                 .stats

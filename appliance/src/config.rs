@@ -73,6 +73,11 @@ destage_interval_ms = 20
 # and what the destager writes is kept, and sequential readers read ahead
 # into it. Unset: a quarter of the machine's memory (64 MiB to 64 GiB).
 # read_mib = 1024
+# While a client streams large writes, the destager waits for the stream
+# to pause (at most 2 s) until the write log holds this many MiB (0: it
+# never waits). The data is durable in the log meanwhile. Unset: what the
+# log memory holds (a quarter of the read cache), at most 1024.
+# destage_defer_mib = 1024
 
 [limits]
 # What one client may take; docs/limits.md says what each refusal looks like.
@@ -336,9 +341,24 @@ pub struct CacheConfig {
     /// The read cache of chunk data, in MiB (0: off; unset: a quarter of
     /// the machine's memory, [`CacheConfig::read_cache_bytes`]).
     pub read_mib: Option<u64>,
+    /// How much the write log may hold while the destager waits for a
+    /// stream of appends to pause, in MiB (0: never waits; unset:
+    /// [`CacheConfig::destage_defer_bytes`]).
+    pub destage_defer_mib: Option<u64>,
 }
 
 impl CacheConfig {
+    /// `destage_defer_mib` in bytes, or when unset what the log memory
+    /// holds (a quarter of the read cache, `duet_cache::logmem`), at most
+    /// 1 GiB: data the destager waits to move is then read back from
+    /// memory.
+    pub fn destage_defer_bytes(&self) -> u64 {
+        match self.destage_defer_mib {
+            Some(m) => m << 20,
+            None => (self.read_cache_bytes() / 4).min(1 << 30),
+        }
+    }
+
     /// The read cache's size in bytes: `read_mib`, or when unset a quarter
     /// of the machine's memory (`/proc/meminfo` MemTotal), at least 64 MiB
     /// and at most 64 GiB (256 MiB where the memory cannot be read).
@@ -681,7 +701,7 @@ impl Default for AdminConfig {
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { log_segment_mib: 64, destage_interval_ms: 20, read_mib: None }
+        CacheConfig { log_segment_mib: 64, destage_interval_ms: 20, read_mib: None, destage_defer_mib: None }
     }
 }
 
@@ -770,6 +790,9 @@ impl Config {
         }
         if let Some(m) = self.cache.read_mib.filter(|&m| m > 1 << 20) {
             return invalid("cache.read_mib", format!("{m} is over 1048576 (1 TiB)"));
+        }
+        if let Some(m) = self.cache.destage_defer_mib.filter(|&m| m > 1 << 16) {
+            return invalid("cache.destage_defer_mib", format!("{m} is over 65536 (64 GiB)"));
         }
         if !(1..=4096).contains(&self.cache.log_segment_mib) {
             return invalid("cache.log_segment_mib", format!("{} is outside 1..=4096", self.cache.log_segment_mib));
@@ -1029,6 +1052,14 @@ mod tests {
         assert!(e.starts_with("durability.wal_prepare_mib: ") && e.contains("0..=1024"), "{e}");
         let c = Config::parse("[durability]\nwal_prepare_mib = 0", "t").unwrap();
         assert_eq!(c.durability.wal_prepare_mib, 0);
+        let e = key_of("[cache]\ndestage_defer_mib = 65537");
+        assert!(e.starts_with("cache.destage_defer_mib: ") && e.contains("65536"), "{e}");
+        let c = Config::parse("[cache]\ndestage_defer_mib = 0\nread_mib = 512", "t").unwrap();
+        assert_eq!(c.cache.destage_defer_bytes(), 0);
+        let c = Config::parse("[cache]\nread_mib = 512", "t").unwrap();
+        assert_eq!(c.cache.destage_defer_bytes(), 128 << 20, "a quarter of the read cache");
+        let c = Config::parse("[cache]\nread_mib = 65536", "t").unwrap();
+        assert_eq!(c.cache.destage_defer_bytes(), 1 << 30, "at most 1 GiB unset");
         let e = Config::parse("[default_share]\nname = \"a b\"", "t").unwrap_err().to_string();
         assert!(e.contains("default_share.name"), "{e}");
         for bad in ["", "a b.com", "example..com", "x@y"] {

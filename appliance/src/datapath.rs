@@ -87,6 +87,9 @@ pub struct DataCounters {
     pub log_reads_device: AtomicU64,
     /// Bytes of write-log extents held in memory.
     pub log_memory_bytes: AtomicU64,
+    /// Gather intervals the destager waited for a stream of log appends
+    /// to pause (`duet_cache::defer`).
+    pub destage_deferrals: AtomicU64,
 }
 
 /// Where a test can make the data path fail (`[testing] fault_injection`,
@@ -338,6 +341,11 @@ pub struct DataPath {
     /// panics if it is gone by then, so the destager removes no chunk name
     /// while one is in flight ([`Self::quiesce_opens`]).
     opening: Cell<u32>,
+    /// When the newest write-log append became durable (ms of `started`),
+    /// and how long the destager waits for a stream of them to pause
+    /// (`duet_cache::defer`, `[cache] destage_defer_mib`).
+    last_append_ms: Cell<Option<u64>>,
+    defer: Cell<duet_cache::defer::DeferPolicy>,
 }
 
 /// The size of an open file (fstat of its descriptor).
@@ -610,6 +618,8 @@ impl DataPath {
             }),
             read_files: RefCell::new(HashMap::new()),
             opening: Cell::new(0),
+            last_append_ms: Cell::new(None),
+            defer: Cell::new(duet_cache::defer::DeferPolicy { max_bytes: 0, max_wait_ms: duet_cache::defer::MAX_WAIT_MS }),
         });
         if reused {
             dp.counters.log_segments_reused.fetch_add(1, Ordering::Relaxed);
@@ -659,6 +669,31 @@ impl DataPath {
         self.counters.log_memory_bytes.store(0, Ordering::Relaxed);
     }
 
+    /// How much the write log may hold while the destager waits for a
+    /// stream of appends to pause (`[cache] destage_defer_mib`; 0: never).
+    pub fn set_destage_defer_bytes(&self, bytes: u64) {
+        self.defer.set(duet_cache::defer::DeferPolicy { max_bytes: bytes, max_wait_ms: duet_cache::defer::MAX_WAIT_MS });
+    }
+
+    /// Milliseconds since the data path opened: the monotonic clock of
+    /// [`Self::defer_destage`] and of [`Unclaimed`].
+    pub fn clock_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Whether the destager, waiting since `since_ms` (of [`Self::clock_ms`]),
+    /// gathers another `gather` rather than run a round: log appends still
+    /// complete and the log holds less than the bound
+    /// (`duet_cache::defer`). Counted in `destage_deferrals`.
+    pub fn defer_destage(&self, since_ms: u64, gather: std::time::Duration) -> bool {
+        let held: u64 = self.log.borrow().segments().values().sum();
+        let wait = self.defer.get().keep_waiting(self.clock_ms(), since_ms, self.last_append_ms.get(), gather.as_millis() as u64, held);
+        if wait {
+            self.counters.destage_deferrals.fetch_add(1, Ordering::Relaxed);
+        }
+        wait
+    }
+
     fn mem_name(&self, extent: ExtentId) -> duet_cache::logmem::Name {
         mem_name(extent, self.node_id)
     }
@@ -693,10 +728,6 @@ impl DataPath {
         self.replica.get()
     }
 
-    fn now_ms(&self) -> u64 {
-        self.started.elapsed().as_millis() as u64
-    }
-
     /// Appends `data` to the write log as a new extent of this node and
     /// waits until it is durable. Returns the extent's name.
     pub async fn log_append(&self, data: &[u8]) -> io::Result<ExtentId> {
@@ -720,7 +751,7 @@ impl DataPath {
         }
         let (_, fresh) = self.append(Some(extent), data, |_| {}).await?;
         if fresh {
-            self.unclaimed.borrow_mut().add(extent, self.now_ms());
+            self.unclaimed.borrow_mut().add(extent, self.clock_ms());
         }
         Ok(())
     }
@@ -793,6 +824,7 @@ impl DataPath {
             self.unclaimed.borrow_mut().remove(&extent.resolved(self.node_id));
             return Err(e);
         }
+        self.last_append_ms.set(Some(self.clock_ms()));
         // The record is durable: its bytes may answer reads from memory
         // while the log holds it (`log_read` asks the log first).
         if self.faults[FaultPoint::DataRead as usize].get() == 0 {
@@ -970,7 +1002,7 @@ impl DataPath {
             return Ok(());
         }
         let QueryAnswer::Raft(raft) = store.query(Query::RaftStatus).await.map_err(ge)? else { return Ok(()) };
-        let candidates = self.unclaimed.borrow_mut().step(self.now_ms(), raft.last_index, raft.applied_index);
+        let candidates = self.unclaimed.borrow_mut().step(self.clock_ms(), raft.last_index, raft.applied_index);
         if candidates.is_empty() {
             return Ok(());
         }
@@ -1512,22 +1544,26 @@ impl DataPath {
             return Ok(());
         }
         round.pending_bytes = 0;
-        let mut runs: Vec<(NodeId, u64, u64, Vec<u8>)> = Vec::new();
+        // Runs of consecutive blocks of one chunk, each copied once, into
+        // the buffer its write takes.
+        let mut runs: Vec<(NodeId, u64, u64, Vec<Vec<u8>>)> = Vec::new();
         for ((file, idx, blk), b) in std::mem::take(&mut round.pending) {
+            assert_eq!(b.len() as u64, ALIGN, "a pending block is one whole block");
             match runs.last_mut() {
-                Some((f, i, first, bytes)) if *f == file && *i == idx && *first + bytes.len() as u64 / ALIGN == blk => {
-                    bytes.extend_from_slice(&b)
-                }
-                _ => runs.push((file, idx, blk, b)),
+                Some((f, i, first, blocks)) if *f == file && *i == idx && *first + blocks.len() as u64 == blk => blocks.push(b),
+                _ => runs.push((file, idx, blk, vec![b])),
             }
         }
         let mut writes = Vec::with_capacity(runs.len());
-        for (file, idx, blk, bytes) in runs {
+        for (file, idx, blk, blocks) in runs {
             let f = self.open_chunk(&mut round.open, file, idx).await?;
             self.fault(FaultPoint::ChunkWrite)?;
-            let mut buf = f.alloc_dma_buffer(bytes.len());
-            buf.as_bytes_mut().copy_from_slice(&bytes);
-            let want = bytes.len();
+            let want = blocks.len() * ALIGN as usize;
+            let mut buf = f.alloc_dma_buffer(want);
+            for (to, b) in buf.as_bytes_mut().chunks_exact_mut(ALIGN as usize).zip(&blocks) {
+                to.copy_from_slice(b);
+            }
+            drop(blocks);
             writes.push(glommio::spawn_local(async move {
                 let wrote = f.write_at(buf, blk * ALIGN).await.map_err(|e| io::Error::other(format!("chunk write: {e}")))?;
                 if wrote != want {

@@ -545,6 +545,14 @@ pub async fn start(
             // of small writes took a quarter of a lazy write's time.
             if woken {
                 glommio::timer::sleep(destage_interval).await;
+                // A client streaming large writes: its appends and a
+                // round's chunk writes compete for this executor and the
+                // device, so the round waits for the stream to pause,
+                // within the bounds (`duet_cache::defer`).
+                let since = data.clock_ms();
+                while data.defer_destage(since, destage_interval) {
+                    glommio::timer::sleep(destage_interval).await;
+                }
             }
             let mut destaged = 0;
             loop {

@@ -336,6 +336,7 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     counter(&mut reg, "destaged_records", "Write-log records destaged into chunk files", stats.destaged_records);
     gauge(&mut reg, "destage_backlog_records", "Write-log records not yet destaged", stats.destage_backlog);
     gauge(&mut reg, "destage_queue_records", "Data records queued on this node and not yet destaged", stats.destage_queue);
+    counter(&mut reg, "destage_deferrals", "Gather intervals the destager waited for a stream of large writes to pause ([cache] destage_defer_mib)", stats.destage_deferrals);
 
     let requests = Family::<RequestLabels, Counter>::default();
     let req_proposals = Family::<RequestLabels, Counter>::default();

@@ -469,6 +469,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
     let read_cache = cfg.cache.read_cache_bytes();
     tracing::info!(mib = read_cache >> 20, "read cache size");
     let interval = Duration::from_millis(cfg.cache.destage_interval_ms);
+    let destage_defer = cfg.cache.destage_defer_bytes();
     let admin_addr = cfg.admin_addr();
     let admin_tls = if crate::tls::wanted(cfg.admin.tls, admin_addr) {
         let c = crate::tls::server_config(&cfg.data_dir, admin_addr, cfg.admin.tls_cert.as_deref(), cfg.admin.tls_key.as_deref())
@@ -547,6 +548,7 @@ pub fn start(cfg: &Config) -> Result<Running, StartError> {
             };
             eng.data.set_space_reserve(space_reserve);
             eng.data.set_read_cache_bytes(read_cache);
+            eng.data.set_destage_defer_bytes(destage_defer);
             let listener = match admin::bind(admin_addr) {
                 Ok(l) => l,
                 Err(e) => {

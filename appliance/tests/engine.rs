@@ -286,3 +286,48 @@ fn a_round_of_many_small_overlapping_writes_destages_byte_exact() {
     assert_eq!(read(&e, id, 0, 1 << 30), model, "from the chunk files after a restart");
     r.shutdown();
 }
+
+/// A client streaming large writes (each through the write log): with
+/// `[cache] destage_defer_mib` the destager waits for the stream to
+/// pause before it moves the data into chunks (`duet_cache::defer`: its
+/// chunk writes competed with the appends), then destages all of it,
+/// byte-exact; with 0 it never waits, and with a bound smaller than the
+/// stream it runs while the stream goes on.
+#[test]
+fn a_stream_of_large_writes_is_destaged_once_it_pauses() {
+    use std::sync::atomic::Ordering;
+    for defer_mib in [256u64, 0, 4] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = cfg(tmp.path());
+        c.cache.destage_interval_ms = 50;
+        c.cache.destage_defer_mib = Some(defer_mib);
+        let r = server::start(&c).unwrap();
+        let e = r.engine().clone();
+        let data = pattern(defer_mib + 7, 48 << 20);
+        let id = create(&e, ROOT_ID, "stream", &[]);
+        let counters = &e.data_counters;
+        let started = std::time::Instant::now();
+        for (i, piece) in data.chunks(1 << 20).enumerate() {
+            write(&e, id, (i as u64) << 20, piece);
+        }
+        let took = started.elapsed();
+        let during = counters.destaged_records.load(Ordering::Relaxed);
+        let waited = counters.destage_deferrals.load(Ordering::Relaxed);
+        println!("destage_defer_mib {defer_mib}: 48 writes of 1 MiB in {took:?}; records destaged meanwhile {during}, intervals waited {waited}");
+        match defer_mib {
+            0 => assert_eq!(waited, 0, "the destager waited with destage_defer_mib = 0"),
+            4 => assert!(during > 0, "a 4 MiB bound did not make the destager run during a 48 MiB stream"),
+            _ => {
+                assert!(waited > 0, "the destager never waited for the stream to pause");
+                // The longest wait is 2 s: a slower stream may see a round.
+                if took < std::time::Duration::from_millis(1500) {
+                    assert_eq!(during, 0, "records were destaged while the stream went on");
+                }
+            }
+        }
+        settle(&e);
+        assert!(counters.destaged_records.load(Ordering::Relaxed) >= 48, "the stream was not destaged once it paused");
+        assert_eq!(read(&e, id, 0, data.len() as u64), data, "destaged data differs");
+        r.shutdown();
+    }
+}

@@ -97,6 +97,10 @@ fn config(dir: &std::path::Path) -> Config {
     // files reused while the kills come (`crash.rs`).
     if let Some(mib) = std::env::var("DUET_TORTURE_SEGMENT_MIB").ok().and_then(|v| v.parse().ok()) {
         c.cache.log_segment_mib = mib;
+        // And a destager that waits for the load's stream of appends only
+        // until the log holds two segments: otherwise none would be
+        // released, and none reused, before the kill.
+        c.cache.destage_defer_mib = Some(2 * mib);
     }
     c
 }

@@ -74,9 +74,10 @@ destage_interval_ms = 20
 # into it. Unset: a quarter of the machine's memory (64 MiB to 64 GiB).
 # read_mib = 1024
 # While a client streams large writes, the destager waits for the stream
-# to pause (at most 2 s) until the write log holds this many MiB (0: it
-# never waits). The data is durable in the log meanwhile. Unset: what the
-# log memory holds (a quarter of the read cache), at most 1024.
+# to pause (at most 2 s; a client reading data not destaged yet ends the
+# wait), until the write log holds this many MiB (0: it never waits). The
+# data is durable in the log meanwhile. Unset: what the log memory holds
+# (a quarter of the read cache), at most 1024.
 # destage_defer_mib = 1024
 
 [limits]

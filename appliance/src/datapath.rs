@@ -348,6 +348,13 @@ pub struct DataPath {
     defer: Cell<duet_cache::defer::DeferPolicy>,
 }
 
+/// A destager's wait for a stream of appends to pause
+/// ([`DataPath::defer_begin`]).
+pub struct DeferWait {
+    since_ms: u64,
+    queued_reads: u64,
+}
+
 /// The size of an open file (fstat of its descriptor).
 fn fd_size(f: &DmaFile) -> io::Result<u64> {
     use std::os::fd::AsRawFd;
@@ -615,6 +622,7 @@ impl DataPath {
                 log_mem: std::sync::Mutex::new(duet_cache::logmem::LogMem::new(0)),
                 node_id,
                 fault_armed: std::sync::atomic::AtomicBool::new(false),
+                queued_reads: AtomicU64::new(0),
             }),
             read_files: RefCell::new(HashMap::new()),
             opening: Cell::new(0),
@@ -681,13 +689,20 @@ impl DataPath {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Whether the destager, waiting since `since_ms` (of [`Self::clock_ms`]),
-    /// gathers another `gather` rather than run a round: log appends still
-    /// complete and the log holds less than the bound
-    /// (`duet_cache::defer`). Counted in `destage_deferrals`.
-    pub fn defer_destage(&self, since_ms: u64, gather: std::time::Duration) -> bool {
+    /// The start of a destager's wait for a stream to pause: now, and the
+    /// client reads of queued data so far.
+    pub fn defer_begin(&self) -> DeferWait {
+        DeferWait { since_ms: self.clock_ms(), queued_reads: self.reads.queued_reads.load(Ordering::Relaxed) }
+    }
+
+    /// Whether the destager, in the wait `w`, gathers another `gather`
+    /// rather than run a round: log appends still complete, the log holds
+    /// less than the bound and no client has read queued data since the
+    /// wait began (`duet_cache::defer`). Counted in `destage_deferrals`.
+    pub fn defer_destage(&self, w: &DeferWait, gather: std::time::Duration) -> bool {
         let held: u64 = self.log.borrow().segments().values().sum();
-        let wait = self.defer.get().keep_waiting(self.clock_ms(), since_ms, self.last_append_ms.get(), gather.as_millis() as u64, held);
+        let read = self.reads.queued_reads.load(Ordering::Relaxed) != w.queued_reads;
+        let wait = self.defer.get().keep_waiting(self.clock_ms(), w.since_ms, self.last_append_ms.get(), gather.as_millis() as u64, held, read);
         if wait {
             self.counters.destage_deferrals.fetch_add(1, Ordering::Relaxed);
         }
@@ -1736,6 +1751,9 @@ impl DataPath {
     /// lays over only the records after it.
     pub async fn read(&self, plan: &ReadPlan) -> io::Result<(Vec<u8>, u64)> {
         let (offset, len) = (plan.offset, plan.len);
+        if !plan.overlay.is_empty() {
+            self.reads.queued_reads.fetch_add(1, Ordering::Relaxed);
+        }
         let barrier = plan.overlay.iter().filter(|(_, r)| r.op.cross_file()).map(|(d, _)| *d).max();
         if let Some(d) = barrier {
             self.wait_destaged(d).await?;
@@ -2193,6 +2211,10 @@ pub struct SharedReads {
     /// A data-read failure was injected ([`DataPath::inject_fault`]): the
     /// executors leave every read to the device path from then on.
     fault_armed: std::sync::atomic::AtomicBool,
+    /// Client reads that laid queued records (data not destaged yet) over
+    /// the chunks: one ends the destager's wait for a stream to pause
+    /// ([`DataPath::defer_destage`]).
+    queued_reads: AtomicU64,
 }
 
 impl SharedReads {
@@ -2210,6 +2232,9 @@ impl SharedReads {
     /// when it was made, laid over in order.
     pub fn read_cached(&self, plan: &ReadPlan) -> Option<(Vec<u8>, duet_cache::read::ReadCacheStats)> {
         use duet_cache::read::BLOCK;
+        if !plan.overlay.is_empty() {
+            self.queued_reads.fetch_add(1, Ordering::Relaxed);
+        }
         if self.fault_armed.load(Ordering::Relaxed) {
             return None;
         }

@@ -544,13 +544,14 @@ pub async fn start(
             // for 256; back-to-back rounds of a few records under a stream
             // of small writes took a quarter of a lazy write's time.
             if woken {
-                glommio::timer::sleep(destage_interval).await;
                 // A client streaming large writes: its appends and a
                 // round's chunk writes compete for this executor and the
                 // device, so the round waits for the stream to pause,
-                // within the bounds (`duet_cache::defer`).
-                let since = data.clock_ms();
-                while data.defer_destage(since, destage_interval) {
+                // within the bounds (`duet_cache::defer`); a read of
+                // queued data from the wake on ends the wait.
+                let wait = data.defer_begin();
+                glommio::timer::sleep(destage_interval).await;
+                while data.defer_destage(&wait, destage_interval) {
                     glommio::timer::sleep(destage_interval).await;
                 }
             }

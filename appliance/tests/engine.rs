@@ -331,3 +331,37 @@ fn a_stream_of_large_writes_is_destaged_once_it_pauses() {
         r.shutdown();
     }
 }
+
+/// A client that reads data of a stream not destaged yet ends the
+/// destager's wait for the stream to pause: rounds run while the stream
+/// goes on (without the read they would wait up to 2 s).
+#[test]
+fn a_read_of_data_not_destaged_ends_the_destagers_wait() {
+    use std::sync::atomic::Ordering;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = cfg(tmp.path());
+    c.cache.destage_interval_ms = 50;
+    c.cache.destage_defer_mib = Some(1024);
+    let r = server::start(&c).unwrap();
+    let e = r.engine().clone();
+    let data = pattern(3, 16 << 20);
+    let id = create(&e, ROOT_ID, "stream", &[]);
+    let counters = &e.data_counters;
+    let piece = |i: usize| &data[(i % 16) << 20..((i % 16) + 1) << 20];
+    for i in 0..4 {
+        write(&e, id, (i as u64) << 20, piece(i));
+    }
+    assert_eq!(read(&e, id, 0, 1 << 20), piece(0), "data just written");
+    let t = std::time::Instant::now();
+    let mut i = 4;
+    while counters.destaged_records.load(Ordering::Relaxed) == 0 && t.elapsed() < std::time::Duration::from_secs(5) {
+        write(&e, id, ((i % 16) as u64) << 20, piece(i));
+        i += 1;
+    }
+    let took = t.elapsed();
+    println!("first records destaged {took:?} after the read, {} writes later; intervals waited {}", i - 4, counters.destage_deferrals.load(Ordering::Relaxed));
+    assert!(took < std::time::Duration::from_millis(1500), "the destager kept waiting after a read of queued data: {took:?}");
+    settle(&e);
+    assert_eq!(read(&e, id, 0, data.len() as u64), data, "destaged data differs");
+    r.shutdown();
+}

@@ -9,8 +9,10 @@
 //! back). So a destager woken by a commit keeps gathering while appends
 //! keep completing, as a page cache holds dirty pages: until one gather
 //! interval passes without an append, the log holds
-//! [`DeferPolicy::max_bytes`], or it has waited
-//! [`DeferPolicy::max_wait_ms`]. Nothing about durability changes: the
+//! [`DeferPolicy::max_bytes`], it has waited [`DeferPolicy::max_wait_ms`],
+//! or a client read data not destaged yet (a reader of what was just
+//! written is served sooner from the chunks and the read cache than by
+//! laying many queued records over them). Nothing about durability changes: the
 //! data is durable in the log from its commit on, and reads lay the
 //! queued records over the chunks (from memory while the log memory,
 //! [`crate::logmem`], holds them).
@@ -33,9 +35,10 @@ impl DeferPolicy {
     /// round now. `since_ms`: when this wait began; `last_append_ms`: when
     /// the newest log append became durable (`None`: never);
     /// `gather_ms`: the destager's gather interval; `held_bytes`: what the
-    /// write log's segments hold.
-    pub fn keep_waiting(&self, now_ms: u64, since_ms: u64, last_append_ms: Option<u64>, gather_ms: u64, held_bytes: u64) -> bool {
-        if self.max_bytes == 0 || held_bytes >= self.max_bytes {
+    /// write log's segments hold; `queued_read`: a client read data not
+    /// destaged yet since the wait began.
+    pub fn keep_waiting(&self, now_ms: u64, since_ms: u64, last_append_ms: Option<u64>, gather_ms: u64, held_bytes: u64, queued_read: bool) -> bool {
+        if self.max_bytes == 0 || held_bytes >= self.max_bytes || queued_read {
             return false;
         }
         if now_ms.saturating_sub(since_ms) >= self.max_wait_ms {
@@ -57,33 +60,35 @@ mod tests {
 
     #[test]
     fn waits_while_appends_keep_coming() {
-        assert!(P.keep_waiting(1_000, 990, Some(995), 20, 64 << 20));
-        assert!(P.keep_waiting(1_000, 500, Some(981), 20, 0));
+        assert!(P.keep_waiting(1_000, 990, Some(995), 20, 64 << 20, false));
+        assert!(P.keep_waiting(1_000, 500, Some(981), 20, 0, false));
     }
 
     #[test]
     fn runs_once_the_stream_pauses_or_never_appended() {
-        assert!(!P.keep_waiting(1_000, 900, Some(980), 20, 64 << 20));
-        assert!(!P.keep_waiting(1_000, 900, Some(100), 20, 64 << 20));
-        assert!(!P.keep_waiting(1_000, 900, None, 20, 64 << 20));
+        assert!(!P.keep_waiting(1_000, 900, Some(980), 20, 64 << 20, false));
+        assert!(!P.keep_waiting(1_000, 900, Some(100), 20, 64 << 20, false));
+        assert!(!P.keep_waiting(1_000, 900, None, 20, 64 << 20, false));
     }
 
     #[test]
     fn the_bounds_end_the_wait() {
         // The log holds the most it may.
-        assert!(!P.keep_waiting(1_000, 990, Some(999), 20, 1 << 30));
+        assert!(!P.keep_waiting(1_000, 990, Some(999), 20, 1 << 30, false));
         // Waited the longest a wait lasts, appends or not.
-        assert!(!P.keep_waiting(3_000, 1_000, Some(2_999), 20, 0));
-        assert!(P.keep_waiting(2_999, 1_000, Some(2_998), 20, 0));
+        assert!(!P.keep_waiting(3_000, 1_000, Some(2_999), 20, 0, false));
+        assert!(P.keep_waiting(2_999, 1_000, Some(2_998), 20, 0, false));
+        // A reader of data not destaged yet.
+        assert!(!P.keep_waiting(1_000, 990, Some(999), 20, 0, true));
         // Off.
         let off = DeferPolicy { max_bytes: 0, ..P };
-        assert!(!off.keep_waiting(1_000, 990, Some(999), 20, 0));
+        assert!(!off.keep_waiting(1_000, 990, Some(999), 20, 0, false));
     }
 
     #[test]
     fn a_clock_that_reads_earlier_never_panics() {
         // Times from different sources may be a little out of order.
-        assert!(P.keep_waiting(100, 200, Some(300), 20, 0));
-        assert!(!P.keep_waiting(0, 0, Some(0), 0, 0));
+        assert!(P.keep_waiting(100, 200, Some(300), 20, 0, false));
+        assert!(!P.keep_waiting(0, 0, Some(0), 0, 0, false));
     }
 }

@@ -54,16 +54,22 @@
 //! `DUET_SIM_TRACE=1`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 use std::time::Instant;
+
+use duet_cache::replica::acks_needed;
 
 use duet_cluster::command::{decode_entry, encode_command};
 use duet_cluster::kv::{KvRead, Txn};
 use duet_cluster::linearizable::{check_register, RegOp};
-use duet_cluster::machine;
+use duet_cluster::machine::{self, ReadPlan};
 use duet_cluster::raft_node::{RaftEntry, RaftMessage, RaftNode, Recovered, LOG_RETAIN_MULTI};
 use duet_cluster::waiters::{Settled, Waiters};
-use duet_cluster::Command;
-use duet_fs::{Batch, CreateKind, Credentials, FsError, IfExists, ObjRef, Op, OpOutput, RequestId, WriteData, ROOT_ID};
+use duet_cluster::{Command, DataOp};
+use duet_fs::{
+    Batch, CreateKind, Credentials, ExtentId, FsError, IfExists, ObjRef, Op, OpOutput, RequestId, WriteData, INLINE_MAX,
+    ROOT_ID,
+};
 use raft::eraftpb::{EntryType, HardState};
 
 /// Seeds run by default (CI).
@@ -93,6 +99,23 @@ const FORWARD_P: f64 = 0.7;
 /// or "superseded" by the node it asked routes it again, as the product's
 /// `Forwarder` does until its leader wait runs out.
 const FORWARD_HOPS: u32 = 3;
+/// How many bytes a read asks for (more than the largest write).
+const READ_LEN: u64 = 16 << 10;
+/// Of the writes, those whose data is over [`INLINE_MAX`] (5 to 9 KiB):
+/// they go through the write cache.
+const LARGE_P: f64 = 0.3;
+/// How long the node that logged an extent waits for a majority to hold
+/// it (`appliance/src/replica.rs` `PUSH_WAIT`); then the write fails,
+/// nothing proposed.
+const PUSH_WAIT: u64 = 5 * SEC;
+/// How long a fetch waits for one peer's answer before asking the next
+/// (`FETCH_WAIT`).
+const FETCH_WAIT: u64 = 3 * SEC;
+/// After a node's write-log device is lost, how long before the index it
+/// must apply to count as rebuilt is taken: every extent it may have
+/// acknowledged before the loss is proposed by then (the proposer waits
+/// at most [`PUSH_WAIT`], then forwards take a few hops), or never.
+const REBUILD_MARGIN: u64 = 10 * SEC;
 
 // ---------------------------------------------------------------------------
 // Seeded RNG: splitmix64.
@@ -121,6 +144,19 @@ impl Rng {
     }
 }
 
+/// A quick hash of a large value or extent, eight bytes at a time.
+fn digest(b: &[u8]) -> u64 {
+    let mut h = 0x9E37_79B9_7F4A_7C15u64 ^ b.len() as u64;
+    let mut words = b.chunks_exact(8);
+    for w in &mut words {
+        h = (h ^ u64::from_le_bytes(w.try_into().unwrap())).wrapping_mul(0xBF58_476D_1CE4_E5B9).rotate_left(29);
+    }
+    for x in words.remainder() {
+        h = (h ^ *x as u64).wrapping_mul(0x94D0_49BB_1331_11EB).rotate_left(29);
+    }
+    h ^ (h >> 31)
+}
+
 fn fnv(b: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for x in b {
@@ -138,7 +174,11 @@ enum Req {
     /// A write with its id (exactly-once resend: the client sends it
     /// again after a timeout, same id, and the state machine runs it at
     /// most once, `machine/sessions.rs`).
-    Write { file: usize, value: Vec<u8>, id: RequestId },
+    ///
+    /// `logged` is the write-log extent holding a large value: none from
+    /// the client; the node that takes the write sets it once a majority
+    /// holds the extent, and the batch it proposes or forwards names it.
+    Write { file: usize, value: Rc<Vec<u8>>, id: RequestId, logged: Option<ExtentId> },
     /// A read-only batch through the log, answered when it applies.
     Read { file: usize },
     /// A read by read index (any node: a follower asks the leader),
@@ -158,7 +198,11 @@ enum Resp {
 
 fn show_req(r: &Req) -> String {
     match r {
-        Req::Write { file, value, id } => format!("write f{file} := {} (id {}/{})", String::from_utf8_lossy(value), id.origin, id.seq),
+        Req::Write { file, value, id, logged } => {
+            let shown = String::from_utf8_lossy(&value[..value.len().min(12)]);
+            let ext = logged.map(|e| format!(", extent {}:{}", e.origin, e.seq)).unwrap_or_default();
+            format!("write f{file} := {shown} ({} bytes; id {}/{}{ext})", value.len(), id.origin, id.seq)
+        }
         Req::Read { file } => format!("read f{file} (log)"),
         Req::ReadIndex { file } => format!("read f{file} (read index)"),
     }
@@ -168,7 +212,7 @@ fn file_name(f: usize) -> String {
     format!("f{f}")
 }
 
-fn write_batch(file: usize, value: &[u8], now: u64) -> Batch {
+fn write_batch(file: usize, data: WriteData, now: u64) -> Batch {
     let mut b = Batch::new(Credentials::root(), (now * 1000) as i64);
     let f = b.push(Op::Create {
         dir: ObjRef::Id(ROOT_ID),
@@ -177,7 +221,7 @@ fn write_batch(file: usize, value: &[u8], now: u64) -> Batch {
         attrs: Default::default(),
         if_exists: IfExists::Truncate,
     });
-    b.push(Op::Write { obj: f, offset: 0, data: WriteData::Bytes(value.to_vec()), append: false });
+    b.push(Op::Write { obj: f, offset: 0, data, append: false });
     b
 }
 
@@ -185,22 +229,92 @@ fn read_batch(file: usize, now: u64) -> Batch {
     let mut b = Batch::new(Credentials::root(), (now * 1000) as i64);
     b.read_only = true;
     let f = b.push(Op::Lookup { dir: ObjRef::Id(ROOT_ID), name: file_name(file) });
-    b.push(Op::Read { obj: f, offset: 0, len: 64 });
+    b.push(Op::Read { obj: f, offset: 0, len: READ_LEN });
     b
 }
 
-/// The value a read batch's results say.
-fn read_value(results: &[duet_fs::OpResult]) -> Result<Option<Vec<u8>>, String> {
-    match results {
-        [Err(FsError::NotFound), _] => Ok(None),
-        [Ok(_), Ok(OpOutput::Read { data, .. })] => Ok(Some(data.clone())),
-        other => Err(format!("read batch gave {other:?}")),
+/// A large write's bytes: its tag repeated to `len` bytes (the checker
+/// compares whole values, so every byte of a read is checked).
+fn large_value(tag: &str, len: usize) -> Vec<u8> {
+    let unit = format!("{tag};");
+    unit.bytes().cycle().take(len).collect()
+}
+
+/// A value as the history records it: a large one by its first bytes,
+/// length and hash (the checker clones and hashes register states at
+/// every step; the hash still tells any changed byte).
+fn reg_value(v: &[u8]) -> Vec<u8> {
+    if v.len() <= 64 {
+        return v.to_vec();
+    }
+    let mut out = v[..12].to_vec();
+    out.extend_from_slice(format!("..{}#{:016x}", v.len(), digest(v)).as_bytes());
+    out
+}
+
+/// What applying a batch gave: its results, and the read plans of reads
+/// of a chunked file (whose bytes the data path fills in).
+type Outcome = (Vec<duet_fs::OpResult>, Vec<ReadPlan>);
+
+/// The value a read batch's results say; the bytes of a chunked file come
+/// from laying its queued records over its chunks, with the extents
+/// `held` resolves (this node's own write log). `Ok(Err(extent))`: the
+/// node lacks that extent and cannot answer yet.
+fn read_value(out: &Outcome, held: &dyn Fn(&ExtentId) -> Option<Rc<Vec<u8>>>) -> Result<Result<Option<Vec<u8>>, ExtentId>, String> {
+    match (&out.0[..], &out.1[..]) {
+        ([Err(FsError::NotFound), _], []) => Ok(Ok(None)),
+        ([Ok(_), Ok(OpOutput::Read { data, .. })], []) => Ok(Ok(Some(data.clone()))),
+        ([Ok(_), Ok(OpOutput::Read { data, .. })], [plan]) if data.is_empty() && plan.op == 1 => {
+            lay_over(plan, held).map(|r| r.map(Some))
+        }
+        (other, plans) => Err(format!("read batch gave {other:?}, plans {plans:?}")),
     }
 }
 
-fn read_file<R: KvRead>(kv: &R, file: usize) -> Result<Option<Vec<u8>>, String> {
+/// The bytes a read plan reads: the chunk store (never written here: the
+/// simulation does not destage, so it reads as zeros) with the queued
+/// records laid over it, oldest first.
+fn lay_over(plan: &ReadPlan, held: &dyn Fn(&ExtentId) -> Option<Rc<Vec<u8>>>) -> Result<Result<Vec<u8>, ExtentId>, String> {
+    let (start, end) = (plan.offset, plan.offset + plan.len);
+    let mut buf = vec![0u8; plan.len as usize];
+    let put = |buf: &mut Vec<u8>, at: u64, data: &[u8]| {
+        let (from, to) = (start.max(at), end.min(at + data.len() as u64));
+        if from < to {
+            buf[(from - start) as usize..(to - start) as usize].copy_from_slice(&data[(from - at) as usize..(to - at) as usize]);
+        }
+    };
+    for (_, rec) in &plan.overlay {
+        match &rec.op {
+            DataOp::WriteInline { offset, data } => put(&mut buf, *offset, data),
+            DataOp::WriteExtent { offset, extent, len } => {
+                let Some(d) = held(extent) else { return Ok(Err(*extent)) };
+                if d.len() as u64 != *len {
+                    return Err(format!("extent {}:{} holds {} bytes, the record says {len}", extent.origin, extent.seq, d.len()));
+                }
+                put(&mut buf, *offset, &d);
+            }
+            DataOp::Truncate { size } => {
+                let from = (*size).clamp(start, end);
+                buf[(from - start) as usize..].fill(0);
+            }
+            DataOp::Zero { offset, len } => {
+                let (from, to) = (start.max(*offset), end.min(offset.saturating_add(*len)));
+                if from < to {
+                    buf[(from - start) as usize..(to - start) as usize].fill(0);
+                }
+            }
+            DataOp::Reclaim => buf.fill(0),
+            DataOp::Unshare { .. } => {}
+            other => return Err(format!("a queued record the simulation does not model: {other:?}")),
+        }
+    }
+    Ok(Ok(buf))
+}
+
+/// Reads `file` from a node's applied state and its own write log.
+fn read_file<R: KvRead>(kv: &R, held: &dyn Fn(&ExtentId) -> Option<Rc<Vec<u8>>>, file: usize) -> Result<Result<Option<Vec<u8>>, ExtentId>, String> {
     let (out, _) = machine::execute_read_only(kv, &read_batch(file, 0));
-    read_value(&out.results)
+    read_value(&(out.results, out.reads), held)
 }
 
 // ---------------------------------------------------------------------------
@@ -215,6 +329,37 @@ struct Disk {
     kv: BTreeMap<Vec<u8>, Vec<u8>>,
     applied_index: u64,
     applied_term: u64,
+    /// The write-log device: the extents synced to it (a crash keeps
+    /// them; losing the device loses them all).
+    wlog: BTreeMap<ExtentId, Rc<Vec<u8>>>,
+    /// The last extent sequence this node named (on the metadata disk, so
+    /// names stay unique across crashes and device losses).
+    ext_seq: u64,
+    /// Extents the queued records of the applied entries name (what the
+    /// applied state says; written with it): the node must hold each.
+    named: BTreeSet<ExtentId>,
+}
+
+/// Why an extent is being synced to a node's write log.
+#[derive(Clone, Copy, Debug)]
+enum SyncFor {
+    /// The node took a large write and logged its data.
+    Own,
+    /// Pushed by its origin, which waits for the acknowledgement.
+    Push { from: usize },
+    /// Fetched from a peer: an applied entry names it.
+    Fetch,
+}
+
+/// A large write whose extent the node logged and pushed: it waits for
+/// its own sync and for the other voters' acknowledgements.
+struct Staging {
+    client: usize,
+    op: u64,
+    attempt: u32,
+    req: Req,
+    durable: bool,
+    acks: BTreeSet<usize>,
 }
 
 /// A waiting proposal: which client operation (and attempt) it answers.
@@ -229,6 +374,8 @@ struct Waiter {
     /// The follower that forwarded the batch: the answer goes back to it,
     /// and from it to the client.
     via: Option<usize>,
+    /// A large write: its extent and the hash of its value.
+    ext: Option<(ExtentId, u64)>,
 }
 
 struct Live {
@@ -248,6 +395,13 @@ struct Live {
     /// the request and the routes taken (in memory: lost at a crash, and
     /// the client then times out, as with the product's `Forwarder`).
     forwards: BTreeMap<(usize, u64, u32), (Req, u32)>,
+    /// Extents written to the write log and not yet synced (lost at a
+    /// crash).
+    unsynced: BTreeMap<ExtentId, Rc<Vec<u8>>>,
+    staging: BTreeMap<ExtentId, Staging>,
+    /// Extents being fetched: the peer asked (an index into the order of
+    /// [`Sim::fetch_order`]).
+    fetching: BTreeMap<ExtentId, usize>,
 }
 
 struct Node {
@@ -259,6 +413,19 @@ struct Node {
     /// Ghost (not lost on a crash): (term, hash of data) of every index
     /// this node applied.
     applied: BTreeMap<u64, (u64, u64)>,
+}
+
+impl Node {
+    /// The bytes of `e` in this node's own write log (synced, or written
+    /// and not yet synced: reads see them, as the product's log memory).
+    fn extent(&self, e: &ExtentId) -> Option<Rc<Vec<u8>>> {
+        self.disk.wlog.get(e).or_else(|| self.live.as_ref()?.unsynced.get(e)).cloned()
+    }
+
+    /// Extents named by applied entries and not synced here.
+    fn missing(&self) -> impl Iterator<Item = &ExtentId> {
+        self.disk.named.iter().filter(|e| !self.disk.wlog.contains_key(e))
+    }
 }
 
 /// Test-only switch: a deliberately broken node, to show the checks fail.
@@ -279,6 +446,11 @@ enum Bug {
     /// A follower acknowledges a write to its client as soon as it has
     /// forwarded it to the leader, not when the leader's answer comes.
     ForwardAckOnSend,
+    /// The node that took a large write proposes it as soon as its own
+    /// copy of the extent is durable, without waiting for a majority: a
+    /// loss of its write-log device before the others fetched the extent
+    /// loses acknowledged data.
+    ProposeBeforeMajority,
 }
 
 // ---------------------------------------------------------------------------
@@ -302,6 +474,21 @@ enum Ev {
     ClientRetry { client: usize, op: u64 },
     Nemesis,
     Restart(usize),
+    /// Write-cache messages (`duet_cache::replica::Message`): a Push of
+    /// an extent from its origin, its Ack, a Fetch and its answer (Have:
+    /// the bytes; Missing: none).
+    Push { from: usize, to: usize, ext: ExtentId, data: Rc<Vec<u8>> },
+    PushAck { from: usize, to: usize, ext: ExtentId },
+    Fetch { from: usize, to: usize, ext: ExtentId },
+    FetchAnswer { from: usize, to: usize, ext: ExtentId, data: Option<Rc<Vec<u8>>> },
+    /// Node `.0`'s write-log sync of `ext` ends (incarnation `inc`).
+    LogSync { node: usize, inc: u64, ext: ExtentId, why: SyncFor },
+    /// A logged large write's majority wait ends.
+    PushTimeout { node: usize, inc: u64, ext: ExtentId },
+    /// A fetch's wait for peer number `k` ends.
+    FetchTimeout { node: usize, inc: u64, ext: ExtentId, k: usize },
+    /// A round of the destager: the node fetches the extents it lacks.
+    Destage(usize, u64),
 }
 
 struct ClientOp {
@@ -339,6 +526,54 @@ pub struct Stats {
     pub leaders: u64,
     pub applied_index: u64,
     pub events: u64,
+    /// Acknowledged writes whose data went through the write cache.
+    pub large_acked: u64,
+    /// Extents logged by the node that took the write.
+    pub extents: u64,
+    pub pushes: u64,
+    /// Pushes not sent (the peer at its bound, as `replica_push_mib`).
+    pub pushes_skipped: u64,
+    pub push_acks: u64,
+    /// Large writes failed: no majority within PUSH_WAIT.
+    pub majority_timeouts: u64,
+    /// Write-log syncs that failed (EIO).
+    pub log_eio: u64,
+    pub fetches: u64,
+    /// Extents a node got by fetching.
+    pub fetched: u64,
+    /// Write-log devices lost.
+    pub device_losses: u64,
+    /// Reads answered "retry": the node lacked an extent.
+    pub reads_missing_extent: u64,
+}
+
+impl Stats {
+    fn add(&mut self, s: &Stats) {
+        self.acked_writes += s.acked_writes;
+        self.reads += s.reads;
+        self.index_reads += s.index_reads;
+        self.forwarded += s.forwarded;
+        self.pending += s.pending;
+        self.resent += s.resent;
+        self.crashes += s.crashes;
+        self.pauses += s.pauses;
+        self.eio += s.eio;
+        self.partitions += s.partitions;
+        self.leaders += s.leaders;
+        self.events += s.events;
+        self.applied_index += s.applied_index;
+        self.large_acked += s.large_acked;
+        self.extents += s.extents;
+        self.pushes += s.pushes;
+        self.pushes_skipped += s.pushes_skipped;
+        self.push_acks += s.push_acks;
+        self.majority_timeouts += s.majority_timeouts;
+        self.log_eio += s.log_eio;
+        self.fetches += s.fetches;
+        self.fetched += s.fetched;
+        self.device_losses += s.device_losses;
+        self.reads_missing_extent += s.reads_missing_extent;
+    }
 }
 
 struct Sim {
@@ -362,10 +597,25 @@ struct Sim {
     long_delay_p: f64,
     mid_ready_crash_p: f64,
     eio_p: f64,
+    /// Write-log sync failures, pushes skipped, write-log device losses
+    /// (of the nemesis' turns).
+    log_eio_p: f64,
+    push_skip_p: f64,
+    device_loss_p: f64,
+    /// A node whose write-log device was lost and that has not yet got
+    /// back what it must hold: (when, the index it must have applied,
+    /// taken [`REBUILD_MARGIN`] later). No other device is lost
+    /// meanwhile: one device loss at a time is what the write cache's
+    /// copies are for.
+    rebuilding: [Option<(u64, Option<u64>)>; N],
+    /// Ghost: every extent's bytes and their digest, by name (one name,
+    /// one content: checked wherever a copy lands).
+    extent_data: BTreeMap<ExtentId, (Rc<Vec<u8>>, u64)>,
     /// (file, op) history.
     hist: Vec<(usize, RegOp)>,
-    /// Acknowledged writes: (term, index, hash of the entry's data).
-    acked: Vec<(u64, u64, u64)>,
+    /// Acknowledged writes: (term, index, hash of the entry's data, and
+    /// for a large one its extent and the value's hash).
+    acked: Vec<(u64, u64, u64, Option<(ExtentId, u64)>)>,
     violations: Vec<String>,
     stats: Stats,
     leaders_seen: BTreeSet<(u64, u64)>,
@@ -380,6 +630,9 @@ impl Sim {
         let long_delay_p = [0.0, 0.02, 0.1][rng.range(0, 3) as usize];
         let mid_ready_crash_p = [0.0, 0.002, 0.01][rng.range(0, 3) as usize];
         let eio_p = [0.0, 0.0, 0.002][rng.range(0, 3) as usize];
+        let log_eio_p = [0.0, 0.01, 0.03][rng.range(0, 3) as usize];
+        let push_skip_p = [0.0, 0.05, 0.2][rng.range(0, 3) as usize];
+        let device_loss_p = [0.0, 0.05, 0.15][rng.range(0, 3) as usize];
         // Every node is formatted alike: the root directory (Init) at
         // applied index 0.
         let mut formatted = Disk::default();
@@ -413,6 +666,11 @@ impl Sim {
             long_delay_p,
             mid_ready_crash_p,
             eio_p,
+            log_eio_p,
+            push_skip_p,
+            device_loss_p,
+            rebuilding: [None; N],
+            extent_data: BTreeMap::new(),
             hist: Vec::new(),
             acked: Vec::new(),
             violations: Vec::new(),
@@ -472,10 +730,15 @@ impl Sim {
             reads: Vec::new(),
             unsynced_hs: None,
             forwards: BTreeMap::new(),
+            unsynced: BTreeMap::new(),
+            staging: BTreeMap::new(),
+            fetching: BTreeMap::new(),
         });
         self.nodes[i].incarnation += 1;
         let d = self.rng.range(0, TICK);
         self.at(d, Ev::Tick(i, self.nodes[i].incarnation));
+        let d = self.rng.range(0, SEC);
+        self.at(d, Ev::Destage(i, self.nodes[i].incarnation));
         self.log(|| format!("node {} starts (election timeout {timeout} ticks)", i + 1));
         self.kick(i);
     }
@@ -595,9 +858,10 @@ impl Sim {
         if entries.is_empty() {
             return;
         }
-        let mut outcomes: Vec<(u64, u64, Option<Vec<duet_fs::OpResult>>)> = Vec::new();
+        let mut outcomes: Vec<(u64, u64, Option<Outcome>)> = Vec::new();
         let node = &mut self.nodes[i];
         let mut errors = Vec::new();
+        let mut named = Vec::new();
         let writes = {
             let mut txn = Txn::new(&node.disk.kv);
             let mut expect = node.disk.applied_index + 1;
@@ -624,7 +888,10 @@ impl Sim {
                 match decode_entry(e.term, e.index, &e.data) {
                     Ok(cmd) => {
                         let a = machine::apply(&mut txn, &cmd);
-                        outcomes.push((e.term, e.index, Some(a.results)));
+                        // The extents this entry's queued records name:
+                        // this node must hold each (fetched if it lacks it).
+                        named.extend(a.queued.iter().filter_map(|(_, r)| r.op.logged()).map(|(_, ext, _)| ext));
+                        outcomes.push((e.term, e.index, Some((a.results, a.reads))));
                     }
                     Err(err) => errors.push(format!("node {}: {err}", node.id)),
                 }
@@ -640,6 +907,7 @@ impl Sim {
                 None => node.disk.kv.remove(&k),
             };
         }
+        node.disk.named.extend(named);
         let last = entries.last().unwrap();
         node.disk.applied_index = last.index;
         node.disk.applied_term = last.term;
@@ -678,26 +946,38 @@ impl Sim {
     }
 
     /// A waiter settled on node `i`: answer its client.
-    fn settle(&mut self, i: usize, s: Settled<Waiter>, results: Option<Vec<duet_fs::OpResult>>, term: u64, index: u64) {
+    fn settle(&mut self, i: usize, s: Settled<Waiter>, results: Option<Outcome>, term: u64, index: u64) {
         let (w, resp) = match s {
             Settled::Committed(w) => {
-                let Some(results) = results else {
+                let Some(out) = results else {
                     self.violation(format!("node {}: a proposal applied as an empty entry", i + 1));
                     return;
                 };
                 if w.write {
-                    if results.iter().all(|r| r.is_ok()) {
+                    if out.0.iter().all(|r| r.is_ok()) {
                         if self.bug != Bug::AckOnPropose {
-                            self.acked.push((term, index, w.hash));
+                            // A resend that found its write applied
+                            // already queued nothing: its own extent is
+                            // unnamed (the first one's bytes count).
+                            let named = &self.nodes[i].disk.named;
+                            let ext = w.ext.filter(|(e, _)| named.contains(e));
+                            self.acked.push((term, index, w.hash, ext));
                         }
                         (w, Resp::Acked)
                     } else {
-                        self.violation(format!("write batch failed: {results:?}"));
+                        self.violation(format!("write batch failed: {:?}", out.0));
                         return;
                     }
                 } else {
-                    match read_value(&results) {
-                        Ok(v) => (w, Resp::ReadOk(v)),
+                    let node = &self.nodes[i];
+                    match read_value(&out, &|e| node.extent(e)) {
+                        Ok(Ok(v)) => (w, Resp::ReadOk(v)),
+                        Ok(Err(_)) => {
+                            // The node lacks an extent the read needs
+                            // (its destager fetches it): "retry".
+                            self.stats.reads_missing_extent += 1;
+                            (w, Resp::Failed)
+                        }
                         Err(e) => {
                             self.violation(e);
                             return;
@@ -789,8 +1069,13 @@ impl Sim {
         let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut l.reads).into_iter().partition(|r| r.0 <= applied);
         l.reads = later;
         for (_, w, file) in now {
-            match read_file(&self.nodes[i].disk.kv, file) {
-                Ok(v) => self.reply(w.client, w.op, w.attempt, Resp::ReadOk(v)),
+            let node = &self.nodes[i];
+            match read_file(&node.disk.kv, &|e| node.extent(e), file) {
+                Ok(Ok(v)) => self.reply(w.client, w.op, w.attempt, Resp::ReadOk(v)),
+                Ok(Err(_)) => {
+                    self.stats.reads_missing_extent += 1;
+                    self.reply(w.client, w.op, w.attempt, Resp::Failed);
+                }
                 Err(e) => self.violation(e),
             }
         }
@@ -843,21 +1128,14 @@ impl Sim {
         let Some(l) = self.nodes[i].live.as_mut() else { return };
         if self.bug == Bug::LocalReads {
             if let Req::Read { file } | Req::ReadIndex { file } = req {
-                let v = read_file(&self.nodes[i].disk.kv, file);
-                match v {
-                    Ok(v) => self.reply(client, op, attempt, Resp::ReadOk(v)),
-                    Err(e) => self.violation(e),
-                }
+                self.local_read(i, client, op, attempt, file);
                 return;
             }
         }
         if self.bug == Bug::LeaderLocalReads {
             if let Req::Read { file } | Req::ReadIndex { file } = req {
                 if l.raft.is_leader() {
-                    match read_file(&self.nodes[i].disk.kv, file) {
-                        Ok(v) => self.reply(client, op, attempt, Resp::ReadOk(v)),
-                        Err(e) => self.violation(e),
-                    }
+                    self.local_read(i, client, op, attempt, file);
                 } else {
                     let hint = l.raft.leader_id();
                     self.reply(client, op, attempt, Resp::NotLeader(hint));
@@ -875,10 +1153,35 @@ impl Sim {
             ctx.extend_from_slice(&op.to_be_bytes());
             ctx.extend_from_slice(&attempt.to_be_bytes());
             l.raft.read_index(ctx.clone());
-            l.asked.insert(ctx, (Waiter { client, op, attempt, write: false, hash: 0, via: None }, file));
+            l.asked.insert(ctx, (Waiter { client, op, attempt, write: false, hash: 0, via: None, ext: None }, file));
             self.kick(i);
             return;
         }
+        if let Req::Write { value, logged: None, .. } = &req {
+            if value.len() as u64 > INLINE_MAX {
+                self.log_large(i, client, op, attempt, req);
+                return;
+            }
+        }
+        self.route(i, client, op, attempt, req);
+    }
+
+    /// A read answered from node `i`'s own state (the injected read bugs).
+    fn local_read(&mut self, i: usize, client: usize, op: u64, attempt: u32, file: usize) {
+        let node = &self.nodes[i];
+        match read_file(&node.disk.kv, &|e| node.extent(e), file) {
+            Ok(Ok(v)) => self.reply(client, op, attempt, Resp::ReadOk(v)),
+            Ok(Err(_)) => self.reply(client, op, attempt, Resp::Failed),
+            Err(e) => self.violation(e),
+        }
+    }
+
+    /// Node `i` runs a batch (a read through the log, or a write whose
+    /// data is inline or already majority-durable): proposes it if it
+    /// leads, else mostly forwards it to the leader it knows, or answers
+    /// "not the leader".
+    fn route(&mut self, i: usize, client: usize, op: u64, attempt: u32, req: Req) {
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
         if !l.raft.is_leader() {
             let hint = l.raft.leader_id();
             if hint != 0 && hint as usize - 1 != i && self.rng.chance(FORWARD_P) {
@@ -891,29 +1194,319 @@ impl Sim {
         self.propose_req(i, None, client, op, attempt, req);
     }
 
+    // -- the write cache ----------------------------------------------------
+
+    /// Node `i` took a large write (`appliance/src/engine.rs` `run`): it
+    /// appends the data to its write log as a new extent and pushes it to
+    /// the other voters while it syncs; the batch, naming the extent, goes
+    /// on once this node's copy is synced and `acks_needed` voters
+    /// acknowledged theirs, or fails after [`PUSH_WAIT`].
+    fn log_large(&mut self, i: usize, client: usize, op: u64, attempt: u32, req: Req) {
+        let Req::Write { value, .. } = &req else { unreachable!() };
+        let data = value.clone();
+        let node = &mut self.nodes[i];
+        node.disk.ext_seq += 1;
+        let ext = ExtentId { origin: node.id, seq: node.disk.ext_seq };
+        let inc = node.incarnation;
+        let l = node.live.as_mut().unwrap();
+        l.unsynced.insert(ext, data.clone());
+        l.staging.insert(ext, Staging { client, op, attempt, req, durable: false, acks: BTreeSet::new() });
+        if self.extent_data.insert(ext, (data.clone(), digest(&data))).is_some() {
+            self.violation(format!("node {} named extent {}:{} twice", i + 1, ext.origin, ext.seq));
+        }
+        self.stats.extents += 1;
+        self.log(|| format!("node {} logs extent {}:{} ({} bytes) for client {client} op {op}", i + 1, ext.origin, ext.seq, data.len()));
+        let d = self.rng.range(200, 3 * MS);
+        self.at(d, Ev::LogSync { node: i, inc, ext, why: SyncFor::Own });
+        for to in (0..N).filter(|&j| j != i) {
+            if self.faults && self.rng.chance(self.push_skip_p) {
+                self.stats.pushes_skipped += 1;
+                continue;
+            }
+            self.stats.pushes += 1;
+            self.send_data(Ev::Push { from: i, to, ext, data: data.clone() });
+        }
+        self.at(PUSH_WAIT, Ev::PushTimeout { node: i, inc, ext });
+    }
+
+    /// A write-cache message on the network: dropped, delayed (the cut
+    /// off are checked on arrival).
+    fn send_data(&mut self, ev: Ev) {
+        if self.faults && self.rng.chance(self.drop_p) {
+            return;
+        }
+        let d = self.net_delay();
+        self.at(d, ev);
+    }
+
+    fn live_at(&self, i: usize, inc: u64) -> bool {
+        self.nodes[i].incarnation == inc && self.nodes[i].live.is_some()
+    }
+
+    /// A copy of `ext` lands in node `i`'s write log (unsynced): its bytes
+    /// must be the ones the name was given for.
+    fn land(&mut self, i: usize, ext: ExtentId, data: &Rc<Vec<u8>>, why: SyncFor) {
+        if !self.same_bytes(ext, data) {
+            self.violation(format!("node {} got other bytes for extent {}:{}", i + 1, ext.origin, ext.seq));
+            return;
+        }
+        let inc = self.nodes[i].incarnation;
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        l.unsynced.insert(ext, data.clone());
+        let d = self.rng.range(200, 3 * MS);
+        self.at(d, Ev::LogSync { node: i, inc, ext, why });
+    }
+
+    /// Whether `data` is what `ext` was named for.
+    fn same_bytes(&self, ext: ExtentId, data: &Rc<Vec<u8>>) -> bool {
+        self.extent_data.get(&ext).is_some_and(|(d, h)| Rc::ptr_eq(d, data) || digest(data) == *h)
+    }
+
+    fn on_push(&mut self, from: usize, to: usize, ext: ExtentId, data: Rc<Vec<u8>>) {
+        if self.side[from] != self.side[to] || self.nodes[to].live.is_none() {
+            return;
+        }
+        if self.nodes[to].disk.wlog.contains_key(&ext) {
+            self.send_data(Ev::PushAck { from: to, to: from, ext });
+            return;
+        }
+        self.land(to, ext, &data, SyncFor::Push { from });
+    }
+
+    /// The end of a write-log sync of `ext` on node `i`: it fails (EIO,
+    /// the copy is not kept) or the copy is durable.
+    fn log_sync(&mut self, i: usize, inc: u64, ext: ExtentId, why: SyncFor) {
+        if !self.live_at(i, inc) {
+            return; // a crash came first: the copy is gone
+        }
+        let eio = self.faults && self.rng.chance(self.log_eio_p);
+        let node = &mut self.nodes[i];
+        let l = node.live.as_mut().unwrap();
+        if !node.disk.wlog.contains_key(&ext) {
+            let Some(data) = l.unsynced.remove(&ext) else { return };
+            if eio {
+                // The write fails, nothing proposed (a push is not
+                // acknowledged, a fetch is tried again later).
+                let failed = if let SyncFor::Own = why { l.staging.remove(&ext) } else { None };
+                self.stats.log_eio += 1;
+                self.log(|| format!("node {}: EIO syncing extent {}:{} ({why:?})", i + 1, ext.origin, ext.seq));
+                if let Some(s) = failed {
+                    self.reply(s.client, s.op, s.attempt, Resp::Failed);
+                }
+                return;
+            }
+            node.disk.wlog.insert(ext, data);
+        }
+        match why {
+            SyncFor::Own => {
+                if let Some(s) = self.nodes[i].live.as_mut().unwrap().staging.get_mut(&ext) {
+                    s.durable = true;
+                }
+                self.try_propose(i, ext);
+            }
+            SyncFor::Push { from } => self.send_data(Ev::PushAck { from: i, to: from, ext }),
+            SyncFor::Fetch => self.stats.fetched += 1,
+        }
+    }
+
+    fn on_push_ack(&mut self, from: usize, to: usize, ext: ExtentId) {
+        if self.side[from] != self.side[to] {
+            return;
+        }
+        let Some(l) = self.nodes[to].live.as_mut() else { return };
+        let Some(s) = l.staging.get_mut(&ext) else { return };
+        if s.acks.insert(from) {
+            self.stats.push_acks += 1;
+            self.try_propose(to, ext);
+        }
+    }
+
+    /// The batch of a logged large write goes on once its extent is
+    /// durable here and on a majority (the injected bug: here only).
+    fn try_propose(&mut self, i: usize, ext: ExtentId) {
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        let Some(s) = l.staging.get(&ext) else { return };
+        let majority = s.acks.len() >= acks_needed(N);
+        if !(s.durable && (majority || self.bug == Bug::ProposeBeforeMajority)) {
+            return;
+        }
+        let Staging { client, op, attempt, mut req, .. } = l.staging.remove(&ext).unwrap();
+        if let Req::Write { logged, .. } = &mut req {
+            *logged = Some(ext);
+        }
+        self.log(|| format!("node {}: extent {}:{} durable (majority: {majority}); the write goes on", i + 1, ext.origin, ext.seq));
+        self.route(i, client, op, attempt, req);
+    }
+
+    fn push_timeout(&mut self, i: usize, inc: u64, ext: ExtentId) {
+        if !self.live_at(i, inc) {
+            return;
+        }
+        let Some(s) = self.nodes[i].live.as_mut().unwrap().staging.remove(&ext) else { return };
+        self.stats.majority_timeouts += 1;
+        self.log(|| format!("node {}: no majority holds extent {}:{} in time; the write fails", i + 1, ext.origin, ext.seq));
+        self.reply(s.client, s.op, s.attempt, Resp::Failed);
+    }
+
+    /// The peers node `i` asks for `ext`: its origin first, then the others.
+    fn fetch_order(i: usize, ext: ExtentId) -> Vec<usize> {
+        let origin = ext.origin as usize - 1;
+        let mut order: Vec<usize> = (0..N).filter(|&j| j != i && j == origin).collect();
+        order.extend((0..N).filter(|&j| j != i && j != origin));
+        order
+    }
+
+    /// A destager round on node `i`: it fetches each extent an applied
+    /// entry names that it lacks (and is not syncing or fetching now).
+    fn destage(&mut self, i: usize, inc: u64) {
+        if !self.live_at(i, inc) {
+            return;
+        }
+        let d = self.rng.range(300 * MS, 1500 * MS);
+        self.at(d, Ev::Destage(i, inc));
+        let node = &self.nodes[i];
+        let l = node.live.as_ref().unwrap();
+        let want: Vec<ExtentId> =
+            node.missing().filter(|e| !l.unsynced.contains_key(e) && !l.fetching.contains_key(e)).copied().collect();
+        for ext in want {
+            self.nodes[i].live.as_mut().unwrap().fetching.insert(ext, 0);
+            self.ask(i, ext, 0);
+        }
+        self.note_rebuilt(i);
+    }
+
+    fn ask(&mut self, i: usize, ext: ExtentId, k: usize) {
+        let to = Self::fetch_order(i, ext)[k];
+        self.stats.fetches += 1;
+        self.log(|| format!("node {} fetches extent {}:{} from node {}", i + 1, ext.origin, ext.seq, to + 1));
+        self.send_data(Ev::Fetch { from: i, to, ext });
+        let inc = self.nodes[i].incarnation;
+        self.at(FETCH_WAIT, Ev::FetchTimeout { node: i, inc, ext, k });
+    }
+
+    fn on_fetch(&mut self, from: usize, to: usize, ext: ExtentId) {
+        if self.side[from] != self.side[to] || self.nodes[to].live.is_none() {
+            return;
+        }
+        let data = self.nodes[to].extent(&ext);
+        self.send_data(Ev::FetchAnswer { from: to, to: from, ext, data });
+    }
+
+    fn on_fetch_answer(&mut self, from: usize, to: usize, ext: ExtentId, data: Option<Rc<Vec<u8>>>) {
+        if self.side[from] != self.side[to] {
+            return;
+        }
+        let Some(l) = self.nodes[to].live.as_mut() else { return };
+        let Some(&k) = l.fetching.get(&ext) else { return };
+        match data {
+            Some(d) => {
+                l.fetching.remove(&ext);
+                if self.nodes[to].extent(&ext).is_none() {
+                    self.land(to, ext, &d, SyncFor::Fetch);
+                }
+            }
+            None if Self::fetch_order(to, ext)[k] == from => self.fetch_next(to, ext, k),
+            None => {}
+        }
+    }
+
+    fn fetch_timeout(&mut self, i: usize, inc: u64, ext: ExtentId, k: usize) {
+        if !self.live_at(i, inc) {
+            return;
+        }
+        if self.nodes[i].live.as_ref().unwrap().fetching.get(&ext) == Some(&k) {
+            self.fetch_next(i, ext, k);
+        }
+    }
+
+    /// Peer number `k` did not send `ext`: ask the next, or give up until
+    /// the next destager round.
+    fn fetch_next(&mut self, i: usize, ext: ExtentId, k: usize) {
+        let l = self.nodes[i].live.as_mut().unwrap();
+        if k + 1 < N - 1 {
+            l.fetching.insert(ext, k + 1);
+            self.ask(i, ext, k + 1);
+        } else {
+            l.fetching.remove(&ext);
+        }
+    }
+
+    /// A rebuilding node is rebuilt once, [`REBUILD_MARGIN`] after its
+    /// loss, it has applied as far as any log reached then, and holds
+    /// every extent its applied entries name.
+    fn note_rebuilt(&mut self, i: usize) {
+        let Some((since, target)) = self.rebuilding[i] else { return };
+        let target = match target {
+            Some(t) => t,
+            None if self.now >= since + REBUILD_MARGIN => {
+                let t = (0..N).map(|j| self.last_index(j)).max().unwrap();
+                self.rebuilding[i] = Some((since, Some(t)));
+                t
+            }
+            None => return,
+        };
+        let n = &self.nodes[i];
+        if n.disk.applied_index >= target && n.missing().next().is_none() {
+            self.rebuilding[i] = None;
+            self.log(|| format!("node {} rebuilt its write log", i + 1));
+        }
+    }
+
+    /// The last index of node `j`'s raft log (unstable entries counted).
+    fn last_index(&self, j: usize) -> u64 {
+        match &self.nodes[j].live {
+            Some(l) => l.raft.last_index(),
+            None => self.nodes[j].disk.log.last().map_or(0, |e| e.index),
+        }
+    }
+
+    /// Node `j`'s write-log device is lost (replaced with an empty one):
+    /// the node stops, and starts again with its raft log and applied
+    /// state but no extent; it fetches what its applied entries name. One
+    /// device at a time: not while another node is rebuilding.
+    fn lose_device(&mut self, j: usize) {
+        if (0..N).any(|k| k != j && self.rebuilding[k].is_some()) {
+            return;
+        }
+        self.stats.device_losses += 1;
+        self.log(|| format!("node {} loses its write-log device", j + 1));
+        self.crash(j);
+        self.nodes[j].disk.wlog.clear();
+        self.rebuilding[j] = Some((self.now, None));
+    }
+
     /// Leader `i` proposes a client's batch (read through the log, or a
     /// write), answered when its (term, index) applies here.
     fn propose_req(&mut self, i: usize, via: Option<usize>, client: usize, op: u64, attempt: u32, req: Req) {
         let now = self.now;
-        let Some(l) = self.nodes[i].live.as_mut() else { return };
-        let (batch, write) = match &req {
-            Req::Write { file, value, id } => {
-                let mut b = write_batch(*file, value, now);
+        let (batch, write, ext) = match &req {
+            Req::Write { file, value, id, logged } => {
+                let (data, ext) = if value.len() as u64 > INLINE_MAX {
+                    let Some(e) = logged else {
+                        self.violation(format!("node {} proposes a large write that is not logged", i + 1));
+                        return;
+                    };
+                    (WriteData::Extent { extent: *e, len: value.len() as u64 }, Some((*e, digest(value))))
+                } else {
+                    (WriteData::Bytes(value.to_vec()), None)
+                };
+                let mut b = write_batch(*file, data, now);
                 b.request = Some(*id);
-                (b, true)
+                (b, true, ext)
             }
-            Req::Read { file } => (read_batch(*file, now), false),
+            Req::Read { file } => (read_batch(*file, now), false, None),
             Req::ReadIndex { .. } => unreachable!("answered above"),
         };
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
         let data = encode_command(&Command::Batch(batch));
         let h = fnv(&data);
         match l.raft.propose(data) {
             Ok(at) => {
-                if let Some(old) = l.waiters.insert(at, Waiter { client, op, attempt, write, hash: h, via }) {
+                if let Some(old) = l.waiters.insert(at, Waiter { client, op, attempt, write, hash: h, via, ext }) {
                     self.settle(i, old, None, 0, 0);
                 }
                 if self.bug == Bug::AckOnPropose && write {
-                    self.acked.push((at.term, at.index, h));
+                    self.acked.push((at.term, at.index, h, ext));
                     self.answer(i, via, client, op, attempt, Resp::Acked);
                 }
                 self.log(|| format!("node {} proposes {} at {}/{}", i + 1, show_req(&req), at.term, at.index));
@@ -935,7 +1528,16 @@ impl Sim {
         let req = if self.rng.chance(0.55) {
             // The client is the session (origin 100 + c, one epoch):
             // each write is one sequence number, every try of it the same.
-            Req::Write { file, value: format!("c{c}-{id}").into_bytes(), id: RequestId { origin: 100 + c as u64, epoch: 1, seq: id + 1 } }
+            // Some writes are large: their data goes through the write
+            // cache (logged, pushed, named by extent in the entry).
+            let tag = format!("c{c}-{id}");
+            let value = if self.rng.chance(LARGE_P) {
+                let len = self.rng.range(5 << 10, (9 << 10) + 1) as usize;
+                large_value(&tag, len)
+            } else {
+                tag.into_bytes()
+            };
+            Req::Write { file, value: Rc::new(value), id: RequestId { origin: 100 + c as u64, epoch: 1, seq: id + 1 }, logged: None }
         } else if self.rng.chance(0.5) {
             Req::Read { file }
         } else {
@@ -944,7 +1546,7 @@ impl Sim {
             Req::ReadIndex { file }
         };
         let (write, value) = match &req {
-            Req::Write { value, .. } => (true, Some(value.clone())),
+            Req::Write { value, .. } => (true, Some(reg_value(value))),
             Req::Read { .. } | Req::ReadIndex { .. } => (false, None),
         };
         self.hist.push((file, RegOp { write, value, call: self.stamp, ret: None }));
@@ -986,11 +1588,14 @@ impl Sim {
             Resp::Acked => {
                 self.hist[hist].1.ret = Some(self.stamp);
                 self.stats.acked_writes += 1;
+                if matches!(&cur.req, Req::Write { value, .. } if value.len() as u64 > INLINE_MAX) {
+                    self.stats.large_acked += 1;
+                }
                 self.finish_op(c);
             }
             Resp::ReadOk(v) => {
                 let cur = self.clients[c].current.as_ref().unwrap();
-                self.hist[hist].1.value = v;
+                self.hist[hist].1.value = v.as_deref().map(reg_value);
                 self.hist[hist].1.ret = Some(self.stamp);
                 self.stats.reads += 1;
                 if matches!(cur.req, Req::ReadIndex { .. }) {
@@ -1068,6 +1673,12 @@ impl Sim {
         let r = self.rng.range(0, 100);
         let victim = if self.rng.chance(0.5) { self.leader() } else { None }
             .unwrap_or_else(|| self.rng.range(0, N as u64) as usize);
+        if self.rng.chance(self.device_loss_p) {
+            self.lose_device(victim);
+            let d = self.rng.range(300 * MS, 2500 * MS);
+            self.at(d, Ev::Nemesis);
+            return;
+        }
         match r {
             0..=24 => {
                 // One node (often the leader) alone: a minority; the other
@@ -1115,6 +1726,9 @@ impl Sim {
             Ev::ClientReq { node, .. } => Some(*node),
             Ev::Forward { to, .. } => Some(*to),
             Ev::ForwardReply { node, .. } => Some(*node),
+            Ev::Push { to, .. } | Ev::PushAck { to, .. } | Ev::Fetch { to, .. } | Ev::FetchAnswer { to, .. } => Some(*to),
+            Ev::LogSync { node, .. } | Ev::PushTimeout { node, .. } | Ev::FetchTimeout { node, .. } => Some(*node),
+            Ev::Destage(i, _) => Some(*i),
             _ => None,
         };
         if let Some(i) = target {
@@ -1158,6 +1772,14 @@ impl Sim {
                     self.start_node(i);
                 }
             }
+            Ev::Push { from, to, ext, data } => self.on_push(from, to, ext, data),
+            Ev::PushAck { from, to, ext } => self.on_push_ack(from, to, ext),
+            Ev::Fetch { from, to, ext } => self.on_fetch(from, to, ext),
+            Ev::FetchAnswer { from, to, ext, data } => self.on_fetch_answer(from, to, ext, data),
+            Ev::LogSync { node, inc, ext, why } => self.log_sync(node, inc, ext, why),
+            Ev::PushTimeout { node, inc, ext } => self.push_timeout(node, inc, ext),
+            Ev::FetchTimeout { node, inc, ext, k } => self.fetch_timeout(node, inc, ext, k),
+            Ev::Destage(i, inc) => self.destage(i, inc),
         }
         true
     }
@@ -1170,6 +1792,7 @@ impl Sim {
             && self.nodes.iter().all(|n| {
                 n.live.as_ref().is_some_and(|x| x.raft.leader_id() == lead.raft.leader_id() && x.raft.last_index() == last)
                     && n.disk.applied_index == last
+                    && n.missing().next().is_none()
             })
     }
 
@@ -1205,11 +1828,18 @@ impl Sim {
             return Err(self.violations.join("\n"));
         }
         if !settled {
+            let missing: Vec<String> = self
+                .nodes
+                .iter()
+                .flat_map(|n| n.missing().map(move |e| format!("node {} lacks extent {}:{}", n.id, e.origin, e.seq)))
+                .take(6)
+                .collect();
             return Err(format!(
-                "no convergence {}s after healing: applied {:?}, leaders {:?}",
+                "no convergence {}s after healing: applied {:?}, leaders {:?}; extents named by applied entries and held by no node: [{}]",
                 SETTLE_MAX / SEC,
                 self.nodes.iter().map(|n| n.disk.applied_index).collect::<Vec<_>>(),
-                self.nodes.iter().map(|n| n.live.as_ref().map(|l| l.raft.leader_id())).collect::<Vec<_>>()
+                self.nodes.iter().map(|n| n.live.as_ref().map(|l| l.raft.leader_id())).collect::<Vec<_>>(),
+                missing.join(", ")
             ));
         }
         self.check()
@@ -1218,7 +1848,8 @@ impl Sim {
     fn check(mut self) -> Result<Stats, String> {
         let mut errs = Vec::new();
         // 1. No acknowledged write lost.
-        for &(term, index, h) in &self.acked {
+        // A large one's bytes are in every node's write log, synced.
+        for &(term, index, h, ext) in &self.acked {
             for n in &self.nodes {
                 if n.applied.get(&index) != Some(&(term, h)) || n.disk.applied_index < index {
                     errs.push(format!(
@@ -1226,6 +1857,27 @@ impl Sim {
                         n.id,
                         n.applied.get(&index)
                     ));
+                }
+                if let Some((e, vh)) = ext {
+                    match n.disk.wlog.get(&e) {
+                        Some(d) if digest(d) == vh => {}
+                        Some(_) => errs.push(format!("node {} holds other bytes for acknowledged extent {}:{}", n.id, e.origin, e.seq)),
+                        None => errs.push(format!(
+                            "acknowledged write at index {index}: its extent {}:{} is not in node {}'s write log",
+                            e.origin, e.seq, n.id
+                        )),
+                    }
+                }
+            }
+        }
+        // Every extent an applied entry names is held, synced, with the
+        // bytes it was named for.
+        for n in &self.nodes {
+            for e in &n.disk.named {
+                match n.disk.wlog.get(e) {
+                    Some(d) if self.same_bytes(*e, d) => {}
+                    Some(_) => errs.push(format!("node {} holds other bytes for extent {}:{}", n.id, e.origin, e.seq)),
+                    None => errs.push(format!("node {} lacks extent {}:{}, named by an applied entry", n.id, e.origin, e.seq)),
                 }
             }
         }
@@ -1253,8 +1905,9 @@ impl Sim {
         for f in 0..FILES {
             let mut ops: Vec<RegOp> = self.hist.iter().filter(|(file, _)| *file == f).map(|(_, o)| o.clone()).collect();
             for n in &self.nodes {
-                match read_file(&n.disk.kv, f) {
-                    Ok(v) => ops.push(RegOp { write: false, value: v, call: fin, ret: Some(fin + 1) }),
+                match read_file(&n.disk.kv, &|e| n.extent(e), f) {
+                    Ok(Ok(v)) => ops.push(RegOp { write: false, value: v.as_deref().map(reg_value), call: fin, ret: Some(fin + 1) }),
+                    Ok(Err(e)) => errs.push(format!("node {} cannot read file {f}: it lacks extent {}:{}", n.id, e.origin, e.seq)),
                     Err(e) => errs.push(e),
                 }
             }
@@ -1322,21 +1975,7 @@ fn seeds() {
     let mut failed = Vec::new();
     for (seed, r) in results {
         match r {
-            Ok(s) => {
-                total.acked_writes += s.acked_writes;
-                total.reads += s.reads;
-                total.index_reads += s.index_reads;
-                total.forwarded += s.forwarded;
-                total.pending += s.pending;
-                total.resent += s.resent;
-                total.crashes += s.crashes;
-                total.pauses += s.pauses;
-                total.eio += s.eio;
-                total.partitions += s.partitions;
-                total.leaders += s.leaders;
-                total.events += s.events;
-                total.applied_index += s.applied_index;
-            }
+            Ok(s) => total.add(&s),
             Err(e) => {
                 eprintln!("seed {seed} FAILED:\n{e}\n{}", replay_line(seed));
                 failed.push(seed);
@@ -1360,6 +1999,20 @@ fn seeds() {
         total.applied_index,
         total.events
     );
+    eprintln!(
+        "sim: write cache: {} large writes acked, {} extents logged, {} pushes ({} skipped at the bound), {} acks, {} majority timeouts, {} write-log EIO, {} fetches asked, {} extents fetched, {} write-log devices lost, {} reads refused for a missing extent",
+        total.large_acked,
+        total.extents,
+        total.pushes,
+        total.pushes_skipped,
+        total.push_acks,
+        total.majority_timeouts,
+        total.log_eio,
+        total.fetches,
+        total.fetched,
+        total.device_losses,
+        total.reads_missing_extent
+    );
     assert!(failed.is_empty(), "failing seeds {failed:?}; {}", replay_line(failed[0]));
 }
 
@@ -1369,7 +2022,7 @@ fn a_seed_replays_exactly() {
     let a = run_seed(7, Bug::None).expect("seed 7");
     let b = run_seed(7, Bug::None).expect("seed 7");
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
-    assert!(a.acked_writes > 0 && a.reads > 0, "{a:?}");
+    assert!(a.acked_writes > 0 && a.reads > 0 && a.large_acked > 0, "{a:?}");
 }
 
 /// A node that acknowledges a write on proposal, not on apply: the
@@ -1401,6 +2054,16 @@ fn injected_forward_ack_is_caught() {
     assert!(e.contains("no linearization"), "{e}");
 }
 
+/// A node that proposes a large write once its own copy of the extent is
+/// durable, not waiting for a majority: when its write-log device is lost
+/// before the others fetched the extent, an applied (and acknowledged)
+/// write's bytes are nowhere.
+#[test]
+fn injected_early_propose_is_caught() {
+    let e = caught_by(Bug::ProposeBeforeMajority, 1000, "propose before a majority holds the extent");
+    assert!(e.contains("lacks extent") || e.contains("not in node"), "{e}");
+}
+
 /// Reads answered from a node's own state, not through the log: the
 /// linearizability checker catches the stale ones.
 #[test]
@@ -1416,7 +2079,7 @@ fn injected_stale_reads_are_caught() {
 /// bounded by clocks).
 #[test]
 fn leader_local_reads_are_caught() {
-    let e = caught_by(Bug::LeaderLocalReads, 120, "leader-local reads");
+    let e = caught_by(Bug::LeaderLocalReads, 1000, "leader-local reads");
     assert!(e.contains("no linearization"), "{e}");
 }
 

@@ -57,15 +57,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Instant;
 
-use duet_cache::replica::acks_needed;
+use duet_cache::replica::{acks_needed, FetchRange};
 
 use duet_cluster::command::{decode_entry, encode_command};
-use duet_cluster::kv::{KvRead, Txn};
+use duet_cluster::kv::Txn;
 use duet_cluster::linearizable::{check_register, RegOp};
 use duet_cluster::machine::{self, ReadPlan};
 use duet_cluster::raft_node::{RaftEntry, RaftMessage, RaftNode, Recovered, LOG_RETAIN_MULTI};
 use duet_cluster::waiters::{Settled, Waiters};
-use duet_cluster::{Command, DataOp};
+use duet_cluster::{keys, Command, DataOp, DataRecord, NodeId};
 use duet_fs::{
     Batch, CreateKind, Credentials, ExtentId, FsError, IfExists, ObjRef, Op, OpOutput, RequestId, WriteData, INLINE_MAX,
     ROOT_ID,
@@ -236,8 +236,9 @@ fn read_batch(file: usize, now: u64) -> Batch {
 /// A large write's bytes: its tag repeated to `len` bytes (the checker
 /// compares whole values, so every byte of a read is checked).
 fn large_value(tag: &str, len: usize) -> Vec<u8> {
-    let unit = format!("{tag};");
-    unit.bytes().cycle().take(len).collect()
+    let mut v = format!("{tag};").into_bytes().repeat(len / (tag.len() + 1) + 1);
+    v.truncate(len);
+    v
 }
 
 /// A value as the history records it: a large one by its first bytes,
@@ -256,27 +257,33 @@ fn reg_value(v: &[u8]) -> Vec<u8> {
 /// of a chunked file (whose bytes the data path fills in).
 type Outcome = (Vec<duet_fs::OpResult>, Vec<ReadPlan>);
 
-/// The value a read batch's results say; the bytes of a chunked file come
-/// from laying its queued records over its chunks, with the extents
-/// `held` resolves (this node's own write log). `Ok(Err(extent))`: the
-/// node lacks that extent and cannot answer yet.
-fn read_value(out: &Outcome, held: &dyn Fn(&ExtentId) -> Option<Rc<Vec<u8>>>) -> Result<Result<Option<Vec<u8>>, ExtentId>, String> {
+/// The value a read batch's results say on `node`; the bytes of a chunked
+/// file come from laying its queued records (those not yet destaged
+/// here) over its chunks in this node's chunk store, with the extents of
+/// this node's own write log. `Ok(Err(extent))`: the node lacks that
+/// extent and cannot answer yet.
+fn read_value(out: &Outcome, node: &Node) -> Result<Result<Option<Vec<u8>>, ExtentId>, String> {
     match (&out.0[..], &out.1[..]) {
         ([Err(FsError::NotFound), _], []) => Ok(Ok(None)),
         ([Ok(_), Ok(OpOutput::Read { data, .. })], []) => Ok(Ok(Some(data.clone()))),
         ([Ok(_), Ok(OpOutput::Read { data, .. })], [plan]) if data.is_empty() && plan.op == 1 => {
-            lay_over(plan, held).map(|r| r.map(Some))
+            lay_over(plan, node).map(|r| r.map(Some))
         }
         (other, plans) => Err(format!("read batch gave {other:?}, plans {plans:?}")),
     }
 }
 
-/// The bytes a read plan reads: the chunk store (never written here: the
-/// simulation does not destage, so it reads as zeros) with the queued
-/// records laid over it, oldest first.
-fn lay_over(plan: &ReadPlan, held: &dyn Fn(&ExtentId) -> Option<Rc<Vec<u8>>>) -> Result<Result<Vec<u8>, ExtentId>, String> {
+/// The bytes a read plan reads: the file's chunks (zeros where none was
+/// written) with the queued records laid over them, oldest first.
+fn lay_over(plan: &ReadPlan, node: &Node) -> Result<Result<Vec<u8>, ExtentId>, String> {
     let (start, end) = (plan.offset, plan.offset + plan.len);
     let mut buf = vec![0u8; plan.len as usize];
+    if let Some(c) = node.disk.chunks.get(&plan.file) {
+        let to = (end as usize).min(c.len());
+        if (start as usize) < to {
+            buf[..to - start as usize].copy_from_slice(&c[start as usize..to]);
+        }
+    }
     let put = |buf: &mut Vec<u8>, at: u64, data: &[u8]| {
         let (from, to) = (start.max(at), end.min(at + data.len() as u64));
         if from < to {
@@ -287,7 +294,7 @@ fn lay_over(plan: &ReadPlan, held: &dyn Fn(&ExtentId) -> Option<Rc<Vec<u8>>>) ->
         match &rec.op {
             DataOp::WriteInline { offset, data } => put(&mut buf, *offset, data),
             DataOp::WriteExtent { offset, extent, len } => {
-                let Some(d) = held(extent) else { return Ok(Err(*extent)) };
+                let Some(d) = node.extent(extent) else { return Ok(Err(*extent)) };
                 if d.len() as u64 != *len {
                     return Err(format!("extent {}:{} holds {} bytes, the record says {len}", extent.origin, extent.seq, d.len()));
                 }
@@ -311,10 +318,10 @@ fn lay_over(plan: &ReadPlan, held: &dyn Fn(&ExtentId) -> Option<Rc<Vec<u8>>>) ->
     Ok(Ok(buf))
 }
 
-/// Reads `file` from a node's applied state and its own write log.
-fn read_file<R: KvRead>(kv: &R, held: &dyn Fn(&ExtentId) -> Option<Rc<Vec<u8>>>, file: usize) -> Result<Result<Option<Vec<u8>>, ExtentId>, String> {
-    let (out, _) = machine::execute_read_only(kv, &read_batch(file, 0));
-    read_value(&(out.results, out.reads), held)
+/// Reads `file` from a node's applied state, chunks and write log.
+fn read_file(node: &Node, file: usize) -> Result<Result<Option<Vec<u8>>, ExtentId>, String> {
+    let (out, _) = machine::execute_read_only(&node.disk.kv, &read_batch(file, 0));
+    read_value(&(out.results, out.reads), node)
 }
 
 // ---------------------------------------------------------------------------
@@ -335,9 +342,17 @@ struct Disk {
     /// The last extent sequence this node named (on the metadata disk, so
     /// names stay unique across crashes and device losses).
     ext_seq: u64,
-    /// Extents the queued records of the applied entries name (what the
-    /// applied state says; written with it): the node must hold each.
-    named: BTreeSet<ExtentId>,
+    /// The chunk store (on the data device, not the write log): each
+    /// file's bytes as the destaged records left them.
+    chunks: BTreeMap<NodeId, Vec<u8>>,
+    /// The data records queued by applied entries and not yet destaged
+    /// here, by data sequence (what the KV queue holds, `q` keys; written
+    /// with it), and the extents they name with the range each writes:
+    /// the node must hold each of these until it destages its record.
+    queue: BTreeMap<u64, DataRecord>,
+    pending: BTreeMap<ExtentId, FetchRange>,
+    /// This node's destage progress (`l destaged_upto`).
+    destaged_upto: u64,
 }
 
 /// Why an extent is being synced to a node's write log.
@@ -374,8 +389,6 @@ struct Waiter {
     /// The follower that forwarded the batch: the answer goes back to it,
     /// and from it to the client.
     via: Option<usize>,
-    /// A large write: its extent and the hash of its value.
-    ext: Option<(ExtentId, u64)>,
 }
 
 struct Live {
@@ -422,9 +435,10 @@ impl Node {
         self.disk.wlog.get(e).or_else(|| self.live.as_ref()?.unsynced.get(e)).cloned()
     }
 
-    /// Extents named by applied entries and not synced here.
+    /// Extents named by applied, not yet destaged records and not synced
+    /// here.
     fn missing(&self) -> impl Iterator<Item = &ExtentId> {
-        self.disk.named.iter().filter(|e| !self.disk.wlog.contains_key(e))
+        self.disk.pending.keys().filter(|e| !self.disk.wlog.contains_key(e))
     }
 }
 
@@ -451,6 +465,10 @@ enum Bug {
     /// loss of its write-log device before the others fetched the extent
     /// loses acknowledged data.
     ProposeBeforeMajority,
+    /// A node that lacks the extent a queued write names destages the
+    /// record as zeros instead of fetching it (what the product must
+    /// never do: "never reads as zeros").
+    DestageZeros,
 }
 
 // ---------------------------------------------------------------------------
@@ -479,8 +497,9 @@ enum Ev {
     /// the bytes; Missing: none).
     Push { from: usize, to: usize, ext: ExtentId, data: Rc<Vec<u8>> },
     PushAck { from: usize, to: usize, ext: ExtentId },
-    Fetch { from: usize, to: usize, ext: ExtentId },
-    FetchAnswer { from: usize, to: usize, ext: ExtentId, data: Option<Rc<Vec<u8>>> },
+    Fetch { from: usize, to: usize, ext: ExtentId, range: FetchRange },
+    /// The answer: the bytes and whether they come from the chunk store.
+    FetchAnswer { from: usize, to: usize, ext: ExtentId, data: Option<(Rc<Vec<u8>>, bool)> },
     /// Node `.0`'s write-log sync of `ext` ends (incarnation `inc`).
     LogSync { node: usize, inc: u64, ext: ExtentId, why: SyncFor },
     /// A logged large write's majority wait ends.
@@ -545,6 +564,11 @@ pub struct Stats {
     pub device_losses: u64,
     /// Reads answered "retry": the node lacked an extent.
     pub reads_missing_extent: u64,
+    /// Data records destaged (over all nodes).
+    pub destaged: u64,
+    /// Fetches answered from a chunk store (the extent destaged and out
+    /// of the answerer's log).
+    pub fetched_from_chunks: u64,
 }
 
 impl Stats {
@@ -573,6 +597,8 @@ impl Stats {
         self.fetched += s.fetched;
         self.device_losses += s.device_losses;
         self.reads_missing_extent += s.reads_missing_extent;
+        self.destaged += s.destaged;
+        self.fetched_from_chunks += s.fetched_from_chunks;
     }
 }
 
@@ -611,11 +637,13 @@ struct Sim {
     /// Ghost: every extent's bytes and their digest, by name (one name,
     /// one content: checked wherever a copy lands).
     extent_data: BTreeMap<ExtentId, (Rc<Vec<u8>>, u64)>,
+    /// Ghost: extents a copy of which holds a chunk store's range, not
+    /// the original bytes (copies of it may differ from the original).
+    rewritten: BTreeSet<ExtentId>,
     /// (file, op) history.
     hist: Vec<(usize, RegOp)>,
-    /// Acknowledged writes: (term, index, hash of the entry's data, and
-    /// for a large one its extent and the value's hash).
-    acked: Vec<(u64, u64, u64, Option<(ExtentId, u64)>)>,
+    /// Acknowledged writes: (term, index, hash of the entry's data).
+    acked: Vec<(u64, u64, u64)>,
     violations: Vec<String>,
     stats: Stats,
     leaders_seen: BTreeSet<(u64, u64)>,
@@ -631,8 +659,8 @@ impl Sim {
         let mid_ready_crash_p = [0.0, 0.002, 0.01][rng.range(0, 3) as usize];
         let eio_p = [0.0, 0.0, 0.002][rng.range(0, 3) as usize];
         let log_eio_p = [0.0, 0.01, 0.03][rng.range(0, 3) as usize];
-        let push_skip_p = [0.0, 0.05, 0.2][rng.range(0, 3) as usize];
-        let device_loss_p = [0.0, 0.05, 0.15][rng.range(0, 3) as usize];
+        let push_skip_p = [0.0, 0.1, 0.4][rng.range(0, 3) as usize];
+        let device_loss_p = [0.0, 0.1, 0.25][rng.range(0, 3) as usize];
         // Every node is formatted alike: the root directory (Init) at
         // applied index 0.
         let mut formatted = Disk::default();
@@ -671,6 +699,7 @@ impl Sim {
             device_loss_p,
             rebuilding: [None; N],
             extent_data: BTreeMap::new(),
+            rewritten: BTreeSet::new(),
             hist: Vec::new(),
             acked: Vec::new(),
             violations: Vec::new(),
@@ -861,7 +890,7 @@ impl Sim {
         let mut outcomes: Vec<(u64, u64, Option<Outcome>)> = Vec::new();
         let node = &mut self.nodes[i];
         let mut errors = Vec::new();
-        let mut named = Vec::new();
+        let mut queued = Vec::new();
         let writes = {
             let mut txn = Txn::new(&node.disk.kv);
             let mut expect = node.disk.applied_index + 1;
@@ -888,9 +917,10 @@ impl Sim {
                 match decode_entry(e.term, e.index, &e.data) {
                     Ok(cmd) => {
                         let a = machine::apply(&mut txn, &cmd);
-                        // The extents this entry's queued records name:
-                        // this node must hold each (fetched if it lacks it).
-                        named.extend(a.queued.iter().filter_map(|(_, r)| r.op.logged()).map(|(_, ext, _)| ext));
+                        // The records this entry queued, for the destager;
+                        // the extents they name: this node must hold each
+                        // (fetched if it lacks it) until it destages them.
+                        queued.extend(a.queued);
                         outcomes.push((e.term, e.index, Some((a.results, a.reads))));
                     }
                     Err(err) => errors.push(format!("node {}: {err}", node.id)),
@@ -907,7 +937,12 @@ impl Sim {
                 None => node.disk.kv.remove(&k),
             };
         }
-        node.disk.named.extend(named);
+        for (dseq, rec) in queued {
+            if let Some((offset, ext, len)) = rec.op.logged() {
+                node.disk.pending.insert(ext, FetchRange { file: rec.file, offset, len, dseq });
+            }
+            node.disk.queue.insert(dseq, rec);
+        }
         let last = entries.last().unwrap();
         node.disk.applied_index = last.index;
         node.disk.applied_term = last.term;
@@ -956,12 +991,7 @@ impl Sim {
                 if w.write {
                     if out.0.iter().all(|r| r.is_ok()) {
                         if self.bug != Bug::AckOnPropose {
-                            // A resend that found its write applied
-                            // already queued nothing: its own extent is
-                            // unnamed (the first one's bytes count).
-                            let named = &self.nodes[i].disk.named;
-                            let ext = w.ext.filter(|(e, _)| named.contains(e));
-                            self.acked.push((term, index, w.hash, ext));
+                            self.acked.push((term, index, w.hash));
                         }
                         (w, Resp::Acked)
                     } else {
@@ -970,12 +1000,13 @@ impl Sim {
                     }
                 } else {
                     let node = &self.nodes[i];
-                    match read_value(&out, &|e| node.extent(e)) {
+                    match read_value(&out, node) {
                         Ok(Ok(v)) => (w, Resp::ReadOk(v)),
-                        Ok(Err(_)) => {
-                            // The node lacks an extent the read needs
-                            // (its destager fetches it): "retry".
+                        Ok(Err(ext)) => {
+                            // The node lacks an extent the read needs: it
+                            // fetches it, and the read fails (retryably).
                             self.stats.reads_missing_extent += 1;
+                            self.start_fetch(i, ext);
                             (w, Resp::Failed)
                         }
                         Err(e) => {
@@ -1070,10 +1101,11 @@ impl Sim {
         l.reads = later;
         for (_, w, file) in now {
             let node = &self.nodes[i];
-            match read_file(&node.disk.kv, &|e| node.extent(e), file) {
+            match read_file(node, file) {
                 Ok(Ok(v)) => self.reply(w.client, w.op, w.attempt, Resp::ReadOk(v)),
-                Ok(Err(_)) => {
+                Ok(Err(ext)) => {
                     self.stats.reads_missing_extent += 1;
+                    self.start_fetch(i, ext);
                     self.reply(w.client, w.op, w.attempt, Resp::Failed);
                 }
                 Err(e) => self.violation(e),
@@ -1153,7 +1185,7 @@ impl Sim {
             ctx.extend_from_slice(&op.to_be_bytes());
             ctx.extend_from_slice(&attempt.to_be_bytes());
             l.raft.read_index(ctx.clone());
-            l.asked.insert(ctx, (Waiter { client, op, attempt, write: false, hash: 0, via: None, ext: None }, file));
+            l.asked.insert(ctx, (Waiter { client, op, attempt, write: false, hash: 0, via: None }, file));
             self.kick(i);
             return;
         }
@@ -1169,7 +1201,7 @@ impl Sim {
     /// A read answered from node `i`'s own state (the injected read bugs).
     fn local_read(&mut self, i: usize, client: usize, op: u64, attempt: u32, file: usize) {
         let node = &self.nodes[i];
-        match read_file(&node.disk.kv, &|e| node.extent(e), file) {
+        match read_file(node, file) {
             Ok(Ok(v)) => self.reply(client, op, attempt, Resp::ReadOk(v)),
             Ok(Err(_)) => self.reply(client, op, attempt, Resp::Failed),
             Err(e) => self.violation(e),
@@ -1244,11 +1276,21 @@ impl Sim {
     }
 
     /// A copy of `ext` lands in node `i`'s write log (unsynced): its bytes
-    /// must be the ones the name was given for.
+    /// must be the ones the name was given for (a copy from a write log:
+    /// a push, or a fetch answered from a log that holds the original).
     fn land(&mut self, i: usize, ext: ExtentId, data: &Rc<Vec<u8>>, why: SyncFor) {
-        if !self.same_bytes(ext, data) {
+        if !self.same_bytes(ext, data) && !self.rewritten.contains(&ext) {
             self.violation(format!("node {} got other bytes for extent {}:{}", i + 1, ext.origin, ext.seq));
             return;
+        }
+        self.land_unchecked(i, ext, data, why);
+    }
+
+    /// A copy whose bytes may differ from the original: a fetch answered
+    /// from a chunk store (the range as later records left it).
+    fn land_unchecked(&mut self, i: usize, ext: ExtentId, data: &Rc<Vec<u8>>, why: SyncFor) {
+        if !self.same_bytes(ext, data) {
+            self.rewritten.insert(ext);
         }
         let inc = self.nodes[i].incarnation;
         let Some(l) = self.nodes[i].live.as_mut() else { return };
@@ -1356,53 +1398,172 @@ impl Sim {
         order
     }
 
-    /// A destager round on node `i`: it fetches each extent an applied
-    /// entry names that it lacks (and is not syncing or fetching now).
+    /// A destager round on node `i` (`appliance/src/datapath.rs`): the
+    /// queued records, oldest first, are laid over the chunk store; a
+    /// write naming an extent this node lacks stops the round, and the
+    /// extents it lacks are fetched. The records done are dropped from the queue with the
+    /// node's progress (`machine::drop_destaged`, one node-local write
+    /// with the chunks), and their extents leave the write log.
     fn destage(&mut self, i: usize, inc: u64) {
         if !self.live_at(i, inc) {
             return;
         }
-        let d = self.rng.range(300 * MS, 1500 * MS);
+        let d = self.rng.range(500 * MS, 2500 * MS);
         self.at(d, Ev::Destage(i, inc));
-        let node = &self.nodes[i];
-        let l = node.live.as_ref().unwrap();
-        let want: Vec<ExtentId> =
-            node.missing().filter(|e| !l.unsynced.contains_key(e) && !l.fetching.contains_key(e)).copied().collect();
-        for ext in want {
-            self.nodes[i].live.as_mut().unwrap().fetching.insert(ext, 0);
-            self.ask(i, ext, 0);
+        let bug = self.bug;
+        let node = &mut self.nodes[i];
+        let after = node.disk.destaged_upto;
+        let mut upto = after;
+        let mut lacking = None;
+        let mut done = Vec::new();
+        for (&dseq, rec) in node.disk.queue.iter().take(64) {
+            let file = node.disk.chunks.entry(rec.file).or_default();
+            let put = |file: &mut Vec<u8>, at: u64, data: &[u8]| {
+                let end = at as usize + data.len();
+                if file.len() < end {
+                    file.resize(end, 0);
+                }
+                file[at as usize..end].copy_from_slice(data);
+            };
+            match &rec.op {
+                DataOp::WriteInline { offset, data } => put(file, *offset, data),
+                DataOp::WriteExtent { offset, extent, len } => {
+                    let held = node.disk.wlog.get(extent).or_else(|| node.live.as_ref()?.unsynced.get(extent));
+                    match held {
+                        Some(d) if d.len() as u64 == *len => put(file, *offset, d),
+                        Some(d) => {
+                            let what = format!("node {}: extent {}:{} holds {} bytes, its record says {len}", i + 1, extent.origin, extent.seq, d.len());
+                            self.violation(what);
+                            return;
+                        }
+                        None if bug == Bug::DestageZeros => put(file, *offset, &vec![0; *len as usize]),
+                        None => {
+                            lacking = Some(*extent);
+                            break;
+                        }
+                    }
+                    done.push(*extent);
+                }
+                DataOp::Truncate { size } => file.truncate(*size as usize),
+                DataOp::Zero { offset, len } => {
+                    let to = (offset.saturating_add(*len) as usize).min(file.len());
+                    if (*offset as usize) < to {
+                        file[*offset as usize..to].fill(0);
+                    }
+                }
+                DataOp::Reclaim => {
+                    node.disk.chunks.remove(&rec.file);
+                }
+                DataOp::Unshare { .. } => {}
+                other => {
+                    let what = format!("node {}: a queued record the simulation does not model: {other:?}", i + 1);
+                    self.violation(what);
+                    return;
+                }
+            }
+            upto = dseq;
+        }
+        if upto > after {
+            let node = &mut self.nodes[i];
+            let writes = {
+                let mut txn = Txn::new(&node.disk.kv);
+                machine::drop_destaged(&mut txn, after, upto, &[]);
+                txn.into_writes()
+            };
+            for (k, v) in writes {
+                match v {
+                    Some(v) => node.disk.kv.insert(k, v),
+                    None => node.disk.kv.remove(&k),
+                };
+            }
+            node.disk.kv.insert(keys::local("destaged_upto"), upto.to_be_bytes().to_vec());
+            node.disk.destaged_upto = upto;
+            node.disk.queue = node.disk.queue.split_off(&(upto + 1));
+            let l = node.live.as_mut().unwrap();
+            for e in done {
+                node.disk.pending.remove(&e);
+                node.disk.wlog.remove(&e);
+                l.unsynced.remove(&e);
+            }
+            self.stats.destaged += upto - after;
+        }
+        if lacking.is_some() {
+            // Every extent the queue names and this node lacks is asked
+            // for at once (the product fetches them one by one as its
+            // rounds meet them; at once, a node that lost its write log
+            // catches up within the settle time).
+            let want: Vec<ExtentId> = self.nodes[i].missing().copied().collect();
+            for ext in want {
+                self.start_fetch(i, ext);
+            }
         }
         self.note_rebuilt(i);
     }
 
+    /// Node `i` lacks `ext` (a queued record names it): it asks its peers,
+    /// unless it is fetching or syncing it already.
+    fn start_fetch(&mut self, i: usize, ext: ExtentId) {
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        if !l.unsynced.contains_key(&ext) && !l.fetching.contains_key(&ext) {
+            l.fetching.insert(ext, 0);
+            self.ask(i, ext, 0);
+        }
+    }
+
     fn ask(&mut self, i: usize, ext: ExtentId, k: usize) {
+        let Some(&range) = self.nodes[i].disk.pending.get(&ext) else {
+            self.nodes[i].live.as_mut().unwrap().fetching.remove(&ext);
+            return;
+        };
         let to = Self::fetch_order(i, ext)[k];
         self.stats.fetches += 1;
         self.log(|| format!("node {} fetches extent {}:{} from node {}", i + 1, ext.origin, ext.seq, to + 1));
-        self.send_data(Ev::Fetch { from: i, to, ext });
+        self.send_data(Ev::Fetch { from: i, to, ext, range });
         let inc = self.nodes[i].incarnation;
         self.at(FETCH_WAIT, Ev::FetchTimeout { node: i, inc, ext, k });
     }
 
-    fn on_fetch(&mut self, from: usize, to: usize, ext: ExtentId) {
+    /// A peer's Fetch (`DataPath::answer_fetch`): the extent from this
+    /// node's write log; or, once it has destaged the record that names
+    /// it, the record's range as its chunks hold it (the same bytes, or
+    /// the bytes later records laid over them, which the fetcher lays
+    /// again); else Missing.
+    fn on_fetch(&mut self, from: usize, to: usize, ext: ExtentId, range: FetchRange) {
         if self.side[from] != self.side[to] || self.nodes[to].live.is_none() {
             return;
         }
-        let data = self.nodes[to].extent(&ext);
+        let node = &self.nodes[to];
+        let data = match node.extent(&ext) {
+            Some(d) => Some((d, false)),
+            None if node.disk.destaged_upto >= range.dseq => {
+                let mut d = vec![0u8; range.len as usize];
+                if let Some(c) = node.disk.chunks.get(&range.file) {
+                    let (s, e) = ((range.offset as usize).min(c.len()), ((range.offset + range.len) as usize).min(c.len()));
+                    d[..e - s].copy_from_slice(&c[s..e]);
+                }
+                self.stats.fetched_from_chunks += 1;
+                Some((Rc::new(d), true))
+            }
+            None => None,
+        };
         self.send_data(Ev::FetchAnswer { from: to, to: from, ext, data });
     }
 
-    fn on_fetch_answer(&mut self, from: usize, to: usize, ext: ExtentId, data: Option<Rc<Vec<u8>>>) {
+    fn on_fetch_answer(&mut self, from: usize, to: usize, ext: ExtentId, data: Option<(Rc<Vec<u8>>, bool)>) {
         if self.side[from] != self.side[to] {
             return;
         }
         let Some(l) = self.nodes[to].live.as_mut() else { return };
         let Some(&k) = l.fetching.get(&ext) else { return };
         match data {
-            Some(d) => {
+            Some((d, from_chunks)) => {
                 l.fetching.remove(&ext);
-                if self.nodes[to].extent(&ext).is_none() {
-                    self.land(to, ext, &d, SyncFor::Fetch);
+                if self.nodes[to].extent(&ext).is_none() && self.nodes[to].disk.pending.contains_key(&ext) {
+                    if from_chunks {
+                        self.land_unchecked(to, ext, &d, SyncFor::Fetch);
+                    } else {
+                        self.land(to, ext, &d, SyncFor::Fetch);
+                    }
                 }
             }
             None if Self::fetch_order(to, ext)[k] == from => self.fetch_next(to, ext, k),
@@ -1479,22 +1640,22 @@ impl Sim {
     /// write), answered when its (term, index) applies here.
     fn propose_req(&mut self, i: usize, via: Option<usize>, client: usize, op: u64, attempt: u32, req: Req) {
         let now = self.now;
-        let (batch, write, ext) = match &req {
+        let (batch, write) = match &req {
             Req::Write { file, value, id, logged } => {
-                let (data, ext) = if value.len() as u64 > INLINE_MAX {
+                let data = if value.len() as u64 > INLINE_MAX {
                     let Some(e) = logged else {
                         self.violation(format!("node {} proposes a large write that is not logged", i + 1));
                         return;
                     };
-                    (WriteData::Extent { extent: *e, len: value.len() as u64 }, Some((*e, digest(value))))
+                    WriteData::Extent { extent: *e, len: value.len() as u64 }
                 } else {
-                    (WriteData::Bytes(value.to_vec()), None)
+                    WriteData::Bytes(value.to_vec())
                 };
                 let mut b = write_batch(*file, data, now);
                 b.request = Some(*id);
-                (b, true, ext)
+                (b, true)
             }
-            Req::Read { file } => (read_batch(*file, now), false, None),
+            Req::Read { file } => (read_batch(*file, now), false),
             Req::ReadIndex { .. } => unreachable!("answered above"),
         };
         let Some(l) = self.nodes[i].live.as_mut() else { return };
@@ -1502,11 +1663,11 @@ impl Sim {
         let h = fnv(&data);
         match l.raft.propose(data) {
             Ok(at) => {
-                if let Some(old) = l.waiters.insert(at, Waiter { client, op, attempt, write, hash: h, via, ext }) {
+                if let Some(old) = l.waiters.insert(at, Waiter { client, op, attempt, write, hash: h, via }) {
                     self.settle(i, old, None, 0, 0);
                 }
                 if self.bug == Bug::AckOnPropose && write {
-                    self.acked.push((at.term, at.index, h, ext));
+                    self.acked.push((at.term, at.index, h));
                     self.answer(i, via, client, op, attempt, Resp::Acked);
                 }
                 self.log(|| format!("node {} proposes {} at {}/{}", i + 1, show_req(&req), at.term, at.index));
@@ -1774,7 +1935,7 @@ impl Sim {
             }
             Ev::Push { from, to, ext, data } => self.on_push(from, to, ext, data),
             Ev::PushAck { from, to, ext } => self.on_push_ack(from, to, ext),
-            Ev::Fetch { from, to, ext } => self.on_fetch(from, to, ext),
+            Ev::Fetch { from, to, ext, range } => self.on_fetch(from, to, ext, range),
             Ev::FetchAnswer { from, to, ext, data } => self.on_fetch_answer(from, to, ext, data),
             Ev::LogSync { node, inc, ext, why } => self.log_sync(node, inc, ext, why),
             Ev::PushTimeout { node, inc, ext } => self.push_timeout(node, inc, ext),
@@ -1792,7 +1953,7 @@ impl Sim {
             && self.nodes.iter().all(|n| {
                 n.live.as_ref().is_some_and(|x| x.raft.leader_id() == lead.raft.leader_id() && x.raft.last_index() == last)
                     && n.disk.applied_index == last
-                    && n.missing().next().is_none()
+                    && n.disk.queue.is_empty()
             })
     }
 
@@ -1848,8 +2009,7 @@ impl Sim {
     fn check(mut self) -> Result<Stats, String> {
         let mut errs = Vec::new();
         // 1. No acknowledged write lost.
-        // A large one's bytes are in every node's write log, synced.
-        for &(term, index, h, ext) in &self.acked {
+        for &(term, index, h) in &self.acked {
             for n in &self.nodes {
                 if n.applied.get(&index) != Some(&(term, h)) || n.disk.applied_index < index {
                     errs.push(format!(
@@ -1858,32 +2018,17 @@ impl Sim {
                         n.applied.get(&index)
                     ));
                 }
-                if let Some((e, vh)) = ext {
-                    match n.disk.wlog.get(&e) {
-                        Some(d) if digest(d) == vh => {}
-                        Some(_) => errs.push(format!("node {} holds other bytes for acknowledged extent {}:{}", n.id, e.origin, e.seq)),
-                        None => errs.push(format!(
-                            "acknowledged write at index {index}: its extent {}:{} is not in node {}'s write log",
-                            e.origin, e.seq, n.id
-                        )),
-                    }
-                }
             }
         }
-        // Every extent an applied entry names is held, synced, with the
-        // bytes it was named for.
-        for n in &self.nodes {
-            for e in &n.disk.named {
-                match n.disk.wlog.get(e) {
-                    Some(d) if self.same_bytes(*e, d) => {}
-                    Some(_) => errs.push(format!("node {} holds other bytes for extent {}:{}", n.id, e.origin, e.seq)),
-                    None => errs.push(format!("node {} lacks extent {}:{}, named by an applied entry", n.id, e.origin, e.seq)),
-                }
-            }
-        }
-        // 2. Identical replicas.
+        // 2. Identical replicas: the whole KV map (every node has destaged
+        // its whole queue: the same progress, no queued record), and the
+        // chunk stores byte for byte.
         let first = &self.nodes[0].disk;
         for n in &self.nodes[1..] {
+            if n.disk.chunks != first.chunks {
+                let differ: Vec<_> = n.disk.chunks.iter().filter(|(f, c)| first.chunks.get(f) != Some(c)).map(|(f, _)| *f).collect();
+                errs.push(format!("node {}'s chunk store differs from node 1's (files {differ:?})", n.id));
+            }
             if n.disk.applied_index != first.applied_index {
                 errs.push(format!("node {} applied {} but node 1 {}", n.id, n.disk.applied_index, first.applied_index));
             }
@@ -1905,7 +2050,7 @@ impl Sim {
         for f in 0..FILES {
             let mut ops: Vec<RegOp> = self.hist.iter().filter(|(file, _)| *file == f).map(|(_, o)| o.clone()).collect();
             for n in &self.nodes {
-                match read_file(&n.disk.kv, &|e| n.extent(e), f) {
+                match read_file(n, f) {
                     Ok(Ok(v)) => ops.push(RegOp { write: false, value: v.as_deref().map(reg_value), call: fin, ret: Some(fin + 1) }),
                     Ok(Err(e)) => errs.push(format!("node {} cannot read file {f}: it lacks extent {}:{}", n.id, e.origin, e.seq)),
                     Err(e) => errs.push(e),
@@ -2000,7 +2145,7 @@ fn seeds() {
         total.events
     );
     eprintln!(
-        "sim: write cache: {} large writes acked, {} extents logged, {} pushes ({} skipped at the bound), {} acks, {} majority timeouts, {} write-log EIO, {} fetches asked, {} extents fetched, {} write-log devices lost, {} reads refused for a missing extent",
+        "sim: write cache: {} large writes acked, {} extents logged, {} pushes ({} skipped at the bound), {} acks, {} majority timeouts, {} write-log EIO, {} fetches asked, {} extents fetched ({} answers from a chunk store), {} records destaged, {} write-log devices lost, {} reads refused for a missing extent",
         total.large_acked,
         total.extents,
         total.pushes,
@@ -2010,6 +2155,8 @@ fn seeds() {
         total.log_eio,
         total.fetches,
         total.fetched,
+        total.fetched_from_chunks,
+        total.destaged,
         total.device_losses,
         total.reads_missing_extent
     );
@@ -2060,8 +2207,16 @@ fn injected_forward_ack_is_caught() {
 /// write's bytes are nowhere.
 #[test]
 fn injected_early_propose_is_caught() {
-    let e = caught_by(Bug::ProposeBeforeMajority, 1000, "propose before a majority holds the extent");
-    assert!(e.contains("lacks extent") || e.contains("not in node"), "{e}");
+    let e = caught_by(Bug::ProposeBeforeMajority, 200, "propose before a majority holds the extent");
+    assert!(e.contains("lacks extent"), "{e}");
+}
+
+/// A node that destages a write whose extent it lacks as zeros, not
+/// fetching it: its chunks (and what it reads) differ.
+#[test]
+fn injected_zero_destage_is_caught() {
+    let e = caught_by(Bug::DestageZeros, 40, "destaging a missing extent as zeros");
+    assert!(e.contains("chunk store differs") || e.contains("no linearization"), "{e}");
 }
 
 /// Reads answered from a node's own state, not through the log: the
@@ -2079,7 +2234,7 @@ fn injected_stale_reads_are_caught() {
 /// bounded by clocks).
 #[test]
 fn leader_local_reads_are_caught() {
-    let e = caught_by(Bug::LeaderLocalReads, 1000, "leader-local reads");
+    let e = caught_by(Bug::LeaderLocalReads, 300, "leader-local reads");
     assert!(e.contains("no linearization"), "{e}");
 }
 

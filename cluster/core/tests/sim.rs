@@ -9,19 +9,60 @@
 //! and restarts, crashes between persisting the log and applying it, a
 //! failed log sync (EIO: the store stops, as on a crash), pauses (a node
 //! SIGSTOPped: its ticks, messages and requests wait, then come at once),
-//! and each node's ticks (jittered) and election timeout.
+//! and each node's ticks (jittered) and election timeout; for the write
+//! cache (below): a failed write-log sync (EIO), pushes not sent (a peer
+//! at its `replica_push_mib` bound), and the loss of one node's write-log
+//! device.
 //!
 //! Durability model, as the store has it: a node's disk holds the hard
 //! state and log entries it handed back through [`RaftNode::persisted`]
 //! (synced before that call), and the applied KV state, written in one
 //! write with the applied index and term. A crash loses everything else:
 //! raft's unstable log (proposals not yet through `ready`), messages not
-//! yet sent, waiters.
+//! yet sent, waiters. Each node also has a write-log device ([`Disk`]
+//! `wlog`: the extents synced to it) and a chunk store (`chunks`); an
+//! extent written and not yet synced is lost at a crash, and a sync may
+//! fail (EIO: that copy is not kept). Losing the write-log device (as
+//! when it is replaced) stops the node and loses every extent on it, and
+//! nothing else; the nemesis does it to one node at a time: not while
+//! another node is rebuilding (from its loss until, [`REBUILD_MARGIN`]
+//! later, it has applied as far as any log then reached and holds every
+//! extent its queue names). That is what the correct system survives:
+//! each extent an entry names was durable on a majority when proposed.
+//!
+//! The write cache (a model of `appliance/src/engine.rs` `run`,
+//! `appliance/src/replica.rs` and the destager in
+//! `appliance/src/datapath.rs`): a write of more than [`INLINE_MAX`]
+//! bytes (5 to 9 KiB, its bytes derived from its value) is logged by the
+//! node the client sent it to as a new extent (`ExtentId { origin: the
+//! node, seq }`, the sequence kept on the metadata disk: names stay
+//! unique across crashes and device losses) and pushed to the other
+//! voters, each of which logs, syncs and acknowledges it. Once its own
+//! copy is synced and [`acks_needed`] voters acknowledged theirs, the
+//! batch, with [`WriteData::Extent`] in place of the bytes, is proposed
+//! or forwarded like any other; no majority within [`PUSH_WAIT`], or
+//! EIO on its own sync: the write fails (definitely not done). Applying
+//! it queues a data record naming the extent (the real
+//! [`machine::apply`]); each node's destager lays its queued records, in
+//! order, over its own chunk store, drops them (the real
+//! [`machine::drop_destaged`], node-local progress) and releases their
+//! extents from its write log. A node whose queue names an extent it
+//! lacks fetches it from its peers (origin first, [`FETCH_WAIT`] each;
+//! retried every round); a peer answers from its write log or, once it
+//! destaged the record, with the record's range from its chunks, or says
+//! Missing. A read of a chunked file is answered from the answering
+//! node's chunks with the queued records laid over them (the machine's
+//! [`ReadPlan`]); a node that lacks an extent the read needs starts a
+//! fetch and answers "retry". Not modelled: reclaiming extents pushed
+//! and never named (`Unclaimed`), bounds on queued bytes, compression,
+//! clones, a crash in the middle of a destage round (the round is one
+//! atomic step), a fetch answered while the answerer's chunks are being
+//! written, and a read waiting for its fetch (it answers "retry").
 //!
 //! Clients submit real [`Batch`]es (create-or-truncate a file and write a
-//! small inline value; a read-only lookup + read), encoded with the real
-//! command format ([`encode_command`]), to whichever node they think
-//! leads. A follower that knows a leader mostly forwards the batch to it
+//! value, small and inline, or large through the write cache; a
+//! read-only lookup + read), encoded with the real command format
+//! ([`encode_command`]), to whichever node they think leads. A follower that knows a leader mostly forwards the batch to it
 //! (a model of the product's `appliance/src/forward.rs` rules: the answer
 //! comes back through the follower; "not the leader" and "superseded"
 //! are routed again, a few times; a lost forward or answer leaves the
@@ -37,15 +78,22 @@
 //! position in the log, so linearizable.
 //!
 //! Checked after every run (faults stop, partitions heal, every node
-//! restarts, the group settles):
+//! restarts, the group settles: the same applied index everywhere, and
+//! every node has destaged its whole queue, which needs every extent its
+//! applied entries name; a node that cannot get one, because no node
+//! holds it, fails the run):
 //! 1. no acknowledged write lost: each acked (term, index) is applied on
 //!    every node with the proposed bytes;
 //! 2. replicas converge: identical KV maps (the whole map) at the same
-//!    applied index; and during the run no two nodes ever apply different
-//!    entries at one index, and no node applies an index twice;
+//!    applied index, and identical chunk stores byte for byte; and during
+//!    the run no two nodes ever apply different entries at one index, and
+//!    no node applies an index twice; a copy of an extent pushed or
+//!    fetched from a log has the bytes it was named for;
 //! 3. the per-file history of writes and reads (plus a final read of each
-//!    node's state) is linearizable: a WGL-style checker for a register
-//!    ([`check_register`], in `duet_cluster::linearizable`).
+//!    node's state, through its own chunks) is linearizable: a WGL-style
+//!    checker for a register ([`check_register`], in
+//!    `duet_cluster::linearizable`); a large value is recorded as its
+//!    first bytes, length and a 64-bit hash of all its bytes.
 //!
 //! A failing seed prints itself and the command that replays it.
 //! `DUET_SIM_SEEDS=N` runs N seeds (default [`CI_SEEDS`]) from
@@ -1430,6 +1478,15 @@ impl Sim {
                 DataOp::WriteExtent { offset, extent, len } => {
                     let held = node.disk.wlog.get(extent).or_else(|| node.live.as_ref()?.unsynced.get(extent));
                     match held {
+                        // The bytes the extent was named for (unless a
+                        // copy came from a chunk store's range).
+                        Some(d) if !self.rewritten.contains(extent)
+                            && !self.extent_data.get(extent).is_some_and(|(o, h)| Rc::ptr_eq(o, d) || digest(d) == *h) =>
+                        {
+                            let what = format!("node {} destages other bytes for extent {}:{}", i + 1, extent.origin, extent.seq);
+                            self.violations.push(what);
+                            return;
+                        }
                         Some(d) if d.len() as u64 == *len => put(file, *offset, d),
                         Some(d) => {
                             let what = format!("node {}: extent {}:{} holds {} bytes, its record says {len}", i + 1, extent.origin, extent.seq, d.len());

@@ -25,10 +25,11 @@
 //! fail (EIO: that copy is not kept). Losing the write-log device (as
 //! when it is replaced) stops the node and loses every extent on it, and
 //! nothing else; the nemesis does it to one node at a time: not while
-//! another node is rebuilding (from its loss until, [`REBUILD_MARGIN`]
-//! later, it has applied as far as any log then reached and holds every
-//! extent its queue names). That is what the correct system survives:
-//! each extent an entry names was durable on a majority when proposed.
+//! another node is rebuilding ([`Rebuild`]: until every write that may
+//! name an extent it lost is proposed or dropped, it has applied as far
+//! as any log then reached, and it holds every extent its queue names).
+//! That is what the correct system survives: each extent an entry names
+//! was durable on a majority when proposed.
 //!
 //! The write cache (a model of `appliance/src/engine.rs` `run`,
 //! `appliance/src/replica.rs` and the destager in
@@ -159,11 +160,6 @@ const PUSH_WAIT: u64 = 5 * SEC;
 /// How long a fetch waits for one peer's answer before asking the next
 /// (`FETCH_WAIT`).
 const FETCH_WAIT: u64 = 3 * SEC;
-/// After a node's write-log device is lost, how long before the index it
-/// must apply to count as rebuilt is taken: every extent it may have
-/// acknowledged before the loss is proposed by then (the proposer waits
-/// at most [`PUSH_WAIT`], then forwards take a few hops), or never.
-const REBUILD_MARGIN: u64 = 10 * SEC;
 
 // ---------------------------------------------------------------------------
 // Seeded RNG: splitmix64.
@@ -401,6 +397,22 @@ struct Disk {
     pending: BTreeMap<ExtentId, FetchRange>,
     /// This node's destage progress (`l destaged_upto`).
     destaged_upto: u64,
+}
+
+/// A node rebuilding after the loss of its write-log device (ghost state
+/// of the nemesis, which loses no other device meanwhile).
+struct Rebuild {
+    since: u64,
+    /// The extents it held synced when it lost them (those it may have
+    /// acknowledged).
+    lost: BTreeSet<ExtentId>,
+    /// The index it must have applied: once [`PUSH_WAIT`] passed (every
+    /// majority wait that may count its lost copies is over) and no write
+    /// naming a lost extent is still on its way to the leader (forwarded,
+    /// or held by a forwarder to route again), the highest last index of
+    /// any node's raft log, proposals not yet persisted counted: an entry
+    /// that names a lost extent is in no log past it, and never will be.
+    target: Option<u64>,
 }
 
 /// Why an extent is being synced to a node's write log.
@@ -677,11 +689,9 @@ struct Sim {
     push_skip_p: f64,
     device_loss_p: f64,
     /// A node whose write-log device was lost and that has not yet got
-    /// back what it must hold: (when, the index it must have applied,
-    /// taken [`REBUILD_MARGIN`] later). No other device is lost
-    /// meanwhile: one device loss at a time is what the write cache's
-    /// copies are for.
-    rebuilding: [Option<(u64, Option<u64>)>; N],
+    /// back what it must hold. No other device is lost meanwhile: one
+    /// device loss at a time is what the write cache's copies are for.
+    rebuilding: [Option<Rebuild>; N],
     /// Ghost: every extent's bytes and their digest, by name (one name,
     /// one content: checked wherever a copy lands).
     extent_data: BTreeMap<ExtentId, (Rc<Vec<u8>>, u64)>,
@@ -745,7 +755,7 @@ impl Sim {
             log_eio_p,
             push_skip_p,
             device_loss_p,
-            rebuilding: [None; N],
+            rebuilding: [None, None, None],
             extent_data: BTreeMap::new(),
             rewritten: BTreeSet::new(),
             hist: Vec::new(),
@@ -1649,16 +1659,15 @@ impl Sim {
         }
     }
 
-    /// A rebuilding node is rebuilt once, [`REBUILD_MARGIN`] after its
-    /// loss, it has applied as far as any log reached then, and holds
-    /// every extent its applied entries name.
+    /// A rebuilding node is rebuilt once it has applied its target index
+    /// (see [`Rebuild`]) and holds every extent its queue names.
     fn note_rebuilt(&mut self, i: usize) {
-        let Some((since, target)) = self.rebuilding[i] else { return };
-        let target = match target {
+        let Some(r) = &self.rebuilding[i] else { return };
+        let target = match r.target {
             Some(t) => t,
-            None if self.now >= since + REBUILD_MARGIN => {
+            None if self.now >= r.since + PUSH_WAIT && !self.in_flight(&r.lost) => {
                 let t = (0..N).map(|j| self.last_index(j)).max().unwrap();
-                self.rebuilding[i] = Some((since, Some(t)));
+                self.rebuilding[i].as_mut().unwrap().target = Some(t);
                 t
             }
             None => return,
@@ -1668,6 +1677,15 @@ impl Sim {
             self.rebuilding[i] = None;
             self.log(|| format!("node {} rebuilt its write log", i + 1));
         }
+    }
+
+    /// Whether a write naming one of `exts` is on its way to a leader: a
+    /// forward in the network, or a forward a node waits on (it may route
+    /// it again).
+    fn in_flight(&self, exts: &BTreeSet<ExtentId>) -> bool {
+        let names = |r: &Req| matches!(r, Req::Write { logged: Some(e), .. } if exts.contains(e));
+        self.events.values().any(|ev| matches!(ev, Ev::Forward { req, .. } if names(req)))
+            || self.nodes.iter().filter_map(|n| n.live.as_ref()).any(|l| l.forwards.values().any(|(r, _)| names(r)))
     }
 
     /// The last index of node `j`'s raft log (unstable entries counted).
@@ -1689,8 +1707,13 @@ impl Sim {
         self.stats.device_losses += 1;
         self.log(|| format!("node {} loses its write-log device", j + 1));
         self.crash(j);
-        self.nodes[j].disk.wlog.clear();
-        self.rebuilding[j] = Some((self.now, None));
+        let lost = std::mem::take(&mut self.nodes[j].disk.wlog).into_keys();
+        let lost = match self.rebuilding[j].take() {
+            // Lost again while rebuilding: what it lost before still counts.
+            Some(r) => r.lost.into_iter().chain(lost).collect(),
+            None => lost.collect(),
+        };
+        self.rebuilding[j] = Some(Rebuild { since: self.now, lost, target: None });
     }
 
     /// Leader `i` proposes a client's batch (read through the log, or a

@@ -54,16 +54,22 @@
 //! Missing. A read of a chunked file is answered from the answering
 //! node's chunks with the queued records laid over them (the machine's
 //! [`ReadPlan`]); a node that lacks an extent the read needs starts a
-//! fetch and answers "retry". Not modelled: reclaiming extents pushed
-//! and never named (`Unclaimed`), bounds on queued bytes, compression,
-//! clones, a crash in the middle of a destage round (the round is one
-//! atomic step), a fetch answered while the answerer's chunks are being
-//! written, and a read waiting for its fetch (it answers "retry").
+//! fetch and answers "retry". The sweep of copies pushed and never named
+//! ([`Unclaimed`], `DataPath::sweep_unclaimed`) runs only with
+//! `DUET_SIM_UNCLAIMED=k`, its clock k times faster (its 30 s grace is
+//! longer than the fault phase). Not modelled: bounds on queued bytes
+//! (a push not sent stands for one), compression, clones, chunk and
+//! block layout (a file's chunks are one byte vector), a crash in the
+//! middle of a destage round (the round is one atomic step), a fetch
+//! answered while the answerer's chunks are being written, a read
+//! waiting for its fetch (it answers "retry"), and the destager fetching
+//! one extent at a time (it asks for all it lacks at once).
 //!
 //! Clients submit real [`Batch`]es (create-or-truncate a file and write a
 //! value, small and inline, or large through the write cache; a
 //! read-only lookup + read), encoded with the real command format
-//! ([`encode_command`]), to whichever node they think leads. A follower that knows a leader mostly forwards the batch to it
+//! ([`encode_command`]), to whichever node they think leads. A follower
+//! that knows a leader mostly forwards the batch to it
 //! (a model of the product's `appliance/src/forward.rs` rules: the answer
 //! comes back through the follower; "not the leader" and "superseded"
 //! are routed again, a few times; a lost forward or answer leaves the
@@ -100,13 +106,13 @@
 //! `DUET_SIM_SEEDS=N` runs N seeds (default [`CI_SEEDS`]) from
 //! `DUET_SIM_FIRST` (default 0), on `DUET_SIM_THREADS` threads;
 //! `DUET_SIM_SEED=N` runs that one, and prints its trace with
-//! `DUET_SIM_TRACE=1`.
+//! `DUET_SIM_TRACE=1`; `DUET_SIM_UNCLAIMED=k` adds the unclaimed sweep.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Instant;
 
-use duet_cache::replica::{acks_needed, FetchRange};
+use duet_cache::replica::{acks_needed, FetchRange, Unclaimed};
 
 use duet_cluster::command::{decode_entry, encode_command};
 use duet_cluster::kv::Txn;
@@ -475,6 +481,9 @@ struct Live {
     /// Extents being fetched: the peer asked (an index into the order of
     /// [`Sim::fetch_order`]).
     fetching: BTreeMap<ExtentId, usize>,
+    /// Copies of other origins' extents not yet named (the product's
+    /// sweep of them, only with `DUET_SIM_UNCLAIMED`).
+    unclaimed: Unclaimed,
 }
 
 struct Node {
@@ -629,6 +638,8 @@ pub struct Stats {
     /// Fetches answered from a chunk store (the extent destaged and out
     /// of the answerer's log).
     pub fetched_from_chunks: u64,
+    /// Copies dropped by the unclaimed sweep (`DUET_SIM_UNCLAIMED` only).
+    pub unclaimed_dropped: u64,
 }
 
 impl Stats {
@@ -659,6 +670,7 @@ impl Stats {
         self.reads_missing_extent += s.reads_missing_extent;
         self.destaged += s.destaged;
         self.fetched_from_chunks += s.fetched_from_chunks;
+        self.unclaimed_dropped += s.unclaimed_dropped;
     }
 }
 
@@ -688,6 +700,9 @@ struct Sim {
     log_eio_p: f64,
     push_skip_p: f64,
     device_loss_p: f64,
+    /// `DUET_SIM_UNCLAIMED=k`: model the sweep of unclaimed extents, its
+    /// clock sped up k times (0: not modelled).
+    unclaimed_scale: u64,
     /// A node whose write-log device was lost and that has not yet got
     /// back what it must hold. No other device is lost meanwhile: one
     /// device loss at a time is what the write cache's copies are for.
@@ -755,6 +770,7 @@ impl Sim {
             log_eio_p,
             push_skip_p,
             device_loss_p,
+            unclaimed_scale: std::env::var("DUET_SIM_UNCLAIMED").ok().and_then(|s| s.parse().ok()).unwrap_or(0),
             rebuilding: [None, None, None],
             extent_data: BTreeMap::new(),
             rewritten: BTreeSet::new(),
@@ -820,7 +836,16 @@ impl Sim {
             unsynced: BTreeMap::new(),
             staging: BTreeMap::new(),
             fetching: BTreeMap::new(),
+            unclaimed: Unclaimed::default(),
         });
+        // As the data path at start: copies of other origins' extents found
+        // in the log that no queued record names are unclaimed.
+        let now_ms = self.unclaimed_ms();
+        let node = &mut self.nodes[i];
+        let l = node.live.as_mut().unwrap();
+        for e in node.disk.wlog.keys().filter(|e| e.origin != node.id && !node.disk.pending.contains_key(e)) {
+            l.unclaimed.add(*e, now_ms);
+        }
         self.nodes[i].incarnation += 1;
         let d = self.rng.range(0, TICK);
         self.at(d, Ev::Tick(i, self.nodes[i].incarnation));
@@ -1404,7 +1429,14 @@ impl Sim {
                 }
                 self.try_propose(i, ext);
             }
-            SyncFor::Push { from } => self.send_data(Ev::PushAck { from: i, to: from, ext }),
+            SyncFor::Push { from } => {
+                let now_ms = self.unclaimed_ms();
+                let node = &mut self.nodes[i];
+                if !node.disk.pending.contains_key(&ext) {
+                    node.live.as_mut().unwrap().unclaimed.add(ext, now_ms);
+                }
+                self.send_data(Ev::PushAck { from: i, to: from, ext })
+            }
             SyncFor::Fetch => self.stats.fetched += 1,
         }
     }
@@ -1551,8 +1583,12 @@ impl Sim {
                 node.disk.pending.remove(&e);
                 node.disk.wlog.remove(&e);
                 l.unsynced.remove(&e);
+                l.unclaimed.remove(&e);
             }
             self.stats.destaged += upto - after;
+        }
+        if self.unclaimed_scale > 0 {
+            self.sweep_unclaimed(i);
         }
         if lacking.is_some() {
             // Every extent the queue names and this node lacks is asked
@@ -1565,6 +1601,35 @@ impl Sim {
             }
         }
         self.note_rebuilt(i);
+    }
+
+    /// The clock the unclaimed sweep reads: virtual milliseconds, sped up
+    /// `DUET_SIM_UNCLAIMED` times (its grace, 30 s, is longer than the
+    /// fault phase).
+    fn unclaimed_ms(&self) -> u64 {
+        self.now / MS * self.unclaimed_scale.max(1)
+    }
+
+    /// `DataPath::sweep_unclaimed`: copies of extents proven unnamed (see
+    /// [`Unclaimed`]) leave the write log, unless a queued record names
+    /// them.
+    fn sweep_unclaimed(&mut self, i: usize) {
+        let now_ms = self.unclaimed_ms();
+        let node = &mut self.nodes[i];
+        let l = node.live.as_mut().unwrap();
+        let (last, applied) = (l.raft.last_index(), node.disk.applied_index);
+        let mut dropped = Vec::new();
+        for e in l.unclaimed.step(now_ms, last, applied) {
+            if !node.disk.pending.contains_key(&e) {
+                node.disk.wlog.remove(&e);
+                l.unsynced.remove(&e);
+                dropped.push(e);
+            }
+        }
+        self.stats.unclaimed_dropped += dropped.len() as u64;
+        for e in dropped {
+            self.log(|| format!("node {} drops its copy of extent {}:{} (unclaimed)", i + 1, e.origin, e.seq));
+        }
     }
 
     /// Node `i` lacks `ext` (a queued record names it): it asks its peers,
@@ -2225,7 +2290,7 @@ fn seeds() {
         total.events
     );
     eprintln!(
-        "sim: write cache: {} large writes acked, {} extents logged, {} pushes ({} skipped at the bound), {} acks, {} majority timeouts, {} write-log EIO, {} fetches asked, {} extents fetched ({} answers from a chunk store), {} records destaged, {} write-log devices lost, {} reads refused for a missing extent",
+        "sim: write cache: {} large writes acked, {} extents logged, {} pushes ({} skipped at the bound), {} acks, {} majority timeouts, {} write-log EIO, {} fetches asked, {} extents fetched ({} answers from a chunk store), {} records destaged, {} write-log devices lost, {} reads refused for a missing extent, {} unclaimed copies dropped",
         total.large_acked,
         total.extents,
         total.pushes,
@@ -2238,7 +2303,8 @@ fn seeds() {
         total.fetched_from_chunks,
         total.destaged,
         total.device_losses,
-        total.reads_missing_extent
+        total.reads_missing_extent,
+        total.unclaimed_dropped
     );
     assert!(failed.is_empty(), "failing seeds {failed:?}; {}", replay_line(failed[0]));
 }

@@ -1612,7 +1612,13 @@ impl Sim {
 
     /// `DataPath::sweep_unclaimed`: copies of extents proven unnamed (see
     /// [`Unclaimed`]) leave the write log, unless a queued record names
-    /// them.
+    /// them. With it, some seeds lose a committed write's extent after a
+    /// single device loss (e.g. `DUET_SIM_UNCLAIMED=3`, seed 106771 as the
+    /// model stands): a node that acknowledged a push and then heard no
+    /// leader for the grace takes its own last index as the bar, below
+    /// the entry that names the extent, and drops the copy the proposer
+    /// counted in its majority; the entry commits later. Off by default
+    /// for that reason.
     fn sweep_unclaimed(&mut self, i: usize) {
         let now_ms = self.unclaimed_ms();
         let node = &mut self.nodes[i];

@@ -1012,12 +1012,35 @@ impl DataPath {
 
     /// Drops copies of other origins' extents proven unnamed (see
     /// `duet_cache::replica::Unclaimed`); at most about once a second.
+    /// What bounds the index of any raft entry that may still commit, as
+    /// this node knows it now (`duet_cache::replica::LogView`): its own
+    /// last index if it leads; else the larger of its own and the last
+    /// index its leader of this term reported in its newest status frame,
+    /// as of that frame's arrival. None when it knows no leader or has no
+    /// such frame (cut off: its own log may lack the entry that names a
+    /// copy it holds).
+    fn log_view(&self, raft: &duet_cluster_store::RaftStatus) -> Option<duet_cache::replica::LogView> {
+        let now = self.clock_ms();
+        if raft.leader {
+            return Some(duet_cache::replica::LogView { last_index: raft.last_index, as_of_ms: now });
+        }
+        if raft.leader_id == 0 {
+            return None;
+        }
+        let (status, at) = self.replica()?.peer_status(raft.leader_id)?;
+        if status.term != raft.term {
+            return None;
+        }
+        let age = at.elapsed().as_millis() as u64;
+        Some(duet_cache::replica::LogView { last_index: status.last_index?.max(raft.last_index), as_of_ms: now.saturating_sub(age) })
+    }
+
     pub async fn sweep_unclaimed(&self, store: &StoreHandle) -> io::Result<()> {
         if self.unclaimed.borrow().is_empty() {
             return Ok(());
         }
         let QueryAnswer::Raft(raft) = store.query(Query::RaftStatus).await.map_err(ge)? else { return Ok(()) };
-        let candidates = self.unclaimed.borrow_mut().step(self.clock_ms(), raft.last_index, raft.applied_index);
+        let candidates = self.unclaimed.borrow_mut().step(self.log_view(&raft), raft.applied_index);
         if candidates.is_empty() {
             return Ok(());
         }

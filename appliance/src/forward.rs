@@ -59,7 +59,12 @@ impl LeaderView {
                 match store.query_blocking(Query::RaftStatus) {
                     Ok(QueryAnswer::Raft(s)) => {
                         v.leader.store(s.leader_id, Ordering::Relaxed);
-                        health.set_local(NodeStatus { applied: s.applied_index, term: s.term, commit: s.commit_index });
+                        health.set_local(NodeStatus {
+                            applied: s.applied_index,
+                            term: s.term,
+                            commit: s.commit_index,
+                            last_index: Some(s.last_index),
+                        });
                     }
                     Ok(_) => {}
                     // The store is shut down or failed: no leader known here.

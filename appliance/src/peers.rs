@@ -259,8 +259,10 @@ pub struct PeerState {
     pub inbound: u32,
     /// When the last authenticated frame from it arrived.
     pub heard: Option<Instant>,
-    /// Its last status frame: its own applied index, term, commit.
+    /// Its last status frame: its own applied index, term, commit, last
+    /// log index; and when it arrived.
     pub status: Option<NodeStatus>,
+    pub status_at: Option<Instant>,
     /// Frames (raft messages and others) and their payload bytes written
     /// to it, and read from it.
     pub sent_frames: u64,
@@ -1012,7 +1014,10 @@ impl Inbound {
                     FrameKind::Status => {
                         // Never acted on when undecodable: dropped, counted.
                         match admin_wire::decode_status(&frame.payload) {
-                            Ok(st) => self.health.with(peer, |p| p.status = Some(st)),
+                            Ok(st) => self.health.with(peer, |p| {
+                                p.status = Some(st);
+                                p.status_at = Some(Instant::now());
+                            }),
                             Err(e) => {
                                 let mut n = 0;
                                 self.health.with(peer, |p| {
@@ -1109,7 +1114,7 @@ mod tests {
         assert!(!s.send(9, FrameKind::Admin, vec![3]));
         assert_eq!(health.peer(3).dropped, 1);
         assert_eq!(s.queued_bytes(3), 1, "the refused frame is not counted");
-        h.set_local(NodeStatus { applied: 5, term: 2, commit: 5 });
+        h.set_local(NodeStatus { applied: 5, term: 2, commit: 5, last_index: Some(5) });
         assert_eq!(h.local().applied, 5);
     }
 

@@ -104,6 +104,8 @@ pub struct ReplicaLink {
     /// `[cluster] replica_push_mib` in bytes, and `replica_workers`.
     push_max: u64,
     workers: usize,
+    /// What the transport knows of the peers (their status frames).
+    health: Arc<crate::peers::PeerHealth>,
 }
 
 /// Registers the Data frame handler on the transport: frames go to a
@@ -132,6 +134,7 @@ pub fn link(peers: &PeersHandle) -> ReplicaLink {
         counters,
         push_max: peers.limits.replica_push_bytes,
         workers: peers.limits.replica_workers.max(1),
+        health: peers.health.clone(),
     }
 }
 
@@ -169,6 +172,7 @@ pub struct Replica {
     work: Rc<glommio::sync::Semaphore>,
     inbound_bytes: Arc<AtomicU64>,
     pub counters: Arc<ReplicaCounters>,
+    health: Arc<crate::peers::PeerHealth>,
 }
 
 impl Replica {
@@ -189,7 +193,14 @@ impl Replica {
             work: Rc::new(glommio::sync::Semaphore::new(link.workers as u64)),
             inbound_bytes: link.inbound_bytes.clone(),
             counters: link.counters.clone(),
+            health: link.health.clone(),
         })
+    }
+
+    /// `peer`'s last status frame, and when it arrived.
+    pub fn peer_status(&self, peer: u64) -> Option<(duet_cluster::admin_wire::NodeStatus, Instant)> {
+        let p = self.health.peer(peer);
+        Some((p.status?, p.status_at?))
     }
 
     /// Acknowledgements a majority needs besides this node, for the voters

@@ -310,16 +310,33 @@ mod tests {
 
 /// How long after a replica copy arrives the entry naming it has surely
 /// been proposed (the leader proposes within its 5 s push wait, or never)
-/// and reached a connected follower's raft log.
+/// and, if it ever commits, committed (a leader without a quorum steps
+/// down within an election timeout; its successor commits what it holds
+/// at once).
 pub const UNCLAIMED_GRACE_MS: u64 = 30_000;
+
+/// What bounds the raft index of any entry that may still commit, as this
+/// node knows it at `as_of_ms`: its own last log index when it leads; as
+/// a follower, the larger of its own and the last index its leader
+/// reported in a status frame that arrived at `as_of_ms`. A follower that
+/// knows no leader, or has no status from it, has no view: its own last
+/// index may be far behind (cut off), and an entry it lacks may name a
+/// copy that counted in the proposer's majority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogView {
+    pub last_index: u64,
+    pub as_of_ms: u64,
+}
 
 /// Extents this node holds for another origin (pushed to it, or found in
 /// its log at start) that no queued data record has named yet. Each is
 /// kept (its log segment with it) until it is destaged, or until it is
-/// proven unnamed: [`UNCLAIMED_GRACE_MS`] after it arrived, the node's
-/// last raft index is noted as its bar; once the node has applied past
-/// the bar, an entry that names it would have queued it, so one that is
-/// still not queued may be dropped (the caller checks the queue).
+/// proven unnamed: from a [`LogView`] taken at least
+/// [`UNCLAIMED_GRACE_MS`] after the copy arrived, its last index is noted
+/// as the extent's bar; once the node has applied past the bar, an entry
+/// that names it would have queued it, so one that is still not queued
+/// may be dropped (the caller checks the queue). Until such a view comes
+/// (no leader heard), the copy is kept.
 ///
 /// A time is milliseconds of a monotonic clock, passed in.
 #[derive(Default)]
@@ -345,14 +362,17 @@ impl Unclaimed {
         self.entries.is_empty()
     }
 
-    /// Notes `last_index` as the bar of every extent past its grace, and
-    /// returns (and stops tracking) those whose bar `applied` has reached:
-    /// drop each unless a queued record names it.
-    pub fn step(&mut self, now_ms: u64, last_index: u64, applied: u64) -> Vec<ExtentId> {
+    /// Notes the view's last index as the bar of every extent that has
+    /// none and whose grace ended by the view's time, and returns (and
+    /// stops tracking) those whose bar `applied` has reached: drop each
+    /// unless a queued record names it.
+    pub fn step(&mut self, view: Option<LogView>, applied: u64) -> Vec<ExtentId> {
         let mut done = Vec::new();
         for (e, (seen, bar)) in self.entries.iter_mut() {
-            if bar.is_none() && now_ms.saturating_sub(*seen) >= UNCLAIMED_GRACE_MS {
-                *bar = Some(last_index);
+            if let Some(v) = view {
+                if bar.is_none() && v.as_of_ms.saturating_sub(*seen) >= UNCLAIMED_GRACE_MS {
+                    *bar = Some(v.last_index);
+                }
             }
             if bar.is_some_and(|b| applied >= b) {
                 done.push(*e);
@@ -369,6 +389,10 @@ impl Unclaimed {
 mod unclaimed_tests {
     use super::*;
 
+    fn view(last_index: u64, as_of_ms: u64) -> Option<LogView> {
+        Some(LogView { last_index, as_of_ms })
+    }
+
     #[test]
     fn an_extent_is_dropped_only_after_its_grace_and_its_bar_applied() {
         let mut u = Unclaimed::default();
@@ -377,19 +401,40 @@ mod unclaimed_tests {
         u.add(a, 0);
         u.add(b, 10_000);
         // Within the grace nothing is released, however far applied is.
-        assert!(u.step(UNCLAIMED_GRACE_MS - 1, 100, 1_000).is_empty());
+        assert!(u.step(view(100, UNCLAIMED_GRACE_MS - 1), 1_000).is_empty());
         // a's grace ends: its bar is 100, not reached by applied 99.
-        assert!(u.step(UNCLAIMED_GRACE_MS, 100, 99).is_empty());
+        assert!(u.step(view(100, UNCLAIMED_GRACE_MS), 99).is_empty());
         // b's grace ends later with a higher bar.
-        assert!(u.step(UNCLAIMED_GRACE_MS + 10_000, 150, 99).is_empty());
-        assert_eq!(u.step(UNCLAIMED_GRACE_MS + 10_001, 200, 100), vec![a]);
+        assert!(u.step(view(150, UNCLAIMED_GRACE_MS + 10_000), 99).is_empty());
+        assert_eq!(u.step(view(200, UNCLAIMED_GRACE_MS + 10_001), 100), vec![a]);
         assert_eq!(u.len(), 1);
-        assert_eq!(u.step(UNCLAIMED_GRACE_MS + 10_002, 200, 150), vec![b]);
+        assert_eq!(u.step(view(200, UNCLAIMED_GRACE_MS + 10_002), 150), vec![b]);
         assert!(u.is_empty());
         // Adding again keeps the first arrival; removing forgets.
         u.add(a, 5);
         u.add(a, 50_000);
         u.remove(&b);
-        assert_eq!(u.step(UNCLAIMED_GRACE_MS + 5, 1, 1), vec![a]);
+        assert_eq!(u.step(view(1, UNCLAIMED_GRACE_MS + 5), 1), vec![a]);
+    }
+
+    /// A node cut off from its leader (no view) keeps its copies however
+    /// long: its own last index may be below the entry that names one,
+    /// and that entry may commit through the others. The first view after
+    /// the grace sets the bar, not one from before it.
+    #[test]
+    fn without_a_view_of_the_leaders_log_nothing_is_dropped() {
+        let mut u = Unclaimed::default();
+        let a = ExtentId { origin: 2, seq: 9 };
+        u.add(a, 1_000);
+        for t in [0, 1, 10, 1_000] {
+            assert!(u.step(None, 10 * t).is_empty());
+        }
+        // A status from before the grace ended sets nothing.
+        assert!(u.step(view(40, UNCLAIMED_GRACE_MS), 1 << 40).is_empty());
+        // Heard again after the grace: the leader's log reaches 500.
+        assert!(u.step(view(500, UNCLAIMED_GRACE_MS + 1_000), 499).is_empty());
+        // Cut off again: the bar stays, applied catches up later.
+        assert!(u.step(None, 499).is_empty());
+        assert_eq!(u.step(None, 500), vec![a]);
     }
 }

@@ -21,8 +21,9 @@
 //!   - `OUT_BUSY`: nothing (the leader's queue was full; nothing done).
 //!
 //! **Status** (each node's progress, sent to every peer every
-//! `STATUS_EVERY` of the transport): `version u8 (STATUS_V1) | applied
-//! varint | term varint | commit varint`.
+//! `STATUS_EVERY` of the transport): `version u8 (STATUS_V2) | applied
+//! varint | term varint | commit varint | last_index varint` (the
+//! sender's last raft log index; version 1, without it, is still read).
 //!
 //! Strings and bytes are a varint length then the bytes (`crate::wire`).
 //! Decoding never panics: truncated, trailing, unknown-tag, over-limit or
@@ -32,8 +33,10 @@ use crate::wire::{Reader, WireError, Writer};
 
 /// The only version of the admin payload this code speaks.
 pub const ADMIN_V1: u8 = 1;
-/// The only version of the status payload this code speaks.
+/// The status payload without the last log index (still read).
 pub const STATUS_V1: u8 = 1;
+/// The version of the status payload this code writes.
+pub const STATUS_V2: u8 = 2;
 
 const TAG_REQUEST: u8 = 1;
 const TAG_REPLY: u8 = 2;
@@ -86,6 +89,10 @@ pub struct NodeStatus {
     pub applied: u64,
     pub term: u64,
     pub commit: u64,
+    /// The sender's last raft log index (`None` from a node that sends
+    /// version 1): a follower bounds what its leader may still commit by
+    /// it (`duet_cache::replica::Unclaimed`).
+    pub last_index: Option<u64>,
 }
 
 /// Why an admin or status payload was refused.
@@ -203,22 +210,28 @@ pub fn decode(b: &[u8]) -> Result<AdminMsg, AdminWireError> {
 
 pub fn encode_status(s: &NodeStatus) -> Vec<u8> {
     let mut w = Writer::new();
-    w.u8(STATUS_V1);
+    w.u8(STATUS_V2);
     w.u64(s.applied);
     w.u64(s.term);
     w.u64(s.commit);
+    // Written as version 2 only with the index (a status always has one
+    // from this code; the type keeps what a version-1 sender left out).
+    w.u64(s.last_index.unwrap_or(s.commit));
     w.buf
 }
 
 /// Decodes a status message; every byte must belong to it.
 pub fn decode_status(b: &[u8]) -> Result<NodeStatus, AdminWireError> {
     let Some(&v) = b.first() else { return Err(AdminWireError::Empty) };
-    if v != STATUS_V1 {
+    if v != STATUS_V1 && v != STATUS_V2 {
         return Err(AdminWireError::Version(v));
     }
     let mut r = Reader::new(b);
     r.u8("version")?;
-    let s = NodeStatus { applied: r.u64("applied")?, term: r.u64("term")?, commit: r.u64("commit")? };
+    let mut s = NodeStatus { applied: r.u64("applied")?, term: r.u64("term")?, commit: r.u64("commit")?, last_index: None };
+    if v == STATUS_V2 {
+        s.last_index = Some(r.u64("last_index")?);
+    }
     r.finish()?;
     Ok(s)
 }
@@ -259,14 +272,24 @@ mod tests {
         for o in outcomes() {
             assert_eq!(decode(&encode_reply(9, &o)).unwrap(), AdminMsg::Reply { id: 9, outcome: o });
         }
-        let s = NodeStatus { applied: 812, term: 3, commit: u64::MAX };
+        let s = NodeStatus { applied: 812, term: 3, commit: u64::MAX, last_index: Some(815) };
         assert_eq!(decode_status(&encode_status(&s)).unwrap(), s);
+        // Version 1 (no last index) is still read.
+        let mut w = Writer::new();
+        w.u8(STATUS_V1);
+        w.u64(812);
+        w.u64(3);
+        w.u64(810);
+        assert_eq!(decode_status(&w.buf).unwrap(), NodeStatus { applied: 812, term: 3, commit: 810, last_index: None });
+        let mut v3 = encode_status(&s);
+        v3[0] = 3;
+        assert!(matches!(decode_status(&v3), Err(AdminWireError::Version(3))));
     }
 
     #[test]
     fn every_truncation_and_trailing_byte_is_refused() {
         let mut msgs = all();
-        msgs.push(encode_status(&NodeStatus { applied: 1 << 40, term: 7, commit: 300 }));
+        msgs.push(encode_status(&NodeStatus { applied: 1 << 40, term: 7, commit: 300, last_index: Some(301) }));
         for (i, enc) in msgs.iter().enumerate() {
             let is_status = i == msgs.len() - 1;
             let dec = |b: &[u8]| if is_status { decode_status(b).is_ok() } else { decode(b).is_ok() };

@@ -2242,7 +2242,7 @@ fn run_seed(seed: u64, bug: Bug) -> Result<Stats, String> {
 }
 
 fn replay_line(seed: u64) -> String {
-    format!("replay: DUET_SIM_SEED={seed} DUET_SIM_TRACE=1 cargo test -p duet-cluster --test sim -- seeds --nocapture")
+    format!("replay: DUET_SIM_SEED={seed} DUET_SIM_TRACE=1 cargo test --workspace --test sim -- seeds --nocapture")
 }
 
 #[test]

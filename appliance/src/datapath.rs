@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -746,14 +747,17 @@ impl DataPath {
     /// Appends `data` to the write log as a new extent of this node and
     /// waits until it is durable. Returns the extent's name.
     pub async fn log_append(&self, data: &[u8]) -> io::Result<ExtentId> {
-        self.log_append_then(data, |_| {}).await
+        let (extent, _) = self.append(None, Cow::Borrowed(data), |_, _| {}).await?;
+        Ok(extent)
     }
 
-    /// [`DataPath::log_append`], calling `named` with the extent's name as
-    /// soon as it has one (before the local write): the engine pushes the
-    /// extent to the other voters while this node writes and syncs it.
-    pub async fn log_append_then(&self, data: &[u8], named: impl FnOnce(ExtentId)) -> io::Result<ExtentId> {
-        let (extent, _) = self.append(None, data, named).await?;
+    /// [`DataPath::log_append`] of bytes the caller gives up (kept in the
+    /// log memory without a copy once durable), calling `named` with the
+    /// extent's name and bytes as soon as it has a name (before the local
+    /// write): the engine pushes the extent to the other voters while this
+    /// node writes and syncs it.
+    pub async fn log_append_then(&self, data: Vec<u8>, named: impl FnOnce(ExtentId, &[u8])) -> io::Result<ExtentId> {
+        let (extent, _) = self.append(None, Cow::Owned(data), named).await?;
         Ok(extent)
     }
 
@@ -764,7 +768,7 @@ impl DataPath {
         if extent.origin == ExtentId::LEGACY_LOCAL || extent.origin == self.node_id {
             return Err(io::Error::other(format!("a copy of extent {}:{} names this node or none", extent.origin, extent.seq)));
         }
-        let (_, fresh) = self.append(Some(extent), data, |_| {}).await?;
+        let (_, fresh) = self.append(Some(extent), Cow::Borrowed(data), |_, _| {}).await?;
         if fresh {
             self.unclaimed.borrow_mut().add(extent, self.clock_ms());
         }
@@ -776,7 +780,7 @@ impl DataPath {
     /// it was written (false: the log held it already). The log core
     /// decides where the record goes and what must come first; this does
     /// the I/O it asks for.
-    async fn append(&self, name: Option<ExtentId>, data: &[u8], named: impl FnOnce(ExtentId)) -> io::Result<(ExtentId, bool)> {
+    async fn append(&self, name: Option<ExtentId>, data: Cow<'_, [u8]>, named: impl FnOnce(ExtentId, &[u8])) -> io::Result<(ExtentId, bool)> {
         if let Some(e) = name {
             if self.log.borrow().locate(e).is_some() {
                 return Ok((e, false));
@@ -815,9 +819,9 @@ impl DataPath {
         };
         let (file, bound) = file;
         let extent = w.extent;
-        named(extent);
+        named(extent, &data);
         let mut buf = file.alloc_dma_buffer(w.record_len as usize);
-        encode_record(buf.as_bytes_mut(), bound, extent, data);
+        encode_record(buf.as_bytes_mut(), bound, extent, &data);
         let written = match self.fault(FaultPoint::WalWrite) {
             Err(e) => Err(e),
             Ok(()) => file.write_at(buf, w.pos).await.map(|_| ()).map_err(|e| keep_kind(&e, e.to_string())),
@@ -845,7 +849,10 @@ impl DataPath {
         if self.faults[FaultPoint::DataRead as usize].get() == 0 {
             let name = self.mem_name(extent);
             let mut mem = self.log_mem();
-            mem.insert(name, data);
+            match data {
+                Cow::Owned(v) => mem.insert_vec(name, v),
+                Cow::Borrowed(b) => mem.insert(name, b),
+            }
             self.counters.log_memory_bytes.store(mem.stats().bytes, Ordering::Relaxed);
         }
         Ok((extent, true))

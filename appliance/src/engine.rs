@@ -758,13 +758,16 @@ impl Engine {
                     if b.len() as u64 > INLINE_MAX {
                         // On a cluster the extent goes to the other voters
                         // while this node writes it (replica.rs).
+                        // The bytes go to the log (and its memory, without
+                        // a copy): the op names the extent from here on.
                         let replica = self.data.replica();
                         let pushed = std::cell::Cell::new(None);
+                        let len = b.len() as u64;
                         let appended = self
                             .data
-                            .log_append_then(b, |extent| {
+                            .log_append_then(std::mem::take(b), |extent, bytes| {
                                 if let Some(r) = replica {
-                                    r.push(extent, b);
+                                    r.push(extent, bytes);
                                     pushed.set(Some(extent));
                                 }
                             })
@@ -787,7 +790,7 @@ impl Engine {
                         logged.push(extent);
                         cost.log_writes += 1;
                         cost.fsyncs += 1;
-                        *data = WriteData::Extent { extent, len: b.len() as u64 };
+                        *data = WriteData::Extent { extent, len };
                     }
                 }
             }

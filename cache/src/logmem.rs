@@ -32,7 +32,7 @@ pub struct LogMem {
     capacity: u64,
     bytes: u64,
     /// Name -> (insertion stamp, bytes).
-    extents: HashMap<Name, (u64, Arc<[u8]>)>,
+    extents: HashMap<Name, (u64, Arc<Vec<u8>>)>,
     /// Insertion stamp -> name, oldest first.
     order: BTreeMap<u64, Name>,
     stamp: u64,
@@ -58,6 +58,20 @@ impl LogMem {
     /// kept. A name already held keeps its first bytes (a log never holds
     /// two records of one name).
     pub fn insert(&mut self, name: Name, data: &[u8]) {
+        if self.wants(name, data.len() as u64) {
+            self.insert_vec(name, data.to_vec());
+        }
+    }
+
+    /// Whether [`LogMem::insert`] would keep `len` bytes as `name`.
+    fn wants(&self, name: Name, len: u64) -> bool {
+        len != 0 && len <= self.capacity && !self.extents.contains_key(&name)
+    }
+
+    /// [`LogMem::insert`] of bytes the caller gives up: kept without a
+    /// copy (the write path hands over a client's write buffer once its
+    /// record is durable).
+    pub fn insert_vec(&mut self, name: Name, data: Vec<u8>) {
         let len = data.len() as u64;
         if len == 0 || len > self.capacity || self.extents.contains_key(&name) {
             return;
@@ -70,7 +84,7 @@ impl LogMem {
         }
         self.stamp += 1;
         self.order.insert(self.stamp, name);
-        self.extents.insert(name, (self.stamp, Arc::from(data)));
+        self.extents.insert(name, (self.stamp, Arc::new(data)));
         self.bytes += len;
         assert!(self.bytes <= self.capacity, "write-log memory over its bound: {} > {}", self.bytes, self.capacity);
     }
@@ -135,6 +149,19 @@ mod tests {
         assert_eq!(m.read((2, 9), 0, 1), None, "larger than the bound: not kept");
         m.insert((1, 2), &[0u8; 10]);
         assert_eq!(m.read((1, 2), 0, 1), Some(vec![2]), "a name keeps its first bytes");
+    }
+
+    #[test]
+    fn owned_bytes_are_kept_by_the_same_rules() {
+        let mut m = LogMem::new(250);
+        m.insert_vec((1, 1), vec![1u8; 100]);
+        m.insert_vec((1, 1), vec![0u8; 100]);
+        m.insert_vec((1, 2), vec![2u8; 300]);
+        m.insert_vec((1, 3), Vec::new());
+        assert_eq!(m.read((1, 1), 0, 2), Some(vec![1, 1]), "a name keeps its first bytes");
+        assert_eq!(m.read((1, 2), 0, 1), None, "larger than the bound: not kept");
+        assert_eq!(m.read((1, 3), 0, 1), None, "nothing to keep");
+        assert_eq!(m.stats().bytes, 100);
     }
 
     #[test]

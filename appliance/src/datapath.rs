@@ -349,6 +349,32 @@ pub struct DataPath {
     defer: Cell<duet_cache::defer::DeferPolicy>,
 }
 
+/// Bytes of a write-log extent ([`DataPath::log_read`]): shared with the
+/// log memory (no copy), or read from the device.
+enum LogBytes {
+    Shared(Arc<Vec<u8>>, std::ops::Range<usize>),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for LogBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            LogBytes::Shared(d, r) => &d[r.clone()],
+            LogBytes::Owned(v) => v,
+        }
+    }
+}
+
+impl LogBytes {
+    fn into_vec(self) -> Vec<u8> {
+        match self {
+            LogBytes::Shared(d, r) => d[r].to_vec(),
+            LogBytes::Owned(v) => v,
+        }
+    }
+}
+
 /// A destager's wait for a stream of appends to pause
 /// ([`DataPath::defer_begin`]).
 pub struct DeferWait {
@@ -985,7 +1011,7 @@ impl DataPath {
     pub async fn answer_fetch(&self, extent: ExtentId, range: FetchRange) -> io::Result<Option<Vec<u8>>> {
         if let Some(d) = self.log_read(extent, 0, range.len).await? {
             if d.len() as u64 == range.len {
-                return Ok(Some(d));
+                return Ok(Some(d.into_vec()));
             }
         }
         if self.destaged_upto.get() >= range.dseq {
@@ -1076,7 +1102,7 @@ impl DataPath {
 
     /// Reads `n` bytes at `skip` of the data of `extent`; `None` if the log
     /// no longer holds it.
-    async fn log_read(&self, extent: ExtentId, skip: u64, n: u64) -> io::Result<Option<Vec<u8>>> {
+    async fn log_read(&self, extent: ExtentId, skip: u64, n: u64) -> io::Result<Option<LogBytes>> {
         let (file, pos, len, loc_segment) = {
             let Some(loc) = self.log.borrow().locate(extent) else { return Ok(None) };
             let segs = self.segments.borrow();
@@ -1086,16 +1112,16 @@ impl DataPath {
         let skip = skip.min(len);
         let n = n.min(len - skip);
         if n == 0 {
-            return Ok(Some(Vec::new()));
+            return Ok(Some(LogBytes::Owned(Vec::new())));
         }
         self.fault(FaultPoint::DataRead)?;
         // The log holds the record (located above), so its bytes in
         // memory are the record's.
-        let held = self.log_mem().read(self.mem_name(extent), skip, n);
-        if let Some(d) = held {
-            if d.len() as u64 == n {
+        let held = self.log_mem().read_shared(self.mem_name(extent), skip, n);
+        if let Some((d, r)) = held {
+            if r.len() as u64 == n {
                 self.counters.log_reads_memory.fetch_add(1, Ordering::Relaxed);
-                return Ok(Some(d));
+                return Ok(Some(LogBytes::Shared(d, r)));
             }
         }
         self.counters.log_reads_device.fetch_add(1, Ordering::Relaxed);
@@ -1106,7 +1132,7 @@ impl DataPath {
         if !self.segments.borrow().contains_key(&loc_segment) {
             return Ok(None);
         }
-        Ok(Some(r.to_vec()))
+        Ok(Some(LogBytes::Owned(r.to_vec())))
     }
 
     /// Releases the log segments the log core releases (no live extent,

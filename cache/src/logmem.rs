@@ -92,6 +92,14 @@ impl LogMem {
     /// `n` bytes at `skip` of extent `name` (fewer at its end), if held;
     /// counts a hit or a miss.
     pub fn read(&mut self, name: Name, skip: u64, n: u64) -> Option<Vec<u8>> {
+        self.read_shared(name, skip, n).map(|(d, r)| d[r].to_vec())
+    }
+
+    /// [`LogMem::read`] without a copy: the extent's bytes, shared, and
+    /// the range of them asked for. They stay valid however long the
+    /// caller holds them (an eviction only drops this map's reference; the
+    /// bound counts what the map holds).
+    pub fn read_shared(&mut self, name: Name, skip: u64, n: u64) -> Option<(Arc<Vec<u8>>, std::ops::Range<usize>)> {
         if self.capacity == 0 {
             return None;
         }
@@ -101,7 +109,7 @@ impl LogMem {
                 let len = d.len() as u64;
                 let from = skip.min(len);
                 let to = skip.saturating_add(n).min(len);
-                Some(d[from as usize..to as usize].to_vec())
+                Some((d.clone(), from as usize..to as usize))
             }
             None => {
                 self.stats.misses += 1;
@@ -149,6 +157,19 @@ mod tests {
         assert_eq!(m.read((2, 9), 0, 1), None, "larger than the bound: not kept");
         m.insert((1, 2), &[0u8; 10]);
         assert_eq!(m.read((1, 2), 0, 1), Some(vec![2]), "a name keeps its first bytes");
+    }
+
+    #[test]
+    fn shared_reads_outlive_an_eviction() {
+        let mut m = LogMem::new(150);
+        m.insert_vec((1, 1), (0..100u8).collect());
+        let (d, r) = m.read_shared((1, 1), 10, 5).unwrap();
+        assert_eq!(&d[r], &[10, 11, 12, 13, 14]);
+        let (d, r) = m.read_shared((1, 1), 95, 50).unwrap();
+        m.insert_vec((1, 2), vec![2u8; 100]);
+        assert_eq!(m.read((1, 1), 0, 1), None, "evicted");
+        assert_eq!(&d[r], &[95, 96, 97, 98, 99], "what was handed out stays");
+        assert_eq!(m.stats().bytes, 100);
     }
 
     #[test]

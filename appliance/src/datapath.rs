@@ -1684,7 +1684,14 @@ impl DataPath {
             for blk in co / ALIGN..align_up(co + n) / ALIGN {
                 let (bs, be) = (blk * ALIGN, (blk + 1) * ALIGN);
                 let (ws, we) = (co.max(bs), (co + n).min(be));
+                let from = src + (ws - co) as usize;
                 if !round.pending.contains_key(&(file, idx, blk)) {
+                    if ws == bs && we == be {
+                        // Wholly written: its bytes are the write's.
+                        round.pending.insert((file, idx, blk), data[from..from + ALIGN as usize].to_vec());
+                        round.pending_bytes += ALIGN as usize;
+                        continue;
+                    }
                     let mut b = vec![0u8; ALIGN as usize];
                     if ws != bs || we != be {
                         let f = self.open_chunk(&mut round.open, file, idx).await?;
@@ -1702,7 +1709,6 @@ impl DataPath {
                     round.pending_bytes += ALIGN as usize;
                 }
                 let b = round.pending.get_mut(&(file, idx, blk)).expect("inserted above");
-                let from = src + (ws - co) as usize;
                 b[(ws - bs) as usize..(we - bs) as usize].copy_from_slice(&data[from..from + (we - ws) as usize]);
             }
             round.keep_written(file, idx, co, &data[src..src + n as usize]);

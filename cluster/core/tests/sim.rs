@@ -169,7 +169,7 @@ use duet_fs::{
     ROOT_ID,
 };
 use protobuf::Message as _;
-use raft::eraftpb::{EntryType, HardState};
+use raft::eraftpb::{EntryType, HardState, MessageType};
 
 /// Seeds run by default (CI).
 const CI_SEEDS: u64 = 1000;
@@ -219,6 +219,17 @@ const MEMBERSHIP_WAIT: u64 = 10 * SEC;
 /// The tag at the head of a membership change's context (the store's
 /// `CONF_TAG_LEN`: node id, incarnation nonce, count).
 const CONF_TAG_LEN: usize = 24;
+/// Applied entries a node keeps for followers that lag (`[cluster]
+/// log_retain`) in a third of the seeds (the others keep
+/// [`LOG_RETAIN_MULTI`], more than a run makes): a follower further
+/// behind, or a node that joins empty, is sent a snapshot.
+const SNAP_RETAIN: u64 = 8;
+/// A leader whose `MsgSnapshot` no follower asked the image for reports
+/// it failed after this long (appliance `snapshot.rs` `ASK_WITHIN`).
+const ASK_WITHIN: u64 = 15 * SEC;
+/// How long a follower's image fetch may take before it gives up (the
+/// product's connect and stall timeouts, shortened).
+const SNAP_STALL: u64 = 5 * SEC;
 
 // ---------------------------------------------------------------------------
 // Seeded RNG: splitmix64.
@@ -496,6 +507,28 @@ struct Disk {
     /// The index of the membership change that took this node out of the
     /// group (`l removed`): it stopped, and never starts again.
     removed_at: Option<u64>,
+    /// A snapshot image received, checked and staged (synced): installed
+    /// at the next start (`snapshot::install_pending`).
+    image: Option<Rc<Image>>,
+}
+
+/// A raft snapshot image (`cluster/store/src/snapshot.rs`): the serving
+/// node's applied state as of one index: every state-machine key (not the
+/// raft log, the hard state or node-local records), its chunk files, and
+/// its destage progress; with it, its queue (in the keys) and the
+/// configuration the state records.
+#[derive(Debug)]
+struct Image {
+    index: u64,
+    term: u64,
+    kv: BTreeMap<Vec<u8>, Vec<u8>>,
+    chunks: BTreeMap<NodeId, Vec<u8>>,
+    queue: BTreeMap<u64, DataRecord>,
+    pending: BTreeMap<ExtentId, FetchRange>,
+    destaged_upto: u64,
+    conf: Option<ConfState>,
+    /// Ghost: what the server applied, index by index, up to `index`.
+    applied: BTreeMap<u64, (u64, u64)>,
 }
 
 /// A node rebuilding after the loss of its write-log device (ghost state
@@ -597,6 +630,11 @@ struct Live {
     conf_waiter: Option<ConfWaiter>,
     /// The count in the next change's tag.
     next_conf_tag: u64,
+    /// The image fetch under way (one at a time): its number.
+    snap_fetching: Option<u64>,
+    /// On a leader: the followers that asked for an image since it sent
+    /// them a `MsgSnapshot`.
+    snap_asked: BTreeSet<u64>,
 }
 
 /// A membership change asked of the leader (`MemberChange`).
@@ -711,6 +749,16 @@ enum Ev {
     FetchTimeout { node: usize, inc: u64, ext: ExtentId, k: usize },
     /// A round of the destager: the node fetches the extents it lacks.
     Destage(usize, u64),
+    /// Snapshot transfer (appliance `snapshot.rs`): follower `from` asks
+    /// `to` (the sender of a `MsgSnapshot`) for an image of at least
+    /// `index`; the image (none: the transfer failed); the follower's
+    /// verdict, which the server reports to raft; a `MsgSnapshot` no
+    /// follower asked for within [`ASK_WITHIN`]; a fetch that stalled.
+    SnapAsk { from: usize, to: usize, fetch: u64, index: u64 },
+    SnapImage { from: usize, to: usize, fetch: u64, index: u64, image: Option<Rc<Image>> },
+    SnapVerdict { to: usize, follower: u64, ok: bool },
+    SnapUnasked { node: usize, inc: u64, follower: u64 },
+    SnapStall { node: usize, inc: u64, fetch: u64 },
 }
 
 struct ClientOp {
@@ -797,6 +845,13 @@ pub struct Stats {
     pub added: u64,
     /// Runs that ended with two voters.
     pub ended_with_two: u64,
+    /// `MsgSnapshot`s a leader sent; image fetches a follower started;
+    /// images installed (at a restart in place); transfers that failed
+    /// or were refused (the leader told, it sends another).
+    pub snap_sent: u64,
+    pub snap_fetches: u64,
+    pub snap_installed: u64,
+    pub snap_failed: u64,
 }
 
 impl Stats {
@@ -837,6 +892,10 @@ impl Stats {
         self.joiners += s.joiners;
         self.added += s.added;
         self.ended_with_two += s.ended_with_two;
+        self.snap_sent += s.snap_sent;
+        self.snap_fetches += s.snap_fetches;
+        self.snap_installed += s.snap_installed;
+        self.snap_failed += s.snap_failed;
     }
 }
 
@@ -879,6 +938,8 @@ struct Sim {
     member_p: f64,
     /// A freshly formatted disk (what an emptied node starts from).
     formatted: Disk,
+    /// Applied entries each node keeps for followers ([`SNAP_RETAIN`]).
+    retain: u64,
     /// The next fresh node id.
     next_id: u64,
     /// The emptied node started to join and not yet seen a voter.
@@ -888,6 +949,12 @@ struct Sim {
     /// [`Sim::guard_clear`]); `DUET_SIM_MEMBER_LOSS=1` lifts it.
     member_guard: Option<Guard>,
     member_loss: bool,
+    /// Where followers may be sent snapshots ([`SNAP_RETAIN`]), no
+    /// write-log device is lost: an image installed replaces the chunks
+    /// that may hold the only copy of an extent its server lacks (see
+    /// [`a_snapshot_install_after_one_device_loss_loses_data`]);
+    /// `DUET_SIM_SNAP_LOSS=1` lets them be lost.
+    snap_loss: bool,
     /// Ghost: every extent's bytes and their digest, by name (one name,
     /// one content: checked wherever a copy lands).
     extent_data: BTreeMap<ExtentId, (Rc<Vec<u8>>, u64)>,
@@ -956,10 +1023,12 @@ impl Sim {
             rebuilding: [None, None, None],
             member_p,
             formatted,
+            retain: if (seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61) % 3 == 0 { SNAP_RETAIN } else { LOG_RETAIN_MULTI },
             next_id: VOTERS.len() as u64 + 1,
             joining: None,
             member_guard: None,
             member_loss: std::env::var("DUET_SIM_MEMBER_LOSS").is_ok_and(|v| v == "1"),
+            snap_loss: std::env::var("DUET_SIM_SNAP_LOSS").is_ok_and(|v| v == "1"),
             extent_data: BTreeMap::new(),
             rewritten: BTreeSet::new(),
             hist: Vec::new(),
@@ -1003,9 +1072,12 @@ impl Sim {
         if self.nodes[i].disk.removed_at.is_some() {
             return; // the store refuses to open a removed node's state
         }
+        if self.nodes[i].disk.image.is_some() {
+            self.install(i);
+        }
         let disk = &self.nodes[i].disk;
         let split = disk.log.partition_point(|e| e.index <= disk.applied_index);
-        let retained_from = split.saturating_sub(LOG_RETAIN_MULTI as usize);
+        let retained_from = split.saturating_sub(self.retain as usize);
         let rec = Recovered {
             hard_state: disk.hard_state.clone(),
             applied_index: disk.applied_index,
@@ -1023,7 +1095,8 @@ impl Sim {
             None => RaftNode::member_fixed_timeout(id, &VOTERS, rec, timeout),
             Some(cs) => member_in_conf(id, &cs, rec, timeout),
         }
-        .expect("raft node");
+        .expect("raft node")
+        .with_retain(self.retain);
         self.nodes[i].live =
             Some(Live {
             raft,
@@ -1039,6 +1112,8 @@ impl Sim {
             unclaimed: Unclaimed::default(),
             conf_waiter: None,
             next_conf_tag: 0,
+            snap_fetching: None,
+            snap_asked: BTreeSet::new(),
         });
         // As the data path at start: copies of other origins' extents found
         // in the log that no queued record names are unclaimed.
@@ -1529,7 +1604,15 @@ impl Sim {
     fn send_outbox(&mut self, i: usize) {
         let Some(l) = self.nodes[i].live.as_mut() else { return };
         let msgs = l.raft.take_messages();
+        let inc = self.nodes[i].incarnation;
         for m in msgs {
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                // The transport notes it: unasked within ASK_WITHIN, it is
+                // reported failed.
+                self.stats.snap_sent += 1;
+                self.nodes[i].live.as_mut().unwrap().snap_asked.remove(&m.to);
+                self.at(ASK_WITHIN, Ev::SnapUnasked { node: i, inc, follower: m.to });
+            }
             if self.faults && self.rng.chance(self.drop_p) {
                 continue;
             }
@@ -1549,10 +1632,142 @@ impl Sim {
         if self.side[from] != self.side[to] {
             return;
         }
+        let applied = self.nodes[to].disk.applied_index;
         let Some(l) = self.nodes[to].live.as_mut() else { return };
+        // The transport takes a `MsgSnapshot` before raft sees it: the
+        // follower fetches the image from its sender (unless it applied
+        // that far already: then raft takes it), one fetch at a time.
+        if m.get_msg_type() == MessageType::MsgSnapshot {
+            let index = m.get_snapshot().get_metadata().index;
+            if applied < index {
+                if l.snap_fetching.is_none() {
+                    self.seq += 1;
+                    let fetch = self.seq;
+                    l.snap_fetching = Some(fetch);
+                    self.stats.snap_fetches += 1;
+                    self.log(|| format!("node {} fetches a snapshot image of index {index} from node {}", to + 1, from + 1));
+                    let inc = self.nodes[to].incarnation;
+                    self.at(SNAP_STALL, Ev::SnapStall { node: to, inc, fetch });
+                    self.send_data(Ev::SnapAsk { from: to, to: from, fetch, index });
+                }
+                return;
+            }
+        }
         // raft-rs refuses some stale messages with an error: not a fault.
         let _ = l.raft.step(m);
         self.kick(to);
+    }
+
+    /// A follower asks node `to` for an image (`Snapshots::serve`): `to`
+    /// makes it from its applied state now, whether it still leads or
+    /// not, and streams it.
+    fn snap_ask(&mut self, from: usize, to: usize, fetch: u64, index: u64) {
+        if self.side[from] != self.side[to] {
+            return;
+        }
+        let follower = self.nodes[from].id;
+        let node = &mut self.nodes[to];
+        let Some(l) = node.live.as_mut() else { return };
+        l.snap_asked.insert(follower);
+        let local = keys::local("");
+        let d = &node.disk;
+        let image = Image {
+            index: d.applied_index,
+            term: d.applied_term,
+            kv: d.kv.iter().filter(|(k, _)| !k.starts_with(&local)).map(|(k, v)| (k.clone(), v.clone())).collect(),
+            chunks: d.chunks.clone(),
+            queue: d.queue.clone(),
+            pending: d.pending.clone(),
+            destaged_upto: d.destaged_upto,
+            conf: d.conf.clone(),
+            applied: node.applied.range(..=d.applied_index).map(|(k, v)| (*k, *v)).collect(),
+        };
+        // A transfer cut short: the server reports the failure.
+        let sent = !(self.faults && self.rng.chance(self.drop_p)) && self.paused_until[to] <= self.now;
+        let image = sent.then(|| Rc::new(image));
+        let d = self.net_delay() + self.rng.range(MS, 50 * MS);
+        self.at(d, Ev::SnapImage { from: to, to: from, fetch, index, image });
+    }
+
+    /// The image reaches the follower: checked (raft asked for `index`, the
+    /// image must be of at least that), staged and synced; the server
+    /// hears the verdict; the follower restarts in place to install it.
+    fn snap_image(&mut self, from: usize, to: usize, fetch: u64, index: u64, image: Option<Rc<Image>>) {
+        let follower = self.nodes[to].id;
+        let reachable = self.side[from] == self.side[to];
+        let Some(l) = self.nodes[to].live.as_mut().filter(|l| l.snap_fetching == Some(fetch) && reachable) else {
+            self.snap_verdict(from, follower, false);
+            return;
+        };
+        l.snap_fetching = None;
+        let Some(image) = image.filter(|im| im.index >= index) else {
+            self.snap_verdict(from, follower, false);
+            return;
+        };
+        self.log(|| format!("node {} staged the image of index {} from node {}; it restarts to install it", to + 1, image.index, from + 1));
+        self.nodes[to].disk.image = Some(image);
+        self.snap_verdict(from, follower, true);
+        self.nodes[to].live = None;
+        self.start_node(to);
+    }
+
+    /// The follower's verdict on an image, back at its server (on the
+    /// image's own connection: not lost, though late).
+    fn snap_verdict(&mut self, server: usize, follower: u64, ok: bool) {
+        let d = self.rng.range(100, 5 * MS);
+        self.at(d, Ev::SnapVerdict { to: server, follower, ok });
+    }
+
+    /// Node `i` tells raft how the snapshot to `follower` went (raft
+    /// ignores it unless that follower waits on a snapshot).
+    fn snap_report(&mut self, i: usize, follower: u64, ok: bool) {
+        let Some(l) = self.nodes[i].live.as_mut() else { return };
+        if !ok {
+            self.stats.snap_failed += 1;
+        }
+        l.raft.report_snapshot(follower, ok);
+        self.kick(i);
+    }
+
+    /// `snapshot::install_pending`, at a start: the image's state replaces
+    /// the node's (its raft log too: none is kept), the hard state and the
+    /// node's own devices (its write log, its extent sequence) stay.
+    fn install(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        let image = node.disk.image.take().unwrap();
+        let d = &mut node.disk;
+        // Extents the image's queue names that this node had destaged (out
+        // of its write log, their bytes in the chunks the install replaces).
+        let dropped: Vec<ExtentId> =
+            image.pending.iter().filter(|(e, r)| r.dseq <= d.destaged_upto && !d.wlog.contains_key(e)).map(|(e, _)| *e).collect();
+        d.kv = image.kv.clone();
+        // (The store writes it even when 0; the others here have none
+        // until they destage: absent reads as 0.)
+        if image.destaged_upto > 0 {
+            d.kv.insert(keys::local("destaged_upto"), image.destaged_upto.to_be_bytes().to_vec());
+        }
+        d.applied_index = image.index;
+        d.applied_term = image.term;
+        d.log.clear();
+        d.chunks = image.chunks.clone();
+        d.queue = image.queue.clone();
+        d.pending = image.pending.clone();
+        d.destaged_upto = image.destaged_upto;
+        d.conf = image.conf.clone();
+        let mut errors = Vec::new();
+        for (&index, &v) in &image.applied {
+            if let Some(&mine) = node.applied.get(&index) {
+                if mine != v {
+                    errors.push(format!("node {} installs an image whose entry {index} differs from the one it applied", node.id));
+                }
+            }
+            node.applied.insert(index, v);
+        }
+        self.stats.snap_installed += 1;
+        for e in errors {
+            self.violation(e);
+        }
+        self.log(|| format!("node {} installs the image of index {} (its chunks held destaged extents the image still queues: {dropped:?})", i + 1, image.index));
     }
 
     fn handle_req(&mut self, i: usize, client: usize, op: u64, attempt: u32, req: Req) {
@@ -2412,6 +2627,11 @@ impl Sim {
         let victim = if self.rng.chance(0.5) { self.leader() } else { None }
             .unwrap_or_else(|| self.rng.range(0, N as u64) as usize);
         if self.rng.chance(self.device_loss_p) {
+            if self.retain == SNAP_RETAIN && !self.snap_loss {
+                let d = self.rng.range(300 * MS, 2500 * MS);
+                self.at(d, Ev::Nemesis);
+                return;
+            }
             self.lose_device(victim);
             let d = self.rng.range(300 * MS, 2500 * MS);
             self.at(d, Ev::Nemesis);
@@ -2589,6 +2809,8 @@ impl Sim {
             Ev::Push { to, .. } | Ev::PushAck { to, .. } | Ev::Fetch { to, .. } | Ev::FetchAnswer { to, .. } => Some(*to),
             Ev::LogSync { node, .. } | Ev::PushTimeout { node, .. } | Ev::FetchTimeout { node, .. } => Some(*node),
             Ev::Destage(i, _) => Some(*i),
+            Ev::SnapAsk { to, .. } | Ev::SnapImage { to, .. } | Ev::SnapVerdict { to, .. } => Some(*to),
+            Ev::SnapUnasked { node, .. } | Ev::SnapStall { node, .. } => Some(*node),
             _ => None,
         };
         if let Some(i) = target {
@@ -2641,6 +2863,22 @@ impl Sim {
             Ev::PushTimeout { node, inc, ext } => self.push_timeout(node, inc, ext),
             Ev::FetchTimeout { node, inc, ext, k } => self.fetch_timeout(node, inc, ext, k),
             Ev::Destage(i, inc) => self.destage(i, inc),
+            Ev::SnapAsk { from, to, fetch, index } => self.snap_ask(from, to, fetch, index),
+            Ev::SnapImage { from, to, fetch, index, image } => self.snap_image(from, to, fetch, index, image),
+            Ev::SnapVerdict { to, follower, ok } => self.snap_report(to, follower, ok),
+            Ev::SnapUnasked { node, inc, follower } => {
+                if self.live_at(node, inc) && !self.nodes[node].live.as_mut().unwrap().snap_asked.remove(&follower) {
+                    self.snap_report(node, follower, false);
+                }
+            }
+            Ev::SnapStall { node, inc, fetch } => {
+                if self.live_at(node, inc) {
+                    let l = self.nodes[node].live.as_mut().unwrap();
+                    if l.snap_fetching == Some(fetch) {
+                        l.snap_fetching = None;
+                    }
+                }
+            }
         }
         true
     }
@@ -2766,7 +3004,8 @@ impl Sim {
                     .chain(first.kv.keys().filter(|k| !n.disk.kv.contains_key(*k)).cloned())
                     .take(5)
                     .collect();
-                errs.push(format!("node {}'s state differs from node {first_id}'s, e.g. at keys {diff:02x?}", n.id));
+                let vals: Vec<_> = diff.iter().map(|k| (n.disk.kv.get(k), first.kv.get(k))).collect();
+                errs.push(format!("node {}'s state differs from node {first_id}'s, e.g. at keys {diff:02x?} ({vals:?})", n.id));
             }
         }
         // 3. Linearizable, with each node's final state read last.
@@ -2795,6 +3034,26 @@ impl Sim {
 
 fn run_seed(seed: u64, bug: Bug) -> Result<Stats, String> {
     Sim::new(seed, bug).run()
+}
+
+/// What keeps device losses out of the seeds where followers are sent
+/// snapshots ([`SNAP_RETAIN`]), a hazard of the product's rules: an image
+/// installed replaces the follower's chunk store with its server's, and
+/// the follower's write log no longer holds the extents it destaged; when
+/// the server lacks such an extent (its write-log device was lost, its
+/// record still queued, the image queues it), the follower's chunks held
+/// the last copy. Seed 157: extent 3:7 is on nodes 3 (origin) and 2;
+/// node 3 loses its write-log device; node 2 destages the extent (out of
+/// its log, into its chunks), falls behind, and installs node 3's image
+/// of index 58, whose chunks lack it: no node holds it any more.
+#[test]
+fn a_snapshot_install_after_one_device_loss_loses_data() {
+    let mut sim = Sim::new(157, Bug::None);
+    assert_eq!(sim.retain, SNAP_RETAIN);
+    sim.snap_loss = true;
+    let e = sim.run().expect_err("seed 157 with device losses where snapshots are sent");
+    assert!(e.contains("lacks extent 3:7"), "{e}");
+    Sim::new(157, Bug::None).run().expect("seed 157 without them");
 }
 
 /// What the guard on device losses after a removal ([`Guard`]) keeps out,
@@ -2916,6 +3175,10 @@ fn seeds() {
         total.joiners,
         total.added,
         total.ended_with_two
+    );
+    eprintln!(
+        "sim: snapshots: {} MsgSnapshot sent, {} image fetches, {} images installed, {} transfers failed or refused",
+        total.snap_sent, total.snap_fetches, total.snap_installed, total.snap_failed
     );
     assert!(failed.is_empty(), "failing seeds {failed:?}; {}", replay_line(failed[0]));
 }

@@ -710,6 +710,10 @@ enum Bug {
     /// group was formed by, and (as leader) replicates to a voter that is
     /// gone and not to the one that replaced it.
     ForgetConf,
+    /// Installing a snapshot image takes its index (the node goes on from
+    /// there) but keeps the node's own state-machine keys: what the
+    /// entries up to the image's index did is missing here.
+    ImageWithoutState,
 }
 
 // ---------------------------------------------------------------------------
@@ -949,12 +953,12 @@ struct Sim {
     /// [`Sim::guard_clear`]); `DUET_SIM_MEMBER_LOSS=1` lifts it.
     member_guard: Option<Guard>,
     member_loss: bool,
-    /// Where followers may be sent snapshots ([`SNAP_RETAIN`]), no
-    /// write-log device is lost: an image installed replaces the chunks
-    /// that may hold the only copy of an extent its server lacks (see
-    /// [`a_snapshot_install_after_one_device_loss_loses_data`]);
-    /// `DUET_SIM_SNAP_LOSS=1` lets them be lost.
-    snap_loss: bool,
+    /// Of the writes, those whose data goes through the write cache:
+    /// [`LARGE_P`], but none where followers may be sent snapshots
+    /// ([`SNAP_RETAIN`]) unless `DUET_SIM_SNAP_CACHE=1`: an image
+    /// installed replaces the chunks that may hold the last copies of an
+    /// extent its server lacks (see [`snapshot_installs_lose_data`]).
+    large_p: f64,
     /// Ghost: every extent's bytes and their digest, by name (one name,
     /// one content: checked wherever a copy lands).
     extent_data: BTreeMap<ExtentId, (Rc<Vec<u8>>, u64)>,
@@ -1028,7 +1032,7 @@ impl Sim {
             joining: None,
             member_guard: None,
             member_loss: std::env::var("DUET_SIM_MEMBER_LOSS").is_ok_and(|v| v == "1"),
-            snap_loss: std::env::var("DUET_SIM_SNAP_LOSS").is_ok_and(|v| v == "1"),
+            large_p: LARGE_P,
             extent_data: BTreeMap::new(),
             rewritten: BTreeSet::new(),
             hist: Vec::new(),
@@ -1038,6 +1042,9 @@ impl Sim {
             leaders_seen: BTreeSet::new(),
             trace: std::env::var("DUET_SIM_TRACE").is_ok(),
         };
+        if sim.retain == SNAP_RETAIN && !std::env::var("DUET_SIM_SNAP_CACHE").is_ok_and(|v| v == "1") {
+            sim.large_p = 0.0;
+        }
         for i in 0..N {
             sim.start_node(i);
         }
@@ -1733,6 +1740,7 @@ impl Sim {
     /// the node's (its raft log too: none is kept), the hard state and the
     /// node's own devices (its write log, its extent sequence) stay.
     fn install(&mut self, i: usize) {
+        let bug = self.bug;
         let node = &mut self.nodes[i];
         let image = node.disk.image.take().unwrap();
         let d = &mut node.disk;
@@ -1740,7 +1748,9 @@ impl Sim {
         // of its write log, their bytes in the chunks the install replaces).
         let dropped: Vec<ExtentId> =
             image.pending.iter().filter(|(e, r)| r.dseq <= d.destaged_upto && !d.wlog.contains_key(e)).map(|(e, _)| *e).collect();
-        d.kv = image.kv.clone();
+        if bug != Bug::ImageWithoutState {
+            d.kv = image.kv.clone();
+        }
         // (The store writes it even when 0; the others here have none
         // until they destage: absent reads as 0.)
         if image.destaged_upto > 0 {
@@ -2484,7 +2494,7 @@ impl Sim {
             // Some writes are large: their data goes through the write
             // cache (logged, pushed, named by extent in the entry).
             let tag = format!("c{c}-{id}");
-            let value = if self.rng.chance(LARGE_P) {
+            let value = if self.rng.chance(self.large_p) {
                 let len = self.rng.range(5 << 10, (9 << 10) + 1) as usize;
                 large_value(&tag, len)
             } else {
@@ -2627,11 +2637,6 @@ impl Sim {
         let victim = if self.rng.chance(0.5) { self.leader() } else { None }
             .unwrap_or_else(|| self.rng.range(0, N as u64) as usize);
         if self.rng.chance(self.device_loss_p) {
-            if self.retain == SNAP_RETAIN && !self.snap_loss {
-                let d = self.rng.range(300 * MS, 2500 * MS);
-                self.at(d, Ev::Nemesis);
-                return;
-            }
             self.lose_device(victim);
             let d = self.rng.range(300 * MS, 2500 * MS);
             self.at(d, Ev::Nemesis);
@@ -3036,24 +3041,29 @@ fn run_seed(seed: u64, bug: Bug) -> Result<Stats, String> {
     Sim::new(seed, bug).run()
 }
 
-/// What keeps device losses out of the seeds where followers are sent
+/// What keeps large writes out of the seeds where followers are sent
 /// snapshots ([`SNAP_RETAIN`]), a hazard of the product's rules: an image
-/// installed replaces the follower's chunk store with its server's, and
-/// the follower's write log no longer holds the extents it destaged; when
-/// the server lacks such an extent (its write-log device was lost, its
-/// record still queued, the image queues it), the follower's chunks held
-/// the last copy. Seed 157: extent 3:7 is on nodes 3 (origin) and 2;
-/// node 3 loses its write-log device; node 2 destages the extent (out of
-/// its log, into its chunks), falls behind, and installs node 3's image
-/// of index 58, whose chunks lack it: no node holds it any more.
+/// installed replaces the follower's chunk store and queue with its
+/// server's, and the follower's write log no longer holds the extents it
+/// destaged; when the server lacks such an extent (a push it did not
+/// take, not yet fetched; or its write-log device lost), its image queues
+/// the record again, and the follower's chunks held a copy that is gone.
+/// Seed 305437, no device lost: extent 2:5 is on nodes 2 (origin) and 3
+/// (node 1's sync of the push failed, EIO); both destage it; node 1
+/// leads, has not fetched it, and sends images to node 3 (index 41) and
+/// then node 2 (index 54): no node holds it any more. Seed 157: extent
+/// 3:7 on nodes 3 and 2; node 3 loses its write-log device; node 2
+/// destages the extent and installs node 3's image of index 58.
 #[test]
-fn a_snapshot_install_after_one_device_loss_loses_data() {
-    let mut sim = Sim::new(157, Bug::None);
-    assert_eq!(sim.retain, SNAP_RETAIN);
-    sim.snap_loss = true;
-    let e = sim.run().expect_err("seed 157 with device losses where snapshots are sent");
-    assert!(e.contains("lacks extent 3:7"), "{e}");
-    Sim::new(157, Bug::None).run().expect("seed 157 without them");
+fn snapshot_installs_lose_data() {
+    for (seed, lost) in [(305437, "2:5"), (157, "3:7")] {
+        let mut sim = Sim::new(seed, Bug::None);
+        assert_eq!(sim.retain, SNAP_RETAIN);
+        sim.large_p = LARGE_P;
+        let e = sim.run().expect_err("large writes where snapshots are sent");
+        assert!(e.contains(&format!("lacks extent {lost}")), "seed {seed}: {e}");
+        Sim::new(seed, Bug::None).run().unwrap_or_else(|e| panic!("seed {seed} without large writes: {e}"));
+    }
 }
 
 /// What the guard on device losses after a removal ([`Guard`]) keeps out,
@@ -3335,4 +3345,18 @@ fn membership_changes_are_exercised() {
 fn injected_forgotten_conf_is_caught() {
     let e = caught_by(Bug::ForgetConf, 100, "a membership change's configuration not recorded");
     assert!(e.contains("no convergence") || e.contains("acknowledged write") || e.contains("differs"), "{e}");
+}
+
+/// Snapshots are sent, fetched and installed (a third of the seeds keep a
+/// short log), and an install that keeps the node's own state is caught:
+/// acknowledged writes missing, the state differs, or reads see it.
+#[test]
+fn injected_install_without_state_is_caught() {
+    let mut total = Stats::default();
+    for seed in 0..30 {
+        total.add(&run_seed(seed, Bug::None).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}", replay_line(seed))));
+    }
+    assert!(total.snap_installed > 0, "{total:?}");
+    let e = caught_by(Bug::ImageWithoutState, 60, "an image installed without its state");
+    assert!(e.contains("state differs") || e.contains("no linearization"), "{e}");
 }

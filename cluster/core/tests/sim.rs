@@ -2731,7 +2731,7 @@ impl Sim {
         let change = match voters.len() {
             3 => {
                 let healthy = (0..N).all(|j| self.nodes[j].live.is_some() && voters.contains(&self.nodes[j].id));
-                if !healthy || self.rebuilding.iter().any(Option::is_some) || self.member_guard.is_some() {
+                if !healthy || self.rebuilding.iter().any(Option::is_some) || !self.guard_clear() {
                     return;
                 }
                 let id = voters[self.rng.range(0, 3) as usize];

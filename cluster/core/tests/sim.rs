@@ -502,7 +502,9 @@ fn read_file(node: &Node, file: usize) -> Result<Result<Option<Vec<u8>>, ExtentI
 #[derive(Default, Clone)]
 struct Disk {
     hard_state: Option<HardState>,
-    /// The persisted log, from index 1 (the simulation never compacts it).
+    /// The persisted log, from index 1 or, after a snapshot image was
+    /// installed, from its index on (the simulation never compacts it:
+    /// a start keeps the last `retain` applied entries of it).
     log: Vec<RaftEntry>,
     kv: BTreeMap<Vec<u8>, Vec<u8>>,
     applied_index: u64,

@@ -487,6 +487,32 @@ fn test_crash_point(point: &str) {
 /// Builds `snap/metadata` and `snap/chunks` from the verified image, with
 /// this node's own records (its id, raft hard state) from the live
 /// database.
+/// Refuses an image this node's own state already covers: one not past
+/// what it applied (raft refuses a snapshot older than its commit too),
+/// or one whose last entry its raft log holds (same index and term). The
+/// image replaces the raft log, so installing it would drop the entries
+/// after that one, which this node may have acknowledged to a leader
+/// while it fetched the image, and a commit may rest on them (the
+/// simulation's seed 316053: raft-rs then panics, "to_commit 13 is out of
+/// range [last_index 12]"). Such a node catches up from its own log.
+fn refuse_if_covered(old: &DB, header: &ImageHeader) -> Result<(), SnapshotError> {
+    use protobuf::Message as _;
+    let applied = old.get(keys::meta("applied_index"))?.and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok()).map(u64::from_be_bytes).unwrap_or(0);
+    if applied >= header.index {
+        return Err(bad(format!("its index {} is not past this node's applied index {applied}", header.index)));
+    }
+    if let Some(v) = old.get(keys::raft_log(header.index))? {
+        let e = raft::eraftpb::Entry::parse_from_bytes(&v).map_err(|e| bad(format!("this node's raft entry {}: {e}", header.index)))?;
+        if e.term == header.term {
+            return Err(bad(format!(
+                "this node's raft log holds its last entry (index {}, term {}) and may have acknowledged entries after it",
+                header.index, header.term
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn build(data_dir: &Path, snap: &Path, image: &Path) -> Result<ImageHeader, SnapshotError> {
     let new_meta = snap.join("metadata");
     let new_chunks = snap.join("chunks");
@@ -501,6 +527,7 @@ fn build(data_dir: &Path, snap: &Path, image: &Path) -> Result<ImageHeader, Snap
     let mut own: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     if live_meta.exists() {
         let old = DB::open_for_read_only(&Options::default(), &live_meta, false)?;
+        refuse_if_covered(&old, &header)?;
         for k in [keys::RAFT_HARD_STATE.to_vec(), keys::local("node_id")] {
             if let Some(v) = old.get(&k)? {
                 own.push((k, v));

@@ -213,3 +213,48 @@ fn crash_at_each_step_then_start_installs_whole() {
         assert_new(&dir);
     }
 }
+
+/// An image this node's own state already covers is refused at install
+/// and the old state kept: one not past its applied index, or one whose
+/// last entry (same index and term) its raft log holds: installing would
+/// drop the log after it, which the node may have acknowledged to a
+/// leader while it fetched the image (found by `cluster/core/tests/sim.rs`,
+/// `an_image_behind_the_acknowledged_log_breaks_raft`). An entry of
+/// another term at that index does not stop the install.
+#[test]
+fn an_image_the_node_already_covers_is_refused() {
+    use protobuf::Message as _;
+    let entry = |term: u64| {
+        let mut e = raft::eraftpb::Entry::default();
+        e.index = 100;
+        e.term = term;
+        e.write_to_bytes().unwrap()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let image = leader_image(tmp.path());
+    for (name, applied, log_term, installed) in
+        [("applied", 100u64, None, false), ("logged", 4, Some(2u64), false), ("diverged", 4, Some(1u64), true)]
+    {
+        let dir = follower(tmp.path(), name, &image);
+        {
+            let db = open(&dir.join("metadata"));
+            db.put(keys::meta("applied_index"), applied.to_be_bytes()).unwrap();
+            if let Some(t) = log_term {
+                db.put(keys::raft_log(100), entry(t)).unwrap();
+            }
+        }
+        let snap = snapshot::staging_dir(&dir);
+        snapshot::stage_verified(&dir, &snap.join("image.partial")).unwrap();
+        let got = snapshot::install_pending(&dir).unwrap();
+        assert_eq!(got.is_some(), installed, "{name}");
+        assert!(!snap.exists(), "{name}: the staged image is gone either way");
+        let db = DB::open_for_read_only(&Options::default(), dir.join("metadata"), false).unwrap();
+        let node5 = get(&db, &keys::node(5));
+        if installed {
+            assert_eq!(node5.as_deref(), Some(&b"new node 5"[..]), "{name}");
+        } else {
+            assert_eq!(node5.as_deref(), Some(&b"old node 5"[..]), "{name}: old state kept");
+            assert_eq!(get(&db, &keys::meta("applied_index")), Some(applied.to_be_bytes().to_vec()), "{name}");
+        }
+    }
+}

@@ -259,10 +259,19 @@ impl Snapshots {
             }
         }
         drop(file);
-        let verdict = image::stage_verified(&self.data_dir, &partial);
+        // Checked against this node's destage progress now, and again at
+        // the install (it only grows meanwhile): an image that would drop
+        // this node's copies is refused here, without a restart.
+        let verdict = match self.store.query_blocking(Query::DestagedUpto) {
+            Ok(QueryAnswer::Count(destaged_here)) => {
+                image::stage_verified(&self.data_dir, &partial, destaged_here).map_err(|e| format!("{e} ({bytes} bytes received)"))
+            }
+            Ok(_) => Err("this node's destage progress: an unexpected answer".to_string()),
+            Err(e) => Err(format!("this node's destage progress: {e}")),
+        };
         let ok = verdict.is_ok();
         let _ = send(&mut stream, &mut session, &[V1, T_VERDICT, ok as u8]);
-        let h = verdict.map_err(|e| format!("{e} ({bytes} bytes received)"))?;
+        let h = verdict?;
         if h.index < index {
             return Err(format!("the image is of index {}, raft asked for {index}", h.index));
         }

@@ -101,9 +101,10 @@
 //! and the transport's one-second lag.
 //!
 //! Raft snapshots (a model of appliance `snapshot.rs` and the store's
-//! `snapshot.rs`), only with `DUET_SIM_SNAPSHOTS=1` (the product's path
-//! has hazards the checks find; see the tests named in [`SNAP_RETAIN`]):
-//! a third of the seeds keep [`SNAP_RETAIN`] applied entries (`[cluster]
+//! `snapshot.rs`; the checks found two install bugs, see the tests named
+//! in [`SNAP_RETAIN`]): in [`seeds`] (unless `DUET_SIM_SNAPSHOTS=0`) and
+//! the snapshot tests, not in the tests that name other seeds, a third
+//! of the seeds keep [`SNAP_RETAIN`] applied entries (`[cluster]
 //! log_retain`), in raft and on disk, so a follower that lags, or a node
 //! that joins empty, is sent a `MsgSnapshot`. The transport takes it
 //! before raft (raft takes it if the node applied that far); the node
@@ -165,8 +166,7 @@
 //! `DUET_SIM_SEED=N` runs that one, and prints its trace with
 //! `DUET_SIM_TRACE=1`; `DUET_SIM_UNCLAIMED=k` adds the unclaimed sweep;
 //! `DUET_SIM_MEMBER_LOSS=1` lets a device be lost right after a removal;
-//! `DUET_SIM_SNAPSHOTS=1` adds snapshots (and `DUET_SIM_SNAP_CACHE=1`
-//! large writes in the seeds that send them). A panic (raft-rs asserting
+//! `DUET_SIM_SNAPSHOTS=0` runs them without snapshots. A panic (raft-rs asserting
 //! its invariants) fails its seed.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -241,15 +241,13 @@ const MEMBERSHIP_WAIT: u64 = 10 * SEC;
 /// `CONF_TAG_LEN`: node id, incarnation nonce, count).
 const CONF_TAG_LEN: usize = 24;
 /// Applied entries a node keeps for followers that lag (`[cluster]
-/// log_retain`) in a third of the seeds with `DUET_SIM_SNAPSHOTS=1` (the
-/// others, and every seed by default, keep [`LOG_RETAIN_MULTI`], more
-/// than a run makes): a follower further behind, or a node that joins
-/// empty, is sent a snapshot. Off by default: it was found to break
-/// raft ([`an_image_behind_the_acknowledged_log_breaks_raft`], fixed in
-/// session 43; 30,000 snapshot seeds pass since) and still loses extents
-/// with large writes ([`snapshot_installs_lose_data`]), so its seeds run
-/// without them; turning it on by default changes the seeds the hazard
-/// tests name.
+/// log_retain`) in a third of the seeds of [`seeds`] and the snapshot
+/// tests (the others, and the tests that name seeds, keep
+/// [`LOG_RETAIN_MULTI`], more than a run makes): a follower further
+/// behind, or a node that joins empty, is sent a snapshot. It found two
+/// hazards, both fixed
+/// ([`an_image_behind_the_acknowledged_log_breaks_raft`],
+/// [`an_image_that_drops_destaged_copies_loses_data`]).
 const SNAP_RETAIN: u64 = 8;
 /// A leader whose `MsgSnapshot` no follower asked the image for reports
 /// it failed after this long (appliance `snapshot.rs` `ASK_WITHIN`).
@@ -747,6 +745,10 @@ enum Bug {
     /// before session 43): its log after the image's index, maybe
     /// acknowledged, is dropped.
     InstallCovered,
+    /// Installing an image whose queue still holds extents this node
+    /// destaged (the product's rule before session 44): the chunks that
+    /// held its copies are replaced by the image's, which lack them.
+    InstallDropsCopies,
 }
 
 // ---------------------------------------------------------------------------
@@ -891,6 +893,8 @@ pub struct Stats {
     pub snap_failed: u64,
     /// Images refused at install: the node's state covered them.
     pub snap_refused: u64,
+    /// Images refused because they would drop extents destaged here.
+    pub snap_refused_copies: u64,
 }
 
 impl Stats {
@@ -936,6 +940,7 @@ impl Stats {
         self.snap_installed += s.snap_installed;
         self.snap_failed += s.snap_failed;
         self.snap_refused += s.snap_refused;
+        self.snap_refused_copies += s.snap_refused_copies;
     }
 }
 
@@ -989,11 +994,7 @@ struct Sim {
     /// [`Sim::guard_clear`]); `DUET_SIM_MEMBER_LOSS=1` lifts it.
     member_guard: Option<Guard>,
     member_loss: bool,
-    /// Of the writes, those whose data goes through the write cache:
-    /// [`LARGE_P`], but none where followers may be sent snapshots
-    /// ([`SNAP_RETAIN`]) unless `DUET_SIM_SNAP_CACHE=1`: an image
-    /// installed replaces the chunks that may hold the last copies of an
-    /// extent its server lacks (see [`snapshot_installs_lose_data`]).
+    /// Of the writes, those whose data goes through the write cache.
     large_p: f64,
     /// Ghost: every extent's bytes and their digest, by name (one name,
     /// one content: checked wherever a copy lands).
@@ -1013,7 +1014,7 @@ struct Sim {
 
 impl Sim {
     fn new(seed: u64, bug: Bug) -> Sim {
-        Sim::new_with(seed, bug, std::env::var("DUET_SIM_SNAPSHOTS").is_ok_and(|v| v == "1"))
+        Sim::new_with(seed, bug, false)
     }
 
     /// With `snapshots`, a third of the seeds keep a short log
@@ -1084,9 +1085,6 @@ impl Sim {
             leaders_seen: BTreeSet::new(),
             trace: std::env::var("DUET_SIM_TRACE").is_ok(),
         };
-        if sim.retain == SNAP_RETAIN && !std::env::var("DUET_SIM_SNAP_CACHE").is_ok_and(|v| v == "1") {
-            sim.large_p = 0.0;
-        }
         for i in 0..N {
             sim.start_node(i);
         }
@@ -1753,6 +1751,12 @@ impl Sim {
             self.snap_verdict(from, follower, false);
             return;
         };
+        if self.bug != Bug::InstallDropsCopies && drops_copies(&image, self.nodes[to].disk.destaged_upto) {
+            self.stats.snap_refused_copies += 1;
+            self.log(|| format!("node {} refuses the image of index {}: it would drop extents destaged here", to + 1, image.index));
+            self.snap_verdict(from, follower, false);
+            return;
+        }
         self.log(|| format!("node {} staged the image of index {} from node {}; it restarts to install it", to + 1, image.index, from + 1));
         self.nodes[to].disk.image = Some(image);
         self.snap_verdict(from, follower, true);
@@ -1783,7 +1787,9 @@ impl Sim {
     /// node's own devices (its write log, its extent sequence) stay. An
     /// image the node's state covers is refused (`refuse_if_covered`): not
     /// past what it applied, or its last entry (index and term) in the
-    /// node's log, which may go on with entries it acknowledged.
+    /// node's log, which may go on with entries it acknowledged. So is one
+    /// that would drop its copies of extents (`refuse_if_drops_copies`,
+    /// also checked when the image is staged).
     fn install(&mut self, i: usize) {
         let bug = self.bug;
         let node = &mut self.nodes[i];
@@ -1794,6 +1800,12 @@ impl Sim {
         {
             self.stats.snap_refused += 1;
             self.log(|| format!("node {} refuses the image of index {}: its own state covers it", i + 1, image.index));
+            return;
+        }
+        // Its destage progress may have grown since it staged the image.
+        if bug != Bug::InstallDropsCopies && drops_copies(&image, d.destaged_upto) {
+            self.stats.snap_refused_copies += 1;
+            self.log(|| format!("node {} refuses the image of index {}: it would drop extents destaged here", i + 1, image.index));
             return;
         }
         // Extents the image's queue names that this node had destaged (out
@@ -3089,42 +3101,53 @@ impl Sim {
     }
 }
 
+/// `snapshot::refuse_if_drops_copies`: the image's queue holds a record
+/// of write-cache bytes that a node destaged up to `destaged_here` has
+/// destaged (its copy is in the chunks the install replaces).
+fn drops_copies(image: &Image, destaged_here: u64) -> bool {
+    image.queue.range(..=destaged_here).any(|(_, r)| matches!(r.op, DataOp::WriteExtent { .. }))
+}
+
 fn run_seed(seed: u64, bug: Bug) -> Result<Stats, String> {
     Sim::new(seed, bug).run()
 }
 
-/// A seed with snapshots (`DUET_SIM_SNAPSHOTS=1`).
+/// A seed with snapshots (as [`seeds`] runs it).
 fn run_snap_seed(seed: u64, bug: Bug) -> Result<Stats, String> {
     Sim::new_with(seed, bug, true).run()
 }
 
-/// What keeps large writes out of the seeds where followers are sent
-/// snapshots ([`SNAP_RETAIN`]), a hazard of the product's rules: an image
+/// A hazard of the product's snapshot path that the simulation found,
+/// fixed in session 44 (`snapshot::refuse_if_drops_copies`): an image
 /// installed replaces the follower's chunk store and queue with its
 /// server's, and the follower's write log no longer holds the extents it
-/// destaged; when the server lacks such an extent (a push it did not
-/// take, not yet fetched; or its write-log device lost), its image queues
-/// the record again, and the follower's chunks held a copy that is gone.
-/// Seed 305437, no device lost: extent 2:5 is on nodes 2 (origin) and 3
-/// (node 1's sync of the push failed, EIO); both destage it; node 1
-/// leads, has not fetched it, and sends images to node 3 (index 41) and
-/// then node 2 (index 54): no node holds it any more. Seed 157: extent
-/// 3:7 on nodes 3 and 2; node 3 loses its write-log device; node 2
-/// destages the extent and installs node 3's image of index 58.
+/// destaged; when the server had not destaged such an extent (and may
+/// lack it: a push it did not take, not yet fetched; or its write-log
+/// device lost), its image queues the record again, and the follower's
+/// chunks held a copy that is gone. Seed 305437, no device lost: extent
+/// 2:5 is on nodes 2 (origin) and 3 (node 1's sync of the push failed,
+/// EIO); both destage it; node 1 leads, has not fetched it, and sends
+/// images to node 3 (index 41) and then node 2 (index 54): no node holds
+/// it any more. Seed 157: extent 3:7 on nodes 3 and 2; node 3 loses its
+/// write-log device; node 2 destages the extent and installs node 3's
+/// image of index 58. Now such an image is refused (when staged, and at
+/// the install), and raft sends another once the server destaged the
+/// record (fetching the extent from the follower's chunks).
 #[test]
-fn snapshot_installs_lose_data() {
+fn an_image_that_drops_destaged_copies_loses_data() {
     for (seed, lost) in [(305437, "2:5"), (157, "3:7")] {
-        let mut sim = Sim::new_with(seed, Bug::None, true);
+        let sim = Sim::new_with(seed, Bug::InstallDropsCopies, true);
         assert_eq!(sim.retain, SNAP_RETAIN);
-        sim.large_p = LARGE_P;
-        let e = sim.run().expect_err("large writes where snapshots are sent");
+        assert_eq!(sim.large_p, LARGE_P);
+        let e = sim.run().expect_err("the old install rule");
         assert!(e.contains(&format!("lacks extent {lost}")), "seed {seed}: {e}");
-        run_snap_seed(seed, Bug::None).unwrap_or_else(|e| panic!("seed {seed} without large writes: {e}"));
+        let s = run_snap_seed(seed, Bug::None).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert!(s.snap_refused_copies > 0, "seed {seed}: no image refused: {s:?}");
     }
 }
 
-/// A hazard of the product's snapshot path that the simulation found,
-/// fixed in session 43 (`snapshot::refuse_if_covered`): while a follower
+/// Another hazard of the product's snapshot path that the simulation
+/// found, fixed in session 43 (`snapshot::refuse_if_covered`): while a follower
 /// fetches an image (of the index its `MsgSnapshot` named, or more), raft
 /// goes on; the leader's appends can bring it past the image's index, and
 /// it acknowledges those entries; then it installed the image, whose state
@@ -3137,12 +3160,19 @@ fn snapshot_installs_lose_data() {
 /// refused: its last entry is in the node's log.
 #[test]
 fn an_image_behind_the_acknowledged_log_breaks_raft() {
-    let r = std::panic::catch_unwind(|| run_snap_seed(316053, Bug::InstallCovered));
+    // These seeds were found without large writes (snapshot seeds ran
+    // without them until session 44), and are replayed so.
+    let small = |seed, bug| {
+        let mut sim = Sim::new_with(seed, bug, true);
+        sim.large_p = 0.0;
+        sim.run()
+    };
+    let r = std::panic::catch_unwind(|| small(316053, Bug::InstallCovered));
     let p = r.expect_err("raft-rs panics");
     let what = p.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(what.contains("to_commit 13 is out of range [last_index 12]"), "{what}");
     for seed in [316053, 322628] {
-        let s = run_snap_seed(seed, Bug::None).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let s = small(seed, Bug::None).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         assert!(s.snap_refused > 0, "seed {seed}: no image refused: {s:?}");
     }
 }
@@ -3185,6 +3215,8 @@ fn seeds() {
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
         .clamp(1, count.max(1));
+    // Snapshots in a third of the seeds, unless `DUET_SIM_SNAPSHOTS=0`.
+    let snapshots = !std::env::var("DUET_SIM_SNAPSHOTS").is_ok_and(|v| v == "0");
     let t0 = Instant::now();
     // Seeds are dealt round-robin to the threads; each seed's run is the
     // same whichever thread runs it.
@@ -3196,7 +3228,7 @@ fn seeds() {
                     let mut failures = 0;
                     for seed in (from + t..from + count).step_by(threads as usize) {
                         // A panic (raft-rs asserts its invariants) fails the seed.
-                        let r = std::panic::catch_unwind(|| run_seed(seed, Bug::None)).unwrap_or_else(|p| {
+                        let r = std::panic::catch_unwind(|| Sim::new_with(seed, Bug::None, snapshots).run()).unwrap_or_else(|p| {
                             let what = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
                             Err(format!("panic: {}", what.unwrap_or_default()))
                         });
@@ -3272,8 +3304,8 @@ fn seeds() {
         total.ended_with_two
     );
     eprintln!(
-        "sim: snapshots: {} MsgSnapshot sent, {} image fetches, {} images installed, {} refused at install (covered), {} transfers failed or refused",
-        total.snap_sent, total.snap_fetches, total.snap_installed, total.snap_refused, total.snap_failed
+        "sim: snapshots: {} MsgSnapshot sent, {} image fetches, {} images installed, {} refused at install (covered), {} refused as they would drop destaged extents, {} transfers failed or refused",
+        total.snap_sent, total.snap_fetches, total.snap_installed, total.snap_refused, total.snap_refused_copies, total.snap_failed
     );
     assert!(failed.is_empty(), "failing seeds {failed:?}; {}", replay_line(failed[0]));
 }
@@ -3432,8 +3464,8 @@ fn injected_forgotten_conf_is_caught() {
     assert!(e.contains("no convergence") || e.contains("acknowledged write") || e.contains("differs"), "{e}");
 }
 
-/// With `DUET_SIM_SNAPSHOTS=1`, snapshots are sent, fetched and installed
-/// (a third of the seeds keep a short log; without large writes), 300
+/// Snapshots are sent, fetched and installed (a third of the seeds keep
+/// a short log), 300
 /// seeds pass; and an install that keeps the node's own state is caught:
 /// acknowledged writes missing, the state differs, or reads see it.
 #[test]

@@ -24,6 +24,11 @@
 //! some of them gives the same bytes (STORAGE-MODEL.md, "Fetch what is
 //! missing").
 //!
+//! A node refuses an image that its own state covers, or whose queue
+//! still holds write-cache records this node destaged already (the
+//! install would drop its copy of those extents): [`refuse_if_covered`],
+//! [`refuse_if_drops_copies`]; raft sends another later.
+//!
 //! Install ([`install_pending`]) is crash-atomic: the image is verified
 //! (length, SHA-256, structure) before anything else; a new metadata
 //! database and chunk directory are built under `snapshot/`, a `COMPLETE`
@@ -36,6 +41,8 @@ use std::io::{self, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use duet_cluster::keys;
+use duet_cluster::records::decode;
+use duet_cluster::{DataOp, DataRecord};
 use rocksdb::{Options, WriteBatch, WriteOptions, DB};
 use sha2::{Digest, Sha256};
 
@@ -372,20 +379,60 @@ impl<R: Read> ImageReader<R> {
 /// Checks a whole image file: structure, length and SHA-256. Nothing is
 /// written.
 pub fn verify_image(path: &Path) -> Result<ImageHeader, SnapshotError> {
+    verify_image_for(path, 0)
+}
+
+/// [`verify_image`], and refuses an image that would drop this node's
+/// copies of write-cache data ([`refuse_if_drops_copies`]): `destaged_here`
+/// is the node's destage progress (`l destaged_upto`).
+pub fn verify_image_for(path: &Path, destaged_here: u64) -> Result<ImageHeader, SnapshotError> {
     let mut r = ImageReader { r: BufReader::with_capacity(PIECE, File::open(path)?), hash: Sha256::new(), total: 0 };
     let h = r.header()?;
     while let Some(rec) = r.next()? {
-        if let Record::File(_, len) = rec {
-            r.data(len, None)?;
+        match rec {
+            Record::File(_, len) => r.data(len, None)?,
+            Record::Kv(k, v) => refuse_if_drops_copies(&h, destaged_here, &k, &v)?,
         }
     }
     Ok(h)
 }
 
+/// Refuses an image whose queue still holds a record of write-cache bytes
+/// (an extent) that this node has destaged already: its write log may no
+/// longer hold the extent, and its only copy here is in the chunk files
+/// the install replaces with the image's, which lack it (the image's
+/// maker has not destaged it; it may not even hold it: a push it did not
+/// take and has not fetched, or a lost write-log device). Installing
+/// would lose a copy that the majority behind the acknowledgement counted
+/// on; with every such node installing one, the last (the simulation's
+/// seed 305437). Refused, the node goes on from its own state and raft
+/// sends another image later; by then the maker has destaged the record
+/// (fetching the extent, from this node's chunks if need be), and its
+/// chunk files carry the bytes. A node with nothing destaged (an emptied
+/// node) never refuses.
+pub fn refuse_if_drops_copies(header: &ImageHeader, destaged_here: u64, k: &[u8], v: &[u8]) -> Result<(), SnapshotError> {
+    if k.first() != Some(&keys::DQ) || destaged_here <= header.destaged_upto {
+        return Ok(());
+    }
+    let dseq = keys::u64_at(k, 1).ok_or_else(|| bad("a queued data record with a malformed key"))?;
+    if dseq > destaged_here {
+        return Ok(());
+    }
+    let rec: DataRecord = decode(v).ok_or_else(|| bad(format!("queued data record {dseq} does not decode")))?;
+    if matches!(rec.op, DataOp::WriteExtent { .. } | DataOp::WriteLogged { .. }) {
+        return Err(bad(format!(
+            "its queue holds data record {dseq} (write-cache bytes of file {}), which this node destaged already (up to {destaged_here}; the image's maker up to {}): installing it would drop this node's copy",
+            rec.file, header.destaged_upto
+        )));
+    }
+    Ok(())
+}
+
 /// Where a verified image waits for the next start: moved (renamed) into
-/// place from `partial` after [`verify_image`] accepted it, and synced.
-pub fn stage_verified(data_dir: &Path, partial: &Path) -> Result<ImageHeader, SnapshotError> {
-    let h = verify_image(partial)?;
+/// place from `partial` after [`verify_image_for`] accepted it (for this
+/// node's destage progress `destaged_here`), and synced.
+pub fn stage_verified(data_dir: &Path, partial: &Path, destaged_here: u64) -> Result<ImageHeader, SnapshotError> {
+    let h = verify_image_for(partial, destaged_here)?;
     File::open(partial)?.sync_all()?;
     let dir = staging_dir(data_dir);
     fs::rename(partial, dir.join("image"))?;
@@ -484,9 +531,6 @@ fn test_crash_point(point: &str) {
     }
 }
 
-/// Builds `snap/metadata` and `snap/chunks` from the verified image, with
-/// this node's own records (its id, raft hard state) from the live
-/// database.
 /// Refuses an image this node's own state already covers: one not past
 /// what it applied (raft refuses a snapshot older than its commit too),
 /// or one whose last entry its raft log holds (same index and term). The
@@ -513,6 +557,12 @@ fn refuse_if_covered(old: &DB, header: &ImageHeader) -> Result<(), SnapshotError
     Ok(())
 }
 
+/// Builds `snap/metadata` and `snap/chunks` from the verified image, with
+/// this node's own records (its id, raft hard state) from the live
+/// database.
+/// Refuses (nothing built) an image its own state covers
+/// ([`refuse_if_covered`]) or whose install would drop its copies of
+/// write-cache data ([`refuse_if_drops_copies`]).
 fn build(data_dir: &Path, snap: &Path, image: &Path) -> Result<ImageHeader, SnapshotError> {
     let new_meta = snap.join("metadata");
     let new_chunks = snap.join("chunks");
@@ -525,9 +575,12 @@ fn build(data_dir: &Path, snap: &Path, image: &Path) -> Result<ImageHeader, Snap
     let header = verify_image(image)?;
     let live_meta = crate::metadata_dir(data_dir);
     let mut own: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut destaged_here = 0;
     if live_meta.exists() {
         let old = DB::open_for_read_only(&Options::default(), &live_meta, false)?;
         refuse_if_covered(&old, &header)?;
+        destaged_here =
+            old.get(keys::local("destaged_upto"))?.and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok()).map(u64::from_be_bytes).unwrap_or(0);
         for k in [keys::RAFT_HARD_STATE.to_vec(), keys::local("node_id")] {
             if let Some(v) = old.get(&k)? {
                 own.push((k, v));
@@ -546,6 +599,7 @@ fn build(data_dir: &Path, snap: &Path, image: &Path) -> Result<ImageHeader, Snap
     while let Some(rec) = r.next()? {
         match rec {
             Record::Kv(k, v) => {
+                refuse_if_drops_copies(&header, destaged_here, &k, &v)?;
                 wb.put(k, v);
                 if wb.len() >= 10_000 {
                     db.write(std::mem::take(&mut wb))?;

@@ -22,8 +22,16 @@ fn open(p: &Path) -> DB {
 /// The leader's data directory: state at index 100, a chunk file; returns
 /// the image bytes made from a checkpoint of it.
 fn leader_image(root: &Path) -> Vec<u8> {
-    let dir = root.join("leader");
+    leader_image_with(root, "leader", &[])
+}
+
+/// [`leader_image`] from a directory `name`, with `extra` keys.
+fn leader_image_with(root: &Path, name: &str, extra: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    let dir = root.join(name);
     let db = open(&dir.join("metadata"));
+    for (k, v) in extra {
+        db.put(k, v).unwrap();
+    }
     db.put(keys::meta("applied_index"), 100u64.to_be_bytes()).unwrap();
     db.put(keys::meta("applied_term"), 2u64.to_be_bytes()).unwrap();
     db.put(keys::meta("next_id"), 77u64.to_be_bytes()).unwrap();
@@ -115,7 +123,7 @@ fn image_round_trip_and_install_keeps_own_records() {
     let image = leader_image(tmp.path());
     let dir = follower(tmp.path(), "f", &image);
     let snap = snapshot::staging_dir(&dir);
-    let h = snapshot::stage_verified(&dir, &snap.join("image.partial")).unwrap();
+    let h = snapshot::stage_verified(&dir, &snap.join("image.partial"), 0).unwrap();
     assert_eq!(h.index, 100);
     assert_old(&dir);
     assert_eq!(snapshot::install_pending(&dir).unwrap(), Some(h));
@@ -157,7 +165,7 @@ fn truncated_corrupt_or_padded_images_are_refused() {
     for (i, (what, bytes)) in cases.into_iter().enumerate() {
         let dir = follower(tmp.path(), &format!("bad{i}"), &bytes);
         let partial = snapshot::staging_dir(&dir).join("image.partial");
-        match snapshot::stage_verified(&dir, &partial) {
+        match snapshot::stage_verified(&dir, &partial, 0) {
             Err(snapshot::SnapshotError::Bad(why)) => eprintln!("{what}: refused: {why}"),
             other => panic!("{what}: {other:?}"),
         }
@@ -170,7 +178,7 @@ fn truncated_corrupt_or_padded_images_are_refused() {
     // An image damaged on disk after it was staged is refused at install.
     let dir = follower(tmp.path(), "rot", &image);
     let snap = snapshot::staging_dir(&dir);
-    snapshot::stage_verified(&dir, &snap.join("image.partial")).unwrap();
+    snapshot::stage_verified(&dir, &snap.join("image.partial"), 0).unwrap();
     let mut b = std::fs::read(snap.join("image")).unwrap();
     b[100] ^= 4;
     std::fs::write(snap.join("image"), b).unwrap();
@@ -191,7 +199,7 @@ fn crash_at_each_step_then_start_installs_whole() {
     for point in ["built", "metadata", "chunks"] {
         let dir = follower(tmp.path(), &format!("crash-{point}"), &image);
         let snap = snapshot::staging_dir(&dir);
-        snapshot::stage_verified(&dir, &snap.join("image.partial")).unwrap();
+        snapshot::stage_verified(&dir, &snap.join("image.partial"), 0).unwrap();
         let out = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "crash_at_each_step_then_start_installs_whole", "--nocapture"])
             .env("DUET_TEST_DIR", &dir)
@@ -244,7 +252,7 @@ fn an_image_the_node_already_covers_is_refused() {
             }
         }
         let snap = snapshot::staging_dir(&dir);
-        snapshot::stage_verified(&dir, &snap.join("image.partial")).unwrap();
+        snapshot::stage_verified(&dir, &snap.join("image.partial"), 0).unwrap();
         let got = snapshot::install_pending(&dir).unwrap();
         assert_eq!(got.is_some(), installed, "{name}");
         assert!(!snap.exists(), "{name}: the staged image is gone either way");
@@ -255,6 +263,64 @@ fn an_image_the_node_already_covers_is_refused() {
         } else {
             assert_eq!(node5.as_deref(), Some(&b"old node 5"[..]), "{name}: old state kept");
             assert_eq!(get(&db, &keys::meta("applied_index")), Some(applied.to_be_bytes().to_vec()), "{name}");
+        }
+    }
+}
+
+/// An image whose queue still holds a record of write-cache bytes (an
+/// extent) that this node has destaged already is refused, when it is
+/// staged (against the node's live destage progress) and again at the
+/// install (against the progress the node recorded, which may have grown
+/// since): the install would replace the chunk files that hold this
+/// node's copy with the image's, which lack it. Records that carry no
+/// cached bytes (a truncation) do not count, nor does a node that has
+/// not destaged that far.
+#[test]
+fn an_image_that_would_drop_this_nodes_copies_is_refused() {
+    use duet_cluster::records::encode;
+    use duet_cluster::{DataOp, DataRecord};
+    let rec = |op: DataOp| encode(&DataRecord { file: 5, op }).unwrap();
+    let extent = DataOp::WriteExtent { offset: 0, extent: duet_fs::ExtentId { origin: 2, seq: 5 }, len: 4096 };
+    let tmp = tempfile::tempdir().unwrap();
+    // The maker destaged up to 7; its queue holds 8 (a truncation) and 9
+    // (an extent).
+    let image = leader_image_with(
+        tmp.path(),
+        "leader-q",
+        &[(keys::dq(8), rec(DataOp::Truncate { size: 0 })), (keys::dq(9), rec(extent.clone()))],
+    );
+    for (name, destaged_here, installed) in [("behind", 7u64, true), ("truncation only", 8, true), ("extent", 9, false), ("past it", 12, false)] {
+        let dir = follower(tmp.path(), name, &image);
+        {
+            let db = open(&dir.join("metadata"));
+            db.put(keys::local("destaged_upto"), destaged_here.to_be_bytes()).unwrap();
+        }
+        let snap = snapshot::staging_dir(&dir);
+        let partial = snap.join("image.partial");
+        match snapshot::stage_verified(&dir, &partial, destaged_here) {
+            Ok(h) => assert!(installed, "{name}: staged {h:?}"),
+            Err(snapshot::SnapshotError::Bad(why)) => {
+                assert!(!installed, "{name}: refused: {why}");
+                assert!(why.contains("data record 9") && why.contains("destaged already"), "{name}: {why}");
+                assert!(!snap.join("image").exists(), "{name}: staged");
+                // Staged while this node's progress was lower: refused at
+                // the install.
+                std::fs::write(&partial, &image).unwrap();
+                snapshot::stage_verified(&dir, &partial, 0).unwrap();
+            }
+            Err(e) => panic!("{name}: {e}"),
+        }
+        assert_eq!(snapshot::install_pending(&dir).unwrap().is_some(), installed, "{name}");
+        assert!(!snap.exists(), "{name}: the staged image is gone either way");
+        if installed {
+            let db = DB::open_for_read_only(&Options::default(), dir.join("metadata"), false).unwrap();
+            assert_eq!(get(&db, &keys::node(5)).as_deref(), Some(&b"new node 5"[..]), "{name}");
+            assert_eq!(get(&db, &keys::dq(9)), Some(rec(extent.clone())), "{name}: the queue comes with the image");
+            assert_eq!(get(&db, &keys::local("destaged_upto")), Some(7u64.to_be_bytes().to_vec()), "{name}");
+        } else {
+            assert_old(&dir);
+            let db = DB::open_for_read_only(&Options::default(), dir.join("metadata"), false).unwrap();
+            assert_eq!(get(&db, &keys::local("destaged_upto")), Some(destaged_here.to_be_bytes().to_vec()), "{name}");
         }
     }
 }

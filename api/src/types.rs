@@ -872,6 +872,16 @@ pub struct ClusterNode {
     pub applied: u64,
     /// Whether it serves: reachable and its metadata store not FAILED.
     pub healthy: bool,
+    /// Its destage progress: every data record up to this one is in its
+    /// own chunk store (records are numbered alike on every node). `null`
+    /// while unknown (no status frame from it yet, or an older version).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destaged_upto: Option<u64>,
+    /// Data records it applied and has not destaged yet: written data
+    /// that it holds in its write log only. 0 on every node means every
+    /// node's chunk store holds everything written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destage_queue: Option<u64>,
 }
 
 impl ClusterStatus {
@@ -1522,7 +1532,7 @@ mod tests {
             leader: Some(1),
             term: 3,
             voters: vec![1],
-            nodes: vec![ClusterNode { id: 1, addr: "127.0.0.11:7446".into(), applied: 812, healthy: true }],
+            nodes: vec![ClusterNode { id: 1, addr: "127.0.0.11:7446".into(), applied: 812, healthy: true, ..Default::default() }],
             receiving_snapshot: None,
             public_addresses: Vec::new(),
         };
@@ -1532,6 +1542,13 @@ mod tests {
             serde_json::json!({"leader": 1, "term": 3, "voters": [1],
                 "nodes": [{"id": 1, "addr": "127.0.0.11:7446", "applied": 812, "healthy": true}]})
         );
+        let known = ClusterNode { destaged_upto: Some(40), destage_queue: Some(2), ..c.nodes[0].clone() };
+        assert_eq!(
+            serde_json::to_value(&known).unwrap(),
+            serde_json::json!({"id": 1, "addr": "127.0.0.11:7446", "applied": 812, "healthy": true,
+                "destaged_upto": 40, "destage_queue": 2})
+        );
+        assert_eq!(serde_json::from_value::<ClusterNode>(serde_json::to_value(&known).unwrap()).unwrap(), known);
         assert!(c.problems().is_empty());
         let none = ClusterStatus { leader: None, nodes: vec![ClusterNode { healthy: false, ..c.nodes[0].clone() }], ..c };
         assert_eq!(serde_json::to_value(&none).unwrap()["leader"], serde_json::Value::Null);

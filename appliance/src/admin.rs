@@ -727,7 +727,7 @@ impl Admin {
         });
         let snapshots = self.node.cluster.snapshots.as_ref().map_or_else(Vec::new, |s| {
             let c = &s.counters;
-            vec![("served", ld(&c.served)), ("received", ld(&c.received)), ("failed", ld(&c.failed))]
+            vec![("served", ld(&c.served)), ("received", ld(&c.received)), ("failed", ld(&c.failed)), ("withheld", ld(&c.withheld))]
         });
         Some(crate::metrics::ClusterMetrics {
             snapshots,
@@ -1131,7 +1131,8 @@ impl Admin {
     /// This node: its applied index and its store's health. Another node,
     /// as this node knows it: `applied` is the applied index it reported
     /// in its last status frame (every 500 ms on the peer link; before the
-    /// first one, the leader's matched index of it, else 0); `healthy`:
+    /// first one, the leader's matched index of it, else 0), and so are
+    /// its destage progress and queue (unknown before); `healthy`:
     /// its connection to this node is open and an authenticated frame from
     /// it arrived within [`crate::peers::HEARD_WITHIN`].
     async fn cluster(&self) -> Result<ClusterStatus, ApiError> {
@@ -1141,6 +1142,8 @@ impl Admin {
             addr: self.node.cluster_addr.clone(),
             applied: raft.applied_index,
             healthy: !self.engine.store.failed(),
+            destaged_upto: Some(raft.destaged_upto),
+            destage_queue: Some(raft.destage_queue),
         };
         let mut nodes = vec![me];
         // raft's voters: the configured ones, and those membership changes
@@ -1165,7 +1168,15 @@ impl Admin {
             let matched = raft.progress.iter().find(|p| p.0 == *id).map(|p| p.1).unwrap_or(0);
             let applied = state.status.map(|s| s.applied).unwrap_or(matched);
             let healthy = state.healthy(Instant::now());
-            nodes.push(ClusterNode { id: *id, addr: addr.clone(), applied, healthy });
+            let destage = state.status.and_then(|s| s.destage);
+            nodes.push(ClusterNode {
+                id: *id,
+                addr: addr.clone(),
+                applied,
+                healthy,
+                destaged_upto: destage.map(|d| d.upto),
+                destage_queue: destage.map(|d| d.queue),
+            });
         }
         nodes.sort_by_key(|n| n.id);
         Ok(ClusterStatus {

@@ -64,6 +64,7 @@ impl LeaderView {
                             term: s.term,
                             commit: s.commit_index,
                             last_index: Some(s.last_index),
+                            destage: Some(admin_wire::Destage { upto: s.destaged_upto, queue: s.destage_queue }),
                         });
                     }
                     Ok(_) => {}

@@ -138,7 +138,7 @@ fn render_cluster(reg: &mut Registry, c: &ClusterMetrics) {
         outcomes(
             reg,
             "raft_snapshots",
-            "Raft snapshot images: served (sent whole and accepted), received (checked and staged here), failed (refused or the transfer failed)",
+            "Raft snapshot images: served (sent whole and accepted), received (checked and staged here), failed (refused, not sent, or the transfer failed), withheld (of those failed, the images not sent: the follower would refuse them for the copies it destaged)",
             &c.snapshots,
         );
     }
@@ -270,7 +270,8 @@ pub struct ClusterMetrics {
     pub forwarded_batches: Vec<(&'static str, u64)>,
     /// Forwarded admin requests by outcome (label, count).
     pub forwarded_admin: Vec<(&'static str, u64)>,
-    /// Raft snapshot transfers by outcome (served, received, failed).
+    /// Raft snapshot transfers by outcome (served, received, failed,
+    /// withheld).
     pub snapshots: Vec<(&'static str, u64)>,
     /// Write-cache replication counters (name suffix, help, count).
     pub replica: Vec<(&'static str, &'static str, u64)>,

@@ -473,6 +473,7 @@ impl Peers {
                 store.clone(),
                 corrupt,
                 self.limits.snapshot_transfers,
+                self.health.clone(),
             ))
         });
         let dynamic = Arc::new(Membership {
@@ -1114,7 +1115,7 @@ mod tests {
         assert!(!s.send(9, FrameKind::Admin, vec![3]));
         assert_eq!(health.peer(3).dropped, 1);
         assert_eq!(s.queued_bytes(3), 1, "the refused frame is not counted");
-        h.set_local(NodeStatus { applied: 5, term: 2, commit: 5, last_index: Some(5) });
+        h.set_local(NodeStatus { applied: 5, term: 2, commit: 5, last_index: Some(5), destage: None });
         assert_eq!(h.local().applied, 5);
     }
 

@@ -19,7 +19,10 @@
 //!
 //! The leader side ([`Snapshots::serve`]) makes a RocksDB checkpoint on
 //! the metadata thread and streams the image from it on the requesting
-//! connection's thread; at most [`SERVE_MAX`] at once. A `MsgSnapshot`
+//! connection's thread; at most [`SERVE_MAX`] at once. It first makes the
+//! follower's refusal of an image that would drop its destaged copies
+//! itself, from the destage progress the follower's status frames report,
+//! and sends nothing then (REFUSED). A `MsgSnapshot`
 //! whose follower never asks (the message was lost) is reported failed
 //! after [`ASK_WITHIN`], so raft does not keep that follower paused.
 //!
@@ -69,6 +72,11 @@ pub struct SnapshotCounters {
     /// Images this node refused (corrupt, truncated) or whose transfer
     /// failed.
     pub failed: AtomicU64,
+    /// Images this node did not send (counted in `failed` too): the
+    /// follower's status said it had destaged data records the image
+    /// still queues, and it would refuse the image once it had it whole
+    /// ([`image::refuse_checkpoint_for`]).
+    pub withheld: AtomicU64,
 }
 
 /// Both ends of snapshot transfers for one node.
@@ -93,6 +101,12 @@ pub struct Snapshots {
     pub counters: SnapshotCounters,
     /// The image being received: (from, bytes so far, started).
     receiving: Mutex<Option<(u64, u64, Instant)>>,
+    /// The peers' last status frames (their destage progress).
+    health: Arc<crate::peers::PeerHealth>,
+    /// By follower: this node's destage progress when it last withheld an
+    /// image from it. Until this node destages further, another image
+    /// would be withheld too: refused without making a checkpoint.
+    withheld_at: Mutex<HashMap<u64, u64>>,
 }
 
 impl Snapshots {
@@ -106,6 +120,7 @@ impl Snapshots {
         store: StoreHandle,
         corrupt: u32,
         serve_max: usize,
+        health: Arc<crate::peers::PeerHealth>,
     ) -> Snapshots {
         // Checkpoints left by a transfer a crash interrupted.
         let _ = std::fs::remove_dir_all(data_dir.join("snapshot-out"));
@@ -123,6 +138,8 @@ impl Snapshots {
             corrupt: AtomicU32::new(corrupt),
             counters: SnapshotCounters::default(),
             receiving: Mutex::new(None),
+            health,
+            withheld_at: Mutex::new(HashMap::new()),
         }
     }
 
@@ -318,6 +335,28 @@ impl Snapshots {
     fn stream_image(&self, stream: &mut TcpStream, session: &mut Session, peer: u64, index: u64) -> Result<image::ImageHeader, String> {
         let _ = stream.set_write_timeout(Some(STALL));
         let _ = stream.set_read_timeout(Some(STALL));
+        // The follower's own check, made here first from the destage
+        // progress its last status frame reported (it only grows): an
+        // image it would refuse is not sent at all, a whole image of
+        // chunk files saved. Raft sends another later; by then this node
+        // has destaged further (until it has, no checkpoint is even
+        // made). A follower on an older version reports none and checks
+        // the whole image itself.
+        let theirs = self.health.peer(peer).status.and_then(|s| s.destage).map(|d| d.upto);
+        let here = match self.store.query_blocking(Query::DestagedUpto) {
+            Ok(QueryAnswer::Count(n)) => Some(n),
+            _ => None,
+        };
+        if let (Some(t), Some(h)) = (theirs, here) {
+            if t > h && self.withheld_at.lock().ok().and_then(|w| w.get(&peer).copied()) == Some(h) {
+                self.counters.withheld.fetch_add(1, Ordering::Relaxed);
+                let why = format!(
+                    "not sent: node {peer} destaged up to {t}, this node up to {h}, no further than when it last withheld an image from it"
+                );
+                let _ = refuse(stream, session, &why);
+                return Err(why);
+            }
+        }
         let out = self.data_dir.join("snapshot-out");
         std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
@@ -328,6 +367,17 @@ impl Snapshots {
                 let why = format!("this node applied {applied}, the snapshot is of {index}");
                 let _ = refuse(stream, session, &why);
                 return Err(why);
+            }
+            if let Some(t) = theirs {
+                if let Err(e) = image::refuse_checkpoint_for(&cp, t) {
+                    self.counters.withheld.fetch_add(1, Ordering::Relaxed);
+                    if let (Some(h), Ok(mut w)) = (here, self.withheld_at.lock()) {
+                        w.insert(peer, h);
+                    }
+                    let why = format!("not sent: node {peer} destaged up to {t} and would refuse it: {e}");
+                    let _ = refuse(stream, session, &why);
+                    return Err(why);
+                }
             }
             let mut corrupt = self.corrupt.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
             let mut sent = 0u64;

@@ -228,6 +228,27 @@ fn three_nodes_serve_smb_and_nfs_through_a_leader_kill() {
     let (done, text) = put_files(fhost, smb, &local, &first);
     assert_eq!(done.len(), 300, "puts through the follower failed:\n{text}");
     eprintln!("300 files written through follower {} in {:?}", fi + 1, t.elapsed());
+    // One file past the inline bound: write-cache data records to destage.
+    let big: Vec<u8> = (0..(256u32 << 10)).map(|i| (i * 31 % 251) as u8).collect();
+    std::fs::write(local.join("big.bin"), &big).unwrap();
+    let (done, text) = put_files(fhost, smb, &local, &["big.bin".to_string()]);
+    assert_eq!(done.len(), 1, "the put of big.bin failed:\n{text}");
+    // The leader sees every node's destage progress (status frames) and,
+    // once the writes stop, every node's queue empty at the same record.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = status(&nodes[li]);
+        let d: Vec<(Option<u64>, Option<u64>)> = s["nodes"]
+            .as_array()
+            .map(|a| a.iter().map(|n| (n["destaged_upto"].as_u64(), n["destage_queue"].as_u64())).collect())
+            .unwrap_or_default();
+        if d.len() == 3 && d.iter().all(|x| x.0.is_some_and(|u| u > 0) && x.0 == d[0].0 && x.1 == Some(0)) {
+            eprintln!("every node destaged up to record {}", d[0].0.unwrap());
+            break;
+        }
+        assert!(Instant::now() < deadline, "the nodes' destage progress as the leader sees it: {s:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 
     // SIGKILL the leader; 100 more through the surviving follower.
     nodes[li].kill9();

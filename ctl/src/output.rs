@@ -170,11 +170,20 @@ pub fn cluster(c: &ClusterStatus) -> String {
         .iter()
         .map(|n| {
             let role = if c.leader == Some(n.id) { "leader" } else if c.voters.contains(&n.id) { "voter" } else { "-" };
-            vec![n.id.to_string(), n.addr.clone(), role.to_string(), n.applied.to_string(), yes_no(n.healthy)]
+            // Unknown ("-") for a node on an older version or not heard yet.
+            let queue = n.destage_queue.map(|q| q.to_string()).unwrap_or_else(|| "-".into());
+            vec![n.id.to_string(), n.addr.clone(), role.to_string(), n.applied.to_string(), queue, yes_no(n.healthy)]
         })
         .collect();
     out.push_str(&table(
-        &[("ID", Align::Right), ("ADDRESS", Align::Left), ("ROLE", Align::Left), ("APPLIED", Align::Right), ("HEALTHY", Align::Left)],
+        &[
+            ("ID", Align::Right),
+            ("ADDRESS", Align::Left),
+            ("ROLE", Align::Left),
+            ("APPLIED", Align::Right),
+            ("TO DESTAGE", Align::Right),
+            ("HEALTHY", Align::Left),
+        ],
         &rows,
     ));
     if !c.public_addresses.is_empty() {

@@ -222,6 +222,9 @@ fn cluster_three() -> ClusterStatus {
         addr: format!("127.0.0.1{id}:7446"),
         applied,
         healthy,
+        // Node 3 has not reported its destage progress (an older version).
+        destaged_upto: (id != 3).then_some(400),
+        destage_queue: (id != 3).then_some(id - 1),
     };
     ClusterStatus {
         leader: Some(1),
@@ -247,10 +250,10 @@ fn cluster_status_human_and_json() {
          term:   3\n\
          voters: [1,2,3]\n\
          \n\
-         ID  ADDRESS          ROLE    APPLIED  HEALTHY\n \
-         1  127.0.0.11:7446  leader      812  yes\n \
-         2  127.0.0.12:7446  voter       812  yes\n \
-         3  127.0.0.13:7446  voter        97  yes\n"
+         ID  ADDRESS          ROLE    APPLIED  TO DESTAGE  HEALTHY\n \
+         1  127.0.0.11:7446  leader      812           0  yes\n \
+         2  127.0.0.12:7446  voter       812           1  yes\n \
+         3  127.0.0.13:7446  voter        97           -  yes\n"
     );
     let o = run(&f, &["cluster", "status", "--json"]);
     assert_eq!(code(&o), 0);
@@ -258,8 +261,8 @@ fn cluster_status_human_and_json() {
     assert_eq!(
         v,
         serde_json::json!({"leader": 1, "term": 3, "voters": [1, 2, 3], "nodes": [
-            {"id": 1, "addr": "127.0.0.11:7446", "applied": 812, "healthy": true},
-            {"id": 2, "addr": "127.0.0.12:7446", "applied": 812, "healthy": true},
+            {"id": 1, "addr": "127.0.0.11:7446", "applied": 812, "healthy": true, "destaged_upto": 400, "destage_queue": 0},
+            {"id": 2, "addr": "127.0.0.12:7446", "applied": 812, "healthy": true, "destaged_upto": 400, "destage_queue": 1},
             {"id": 3, "addr": "127.0.0.13:7446", "applied": 97, "healthy": true}]})
     );
 }
@@ -273,7 +276,7 @@ fn cluster_status_without_a_leader_or_with_a_sick_node_exits_7() {
     let o = run(&f, &["cluster", "status"]);
     assert_eq!(code(&o), 7, "{}", stderr(&o));
     assert!(stdout(&o).starts_with("leader: none"), "{}", stdout(&o));
-    assert!(stdout(&o).contains("3  127.0.0.13:7446  voter       97  no\n"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("3  127.0.0.13:7446  voter       97           -  no\n"), "{}", stdout(&o));
     assert!(stderr(&o).contains("duetctl: unhealthy: no leader in term 3"), "{}", stderr(&o));
     assert!(stderr(&o).contains("duetctl: unhealthy: node 3 (127.0.0.13:7446) is unhealthy"), "{}", stderr(&o));
     let o = run(&f, &["--json", "cluster", "status"]);

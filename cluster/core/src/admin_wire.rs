@@ -21,9 +21,12 @@
 //!   - `OUT_BUSY`: nothing (the leader's queue was full; nothing done).
 //!
 //! **Status** (each node's progress, sent to every peer every
-//! `STATUS_EVERY` of the transport): `version u8 (STATUS_V2) | applied
-//! varint | term varint | commit varint | last_index varint` (the
-//! sender's last raft log index; version 1, without it, is still read).
+//! `STATUS_EVERY` of the transport): `version u8 (STATUS_V3) | applied
+//! varint | term varint | commit varint | last_index varint |
+//! destaged_upto varint | destage_queue varint` (the sender's last raft
+//! log index, its destage progress and the data records it has queued
+//! and not destaged; version 2, without the last two, and version 1,
+//! without the last three, are still read).
 //!
 //! Strings and bytes are a varint length then the bytes (`crate::wire`).
 //! Decoding never panics: truncated, trailing, unknown-tag, over-limit or
@@ -35,8 +38,10 @@ use crate::wire::{Reader, WireError, Writer};
 pub const ADMIN_V1: u8 = 1;
 /// The status payload without the last log index (still read).
 pub const STATUS_V1: u8 = 1;
-/// The version of the status payload this code writes.
+/// The status payload without the destage progress (still read).
 pub const STATUS_V2: u8 = 2;
+/// The version of the status payload this code writes.
+pub const STATUS_V3: u8 = 3;
 
 const TAG_REQUEST: u8 = 1;
 const TAG_REPLY: u8 = 2;
@@ -93,6 +98,19 @@ pub struct NodeStatus {
     /// version 1): a follower bounds what its leader may still commit by
     /// it (`duet_cache::replica::Unclaimed`).
     pub last_index: Option<u64>,
+    /// The sender's destage progress (every data record up to it is in
+    /// its chunk store) and how many data records it has applied and not
+    /// destaged (`None` from a node that sends version 1 or 2): a leader
+    /// does not send an image the follower would refuse for dropping its
+    /// copies, and `duetctl cluster status` shows each node's queue.
+    pub destage: Option<Destage>,
+}
+
+/// A node's destage progress, as its status frames carry it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Destage {
+    pub upto: u64,
+    pub queue: u64,
 }
 
 /// Why an admin or status payload was refused.
@@ -210,27 +228,39 @@ pub fn decode(b: &[u8]) -> Result<AdminMsg, AdminWireError> {
 
 pub fn encode_status(s: &NodeStatus) -> Vec<u8> {
     let mut w = Writer::new();
-    w.u8(STATUS_V2);
+    w.u8(STATUS_V3);
     w.u64(s.applied);
     w.u64(s.term);
     w.u64(s.commit);
-    // Written as version 2 only with the index (a status always has one
-    // from this code; the type keeps what a version-1 sender left out).
+    // Written as version 3 only, with every field (a status always has
+    // them from this code; the type keeps what an older sender left out).
     w.u64(s.last_index.unwrap_or(s.commit));
+    let d = s.destage.unwrap_or_default();
+    w.u64(d.upto);
+    w.u64(d.queue);
     w.buf
 }
 
 /// Decodes a status message; every byte must belong to it.
 pub fn decode_status(b: &[u8]) -> Result<NodeStatus, AdminWireError> {
     let Some(&v) = b.first() else { return Err(AdminWireError::Empty) };
-    if v != STATUS_V1 && v != STATUS_V2 {
+    if !(STATUS_V1..=STATUS_V3).contains(&v) {
         return Err(AdminWireError::Version(v));
     }
     let mut r = Reader::new(b);
     r.u8("version")?;
-    let mut s = NodeStatus { applied: r.u64("applied")?, term: r.u64("term")?, commit: r.u64("commit")?, last_index: None };
-    if v == STATUS_V2 {
+    let mut s = NodeStatus {
+        applied: r.u64("applied")?,
+        term: r.u64("term")?,
+        commit: r.u64("commit")?,
+        last_index: None,
+        destage: None,
+    };
+    if v >= STATUS_V2 {
         s.last_index = Some(r.u64("last_index")?);
+    }
+    if v >= STATUS_V3 {
+        s.destage = Some(Destage { upto: r.u64("destaged_upto")?, queue: r.u64("destage_queue")? });
     }
     r.finish()?;
     Ok(s)
@@ -272,24 +302,50 @@ mod tests {
         for o in outcomes() {
             assert_eq!(decode(&encode_reply(9, &o)).unwrap(), AdminMsg::Reply { id: 9, outcome: o });
         }
-        let s = NodeStatus { applied: 812, term: 3, commit: u64::MAX, last_index: Some(815) };
+        let s = NodeStatus {
+            applied: 812,
+            term: 3,
+            commit: u64::MAX,
+            last_index: Some(815),
+            destage: Some(Destage { upto: 700, queue: u64::MAX }),
+        };
         assert_eq!(decode_status(&encode_status(&s)).unwrap(), s);
-        // Version 1 (no last index) is still read.
+        // Version 1 (no last index) and version 2 (no destage progress)
+        // are still read.
         let mut w = Writer::new();
         w.u8(STATUS_V1);
         w.u64(812);
         w.u64(3);
         w.u64(810);
-        assert_eq!(decode_status(&w.buf).unwrap(), NodeStatus { applied: 812, term: 3, commit: 810, last_index: None });
-        let mut v3 = encode_status(&s);
-        v3[0] = 3;
-        assert!(matches!(decode_status(&v3), Err(AdminWireError::Version(3))));
+        assert_eq!(
+            decode_status(&w.buf).unwrap(),
+            NodeStatus { applied: 812, term: 3, commit: 810, last_index: None, destage: None }
+        );
+        w.buf[0] = STATUS_V2;
+        w.u64(811);
+        assert_eq!(
+            decode_status(&w.buf).unwrap(),
+            NodeStatus { applied: 812, term: 3, commit: 810, last_index: Some(811), destage: None }
+        );
+        // A version-2 payload with the fields of version 3 after it: trailing bytes.
+        let mut v2 = encode_status(&s);
+        v2[0] = STATUS_V2;
+        assert!(decode_status(&v2).is_err());
+        let mut v4 = encode_status(&s);
+        v4[0] = 4;
+        assert!(matches!(decode_status(&v4), Err(AdminWireError::Version(4))));
     }
 
     #[test]
     fn every_truncation_and_trailing_byte_is_refused() {
         let mut msgs = all();
-        msgs.push(encode_status(&NodeStatus { applied: 1 << 40, term: 7, commit: 300, last_index: Some(301) }));
+        msgs.push(encode_status(&NodeStatus {
+            applied: 1 << 40,
+            term: 7,
+            commit: 300,
+            last_index: Some(301),
+            destage: Some(Destage { upto: 1 << 33, queue: 12 }),
+        }));
         for (i, enc) in msgs.iter().enumerate() {
             let is_status = i == msgs.len() - 1;
             let dec = |b: &[u8]| if is_status { decode_status(b).is_ok() } else { decode(b).is_ok() };

@@ -100,14 +100,7 @@ pub fn write_image(
     sink: &mut dyn FnMut(&[u8]) -> io::Result<()>,
 ) -> Result<ImageHeader, SnapshotError> {
     let db = DB::open_for_read_only(&Options::default(), checkpoint, false)?;
-    let get_u64 = |k: &[u8]| -> Result<u64, SnapshotError> {
-        Ok(db.get(k)?.and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok()).map(u64::from_be_bytes).unwrap_or(0))
-    };
-    let header = ImageHeader {
-        index: get_u64(&keys::meta("applied_index"))?,
-        term: get_u64(&keys::meta("applied_term"))?,
-        destaged_upto: get_u64(&keys::local("destaged_upto"))?,
-    };
+    let header = checkpoint_header(&db)?;
     let mut w = ImageWriter { buf: Vec::with_capacity(PIECE + 4096), hash: Sha256::new(), total: 0, sink };
     let mut h = Vec::with_capacity(HEADER_LEN);
     h.extend_from_slice(MAGIC);
@@ -174,6 +167,43 @@ pub fn write_image(
         }
     }
     w.finish()?;
+    Ok(header)
+}
+
+/// The header of the image a checkpoint makes.
+fn checkpoint_header(db: &DB) -> Result<ImageHeader, SnapshotError> {
+    let get_u64 = |k: &[u8]| -> Result<u64, SnapshotError> {
+        Ok(db.get(k)?.and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok()).map(u64::from_be_bytes).unwrap_or(0))
+    };
+    Ok(ImageHeader {
+        index: get_u64(&keys::meta("applied_index"))?,
+        term: get_u64(&keys::meta("applied_term"))?,
+        destaged_upto: get_u64(&keys::local("destaged_upto"))?,
+    })
+}
+
+/// On the sending side, before an image of `checkpoint` is streamed: the
+/// refusal [`refuse_if_drops_copies`] a follower that reported its destage
+/// progress `destaged_there` would make once the whole image (chunk files
+/// included) had arrived. Only the queued records after the maker's own
+/// progress are read.
+pub fn refuse_checkpoint_for(checkpoint: &Path, destaged_there: u64) -> Result<ImageHeader, SnapshotError> {
+    let db = DB::open_for_read_only(&Options::default(), checkpoint, false)?;
+    let header = checkpoint_header(&db)?;
+    if destaged_there <= header.destaged_upto {
+        return Ok(header);
+    }
+    let from = keys::dq(header.destaged_upto.saturating_add(1));
+    for kv in db.iterator(rocksdb::IteratorMode::From(&from, rocksdb::Direction::Forward)) {
+        let (k, v) = kv?;
+        if k.first() != Some(&keys::DQ) {
+            break;
+        }
+        if keys::u64_at(&k, 1).is_some_and(|dseq| dseq > destaged_there) {
+            break;
+        }
+        refuse_if_drops_copies(&header, destaged_there, &k, &v)?;
+    }
     Ok(header)
 }
 

@@ -324,3 +324,43 @@ fn an_image_that_would_drop_this_nodes_copies_is_refused() {
         }
     }
 }
+
+/// The sender makes the follower's check before it streams anything: a
+/// checkpoint whose queue holds an extent record the follower reported
+/// destaged is not sent (the same verdicts as the follower's own check
+/// of the whole image, above).
+#[test]
+fn the_sender_withholds_an_image_the_follower_would_refuse() {
+    use duet_cluster::records::encode;
+    use duet_cluster::{DataOp, DataRecord};
+    let rec = |op: DataOp| encode(&DataRecord { file: 5, op }).unwrap();
+    let extent = DataOp::WriteExtent { offset: 0, extent: duet_fs::ExtentId { origin: 2, seq: 5 }, len: 4096 };
+    let tmp = tempfile::tempdir().unwrap();
+    let image = leader_image_with(
+        tmp.path(),
+        "leader-w",
+        &[
+            (keys::dq(8), rec(DataOp::Truncate { size: 0 })),
+            (keys::dq(9), rec(extent.clone())),
+            (keys::dq(10), rec(DataOp::Truncate { size: 0 })),
+        ],
+    );
+    let cp = tmp.path().join("leader-w/cp");
+    for (destaged_there, sent) in [(0u64, true), (7, true), (8, true), (9, false), (10, false), (40, false)] {
+        match snapshot::refuse_checkpoint_for(&cp, destaged_there) {
+            Ok(h) => {
+                assert!(sent, "{destaged_there}: sent");
+                assert_eq!(h, ImageHeader { index: 100, term: 2, destaged_upto: 7 });
+            }
+            Err(snapshot::SnapshotError::Bad(why)) => {
+                assert!(!sent, "{destaged_there}: withheld: {why}");
+                assert!(why.contains("data record 9") && why.contains("destaged already"), "{why}");
+            }
+            Err(e) => panic!("{destaged_there}: {e}"),
+        }
+        // The follower's own check of the whole image agrees.
+        let dir = follower(tmp.path(), &format!("f{destaged_there}"), &image);
+        let partial = snapshot::staging_dir(&dir).join("image.partial");
+        assert_eq!(snapshot::stage_verified(&dir, &partial, destaged_there).is_ok(), sent, "{destaged_there}");
+    }
+}

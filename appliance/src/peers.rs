@@ -1015,10 +1015,18 @@ impl Inbound {
                     FrameKind::Status => {
                         // Never acted on when undecodable: dropped, counted.
                         match admin_wire::decode_status(&frame.payload) {
-                            Ok(st) => self.health.with(peer, |p| {
-                                p.status = Some(st);
-                                p.status_at = Some(Instant::now());
-                            }),
+                            Ok(st) => {
+                                // The leader leaves a removal's joint
+                                // configuration only once the voters that
+                                // stay report having destaged everything.
+                                if let Some(d) = st.destage {
+                                    self.store.peer_destaged(peer, d.upto);
+                                }
+                                self.health.with(peer, |p| {
+                                    p.status = Some(st);
+                                    p.status_at = Some(Instant::now());
+                                })
+                            }
                             Err(e) => {
                                 let mut n = 0;
                                 self.health.with(peer, |p| {

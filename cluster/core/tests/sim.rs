@@ -92,10 +92,17 @@
 //! the pushing node's configuration (both halves of a joint one), and
 //! [`acks_needed`] counts them, as the transport's peers do (the product
 //! polls raft's voters every second; here the change is seen at once).
-//! No write-log device is lost after a removal until the voters left hold
-//! everything the removed node's copies stood for ([`Guard`]):
-//! `DUET_SIM_MEMBER_LOSS=1` lifts that, and the product then loses
-//! acknowledged data (see [`a_removal_then_one_device_loss_loses_data`]).
+//! The leader leaves a removal's joint configuration once the voters that
+//! stay destaged everything queued before ([`Sim::copies_held`], the
+//! store's `copies_held`; from the nodes' own progress here, from status
+//! frames in the product). No write-log device is lost after a removal
+//! until the voters left hold everything the removed node's copies stood
+//! for ([`Guard`]): `DUET_SIM_MEMBER_LOSS=1` lifts that, and the product
+//! then still loses acknowledged data in a few seeds (7 in 20,000; 25
+//! without the wait, see
+//! [`a_removal_left_before_the_voters_that_stay_destaged_loses_data`]):
+//! writes taken while joint, whose acknowledgements [`acks_needed`]
+//! counts over both halves together.
 //! Not modelled: a voter replaced in one step (add before remove: four
 //! voters), learners, a change the leader refuses for its address or id,
 //! and the transport's one-second lag.
@@ -657,6 +664,10 @@ struct Live {
     conf_waiter: Option<ConfWaiter>,
     /// The count in the next change's tag.
     next_conf_tag: u64,
+    /// On a leader in a removal's joint configuration: the term of its
+    /// first try to leave and the last data record queued then (the
+    /// store's `LeaveGate`).
+    leave_gate: Option<(u64, u64)>,
     /// The image fetch under way (one at a time): its number.
     snap_fetching: Option<u64>,
     /// On a leader: the followers that asked for an image since it sent
@@ -749,6 +760,10 @@ enum Bug {
     /// destaged (the product's rule before session 44): the chunks that
     /// held its copies are replaced by the image's, which lack them.
     InstallDropsCopies,
+    /// The leader leaves a removal's joint configuration at once (the
+    /// product's rule before session 45), not once the voters that stay
+    /// destaged every record queued before it.
+    LeaveUngated,
 }
 
 // ---------------------------------------------------------------------------
@@ -872,6 +887,9 @@ pub struct Stats {
     /// it on its tick (a new leader in the middle of a change, or a
     /// leave that could not be proposed at the enter's apply).
     pub joint_left_on_tick: u64,
+    /// Tries to leave a removal's joint configuration held back because
+    /// a voter that stays had not destaged everything queued before.
+    pub leave_held: u64,
     /// Nodes that applied their own removal and stopped.
     pub removed: u64,
     /// Nodes removed that never applied their removal (the leader stopped
@@ -930,6 +948,7 @@ impl Stats {
         self.member_completed += s.member_completed;
         self.member_abandoned += s.member_abandoned;
         self.joint_left_on_tick += s.joint_left_on_tick;
+        self.leave_held += s.leave_held;
         self.removed += s.removed;
         self.removed_unaware += s.removed_unaware;
         self.joiners += s.joiners;
@@ -1159,6 +1178,7 @@ impl Sim {
             unclaimed: Unclaimed::default(),
             conf_waiter: None,
             next_conf_tag: 0,
+            leave_gate: None,
             snap_fetching: None,
             snap_asked: BTreeSet::new(),
         });
@@ -1466,9 +1486,52 @@ impl Sim {
         }
     }
 
+    /// Whether the voters that stay after a removal hold every write (the
+    /// store's `copies_held`): each has destaged every data record queued
+    /// when this leader first tried to leave in its term. The product
+    /// learns the others' progress from status frames, later than here,
+    /// so it waits at least as long as this.
+    fn copies_held(&mut self, i: usize) -> bool {
+        if self.bug == Bug::LeaveUngated {
+            return true;
+        }
+        let l = self.nodes[i].live.as_ref().unwrap();
+        let cs = l.raft.conf_state();
+        let incoming: Vec<u64> = cs.get_voters().to_vec();
+        if cs.get_voters_outgoing().iter().all(|v| incoming.contains(v)) {
+            return true;
+        }
+        let term = l.raft.term();
+        let upto = match l.leave_gate {
+            Some((t, u)) if t == term => u,
+            _ => {
+                let next = self.nodes[i]
+                    .disk
+                    .kv
+                    .get(&keys::meta("next_dseq"))
+                    .and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok())
+                    .map(u64::from_be_bytes)
+                    .unwrap_or(0);
+                let u = next.saturating_sub(1);
+                self.nodes[i].live.as_mut().unwrap().leave_gate = Some((term, u));
+                u
+            }
+        };
+        let held = upto == 0 || incoming.iter().all(|&v| self.slot(v).is_some_and(|j| self.nodes[j].disk.destaged_upto >= upto));
+        if !held {
+            self.stats.leave_held += 1;
+        }
+        held
+    }
+
     /// The leader proposes the explicit leave of the joint configuration
-    /// (the store's `leave_joint`); refused while a change is pending.
+    /// (the store's `leave_joint`) once the voters that stay hold every
+    /// write ([`Sim::copies_held`]; its tick tries again); refused while
+    /// a change is pending.
     fn leave_joint(&mut self, i: usize, tag: Vec<u8>) -> bool {
+        if !self.copies_held(i) {
+            return false;
+        }
         let l = self.nodes[i].live.as_mut().unwrap();
         let mut cc = ConfChangeV2::default();
         cc.context = tag.clone().into();
@@ -3177,23 +3240,27 @@ fn an_image_behind_the_acknowledged_log_breaks_raft() {
     }
 }
 
-/// What the guard on device losses after a removal ([`Guard`]) keeps out,
-/// a hazard of the product's rules: the copies the removed voter held
+/// What leaving a removal's joint configuration only once the voters
+/// that stay have destaged everything (`Sim::copies_held`, the store's
+/// `copies_held`, session 45) prevents: the copies the removed voter held
 /// counted toward the majority of extents that applied entries name;
 /// once it stops, until the voters left fetch them, an extent may be on
 /// one remaining node alone, and the loss of that node's write-log
 /// device (one device) loses acknowledged data. Seed 734: extent 1:61 is
 /// pushed and acknowledged by node 3 only (a majority of three), node 3
 /// is removed 0.8 s later, node 1 loses its device before node 2 fetched
-/// the extent. (Also seeds 1510, 1987: the removed node is the leader,
-/// or the extent's only other copy was taken in the joint
-/// configuration, where the majority is counted over both halves.)
+/// the extent. With the gate the same seed, device losses allowed right
+/// after the removal ([`Guard`] lifted), keeps every write.
 #[test]
-fn a_removal_then_one_device_loss_loses_data() {
+fn a_removal_left_before_the_voters_that_stay_destaged_loses_data() {
+    let mut sim = Sim::new(734, Bug::LeaveUngated);
+    sim.member_loss = true;
+    let e = sim.run().expect_err("seed 734: the joint configuration left at once, a device lost right after");
+    assert!(e.contains("lacks extent 1:61"), "{e}");
     let mut sim = Sim::new(734, Bug::None);
     sim.member_loss = true;
-    let e = sim.run().expect_err("seed 734 with device losses right after a removal");
-    assert!(e.contains("lacks extent 1:61"), "{e}");
+    let s = sim.run().expect("seed 734 with the gate, a device lost right after the removal");
+    assert!(s.leave_held > 0 && s.device_losses > 0 && s.removed > 0, "{s:?}");
     Sim::new(734, Bug::None).run().expect("seed 734 with the guard");
 }
 
@@ -3313,8 +3380,8 @@ fn seeds() {
 /// The same seed runs the same way (nothing but the seed decides).
 #[test]
 fn a_seed_replays_exactly() {
-    let a = run_seed(7, Bug::None).expect("seed 7");
-    let b = run_seed(7, Bug::None).expect("seed 7");
+    let a = run_seed(1, Bug::None).expect("seed 1");
+    let b = run_seed(1, Bug::None).expect("seed 1");
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
     // It exercises the write cache too: large writes acked, extents
     // fetched (some answered from a chunk store), records destaged.

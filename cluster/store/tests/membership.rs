@@ -207,3 +207,77 @@ fn a_fourth_node_is_added_then_removed() {
     }
     handles.lock().unwrap().clear();
 }
+
+/// A removal leaves the joint configuration only once the voters that
+/// stay have destaged every data record queued before it (the voter
+/// leaving may have held one of the copies a write's majority counted):
+/// the leader's own progress and the other voter's reported progress
+/// (`StoreHandle::peer_destaged`, from its status frames) must both
+/// reach the last record queued when the leader first tried to leave.
+#[test]
+fn a_removal_waits_for_the_voters_that_stay_to_destage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let handles: Handles = Arc::new(Mutex::new(vec![None; 3]));
+    let cut = Arc::new(AtomicU64::new(0));
+    let mut stores = Vec::new();
+    for id in 1..=3u64 {
+        let group = Group::Voters { voters: vec![1, 2, 3], outbox: outbox(&handles, &cut) };
+        let s = Store::open_group(&tmp.path().join(format!("n{id}")), id, group).unwrap();
+        handles.lock().unwrap()[id as usize - 1] = Some(s.handle());
+        stores.push(s);
+    }
+    let h = |id: u64| handles.lock().unwrap()[id as usize - 1].clone().unwrap();
+    let mut l = 0;
+    wait("a leader", || {
+        l = (1..=3).map(|id| status(&h(id))).find(|r| r.leader).map(|r| r.node_id).unwrap_or(0);
+        l != 0
+    });
+    h(l).command_blocking(duet_cluster::records::Command::Init { now_ns: 1, admin_secrets: vec![], shares: vec![] }).unwrap();
+    // File data queued for destaging (data records 1..).
+    let mut b = Batch::new(Credentials::root(), 1_000);
+    let f = b.push(Op::Create {
+        dir: ObjRef::Id(ROOT_ID),
+        name: "data".into(),
+        kind: CreateKind::File,
+        attrs: SetAttrs { mode: Some(0o644), ..Default::default() },
+        if_exists: IfExists::Fail,
+    });
+    b.push(Op::Write { obj: f, offset: 0, data: duet_fs::WriteData::Bytes(vec![7u8; 8192]), append: false });
+    h(l).batch_blocking(b).unwrap();
+    let st = status(&h(l));
+    let upto = st.destaged_upto + st.destage_queue;
+    assert!(upto > 0 && st.destage_queue > 0, "{st:?}");
+
+    let (r, f) = {
+        let others: Vec<u64> = (1..=3).filter(|&i| i != l).collect();
+        (others[0], others[1])
+    };
+    let hl = h(l);
+    let removal = std::thread::spawn(move || hl.change_membership_blocking(MemberChange::Remove(r)));
+    let stays_joint = |what: &str| {
+        std::thread::sleep(Duration::from_millis(1500));
+        let v = status(&h(l)).voters;
+        assert!(v.contains(&r), "{what}: the joint configuration was left: {v:?}");
+    };
+    stays_joint("nothing destaged");
+    // The leader destaged, the other voter that stays reports less.
+    h(l).destaged_blocking(upto, vec![]).unwrap();
+    h(l).peer_destaged(f, upto - 1);
+    stays_joint("the other voter behind");
+    // The voter leaving reports everything: it does not count.
+    h(l).peer_destaged(r, upto);
+    stays_joint("only the voter leaving caught up");
+    assert!(!removal.is_finished(), "the removal answered while joint");
+    h(l).peer_destaged(f, upto);
+    assert_eq!(removal.join().unwrap().unwrap(), {
+        let mut v = vec![l, f];
+        v.sort_unstable();
+        v
+    });
+    wait("the voters that stay leave the joint configuration", || {
+        [l, f].iter().all(|&i| {
+            let v = status(&h(i)).voters;
+            !v.contains(&r) && v.len() == 2
+        })
+    });
+}

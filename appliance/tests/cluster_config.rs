@@ -154,14 +154,15 @@ fn cluster_status_reports_the_single_nodes_raft_state() {
     let mut n = start_node(tmp.path(), 3, &tables);
 
     let c = cluster(&n);
-    // Exactly the fields the issue names, and only those.
+    // The fields the issue names, and each node's destage progress and
+    // queue (session 45), and only those.
     let sorted_keys = |v: &serde_json::Value| {
         let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
         k.sort();
         k
     };
     assert_eq!(sorted_keys(&c), ["leader", "nodes", "term", "voters"], "{c}");
-    assert_eq!(sorted_keys(&c["nodes"][0]), ["addr", "applied", "healthy", "id"], "{c}");
+    assert_eq!(sorted_keys(&c["nodes"][0]), ["addr", "applied", "destage_queue", "destaged_upto", "healthy", "id"], "{c}");
     assert_eq!(c["leader"], 3, "{c}");
     assert_eq!(c["voters"], serde_json::json!([3]), "{c}");
     assert_eq!(c["nodes"].as_array().unwrap().len(), 1, "{c}");
@@ -195,8 +196,8 @@ fn cluster_status_reports_the_single_nodes_raft_state() {
     let text = n.ok(&["cluster", "status"]);
     assert!(text.starts_with(&format!("leader: 3\nterm:   {term}\nvoters: [3]\n\n")), "{text}");
     let rows: Vec<Vec<&str>> = text.lines().skip(4).map(|l| l.split_whitespace().collect()).collect();
-    assert_eq!(rows[0], ["ID", "ADDRESS", "ROLE", "APPLIED", "HEALTHY"], "{text}");
-    assert_eq!(rows[1], ["3", "127.0.0.13:7446", "leader", &a.to_string(), "yes"], "{text}");
+    assert_eq!(rows[0], ["ID", "ADDRESS", "ROLE", "APPLIED", "TO", "DESTAGE", "HEALTHY"], "{text}");
+    assert_eq!(rows[1], ["3", "127.0.0.13:7446", "leader", &a.to_string(), "0", "yes"], "{text}");
 
     // A restart: the node campaigns again, in a new term, and applies that
     // term's empty entry; everything applied before is still applied.
@@ -244,7 +245,8 @@ fn cluster_status_of_a_node_without_peers_and_of_a_failed_store() {
     assert_eq!(o.status.code(), Some(7));
     let text = String::from_utf8_lossy(&o.stdout);
     let row: Vec<&str> = text.lines().last().unwrap().split_whitespace().collect();
-    assert_eq!((row[0], row[1], row[4]), ("1", "0.0.0.0:7446", "no"), "{text}");
+    assert_eq!((row[0], row[1], row[5]), ("1", "0.0.0.0:7446", "no"), "{text}");
+    assert!(row[4].parse::<u64>().is_ok(), "TO DESTAGE: {text}");
 }
 
 #[test]

@@ -1061,6 +1061,12 @@ pub struct Stats {
     /// got the retry answer).
     #[serde(default)]
     pub raft_overloaded: u64,
+    /// Changes naming write cache extents this node refused as the raft
+    /// leader because the voters holding them were not a majority of each
+    /// voter set of its configuration (a membership change came between
+    /// the copies and the proposal; the batch ran again).
+    #[serde(default)]
+    pub raft_not_held: u64,
     /// Read-only batches a single node answered on the protocol executor
     /// from RocksDB's memory (no trip to the metadata thread), and those
     /// that needed the disk and went there.

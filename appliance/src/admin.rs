@@ -1254,6 +1254,7 @@ impl Admin {
             lazy_groups: ld(&c.lazy_groups),
             wal_syncs: ld(&c.wal_syncs),
             raft_overloaded: ld(&c.overloaded),
+            raft_not_held: ld(&c.not_held),
             metadata_reads_here: ld(&c.reads_here),
             metadata_reads_from_disk: ld(&c.reads_from_disk),
             read_cache_hits: ld(&d.read_cache_hits),

@@ -75,7 +75,8 @@ impl EngineError {
                 StoreError::NotLeader { .. }
                 | StoreError::Superseded { .. }
                 | StoreError::ReadUnconfirmed { .. }
-                | StoreError::Overloaded { .. },
+                | StoreError::Overloaded { .. }
+                | StoreError::NotHeld { .. },
             ) => duet_fs::FsError::Unavailable,
             _ => duet_fs::FsError::Io,
         }
@@ -313,10 +314,14 @@ impl EngineHandle {
                             // another entry in a new term: not applied either.
                             // ReadUnconfirmed: a read whose read index no
                             // quorum confirmed (this node may be deposed).
+                            // NotHeld: a membership change came between
+                            // the copies and the proposal (nothing
+                            // proposed): run again against the new one.
                             Some(Err(EngineError::Store(
                                 StoreError::NotLeader { .. }
                                 | StoreError::Superseded { .. }
-                                | StoreError::ReadUnconfirmed { .. },
+                                | StoreError::ReadUnconfirmed { .. }
+                                | StoreError::NotHeld { .. },
                             ))) => {}
                             Some(r) => return r,
                         }
@@ -501,7 +506,7 @@ pub async fn start(
     // Multi-node: the write log in several copies (replica.rs). A single
     // node has no link and sends nothing.
     if let Some(link) = replica {
-        let r = crate::replica::Replica::new(&link);
+        let r = crate::replica::Replica::new(&link, store.clone());
         data.set_replica(r.clone());
         glommio::spawn_local(r.serve(data.clone(), link.inbound.clone())).detach();
     }
@@ -653,7 +658,10 @@ impl Engine {
             // Overloaded: not proposed; the follower retries until its
             // leader wait runs out, then answers the retry answer.
             Err(EngineError::Store(
-                StoreError::Superseded { .. } | StoreError::ReadUnconfirmed { .. } | StoreError::Overloaded { .. },
+                StoreError::Superseded { .. }
+                | StoreError::ReadUnconfirmed { .. }
+                | StoreError::Overloaded { .. }
+                | StoreError::NotHeld { .. },
             )) => ForwardOutcome::NotLeader { leader: None },
             Err(e) => ForwardOutcome::Failed(e.to_string()),
         }
@@ -796,17 +804,27 @@ impl Engine {
             }
         }
         // Architecture Invariant: an extent is durable on a majority of
-        // the voters (this node counted) before the entry naming it is
-        // proposed.
+        // each voter set of the configuration (both halves of a joint
+        // one; this node counted) before the entry naming it is proposed.
+        // The store checks the holders against the configuration the
+        // proposal meets (a membership change may have come since).
+        let mut holders = None;
         if let Some(r) = self.data.replica() {
             if !logged.is_empty() {
-                if let Err(e) = r.wait_majority(&logged).await {
-                    self.data.forget(&logged);
-                    return Err(e.into());
+                match r.wait_majority(&logged).await {
+                    Ok(h) => holders = Some(h),
+                    Err(e) => {
+                        self.data.forget(&logged);
+                        return Err(e.into());
+                    }
                 }
             }
         }
-        let outcome = match self.store.batch(batch).await {
+        let committed = match holders {
+            Some(h) => self.store.batch_held(batch, h).await,
+            None => self.store.batch(batch).await,
+        };
+        let outcome = match committed {
             Ok(o) => o,
             Err(e) => {
                 self.data.forget(&logged);

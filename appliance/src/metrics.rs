@@ -325,6 +325,12 @@ pub fn render(stats: &Stats, gauges: &Gauges, latency: &Latency) -> String {
     counter(&mut reg, "lazy_groups", "Metadata groups answered before they were durable (protocol shares)", stats.lazy_groups);
     counter(&mut reg, "wal_syncs", "Metadata WAL syncs that made lazy groups durable", stats.wal_syncs);
     counter(&mut reg, "raft_overloaded", "Changes refused by the raft leader at its uncommitted bound ([cluster] uncommitted_mib)", stats.raft_overloaded);
+    counter(
+        &mut reg,
+        "raft_not_held",
+        "Changes naming write cache extents not proposed: their holders were not a majority of each voter set",
+        stats.raft_not_held,
+    );
     counter(&mut reg, "metadata_reads_here", "Read-only batches a single node answered on the protocol executor from RocksDB's memory", stats.metadata_reads_here);
     counter(&mut reg, "metadata_reads_from_disk", "Read-only batches that needed RocksDB's disk and went to the metadata thread", stats.metadata_reads_from_disk);
     counter(&mut reg, "read_cache_hits", "Chunk blocks read from the read cache", stats.read_cache_hits);

@@ -173,10 +173,12 @@ pub struct Replica {
     inbound_bytes: Arc<AtomicU64>,
     pub counters: Arc<ReplicaCounters>,
     health: Arc<crate::peers::PeerHealth>,
+    /// The store: raft's voter sets (`StoreHandle::voter_halves`).
+    store: duet_cluster_store::StoreHandle,
 }
 
 impl Replica {
-    pub fn new(link: &ReplicaLink) -> Rc<Replica> {
+    pub fn new(link: &ReplicaLink, store: duet_cluster_store::StoreHandle) -> Rc<Replica> {
         tracing::info!(
             "write cache replication: replica_push_mib = {}, replica_workers = {}",
             link.push_max >> 20,
@@ -194,6 +196,7 @@ impl Replica {
             inbound_bytes: link.inbound_bytes.clone(),
             counters: link.counters.clone(),
             health: link.health.clone(),
+            store,
         })
     }
 
@@ -207,6 +210,21 @@ impl Replica {
     /// the transport has now (membership changes add and remove peers).
     fn needed(&self) -> usize {
         acks_needed(self.sender.peers().len() + 1)
+    }
+
+    /// Whether this node and the voters in `acked` hold a majority of
+    /// every voter set of raft's configuration (both halves of a joint
+    /// one, and a change not yet applied: `StoreHandle::voter_halves`);
+    /// before the store published them, a majority of the transport's
+    /// peers and this node.
+    fn held(&self, acked: &BTreeSet<u64>) -> bool {
+        let halves = self.store.voter_halves();
+        if halves.is_empty() {
+            return acked.len() >= self.needed();
+        }
+        let mut holders = acked.clone();
+        holders.insert(self.store.node_id());
+        duet_cluster::raft_node::held_by_majorities(&holders, &halves)
     }
 
     /// Sends `extent` to every other voter (those within their bound of
@@ -252,10 +270,13 @@ impl Replica {
         self.waits.borrow_mut().insert(extent, PushWait { len, sent, acked: BTreeSet::new(), done, rx });
     }
 
-    /// Waits until a majority (this node counted) holds every one of
-    /// `extents` durably, at most [`PUSH_WAIT`] in all. The extents are
-    /// no longer waited for afterwards, whatever the outcome.
-    pub async fn wait_majority(&self, extents: &[ExtentId]) -> io::Result<()> {
+    /// Waits until a majority (this node counted) of every voter set of
+    /// raft's configuration holds every one of `extents` durably, at most
+    /// [`PUSH_WAIT`] in all; the voters that hold them all (this node
+    /// included), for the store to check against the configuration the
+    /// proposal meets (`StoreHandle::batch_held`). The extents are no
+    /// longer waited for afterwards, whatever the outcome.
+    pub async fn wait_majority(&self, extents: &[ExtentId]) -> io::Result<BTreeSet<u64>> {
         let started = Instant::now();
         let deadline = started + PUSH_WAIT;
         let mut result = Ok(());
@@ -263,7 +284,7 @@ impl Replica {
             let rx = {
                 let waits = self.waits.borrow();
                 match waits.get(e) {
-                    Some(w) if w.acked.len() >= self.needed() => continue,
+                    Some(w) if self.held(&w.acked) => continue,
                     Some(w) => w.rx.clone(),
                     None => continue,
                 }
@@ -275,8 +296,9 @@ impl Replica {
             })
             .await;
             if !got {
-                let acked = self.waits.borrow().get(e).map(|w| w.acked.len()).unwrap_or(0);
-                if acked < self.needed() {
+                let (acked, held) =
+                    self.waits.borrow().get(e).map(|w| (w.acked.len(), self.held(&w.acked))).unwrap_or((0, false));
+                if !held {
                     self.counters.majority_timeouts.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         origin = e.origin,
@@ -288,19 +310,35 @@ impl Replica {
                     result = Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         format!(
-                            "write data not durable on a majority within {PUSH_WAIT:?} ({acked} of {} other voters acknowledged)",
-                            self.needed()
+                            "write data not durable on a majority within {PUSH_WAIT:?} ({acked} of {} other voters acknowledged; voter sets {:?})",
+                            self.needed(),
+                            self.store.voter_halves()
                         ),
                     ));
                     break;
                 }
             }
         }
+        // The voters holding every extent: this node and those that
+        // acknowledged them all.
+        let mut holders: Option<BTreeSet<u64>> = None;
+        {
+            let waits = self.waits.borrow();
+            for e in extents {
+                let acked = waits.get(e).map(|w| w.acked.clone()).unwrap_or_default();
+                holders = Some(match holders {
+                    None => acked,
+                    Some(h) => h.intersection(&acked).copied().collect(),
+                });
+            }
+        }
+        let mut holders = holders.unwrap_or_default();
+        holders.insert(self.store.node_id());
         self.finish(extents);
         if !extents.is_empty() {
             self.counters.majority_wait.observe(started.elapsed().as_secs_f64());
         }
-        result
+        result.map(|()| holders)
     }
 
     /// Stops waiting for `extents`: the bytes sent and not acknowledged
@@ -329,7 +367,7 @@ impl Replica {
         if let Some(u) = self.unacked.borrow_mut().get_mut(&from) {
             *u = u.saturating_sub(w.len);
         }
-        if w.acked.len() >= self.needed() {
+        if self.held(&w.acked) {
             let _ = w.done.try_send(());
         }
     }

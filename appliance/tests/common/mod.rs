@@ -115,6 +115,33 @@ impl Daemon {
     /// `tls = "on"` among them, `admin` is an `https://` address (duetctl
     /// then trusts the data directory's admin-tls/ca.pem).
     pub fn start_admin(dir: &Path, top: &str, admin_extra: &str, smb_extra: &str, nfs_extra: &str) -> Daemon {
+        let data = dir.join("data");
+        // `free_port` releases the port it found: another process may take
+        // it before duetd binds it. A start on a fresh data directory that
+        // fails so is tried again on other ports (the directory emptied).
+        let fresh = !data.exists();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut d = Daemon::spawn_admin(dir, top, admin_extra, smb_extra, nfs_extra);
+            match d.try_wait_serving(0) {
+                Ok(()) => {
+                    d.wait_listening();
+                    return d;
+                }
+                Err(_) if fresh && attempt < 4 && !d.alive() && d.log_text().contains("Address already in use") => {
+                    eprintln!("test daemon: a port was taken before duetd bound it; starting again on others");
+                    let _ = std::fs::remove_dir_all(&data);
+                    let _ = std::fs::remove_file(&d.log);
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+    }
+
+    /// One try of [`Daemon::start_admin`]: a configuration on fresh ports,
+    /// duetd spawned (its first start).
+    fn spawn_admin(dir: &Path, top: &str, admin_extra: &str, smb_extra: &str, nfs_extra: &str) -> Daemon {
         let (admin_port, smb_port, nfs_port) = (free_port(), free_port(), free_port());
         let data = dir.join("data");
         let config = dir.join("duetd.toml");
@@ -131,7 +158,7 @@ impl Daemon {
         .unwrap();
         let child = spawn(&config, &log, true);
         let scheme = if admin_extra.contains("tls = \"on\"") { "https://" } else { "" };
-        let mut d = Daemon {
+        Daemon {
             child,
             admin: format!("{scheme}127.0.0.1:{admin_port}"),
             smb_port,
@@ -140,10 +167,7 @@ impl Daemon {
             log,
             config,
             clients: true,
-        };
-        d.wait_serving(0);
-        d.wait_listening();
-        d
+        }
     }
 
     /// SIGTERM, wait for the exit, start again on the same ports and data.
@@ -182,20 +206,24 @@ impl Daemon {
     /// `before` times. A connect alone can be fooled: a loopback connect to
     /// a free ephemeral port may connect to itself (TCP simultaneous open).
     fn wait_serving(&mut self, before: usize) {
+        if let Err(why) = self.try_wait_serving(before) {
+            panic!("{why}");
+        }
+    }
+
+    /// As [`Daemon::wait_serving`]; what went wrong, with the log.
+    fn try_wait_serving(&mut self, before: usize) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while self.serving_count() <= before {
-            assert!(
-                self.alive(),
-                "duetd exited while starting; log:\n{}",
-                self.log_text()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "duetd did not start serving in 60 s; log:\n{}",
-                self.log_text()
-            );
+            if !self.alive() {
+                return Err(format!("duetd exited while starting; log:\n{}", self.log_text()));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("duetd did not start serving in 60 s; log:\n{}", self.log_text()));
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(())
     }
 
     /// A node of a multi-node cluster: `config_text` is the whole

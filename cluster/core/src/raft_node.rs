@@ -45,6 +45,9 @@ pub struct RaftNode {
     outbox: Vec<Message>,
     /// Applied entries kept in memory after they are applied.
     retain: u64,
+    /// Membership changes applied since this node was built (part of
+    /// [`RaftNode::halves_key`]).
+    confs_applied: u64,
 }
 
 /// Where a proposal's entry went: its term and index. Only the entry
@@ -235,7 +238,7 @@ impl RaftNode {
             ..Default::default()
         };
         let raw = RawNode::new(&cfg, storage, &discard_logger())?;
-        Ok(RaftNode { raw, outbox: Vec::new(), retain: LOG_RETAIN_MULTI })
+        Ok(RaftNode { raw, outbox: Vec::new(), retain: LOG_RETAIN_MULTI, confs_applied: 0 })
     }
 
     /// Turns on the election guards a group of real processes needs: a
@@ -324,6 +327,7 @@ impl RaftNode {
     /// configuration it leads to (joint after an explicit enter).
     pub fn apply_conf_change(&mut self, cc: &ConfChangeV2) -> Result<ConfState, raft::Error> {
         let cs = self.raw.apply_conf_change(cc)?;
+        self.confs_applied += 1;
         // The storage's configuration is what snapshots carry.
         self.raw.mut_store().wl().set_conf_state(cs.clone());
         Ok(cs)
@@ -332,6 +336,88 @@ impl RaftNode {
     /// The configuration raft is in.
     pub fn conf_state(&self) -> ConfState {
         self.raw.raft.prs().conf().to_conf_state()
+    }
+
+    /// The voter sets a majority of each of which must hold a write
+    /// cache extent before an entry naming it is proposed now: both
+    /// halves of the configuration raft is in, and the halves of every
+    /// configuration a membership change in the log and not yet applied
+    /// leads to (raft-rs applies a change when it commits: an entry
+    /// proposed after a pending change may commit, and be destaged, under
+    /// the configuration that change makes). Ascending ids, no duplicates.
+    ///
+    /// A change the log holds but this node cannot decode is counted as
+    /// one that may remove anybody: the set of every known voter is
+    /// replaced by each voter alone (nothing proposed then satisfies all).
+    pub fn voter_halves(&self) -> Vec<Vec<u64>> {
+        let cs = self.conf_state();
+        let mut incoming: Vec<u64> = cs.get_voters().to_vec();
+        let mut outgoing: Vec<u64> = cs.get_voters_outgoing().to_vec();
+        let mut halves: Vec<Vec<u64>> = Vec::new();
+        let note = |h: &[u64], halves: &mut Vec<Vec<u64>>| {
+            if !h.is_empty() {
+                let mut h = h.to_vec();
+                h.sort_unstable();
+                h.dedup();
+                if !halves.contains(&h) {
+                    halves.push(h);
+                }
+            }
+        };
+        note(&incoming, &mut halves);
+        note(&outgoing, &mut halves);
+        if !self.has_pending_conf() {
+            return halves;
+        }
+        let r = &self.raw.raft;
+        let (from, to) = (r.raft_log.applied + 1, r.pending_conf_index.min(r.raft_log.last_index()));
+        let entries = if from <= to {
+            r.raft_log
+                .slice(from, to + 1, None, raft::GetEntriesContext::empty(false))
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        use protobuf::Message as _;
+        for e in entries.iter().filter(|e| e.get_entry_type() == raft::eraftpb::EntryType::EntryConfChangeV2) {
+            let Ok(cc) = ConfChangeV2::parse_from_bytes(e.get_data()) else {
+                // Undecodable: assume it may leave any one voter alone.
+                let all: Vec<u64> = incoming.iter().chain(outgoing.iter()).copied().collect();
+                for v in all {
+                    note(&[v], &mut halves);
+                }
+                continue;
+            };
+            if cc.get_changes().is_empty() {
+                // The leave of a joint configuration.
+                outgoing.clear();
+            } else {
+                outgoing = incoming.clone();
+                for c in cc.get_changes() {
+                    match c.get_change_type() {
+                        ConfChangeType::AddNode => {
+                            if !incoming.contains(&c.node_id) {
+                                incoming.push(c.node_id);
+                            }
+                        }
+                        ConfChangeType::RemoveNode | ConfChangeType::AddLearnerNode => incoming.retain(|&v| v != c.node_id),
+                    }
+                }
+            }
+            note(&incoming, &mut halves);
+            note(&outgoing, &mut halves);
+        }
+        halves
+    }
+
+    /// Changes whenever [`RaftNode::voter_halves`] may answer otherwise
+    /// (a change applied, proposed, or a new leader's pending window, and
+    /// the applied index while a change is pending): a caller that
+    /// publishes the halves recomputes them only then.
+    pub fn halves_key(&self) -> (u64, u64, u64) {
+        let r = &self.raw.raft;
+        let applied = if self.has_pending_conf() { r.raft_log.applied } else { 0 };
+        (self.confs_applied, r.pending_conf_index, applied)
     }
 
     /// Whether the configuration is joint (a change entered, not left).
@@ -473,9 +559,39 @@ impl RaftNode {
     }
 }
 
+/// Whether `holders` (the voters holding a write cache extent durably,
+/// the taking node included) hold a majority of every voter set in
+/// `halves` ([`RaftNode::voter_halves`]). Counting acknowledgements over
+/// the union of a joint configuration's halves is not enough: while a
+/// removal is joint, the leaving voter's copy could make the count, and
+/// once it is gone one voter that stays may hold the write alone.
+pub fn held_by_majorities(holders: &std::collections::BTreeSet<u64>, halves: &[Vec<u64>]) -> bool {
+    halves.iter().all(|h| h.iter().filter(|v| holders.contains(v)).count() > h.len() / 2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_joint_removal_needs_a_majority_of_each_half() {
+        let set = |v: &[u64]| v.iter().copied().collect::<std::collections::BTreeSet<u64>>();
+        let joint = [vec![1, 2], vec![1, 2, 3]];
+        // 1 (taking) and 3 (leaving) are 2 of the 3 voters of the union,
+        // but 1 alone of the two that stay.
+        assert!(!held_by_majorities(&set(&[1, 3]), &joint));
+        assert!(held_by_majorities(&set(&[1, 2]), &joint));
+        assert!(held_by_majorities(&set(&[1, 2, 3]), &joint));
+        // Not joint: one majority.
+        assert!(held_by_majorities(&set(&[1, 3]), &[vec![1, 2, 3]]));
+        // An add: 3 of the 4.
+        let add = [vec![1, 2, 3], vec![1, 2, 3, 4]];
+        assert!(!held_by_majorities(&set(&[1, 2]), &add));
+        assert!(held_by_majorities(&set(&[1, 2, 4]), &add));
+        // A single voter.
+        assert!(held_by_majorities(&set(&[1]), &[vec![1]]));
+        assert!(!held_by_majorities(&set(&[2]), &[vec![1]]));
+    }
 
     fn drive(node: &mut RaftNode) -> Vec<Entry> {
         let mut out = Vec::new();
@@ -509,6 +625,33 @@ mod tests {
                 nodes[to].step(m).unwrap();
             }
         }
+    }
+
+    /// The halves a write must be held by count a change proposed and
+    /// not yet applied, and stay those of the joint configuration once it
+    /// applies.
+    #[test]
+    fn voter_halves_count_a_pending_change() {
+        let mut n = RaftNode::single(1, Recovered::default()).unwrap();
+        let last = drive(&mut n).last().map(|e| e.index).unwrap_or(0);
+        n.applied(last);
+        assert!(n.is_leader());
+        assert_eq!(n.voter_halves(), vec![vec![1]]);
+        let mut cc = ConfChangeV2::default();
+        cc.set_transition(ConfChangeTransition::Explicit);
+        let mut add = ConfChangeSingle::default();
+        add.set_change_type(ConfChangeType::AddNode);
+        add.node_id = 2;
+        cc.set_changes(vec![add].into());
+        let at = n.propose_conf_change(b"t".to_vec(), cc.clone()).unwrap();
+        assert!(n.has_pending_conf());
+        assert_eq!(n.voter_halves(), vec![vec![1], vec![1, 2]]);
+        // Committed (the one voter) and applied: joint, nothing pending.
+        drive(&mut n);
+        n.apply_conf_change(&cc).unwrap();
+        n.applied(at.index);
+        assert!(!n.has_pending_conf());
+        assert_eq!(n.voter_halves(), vec![vec![1, 2], vec![1]]);
     }
 
     #[test]

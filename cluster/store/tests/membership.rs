@@ -214,6 +214,8 @@ fn a_fourth_node_is_added_then_removed() {
 /// the leader's own progress and the other voter's reported progress
 /// (`StoreHandle::peer_destaged`, from its status frames) must both
 /// reach the last record queued when the leader first tried to leave.
+/// Meanwhile a write whose data the leader and the voter leaving hold is
+/// not proposed (not a majority of the voters that stay).
 #[test]
 fn a_removal_waits_for_the_voters_that_stay_to_destage() {
     let tmp = tempfile::tempdir().unwrap();
@@ -260,6 +262,23 @@ fn a_removal_waits_for_the_voters_that_stay_to_destage() {
         assert!(v.contains(&r), "{what}: the joint configuration was left: {v:?}");
     };
     stays_joint("nothing destaged");
+    // While joint, a write's holders must be a majority of each half
+    // (`propose_held`): the leader and the voter leaving are two of the
+    // three voters, but one of the two that stay.
+    let mut stay = vec![l, f];
+    stay.sort_unstable();
+    assert_eq!(h(l).voter_halves(), vec![stay.clone(), vec![1, 2, 3]]);
+    match h(l).batch_held_blocking(mkdir("held-by-the-leaver"), [l, r].into()) {
+        Err(StoreError::NotHeld { holders, halves }) => {
+            assert_eq!(halves, vec![stay.clone(), vec![1, 2, 3]]);
+            let mut want = vec![l, r];
+            want.sort_unstable();
+            assert_eq!(holders, want);
+        }
+        other => panic!("held by the leader and the voter leaving: {other:?}"),
+    }
+    h(l).batch_held_blocking(mkdir("held-by-the-stayers"), [l, f].into()).expect("held by the voters that stay");
+    assert_eq!(h(l).counters().not_held.load(Ordering::Relaxed), 1);
     // The leader destaged, the other voter that stays reports less.
     h(l).destaged_blocking(upto, vec![]).unwrap();
     h(l).peer_destaged(f, upto - 1);

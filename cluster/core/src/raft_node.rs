@@ -48,6 +48,12 @@ pub struct RaftNode {
     /// Membership changes applied since this node was built (part of
     /// [`RaftNode::halves_key`]).
     confs_applied: u64,
+    /// The membership changes in the log above the applied index, by
+    /// index (None: one this node cannot decode), noted as entries reach
+    /// the log (at start, from [`RaftNode::ready`], and at
+    /// [`RaftNode::propose_conf_change`]) and dropped once applied: what
+    /// [`RaftNode::voter_halves`] reads, without going through the log.
+    unapplied_confs: std::collections::BTreeMap<u64, Option<ConfChangeV2>>,
 }
 
 /// Where a proposal's entry went: its term and index. Only the entry
@@ -214,7 +220,7 @@ impl RaftNode {
             if !rec.entries.is_empty() {
                 w.append(&rec.entries)?;
             }
-            if let Some(hs) = rec.hard_state {
+            if let Some(hs) = rec.hard_state.clone() {
                 let mut hs = hs;
                 hs.commit = hs.commit.max(rec.applied_index);
                 if hs.term < rec.applied_term {
@@ -238,7 +244,10 @@ impl RaftNode {
             ..Default::default()
         };
         let raw = RawNode::new(&cfg, storage, &discard_logger())?;
-        Ok(RaftNode { raw, outbox: Vec::new(), retain: LOG_RETAIN_MULTI, confs_applied: 0 })
+        let mut node =
+            RaftNode { raw, outbox: Vec::new(), retain: LOG_RETAIN_MULTI, confs_applied: 0, unapplied_confs: Default::default() };
+        node.note_entries(&rec.entries);
+        Ok(node)
     }
 
     /// Turns on the election guards a group of real processes needs: a
@@ -309,11 +318,12 @@ impl RaftNode {
             return Err(raft::Error::ProposalDropped);
         }
         let before = self.last_index();
-        self.raw.propose_conf_change(context, cc)?;
+        self.raw.propose_conf_change(context, cc.clone())?;
         let index = self.last_index();
         if index != before + 1 || self.raw.raft.pending_conf_index != index {
             return Err(raft::Error::ProposalDropped);
         }
+        self.unapplied_confs.insert(index, Some(cc));
         let term = self.raw.raft.raft_log.term(index)?;
         Ok(Proposed { term, index })
     }
@@ -345,6 +355,8 @@ impl RaftNode {
     /// leads to (raft-rs applies a change when it commits: an entry
     /// proposed after a pending change may commit, and be destaged, under
     /// the configuration that change makes). Ascending ids, no duplicates.
+    /// The changes come from what this node noted as they reached its log
+    /// (no entry is read back: cheap whatever the log's length).
     ///
     /// A change the log holds but this node cannot decode is counted as
     /// one that may remove anybody: the set of every known voter is
@@ -366,21 +378,9 @@ impl RaftNode {
         };
         note(&incoming, &mut halves);
         note(&outgoing, &mut halves);
-        if !self.has_pending_conf() {
-            return halves;
-        }
-        let r = &self.raw.raft;
-        let (from, to) = (r.raft_log.applied + 1, r.pending_conf_index.min(r.raft_log.last_index()));
-        let entries = if from <= to {
-            r.raft_log
-                .slice(from, to + 1, None, raft::GetEntriesContext::empty(false))
-                .unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        use protobuf::Message as _;
-        for e in entries.iter().filter(|e| e.get_entry_type() == raft::eraftpb::EntryType::EntryConfChangeV2) {
-            let Ok(cc) = ConfChangeV2::parse_from_bytes(e.get_data()) else {
+        let applied = self.raw.raft.raft_log.applied;
+        for cc in self.unapplied_confs.range(applied + 1..).map(|(_, cc)| cc) {
+            let Some(cc) = cc else {
                 // Undecodable: assume it may leave any one voter alone.
                 let all: Vec<u64> = incoming.iter().chain(outgoing.iter()).copied().collect();
                 for v in all {
@@ -414,10 +414,21 @@ impl RaftNode {
     /// (a change applied, proposed, or a new leader's pending window, and
     /// the applied index while a change is pending): a caller that
     /// publishes the halves recomputes them only then.
-    pub fn halves_key(&self) -> (u64, u64, u64) {
+    pub fn halves_key(&self) -> (u64, u64, u64, usize) {
         let r = &self.raw.raft;
         let applied = if self.has_pending_conf() { r.raft_log.applied } else { 0 };
-        (self.confs_applied, r.pending_conf_index, applied)
+        (self.confs_applied, r.pending_conf_index, applied, self.unapplied_confs.len())
+    }
+
+    /// Notes the membership changes among `entries` (about to be in the
+    /// log, replacing any from their first index on).
+    fn note_entries(&mut self, entries: &[Entry]) {
+        let Some(first) = entries.first() else { return };
+        self.unapplied_confs.split_off(&first.index);
+        use protobuf::Message as _;
+        for e in entries.iter().filter(|e| e.get_entry_type() == raft::eraftpb::EntryType::EntryConfChangeV2) {
+            self.unapplied_confs.insert(e.index, ConfChangeV2::parse_from_bytes(e.get_data()).ok());
+        }
     }
 
     /// Whether the configuration is joint (a change entered, not left).
@@ -515,6 +526,7 @@ impl RaftNode {
         let persisted_messages = ready.take_persisted_messages();
         let committed = ready.take_committed_entries();
         let entries = ready.entries().clone();
+        self.note_entries(&entries);
         let hard_state = ready.hs().cloned();
         let snapshot = if ready.snapshot().is_empty() { None } else { Some(ready.snapshot().clone()) };
         let read_states = ready.take_read_states().into_iter().map(|r| (r.request_ctx, r.index)).collect();
@@ -550,6 +562,7 @@ impl RaftNode {
     /// multi-voter group keeps the last [`LOG_RETAIN_MULTI`] for followers).
     pub fn applied(&mut self, index: u64) {
         self.raw.advance_apply_to(index);
+        self.unapplied_confs = self.unapplied_confs.split_off(&(index + 1));
         let upto = index.saturating_sub(self.retain);
         if upto == 0 {
             return;

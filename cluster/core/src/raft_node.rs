@@ -45,9 +45,6 @@ pub struct RaftNode {
     outbox: Vec<Message>,
     /// Applied entries kept in memory after they are applied.
     retain: u64,
-    /// Membership changes applied since this node was built (part of
-    /// [`RaftNode::halves_key`]).
-    confs_applied: u64,
     /// The membership changes in the log above the applied index, by
     /// index (None: one this node cannot decode), noted as entries reach
     /// the log (at start, from [`RaftNode::ready`], and at
@@ -220,7 +217,7 @@ impl RaftNode {
             if !rec.entries.is_empty() {
                 w.append(&rec.entries)?;
             }
-            if let Some(hs) = rec.hard_state.clone() {
+            if let Some(hs) = rec.hard_state {
                 let mut hs = hs;
                 hs.commit = hs.commit.max(rec.applied_index);
                 if hs.term < rec.applied_term {
@@ -245,7 +242,7 @@ impl RaftNode {
         };
         let raw = RawNode::new(&cfg, storage, &discard_logger())?;
         let mut node =
-            RaftNode { raw, outbox: Vec::new(), retain: LOG_RETAIN_MULTI, confs_applied: 0, unapplied_confs: Default::default() };
+            RaftNode { raw, outbox: Vec::new(), retain: LOG_RETAIN_MULTI, unapplied_confs: Default::default() };
         node.note_entries(&rec.entries);
         Ok(node)
     }
@@ -337,7 +334,6 @@ impl RaftNode {
     /// configuration it leads to (joint after an explicit enter).
     pub fn apply_conf_change(&mut self, cc: &ConfChangeV2) -> Result<ConfState, raft::Error> {
         let cs = self.raw.apply_conf_change(cc)?;
-        self.confs_applied += 1;
         // The storage's configuration is what snapshots carry.
         self.raw.mut_store().wl().set_conf_state(cs.clone());
         Ok(cs)
@@ -408,16 +404,6 @@ impl RaftNode {
             note(&outgoing, &mut halves);
         }
         halves
-    }
-
-    /// Changes whenever [`RaftNode::voter_halves`] may answer otherwise
-    /// (a change applied, proposed, or a new leader's pending window, and
-    /// the applied index while a change is pending): a caller that
-    /// publishes the halves recomputes them only then.
-    pub fn halves_key(&self) -> (u64, u64, u64, usize) {
-        let r = &self.raw.raft;
-        let applied = if self.has_pending_conf() { r.raft_log.applied } else { 0 };
-        (self.confs_applied, r.pending_conf_index, applied, self.unapplied_confs.len())
     }
 
     /// Notes the membership changes among `entries` (about to be in the

@@ -166,7 +166,7 @@ PY
   echo "duetctl ${vc[*]} --latency $LATENCY"
   echo '```'
   echo
-  echo "Every file written is read back and compared (column *verified*)."
+  echo "Every file written is read back and compared (column *verified*). Before each target the bench writes back the machine's dirty pages (\`sync\`): the peers answer writes from the page cache, and their writeback would otherwise land in the next target's run."
   echo "SMB chains go as one related compound (CREATE+WRITE+CLOSE, CREATE+QUERY_INFO+CLOSE, CREATE+READ+CLOSE, CREATE(delete-on-close)+CLOSE), NFSv4.1 chains as one COMPOUND; both sides get the same requests."
   echo "Ratios compare ops/s (MB/s for seq-*) of the duet target with the peer of the same protocol."
   echo

@@ -77,25 +77,13 @@ fn stat(d: &Daemon, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("stats has no {key}: {v}"))
 }
 
-/// Free bytes of the volume holding `dir` (statvfs f_bavail).
-fn free_bytes(dir: &Path) -> u64 {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-    // SAFETY: statvfs with a NUL-terminated path and a local out struct.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        assert_eq!(libc::statvfs(c.as_ptr(), &mut st), 0, "statvfs {}", dir.display());
-        st.f_bavail as u64 * st.f_frsize as u64
-    }
-}
-
 /// Waits until nothing is queued for the destager and the volume's free
 /// space has not moved for 2 s.
 fn settle(d: &Daemon, dir: &Path) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let (mut last, mut still) = (u64::MAX, 0);
     loop {
-        let free = free_bytes(dir);
+        let free = common::statvfs(dir).2;
         if stat(d, "destage_queue") == 0 && free == last {
             still += 1;
             if still == 4 {

@@ -87,6 +87,10 @@ pub struct BenchArgs {
     /// No progress and per-row lines on stderr
     #[arg(long)]
     pub quiet: bool,
+    /// Do not write back this machine's dirty pages (sync) before each
+    /// target: its figures then carry the writeback of whatever ran before
+    #[arg(long)]
+    pub no_flush: bool,
 }
 
 pub fn parse_size(s: &str) -> BResult<u64> {
@@ -139,6 +143,9 @@ pub fn bench_main(a: &BenchArgs, admin: Option<(&str, Credentials)>) -> BResult<
     for t in &targets {
         let via = net.as_ref().map(|n| n.via(t));
         if !o.workloads.is_empty() {
+            if !a.no_flush {
+                flush_dirty_pages(&t.name, a.quiet);
+            }
             if let Err(e) = in_netns(net.as_ref(), || rt::block_on(bench::run_target(&o, t, via.as_deref(), &mut rows))) {
                 eprintln!("duetctl bench: {}: {e}", t.name);
                 rows.push(Row {
@@ -162,6 +169,9 @@ pub fn bench_main(a: &BenchArgs, admin: Option<(&str, Credentials)>) -> BResult<
         let mut vc = Vec::new();
         for t in targets.iter().filter(|t| t.proto == Proto::Nfs4) {
             let via = net.as_ref().map(|n| n.via(t)).unwrap_or_else(|| t.addr());
+            if !a.no_flush {
+                flush_dirty_pages(&t.name, a.quiet);
+            }
             match in_netns(net.as_ref(), || rt::block_on(vcopy(t, &via, a.files, a.file_size, a.latency.unwrap_or(0), &mut rows, a.quiet))) {
                 Ok(v) => vc.push(v),
                 Err(e) => eprintln!("duetctl bench: vcopy {}: {e}", t.name),
@@ -793,6 +803,22 @@ async fn rm(a: &RmArgs) -> BResult<String> {
     }
     progress.finish();
     Ok(format!("removed {n} entries in {} COMPOUNDs\n", v.compounds))
+}
+
+/// Writes back every file system's dirty pages (sync(2)) before a
+/// target runs. The servers compared usually share this machine's disk,
+/// and one that answers writes from the page cache (the peers with their
+/// defaults) leaves its writeback to land in whatever runs next: a 1 GiB
+/// sequential write flushed in the middle of the next target's small-file
+/// creates. Each target starts with nothing of the others' left to write.
+fn flush_dirty_pages(next: &str, quiet: bool) {
+    let t = Instant::now();
+    // SAFETY: sync(2) takes no arguments and has no failure mode.
+    unsafe { libc::sync() };
+    let secs = t.elapsed().as_secs_f64();
+    if !quiet && secs >= 0.1 {
+        eprintln!("duetctl bench: {secs:.1} s writing back dirty pages before {next}");
+    }
 }
 
 #[cfg(test)]

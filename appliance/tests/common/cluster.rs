@@ -88,8 +88,25 @@ pub fn start_three(root: &Path, also_free_on: &[&str], spawn: impl Fn(&Path, u64
     let list: Vec<String> = hosts.iter().map(|(id, h)| format!("\"{id}@{h}:{port}\"")).collect();
     let peers = format!("[{}]", list.join(", "));
     let mut nodes: Vec<Node> = hosts.iter().map(|(id, h)| spawn(root, *id, h, port, &peers, &secret)).collect();
-    for n in nodes.iter_mut() {
-        n.d.wait_started(0);
+    for (i, (id, h)) in hosts.iter().enumerate() {
+        // `free_port` releases the port it found: another process may take
+        // it before duetd binds it. A node that exits so is started again
+        // on other client ports (its data directory is its own first
+        // start's: the same node starting again).
+        let mut attempt = 1;
+        loop {
+            match nodes[i].d.try_wait_serving(0) {
+                Ok(()) => break,
+                Err(_) if attempt < 4 && !nodes[i].d.alive() && nodes[i].d.log_text().contains("Address already in use") => {
+                    eprintln!("test cluster: a port of node {id} was taken before duetd bound it; starting it again on others");
+                    attempt += 1;
+                    let _ = std::fs::remove_file(&nodes[i].d.log);
+                    nodes[i] = spawn(root, *id, h, port, &peers, &secret);
+                }
+                Err(why) => panic!("node {id}: {why}"),
+            }
+        }
+        nodes[i].d.wait_listening();
     }
     for n in &nodes {
         wait_smb(n);

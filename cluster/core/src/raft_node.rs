@@ -51,6 +51,19 @@ pub struct RaftNode {
     /// [`RaftNode::propose_conf_change`]) and dropped once applied: what
     /// [`RaftNode::voter_halves`] reads, without going through the log.
     unapplied_confs: std::collections::BTreeMap<u64, Option<ConfChangeV2>>,
+    /// The rejoin guard ([`RaftNode::arm_rejoin_guard`]): Some while
+    /// armed, with the highest commit index a leader's append named.
+    rejoin: Option<u64>,
+    /// Vote and pre-vote requests the rejoin guard dropped.
+    withheld_votes: u64,
+    /// Heartbeats whose commit index was past this node's log.
+    lost_log_heartbeats: u64,
+    /// On a leader: followers that answered they lost their log.
+    lost_log_peers: u64,
+    /// While armed: the highest log position (last term, last index) and
+    /// the highest term each voter's vote or pre-vote requests named since
+    /// this start.
+    heard: std::collections::BTreeMap<u64, ((u64, u64), u64)>,
 }
 
 /// Where a proposal's entry went: its term and index. Only the entry
@@ -241,8 +254,17 @@ impl RaftNode {
             ..Default::default()
         };
         let raw = RawNode::new(&cfg, storage, &discard_logger())?;
-        let mut node =
-            RaftNode { raw, outbox: Vec::new(), retain: LOG_RETAIN_MULTI, unapplied_confs: Default::default() };
+        let mut node = RaftNode {
+            raw,
+            outbox: Vec::new(),
+            retain: LOG_RETAIN_MULTI,
+            unapplied_confs: Default::default(),
+            rejoin: None,
+            withheld_votes: 0,
+            lost_log_heartbeats: 0,
+            lost_log_peers: 0,
+            heard: Default::default(),
+        };
         node.note_entries(&rec.entries);
         Ok(node)
     }
@@ -492,9 +514,148 @@ impl RaftNode {
         self.raw.campaign()
     }
 
-    /// Hands a message from another voter to raft.
-    pub fn step(&mut self, m: Message) -> Result<(), raft::Error> {
-        self.raw.step(m)
+    /// Hands a message from another voter to raft. While the rejoin guard
+    /// is armed, a vote or pre-vote request from a candidate that has a
+    /// log is dropped unless this node holds every entry a leader told it
+    /// was committed ([`RaftNode::arm_rejoin_guard`]).
+    pub fn step(&mut self, mut m: Message) -> Result<(), raft::Error> {
+        let kind = m.get_msg_type();
+        let (from, to) = (m.from, m.to);
+        // A leader sends a heartbeat the commit index up to what this node
+        // acknowledged before. Past this log's end, this node lost its log
+        // (an emptied data directory rejoining under its id): raft-rs would
+        // abort the process (`commit_to` out of range). Its commit stays,
+        // the heartbeat still names the leader and term, and the answer is
+        // marked rejected, which the leader takes as "this follower has
+        // nothing of what it acknowledged" (below).
+        let lost_log = kind == RaftMessageType::MsgHeartbeat && m.commit > self.last_index();
+        if lost_log {
+            self.lost_log_heartbeats += 1;
+            m.commit = self.commit_index();
+        }
+        if kind == RaftMessageType::MsgHeartbeatResponse && m.reject && self.is_leader() {
+            // The follower lost its log: raft-rs never moves a follower's
+            // matched index back, so without this it would go on counting
+            // the entries as held there and never send them again. From
+            // nothing, probing (a lower matched index never lowers the
+            // commit index).
+            if let Some(pr) = self.raw.raft.mut_prs().get_mut(from) {
+                pr.matched = 0;
+                pr.become_probe();
+                self.lost_log_peers += 1;
+            }
+        }
+        if let Some(seen) = self.rejoin {
+            let vote = matches!(kind, RaftMessageType::MsgRequestVote | RaftMessageType::MsgRequestPreVote);
+            if vote && m.index > 0 && (self.last_index() == 0 || self.commit_index() < seen) {
+                let pos = (m.log_term, m.index);
+                // The sender's own term: a real request names it, a
+                // pre-vote the one after it. Only real votes are held to
+                // the term rule: failed pre-votes never raise a term, so
+                // holding them to it could stall every candidate at one.
+                let real = kind == RaftMessageType::MsgRequestVote;
+                let its_term = if real { m.term } else { m.term.saturating_sub(1) };
+                let e = self.heard.entry(from).or_insert((pos, its_term));
+                *e = (e.0.max(pos), e.1.max(its_term));
+                if !self.is_most_up_to_date(from, pos, real.then_some(m.term)) {
+                    self.withheld_votes += 1;
+                    return Ok(());
+                }
+            }
+        }
+        let leader_commit = (kind == RaftMessageType::MsgAppend).then_some(m.commit);
+        self.raw.step(m)?;
+        if lost_log {
+            if let Some(r) = self.raw.raft.msgs.iter_mut().rev().find(|r| {
+                r.get_msg_type() == RaftMessageType::MsgHeartbeatResponse && r.to == from && r.from == to
+            }) {
+                r.reject = true;
+            }
+        }
+        if let (Some(seen), Some(c)) = (self.rejoin, leader_commit) {
+            let seen = seen.max(c);
+            self.rejoin = Some(seen);
+            if seen > 0 && self.commit_index() >= seen {
+                self.rejoin = None;
+            }
+        }
+        if self.rejoin.is_some() && self.is_leader() {
+            // Only a group whose logs were all empty elects an armed node.
+            self.rejoin = None;
+        }
+        Ok(())
+    }
+
+    /// While armed: whether a candidate's log position `pos` (last term,
+    /// last index) is at least that of every other voter, and (a real
+    /// vote) its `term` above every term the others asked votes in, as
+    /// their own requests
+    /// since this start told it. Logs never lose committed entries, so
+    /// such a candidate holds every entry committed before this node lost
+    /// its state, whichever voters held it (Raft §5.4.3). And this node's
+    /// earlier life voted only in terms some other voter reached (the
+    /// candidate it voted for, or, for itself, a voter that granted it),
+    /// so a term above all of theirs is one it never voted in: no second
+    /// leader in a term (seed 12837 with `DUET_SIM_WIPE`, before the term
+    /// rule: the wiped leader of term 2 voted again in term 2 for a node
+    /// that had been cut off). A voter not heard (dead, cut off) may hold
+    /// an entry alone with this node's earlier life: no vote.
+    fn is_most_up_to_date(&self, candidate: u64, pos: (u64, u64), term: Option<u64>) -> bool {
+        let cs = self.conf_state();
+        let me = self.raw.raft.id;
+        cs.get_voters().iter().chain(cs.get_voters_outgoing()).filter(|&&v| v != me).all(|v| {
+            self.heard.get(v).is_some_and(|&(p, t)| pos >= p && (*v == candidate || term.is_none_or(|term| term > t)))
+        })
+    }
+
+    /// Arms the rejoin guard, for a member of a multi-voter group that
+    /// started with no raft state at all: it may be a voter whose disk was
+    /// lost or emptied, which forgot the votes it cast and the entries it
+    /// acknowledged (raft's safety rests on both being stable). Until it
+    /// holds every entry up to the highest commit index a leader's append
+    /// named, it votes (and pre-votes) for a candidate that has a log only
+    /// if that candidate's log is at least as up to date as every other
+    /// voter's, as their own requests since this start showed
+    /// ([`RaftNode::is_most_up_to_date`]): a candidate missing an entry
+    /// that only this node's earlier life and one other voter held would
+    /// otherwise win with its vote and lose that acknowledged entry, and
+    /// the term rule keeps it from voting twice in one term (found by the
+    /// simulation with `DUET_SIM_WIPE`: nodes applying different entries
+    /// at one index). A voter that is down keeps it from voting:
+    /// the group waits for that voter rather than risk its entries.
+    /// Candidates with an empty log (a group forming for the first time)
+    /// get its vote as before (so that a group forms with one node down);
+    /// that leaves a hole the simulation found: a node that never received
+    /// an entry asking in a term this node's earlier life voted in
+    /// (`docs/cluster.md`, "Not covered yet"). Disarmed for good once
+    /// caught up ([`RaftNode::rejoin_guarded`] turns false); the caller
+    /// keeps the armed state across restarts.
+    pub fn arm_rejoin_guard(&mut self) {
+        if self.rejoin.is_none() {
+            self.rejoin = Some(0);
+        }
+    }
+
+    /// Whether the rejoin guard is armed.
+    pub fn rejoin_guarded(&self) -> bool {
+        self.rejoin.is_some()
+    }
+
+    /// Vote and pre-vote requests the rejoin guard dropped so far.
+    pub fn withheld_votes(&self) -> u64 {
+        self.withheld_votes
+    }
+
+    /// Heartbeats that named a commit index past this node's last entry
+    /// (its log was lost: see [`RaftNode::step`]).
+    pub fn lost_log_heartbeats(&self) -> u64 {
+        self.lost_log_heartbeats
+    }
+
+    /// On a leader: answers from followers that lost their log (each
+    /// makes the leader send that follower everything again).
+    pub fn lost_log_peers(&self) -> u64 {
+        self.lost_log_peers
     }
 
     /// Messages for other voters that may be sent now.
@@ -624,6 +785,169 @@ mod tests {
                 nodes[to].step(m).unwrap();
             }
         }
+    }
+
+    /// [`pump`] over the links `up` allows (messages of other links are
+    /// lost); a node no link reaches is not driven either.
+    fn pump_links(nodes: &mut [RaftNode], rounds: usize, up: impl Fn(u64, u64) -> bool, applied: &mut [Vec<Vec<u8>>]) {
+        for _ in 0..rounds {
+            let mut msgs = Vec::new();
+            for (i, n) in nodes.iter_mut().enumerate() {
+                for e in drive(n) {
+                    if !e.data.is_empty() {
+                        applied[i].push(e.data.to_vec());
+                    }
+                }
+                msgs.extend(n.take_messages());
+            }
+            msgs.retain(|m| up(m.from, m.to));
+            if msgs.is_empty() {
+                break;
+            }
+            for m in msgs {
+                let to = m.to as usize - 1;
+                nodes[to].step(m).unwrap();
+            }
+        }
+    }
+
+    /// Node 3 acknowledged "x" with the leader (node 1) while node 2 was
+    /// cut off; then node 3 loses its disk and starts empty under its old
+    /// id, and node 1 dies. Node 2, which never got "x", asks for votes.
+    /// Returns the nodes and what each applied.
+    fn rejoin_after_a_lost_disk(armed: bool) -> (Vec<RaftNode>, Vec<Vec<Vec<u8>>>) {
+        let voters = [1, 2, 3];
+        let mut nodes: Vec<RaftNode> =
+            voters.iter().map(|&id| RaftNode::with_voters(id, &voters, Recovered::default()).unwrap()).collect();
+        let mut applied = vec![Vec::new(); 3];
+        let all = |_: u64, _: u64| true;
+        nodes[0].campaign().unwrap();
+        pump_links(&mut nodes, 20, all, &mut applied);
+        assert!(nodes[0].is_leader());
+        nodes[0].propose(b"a".to_vec()).unwrap();
+        pump_links(&mut nodes, 20, all, &mut applied);
+        let without_2 = |f: u64, t: u64| f != 2 && t != 2;
+        let x = nodes[0].propose(b"x".to_vec()).unwrap();
+        pump_links(&mut nodes, 20, without_2, &mut applied);
+        assert!(nodes[0].commit_index() >= x.index, "x is committed on 1 and 3");
+        assert!(applied[0].contains(&b"x".to_vec()));
+        // Node 3's disk is gone: it starts with nothing.
+        nodes[2] = RaftNode::with_voters(3, &voters, Recovered::default()).unwrap();
+        if armed {
+            nodes[2].arm_rejoin_guard();
+        }
+        applied[2].clear();
+        let without_1 = |f: u64, t: u64| f != 1 && t != 1;
+        nodes[1].campaign().unwrap();
+        pump_links(&mut nodes, 20, without_1, &mut applied);
+        (nodes, applied)
+    }
+
+    /// Without the rejoin guard the emptied voter elects a leader that
+    /// lacks a committed entry: "x" is lost. With it, the vote is withheld
+    /// (no leader while two of three voters' data is gone), and once node 1
+    /// is back it leads again, node 3 catches up, holds "x" and is
+    /// disarmed.
+    #[test]
+    fn an_emptied_voter_withholds_its_vote_until_it_caught_up() {
+        let (nodes, _) = rejoin_after_a_lost_disk(false);
+        assert!(nodes[1].is_leader(), "unguarded, the empty node votes for node 2");
+        use raft::Storage;
+        let last = nodes[1].last_index();
+        let log = nodes[1].raw.store().entries(1, last + 1, None, raft::GetEntriesContext::empty(false)).unwrap();
+        assert!(!log.iter().any(|e| e.data.as_ref() == b"x"), "the new leader's log has no x: the committed entry is gone");
+
+        let (mut nodes, mut applied) = rejoin_after_a_lost_disk(true);
+        assert!(!nodes[1].is_leader(), "the armed empty node gave node 2 no vote");
+        assert!(nodes[2].withheld_votes() >= 1);
+        assert!(nodes[2].rejoin_guarded());
+        // Node 1 is back and asks for votes: node 2 grants (node 1's log is
+        // the longer), node 3 still withholds (it has nothing yet).
+        let all = |_: u64, _: u64| true;
+        for _ in 0..40 {
+            for n in nodes.iter_mut() {
+                n.tick();
+            }
+            pump_links(&mut nodes, 20, all, &mut applied);
+        }
+        assert!(nodes[0].is_leader());
+        assert!(nodes[2].lost_log_heartbeats() > 0, "node 1 remembered node 3 at index 3");
+        assert!(
+            !nodes[2].rejoin_guarded(),
+            "caught up to the leader's commit index: disarmed (node 3 at {}/{}, leader at {}/{})",
+            nodes[2].last_index(),
+            nodes[2].commit_index(),
+            nodes[0].last_index(),
+            nodes[0].commit_index()
+        );
+        assert!(applied[2].contains(&b"x".to_vec()) && applied[1].contains(&b"x".to_vec()), "{applied:?}");
+    }
+
+    /// A follower emptied while its group is idle (no proposal to make
+    /// the leader append again): the leader's heartbeats name the commit
+    /// index it acknowledged before; it answers "lost", the leader sends
+    /// it everything from the first entry, and it is disarmed.
+    #[test]
+    fn an_emptied_follower_of_an_idle_group_is_sent_everything_again() {
+        let voters = [1, 2, 3];
+        let mut nodes: Vec<RaftNode> =
+            voters.iter().map(|&id| RaftNode::with_voters(id, &voters, Recovered::default()).unwrap()).collect();
+        let mut applied = vec![Vec::new(); 3];
+        let all = |_: u64, _: u64| true;
+        nodes[0].campaign().unwrap();
+        pump_links(&mut nodes, 20, all, &mut applied);
+        nodes[0].propose(b"a".to_vec()).unwrap();
+        pump_links(&mut nodes, 20, all, &mut applied);
+        assert!(applied.iter().all(|a| a == &vec![b"a".to_vec()]));
+        nodes[2] = RaftNode::with_voters(3, &voters, Recovered::default()).unwrap();
+        nodes[2].arm_rejoin_guard();
+        applied[2].clear();
+        for _ in 0..10 {
+            for n in nodes.iter_mut() {
+                n.tick();
+            }
+            pump_links(&mut nodes, 20, all, &mut applied);
+        }
+        assert!(nodes[0].is_leader());
+        assert!(nodes[2].lost_log_heartbeats() > 0 && nodes[0].lost_log_peers() > 0);
+        assert_eq!(applied[2], vec![b"a".to_vec()], "node 3 was sent the log again");
+        assert!(!nodes[2].rejoin_guarded());
+    }
+
+    /// A group forming for the first time elects a leader when every node
+    /// is armed (candidates have empty logs), and the first append that
+    /// names a commit index the node holds disarms it; an armed node that
+    /// holds what it was told was committed votes again (no deadlock when
+    /// the first leader dies before any commit reaches the others).
+    #[test]
+    fn a_group_of_armed_empty_nodes_forms_and_disarms() {
+        let voters = [1, 2, 3];
+        let mut nodes: Vec<RaftNode> =
+            voters.iter().map(|&id| RaftNode::with_voters(id, &voters, Recovered::default()).unwrap()).collect();
+        for n in nodes.iter_mut() {
+            n.arm_rejoin_guard();
+        }
+        let mut applied = vec![Vec::new(); 3];
+        nodes[0].campaign().unwrap();
+        // Two rounds elect node 1 (the requests, the votes); then its
+        // first entry reaches 2 and 3 and their answers do not come back:
+        // nothing is committed anywhere.
+        pump_links(&mut nodes, 2, |_, _| true, &mut applied);
+        let out_of_1 = |f: u64, _: u64| f == 1;
+        pump_links(&mut nodes, 20, out_of_1, &mut applied);
+        assert!(nodes[0].is_leader());
+        assert!(nodes[1].last_index() >= 1 && nodes[1].commit_index() == 0);
+        // Node 1 dies: 2 asks, 3 (armed, holding all it was told was
+        // committed) votes.
+        let without_1 = |f: u64, t: u64| f != 1 && t != 1;
+        nodes[1].campaign().unwrap();
+        pump_links(&mut nodes, 20, without_1, &mut applied);
+        assert!(nodes[1].is_leader(), "no deadlock among armed nodes");
+        assert_eq!(nodes[2].withheld_votes(), 0);
+        nodes[1].propose(b"y".to_vec()).unwrap();
+        pump_links(&mut nodes, 20, without_1, &mut applied);
+        assert!(!nodes[1].rejoin_guarded() && !nodes[2].rejoin_guarded());
+        assert!(applied[2].contains(&b"y".to_vec()));
     }
 
     /// The halves a write must be held by count a change proposed and

@@ -554,6 +554,10 @@ struct Disk {
     /// A snapshot image received, checked and staged (synced): installed
     /// at the next start (`snapshot::install_pending`).
     image: Option<Rc<Image>>,
+    /// The rejoin guard's mark (`l rejoin_guard`): set when the node
+    /// started with no raft state, kept through image installs, cleared
+    /// once raft disarmed it (`RaftNode::arm_rejoin_guard`).
+    rejoin_guard: bool,
 }
 
 /// A raft snapshot image (`cluster/store/src/snapshot.rs`): the serving
@@ -696,6 +700,9 @@ struct Node {
     /// Ghost (not lost on a crash): (term, hash of data) of every index
     /// this node applied.
     applied: BTreeMap<u64, (u64, u64)>,
+    /// Its data directory was wiped (`DUET_SIM_WIPE`) in this slot: the
+    /// only way a node may lose raft entries it acknowledged.
+    wiped: bool,
 }
 
 impl Node {
@@ -770,6 +777,10 @@ enum Bug {
     /// leader proposes without checking who holds it (the product's rule
     /// before session 46).
     AcksOverUnion,
+    /// A node that starts with no raft state votes at once (the product
+    /// before session 48): after a wipe it may elect a candidate that
+    /// lacks an entry its earlier life acknowledged.
+    NoRejoinGuard,
 }
 
 // ---------------------------------------------------------------------------
@@ -925,6 +936,10 @@ pub struct Stats {
     /// Destage rounds cut by a crash after some of their chunk writes
     /// (`DUET_SIM_TORN`, [`Sim::torn_p`]).
     pub torn_destages: u64,
+    /// Whole data directories lost (`DUET_SIM_WIPE`), and votes the
+    /// rejoin guard withheld.
+    pub wipes: u64,
+    pub withheld_votes: u64,
 }
 
 impl Stats {
@@ -974,6 +989,8 @@ impl Stats {
         self.snap_refused += s.snap_refused;
         self.snap_refused_copies += s.snap_refused_copies;
         self.torn_destages += s.torn_destages;
+        self.wipes += s.wipes;
+        self.withheld_votes += s.withheld_votes;
     }
 }
 
@@ -1013,6 +1030,12 @@ struct Sim {
     /// stream: until a round is cut, a seed runs as without it.
     torn_p: f64,
     torn_rng: Rng,
+    /// Of the nemesis' turns, those that wipe a voter's whole data
+    /// directory (metadata, write log, chunks; it starts again empty
+    /// under its id) (`DUET_SIM_WIPE=p`; 0 by default, drawn from
+    /// [`Sim::wipe_rng`] so that the other seeds replay as before).
+    wipe_p: f64,
+    wipe_rng: Rng,
     /// A node whose write-log device was lost and that has not yet got
     /// back what it must hold. No other device is lost meanwhile: one
     /// device loss at a time is what the write cache's copies are for.
@@ -1077,7 +1100,7 @@ impl Sim {
             }
         }
         let nodes = (0..N)
-            .map(|i| Node { id: VOTERS[i], incarnation: 0, disk: formatted.clone(), live: None, applied: BTreeMap::new() })
+            .map(|i| Node { id: VOTERS[i], incarnation: 0, disk: formatted.clone(), live: None, applied: BTreeMap::new(), wiped: false })
             .collect();
         let clients =
             (0..CLIENTS).map(|c| Client { target: c % N, next_op: 0, current: None }).collect();
@@ -1104,6 +1127,8 @@ impl Sim {
             unclaimed_scale: std::env::var("DUET_SIM_UNCLAIMED").ok().and_then(|s| s.parse().ok()).unwrap_or(0),
             torn_p: std::env::var("DUET_SIM_TORN").ok().and_then(|s| s.parse().ok()).unwrap_or(0.0),
             torn_rng: Rng::new(seed ^ 0x746F_726E_2064_6573),
+            wipe_p: std::env::var("DUET_SIM_WIPE").ok().and_then(|s| s.parse().ok()).unwrap_or(0.0),
+            wipe_rng: Rng::new(seed ^ 0x7769_7065_2064_6972),
             rebuilding: [None, None, None],
             member_p,
             formatted,
@@ -1179,6 +1204,16 @@ impl Sim {
         }
         .expect("raft node")
         .with_retain(self.retain);
+        let mut raft = raft;
+        let d = &mut self.nodes[i].disk;
+        let empty = d.hard_state.is_none() && d.applied_index == 0 && d.log.is_empty();
+        // A voter of the configuration it starts with (a joining node,
+        // which never voted, is not armed).
+        let voter = is_member(&raft.conf_state(), id);
+        if (empty || d.rejoin_guard) && voter && self.bug != Bug::NoRejoinGuard {
+            raft.arm_rejoin_guard();
+            d.rejoin_guard = true;
+        }
         self.nodes[i].live =
             Some(Live {
             raft,
@@ -1780,7 +1815,24 @@ impl Sim {
             }
         }
         // raft-rs refuses some stale messages with an error: not a fault.
+        let (before, lost_before) = (l.raft.withheld_votes(), l.raft.lost_log_heartbeats());
         let _ = l.raft.step(m);
+        let (withheld, armed) = (l.raft.withheld_votes() - before, l.raft.rejoin_guarded());
+        let lost = l.raft.lost_log_heartbeats() - lost_before;
+        self.stats.withheld_votes += withheld;
+        if lost > 0 && !self.nodes[to].wiped {
+            // The leader counts entries this node acknowledged and no
+            // longer has (raft-rs used to abort here: "to_commit out of
+            // range"); only a wiped data directory may do that.
+            let last = self.nodes[to].live.as_ref().map_or(0, |l| l.raft.last_index());
+            self.violation(format!(
+                "node {} lost raft entries it acknowledged: a heartbeat named a commit index past its last entry {last}",
+                to + 1
+            ));
+        }
+        if !armed && self.nodes[to].disk.rejoin_guard {
+            self.nodes[to].disk.rejoin_guard = false;
+        }
         self.kick(to);
     }
 
@@ -2558,6 +2610,38 @@ impl Sim {
         self.rebuilding[j] = Some(Rebuild { since: self.now, lost, target: None });
     }
 
+    /// Node `j`'s data directory is lost (metadata, write log, chunks):
+    /// it crashes and starts again empty under the same id, as an operator
+    /// does after replacing the disk (`docs/cluster.md`, "Replacing a
+    /// node"). One node's data at a time: not while another is
+    /// rebuilding its write log or still catching up after a wipe, and
+    /// only while the group is the one it was formed as (the wiped node
+    /// starts from `peers`, the voters it was formed by).
+    fn wipe(&mut self, j: usize) {
+        if (0..N).any(|k| self.rebuilding[k].is_some() || self.nodes[k].disk.rejoin_guard) {
+            return;
+        }
+        let voters: BTreeSet<u64> = VOTERS.iter().copied().collect();
+        if (0..N).any(|k| self.nodes[k].id != VOTERS[k] || self.nodes[k].disk.removed_at.is_some())
+            || (0..N).any(|k| {
+                let cs = self.conf_of(k);
+                cs.get_voters().iter().copied().collect::<BTreeSet<u64>>() != voters || !cs.get_voters_outgoing().is_empty()
+            })
+        {
+            return;
+        }
+        self.stats.wipes += 1;
+        self.log(|| format!("node {} loses its whole data directory", j + 1));
+        self.crash(j);
+        let lost: BTreeSet<ExtentId> = self.nodes[j].disk.wlog.keys().copied().collect();
+        // Extent names stay unique across a wipe (the product starts the
+        // sequence from the clock).
+        let ext_seq = self.nodes[j].disk.ext_seq;
+        self.nodes[j].disk = Disk { ext_seq, ..self.formatted.clone() };
+        self.nodes[j].wiped = true;
+        self.rebuilding[j] = Some(Rebuild { since: self.now, lost, target: None });
+    }
+
     /// Leader `i` proposes a client's batch (read through the log, or a
     /// write), answered when its (term, index) applies here.
     fn propose_req(&mut self, i: usize, via: Option<usize>, client: usize, op: u64, attempt: u32, req: Req) {
@@ -2771,6 +2855,13 @@ impl Sim {
         let r = self.rng.range(0, 100);
         let victim = if self.rng.chance(0.5) { self.leader() } else { None }
             .unwrap_or_else(|| self.rng.range(0, N as u64) as usize);
+        if self.wipe_p > 0.0 && self.wipe_rng.chance(self.wipe_p) {
+            let victim = self.wipe_rng.range(0, N as u64) as usize;
+            self.wipe(victim);
+            let d = self.wipe_rng.range(300 * MS, 2500 * MS);
+            self.at(d, Ev::Nemesis);
+            return;
+        }
         if self.rng.chance(self.device_loss_p) {
             self.lose_device(victim);
             let d = self.rng.range(300 * MS, 2500 * MS);
@@ -3216,8 +3307,9 @@ fn an_image_that_drops_destaged_copies_loses_data() {
 /// it acknowledges those entries; then it installed the image, whose state
 /// and log end below them. The leader counts entries the follower no
 /// longer has (a committed entry may rest on that acknowledgement), and
-/// raft-rs panics at its next heartbeat ("to_commit 13 is out of range
-/// [last_index 12]"). Seed 316053: node 3 asks node 2 for an image of
+/// raft-rs panicked at its next heartbeat ("to_commit 13 is out of range
+/// [last_index 12]"; since session 48 the checker reports the node losing
+/// entries it acknowledged instead). Seed 316053: node 3 asks node 2 for an image of
 /// index 10, is sent entries 1 to 13 meanwhile, acknowledges 13, and
 /// installs the image of index 12. (Also seed 322628.) Now the image is
 /// refused: its last entry is in the node's log.
@@ -3230,10 +3322,11 @@ fn an_image_behind_the_acknowledged_log_breaks_raft() {
         sim.large_p = 0.0;
         sim.run()
     };
-    let r = std::panic::catch_unwind(|| small(316053, Bug::InstallCovered));
-    let p = r.expect_err("raft-rs panics");
-    let what = p.downcast_ref::<String>().cloned().unwrap_or_default();
-    assert!(what.contains("to_commit 13 is out of range [last_index 12]"), "{what}");
+    // raft-rs used to abort at that heartbeat; since session 48 the node
+    // answers it as one that lost its log (`RaftNode::step`), which only
+    // a wiped data directory may do: the checker reports it.
+    let e = small(316053, Bug::InstallCovered).expect_err("a node lost entries it acknowledged");
+    assert!(e.contains("lost raft entries it acknowledged") && e.contains("past its last entry 12"), "{e}");
     for seed in [316053, 322628] {
         let s = small(seed, Bug::None).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         assert!(s.snap_refused > 0, "seed {seed}: no image refused: {s:?}");
@@ -3353,7 +3446,7 @@ fn seeds() {
         total.events
     );
     eprintln!(
-        "sim: write cache: {} large writes acked, {} extents logged, {} pushes ({} skipped at the bound), {} acks, {} majority timeouts, {} write-log EIO, {} fetches asked, {} extents fetched ({} answers from a chunk store), {} records destaged ({} rounds cut by a crash), {} write-log devices lost, {} reads refused for a missing extent, {} unclaimed copies dropped",
+        "sim: write cache: {} large writes acked, {} extents logged, {} pushes ({} skipped at the bound), {} acks, {} majority timeouts, {} write-log EIO, {} fetches asked, {} extents fetched ({} answers from a chunk store), {} records destaged ({} rounds cut by a crash), {} write-log devices lost, {} data directories wiped ({} votes withheld), {} reads refused for a missing extent, {} unclaimed copies dropped",
         total.large_acked,
         total.extents,
         total.pushes,
@@ -3367,6 +3460,8 @@ fn seeds() {
         total.destaged,
         total.torn_destages,
         total.device_losses,
+        total.wipes,
+        total.withheld_votes,
         total.reads_missing_extent,
         total.unclaimed_dropped
     );
@@ -3457,6 +3552,48 @@ fn a_crash_in_the_middle_of_a_destage_round_loses_nothing() {
     assert!(!caught.is_empty(), "progress recorded before the chunk writes went unnoticed for 200 seeds");
     let (seed, e) = &caught[0];
     eprintln!("progress before the chunk writes caught by {} of 200 seeds; seed {seed}: {}", caught.len(), &e[..e.len().min(300)]);
+}
+
+/// Seeds `0..n` (from `first`) with whole data directories wiped
+/// (`wipe_p` of the nemesis' turns).
+fn wipe_seeds(first: u64, n: u64, wipe_p: f64, bug: Bug) -> (Stats, Vec<(u64, String)>) {
+    let mut total = Stats::default();
+    let mut failed = Vec::new();
+    for seed in first..first + n {
+        let mut sim = Sim::new_with(seed, bug, true);
+        sim.wipe_p = wipe_p;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.run())).unwrap_or_else(|p| {
+            let what = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            Err(format!("panic: {}", what.unwrap_or_default()))
+        });
+        match r {
+            Ok(s) => total.add(&s),
+            Err(e) => failed.push((seed, e)),
+        }
+    }
+    (total, failed)
+}
+
+/// A voter's whole data directory is lost and it starts again empty under
+/// its id (issue 12: "a node's data directory is deleted; it is rebuilt
+/// from the others"): it is sent the log or an image, nothing
+/// acknowledged is lost, the replicas converge, and the rejoin guard
+/// withholds its votes meanwhile (`RaftNode::arm_rejoin_guard`).
+#[test]
+fn a_voter_wiped_and_started_empty_under_its_id_loses_nothing() {
+    let (total, failed) = wipe_seeds(0, 400, 0.1, Bug::None);
+    assert!(failed.is_empty(), "wiped voters: {failed:?}");
+    eprintln!(
+        "400 seeds, 10% of the nemesis' turns wipe a voter: {} wipes, {} votes withheld, {} images installed, {} writes acknowledged, no violation",
+        total.wipes, total.withheld_votes, total.snap_installed, total.acked_writes
+    );
+    assert!(total.wipes >= 100 && total.withheld_votes > 0, "{total:?}");
+    // Without the guard a wiped voter's vote elects a leader that lacks
+    // what its earlier life acknowledged: replicas apply different entries.
+    let (_, caught) = wipe_seeds(0, 200, 0.1, Bug::NoRejoinGuard);
+    assert!(!caught.is_empty(), "wiped voters voting at once went unnoticed for 200 seeds");
+    let (seed, e) = &caught[0];
+    eprintln!("no rejoin guard: caught by {} of 200 seeds; seed {seed}: {}", caught.len(), &e[..e.len().min(200)]);
 }
 
 /// A follower that acknowledges a forwarded write before the leader

@@ -3,7 +3,10 @@
 //!
 //! Run: `cargo bench -p duet-cluster-store --bench group_commit`
 //! (DUET_BENCH_SECS sets the seconds per point, default 3; DUET_BENCH_DIR
-//! the directory, default a temporary one — put it on the disk you care about).
+//! the directory, default a temporary one — put it on the disk you care about;
+//! DUET_BENCH_LAZY=1 marks the batches lazy, as a `protocol` share's are:
+//! answered before their sync, which the store makes within its commit
+//! window).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,6 +21,10 @@ fn main() {
     let base = std::env::var("DUET_BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
     println!("group commit: small-file create+write+close batches, {secs} s per point, store under {}", base.display());
     println!("{:>11} {:>12} {:>12} {:>14} {:>12}", "committers", "batches/s", "fsyncs/s", "batches/fsync", "p50 ms");
+    let lazy = std::env::var("DUET_BENCH_LAZY").is_ok_and(|v| v == "1");
+    if lazy {
+        println!("lazy batches (answered before their sync)");
+    }
     let mut first = 0.0;
     for committers in [1usize, 8, 64] {
         let dir = tempfile::tempdir_in(&base).unwrap();
@@ -50,6 +57,7 @@ fn main() {
                         let f = b.push(Op::Create { dir: ObjRef::Id(dir), name: format!("f{i}"), kind: CreateKind::File, attrs: SetAttrs::default(), if_exists: IfExists::Fail });
                         b.push(Op::Write { obj: f, offset: 0, data: WriteData::Bytes(data.clone()), append: false });
                         b.push(Op::Close { obj: f });
+                        b.lazy = lazy;
                         let t = Instant::now();
                         let out = h.batch_blocking(b).unwrap();
                         lat.push(t.elapsed());

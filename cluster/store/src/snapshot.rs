@@ -611,7 +611,9 @@ fn build(data_dir: &Path, snap: &Path, image: &Path) -> Result<ImageHeader, Snap
         refuse_if_covered(&old, &header)?;
         destaged_here =
             old.get(keys::local("destaged_upto"))?.and_then(|v| <[u8; 8]>::try_from(v.as_slice()).ok()).map(u64::from_be_bytes).unwrap_or(0);
-        for k in [keys::RAFT_HARD_STATE.to_vec(), keys::local("node_id")] {
+        // This node's own: its vote and id, and its rejoin guard (an
+        // emptied node stays armed through the install until it caught up).
+        for k in [keys::RAFT_HARD_STATE.to_vec(), keys::local("node_id"), keys::local(crate::REJOIN_GUARD)] {
             if let Some(v) = old.get(&k)? {
                 own.push((k, v));
             }

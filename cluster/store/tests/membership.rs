@@ -10,64 +10,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use duet_cluster::raft_node::RaftMessage;
-use duet_cluster_store::{Group, MemberChange, Outbox, Query, QueryAnswer, RaftStatus, Store, StoreError, StoreHandle};
+use duet_cluster_store::{Group, MemberChange, Query, QueryAnswer, Store, StoreError};
 use duet_fs::{Batch, CreateKind, Credentials, IfExists, ObjRef, Op, OpOutput, SetAttrs, ROOT_ID};
-use protobuf::Message as _;
 
-type Handles = Arc<Mutex<Vec<Option<StoreHandle>>>>;
-
-fn outbox(handles: &Handles, cut: &Arc<AtomicU64>) -> Outbox {
-    let (tx, rx) = flume::unbounded::<Vec<RaftMessage>>();
-    let (hs, cut) = (handles.clone(), cut.clone());
-    std::thread::spawn(move || {
-        for msgs in rx.iter() {
-            for m in msgs {
-                let m = RaftMessage::parse_from_bytes(&m.write_to_bytes().unwrap()).unwrap();
-                let c = cut.load(Ordering::Relaxed);
-                if c != 0 && (m.to == c || m.from == c) {
-                    continue;
-                }
-                let h = hs.lock().unwrap().get(m.to as usize - 1).cloned().flatten();
-                if let Some(h) = h {
-                    h.step(m);
-                }
-            }
-        }
-    });
-    Box::new(move |m| {
-        let _ = tx.send(m);
-    })
-}
-
-fn status(h: &StoreHandle) -> RaftStatus {
-    match h.query_blocking(Query::RaftStatus).unwrap() {
-        QueryAnswer::Raft(r) => r,
-        _ => unreachable!(),
-    }
-}
-
-fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within 20 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn mkdir(name: &str) -> Batch {
-    let mut b = Batch::new(Credentials::root(), 1_000);
-    b.push(Op::Create {
-        dir: ObjRef::Id(ROOT_ID),
-        name: name.into(),
-        kind: CreateKind::Directory,
-        attrs: SetAttrs { mode: Some(0o755), ..Default::default() },
-        if_exists: IfExists::Fail,
-    });
-    b
-}
+mod common;
+use common::{mkdir, outbox, status, wait, Handles};
 
 #[test]
 fn a_fourth_node_is_added_then_removed() {

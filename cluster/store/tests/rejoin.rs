@@ -8,68 +8,16 @@
 //! (`RaftNode::arm_rejoin_guard`), is not aborted by the leader's
 //! heartbeats that name the commit index it acknowledged in its earlier
 //! life (raft-rs's `commit_to` would panic), catches up, serves what was
-//! made before, and is disarmed for good.
+//! made before, and is disarmed for good. The wiring is `common::outbox`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
-use duet_cluster::raft_node::RaftMessage;
-use duet_cluster_store::{Group, Outbox, Query, QueryAnswer, RaftStatus, Store, StoreHandle};
-use duet_fs::{Batch, CreateKind, Credentials, IfExists, ObjRef, Op, OpOutput, SetAttrs, ROOT_ID};
-use protobuf::Message as _;
+use duet_cluster_store::{Group, Store};
+use duet_fs::{Batch, Credentials, ObjRef, Op, OpOutput, ROOT_ID};
 
-type Handles = Arc<Mutex<Vec<Option<StoreHandle>>>>;
-
-fn outbox(handles: &Handles, cut: &Arc<AtomicU64>) -> Outbox {
-    let (tx, rx) = flume::unbounded::<Vec<RaftMessage>>();
-    let (hs, cut) = (handles.clone(), cut.clone());
-    std::thread::spawn(move || {
-        for msgs in rx.iter() {
-            for m in msgs {
-                let m = RaftMessage::parse_from_bytes(&m.write_to_bytes().unwrap()).unwrap();
-                let c = cut.load(Ordering::Relaxed);
-                if c != 0 && (m.to == c || m.from == c) {
-                    continue;
-                }
-                let h = hs.lock().unwrap().get(m.to as usize - 1).cloned().flatten();
-                if let Some(h) = h {
-                    h.step(m);
-                }
-            }
-        }
-    });
-    Box::new(move |m| {
-        let _ = tx.send(m);
-    })
-}
-
-fn status(h: &StoreHandle) -> RaftStatus {
-    match h.query_blocking(Query::RaftStatus).expect("the store answers (its metadata thread is alive)") {
-        QueryAnswer::Raft(r) => r,
-        _ => unreachable!(),
-    }
-}
-
-fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "{what}: not within 20 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn mkdir(name: &str) -> Batch {
-    let mut b = Batch::new(Credentials::root(), 1_000);
-    b.push(Op::Create {
-        dir: ObjRef::Id(ROOT_ID),
-        name: name.into(),
-        kind: CreateKind::Directory,
-        attrs: SetAttrs { mode: Some(0o755), ..Default::default() },
-        if_exists: IfExists::Fail,
-    });
-    b
-}
+mod common;
+use common::{mkdir, outbox, status, wait, Handles};
 
 #[test]
 fn an_emptied_voter_rejoins_armed_and_is_disarmed_once_caught_up() {

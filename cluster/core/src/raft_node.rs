@@ -811,6 +811,14 @@ mod tests {
         }
     }
 
+    /// One tick of every node, then [`pump_links`] over every link.
+    fn tick_and_pump(nodes: &mut [RaftNode], applied: &mut [Vec<Vec<u8>>]) {
+        for n in nodes.iter_mut() {
+            n.tick();
+        }
+        pump_links(nodes, 20, |_, _| true, applied);
+    }
+
     /// Node 3 acknowledged "x" with the leader (node 1) while node 2 was
     /// cut off; then node 3 loses its disk and starts empty under its old
     /// id, and node 1 dies. Node 2, which never got "x", asks for votes.
@@ -863,17 +871,13 @@ mod tests {
         assert!(nodes[2].rejoin_guarded());
         // Node 1 is back and asks for votes: node 2 grants (node 1's log is
         // the longer), node 3 still withholds (it has nothing yet).
-        let all = |_: u64, _: u64| true;
         // Election timeouts are random: tick until every node applied x and
         // node 3 has caught up (node 2 cannot win without x: node 1 refuses
         // its shorter log, node 3 wants a log as long as node 1's; had it
         // won, x would never reach node 2).
         let x = b"x".to_vec();
         for _ in 0..1000 {
-            for n in nodes.iter_mut() {
-                n.tick();
-            }
-            pump_links(&mut nodes, 20, all, &mut applied);
+            tick_and_pump(&mut nodes, &mut applied);
             if applied.iter().all(|a| a.contains(&x)) && !nodes[2].rejoin_guarded() {
                 break;
             }
@@ -910,10 +914,7 @@ mod tests {
         nodes[2].arm_rejoin_guard();
         applied[2].clear();
         for _ in 0..10 {
-            for n in nodes.iter_mut() {
-                n.tick();
-            }
-            pump_links(&mut nodes, 20, all, &mut applied);
+            tick_and_pump(&mut nodes, &mut applied);
         }
         assert!(nodes[0].is_leader());
         assert!(nodes[2].lost_log_heartbeats() > 0 && nodes[0].lost_log_peers() > 0);
